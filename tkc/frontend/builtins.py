@@ -1,0 +1,582 @@
+"""What each name of `tkc.lang` (and the Python builtins and operators that work on tiles) emits.
+
+Each implementation takes the code generator and the evaluated arguments (Python values or SSA values), checks
+what the op verifier cannot phrase for a kernel author, and emits tile / arith / math ops.
+"""
+
+from __future__ import annotations
+
+import ast
+import math as pymath
+from collections.abc import Callable
+from typing import Any
+
+from xdsl.dialects import arith, math
+from xdsl.dialects.builtin import i32
+from xdsl.ir import SSAValue
+
+from tkc import lang
+from tkc.errors import TkcError
+from tkc.frontend.codegen import CodeGen
+from tkc.frontend.values import (
+    BoundMethod,
+    GlShape,
+    describe,
+    is_bool,
+    is_float,
+    is_global,
+    is_int,
+    is_register,
+    is_runtime,
+    is_shared,
+)
+from tkc.ir import ops as t
+from tkc.ir.types import GlobalType, RegTileType, RegVecType, SharedTileType
+
+IMPLS: dict[lang.DslOp, Callable[..., Any]] = {}
+PY_BUILTIN_IMPLS: dict[Any, Callable[..., Any]] = {}
+
+
+def implements(*ops: lang.DslOp) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for op in ops:
+            IMPLS[op] = fn
+        return fn
+
+    return register
+
+
+def _spec(value: Any, what: str, kinds: tuple[str, ...] = ("rt", "st", "rv", "sv")) -> lang.TileSpec:
+    if not isinstance(value, lang.TileSpec) or value.kind not in kinds:
+        wanted = " or ".join(f"{k}[...]" for k in kinds)
+        raise TkcError(f"{what} must be a type like {wanted}, got {describe(value)}")
+    return value
+
+
+def _number(value: Any, what: str) -> float:
+    if is_runtime(value) or not isinstance(value, int | float):
+        raise TkcError(f"{what} must be a compile-time number, got {describe(value)}")
+    return float(value)
+
+
+def _register(value: Any, what: str) -> SSAValue:
+    if is_register(value):
+        return value
+    if is_shared(value):
+        raise TkcError(f"{what} must be in registers; load the shared tile first with `load(...)`")
+    raise TkcError(f"{what} must be a register tile or vector, got {describe(value)}")
+
+
+def _reg_tile(value: Any, what: str) -> SSAValue:
+    value = _register(value, what)
+    if not isinstance(value.type, RegTileType):
+        raise TkcError(f"{what} must be a register tile, got {describe(value)}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Indices
+
+
+@implements(lang.block_idx)
+def _block_idx(cg: CodeGen) -> tuple[SSAValue, ...]:
+    return tuple(cg.emit_value(t.BlockIdxOp(d)) for d in range(3))
+
+
+@implements(lang.num_blocks)
+def _num_blocks(cg: CodeGen) -> tuple[SSAValue, ...]:
+    return tuple(cg.emit_value(t.NumBlocksOp(d)) for d in range(3))
+
+
+@implements(lang.warp_id)
+def _warp_id(cg: CodeGen) -> SSAValue:
+    return cg.emit_value(t.WarpIdOp())
+
+
+@implements(lang.warpgroup_id)
+def _warpgroup_id(cg: CodeGen) -> SSAValue:
+    return cg.emit_value(t.WarpgroupIdOp())
+
+
+@implements(lang.cdiv)
+def _cdiv(cg: CodeGen, a: Any, b: Any) -> Any:
+    if not is_runtime(a) and not is_runtime(b):
+        if not isinstance(a, int) or not isinstance(b, int):
+            raise TkcError(f"cdiv takes integers, got {describe(a)} and {describe(b)}")
+        return -(-a // b)
+    return cg.emit_value(arith.CeilDivSIOp(cg.as_i32(a, "cdiv's numerator"), cg.as_i32(b, "cdiv's divisor")))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Fills
+
+
+def _fill(cg: CodeGen, spec: Any, value: float, name: str) -> SSAValue:
+    return cg.emit_value(t.FillOp(value, _spec(spec, f"{name}'s argument").ir))
+
+
+@implements(lang.zeros)
+def _zeros(cg: CodeGen, spec: Any) -> SSAValue:
+    return _fill(cg, spec, 0.0, "zeros")
+
+
+@implements(lang.ones)
+def _ones(cg: CodeGen, spec: Any) -> SSAValue:
+    return _fill(cg, spec, 1.0, "ones")
+
+
+@implements(lang.neg_infty)
+def _neg_infty(cg: CodeGen, spec: Any) -> SSAValue:
+    return _fill(cg, spec, -pymath.inf, "neg_infty")
+
+
+@implements(lang.pos_infty)
+def _pos_infty(cg: CodeGen, spec: Any) -> SSAValue:
+    return _fill(cg, spec, pymath.inf, "pos_infty")
+
+
+@implements(lang.full)
+def _full(cg: CodeGen, spec: Any, value: Any) -> SSAValue:
+    return _fill(cg, spec, _number(value, "full's value"), "full")
+
+
+@implements(lang.empty)
+def _empty(cg: CodeGen, spec: Any) -> SSAValue:
+    return cg.emit_value(t.EmptyOp(_spec(spec, "empty's argument", ("st", "sv")).ir))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Elementwise
+
+_SCALAR_MATH = {
+    "exp": (math.ExpOp, pymath.exp),
+    "exp2": (math.Exp2Op, lambda x: 2.0**x),
+    "log": (math.LogOp, pymath.log),
+    "log2": (math.Log2Op, pymath.log2),
+    "sqrt": (math.SqrtOp, pymath.sqrt),
+    "rsqrt": (math.RsqrtOp, lambda x: 1.0 / pymath.sqrt(x)),
+    "tanh": (math.TanhOp, pymath.tanh),
+}
+
+
+def _unary(name: str) -> Callable[..., Any]:
+    def impl(cg: CodeGen, x: Any) -> Any:
+        if is_register(x):
+            return cg.emit_value(t.UNARY_OPS[name](x))
+        if name == "copy":
+            return x
+        if name == "relu":
+            return _max(cg, x, 0.0)
+        scalar_op, py_fn = _SCALAR_MATH[name]
+        if not is_runtime(x):
+            try:
+                return py_fn(_number(x, f"{name}'s argument"))
+            except (ValueError, OverflowError) as e:
+                raise TkcError(f"{name}({x!r}): {e}") from None
+        if is_int(x) or is_float(x):
+            return cg.emit_value(scalar_op(cg.as_f32(x, f"{name}'s argument")))
+        raise TkcError(f"{name} takes a register tile, vector or scalar, got {describe(x)}")
+
+    return impl
+
+
+for _name in ("exp", "exp2", "log", "log2", "relu", "sqrt", "rsqrt", "tanh", "copy"):
+    IMPLS[getattr(lang, _name)] = _unary(_name)
+
+
+def tile_binary(cg: CodeGen, fn: str, lhs: Any, rhs: Any) -> SSAValue:
+    """tile ⊕ tile or tile ⊕ scalar (either order)."""
+    for side in (lhs, rhs):
+        if is_shared(side) or is_global(side):
+            raise TkcError(f"{fn}: {describe(side)} is not in registers; load it first with `load(...)`")
+    if is_register(lhs) and is_register(rhs):
+        lt, rt_ = lhs.type, rhs.type
+        if isinstance(lt, RegTileType) != isinstance(rt_, RegTileType):
+            raise TkcError(
+                f"{fn}: {describe(lhs)} and {describe(rhs)}: combine a tile with a vector using "
+                f"{fn}_row (one element per row) or {fn}_col (one per column)"
+            )
+        return cg.emit_value(t.BINARY_OPS[fn](lhs, rhs))
+    if is_register(lhs):
+        return cg.emit_value(t.BINARY_OPS[fn](lhs, cg.as_f32(rhs, f"{fn}'s scalar operand")))
+    return cg.emit_value(t.BINARY_OPS[fn](cg.as_f32(lhs, f"{fn}'s scalar operand"), rhs))
+
+
+def _named_binary(fn: str) -> Callable[..., Any]:
+    def impl(cg: CodeGen, a: Any, b: Any) -> Any:
+        if is_register(a) or is_register(b):
+            return tile_binary(cg, fn, a, b)
+        op = {"add": ast.Add, "sub": ast.Sub, "mul": ast.Mult, "div": ast.Div}[fn]()
+        return cg.binary(op, a, b)
+
+    return impl
+
+
+for _name in ("add", "sub", "mul", "div"):
+    IMPLS[getattr(lang, _name)] = _named_binary(_name)
+
+_INT_BINOPS = {
+    ast.Add: arith.AddiOp,
+    ast.Sub: arith.SubiOp,
+    ast.Mult: arith.MuliOp,
+    ast.FloorDiv: arith.FloorDivSIOp,
+    ast.LShift: arith.ShLIOp,
+    ast.RShift: arith.ShRSIOp,
+    ast.BitAnd: arith.AndIOp,
+    ast.BitOr: arith.OrIOp,
+    ast.BitXor: arith.XOrIOp,
+}
+_FLOAT_BINOPS = {ast.Add: arith.AddfOp, ast.Sub: arith.SubfOp, ast.Mult: arith.MulfOp, ast.Div: arith.DivfOp}
+
+
+def scalar_binary(cg: CodeGen, op: type[ast.operator], lhs: Any, rhs: Any) -> SSAValue:
+    for side in (lhs, rhs):
+        if is_runtime(side) and not (is_int(side) or is_float(side) or is_bool(side)):
+            raise TkcError(f"arithmetic on {describe(side)} needs a register tile; load it first")
+        if not is_runtime(side) and not isinstance(side, int | float):
+            raise TkcError(f"cannot combine {describe(lhs)} and {describe(rhs)}")
+    if is_bool(lhs) and is_bool(rhs) and op in (ast.BitAnd, ast.BitOr, ast.BitXor):
+        return cg.emit_value(_INT_BINOPS[op](lhs, rhs))
+    floating = op is ast.Div or any(is_float(s) or isinstance(s, float) for s in (lhs, rhs))
+    if floating:
+        if op not in _FLOAT_BINOPS:
+            raise TkcError(f"operator {_symbol(op)} is not defined on run-time floats")
+        a, b = cg.as_f32(lhs, "an operand"), cg.as_f32(rhs, "an operand")
+        return cg.emit_value(_FLOAT_BINOPS[op](a, b))
+    a, b = cg.as_i32(lhs, "an operand"), cg.as_i32(rhs, "an operand")
+    if op is ast.Mod:  # Python's modulo: the result takes the divisor's sign
+        q = cg.emit_value(arith.FloorDivSIOp(a, b))
+        return cg.emit_value(arith.SubiOp(a, cg.emit_value(arith.MuliOp(q, b))))
+    if op not in _INT_BINOPS:
+        raise TkcError(f"operator {_symbol(op)} is not defined on run-time integers")
+    return cg.emit_value(_INT_BINOPS[op](a, b))
+
+
+def _symbol(op: type[ast.operator]) -> str:
+    from tkc.frontend.codegen import _OP_SYMBOLS
+
+    return f"`{_OP_SYMBOLS.get(op, op.__name__)}`"
+
+
+def unary_operator(cg: CodeGen, op: type[ast.unaryop], x: SSAValue) -> SSAValue:
+    if op is ast.UAdd:
+        return x
+    if is_register(x):
+        if op is ast.USub:
+            return cg.emit_value(t.UNARY_OPS["neg"](x))
+        raise TkcError(f"this operator is not defined on {describe(x)}")
+    if op is ast.Not:
+        cond = cg.as_condition(x)
+        return cg.emit_value(arith.XOrIOp(cond, cg.constant(True)))
+    if op is ast.USub:
+        if is_float(x):
+            return cg.emit_value(arith.NegfOp(x))
+        if is_int(x):
+            return cg.emit_value(arith.SubiOp(cg.constant(0), x))
+    if op is ast.Invert and is_int(x):
+        return cg.emit_value(arith.XOrIOp(x, cg.constant(-1)))
+    raise TkcError(f"this operator is not defined on {describe(x)}")
+
+
+def compare(cg: CodeGen, op: type[ast.cmpop], lhs: Any, rhs: Any) -> SSAValue:
+    from tkc.frontend.codegen import _CMPF, _CMPI
+
+    for side in (lhs, rhs):
+        if is_register(side) or is_shared(side) or is_global(side):
+            raise TkcError(f"tiles cannot be compared; got {describe(side)}")
+    if op not in _CMPI:
+        raise TkcError("only == != < <= > >= compare run-time values")
+    if any(is_float(s) or isinstance(s, float) for s in (lhs, rhs)):
+        a, b = cg.as_f32(lhs, "an operand"), cg.as_f32(rhs, "an operand")
+        return cg.emit_value(arith.CmpfOp(a, b, _CMPF[op]))
+    if is_bool(lhs) or is_bool(rhs):
+        a, b = cg.as_runtime(lhs), cg.as_runtime(rhs)
+        if a.type != b.type:
+            raise TkcError(f"cannot compare {describe(lhs)} with {describe(rhs)}")
+        return cg.emit_value(arith.CmpiOp(a, b, _CMPI[op]))
+    a, b = cg.as_i32(lhs, "an operand"), cg.as_i32(rhs, "an operand")
+    return cg.emit_value(arith.CmpiOp(a, b, _CMPI[op]))
+
+
+# Python builtins on run-time values
+
+
+def _max_min(fn: str) -> Callable[..., Any]:
+    def impl(cg: CodeGen, *args: Any) -> Any:
+        if len(args) == 1:
+            (x,) = args
+            if is_register(x) and isinstance(x.type, RegVecType):
+                return cg.emit_value(t.VECTOR_REDUCE_OPS[fn](x))
+            if is_register(x):
+                raise TkcError(f"{fn}() of a whole tile: use row_{fn} or col_{fn}")
+            raise TkcError(f"{fn}() of one argument takes a register vector, got {describe(x)}")
+        if not args:
+            raise TkcError(f"{fn}() expects arguments")
+        result = args[0]
+        for other in args[1:]:
+            result = _pairwise(cg, fn, result, other)
+        return result
+
+    return impl
+
+
+def _pairwise(cg: CodeGen, fn: str, a: Any, b: Any) -> Any:
+    if not is_runtime(a) and not is_runtime(b):
+        return max(a, b) if fn == "max" else min(a, b)
+    if is_register(a) or is_register(b):
+        return tile_binary(cg, fn, a, b)
+    if any(is_float(s) or isinstance(s, float) for s in (a, b)):
+        op = arith.MaximumfOp if fn == "max" else arith.MinimumfOp
+        return cg.emit_value(op(cg.as_f32(a, "an operand"), cg.as_f32(b, "an operand")))
+    op = arith.MaxSIOp if fn == "max" else arith.MinSIOp
+    return cg.emit_value(op(cg.as_i32(a, "an operand"), cg.as_i32(b, "an operand")))
+
+
+def _max(cg: CodeGen, a: Any, b: Any) -> Any:
+    return _pairwise(cg, "max", a, b)
+
+
+def _abs(cg: CodeGen, x: Any) -> Any:
+    if is_register(x):
+        return cg.emit_value(t.UNARY_OPS["abs"](x))
+    if is_float(x):
+        return cg.emit_value(math.AbsFOp(x))
+    if is_int(x):
+        return cg.emit_value(math.AbsIOp(x))
+    raise TkcError(f"abs() is not defined on {describe(x)}")
+
+
+def _sum(cg: CodeGen, x: Any) -> Any:
+    if is_register(x) and isinstance(x.type, RegVecType):
+        return cg.emit_value(t.VECTOR_REDUCE_OPS["sum"](x))
+    if is_register(x):
+        raise TkcError("sum() of a whole tile: use row_sum or col_sum")
+    raise TkcError(f"sum() takes a register vector, got {describe(x)}")
+
+
+def _float(cg: CodeGen, x: Any) -> Any:
+    return cg.as_f32(x, "float()'s argument")
+
+
+def _int(cg: CodeGen, x: Any) -> Any:
+    if is_int(x):
+        return x
+    if is_float(x):
+        return cg.emit_value(arith.FPToSIOp(x, i32))
+    raise TkcError(f"int() is not defined on {describe(x)}")
+
+
+PY_BUILTIN_IMPLS.update({max: _max_min("max"), min: _max_min("min"), abs: _abs, sum: _sum, float: _float, int: _int})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Broadcasts and reductions
+
+
+def _row_col_binary(fn: str, axis: str) -> Callable[..., Any]:
+    def impl(cg: CodeGen, tile: Any, vec: Any) -> SSAValue:
+        tile = _reg_tile(tile, f"{fn}_{axis}'s tile")
+        if not (is_register(vec) and isinstance(vec.type, RegVecType)):
+            raise TkcError(f"{fn}_{axis} takes a register vector as its second argument, got {describe(vec)}")
+        return cg.emit_value(t.BROADCAST_BINARY_OPS[(fn, axis)](tile, vec))
+
+    return impl
+
+
+for _fn in ("add", "sub", "mul", "div"):
+    for _axis in ("row", "col"):
+        IMPLS[getattr(lang, f"{_fn}_{_axis}")] = _row_col_binary(_fn, _axis)
+
+
+def _broadcast(axis: str) -> Callable[..., Any]:
+    def impl(cg: CodeGen, vec: Any, spec: Any) -> SSAValue:
+        if not (is_register(vec) and isinstance(vec.type, RegVecType)):
+            raise TkcError(f"broadcast_{axis} takes a register vector, got {describe(vec)}")
+        result = _spec(spec, f"broadcast_{axis}'s type", ("rt",)).ir
+        op = t.BroadcastRowOp if axis == "row" else t.BroadcastColOp
+        return cg.emit_value(op(vec, result))
+
+    return impl
+
+
+IMPLS[lang.broadcast_row] = _broadcast("row")
+IMPLS[lang.broadcast_col] = _broadcast("col")
+
+
+def _reduce(fn: str, axis: str) -> Callable[..., Any]:
+    def impl(cg: CodeGen, tile: Any, acc: Any = None) -> SSAValue:
+        tile = _reg_tile(tile, f"{axis}_{fn}'s argument")
+        rows, cols = tile.type.shape
+        result = RegVecType(tile.type.element_type, rows if axis == "row" else cols)
+        if acc is not None:
+            acc = _register(acc, f"{axis}_{fn}'s accumulator")
+            if acc.type != result:
+                raise TkcError(f"{axis}_{fn}: the accumulator must be {result.spec()}, got {describe(acc)}")
+        return cg.emit_value(t.REDUCE_OPS[(fn, axis)](tile, result, acc))
+
+    return impl
+
+
+for _fn in t.REDUCE_FUNCTIONS:
+    for _axis in ("row", "col"):
+        IMPLS[getattr(lang, f"{_axis}_{_fn}")] = _reduce(_fn, _axis)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Layout, masking, conversion
+
+
+@implements(lang.transpose)
+def _transpose(cg: CodeGen, tile: Any) -> SSAValue:
+    tile = _reg_tile(tile, "transpose's argument")
+    rows, cols = tile.type.shape
+    return cg.emit_value(t.TransposeOp(tile, RegTileType(tile.type.element_type, cols, rows)))
+
+
+def _triangle(op: type[t.TriangleOp], name: str) -> Callable[..., Any]:
+    def impl(cg: CodeGen, tile: Any, diagonal: Any = 0, fill: Any = 0.0) -> SSAValue:
+        tile = _reg_tile(tile, f"{name}'s tile")
+        return cg.emit_value(op(tile, cg.as_i32(diagonal, f"{name}'s diagonal"), _number(fill, f"{name}'s fill")))
+
+    return impl
+
+
+IMPLS[lang.tril] = _triangle(t.TrilOp, "tril")
+IMPLS[lang.triu] = _triangle(t.TriuOp, "triu")
+
+
+@implements(lang.make_causal)
+def _make_causal(cg: CodeGen, tile: Any, fill: Any = -pymath.inf) -> SSAValue:
+    return IMPLS[lang.tril](cg, tile, 0, fill)
+
+
+@implements(lang.convert)
+def _convert(cg: CodeGen, x: Any, dtype: Any) -> SSAValue:
+    x = _register(x, "the value to convert")
+    if not isinstance(dtype, lang.DType):
+        raise TkcError(f"convert to a dtype (bf16, f16, f32), got {describe(dtype)}")
+    if x.type.element_type == dtype.ir:
+        return x
+    return cg.emit_value(t.ConvertOp(x, x.type.with_element(dtype.ir)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Matrix multiply
+
+
+def _mma(name: str) -> Callable[..., Any]:
+    def impl(cg: CodeGen, a: Any, b: Any, c: Any) -> SSAValue:
+        a, b, c = (_reg_tile(v, f"{name}'s {w}") for v, w in ((a, "A"), (b, "B"), (c, "accumulator C")))
+        return cg.emit_value(t.MMA_OPS[name](a, b, c))
+
+    return impl
+
+
+def _mm(name: str) -> Callable[..., Any]:
+    def impl(cg: CodeGen, a: Any, b: Any) -> SSAValue:
+        a, b = _reg_tile(a, f"{name}'s A"), _reg_tile(b, f"{name}'s B")
+        m = a.type.shape[1] if name.startswith("mm_At") else a.type.shape[0]
+        n = b.type.shape[0] if name.endswith("Bt") else b.type.shape[1]
+        acc = cg.emit_value(t.FillOp(0.0, RegTileType(lang.f32.ir, m, n)))
+        return cg.emit_value(t.MMA_OPS["mma" + name[2:]](a, b, acc))
+
+    return impl
+
+
+for _name in t.MMA_OPS:
+    IMPLS[getattr(lang, _name)] = _mma(_name)
+    IMPLS[getattr(lang, "mm" + _name[3:])] = _mm("mm" + _name[3:])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Memory
+
+
+def _indices(cg: CodeGen, index: Any, count: int, what: str) -> list[SSAValue]:
+    if index is None:
+        raise TkcError(f"{what} needs an index with {count} entries")
+    if not isinstance(index, tuple | list):
+        index = (index,)
+    if len(index) != count:
+        raise TkcError(f"{what} takes {count} indices, got {len(index)}")
+    return [cg.as_i32(i, f"{what}'s index") for i in index]
+
+
+@implements(lang.load)
+def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None) -> SSAValue:
+    if isinstance(index, lang.TileSpec) and spec is None:
+        index, spec = None, index
+    if is_global(src):
+        spec = _spec(spec, "load's type (its third argument)")
+        gtype: GlobalType = src.type
+        what = f"load from {gtype.spec()}"
+        return cg.emit_value(t.LoadOp(src, _indices(cg, index, gtype.rank, what), spec.ir))
+    if is_shared(src):
+        stype = src.type
+        reg_kind = "rt" if isinstance(stype, SharedTileType) else "rv"
+        if spec is None:
+            spec = lang.TileSpec(reg_kind, lang.dtype_of(stype.element_type), stype.shape)
+        spec = _spec(spec, "load's type", (reg_kind,))
+        if index is None:
+            if spec.shape != stype.shape:
+                raise TkcError(f"loading {spec} out of {stype.spec()} needs the sub-tile's index")
+            index = (0,) * len(stype.shape)
+        return cg.emit_value(t.LoadOp(src, _indices(cg, index, len(stype.shape), f"load from {stype.spec()}"), spec.ir))
+    if is_register(src):
+        raise TkcError(f"{describe(src)} is already in registers")
+    raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
+
+
+@implements(lang.store)
+def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None) -> SSAValue | None:
+    if is_global(src) or (is_register(dst) and not is_register(src)):
+        raise TkcError("store(dst, src, index): the destination comes first")
+    if is_global(dst):
+        if not (is_register(src) or is_shared(src)):
+            raise TkcError(f"store's source must be a tile or vector, got {describe(src)}")
+        gtype: GlobalType = dst.type
+        cg.emit(t.StoreOp(src, dst, _indices(cg, index, gtype.rank, f"store into {gtype.spec()}")))
+        return None
+    if is_shared(dst):
+        src = _register(src, "the value stored into shared memory")
+        stype = dst.type
+        if index is None:
+            if src.type.shape != stype.shape:
+                raise TkcError(f"storing {describe(src)} into {stype.spec()} needs the sub-tile's index")
+            index = (0,) * len(stype.shape)
+        return cg.emit_value(t.InsertOp(src, dst, _indices(cg, index, len(stype.shape), f"store into {stype.spec()}")))
+    raise TkcError(f"store's destination must be a global tensor or a shared tile, got {describe(dst)}")
+
+
+@implements(lang.barrier)
+def _barrier(cg: CodeGen) -> None:
+    cg.emit(t.BarrierOp())
+
+
+@implements(lang.static_assert)
+def _static_assert(cg: CodeGen, condition: Any, message: Any = "") -> None:
+    if is_runtime(condition):
+        raise TkcError("static_assert needs a compile-time condition")
+    if not condition:
+        raise TkcError(str(message) or "static_assert failed")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Attributes of run-time values
+
+
+def attribute_of(cg: CodeGen, value: SSAValue, attr: str) -> Any:
+    vt = value.type
+    if attr == "shape":
+        if isinstance(vt, GlobalType):
+            return GlShape(value)
+        if hasattr(vt, "shape"):
+            return vt.shape
+    if attr == "dtype" and hasattr(vt, "element_type"):
+        return lang.dtype_of(vt.element_type)
+    if attr == "to" and is_register(value):
+        return BoundMethod("to", _convert, value)
+    if attr == "T" and is_register(value):
+        return _transpose(cg, value)
+    raise TkcError(f"{describe(value)} has no attribute `{attr}`")
+

@@ -1,0 +1,282 @@
+"""`@tkc.kernel` and `@tkc.func`: Python functions that tkc compiles instead of running."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.dialects import builtin, func
+from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr, f32, i32
+from xdsl.ir import Attribute, Block, Region
+
+from tkc import lang
+from tkc.errors import SourceLoc, TkcError
+from tkc.targets import DEFAULT_TARGET, TARGETS, Target, get_target
+
+REQUIRED = inspect.Parameter.empty
+
+
+class SourceFunction:
+    """A Python function's parsed source, with what is needed to map AST positions back to the file."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        try:
+            lines, first_line = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as e:
+            raise TkcError(f"cannot read the source of `{fn.__name__}`: {e}") from None
+        text = "".join(lines)
+        dedented = textwrap.dedent(text)
+        self.indent = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
+        self.filename = fn.__code__.co_filename
+        self.first_line = first_line
+        module = ast.parse(dedented)
+        defs = [n for n in module.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        if not defs:
+            raise TkcError(f"`{fn.__name__}` is not a plain function")
+        self.tree: ast.FunctionDef = defs[0]  # type: ignore[assignment]
+        self.globals: dict[str, Any] = fn.__globals__
+        self.closure: dict[str, Any] = {}
+        if fn.__closure__:
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+                try:
+                    self.closure[name] = cell.cell_contents
+                except ValueError:
+                    pass
+
+    def loc(self, node: ast.AST) -> SourceLoc:
+        return SourceLoc(self.filename, self.first_line + node.lineno - 1, node.col_offset + self.indent)  # type: ignore[attr-defined]
+
+
+class Helper:
+    """`@tkc.func`: a function that kernels call; it is inlined at each call with its arguments."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+        self.name = fn.__name__
+        self.signature = inspect.signature(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        self._source: SourceFunction | None = None
+
+    @property
+    def source(self) -> SourceFunction:
+        if self._source is None:
+            self._source = SourceFunction(self.fn)
+        return self._source
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TkcError(f"@tkc.func `{self.name}` can only be called from a kernel")
+
+    def __repr__(self) -> str:
+        return f"<tkc.func {self.name}>"
+
+
+def helper(fn: Callable[..., Any]) -> Helper:
+    return Helper(fn)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str  # "tensor", "int", "float", "const"
+    spec: lang.GlSpec | None
+    default: Any
+    loc: SourceLoc
+
+    @property
+    def ir_type(self) -> Attribute:
+        if self.kind == "tensor":
+            assert self.spec is not None
+            return self.spec.ir
+        return {"int": i32, "float": f32}[self.kind]
+
+
+class Kernel:
+    """A tile kernel. `build()` gives its tile IR, `interpret()` runs it on the CPU."""
+
+    def __init__(self, fn: Callable[..., Any], warps: int, min_target: str):
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        self.source = SourceFunction(fn)
+        if not isinstance(warps, int) or not 1 <= warps <= 32:
+            raise TkcError(f"@tkc.kernel(warps=...) must be 1 to 32, got {warps!r}", self.source.loc(self.source.tree))
+        self.warps = warps
+        if min_target not in TARGETS:
+            raise TkcError(
+                f"@tkc.kernel(min_target=...) must be one of {', '.join(TARGETS)}, got {min_target!r}",
+                self.source.loc(self.source.tree),
+            )
+        self.min_target = get_target(min_target)
+        self.params = self._parse_params()
+
+    def __repr__(self) -> str:
+        return f"<tkc.kernel {self.name}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TkcError(
+            f"a kernel is launched with a grid: `{self.name}[grid](*args)`; on the CPU: `{self.name}.interpret(*args, grid=...)`"
+        )
+
+    # ----------------------------------------------------------------------------------------------------------
+
+    def _parse_params(self) -> list[Param]:
+        sig = inspect.signature(self.fn)
+        nodes = {a.arg: a for a in self.source.tree.args.args}
+        params = []
+        for p in sig.parameters.values():
+            node = nodes.get(p.name, self.source.tree)
+            loc = self.source.loc(node)
+            if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                raise TkcError(f"kernel parameter `{p.name}`: *args and **kwargs are not supported", loc)
+            annotation = p.annotation
+            if isinstance(annotation, str):
+                try:
+                    annotation = eval(annotation, self.source.globals, dict(self.source.closure))  # noqa: S307
+                except Exception as e:
+                    raise TkcError(f"kernel parameter `{p.name}`: cannot evaluate its annotation: {e}", loc) from None
+            if isinstance(annotation, lang.GlSpec):
+                kind, spec = "tensor", annotation
+            elif annotation is int:
+                kind, spec = "int", None
+            elif annotation is float:
+                kind, spec = "float", None
+            elif annotation is lang.const:
+                kind, spec = "const", None
+            elif annotation is p.empty:
+                raise TkcError(
+                    f"kernel parameter `{p.name}` needs an annotation: gl[dtype, rank], int, float or const", loc
+                )
+            else:
+                raise TkcError(
+                    f"kernel parameter `{p.name}`: {annotation!r} is not gl[dtype, rank], int, float or const", loc
+                )
+            if kind != "const" and p.default is not p.empty:
+                raise TkcError(f"kernel parameter `{p.name}`: only `const` parameters take defaults", loc)
+            params.append(Param(p.name, kind, spec, p.default, loc))
+        return params
+
+    @property
+    def constants(self) -> dict[str, Any]:
+        """The compile-time constants and their defaults (`inspect.Parameter.empty` where none)."""
+        return {p.name: p.default for p in self.params if p.kind == "const"}
+
+    @property
+    def runtime_params(self) -> list[Param]:
+        return [p for p in self.params if p.kind != "const"]
+
+    def resolve_constants(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        values = {}
+        for name, default in self.constants.items():
+            value = overrides.get(name, default)
+            if value is REQUIRED:
+                raise TkcError(f"kernel `{self.name}`: constant `{name}` has no default; give it a value (-D {name}=...)")
+            values[name] = value
+        unknown = set(overrides) - set(values)
+        if unknown:
+            raise TkcError(
+                f"kernel `{self.name}` has no constant named {', '.join(sorted(unknown))}"
+                + (f"; its constants are {', '.join(values)}" if values else "")
+            )
+        return values
+
+    def check_target(self, target: Target) -> None:
+        if target.sm < self.min_target.sm:
+            raise TkcError(
+                f"kernel `{self.name}` needs {self.min_target} or newer (min_target) and cannot compile for {target}",
+                self.source.loc(self.source.tree),
+            )
+
+    def build_func(self, target: str | Target = DEFAULT_TARGET, constants: Mapping[str, Any] | None = None) -> func.FuncOp:
+        """This kernel's tile IR for one target and one set of constants, as a `func.func`."""
+        from tkc.frontend.checks import check_shared_memory
+        from tkc.frontend.codegen import CodeGen
+
+        target = get_target(target)
+        self.check_target(target)
+        values = self.resolve_constants(constants or {})
+        cg = CodeGen(self.source, target.name)
+        runtime = self.runtime_params
+        block = Block(arg_types=[p.ir_type for p in runtime])
+        for arg, p in zip(block.args, runtime):
+            arg.location = p.loc.to_attr()
+            arg.name_hint = p.name
+        for p in self.params:
+            cg.scope.vars[p.name] = values[p.name] if p.kind == "const" else block.args[runtime.index(p)]
+        cg.start(block)
+        cg.node = self.source.tree
+        cg.build_body(self.source.tree.body)
+        cg.node = None
+        ret = func.ReturnOp()
+        ret.location = _end_loc(self.source).to_attr()
+        cg.builder.insert(ret)  # type: ignore[union-attr]
+        fn = func.FuncOp(self.name, ([p.ir_type for p in runtime], []), Region(block))
+        fn.location = self.source.loc(self.source.tree).to_attr()
+        fn.attributes["tkc.warps"] = IntegerAttr(self.warps, 64)
+        fn.attributes["tkc.min_target"] = StringAttr(self.min_target.name)
+        if values:
+            fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
+        check_shared_memory(fn, target)
+        return fn
+
+    def build(self, target: str | Target = DEFAULT_TARGET, **constants: Any) -> ModuleOp:
+        """A module holding this kernel's tile IR (verified)."""
+        return build_module([self], target, constants)
+
+    def interpret(self, *args: Any, grid: int | tuple[int, ...], target: str | Target | None = None, **constants: Any) -> None:
+        """Run the kernel on the CPU with the tile IR interpreter. Tensors are numpy arrays (ml_dtypes.bfloat16
+        for bf16) or CPU torch tensors; stores write into them."""
+        from tkc.interpreter import interpret_kernel
+
+        tgt = get_target(target) if target is not None else max(self.min_target, DEFAULT_TARGET, key=lambda t: t.sm)
+        module = self.build(tgt, **constants)
+        interpret_kernel(module, self, args, grid)
+
+
+def _end_loc(source: SourceFunction) -> SourceLoc:
+    last = source.tree.body[-1]
+    return source.loc(last)
+
+
+def _constant_attr(name: str, value: Any) -> Attribute:
+    if isinstance(value, bool):
+        return IntegerAttr(int(value), 1)
+    if isinstance(value, int):
+        return IntegerAttr(value, 64)
+    if isinstance(value, float):
+        return FloatAttr(value, builtin.f64)
+    return StringAttr(repr(value))
+
+
+def build_module(kernels: list[Kernel], target: str | Target, constants: Mapping[str, Any] | None = None) -> ModuleOp:
+    """One module holding each kernel's tile IR. Each kernel takes the constants it declares from `constants`;
+    a name no kernel declares is an error."""
+    constants = dict(constants or {})
+    target = get_target(target)
+    declared = set().union(*(k.constants for k in kernels)) if kernels else set()
+    unknown = set(constants) - declared
+    if unknown:
+        raise TkcError(
+            f"no selected kernel declares a constant named {', '.join(sorted(unknown))}"
+            + (f" (they declare {', '.join(sorted(declared))})" if declared else " (they declare none)")
+        )
+    funcs = [k.build_func(target, {n: v for n, v in constants.items() if n in k.constants}) for k in kernels]
+    module = ModuleOp(funcs)
+    module.attributes["tkc.target"] = StringAttr(target.name)
+    return module
+
+
+def kernel(fn: Callable[..., Any] | None = None, *, warps: int = 4, min_target: str = "sm_80") -> Any:
+    """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
+
+    Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
+    (`D: const = 64`). `warps` is the number of warps per block; `min_target` the oldest GPU it supports.
+    """
+    if fn is not None:
+        return Kernel(fn, warps, min_target)
+    return lambda f: Kernel(f, warps, min_target)

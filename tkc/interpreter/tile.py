@@ -1,0 +1,318 @@
+"""Numpy semantics of every tile op, on lane arrays (see lanes.py). This is the oracle later passes are tested
+against, so it follows the op definitions literally: bf16/f16 results are rounded after every op, loads past
+the end of a tensor read zeros, stores past the end are dropped, empty shared tiles hold NaN."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
+from xdsl.ir import Attribute
+
+from tkc.errors import TkcError
+from tkc.interpreter.control import lane_state
+from tkc.interpreter.lanes import LANE_AXES, GlobalTensor, block_uniform, expand_to, round_to
+from tkc.ir import ops as t
+from tkc.ir.types import GlobalType, SharedTileType, SharedVecType
+
+
+def _lift(x: np.ndarray, ndim: int) -> np.ndarray:
+    """A lane scalar (B|1, W|1) with axes added to broadcast against an array of `ndim` dimensions."""
+    x = np.asarray(x)
+    return x.reshape(x.shape + (1,) * (ndim - x.ndim))
+
+
+def _elem(type_: Attribute) -> Attribute:
+    return type_.element_type  # type: ignore[attr-defined]
+
+
+def _tile_shape(type_: Attribute) -> tuple[int, ...]:
+    return type_.shape  # type: ignore[attr-defined]
+
+
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "log": np.log,
+    "log2": np.log2,
+    "abs": np.abs,
+    "relu": lambda x: np.maximum(x, 0),
+    "neg": np.negative,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "tanh": np.tanh,
+    "copy": lambda x: x,
+}
+_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "max": np.maximum,
+    "min": np.minimum,
+}
+_REDUCE: dict[str, tuple[Callable[..., np.ndarray], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
+    "max": (np.max, np.maximum),
+    "min": (np.min, np.minimum),
+    "sum": (np.sum, np.add),
+    "prod": (np.prod, np.multiply),
+}
+
+
+def _element_indices(
+    coords: list[np.ndarray], tile: tuple[int, ...], shape: tuple[int, ...]
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """Element indices of a tile at tile coordinates `coords` in a tensor of `shape`, broadcast to
+    (B, W, *tile), and which of them are in bounds."""
+    k = len(tile)
+    trailing = (1,) * k
+    idx = [np.asarray(c, dtype=np.int64).reshape(np.shape(c) + trailing) for c in coords[:-k]]
+    for d, (c, n) in enumerate(zip(coords[-k:], tile)):
+        along = np.arange(n, dtype=np.int64).reshape([n if i == d else 1 for i in range(k)])
+        idx.append(np.asarray(c, dtype=np.int64).reshape(np.shape(c) + trailing) * n + along)
+    idx = list(np.broadcast_arrays(*idx))
+    valid = np.ones(idx[0].shape, dtype=bool)
+    for i, size in zip(idx, shape):
+        valid &= (i >= 0) & (i < size)
+    return idx, valid
+
+
+def _subtile_indices(coords: list[np.ndarray], tile: tuple[int, ...], outer: tuple[int, ...], what: str) -> list[np.ndarray]:
+    idx, valid = _element_indices(coords, tile, outer)
+    if not valid.all():
+        raise TkcError(f"{what}: sub-tile index out of range")
+    return idx
+
+
+def _with_blocks(idx: list[np.ndarray], nblocks: int, source_blocks: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Index arrays broadcast to `nblocks` blocks, and the matching index into the block axis of a shared value
+    that holds `source_blocks` blocks (1 when it is the same for every block)."""
+    shape = (max(nblocks, idx[0].shape[0]),) + idx[0].shape[1:]
+    idx = [np.broadcast_to(i, shape) for i in idx]
+    if source_blocks > 1:
+        blocks = np.arange(shape[0]).reshape((shape[0],) + (1,) * (len(shape) - 1))
+    else:
+        blocks = np.zeros((1,) * len(shape), dtype=np.int64)
+    return np.broadcast_to(blocks, shape), idx
+
+
+class TileFunctions(InterpreterFunctions):
+    # Indices ---------------------------------------------------------------------------------------------------
+
+    @impl(t.BlockIdxOp)
+    def run_block_idx(self, interpreter: Interpreter, op: t.BlockIdxOp, args: PythonValues) -> PythonValues:
+        return (lane_state(interpreter).block_index(op.dim.value.data),)
+
+    @impl(t.NumBlocksOp)
+    def run_num_blocks(self, interpreter: Interpreter, op: t.NumBlocksOp, args: PythonValues) -> PythonValues:
+        return (np.full((1, 1), lane_state(interpreter).grid[op.dim.value.data], dtype=np.int64),)
+
+    @impl(t.WarpIdOp)
+    def run_warp_id(self, interpreter: Interpreter, op: t.WarpIdOp, args: PythonValues) -> PythonValues:
+        return (lane_state(interpreter).warp_index(),)
+
+    @impl(t.WarpgroupIdOp)
+    def run_warpgroup_id(self, interpreter: Interpreter, op: t.WarpgroupIdOp, args: PythonValues) -> PythonValues:
+        return (lane_state(interpreter).warp_index() // 4,)
+
+    @impl(t.DimOp)
+    def run_dim(self, interpreter: Interpreter, op: t.DimOp, args: PythonValues) -> PythonValues:
+        tensor: GlobalTensor = args[0]
+        return (np.full((1, 1), tensor.data.shape[op.index.value.data], dtype=np.int64),)
+
+    # Fills -----------------------------------------------------------------------------------------------------
+
+    @impl(t.FillOp)
+    def run_fill(self, interpreter: Interpreter, op: t.FillOp, args: PythonValues) -> PythonValues:
+        rtype = op.result.type
+        if isinstance(rtype, SharedTileType | SharedVecType):
+            lane_state(interpreter).require_block_uniform("a shared fill")
+        value = np.full((1, 1, *_tile_shape(rtype)), op.fill_value, dtype=np.float32)
+        return (round_to(value, _elem(rtype)),)
+
+    @impl(t.EmptyOp)
+    def run_empty(self, interpreter: Interpreter, op: t.EmptyOp, args: PythonValues) -> PythonValues:
+        lane_state(interpreter).require_block_uniform("an empty shared tile")
+        return (np.full((1, 1, *_tile_shape(op.result.type)), np.nan, dtype=np.float32),)
+
+    # Elementwise -----------------------------------------------------------------------------------------------
+
+    def _unary(self, interpreter: Interpreter, op: t.UnaryOp, args: PythonValues) -> PythonValues:
+        with np.errstate(all="ignore"):
+            value = _UNARY[op.name.split(".")[1]](args[0])
+        return (round_to(value, _elem(op.result.type)),)
+
+    def _binary(self, interpreter: Interpreter, op: t.BinaryOp, args: PythonValues) -> PythonValues:
+        ndim = LANE_AXES + len(_tile_shape(op.result.type))
+        lhs, rhs = (_lift(a, ndim) for a in args)
+        with np.errstate(all="ignore"):
+            value = _BINARY[op.fn](lhs.astype(np.float32), rhs.astype(np.float32))
+        return (round_to(value, _elem(op.result.type)),)
+
+    def _broadcast_binary(self, interpreter: Interpreter, op: t.BroadcastBinaryOp, args: PythonValues) -> PythonValues:
+        tile, vec = args
+        vec = vec[..., :, None] if op.axis == "row" else vec[..., None, :]
+        with np.errstate(all="ignore"):
+            value = _BINARY[op.fn](tile, vec)
+        return (round_to(value, _elem(op.result.type)),)
+
+    @impl(t.BroadcastRowOp)
+    def run_broadcast_row(self, interpreter: Interpreter, op: t.BroadcastRowOp, args: PythonValues) -> PythonValues:
+        (vec,) = args
+        rows, cols = _tile_shape(op.result.type)
+        return (np.broadcast_to(vec[..., :, None], vec.shape[:-1] + (rows, cols)).copy(),)
+
+    @impl(t.BroadcastColOp)
+    def run_broadcast_col(self, interpreter: Interpreter, op: t.BroadcastColOp, args: PythonValues) -> PythonValues:
+        (vec,) = args
+        rows, cols = _tile_shape(op.result.type)
+        return (np.broadcast_to(vec[..., None, :], vec.shape[:-1] + (rows, cols)).copy(),)
+
+    # Reductions ------------------------------------------------------------------------------------------------
+
+    def _reduce(self, interpreter: Interpreter, op: t.ReduceOp, args: PythonValues) -> PythonValues:
+        reduce, combine = _REDUCE[op.fn]
+        tile = args[0]
+        with np.errstate(all="ignore"):
+            value = reduce(tile, axis=-1 if op.axis == "row" else -2).astype(np.float32)
+            if len(args) > 1:
+                value = combine(args[1], value)
+        return (round_to(value, _elem(op.result.type)),)
+
+    def _vector_reduce(self, interpreter: Interpreter, op: t.VectorReduceOp, args: PythonValues) -> PythonValues:
+        reduce, _ = _REDUCE[op.fn]
+        with np.errstate(all="ignore"):
+            return (reduce(args[0], axis=-1).astype(np.float32),)
+
+    # Conversions, layout, masking ------------------------------------------------------------------------------
+
+    @impl(t.ConvertOp)
+    def run_convert(self, interpreter: Interpreter, op: t.ConvertOp, args: PythonValues) -> PythonValues:
+        return (round_to(args[0], _elem(op.result.type)),)
+
+    @impl(t.RelayoutOp)
+    def run_relayout(self, interpreter: Interpreter, op: t.RelayoutOp, args: PythonValues) -> PythonValues:
+        return (args[0],)
+
+    @impl(t.TransposeOp)
+    def run_transpose(self, interpreter: Interpreter, op: t.TransposeOp, args: PythonValues) -> PythonValues:
+        return (np.swapaxes(args[0], -1, -2).copy(),)
+
+    def _triangle(self, interpreter: Interpreter, op: t.TriangleOp, args: PythonValues) -> PythonValues:
+        tile, diagonal = args
+        rows, cols = tile.shape[-2:]
+        i = np.arange(rows).reshape(rows, 1)
+        j = np.arange(cols).reshape(1, cols)
+        d = _lift(diagonal, tile.ndim)
+        keep = (j <= i + d) if isinstance(op, t.TrilOp) else (j >= i + d)
+        return (round_to(np.where(keep, tile, np.float32(op.fill_value)), _elem(op.result.type)),)
+
+    # Matrix multiply -------------------------------------------------------------------------------------------
+
+    def _mma(self, interpreter: Interpreter, op: t.MmaOp, args: PythonValues) -> PythonValues:
+        a, b, c = args
+        if op.transpose_a:
+            a = np.swapaxes(a, -1, -2)
+        if op.transpose_b:
+            b = np.swapaxes(b, -1, -2)
+        return ((np.matmul(a.astype(np.float32), b.astype(np.float32)) + c).astype(np.float32),)
+
+    # Memory ----------------------------------------------------------------------------------------------------
+
+    @impl(t.LoadOp)
+    def run_load(self, interpreter: Interpreter, op: t.LoadOp, args: PythonValues) -> PythonValues:
+        state = lane_state(interpreter)
+        source, *coords = args
+        stype, rtype = op.source.type, op.result.type
+        tile = _tile_shape(rtype)
+        if isinstance(stype, GlobalType):
+            if isinstance(rtype, SharedTileType | SharedVecType):
+                state.require_block_uniform("a load into shared memory")
+                coords = [block_uniform(c, "the index of a load into shared memory") for c in coords]
+            idx, valid = _element_indices(coords, tile, source.data.shape)
+            clipped = [np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, source.data.shape)]
+            if source.data.size == 0:
+                value = np.zeros(valid.shape, dtype=np.float32)
+            else:
+                value = np.where(valid, source.data[tuple(clipped)], np.float32(0))
+            return (round_to(value, _elem(rtype)),)
+        # shared → registers: a sub-tile of the block's shared value
+        idx = _subtile_indices(coords, tile, _tile_shape(stype), "load")
+        blocks, idx = _with_blocks(idx, source.shape[0], source.shape[0])
+        return (round_to(source[(blocks, 0, *idx)], _elem(rtype)),)
+
+    @impl(t.StoreOp)
+    def run_store(self, interpreter: Interpreter, op: t.StoreOp, args: PythonValues) -> PythonValues:
+        state = lane_state(interpreter)
+        value, dest, *coords = args
+        vtype = op.value.type
+        if isinstance(vtype, SharedTileType | SharedVecType):
+            state.require_block_uniform("a store from shared memory")
+            coords = [block_uniform(c, "the index of a store from shared memory") for c in coords]
+        idx, valid = _element_indices(coords, _tile_shape(vtype), dest.data.shape)
+        active = np.broadcast_to(expand_to(state.active(), valid), valid.shape)
+        value = np.broadcast_to(round_to(value, dest.element_type), valid.shape)
+        write = valid & active
+        targets = tuple(i[write] for i in idx)
+        values = value[write]
+        _check_store_race(dest, targets, values)
+        dest.data[targets] = values
+        dest.written = True
+        return ()
+
+    @impl(t.InsertOp)
+    def run_insert(self, interpreter: Interpreter, op: t.InsertOp, args: PythonValues) -> PythonValues:
+        state = lane_state(interpreter)
+        state.require_block_uniform("a store into shared memory")
+        value, dest, *coords = args
+        idx = _subtile_indices(coords, _tile_shape(op.value.type), _tile_shape(op.dest.type), "store")
+        nblocks = max(dest.shape[0], idx[0].shape[0], value.shape[0], state.active().shape[0])
+        result = np.array(np.broadcast_to(dest, (nblocks,) + dest.shape[1:]), dtype=np.float32)
+        idx = [np.broadcast_to(i, (nblocks, max(i.shape[1], value.shape[1])) + i.shape[2:]) for i in idx]
+        blocks, idx = _with_blocks(idx, nblocks, nblocks)
+        value = np.broadcast_to(round_to(value, _elem(op.dest.type)), idx[0].shape)
+        active = np.broadcast_to(expand_to(state.active(), idx[0]), idx[0].shape)
+        flat = np.ravel_multi_index((blocks[active], *(i[active] for i in idx)), (nblocks, *result.shape[2:]))
+        values = value[active]
+        _check_race(flat, values, "a store into a shared tile")
+        result[(blocks[active], 0, *(i[active] for i in idx))] = values
+        return (result,)
+
+    @impl(t.BarrierOp)
+    def run_barrier(self, interpreter: Interpreter, op: t.BarrierOp, args: PythonValues) -> PythonValues:
+        lane_state(interpreter).require_block_uniform("a barrier")
+        return ()
+
+
+def _check_race(flat: np.ndarray, values: np.ndarray, what: str) -> None:
+    """Two lanes writing different values to one element is a race on the GPU: report it."""
+    if flat.size < 2:
+        return
+    order = np.argsort(flat, kind="stable")
+    f, v = flat[order], values[order]
+    same = f[1:] == f[:-1]
+    if same.any():
+        differ = same & ~((v[1:] == v[:-1]) | (np.isnan(v[1:]) & np.isnan(v[:-1])))
+        if differ.any():
+            raise TkcError(f"{what}: different warps write different values to the same element")
+
+
+def _check_store_race(dest: GlobalTensor, targets: tuple[np.ndarray, ...], values: np.ndarray) -> None:
+    if targets and targets[0].size > 1:
+        _check_race(np.ravel_multi_index(targets, dest.data.shape), values, f"a store into `{dest.name}`")
+
+
+def _install(op_types: list[type], method: Callable[..., PythonValues], prefix: str) -> None:
+    for op_type in op_types:
+        setattr(TileFunctions, f"{prefix}_{op_type.__name__}", impl(op_type)(method))
+
+
+_install(list(t.UNARY_OPS.values()), TileFunctions._unary, "run")
+_install(list(t.BINARY_OPS.values()), TileFunctions._binary, "run")
+_install(list(t.BROADCAST_BINARY_OPS.values()), TileFunctions._broadcast_binary, "run")
+_install(list(t.REDUCE_OPS.values()), TileFunctions._reduce, "run")
+_install(list(t.VECTOR_REDUCE_OPS.values()), TileFunctions._vector_reduce, "run")
+_install([t.TrilOp, t.TriuOp], TileFunctions._triangle, "run")
+_install(list(t.MMA_OPS.values()), TileFunctions._mma, "run")
+register_impls(TileFunctions)

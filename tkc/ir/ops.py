@@ -1,0 +1,861 @@
+"""Operations of the `tile` dialect.
+
+Tiles are values: every op returns a new tile (SSA), shared tiles included; a store into a shared tile
+(`tile.insert`) returns the updated tile. Register ops are per warp; ops that produce shared tiles are
+collective over the block. Loads and stores address a global tensor in units of the tile: for a tile of R×C,
+index (.., i, j) names rows [i·R, (i+1)·R) and columns [j·C, (j+1)·C); leading indices are plain element
+indices. Loads past the end of a global tensor read zeros and stores past the end are dropped.
+
+    %q = tile.load %Q[%b, %h, %i, %c0] : !tile.gl<?x?x?x?xbf16> -> !tile.rt<16x64xbf16>
+    %s = tile.mma_ABt %q, %k, %z : !tile.rt<16x64xbf16>, !tile.rt<64x64xbf16>, !tile.rt<16x64xf32>
+    %m = tile.row_max %s : !tile.rt<16x64xf32> -> !tile.rv<16xf32>
+    %p = tile.sub_row %s, %m : !tile.rt<16x64xf32>, !tile.rv<16xf32>
+    tile.store %o, %O[%b, %h, %i, %c0] : !tile.rt<16x64xbf16> -> !tile.gl<?x?x?x?xbf16>
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    f32,
+    i32,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.irdl import (
+    AnyAttr,
+    IRDLOperation,
+    VarConstraint,
+    base,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind, MemoryWriteEffect, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from tkc.ir.types import (
+    GlobalType,
+    RegTileType,
+    RegVecType,
+    SharedTileType,
+    SharedVecType,
+    element_name,
+)
+
+REGISTER = base(RegTileType) | base(RegVecType)
+ANY_TILE = base(RegTileType) | base(RegVecType) | base(SharedTileType) | base(SharedVecType)
+SCALAR = base(Float32Type)
+DIM_NAMES = ("x", "y", "z")
+
+
+def spec(t: Attribute) -> str:
+    """How the DSL spells a type, for messages: `rt[bf16, 16, 64]`, `f32`."""
+    return t.spec() if hasattr(t, "spec") else str(t)  # type: ignore[attr-defined]
+
+
+def _f64(value: float) -> FloatAttr:
+    return FloatAttr(value, Float64Type())
+
+
+def _print_number(printer: Printer, value: float) -> None:
+    if math.isnan(value):
+        printer.print_string("nan")
+    elif math.isinf(value):
+        printer.print_string("inf" if value > 0 else "-inf")
+    else:
+        printer.print_string(repr(float(value)))
+
+
+def _parse_number(parser: Parser) -> float:
+    negative = parser.parse_optional_punctuation("-") is not None
+    if parser.parse_optional_keyword("inf") is not None:
+        value = math.inf
+    elif parser.parse_optional_keyword("nan") is not None:
+        value = math.nan
+    else:
+        value = float(parser.parse_number())
+    return -value if negative else value
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Indices and sizes
+
+
+class _GridIndexOp(IRDLOperation):
+    """Base of ops that read one dimension (x, y, z) of the launch grid."""
+
+    dim = prop_def(IntegerAttr[IntegerType])
+    result = result_def(i32)
+    traits = traits_def(Pure())
+
+    def __init__(self, dim: int):
+        super().__init__(properties={"dim": IntegerAttr(dim, 64)}, result_types=[i32])
+
+    def verify_(self) -> None:
+        if not 0 <= self.dim.value.data < 3:
+            raise VerifyException(f"{self.name}: dimension must be x, y or z")
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" {DIM_NAMES[self.dim.value.data]}")
+        printer.print_op_attributes(self.attributes)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> _GridIndexOp:
+        name = parser.parse_identifier()
+        if name not in DIM_NAMES:
+            parser.raise_error(f"expected x, y or z, got {name}")
+        op = cls(DIM_NAMES.index(name))
+        op.attributes |= parser.parse_optional_attr_dict()
+        return op
+
+
+@irdl_op_definition
+class BlockIdxOp(_GridIndexOp):
+    """`%b = tile.block_idx x`: the index of this block in the grid."""
+
+    name = "tile.block_idx"
+
+
+@irdl_op_definition
+class NumBlocksOp(_GridIndexOp):
+    """`%n = tile.num_blocks x`: the number of blocks of the grid along one dimension."""
+
+    name = "tile.num_blocks"
+
+
+class _NullaryIndexOp(IRDLOperation):
+    result = result_def(i32)
+    traits = traits_def(Pure())
+    assembly_format = "attr-dict"
+
+    def __init__(self):
+        super().__init__(result_types=[i32])
+
+
+@irdl_op_definition
+class WarpIdOp(_NullaryIndexOp):
+    """`%w = tile.warp_id`: the index of this warp in its block."""
+
+    name = "tile.warp_id"
+
+
+@irdl_op_definition
+class WarpgroupIdOp(_NullaryIndexOp):
+    """`%g = tile.warpgroup_id`: the index of this warpgroup (4 consecutive warps) in its block."""
+
+    name = "tile.warpgroup_id"
+
+
+@irdl_op_definition
+class DimOp(IRDLOperation):
+    """`%n = tile.dim %A[2] : !tile.gl<?x?x?xbf16>`: a size of a global tensor, known at run time."""
+
+    name = "tile.dim"
+    source = operand_def(GlobalType)
+    index = prop_def(IntegerAttr[IntegerType])
+    result = result_def(i32)
+    traits = traits_def(Pure())
+
+    def __init__(self, source: SSAValue | Operation, index: int):
+        super().__init__(operands=[source], properties={"index": IntegerAttr(index, 64)}, result_types=[i32])
+
+    def verify_(self) -> None:
+        rank = self.source.type.rank  # type: ignore[attr-defined]
+        if not 0 <= self.index.value.data < rank:
+            raise VerifyException(f"dim {self.index.value.data} is out of range for a tensor of rank {rank}")
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.source)
+        printer.print_string(f"[{self.index.value.data}]")
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.source.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> DimOp:
+        source = parser.parse_unresolved_operand()
+        parser.parse_punctuation("[")
+        index = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        parser.parse_punctuation("]")
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        op = cls(parser.resolve_operand(source, parser.parse_type()), index)
+        op.attributes |= attrs
+        return op
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Fills
+
+
+@irdl_op_definition
+class FillOp(IRDLOperation):
+    """`%t = tile.fill -inf : !tile.rv<16xf32>`: a tile or vector with every element set to one value."""
+
+    name = "tile.fill"
+    value = prop_def(FloatAttr)
+    result = result_def(ANY_TILE)
+    traits = traits_def(Pure())
+
+    def __init__(self, value: float, result_type: Attribute):
+        super().__init__(properties={"value": _f64(value)}, result_types=[result_type])
+
+    @property
+    def fill_value(self) -> float:
+        return self.value.value.data
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        _print_number(printer, self.fill_value)
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.result.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> FillOp:
+        value = _parse_number(parser)
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        op = cls(value, parser.parse_type())
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class EmptyOp(IRDLOperation):
+    """`%s = tile.empty : !tile.st<64x64xbf16>`: a shared tile or vector whose contents are undefined."""
+
+    name = "tile.empty"
+    result = result_def(base(SharedTileType) | base(SharedVecType))
+    traits = traits_def(Pure())
+    assembly_format = "attr-dict `:` type($result)"
+
+    def __init__(self, result_type: Attribute):
+        super().__init__(result_types=[result_type])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Elementwise
+
+
+class UnaryOp(IRDLOperation):
+    """Base of elementwise unary ops on register tiles and vectors: `%r = tile.exp2 %t : !tile.rt<16x64xf32>`."""
+
+    T: ClassVar = VarConstraint("T", REGISTER)
+    input = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation):
+        super().__init__(operands=[input], result_types=[SSAValue.get(input).type])
+
+
+UNARY_FUNCTIONS = ("exp", "exp2", "log", "log2", "abs", "relu", "neg", "sqrt", "rsqrt", "tanh", "copy")
+
+
+def _unary(fn: str) -> type[UnaryOp]:
+    cls = type(f"{fn.capitalize()}Op", (UnaryOp,), {"name": f"tile.{fn}", "__doc__": f"Elementwise {fn}."})
+    return irdl_op_definition(cls)
+
+
+UNARY_OPS: dict[str, type[UnaryOp]] = {fn: _unary(fn) for fn in UNARY_FUNCTIONS}
+
+
+class BinaryOp(IRDLOperation):
+    """Base of elementwise binary ops: tile ⊕ tile of one type, or tile ⊕ f32 scalar, or f32 scalar ⊕ tile.
+
+    `%r = tile.add %a, %b : !tile.rt<16x64xf32>`, `%r = tile.mul %a, %s : !tile.rt<16x64xf32>, f32`
+    """
+
+    lhs = operand_def(REGISTER | SCALAR)
+    rhs = operand_def(REGISTER | SCALAR)
+    result = result_def(REGISTER)
+    traits = traits_def(Pure())
+
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
+        lhs, rhs = SSAValue.get(lhs), SSAValue.get(rhs)
+        tile = lhs.type if lhs.type != f32 else rhs.type
+        super().__init__(operands=[lhs, rhs], result_types=[tile])
+
+    @property
+    def fn(self) -> str:
+        return self.name.split(".")[1]
+
+    def verify_(self) -> None:
+        lt, rt = self.lhs.type, self.rhs.type
+        if lt == f32 and rt == f32:
+            raise VerifyException(f"{self.fn}: one operand must be a register tile or vector (use arith for scalars)")
+        if lt != f32 and rt != f32 and lt != rt:
+            raise VerifyException(f"{self.fn}: operands differ: {spec(lt)} and {spec(rt)}")
+        tile = lt if lt != f32 else rt
+        if self.result.type != tile:
+            raise VerifyException(f"{self.fn}: result must be {spec(tile)}")
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.lhs)
+        printer.print_string(", ")
+        printer.print_operand(self.rhs)
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.lhs.type)
+        if self.rhs.type != self.lhs.type:
+            printer.print_string(", ")
+            printer.print_attribute(self.rhs.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> BinaryOp:
+        lhs = parser.parse_unresolved_operand()
+        parser.parse_punctuation(",")
+        rhs = parser.parse_unresolved_operand()
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        lt = parser.parse_type()
+        rt = parser.parse_type() if parser.parse_optional_punctuation(",") is not None else lt
+        op = cls(parser.resolve_operand(lhs, lt), parser.resolve_operand(rhs, rt))
+        op.attributes |= attrs
+        return op
+
+
+BINARY_FUNCTIONS = ("add", "sub", "mul", "div", "max", "min")
+
+
+def _binary(fn: str) -> type[BinaryOp]:
+    doc = f"Elementwise {fn} of two register tiles (or vectors), or of one and an f32 scalar."
+    return irdl_op_definition(type(f"{fn.capitalize()}Op", (BinaryOp,), {"name": f"tile.{fn}", "__doc__": doc}))
+
+
+BINARY_OPS: dict[str, type[BinaryOp]] = {fn: _binary(fn) for fn in BINARY_FUNCTIONS}
+
+
+class BroadcastBinaryOp(IRDLOperation):
+    """Base of `sub_row`-style ops: combine every row (or column) of a tile with one vector element.
+
+    `%r = tile.sub_row %t, %v : !tile.rt<16x64xf32>, !tile.rv<16xf32>` subtracts v[i] from row i;
+    `tile.add_col` adds v[j] to column j.
+    """
+
+    T: ClassVar = VarConstraint("T", base(RegTileType))
+    tile = operand_def(T)
+    vec = operand_def(RegVecType)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$tile `,` $vec attr-dict `:` type($tile) `,` type($vec)"
+
+    def __init__(self, tile: SSAValue | Operation, vec: SSAValue | Operation):
+        super().__init__(operands=[tile, vec], result_types=[SSAValue.get(tile).type])
+
+    @property
+    def fn(self) -> str:
+        return self.name.split(".")[1].rsplit("_", 1)[0]
+
+    @property
+    def axis(self) -> str:
+        return self.name.rsplit("_", 1)[1]
+
+    def verify_(self) -> None:
+        _verify_vector_fits(self.name, self.tile.type, self.vec.type, self.axis)
+
+
+def _verify_vector_fits(op: str, tile: RegTileType, vec: RegVecType, axis: str) -> None:
+    rows, cols = tile.shape
+    want = rows if axis == "row" else cols
+    what = "rows" if axis == "row" else "columns"
+    if vec.length.data != want:
+        raise VerifyException(
+            f"{op.split('.')[-1]}: {spec(tile)} has {want} {what} but the vector is {spec(vec)}"
+        )
+    if vec.element_type != tile.element_type:
+        raise VerifyException(f"{op.split('.')[-1]}: dtype mismatch: {spec(tile)} with {spec(vec)}")
+
+
+def _broadcast_binary(fn: str, axis: str) -> type[BroadcastBinaryOp]:
+    doc = f"`{fn}_{axis}`: {fn} the vector's i-th element to every element of {axis} i."
+    return irdl_op_definition(
+        type(
+            f"{fn.capitalize()}{axis.capitalize()}Op",
+            (BroadcastBinaryOp,),
+            {"name": f"tile.{fn}_{axis}", "__doc__": doc},
+        )
+    )
+
+
+BROADCAST_BINARY_OPS: dict[tuple[str, str], type[BroadcastBinaryOp]] = {
+    (fn, axis): _broadcast_binary(fn, axis) for fn in BINARY_FUNCTIONS for axis in ("row", "col")
+}
+
+
+class BroadcastOp(IRDLOperation):
+    """Base of `broadcast_row` / `broadcast_col`: a tile whose row i (column j) is filled with v[i] (v[j]).
+
+    `%t = tile.broadcast_row %v : !tile.rv<16xf32> -> !tile.rt<16x64xf32>`
+    """
+
+    vec = operand_def(RegVecType)
+    result = result_def(RegTileType)
+    traits = traits_def(Pure())
+    assembly_format = "$vec attr-dict `:` type($vec) `->` type($result)"
+
+    def __init__(self, vec: SSAValue | Operation, result_type: Attribute):
+        super().__init__(operands=[vec], result_types=[result_type])
+
+    @property
+    def axis(self) -> str:
+        return self.name.rsplit("_", 1)[1]
+
+    def verify_(self) -> None:
+        _verify_vector_fits(self.name, self.result.type, self.vec.type, self.axis)
+
+
+@irdl_op_definition
+class BroadcastRowOp(BroadcastOp):
+    """`broadcast_row`: row i of the result holds v[i] everywhere."""
+
+    name = "tile.broadcast_row"
+
+
+@irdl_op_definition
+class BroadcastColOp(BroadcastOp):
+    """`broadcast_col`: column j of the result holds v[j] everywhere."""
+
+    name = "tile.broadcast_col"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reductions
+
+
+REDUCE_FUNCTIONS = ("max", "min", "sum", "prod")
+
+
+class ReduceOp(IRDLOperation):
+    """Base of row/column reductions of a register tile into a register vector, with an optional accumulator.
+
+    `%m = tile.row_max %s : !tile.rt<16x64xf32> -> !tile.rv<16xf32>`;
+    `%l = tile.row_sum %p, %l0 : !tile.rt<16x64xf32> -> !tile.rv<16xf32>` adds the row sums to %l0.
+    """
+
+    T: ClassVar = VarConstraint("T", base(RegVecType))
+    input = operand_def(RegTileType)
+    acc = opt_operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$input (`,` $acc^)? attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, result_type: Attribute, acc: SSAValue | Operation | None = None):
+        super().__init__(operands=[input, [acc] if acc is not None else []], result_types=[result_type])
+
+    @property
+    def fn(self) -> str:
+        return self.name.split("_", 1)[1]
+
+    @property
+    def axis(self) -> str:
+        return self.name.split(".")[1].split("_")[0]
+
+    def verify_(self) -> None:
+        _verify_vector_fits(self.name, self.input.type, self.result.type, self.axis)
+
+
+def _reduce(fn: str, axis: str) -> type[ReduceOp]:
+    doc = f"`{axis}_{fn}`: the {fn} of each {axis} of a tile (combined with the accumulator if given)."
+    return irdl_op_definition(
+        type(f"{axis.capitalize()}{fn.capitalize()}Op", (ReduceOp,), {"name": f"tile.{axis}_{fn}", "__doc__": doc})
+    )
+
+
+REDUCE_OPS: dict[tuple[str, str], type[ReduceOp]] = {
+    (fn, axis): _reduce(fn, axis) for fn in REDUCE_FUNCTIONS for axis in ("row", "col")
+}
+
+
+class VectorReduceOp(IRDLOperation):
+    """Base of reductions of a whole register vector to an f32 scalar: `%s = tile.vec_sum %v : !tile.rv<1024xf32>`."""
+
+    input = operand_def(RegVecType)
+    result = result_def(f32)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation):
+        super().__init__(operands=[input], result_types=[f32])
+
+    @property
+    def fn(self) -> str:
+        return self.name.split("_", 1)[1]
+
+
+def _vec_reduce(fn: str) -> type[VectorReduceOp]:
+    doc = f"`vec_{fn}`: the {fn} of all elements of a register vector, as an f32 scalar."
+    return irdl_op_definition(type(f"Vec{fn.capitalize()}Op", (VectorReduceOp,), {"name": f"tile.vec_{fn}", "__doc__": doc}))
+
+
+VECTOR_REDUCE_OPS: dict[str, type[VectorReduceOp]] = {fn: _vec_reduce(fn) for fn in REDUCE_FUNCTIONS}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Conversions, layout and masking
+
+
+@irdl_op_definition
+class ConvertOp(IRDLOperation):
+    """`%r = tile.convert %t : !tile.rt<16x64xf32> -> !tile.rt<16x64xbf16>`: change the element type (round to nearest even)."""
+
+    name = "tile.convert"
+    input = operand_def(REGISTER)
+    result = result_def(REGISTER)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, result_type: Attribute):
+        super().__init__(operands=[input], result_types=[result_type])
+
+    def verify_(self) -> None:
+        src, dst = self.input.type, self.result.type
+        if type(src) is not type(dst) or src.shape != dst.shape or src.layout != dst.layout:  # type: ignore[attr-defined]
+            raise VerifyException(f"convert changes only the dtype: {spec(src)} cannot become {spec(dst)}")
+
+
+@irdl_op_definition
+class RelayoutOp(IRDLOperation):
+    """`%r = tile.relayout %t : !tile.rt<16x16xbf16, row> -> !tile.rt<16x16xbf16, col>`: move elements between lanes
+    so that the same tile is held in another fragment layout (TK's `swap_layout`). Inserted by layout assignment."""
+
+    name = "tile.relayout"
+    input = operand_def(REGISTER)
+    result = result_def(REGISTER)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, result_type: Attribute):
+        super().__init__(operands=[input], result_types=[result_type])
+
+    def verify_(self) -> None:
+        src, dst = self.input.type, self.result.type
+        if type(src) is not type(dst) or src.shape != dst.shape or src.element_type != dst.element_type:  # type: ignore[attr-defined]
+            raise VerifyException(f"relayout changes only the layout: {spec(src)} cannot become {spec(dst)}")
+
+
+@irdl_op_definition
+class TransposeOp(IRDLOperation):
+    """`%r = tile.transpose %t : !tile.rt<16x32xbf16> -> !tile.rt<32x16xbf16>`."""
+
+    name = "tile.transpose"
+    input = operand_def(RegTileType)
+    result = result_def(RegTileType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, result_type: Attribute):
+        super().__init__(operands=[input], result_types=[result_type])
+
+    def verify_(self) -> None:
+        src, dst = self.input.type, self.result.type
+        if dst.shape != src.shape[::-1] or dst.element_type != src.element_type:
+            want = f"rt[{element_name(src.element_type)}, {src.shape[1]}, {src.shape[0]}]"
+            raise VerifyException(f"transpose of {spec(src)} is {want}, not {spec(dst)}")
+
+
+class TriangleOp(IRDLOperation):
+    """Base of `tril` / `triu`: keep one triangle of a register tile and set the rest to `fill`.
+
+    `%r = tile.tril %t, %d fill -inf : !tile.rt<16x64xf32>` keeps (i, j) with j <= i + d (`triu`: j >= i + d).
+    The diagonal offset %d is an i32, so a kernel can mask a block that sits off the main diagonal.
+    """
+
+    T: ClassVar = VarConstraint("T", base(RegTileType))
+    input = operand_def(T)
+    diagonal = operand_def(i32)
+    fill = prop_def(FloatAttr)
+    result = result_def(T)
+    traits = traits_def(Pure())
+
+    def __init__(self, input: SSAValue | Operation, diagonal: SSAValue | Operation, fill: float):
+        super().__init__(
+            operands=[input, diagonal], properties={"fill": _f64(fill)}, result_types=[SSAValue.get(input).type]
+        )
+
+    @property
+    def fill_value(self) -> float:
+        return self.fill.value.data
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.input)
+        printer.print_string(", ")
+        printer.print_operand(self.diagonal)
+        printer.print_string(" fill ")
+        _print_number(printer, self.fill_value)
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.input.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> TriangleOp:
+        input = parser.parse_unresolved_operand()
+        parser.parse_punctuation(",")
+        diagonal = parser.parse_operand()
+        parser.parse_keyword("fill")
+        fill = _parse_number(parser)
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        op = cls(parser.resolve_operand(input, parser.parse_type()), diagonal, fill)
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class TrilOp(TriangleOp):
+    """`tril`: keep j <= i + diagonal (the lower triangle), fill the rest."""
+
+    name = "tile.tril"
+
+
+@irdl_op_definition
+class TriuOp(TriangleOp):
+    """`triu`: keep j >= i + diagonal (the upper triangle), fill the rest."""
+
+    name = "tile.triu"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Matrix multiply-accumulate
+
+
+class MmaOp(IRDLOperation):
+    """Base of `mma_AB`, `mma_ABt`, `mma_AtB`, `mma_AtBt`: D = op(A)·op(B) + C on the tensor cores.
+
+    `%d = tile.mma_AB %a, %b, %c : !tile.rt<16x64xbf16>, !tile.rt<64x32xbf16>, !tile.rt<16x32xf32>`
+    A and B are bf16 or f16 (the same); C and D are f32. The result has C's type.
+    """
+
+    T: ClassVar = VarConstraint("T", base(RegTileType))
+    a = operand_def(RegTileType)
+    b = operand_def(RegTileType)
+    c = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$a `,` $b `,` $c attr-dict `:` type($a) `,` type($b) `,` type($c)"
+
+    def __init__(self, a: SSAValue | Operation, b: SSAValue | Operation, c: SSAValue | Operation):
+        super().__init__(operands=[a, b, c], result_types=[SSAValue.get(c).type])
+
+    @property
+    def fn(self) -> str:
+        return self.name.split(".")[1]
+
+    @property
+    def transpose_a(self) -> bool:
+        return self.fn.startswith("mma_At")
+
+    @property
+    def transpose_b(self) -> bool:
+        return self.fn.endswith("Bt")
+
+    def verify_(self) -> None:
+        a, b, c = self.a.type, self.b.type, self.c.type
+        fn = self.fn
+        if a.element_type != b.element_type:
+            raise VerifyException(f"{fn}: dtype mismatch: A is {spec(a)} but B is {spec(b)}")
+        if not isinstance(a.element_type, BFloat16Type | Float16Type):
+            raise VerifyException(f"{fn}: A and B must be bf16 or f16 tiles, got {spec(a)} (convert with .to(bf16))")
+        if not isinstance(c.element_type, Float32Type):
+            raise VerifyException(f"{fn}: the accumulator must be an f32 tile, got {spec(c)}")
+        m, k = a.shape[::-1] if self.transpose_a else a.shape
+        kb, n = b.shape[::-1] if self.transpose_b else b.shape
+        a_form = "Aᵀ" if self.transpose_a else "A"
+        b_form = "Bᵀ" if self.transpose_b else "B"
+        if k != kb:
+            raise VerifyException(
+                f"{fn}: shape mismatch: {a_form} is {m}x{k} (A is {spec(a)}) but {b_form} is {kb}x{n} "
+                f"(B is {spec(b)}); the K dimensions {k} and {kb} must agree"
+            )
+        if c.shape != (m, n):
+            raise VerifyException(
+                f"{fn}: shape mismatch: {a_form}·{b_form} is {m}x{n} but the accumulator is {spec(c)}"
+            )
+
+
+def _mma(fn: str, ta: bool, tb: bool) -> type[MmaOp]:
+    cls = type(f"{fn.capitalize()}Op", (MmaOp,), {"name": f"tile.{fn}"})
+    cls.__doc__ = f"`{fn}`: D = {'Aᵀ' if ta else 'A'}·{'Bᵀ' if tb else 'B'} + C."
+    return irdl_op_definition(cls)
+
+
+MMA_OPS: dict[str, type[MmaOp]] = {
+    fn: _mma(fn, ta, tb)
+    for fn, ta, tb in (("mma_AB", False, False), ("mma_ABt", False, True), ("mma_AtB", True, False), ("mma_AtBt", True, True))
+}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Memory
+
+
+class _ReadsGlobalMemory(MemoryEffect):
+    """A load reads memory only when its source is a global tensor; shared and register tiles are values."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> frozenset[EffectInstance]:
+        if isinstance(op.operands[0].type, GlobalType):
+            return frozenset((EffectInstance(MemoryEffectKind.READ),))
+        return frozenset()
+
+
+LOAD_PAIRS = {
+    (GlobalType, RegTileType),
+    (GlobalType, SharedTileType),
+    (GlobalType, RegVecType),
+    (GlobalType, SharedVecType),
+    (SharedTileType, RegTileType),
+    (SharedVecType, RegVecType),
+}
+STORE_PAIRS = {(RegTileType, GlobalType), (SharedTileType, GlobalType), (RegVecType, GlobalType), (SharedVecType, GlobalType)}
+INSERT_PAIRS = {(RegTileType, SharedTileType), (RegVecType, SharedVecType)}
+
+
+def _index_count(container: Attribute) -> int:
+    return container.rank if isinstance(container, GlobalType) else len(container.shape)  # type: ignore[attr-defined]
+
+
+def _verify_transfer(what: str, src: Attribute, dst: Attribute, indexed: Attribute, n_indices: int, pairs: set) -> None:
+    if (type(src), type(dst)) not in pairs:
+        raise VerifyException(f"{what} cannot move data from {spec(src)} to {spec(dst)}")
+    want = _index_count(indexed)
+    if n_indices != want:
+        raise VerifyException(f"{what} into/from {spec(indexed)} takes {want} indices, got {n_indices}")
+    tile = dst if indexed is src else src
+    if isinstance(indexed, GlobalType) and indexed.rank < len(tile.shape):  # type: ignore[attr-defined]
+        raise VerifyException(f"{what}: {spec(tile)} needs a global tensor of rank {len(tile.shape)} or more")  # type: ignore[attr-defined]
+    if isinstance(src, GlobalType | SharedTileType | SharedVecType) and isinstance(dst, GlobalType | SharedTileType | SharedVecType):
+        if src.element_type != dst.element_type:  # type: ignore[attr-defined]
+            raise VerifyException(
+                f"{what}: a copy between global and shared memory cannot convert {spec(src)} to {spec(dst)}: "
+                "keep the dtype and convert in registers"
+            )
+    if isinstance(indexed, SharedTileType | SharedVecType):
+        for outer, inner in zip(indexed.shape, tile.shape):  # type: ignore[attr-defined]
+            if outer % inner:
+                raise VerifyException(f"{what}: {spec(tile)} does not tile {spec(indexed)} evenly")
+
+
+@irdl_op_definition
+class LoadOp(IRDLOperation):
+    """`%t = tile.load %src[%i, ...] : SRC -> DST`: gl→rt/st/rv/sv, st→rt (a sub-tile), sv→rv.
+
+    Indices count in units of the loaded tile along its dimensions (the last one or two of the source).
+    Global→register loads convert the dtype; copies between global and shared memory do not.
+    """
+
+    name = "tile.load"
+    source = operand_def(base(GlobalType) | base(SharedTileType) | base(SharedVecType))
+    indices = var_operand_def(i32)
+    result = result_def(ANY_TILE)
+    traits = traits_def(_ReadsGlobalMemory())
+    assembly_format = "$source `[` $indices `]` attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation], result_type: Attribute):
+        super().__init__(operands=[source, indices], result_types=[result_type])
+
+    def verify_(self) -> None:
+        _verify_transfer("load", self.source.type, self.result.type, self.source.type, len(self.indices), LOAD_PAIRS)
+
+
+@irdl_op_definition
+class StoreOp(IRDLOperation):
+    """`tile.store %t, %dst[%i, ...] : SRC -> !tile.gl<...>`: rt/st/rv/sv → global memory (past the end: dropped).
+
+    Register→global stores convert the dtype; shared→global copies do not.
+    """
+
+    name = "tile.store"
+    value = operand_def(ANY_TILE)
+    dest = operand_def(GlobalType)
+    indices = var_operand_def(i32)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$value `,` $dest `[` $indices `]` attr-dict `:` type($value) `->` type($dest)"
+
+    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation, indices: Sequence[SSAValue | Operation]):
+        super().__init__(operands=[value, dest, indices])
+
+    def verify_(self) -> None:
+        _verify_transfer("store", self.value.type, self.dest.type, self.dest.type, len(self.indices), STORE_PAIRS)
+
+
+@irdl_op_definition
+class InsertOp(IRDLOperation):
+    """`%s1 = tile.insert %t, %s0[%i, %j] : !tile.rt<16x64xbf16> -> !tile.st<64x64xbf16>`: the DSL's store into a
+    shared tile. Returns %s0 with the sub-tile at (%i, %j) replaced by %t (converted to the shared dtype)."""
+
+    name = "tile.insert"
+    T: ClassVar = VarConstraint("T", base(SharedTileType) | base(SharedVecType))
+    value = operand_def(REGISTER)
+    dest = operand_def(T)
+    indices = var_operand_def(i32)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$value `,` $dest `[` $indices `]` attr-dict `:` type($value) `->` type($dest)"
+
+    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation, indices: Sequence[SSAValue | Operation]):
+        super().__init__(operands=[value, dest, indices], result_types=[SSAValue.get(dest).type])
+
+    def verify_(self) -> None:
+        _verify_transfer("store", self.value.type, self.dest.type, self.dest.type, len(self.indices), INSERT_PAIRS)
+
+
+@irdl_op_definition
+class BarrierOp(IRDLOperation):
+    """`tile.barrier`: every warp of the block waits here (`bar.sync 0`)."""
+
+    name = "tile.barrier"
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "attr-dict"
+
+    def __init__(self):
+        super().__init__()
+
+
+TILE_OPS: list[type[IRDLOperation]] = [
+    BlockIdxOp,
+    NumBlocksOp,
+    WarpIdOp,
+    WarpgroupIdOp,
+    DimOp,
+    FillOp,
+    EmptyOp,
+    *UNARY_OPS.values(),
+    *BINARY_OPS.values(),
+    *BROADCAST_BINARY_OPS.values(),
+    BroadcastRowOp,
+    BroadcastColOp,
+    *REDUCE_OPS.values(),
+    *VECTOR_REDUCE_OPS.values(),
+    ConvertOp,
+    RelayoutOp,
+    TransposeOp,
+    TrilOp,
+    TriuOp,
+    *MMA_OPS.values(),
+    LoadOp,
+    StoreOp,
+    InsertOp,
+    BarrierOp,
+]

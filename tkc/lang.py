@@ -1,0 +1,501 @@
+"""The kernel language: ThunderKittens' types and vocabulary, as Python names.
+
+Inside an `@tkc.kernel` these names build tile IR; outside one, calling them is an error. Ops return new values
+(`o = mma_AB(p, v, o)`), with ThunderKittens' names and argument order minus the destination. A store into a
+shared tile updates the variable that holds it (`store(o_s, o)`), since shared tiles are values too.
+
+Types: `gl[dtype, rank]` (a global tensor parameter), `st[dtype, rows, cols]`, `sv[dtype, n]` (shared),
+`rt[dtype, rows, cols]`, `rv[dtype, n]` (registers, per warp). Rows, columns and lengths are multiples of 16.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from xdsl.dialects.builtin import bf16 as _bf16
+from xdsl.dialects.builtin import f16 as _f16
+from xdsl.dialects.builtin import f32 as _f32
+from xdsl.ir import Attribute
+
+from tkc.errors import TkcError
+from tkc.ir.types import TILE_BASE, GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType
+
+LOG2E = math.log2(math.e)
+LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    ir: Attribute
+    np: Any  # the numpy dtype that holds it (ml_dtypes.bfloat16 for bf16)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+bf16 = DType("bf16", _bf16, np.dtype(ml_dtypes.bfloat16))
+f16 = DType("f16", _f16, np.dtype(np.float16))
+f32 = DType("f32", _f32, np.dtype(np.float32))
+DTYPES = {d.name: d for d in (bf16, f16, f32)}
+
+
+def dtype_of(ir_type: Attribute) -> DType:
+    for d in DTYPES.values():
+        if d.ir == ir_type:
+            return d
+    raise TkcError(f"{ir_type} is not a tile element type")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Type specs: rt[bf16, 16, 64] and friends
+
+
+@dataclass(frozen=True)
+class TileSpec:
+    """A tile or vector type as the DSL spells it: `rt[bf16, 16, 64]`, `sv[f32, 128]`."""
+
+    kind: str  # rt, st, rv, sv
+    dtype: DType
+    shape: tuple[int, ...]
+
+    def __repr__(self) -> str:
+        return f"{self.kind}[{self.dtype.name}, {', '.join(map(str, self.shape))}]"
+
+    @property
+    def ir(self) -> Attribute:
+        return {"rt": RegTileType, "st": SharedTileType, "rv": RegVecType, "sv": SharedVecType}[self.kind](
+            self.dtype.ir, *self.shape
+        )
+
+
+class _SpecFactory:
+    def __init__(self, kind: str, rank: int, what: str):
+        self.kind, self.rank, self.what = kind, rank, what
+        self.__doc__ = f"`{kind}[dtype, {', '.join(['rows', 'cols'][:rank] if rank == 2 else ['length'])}]`: {what}."
+
+    def __repr__(self) -> str:
+        return self.kind
+
+    def __getitem__(self, args: Any) -> TileSpec:
+        args = args if isinstance(args, tuple) else (args,)
+        usage = f"{self.kind}[dtype, {'rows, cols' if self.rank == 2 else 'length'}]"
+        if len(args) != 1 + self.rank or not isinstance(args[0], DType):
+            raise TkcError(f"a {self.what} type is written {usage}, e.g. {self.kind}[bf16, {', '.join(['16'] * self.rank)}]")
+        dims = args[1:]
+        for d in dims:
+            if not isinstance(d, int | np.integer) or isinstance(d, bool):
+                raise TkcError(f"{usage}: sizes must be compile-time integers, got {d!r}")
+        dims = tuple(int(d) for d in dims)
+        spec = TileSpec(self.kind, args[0], dims)
+        if any(d <= 0 or d % TILE_BASE for d in dims):
+            raise TkcError(f"{spec}: tile dimensions must be positive multiples of {TILE_BASE}")
+        return spec
+
+
+rt = _SpecFactory("rt", 2, "register tile (held by one warp)")
+rv = _SpecFactory("rv", 1, "register vector (held by one warp)")
+st = _SpecFactory("st", 2, "shared tile (owned by the block)")
+sv = _SpecFactory("sv", 1, "shared vector (owned by the block)")
+
+
+@dataclass(frozen=True)
+class GlSpec:
+    """`gl[dtype, rank]`: a global tensor parameter; its sizes and strides are known at run time."""
+
+    dtype: DType
+    rank: int
+
+    def __repr__(self) -> str:
+        return f"gl[{self.dtype.name}, {self.rank}]"
+
+    @property
+    def ir(self) -> GlobalType:
+        return GlobalType(self.dtype.ir, self.rank)
+
+
+class _GlFactory:
+    __doc__ = GlSpec.__doc__
+
+    def __repr__(self) -> str:
+        return "gl"
+
+    def __getitem__(self, args: Any) -> GlSpec:
+        if not (isinstance(args, tuple) and len(args) == 2 and isinstance(args[0], DType) and isinstance(args[1], int)):
+            raise TkcError("a global tensor type is written gl[dtype, rank], e.g. gl[bf16, 4]")
+        if not 1 <= args[1] <= 8:
+            raise TkcError(f"gl rank must be between 1 and 8, got {args[1]}")
+        return GlSpec(*args)
+
+
+gl = _GlFactory()
+
+
+class const:
+    """Annotation of a compile-time constant parameter: `D: const = 64`. Each value compiles its own kernel."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Ops: stubs that the frontend gives meaning to
+
+
+class DslOp:
+    """A name of the kernel language. Calling it outside an @tkc.kernel is an error."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.name = fn.__name__
+        self.signature_doc = fn.__doc__ or ""
+        self.__doc__ = fn.__doc__
+        self.__name__ = fn.__name__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<tkc op {self.name}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TkcError(f"`{self.name}` can only be used inside an @tkc.kernel function (or an @tkc.func it calls)")
+
+
+def _op(fn: Callable[..., Any]) -> DslOp:
+    return DslOp(fn)
+
+
+# Indices
+@_op
+def block_idx():
+    """`x, y, z = block_idx()`: this block's index in the grid."""
+
+
+@_op
+def num_blocks():
+    """`nx, ny, nz = num_blocks()`: the grid's size."""
+
+
+@_op
+def warp_id():
+    """The index of this warp in its block (0 .. warps-1)."""
+
+
+@_op
+def warpgroup_id():
+    """The index of this warpgroup (4 consecutive warps) in its block."""
+
+
+@_op
+def cdiv(a, b):
+    """Ceiling division of integers: `cdiv(n, 64)` blocks of 64 cover n."""
+
+
+# Fills
+@_op
+def zeros(spec):
+    """A tile or vector of zeros: `zeros(rt[f32, 16, 64])` (TK's `zero`)."""
+
+
+@_op
+def ones(spec):
+    """A tile or vector of ones (TK's `one`)."""
+
+
+@_op
+def neg_infty(spec):
+    """A tile or vector of -inf."""
+
+
+@_op
+def pos_infty(spec):
+    """A tile or vector of +inf."""
+
+
+@_op
+def full(spec, value):
+    """A tile or vector with every element equal to the compile-time number `value`."""
+
+
+@_op
+def empty(spec):
+    """A shared tile or vector with undefined contents, to store into: `o_s = empty(st[bf16, 64, 64])`."""
+
+
+zero, one = zeros, ones
+
+
+# Elementwise unary (abs, max, min: use Python's builtins)
+@_op
+def exp(x):
+    """Elementwise e**x."""
+
+
+@_op
+def exp2(x):
+    """Elementwise 2**x (`ex2.approx` on the GPU): the softmax of attention uses it with the scale folded in."""
+
+
+@_op
+def log(x):
+    """Elementwise natural logarithm."""
+
+
+@_op
+def log2(x):
+    """Elementwise base-2 logarithm."""
+
+
+@_op
+def relu(x):
+    """Elementwise max(x, 0)."""
+
+
+@_op
+def sqrt(x):
+    """Elementwise square root (also on scalars)."""
+
+
+@_op
+def rsqrt(x):
+    """Elementwise 1/sqrt(x) (also on scalars)."""
+
+
+@_op
+def tanh(x):
+    """Elementwise hyperbolic tangent (also on scalars)."""
+
+
+@_op
+def copy(x):
+    """The same tile (TK's `copy`); useful only to name a value."""
+
+
+# Elementwise binary by name (the operators + - * / and max/min do the same)
+@_op
+def add(a, b):
+    """a + b: tile ⊕ tile of one type, or a tile and a scalar."""
+
+
+@_op
+def sub(a, b):
+    """a - b."""
+
+
+@_op
+def mul(a, b):
+    """a * b."""
+
+
+@_op
+def div(a, b):
+    """a / b."""
+
+
+# Row and column broadcasts
+@_op
+def add_row(t, v):
+    """Add v[i] to every element of row i of t (v has one element per row)."""
+
+
+@_op
+def sub_row(t, v):
+    """Subtract v[i] from every element of row i of t."""
+
+
+@_op
+def mul_row(t, v):
+    """Multiply row i of t by v[i]."""
+
+
+@_op
+def div_row(t, v):
+    """Divide row i of t by v[i]."""
+
+
+@_op
+def add_col(t, v):
+    """Add v[j] to every element of column j of t (v has one element per column)."""
+
+
+@_op
+def sub_col(t, v):
+    """Subtract v[j] from column j of t."""
+
+
+@_op
+def mul_col(t, v):
+    """Multiply column j of t by v[j]."""
+
+
+@_op
+def div_col(t, v):
+    """Divide column j of t by v[j]."""
+
+
+@_op
+def broadcast_row(v, spec):
+    """A tile of type `spec` whose row i holds v[i] everywhere."""
+
+
+@_op
+def broadcast_col(v, spec):
+    """A tile of type `spec` whose column j holds v[j] everywhere."""
+
+
+# Reductions
+@_op
+def row_max(t, acc=None):
+    """The maximum of each row, as an rv with one element per row; combined with `acc` if given."""
+
+
+@_op
+def row_min(t, acc=None):
+    """The minimum of each row (with `acc`)."""
+
+
+@_op
+def row_sum(t, acc=None):
+    """The sum of each row, plus `acc` if given."""
+
+
+@_op
+def row_prod(t, acc=None):
+    """The product of each row, times `acc` if given."""
+
+
+@_op
+def col_max(t, acc=None):
+    """The maximum of each column, as an rv with one element per column (with `acc`)."""
+
+
+@_op
+def col_min(t, acc=None):
+    """The minimum of each column (with `acc`)."""
+
+
+@_op
+def col_sum(t, acc=None):
+    """The sum of each column, plus `acc` if given."""
+
+
+@_op
+def col_prod(t, acc=None):
+    """The product of each column, times `acc` if given."""
+
+
+# Layout and masking
+@_op
+def transpose(t):
+    """The transposed register tile (`t.T` does the same)."""
+
+
+@_op
+def tril(t, diagonal=0, fill=0.0):
+    """Keep t[i, j] where j <= i + diagonal, set the rest to `fill`. `diagonal` may be a run-time integer."""
+
+
+@_op
+def triu(t, diagonal=0, fill=0.0):
+    """Keep t[i, j] where j >= i + diagonal, set the rest to `fill`."""
+
+
+@_op
+def make_causal(t, fill=-math.inf):
+    """Keep the lower triangle (j <= i) of a tile on the diagonal, set the rest to `fill` (default -inf)."""
+
+
+# Conversions
+@_op
+def convert(x, dtype):
+    """The same tile in another element type (`x.to(dtype)` does the same)."""
+
+
+# Matrix multiply
+@_op
+def mma_AB(a, b, c):
+    """a·b + c on the tensor cores: a is M×K, b is K×N, c is an f32 M×N accumulator."""
+
+
+@_op
+def mma_ABt(a, b, c):
+    """a·bᵀ + c: a is M×K, b is N×K."""
+
+
+@_op
+def mma_AtB(a, b, c):
+    """aᵀ·b + c: a is K×M, b is K×N."""
+
+
+@_op
+def mma_AtBt(a, b, c):
+    """aᵀ·bᵀ + c: a is K×M, b is N×K."""
+
+
+@_op
+def mm_AB(a, b):
+    """a·b into a fresh f32 accumulator."""
+
+
+@_op
+def mm_ABt(a, b):
+    """a·bᵀ into a fresh f32 accumulator."""
+
+
+@_op
+def mm_AtB(a, b):
+    """aᵀ·b into a fresh f32 accumulator."""
+
+
+@_op
+def mm_AtBt(a, b):
+    """aᵀ·bᵀ into a fresh f32 accumulator."""
+
+
+# Memory
+@_op
+def load(src, index=None, spec=None):
+    """Load a tile or vector.
+
+    `load(G, (b, h, i, j), rt[bf16, 16, 64])` or `st[...]`: from a global tensor; the last indices count in
+    tiles (rows i·16 .. i·16+15 here), the leading ones in elements. Past the end of G it reads zeros.
+    `load(s)`: a whole shared tile into registers; `load(s, (i, j), rt[bf16, 16, 64])`: one sub-tile of it.
+    """
+
+
+@_op
+def store(dst, src, index=None):
+    """Store `src` into `dst` at `index` (in tiles, as for `load`).
+
+    Into a global tensor: written past the end of it is dropped. Into a shared tile or vector held by a variable:
+    the variable now holds the updated tile (`store(o_s, o)`); `store` also returns it.
+    """
+
+
+@_op
+def barrier():
+    """Every warp of the block waits here. Passes insert the barriers shared memory needs; this is for the rest."""
+
+
+sync = barrier
+
+
+@_op
+def static_assert(condition, message=""):
+    """Fail compilation with `message` unless the compile-time `condition` holds (`assert` does the same)."""
+
+
+__all__ = [
+    "LOG2E",
+    "LN2",
+    "bf16",
+    "f16",
+    "f32",
+    "gl",
+    "rt",
+    "rv",
+    "st",
+    "sv",
+    "const",
+    *[name for name, value in list(globals().items()) if isinstance(value, DslOp)],
+]
