@@ -1,0 +1,68 @@
+"""float64 numpy references and helpers shared by the tests."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def random_bf16(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(BF16)
+
+
+def poisoned(*shape: int, dtype=BF16) -> np.ndarray:
+    """An output buffer full of NaN, so that an element the kernel forgets to write fails the check."""
+    return np.full(shape, np.nan, dtype=dtype)
+
+
+def f64(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).astype(np.float64)
+
+
+def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64; NaN anywhere in `out` makes it infinite."""
+    out, ref = f64(out), f64(ref)
+    if not np.isfinite(out).all():
+        return float("inf")
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def gemm_ref(a: np.ndarray, b: np.ndarray, trans_b: bool = False) -> np.ndarray:
+    a, b = f64(a), f64(b)
+    return a @ (b.T if trans_b else b)
+
+
+def attention_ref(q, k, v, causal: bool = False, window: int | None = None) -> np.ndarray:
+    q, k, v = f64(q), f64(k), f64(v)
+    d = q.shape[-1]
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(d)
+    nq, nk = s.shape[-2:]
+    i = np.arange(nq)[:, None]
+    j = np.arange(nk)[None, :]
+    visible = np.ones((nq, nk), dtype=bool)
+    if causal:
+        visible &= j <= i
+    if window is not None:
+        visible &= j > i - window
+    s = np.where(visible, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def layernorm_ref(x, residual, weight, bias, eps: float):
+    s = f64(x) + f64(residual)
+    mean = s.mean(-1, keepdims=True)
+    var = ((s - mean) ** 2).mean(-1, keepdims=True)
+    return (s - mean) / np.sqrt(var + eps) * f64(weight) + f64(bias), s
+
+
+def softmax_ref(x):
+    x = f64(x)
+    p = np.exp(x - x.max(-1, keepdims=True))
+    return p / p.sum(-1, keepdims=True)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))

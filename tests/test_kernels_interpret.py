@@ -1,0 +1,63 @@
+"""The shipped kernels, run by the tile interpreter, against float64 numpy references on random inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from reference import attention_ref, gemm_ref, layernorm_ref, poisoned, random_bf16, rel_err
+
+from tkc.kernels import attention_fwd, gemm_kernel, layernorm_kernel
+
+TOL = 1e-2
+
+
+@given(
+    m=st.integers(1, 300),
+    n=st.integers(1, 300),
+    k=st.integers(1, 150),
+    trans_b=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_gemm_any_shape(m: int, n: int, k: int, trans_b: bool, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a = random_bf16(rng, m, k)
+    b = random_bf16(rng, *((n, k) if trans_b else (k, n)))
+    c = poisoned(m, n)
+    gemm_kernel.interpret(a, b, c, grid=(-(-n // 128), -(-m // 128)), TRANS_B=int(trans_b))
+    assert rel_err(c, gemm_ref(a, b, trans_b)) < TOL
+
+
+@pytest.mark.parametrize("block", [(64, 64, 16), (128, 64, 32), (64, 128, 64)])
+def test_gemm_tile_shapes(block: tuple[int, int, int]) -> None:
+    bm, bn, bk = block
+    rng = np.random.default_rng(0)
+    a, b, c = random_bf16(rng, 200, 100), random_bf16(rng, 100, 150), poisoned(200, 150)
+    gemm_kernel.interpret(a, b, c, grid=(-(-150 // bn), -(-200 // bm)), BM=bm, BN=bn, BK=bk)
+    assert rel_err(c, gemm_ref(a, b)) < TOL
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [0, 1])
+@given(batch=st.integers(1, 2), heads=st.integers(1, 3), blocks=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
+def test_attention(d: int, causal: int, batch: int, heads: int, blocks: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 64 * blocks
+    q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))
+    o = poisoned(batch, heads, n, d)
+    attention_fwd.interpret(q, k, v, o, grid=(batch, heads, blocks), D=d, CAUSAL=causal)
+    assert rel_err(o, attention_ref(q, k, v, causal=bool(causal))) < TOL
+
+
+@given(rows=st.integers(1, 70), d=st.sampled_from([16, 64, 256, 1024]), eps=st.sampled_from([1e-5, 1e-3]),
+       seed=st.integers(0, 2**32 - 1))
+def test_layernorm(rows: int, d: int, eps: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x, r = random_bf16(rng, rows, d), random_bf16(rng, rows, d)
+    w, b = random_bf16(rng, d), random_bf16(rng, d)
+    out, out_resid = poisoned(rows, d), poisoned(rows, d)
+    layernorm_kernel.interpret(x, r, w, b, out, out_resid, eps, grid=(-(-rows // 4),), D=d)
+    ref, resid = layernorm_ref(x, r, w, b, eps)
+    assert rel_err(out, ref) < TOL
+    assert rel_err(out_resid, resid) < TOL

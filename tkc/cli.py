@@ -1,0 +1,190 @@
+"""The `tkc` command: `tkc compile` (Python kernels → IR/PTX) and `tkc opt` (textual IR → passes → IR)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tkc._version import __version__
+from tkc.errors import SourceLoc, TkcError
+from tkc.targets import DEFAULT_TARGET, TARGETS
+
+
+def _add_dump_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dump-ir-after-all", action="store_true", help="print the IR after every stage to stderr")
+    p.add_argument("--dump-dir", metavar="DIR", help="write NN-STAGE.mlir for every stage into DIR")
+    p.add_argument("--time-passes", action="store_true", help="print the time each stage took to stderr")
+    p.add_argument("--print-debuginfo", action="store_true", help="print source locations, loc(\"file\":line:col)")
+    p.add_argument("--traceback", action="store_true", help="show Python tracebacks of errors")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tkc",
+        description="tkc: compile ThunderKittens-style tile kernels written in Python to PTX.",
+    )
+    parser.add_argument("--version", action="version", version=f"tkc {__version__}")
+    parser.add_argument("--traceback", action="store_true", help="show Python tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("compile", help="compile the kernels of a Python file", description="Compile the @tkc.kernel "
+                       "functions of FILE into one module and print it (tile IR or PTX).")
+    c.add_argument("file", metavar="FILE", help="a Python file defining @tkc.kernel functions")
+    c.add_argument("--kernel", metavar="NAME", help="compile only this kernel (default: every kernel in FILE)")
+    c.add_argument("--target", choices=list(TARGETS), default=DEFAULT_TARGET.name, help="GPU to compile for (default %(default)s)")
+    c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE", help="set a compile-time constant")
+    c.add_argument("--emit", choices=["tile", "ptx"], default="tile", help="what to print (default %(default)s)")
+    c.add_argument("-o", dest="output", metavar="OUT", default="-", help="output file (default: stdout)")
+    c.add_argument("--pipeline", metavar="SPEC", default=None, help="passes to run after the frontend, e.g. 'canonicalize,cse'")
+    _add_dump_flags(c)
+
+    o = sub.add_parser("opt", help="run passes over textual tile IR", description="Parse FILE.mlir (or - for stdin), "
+                       "run the passes of SPEC and print the result.")
+    o.add_argument("file", metavar="FILE.mlir", nargs="?", help="textual IR, or - for stdin")
+    o.add_argument("-p", "--passes", dest="pipeline", metavar="SPEC", default="", help="passes to run, e.g. 'cse,dce'")
+    o.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
+    o.add_argument("-o", dest="output", metavar="OUT", default="-", help="output file (default: stdout)")
+    _add_dump_flags(o)
+    return parser
+
+
+def _parse_define(text: str) -> tuple[str, Any]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise TkcError(f"-D expects NAME=VALUE, got {text!r}")
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw
+    return name, value
+
+
+def load_kernels(path: str) -> list[Any]:
+    """Import FILE and return the kernels it defines, in definition order."""
+    from tkc.frontend.kernel import Kernel
+
+    file = Path(path)
+    if not file.is_file():
+        raise TkcError(f"no such file: {path}")
+    name = f"tkc_user_{abs(hash(str(file.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise TkcError(f"cannot import {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(file.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    except TkcError:
+        raise
+    except SyntaxError as e:
+        loc = SourceLoc(e.filename or path, e.lineno or 1, max((e.offset or 1) - 1, 0))
+        raise TkcError(f"syntax error: {e.msg}", loc) from None
+    except Exception as e:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == file.resolve()]
+        loc = SourceLoc(frames[-1].filename, frames[-1].lineno or 1) if frames else None
+        raise TkcError(f"importing {path} failed: {type(e).__name__}: {e}", loc) from None
+    finally:
+        sys.path.pop(0)
+    real = os.path.realpath(file)
+    return [v for v in vars(module).values() if isinstance(v, Kernel) and os.path.realpath(v.source.filename) == real]
+
+
+def _write(output: str, text: str) -> None:
+    if output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(output).write_text(text)
+
+
+def cmd_compile(args: argparse.Namespace) -> None:
+    from tkc.compiler import Dumps, PassTimer, compile_kernels
+
+    kernels = load_kernels(args.file)
+    if not kernels:
+        raise TkcError(f"{args.file} defines no @tkc.kernel")
+    if args.kernel is not None:
+        chosen = [k for k in kernels if k.name == args.kernel]
+        if not chosen:
+            raise TkcError(f"{args.file} has no kernel named {args.kernel!r}; it defines {', '.join(k.name for k in kernels)}")
+        kernels = chosen
+    constants = dict(_parse_define(d) for d in args.defines)
+    dumps = Dumps(args.dump_ir_after_all, Path(args.dump_dir) if args.dump_dir else None, args.print_debuginfo)
+    timer = PassTimer(args.time_passes)
+    try:
+        text = compile_kernels(kernels, args.target, constants, args.pipeline or "", args.emit, dumps, timer)
+    finally:
+        if args.time_passes:
+            sys.stderr.write(timer.report())
+    _write(args.output, text)
+
+
+def cmd_opt(args: argparse.Namespace) -> None:
+    from xdsl.parser import Parser
+    from xdsl.utils.exceptions import ParseError
+
+    from tkc.compiler import Dumps, PassTimer, parse_pipeline, print_module, run_passes, verify
+    from tkc.ir import make_context
+    from tkc.passes import DESCRIPTIONS
+
+    if args.list_passes:
+        width = max(map(len, DESCRIPTIONS))
+        sys.stdout.write("".join(f"{name:<{width}}  {DESCRIPTIONS[name]}\n" for name in sorted(DESCRIPTIONS)))
+        return
+    if args.file is None:
+        raise TkcError("tkc opt needs FILE.mlir (or - for stdin)")
+    if args.file == "-":
+        text, name = sys.stdin.read(), "<stdin>"
+    else:
+        if not Path(args.file).is_file():
+            raise TkcError(f"no such file: {args.file}")
+        text, name = Path(args.file).read_text(), args.file
+    passes = parse_pipeline(args.pipeline)
+    try:
+        module = Parser(make_context(), text, name).parse_module()
+    except ParseError as e:
+        raise TkcError(f"cannot parse {name}:\n{e}") from None
+    verify(module, f"parsing {name}")
+    dumps = Dumps(args.dump_ir_after_all, Path(args.dump_dir) if args.dump_dir else None, args.print_debuginfo)
+    timer = PassTimer(args.time_passes)
+    dumps.stage_done("parse", module)
+    try:
+        run_passes(module, passes, dumps, timer)
+    finally:
+        if args.time_passes:
+            sys.stderr.write(timer.report())
+    _write(args.output, print_module(module, args.print_debuginfo))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    show_traceback = args.traceback or os.environ.get("TKC_TRACEBACK") == "1"
+    try:
+        {"compile": cmd_compile, "opt": cmd_opt}[args.command](args)
+    except TkcError as e:
+        if show_traceback:
+            traceback.print_exc()
+        sys.stderr.write(f"{e}\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug in tkc: still one readable line unless asked for more
+        if show_traceback:
+            traceback.print_exc()
+        sys.stderr.write(f"tkc: internal error: {type(e).__name__}: {e} (run with --traceback for details)\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

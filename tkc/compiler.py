@@ -1,0 +1,141 @@
+"""The compile driver: frontend, then a pass pipeline, with IR dumps and pass timings one flag away."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from io import StringIO
+from pathlib import Path
+from typing import IO, Any
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+from tkc.errors import SourceLoc, TkcError
+from tkc.passes import PASSES
+
+
+def print_module(module: ModuleOp, debuginfo: bool = False) -> str:
+    out = StringIO()
+    Printer(stream=out, print_debuginfo=debuginfo).print_op(module)
+    out.write("\n")
+    return out.getvalue()
+
+
+def parse_pipeline(spec: str) -> list[ModulePass]:
+    """`pass-a,pass-b{opt=1}` → pass instances; unknown passes or options are a TkcError."""
+    if not spec.strip():
+        return []
+    try:
+        return list(PassPipeline.parse_spec(PASSES, spec).passes)
+    except Exception as e:  # xDSL raises ValueError / custom errors for unknown names and bad options
+        known = ", ".join(sorted(PASSES))
+        raise TkcError(f"bad pipeline {spec!r}: {e} (passes: {known})") from None
+
+
+def verify(module: ModuleOp, stage: str) -> None:
+    try:
+        module.verify()
+    except VerifyException as e:
+        message = str(e).split("\n", 1)[0]
+        raise TkcError(f"the IR after {stage} does not verify: {message}") from None
+
+
+@dataclass
+class Dumps:
+    """Where the IR goes between stages: `--dump-ir-after-all` (stderr) and `--dump-dir DIR`."""
+
+    after_all: bool = False
+    directory: Path | None = None
+    debuginfo: bool = False
+    stream: IO[str] = field(default_factory=lambda: sys.stderr)
+    stage: int = 0
+
+    def stage_done(self, name: str, module: ModuleOp) -> None:
+        if not self.after_all and self.directory is None:
+            return
+        text = print_module(module, self.debuginfo)
+        if self.after_all:
+            self.stream.write(f"// -----// IR Dump After {name} //----- //\n{text}\n")
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            (self.directory / f"{self.stage:02d}-{name}.mlir").write_text(text)
+        self.stage += 1
+
+
+@dataclass
+class PassTimer:
+    """`--time-passes`: seconds per stage, printed as a table."""
+
+    enabled: bool = False
+    times: list[tuple[str, float]] = field(default_factory=list)
+
+    def record(self, name: str, seconds: float) -> None:
+        self.times.append((name, seconds))
+
+    def report(self) -> str:
+        total = sum(s for _, s in self.times) or 1e-12
+        lines = ["===-------------------------------------------------------------------------===",
+                 "                         ... Pass execution timing report ...",
+                 "===-------------------------------------------------------------------------===",
+                 f"  Total Execution Time: {total:.4f} seconds", "",
+                 "  ----Wall Time----  ----Name----"]
+        for name, seconds in self.times:
+            lines.append(f"    {seconds:.4f} ({100 * seconds / total:5.1f}%)  {name}")
+        lines.append(f"    {total:.4f} (100.0%)  Total")
+        return "\n".join(lines) + "\n"
+
+
+def run_passes(module: ModuleOp, passes: list[ModulePass], dumps: Dumps, timer: PassTimer) -> None:
+    from tkc.ir import make_context
+
+    ctx = make_context()
+    for p in passes:
+        start = time.perf_counter()
+        try:
+            p.apply(ctx, module)
+        except TkcError:
+            raise
+        except VerifyException as e:
+            raise TkcError(f"pass {p.name} failed: {str(e).splitlines()[0]}") from e
+        timer.record(p.name, time.perf_counter() - start)
+        verify(module, f"pass {p.name}")
+        dumps.stage_done(p.name, module)
+
+
+def compile_kernels(
+    kernels: list[Any],
+    target: str,
+    constants: Mapping[str, Any] | None = None,
+    pipeline: str = "",
+    emit: str = "tile",
+    dumps: Dumps | None = None,
+    timer: PassTimer | None = None,
+) -> str:
+    """Compile kernels into one module and return its text (tile IR now; PTX once the backend lands)."""
+    from tkc.frontend.kernel import build_module
+
+    dumps = dumps or Dumps()
+    timer = timer or PassTimer()
+    if emit not in ("tile", "ptx"):
+        raise TkcError(f"--emit must be tile or ptx, got {emit!r}")
+    if emit == "ptx":
+        raise TkcError("--emit ptx is not available yet: the PTX backend is the next milestone (use --emit tile)")
+    passes = parse_pipeline(pipeline)
+    start = time.perf_counter()
+    module = build_module(kernels, target, constants)
+    timer.record("frontend", time.perf_counter() - start)
+    dumps.stage_done("frontend", module)
+    run_passes(module, passes, dumps, timer)
+    return print_module(module, dumps.debuginfo)
+
+
+def location_of(error: Exception) -> SourceLoc | None:
+    return getattr(error, "loc", None)
+
+
+Callback = Callable[[str, ModuleOp], None]
