@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
+import linecache
 import os
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
 from tkc._version import __version__
+from tkc.diagnostics import TkcWarning
 from tkc.errors import SourceLoc, TkcError
 from tkc.targets import DEFAULT_TARGET, TARGETS
 
@@ -21,7 +24,10 @@ def _add_dump_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump-dir", metavar="DIR", help="write NN-STAGE.mlir for every stage into DIR")
     p.add_argument("--time-passes", action="store_true", help="print the time each stage took to stderr")
     p.add_argument("--print-debuginfo", action="store_true", help="print source locations, loc(\"file\":line:col)")
-    p.add_argument("--traceback", action="store_true", help="show Python tracebacks of errors")
+    p.add_argument("--werror", action="store_true", help="treat warnings (e.g. bank conflicts) as errors")
+    # SUPPRESS: without it the subcommand's default (False) would override `tkc --traceback compile ...`
+    p.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS,
+                   help="show Python tracebacks of errors")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--kernel", metavar="NAME", help="compile only this kernel (default: every kernel in FILE)")
     c.add_argument("--target", choices=list(TARGETS), default=DEFAULT_TARGET.name, help="GPU to compile for (default %(default)s)")
     c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE", help="set a compile-time constant")
-    c.add_argument("--emit", choices=["tile", "ptx"], default="tile", help="what to print (default %(default)s)")
+    c.add_argument("--emit", choices=["tile", "ptx"], default="ptx", help="what to print (default %(default)s)")
     c.add_argument("-o", dest="output", metavar="OUT", default="-", help="output file (default: stdout)")
     c.add_argument("--pipeline", metavar="SPEC", default=None, help="passes to run after the frontend, e.g. 'canonicalize,cse'")
     _add_dump_flags(c)
@@ -81,19 +87,27 @@ def load_kernels(path: str) -> list[Any]:
     sys.path.insert(0, str(file.resolve().parent))
     try:
         spec.loader.exec_module(module)
-    except TkcError:
+    except TkcError as e:
+        if e.loc is None:
+            e.loc = _frame_in(file, e)
         raise
     except SyntaxError as e:
         loc = SourceLoc(e.filename or path, e.lineno or 1, max((e.offset or 1) - 1, 0))
         raise TkcError(f"syntax error: {e.msg}", loc) from None
     except Exception as e:
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == file.resolve()]
-        loc = SourceLoc(frames[-1].filename, frames[-1].lineno or 1) if frames else None
-        raise TkcError(f"importing {path} failed: {type(e).__name__}: {e}", loc) from None
+        raise TkcError(f"importing {path} failed: {type(e).__name__}: {e}", _frame_in(file, e)) from None
     finally:
         sys.path.pop(0)
     real = os.path.realpath(file)
     return [v for v in vars(module).values() if isinstance(v, Kernel) and os.path.realpath(v.source.filename) == real]
+
+
+def _frame_in(file: Path, error: BaseException) -> SourceLoc | None:
+    """The innermost line of `file` that an exception passed through."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == file.resolve()]
+    if not frames:
+        return None
+    return SourceLoc(frames[-1].filename, frames[-1].lineno or 1, frames[-1].colno or 0)
 
 
 def _write(output: str, text: str) -> None:
@@ -118,7 +132,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
     dumps = Dumps(args.dump_ir_after_all, Path(args.dump_dir) if args.dump_dir else None, args.print_debuginfo)
     timer = PassTimer(args.time_passes)
     try:
-        text = compile_kernels(kernels, args.target, constants, args.pipeline or "", args.emit, dumps, timer)
+        text = compile_kernels(kernels, args.target, constants, args.pipeline, args.emit, dumps, timer)
     finally:
         if args.time_passes:
             sys.stderr.write(timer.report())
@@ -126,11 +140,10 @@ def cmd_compile(args: argparse.Namespace) -> None:
 
 
 def cmd_opt(args: argparse.Namespace) -> None:
-    from xdsl.parser import Parser
-    from xdsl.utils.exceptions import ParseError
+    from xdsl.utils.exceptions import ParseError, VerifyException
 
     from tkc.compiler import Dumps, PassTimer, parse_pipeline, print_module, run_passes, verify
-    from tkc.ir import make_context
+    from tkc.ir.parse import parse_module
     from tkc.passes import DESCRIPTIONS
 
     if args.list_passes:
@@ -146,10 +159,15 @@ def cmd_opt(args: argparse.Namespace) -> None:
             raise TkcError(f"no such file: {args.file}")
         text, name = Path(args.file).read_text(), args.file
     passes = parse_pipeline(args.pipeline)
+    if name == "<stdin>":  # so that an error can show the line
+        linecache.cache[name] = (len(text), None, text.splitlines(keepends=True), name)
     try:
-        module = Parser(make_context(), text, name).parse_module()
+        module = parse_module(text, name)
     except ParseError as e:
-        raise TkcError(f"cannot parse {name}:\n{e}") from None
+        where = e.span.get_location()
+        raise TkcError(f"cannot parse {name}: {e.msg}", SourceLoc(name, where.line, max(where.col - 1, 0))) from None
+    except VerifyException as e:  # a type's own check (`!tile.rt<16x30xbf16>`) fails while parsing
+        raise TkcError(f"cannot parse {name}: {str(e).splitlines()[0]}") from None
     verify(module, f"parsing {name}")
     dumps = Dumps(args.dump_ir_after_all, Path(args.dump_dir) if args.dump_dir else None, args.print_debuginfo)
     timer = PassTimer(args.time_passes)
@@ -169,8 +187,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     show_traceback = args.traceback or os.environ.get("TKC_TRACEBACK") == "1"
+    werror = getattr(args, "werror", False)
     try:
-        {"compile": cmd_compile, "opt": cmd_opt}[args.command](args)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", TkcWarning)
+            try:
+                {"compile": cmd_compile, "opt": cmd_opt}[args.command](args)
+            finally:
+                kernel_warnings = [w.message for w in caught if isinstance(w.message, TkcWarning)]
+                for w in kernel_warnings:
+                    sys.stderr.write(w.format("error" if werror else "warning") + "\n")
+        if werror and kernel_warnings:
+            sys.stderr.write(f"error: {len(kernel_warnings)} warning(s) treated as errors (--werror)\n")
+            return 1
     except TkcError as e:
         if show_traceback:
             traceback.print_exc()

@@ -111,8 +111,8 @@ def compile_kernels(
     kernels: list[Any],
     target: str,
     constants: Mapping[str, Any] | None = None,
-    pipeline: str = "",
-    emit: str = "tile",
+    pipeline: str | None = None,
+    emit: str = "ptx",
     dumps: Dumps | None = None,
     timer: PassTimer | None = None,
 ) -> str:
@@ -123,15 +123,46 @@ def compile_kernels(
     timer = timer or PassTimer()
     if emit not in ("tile", "ptx"):
         raise TkcError(f"--emit must be tile or ptx, got {emit!r}")
-    if emit == "ptx":
-        raise TkcError("--emit ptx is not available yet: the PTX backend is the next milestone (use --emit tile)")
+    if pipeline is None:
+        pipeline = default_pipeline(target) if emit == "ptx" else ""
     passes = parse_pipeline(pipeline)
     start = time.perf_counter()
     module = build_module(kernels, target, constants)
     timer.record("frontend", time.perf_counter() - start)
     dumps.stage_done("frontend", module)
     run_passes(module, passes, dumps, timer)
-    return print_module(module, dumps.debuginfo)
+    if emit == "tile":
+        return print_module(module, dumps.debuginfo)
+    return emit_ptx_text(module, target, dumps, timer)
+
+
+def default_pipeline(target: str, stages: int = 3) -> str:
+    """The passes from frontend IR to the ptx dialect."""
+    return ",".join([
+        "canonicalize",
+        "cse",
+        f"insert-async-pipeline{{stages={stages}}}",
+        "assign-layouts",
+        "assign-swizzles",
+        "allocate-shared",
+        "insert-barriers",
+        "lower-to-ptx",
+    ])
+
+
+def emit_ptx_text(module: ModuleOp, target: str, dumps: Dumps, timer: PassTimer) -> str:
+    from tkc.backend.ptx import KernelOp
+    from tkc.backend.ptx_printer import emit_ptx
+
+    if not any(isinstance(op, KernelOp) for op in module.ops):
+        raise TkcError("--emit ptx needs a pipeline that ends with lower-to-ptx")
+    start = time.perf_counter()
+    text = emit_ptx(module, target)
+    timer.record("emit-ptx", time.perf_counter() - start)
+    if dumps.directory is not None:
+        dumps.directory.mkdir(parents=True, exist_ok=True)
+        (dumps.directory / f"{dumps.stage:02d}-kernel.ptx").write_text(text)
+    return text
 
 
 def location_of(error: Exception) -> SourceLoc | None:
@@ -139,3 +170,39 @@ def location_of(error: Exception) -> SourceLoc | None:
 
 
 Callback = Callable[[str, ModuleOp], None]
+
+
+def specialize_alignment(module: ModuleOp, aligns: Mapping[str, int]) -> None:
+    """Record, per tensor argument, the bytes that divide its address, strides and row length (default 16): the
+    lowering picks vector widths from it, so a launch must use a variant its tensors satisfy."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import ArrayAttr, IntegerAttr
+
+    for fn in module.ops:
+        if isinstance(fn, func.FuncOp):
+            names = [a.name_hint for a in fn.body.block.args]
+            fn.attributes["tkc.arg_align"] = ArrayAttr([IntegerAttr(int(aligns.get(n or "", 16)), 64) for n in names])
+
+
+def tensor_alignment(array: Any) -> int:
+    """The largest of 16, 8, 4, 2, 1 bytes dividing a tensor's address (numpy: its data pointer), its strides
+    (but the last) and its row length."""
+    itemsize = array.dtype.itemsize
+    values = [array.shape[-1] * itemsize] + [s for s in array.strides[:-1]]
+    if hasattr(array, "ctypes"):
+        values.append(array.ctypes.data)
+    for align in (16, 8, 4, 2):
+        if all(v % align == 0 for v in values):
+            return align
+    return 1
+
+
+def lower_kernel(kernel: Any, target: str = "sm_80", constants: Mapping[str, Any] | None = None,
+                 pipeline: str | None = None, aligns: Mapping[str, int] | None = None) -> ModuleOp:
+    """A kernel's module after the pipeline (default: all the way to the ptx dialect), for the simulator and tests."""
+    from tkc.frontend.kernel import build_module
+
+    module = build_module([kernel], target, constants)
+    specialize_alignment(module, aligns or {})
+    run_passes(module, parse_pipeline(default_pipeline(target) if pipeline is None else pipeline), Dumps(), PassTimer())
+    return module

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import linecache
+import os
+import sys
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import FileLineColLoc
@@ -28,6 +31,28 @@ class SourceLoc:
         if isinstance(attr, FileLineColLoc):
             return SourceLoc(attr.filename.data, attr.line.data, max(attr.column.data - 1, 0))
         return None
+
+
+_TKC_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_CODEGEN = os.path.join(_TKC_DIR, "frontend", "codegen.py")
+_SHIPPED_KERNELS = os.path.join(_TKC_DIR, "kernels") + os.sep  # user code, though inside the package
+
+
+def user_loc() -> SourceLoc | None:
+    """Where the user's code called into tkc: the innermost frame outside the tkc package. For a mistake Python
+    itself evaluates (an annotation `gl[bf16]`, a module-level `rt[bf16, 16, 20]`, `exp(x)` outside a kernel).
+    None while the frontend is compiling a kernel: it knows the AST node and sets the location itself."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if filename == _CODEGEN:
+            return None
+        if not filename.startswith(_TKC_DIR) or filename.startswith(_SHIPPED_KERNELS):
+            positions = inspect.getframeinfo(frame, context=0).positions
+            col = positions.col_offset if positions is not None and positions.col_offset is not None else 0
+            return SourceLoc(frame.f_code.co_filename, frame.f_lineno, col)
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
 
 
 class TkcError(Exception):

@@ -20,9 +20,9 @@ import numpy as np
 from xdsl.dialects.builtin import bf16 as _bf16
 from xdsl.dialects.builtin import f16 as _f16
 from xdsl.dialects.builtin import f32 as _f32
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, SSAValue
 
-from tkc.errors import TkcError
+from tkc.errors import TkcError, user_loc
 from tkc.ir.types import TILE_BASE, GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType
 
 LOG2E = math.log2(math.e)
@@ -85,16 +85,33 @@ class _SpecFactory:
     def __getitem__(self, args: Any) -> TileSpec:
         args = args if isinstance(args, tuple) else (args,)
         usage = f"{self.kind}[dtype, {'rows, cols' if self.rank == 2 else 'length'}]"
-        if len(args) != 1 + self.rank or not isinstance(args[0], DType):
-            raise TkcError(f"a {self.what} type is written {usage}, e.g. {self.kind}[bf16, {', '.join(['16'] * self.rank)}]")
+        if len(args) != 1 + self.rank:
+            raise TkcError(
+                f"a {self.what} type is written {usage}, e.g. {self.kind}[bf16, {', '.join(['16'] * self.rank)}]",
+                user_loc(),
+            )
+        if not isinstance(args[0], DType):
+            got = args[0].__name__ if isinstance(args[0], type) else repr(args[0])
+            raise TkcError(f"{usage}: the dtype must be bf16, f16 or f32, got {got}", user_loc())
         dims = args[1:]
         for d in dims:
+            if isinstance(d, SSAValue):
+                name = f"`{d.name_hint}` " if d.name_hint else ""
+                raise TkcError(
+                    f"{usage}: sizes must be known at compile time, but {name}is a run-time value; "
+                    "make it a `const` parameter (`N: const = 64`)"
+                )
             if not isinstance(d, int | np.integer) or isinstance(d, bool):
-                raise TkcError(f"{usage}: sizes must be compile-time integers, got {d!r}")
+                raise TkcError(f"{usage}: sizes must be compile-time integers, got {d!r}", user_loc())
         dims = tuple(int(d) for d in dims)
         spec = TileSpec(self.kind, args[0], dims)
         if any(d <= 0 or d % TILE_BASE for d in dims):
-            raise TkcError(f"{spec}: tile dimensions must be positive multiples of {TILE_BASE}")
+            fixed = TileSpec(self.kind, args[0], tuple(max(TILE_BASE, -(-d // TILE_BASE) * TILE_BASE) for d in dims))
+            raise TkcError(
+                f"{spec}: tile dimensions must be positive multiples of {TILE_BASE}; use {fixed} "
+                "(loads past the end of a global tensor read zeros, stores past it are dropped)",
+                user_loc(),
+            )
         return spec
 
 
@@ -127,9 +144,9 @@ class _GlFactory:
 
     def __getitem__(self, args: Any) -> GlSpec:
         if not (isinstance(args, tuple) and len(args) == 2 and isinstance(args[0], DType) and isinstance(args[1], int)):
-            raise TkcError("a global tensor type is written gl[dtype, rank], e.g. gl[bf16, 4]")
+            raise TkcError("a global tensor type is written gl[dtype, rank], e.g. gl[bf16, 4]", user_loc())
         if not 1 <= args[1] <= 8:
-            raise TkcError(f"gl rank must be between 1 and 8, got {args[1]}")
+            raise TkcError(f"gl rank must be between 1 and 8, got {args[1]}", user_loc())
         return GlSpec(*args)
 
 
@@ -158,7 +175,9 @@ class DslOp:
         return f"<tkc op {self.name}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TkcError(f"`{self.name}` can only be used inside an @tkc.kernel function (or an @tkc.func it calls)")
+        raise TkcError(
+            f"`{self.name}` can only be used inside an @tkc.kernel function (or an @tkc.func it calls)", user_loc()
+        )
 
 
 def _op(fn: Callable[..., Any]) -> DslOp:

@@ -196,6 +196,13 @@ def tile_binary(cg: CodeGen, fn: str, lhs: Any, rhs: Any) -> SSAValue:
                 f"{fn}: {describe(lhs)} and {describe(rhs)}: combine a tile with a vector using "
                 f"{fn}_row (one element per row) or {fn}_col (one per column)"
             )
+        if lt.shape != rt_.shape:  # type: ignore[attr-defined]
+            raise TkcError(f"{fn}: shape mismatch: {describe(lhs)} and {describe(rhs)}; elementwise ops take one shape")
+        if lt.element_type != rt_.element_type:  # type: ignore[attr-defined]
+            raise TkcError(
+                f"{fn}: dtype mismatch: {describe(lhs)} and {describe(rhs)}; convert one first, "
+                f"e.g. `x.to({lang.dtype_of(rt_.element_type).name})`"  # type: ignore[attr-defined]
+            )
         return cg.emit_value(t.BINARY_OPS[fn](lhs, rhs))
     if is_register(lhs):
         return cg.emit_value(t.BINARY_OPS[fn](lhs, cg.as_f32(rhs, f"{fn}'s scalar operand")))
@@ -507,6 +514,8 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None) -> SSAValu
     if isinstance(index, lang.TileSpec) and spec is None:
         index, spec = None, index
     if is_global(src):
+        if spec is None:
+            raise TkcError(f"load from {src.type.spec()} needs the type to load: `load(G, index, rt[bf16, 16, 64])`")
         spec = _spec(spec, "load's type (its third argument)")
         gtype: GlobalType = src.type
         what = f"load from {gtype.spec()}"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
+import inspect
 import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +26,16 @@ from xdsl.utils.exceptions import VerifyException
 
 from tkc import lang
 from tkc.errors import SourceLoc, TkcError
-from tkc.frontend.values import BoundMethod, GlShape, describe, is_float, is_int, is_register, is_runtime
+from tkc.frontend.values import (
+    BoundMethod,
+    GlShape,
+    describe,
+    is_float,
+    is_global,
+    is_int,
+    is_register,
+    is_runtime,
+)
 
 if TYPE_CHECKING:
     from tkc.frontend.kernel import Helper, SourceFunction
@@ -43,6 +54,7 @@ _PY_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.BitAnd: operator.and_,
     ast.BitOr: operator.or_,
     ast.BitXor: operator.xor,
+    ast.MatMult: operator.matmul,
 }
 _PY_CMPOPS: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq,
@@ -60,7 +72,8 @@ _CMPI = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "slt", ast.LtE: "sle", ast.Gt: "
 _CMPF = {ast.Eq: "oeq", ast.NotEq: "une", ast.Lt: "olt", ast.LtE: "ole", ast.Gt: "ogt", ast.GtE: "oge"}
 _TILE_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
 _OP_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-               ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}
+               ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
+               ast.MatMult: "@"}
 
 
 class _Undefined:
@@ -89,7 +102,10 @@ class Scope:
             return self.source.globals[name]
         if hasattr(builtins, name):
             return getattr(builtins, name)
-        raise TkcError(f"unknown name `{name}`")
+        known = [*self.vars, *self.source.closure, *self.source.globals, *lang.__all__]
+        close = difflib.get_close_matches(name, [k for k in known if not k.startswith("_")], n=1)
+        hint = f"; did you mean `{close[0]}`?" if close else "; define it, pass it as a parameter, or import it"
+        raise TkcError(f"unknown name `{name}`{hint}")
 
 
 class _Return(Exception):
@@ -160,7 +176,7 @@ class CodeGen(ast.NodeVisitor):
             attr = FloatAttr(value, f32)
         else:
             raise TkcError(f"{describe(value)} cannot be used as a run-time value")
-        key = (type(value), value if value == value else "nan")
+        key = (type(value), repr(value))  # repr: -0.0 is not 0.0, and nan is nan
         if key not in self.constants:
             op = arith.ConstantOp(attr)
             self.entry_builder.insert(op)
@@ -268,6 +284,8 @@ class CodeGen(ast.NodeVisitor):
             if isinstance(value, SSAValue) and value.name_hint is None and self.inline_depth == 0:
                 value.name_hint = target.id  # the IR reads with the kernel's own names
         elif isinstance(target, ast.Tuple | ast.List):
+            if any(isinstance(e, ast.Starred) for e in target.elts):
+                raise TkcError("`*` unpacking in an assignment is not supported in a kernel; name every value")
             if not isinstance(value, tuple | list):
                 raise TkcError(f"cannot unpack {describe(value)} into {len(target.elts)} names")
             if len(value) != len(target.elts):
@@ -288,12 +306,14 @@ class CodeGen(ast.NodeVisitor):
             raise TkcError(str(message))
 
     def visit_Return(self, node: ast.Return) -> None:
-        if self.inline_depth == 0:
-            if node.value is not None:
-                raise TkcError("a kernel returns nothing; write its results with `store`")
-            raise _Return(None)
-        if self.loop_depth:
-            raise TkcError("`return` inside a run-time loop or branch is not supported")
+        if self.inline_depth == 0 and node.value is not None:
+            raise TkcError("a kernel returns nothing; write its results with `store`")
+        if self.loop_depth:  # unwinding from here would drop the loop or branch being built
+            raise TkcError(
+                "`return` inside a run-time loop or branch is not supported; "
+                + ("in an `if`, put the code that follows it under `else:`" if self.inline_depth == 0 else
+                   "assign the result to a variable in each branch and return it after the `if`")
+            )
         raise _Return(self.visit(node.value) if node.value is not None else None)
 
     def visit_If(self, node: ast.If) -> None:
@@ -334,13 +354,16 @@ class CodeGen(ast.NodeVisitor):
         then_vals, else_vals = [], []
         for name in results:
             tv, ev = then_vars[name], else_vars[name]
+            site = self.loc(self.assign_sites.get(name, node))
             with self.at_end_of(then_block):
-                tv = self.promote(tv, name)
+                tv = _at(site, self.promote, tv, name)
             with self.at_end_of(else_block):
-                ev = self.promote(ev, name)
+                ev = _at(site, self.promote, ev, name)
             if tv.type != ev.type:
                 raise TkcError(
-                    f"`{name}` has a different type in each branch of the `if`: {describe(tv)} and {describe(ev)}"
+                    f"`{name}` has a different type in each branch of the `if`: {describe(tv)} and {describe(ev)}; "
+                    "a variable assigned under a run-time condition must keep one type",
+                    loc=site,
                 )
             then_vals.append(tv)
             else_vals.append(ev)
@@ -454,14 +477,19 @@ class CodeGen(ast.NodeVisitor):
             return value
         if _is_number(value):
             return self.constant(value)
-        raise TkcError(f"`{name}` holds {describe(value)}, which cannot change at run time")
+        raise TkcError(
+            f"`{name}` holds {describe(value)}, which cannot change at run time: only numbers, scalars and tiles "
+            "can be reassigned under a run-time condition or in a run-time loop"
+        )
 
     def as_condition(self, value: Any) -> SSAValue:
         if value.type == i1:
             return value
         if value.type == i32:
             return self.emit_value(arith.CmpiOp(value, self.constant(0), "ne"))
-        raise TkcError(f"a condition must be a scalar, got {describe(value)}")
+        if is_float(value):
+            raise TkcError("a run-time float cannot be a condition; compare it, e.g. `x != 0.0`")
+        raise TkcError(f"a condition must be a run-time bool or int (or a compile-time value), got {describe(value)}")
 
     # Expressions -----------------------------------------------------------------------------------------------
 
@@ -481,7 +509,10 @@ class CodeGen(ast.NodeVisitor):
         parts = []
         for v in node.values:
             value = self.visit(v.value) if isinstance(v, ast.FormattedValue) else self.visit(v)
-            parts.append(value if isinstance(v, ast.Constant) else format(value))
+            if isinstance(v, ast.Constant):
+                parts.append(value)
+            else:  # a run-time value reads as its type: `n is a run-time int`
+                parts.append(describe(value) if is_runtime(value) else format(value))
         return "".join(map(str, parts))
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
@@ -500,7 +531,8 @@ class CodeGen(ast.NodeVisitor):
         index = self.visit(node.slice)
         if isinstance(value, GlShape):
             if not isinstance(index, int) or not -value.rank <= index < value.rank:
-                raise TkcError(f"a tensor of rank {value.rank} has no dimension {describe(index)}")
+                dim = index if isinstance(index, int) else describe(index)
+                raise TkcError(f"{value.tensor.type.spec()}.shape has no dimension {dim}; index it with 0 to {value.rank - 1}")
             from tkc.ir.ops import DimOp
 
             return self.emit_value(DimOp(value.tensor, index % value.rank))
@@ -539,6 +571,8 @@ class CodeGen(ast.NodeVisitor):
         if is_register(lhs) or is_register(rhs):
             fn = _TILE_BINOPS.get(type(op))
             if fn is None:
+                if isinstance(op, ast.MatMult):
+                    raise TkcError("`@` is not defined on tiles; multiply with mm_AB(a, b) or mma_AB(a, b, c)")
                 raise TkcError(f"`{_OP_SYMBOLS[type(op)]}` is not defined on tiles; use + - * / or the named ops")
             return tile_binary(self, fn, lhs, rhs)
         return scalar_binary(self, type(op), lhs, rhs)
@@ -635,9 +669,9 @@ class CodeGen(ast.NodeVisitor):
             impl = self.impls.get(fn)
             if impl is None:
                 raise TkcError(f"`{fn.name}` is not implemented yet")
-            return _call_impl(self, fn.name, impl, args, kwargs)
+            return _call_impl(self, f"{fn.name}{inspect.signature(fn.__wrapped__)}", impl, args, kwargs)
         if isinstance(fn, BoundMethod):
-            return _call_impl(self, fn.name, fn.impl, [fn.receiver, *args], kwargs)
+            return _call_impl(self, f".{fn.name}()", fn.impl, [fn.receiver, *args], kwargs)
         if isinstance(fn, Helper):
             return self.inline(fn, args, kwargs, node)
         if isinstance(fn, Kernel):
@@ -647,7 +681,7 @@ class CodeGen(ast.NodeVisitor):
         runtime = any(is_runtime(a) or isinstance(a, GlShape) for a in [*args, *kwargs.values()])
         py_impl = self.py_builtin_impls.get(fn) if _hashable(fn) else None
         if py_impl is not None and runtime:
-            return _call_impl(self, fn.__name__, py_impl, args, kwargs)
+            return _call_impl(self, f"{fn.__name__}()", py_impl, args, kwargs)
         if not callable(fn):
             raise TkcError(f"{describe(fn)} is not callable")
         if runtime:
@@ -668,7 +702,7 @@ class CodeGen(ast.NodeVisitor):
         try:
             bound = helper.signature.bind(*args, **kwargs)
         except TypeError as e:
-            raise TkcError(f"{helper.name}(): {e}") from None
+            raise TkcError(f"{helper.name}{helper.signature}: {e}") from None
         bound.apply_defaults()
         if self.inline_depth > 32:
             raise TkcError(f"@tkc.func `{helper.name}` recurses too deeply")
@@ -695,13 +729,22 @@ class CodeGen(ast.NodeVisitor):
 _MISSING = object()
 
 
-def _call_impl(cg: CodeGen, name: str, impl: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-    import inspect
+def _at(loc: SourceLoc | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """Call fn; a TkcError it raises without a location gets `loc`."""
+    try:
+        return fn(*args)
+    except TkcError as e:
+        if e.loc is None:
+            e.loc = loc
+        raise
 
+
+def _call_impl(cg: CodeGen, usage: str, impl: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Call a builtin's implementation; `usage` (`mma_AB(a, b, c)`) heads the message if the arguments do not fit."""
     try:
         inspect.signature(impl).bind(cg, *args, **kwargs)
     except TypeError as e:
-        raise TkcError(f"{name}(): {e}") from None
+        raise TkcError(f"{usage}: {e}") from None
     return impl(cg, *args, **kwargs)
 
 
@@ -752,6 +795,7 @@ def _describe_node(node: ast.AST) -> str:
         "Set": "a set",
         "Starred": "`*` unpacking",
         "NamedExpr": "`:=`",
+        "Attribute": "an attribute (values in a kernel have no settable attributes)",
     }
     return names.get(type(node).__name__, f"`{type(node).__name__}`")
 
@@ -780,7 +824,8 @@ def _assigned_names(stmts: list[ast.stmt], cg: CodeGen) -> set[str]:
             elif isinstance(node, ast.NamedExpr):
                 targets(node.target)
             elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name):
-                if _resolves_to(cg, node.func, lang.store):
+                # a store into a global tensor changes memory, not the variable: not carried
+                if _resolves_to(cg, node.func, lang.store) and not is_global(cg.scope.vars.get(node.args[0].id)):
                     names.add(node.args[0].id)
     return names
 

@@ -14,7 +14,7 @@ from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, Module
 from xdsl.ir import Attribute, Block, Region
 
 from tkc import lang
-from tkc.errors import SourceLoc, TkcError
+from tkc.errors import SourceLoc, TkcError, user_loc
 from tkc.targets import DEFAULT_TARGET, TARGETS, Target, get_target
 
 REQUIRED = inspect.Parameter.empty
@@ -38,6 +38,8 @@ class SourceFunction:
         if not defs:
             raise TkcError(f"`{fn.__name__}` is not a plain function")
         self.tree: ast.FunctionDef = defs[0]  # type: ignore[assignment]
+        if isinstance(self.tree, ast.AsyncFunctionDef):
+            raise TkcError(f"`{fn.__name__}` must be a plain `def`, not `async def`", self.loc(self.tree))
         self.globals: dict[str, Any] = fn.__globals__
         self.closure: dict[str, Any] = {}
         if fn.__closure__:
@@ -69,7 +71,7 @@ class Helper:
         return self._source
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TkcError(f"@tkc.func `{self.name}` can only be called from a kernel")
+        raise TkcError(f"@tkc.func `{self.name}` can only be called from a kernel", user_loc())
 
     def __repr__(self) -> str:
         return f"<tkc.func {self.name}>"
@@ -104,13 +106,13 @@ class Kernel:
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         self.source = SourceFunction(fn)
-        if not isinstance(warps, int) or not 1 <= warps <= 32:
-            raise TkcError(f"@tkc.kernel(warps=...) must be 1 to 32, got {warps!r}", self.source.loc(self.source.tree))
+        if not isinstance(warps, int) or isinstance(warps, bool) or not 1 <= warps <= 32:
+            raise TkcError(f"@tkc.kernel(warps=...) must be 1 to 32, got {warps!r}", self.decorator_loc("warps"))
         self.warps = warps
         if min_target not in TARGETS:
             raise TkcError(
                 f"@tkc.kernel(min_target=...) must be one of {', '.join(TARGETS)}, got {min_target!r}",
-                self.source.loc(self.source.tree),
+                self.decorator_loc("min_target"),
             )
         self.min_target = get_target(min_target)
         self.params = self._parse_params()
@@ -118,9 +120,19 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<tkc.kernel {self.name}>"
 
+    def decorator_loc(self, keyword: str) -> SourceLoc:
+        """Where `@tkc.kernel(keyword=...)` sets `keyword`; the `def` line if the decorator does not."""
+        for deco in self.source.tree.decorator_list:
+            if isinstance(deco, ast.Call):
+                for kw in deco.keywords:
+                    if kw.arg == keyword:
+                        return self.source.loc(kw)
+        return self.source.loc(self.source.tree)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TkcError(
-            f"a kernel is launched with a grid: `{self.name}[grid](*args)`; on the CPU: `{self.name}.interpret(*args, grid=...)`"
+            f"a kernel is launched with a grid: `{self.name}[grid](*args)`; on the CPU: `{self.name}.interpret(*args, grid=...)`",
+            user_loc(),
         )
 
     # ----------------------------------------------------------------------------------------------------------
@@ -153,9 +165,8 @@ class Kernel:
                     f"kernel parameter `{p.name}` needs an annotation: gl[dtype, rank], int, float or const", loc
                 )
             else:
-                raise TkcError(
-                    f"kernel parameter `{p.name}`: {annotation!r} is not gl[dtype, rank], int, float or const", loc
-                )
+                got = annotation.__name__ if isinstance(annotation, type) else repr(annotation)
+                raise TkcError(f"kernel parameter `{p.name}`: {got} is not gl[dtype, rank], int, float or const", loc)
             if kind != "const" and p.default is not p.empty:
                 raise TkcError(f"kernel parameter `{p.name}`: only `const` parameters take defaults", loc)
             params.append(Param(p.name, kind, spec, p.default, loc))
@@ -172,24 +183,32 @@ class Kernel:
 
     def resolve_constants(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         values = {}
-        for name, default in self.constants.items():
-            value = overrides.get(name, default)
+        for p in self.params:
+            if p.kind != "const":
+                continue
+            value = overrides.get(p.name, p.default)
             if value is REQUIRED:
-                raise TkcError(f"kernel `{self.name}`: constant `{name}` has no default; give it a value (-D {name}=...)")
-            values[name] = value
+                raise TkcError(
+                    f"kernel `{self.name}`: constant `{p.name}` has no default; give it one (`{p.name}: const = ...`) "
+                    f"or a value when compiling (`-D {p.name}=...`, or `{p.name}=...` to build/interpret)",
+                    p.loc,
+                )
+            values[p.name] = value
         unknown = set(overrides) - set(values)
         if unknown:
             raise TkcError(
                 f"kernel `{self.name}` has no constant named {', '.join(sorted(unknown))}"
-                + (f"; its constants are {', '.join(values)}" if values else "")
+                + (f"; its constants are {', '.join(values)}" if values else "; it declares none"),
+                self.source.loc(self.source.tree),
             )
         return values
 
     def check_target(self, target: Target) -> None:
         if target.sm < self.min_target.sm:
             raise TkcError(
-                f"kernel `{self.name}` needs {self.min_target} or newer (min_target) and cannot compile for {target}",
-                self.source.loc(self.source.tree),
+                f"kernel `{self.name}` needs {self.min_target} or newer (min_target) and cannot compile for {target}; "
+                f"compile for {self.min_target} (--target {self.min_target})",
+                self.decorator_loc("min_target"),
             )
 
     def build_func(self, target: str | Target = DEFAULT_TARGET, constants: Mapping[str, Any] | None = None) -> func.FuncOp:
@@ -263,7 +282,8 @@ def build_module(kernels: list[Kernel], target: str | Target, constants: Mapping
     if unknown:
         raise TkcError(
             f"no selected kernel declares a constant named {', '.join(sorted(unknown))}"
-            + (f" (they declare {', '.join(sorted(declared))})" if declared else " (they declare none)")
+            + (f" (they declare {', '.join(sorted(declared))})" if declared else " (they declare none)"),
+            kernels[0].source.loc(kernels[0].source.tree) if kernels else None,
         )
     funcs = [k.build_func(target, {n: v for n, v in constants.items() if n in k.constants}) for k in kernels]
     module = ModuleOp(funcs)
@@ -271,12 +291,18 @@ def build_module(kernels: list[Kernel], target: str | Target, constants: Mapping
     return module
 
 
-def kernel(fn: Callable[..., Any] | None = None, *, warps: int = 4, min_target: str = "sm_80") -> Any:
+def kernel(fn: Callable[..., Any] | None = None, *, warps: int = 4, min_target: str = "sm_80", **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
     (`D: const = 64`). `warps` is the number of warps per block; `min_target` the oldest GPU it supports.
     """
+    if unknown:
+        raise TkcError(
+            f"@tkc.kernel takes warps=... and min_target=..., not {', '.join(f'{k}=' for k in unknown)}", user_loc()
+        )
+    if fn is not None and not callable(fn):
+        raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
         return Kernel(fn, warps, min_target)
     return lambda f: Kernel(f, warps, min_target)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from xdsl.dialects.builtin import Float32Type, IntegerType, f32, i1, i32
@@ -83,6 +84,8 @@ def describe(value: Any) -> str:
         return "the shape of a global tensor"
     if isinstance(value, bool | int | float):
         return f"{value!r} (a compile-time {type(value).__name__})"
+    if isinstance(value, ModuleType):
+        return f"the module `{value.__name__}`"
     return repr(value)
 
 

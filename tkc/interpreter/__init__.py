@@ -15,6 +15,7 @@ from xdsl.ir import Operation
 from xdsl.utils.exceptions import InterpretationError
 
 from tkc.errors import KernelArgumentError, KernelTypeError, SourceLoc, TkcError
+from tkc.interpreter.async_copies import AsyncFunctions
 from tkc.interpreter.control import ControlFunctions
 from tkc.interpreter.lanes import GlobalTensor, LaneState, round_to
 from tkc.interpreter.scalar import ScalarFunctions
@@ -115,7 +116,7 @@ def run_function(module: ModuleOp, name: str, args: Sequence[Any], grid: int | S
 
     current = _CurrentOp()
     interpreter = Interpreter(module, listeners=(current,))
-    for functions in (FuncFunctions(), ScalarFunctions(), ControlFunctions(), TileFunctions()):
+    for functions in (FuncFunctions(), ScalarFunctions(), ControlFunctions(), TileFunctions(), AsyncFunctions()):
         interpreter.register_implementations(functions)
     interpreter.set_data(LaneState, "state", LaneState(normalize_grid(grid), warps))
     try:

@@ -58,6 +58,8 @@ _INT_BINARY: dict[type, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     arith.DivSIOp: _divsi,
     arith.CeilDivSIOp: _ceildiv,
     arith.RemSIOp: _remsi,
+    arith.DivUIOp: lambda a, b: _floordiv(a & 0xFFFFFFFF, b & 0xFFFFFFFF),
+    arith.RemUIOp: lambda a, b: (a & 0xFFFFFFFF) - _floordiv(a & 0xFFFFFFFF, b & 0xFFFFFFFF) * (b & 0xFFFFFFFF),
     arith.MaxSIOp: np.maximum,
     arith.MinSIOp: np.minimum,
     arith.ShLIOp: np.left_shift,

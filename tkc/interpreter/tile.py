@@ -78,11 +78,15 @@ def _element_indices(
     return idx, valid
 
 
-def _subtile_indices(coords: list[np.ndarray], tile: tuple[int, ...], outer: tuple[int, ...], what: str) -> list[np.ndarray]:
+def _subtile_indices(
+    coords: list[np.ndarray], tile: tuple[int, ...], outer: tuple[int, ...], active: np.ndarray, what: str
+) -> list[np.ndarray]:
+    """Element indices of a sub-tile of a shared tile or vector. Only active lanes must be in range (an inactive
+    lane may hold any index, e.g. a loop variable past its own trip count); the others are clipped."""
     idx, valid = _element_indices(coords, tile, outer)
-    if not valid.all():
+    if not (valid | ~expand_to(active, valid)).all():
         raise TkcError(f"{what}: sub-tile index out of range")
-    return idx
+    return [np.clip(i, 0, n - 1) for i, n in zip(idx, outer)]
 
 
 def _with_blocks(idx: list[np.ndarray], nblocks: int, source_blocks: int) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -238,7 +242,7 @@ class TileFunctions(InterpreterFunctions):
                 value = np.where(valid, source.data[tuple(clipped)], np.float32(0))
             return (round_to(value, _elem(rtype)),)
         # shared → registers: a sub-tile of the block's shared value
-        idx = _subtile_indices(coords, tile, _tile_shape(stype), "load")
+        idx = _subtile_indices(coords, tile, _tile_shape(stype), state.active(), "load")
         blocks, idx = _with_blocks(idx, source.shape[0], source.shape[0])
         return (round_to(source[(blocks, 0, *idx)], _elem(rtype)),)
 
@@ -251,9 +255,13 @@ class TileFunctions(InterpreterFunctions):
             state.require_block_uniform("a store from shared memory")
             coords = [block_uniform(c, "the index of a store from shared memory") for c in coords]
         idx, valid = _element_indices(coords, _tile_shape(vtype), dest.data.shape)
-        active = np.broadcast_to(expand_to(state.active(), valid), valid.shape)
-        value = np.broadcast_to(round_to(value, dest.element_type), valid.shape)
-        write = valid & active
+        active = expand_to(state.active(), valid)
+        # the value, the index and the mask may each vary over different lanes (a per-warp value stored at one
+        # index by one warp): broadcast all three to the lanes of any of them
+        shape = np.broadcast_shapes(valid.shape, np.shape(value), active.shape)
+        idx = [np.broadcast_to(i, shape) for i in idx]
+        value = np.broadcast_to(round_to(value, dest.element_type), shape)
+        write = np.broadcast_to(valid, shape) & np.broadcast_to(active, shape)
         targets = tuple(i[write] for i in idx)
         values = value[write]
         _check_store_race(dest, targets, values)
@@ -266,10 +274,14 @@ class TileFunctions(InterpreterFunctions):
         state = lane_state(interpreter)
         state.require_block_uniform("a store into shared memory")
         value, dest, *coords = args
-        idx = _subtile_indices(coords, _tile_shape(op.value.type), _tile_shape(op.dest.type), "store")
-        nblocks = max(dest.shape[0], idx[0].shape[0], value.shape[0], state.active().shape[0])
+        outer = _tile_shape(op.dest.type)
+        idx = _subtile_indices(coords, _tile_shape(op.value.type), outer, state.active(), "store")
+        # broadcast the index, the value and the mask to the lanes of any of them (and to the blocks of dest)
+        lanes = np.broadcast_shapes(idx[0].shape[:LANE_AXES], value.shape[:LANE_AXES], state.active().shape,
+                                    (dest.shape[0], 1))
+        nblocks = lanes[0]
         result = np.array(np.broadcast_to(dest, (nblocks,) + dest.shape[1:]), dtype=np.float32)
-        idx = [np.broadcast_to(i, (nblocks, max(i.shape[1], value.shape[1])) + i.shape[2:]) for i in idx]
+        idx = [np.broadcast_to(i, lanes + i.shape[LANE_AXES:]) for i in idx]
         blocks, idx = _with_blocks(idx, nblocks, nblocks)
         value = np.broadcast_to(round_to(value, _elem(op.dest.type)), idx[0].shape)
         active = np.broadcast_to(expand_to(state.active(), idx[0]), idx[0].shape)

@@ -6,15 +6,19 @@ from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, math, scf
 from xdsl.ir import Dialect
 
+from tkc.ir.async_ops import ASYNC_OPS, ASYNC_TYPES
 from tkc.ir.ops import TILE_OPS
 from tkc.ir.types import GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType
 
-Tile = Dialect("tile", TILE_OPS, [GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType])
+Tile = Dialect("tile", [*TILE_OPS, *ASYNC_OPS],
+               [GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType, *ASYNC_TYPES])
 
 
 def make_context() -> Context:
-    """A context with builtin, func, arith, math, scf and tile loaded (and later, tkc's lower dialects)."""
+    """A context with builtin, func, arith, math, scf, tile and ptx loaded."""
+    from tkc.backend.ptx import Ptx
+
     ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, scf.Scf, Tile):
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, scf.Scf, Tile, Ptx):
         ctx.load_dialect(dialect)
     return ctx

@@ -65,8 +65,16 @@ DIM_NAMES = ("x", "y", "z")
 
 
 def spec(t: Attribute) -> str:
-    """How the DSL spells a type, for messages: `rt[bf16, 16, 64]`, `f32`."""
-    return t.spec() if hasattr(t, "spec") else str(t)  # type: ignore[attr-defined]
+    """How the DSL spells a type, for messages: `rt[bf16, 16, 64]`, `f32`. An assigned layout or swizzle is added,
+    `rt[bf16, 16, 64] (col layout)`, so that types that differ only there do not read the same."""
+    if not hasattr(t, "spec"):
+        return str(t)
+    text = t.spec()  # type: ignore[attr-defined]
+    if getattr(t, "layout", None) is not None:
+        text += f" ({t.layout.value} layout)"  # type: ignore[attr-defined]
+    if getattr(t, "swizzle", None) is not None:
+        text += f" (swizzle {t.swizzle})"  # type: ignore[attr-defined]
+    return text
 
 
 def _f64(value: float) -> FloatAttr:
@@ -79,7 +87,12 @@ def _print_number(printer: Printer, value: float) -> None:
     elif math.isinf(value):
         printer.print_string("inf" if value > 0 else "-inf")
     else:
-        printer.print_string(repr(float(value)))
+        # repr is the shortest text that reads back exactly, but may lack a `.` (`1e-05`), which the IR lexer
+        # would take for the integer 1 followed by `e`: add one
+        mantissa, e, exponent = repr(float(value)).partition("e")
+        if "." not in mantissa:
+            mantissa += ".0"
+        printer.print_string(mantissa + e + exponent)
 
 
 def _parse_number(parser: Parser) -> float:
@@ -89,7 +102,7 @@ def _parse_number(parser: Parser) -> float:
     elif parser.parse_optional_keyword("nan") is not None:
         value = math.nan
     else:
-        value = float(parser.parse_number())
+        value = float(parser.expect(parser.parse_optional_number, "expected a number, inf or nan"))
     return -value if negative else value
 
 
@@ -109,7 +122,9 @@ class _GridIndexOp(IRDLOperation):
 
     def verify_(self) -> None:
         if not 0 <= self.dim.value.data < 3:
-            raise VerifyException(f"{self.name}: dimension must be x, y or z")
+            raise VerifyException(
+                f"{self.name.split('.')[1]}: dimension must be 0, 1 or 2 (x, y or z), got {self.dim.value.data}"
+            )
 
     def print(self, printer: Printer) -> None:
         printer.print_string(f" {DIM_NAMES[self.dim.value.data]}")
@@ -176,9 +191,11 @@ class DimOp(IRDLOperation):
         super().__init__(operands=[source], properties={"index": IntegerAttr(index, 64)}, result_types=[i32])
 
     def verify_(self) -> None:
-        rank = self.source.type.rank  # type: ignore[attr-defined]
-        if not 0 <= self.index.value.data < rank:
-            raise VerifyException(f"dim {self.index.value.data} is out of range for a tensor of rank {rank}")
+        index, rank = self.index.value.data, self.source.type.rank  # type: ignore[attr-defined]
+        if not 0 <= index < rank:
+            raise VerifyException(
+                f"dim: index {index} is out of range for {spec(self.source.type)}, which has dimensions 0 to {rank - 1}"
+            )
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
@@ -330,6 +347,9 @@ class BinaryOp(IRDLOperation):
         parser.parse_punctuation(":")
         lt = parser.parse_type()
         rt = parser.parse_type() if parser.parse_optional_punctuation(",") is not None else lt
+        if lt == f32 and rt == f32:  # caught here: the result type constraint would fail first, less readably
+            fn = cls.name.split(".")[1]
+            parser.raise_error(f"{fn}: one operand must be a register tile or vector (use arith for scalars)")
         op = cls(parser.resolve_operand(lhs, lt), parser.resolve_operand(rhs, rt))
         op.attributes |= attrs
         return op
@@ -531,7 +551,9 @@ class ConvertOp(IRDLOperation):
     def verify_(self) -> None:
         src, dst = self.input.type, self.result.type
         if type(src) is not type(dst) or src.shape != dst.shape or src.layout != dst.layout:  # type: ignore[attr-defined]
-            raise VerifyException(f"convert changes only the dtype: {spec(src)} cannot become {spec(dst)}")
+            raise VerifyException(
+                f"convert changes only the dtype, not the kind, shape or layout: {spec(src)} cannot become {spec(dst)}"
+            )
 
 
 @irdl_op_definition
@@ -551,7 +573,9 @@ class RelayoutOp(IRDLOperation):
     def verify_(self) -> None:
         src, dst = self.input.type, self.result.type
         if type(src) is not type(dst) or src.shape != dst.shape or src.element_type != dst.element_type:  # type: ignore[attr-defined]
-            raise VerifyException(f"relayout changes only the layout: {spec(src)} cannot become {spec(dst)}")
+            raise VerifyException(
+                f"relayout changes only the layout, not the kind, shape or dtype: {spec(src)} cannot become {spec(dst)}"
+            )
 
 
 @irdl_op_definition
@@ -612,12 +636,12 @@ class TriangleOp(IRDLOperation):
     def parse(cls, parser: Parser) -> TriangleOp:
         input = parser.parse_unresolved_operand()
         parser.parse_punctuation(",")
-        diagonal = parser.parse_operand()
+        diagonal = parser.parse_unresolved_operand()
         parser.parse_keyword("fill")
         fill = _parse_number(parser)
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
-        op = cls(parser.resolve_operand(input, parser.parse_type()), diagonal, fill)
+        op = cls(parser.resolve_operand(input, parser.parse_type()), parser.resolve_operand(diagonal, i32), fill)
         op.attributes |= attrs
         return op
 
@@ -685,12 +709,13 @@ class MmaOp(IRDLOperation):
         b_form = "Bᵀ" if self.transpose_b else "B"
         if k != kb:
             raise VerifyException(
-                f"{fn}: shape mismatch: {a_form} is {m}x{k} (A is {spec(a)}) but {b_form} is {kb}x{n} "
-                f"(B is {spec(b)}); the K dimensions {k} and {kb} must agree"
+                f"{fn}: K mismatch: A is {spec(a)}, so K = {k}, but B is {spec(b)}, so K = {kb} "
+                f"({fn} computes {a_form}·{b_form} + C with {a_form} M×K and {b_form} K×N)"
             )
         if c.shape != (m, n):
             raise VerifyException(
-                f"{fn}: shape mismatch: {a_form}·{b_form} is {m}x{n} but the accumulator is {spec(c)}"
+                f"{fn}: shape mismatch: {a_form}·{b_form} is {m}x{n} but the accumulator is {spec(c)}; "
+                f"it must be rt[f32, {m}, {n}]"
             )
 
 
@@ -741,7 +766,9 @@ def _verify_transfer(what: str, src: Attribute, dst: Attribute, indexed: Attribu
         raise VerifyException(f"{what} cannot move data from {spec(src)} to {spec(dst)}")
     want = _index_count(indexed)
     if n_indices != want:
-        raise VerifyException(f"{what} into/from {spec(indexed)} takes {want} indices, got {n_indices}")
+        where = "from" if indexed is src else "into"
+        indices = "1 index" if want == 1 else f"{want} indices"
+        raise VerifyException(f"{what} {where} {spec(indexed)} takes {indices}, got {n_indices}")
     tile = dst if indexed is src else src
     if isinstance(indexed, GlobalType) and indexed.rank < len(tile.shape):  # type: ignore[attr-defined]
         raise VerifyException(f"{what}: {spec(tile)} needs a global tensor of rank {len(tile.shape)} or more")  # type: ignore[attr-defined]

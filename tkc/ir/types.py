@@ -93,6 +93,18 @@ def _parse_static_shape(parser: AttrParser, rank: int, kind: str) -> tuple[list[
     return dims, elem
 
 
+def _checked(
+    cls: type[ParametrizedAttribute], parser: AttrParser, span: tuple[int, int], params: tuple[Attribute, ...]
+) -> tuple[Attribute, ...]:
+    """Verify parsed parameters at once, so that a bad type in IR text is a parse error that points at the type
+    (attributes verify on construction, and the parser would let that VerifyException escape without a position)."""
+    try:
+        cls.new(params)
+    except VerifyException as e:
+        parser.raise_error(str(e), *span)
+    return params
+
+
 class _Shaped:
     """Shared helpers of the tile and vector types."""
 
@@ -177,10 +189,12 @@ class RegTileType(_RegisterType, ParametrizedAttribute, TypeAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> tuple[Attribute, ...]:
+        pos = parser.pos
         with parser.in_angle_brackets():
             (rows, cols), elem = _parse_static_shape(parser, 2, "rt")
             layout = cls._parse_layout(parser)
-        return (IntAttr(rows), IntAttr(cols), elem, layout)
+            end = parser.pos + 1  # just past the closing `>`
+        return _checked(cls, parser, (pos, end), (IntAttr(rows), IntAttr(cols), elem, layout))
 
 
 @irdl_attr_definition
@@ -220,10 +234,12 @@ class RegVecType(_RegisterType, ParametrizedAttribute, TypeAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> tuple[Attribute, ...]:
+        pos = parser.pos
         with parser.in_angle_brackets():
             (length,), elem = _parse_static_shape(parser, 1, "rv")
             layout = cls._parse_layout(parser)
-        return (IntAttr(length), elem, layout)
+            end = parser.pos + 1  # just past the closing `>`
+        return _checked(cls, parser, (pos, end), (IntAttr(length), elem, layout))
 
 
 @irdl_attr_definition
@@ -268,13 +284,15 @@ class SharedTileType(_Shaped, ParametrizedAttribute, TypeAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> tuple[Attribute, ...]:
+        pos = parser.pos
         with parser.in_angle_brackets():
             (rows, cols), elem = _parse_static_shape(parser, 2, "st")
             swizzle: Attribute = NoneAttr()
             if parser.parse_optional_punctuation(",") is not None:
                 parser.parse_keyword("swizzle")
                 swizzle = IntAttr(parser.parse_integer(allow_negative=False, allow_boolean=False))
-        return (IntAttr(rows), IntAttr(cols), elem, swizzle)
+            end = parser.pos + 1  # just past the closing `>`
+        return _checked(cls, parser, (pos, end), (IntAttr(rows), IntAttr(cols), elem, swizzle))
 
 
 @irdl_attr_definition
@@ -304,9 +322,11 @@ class SharedVecType(_Shaped, ParametrizedAttribute, TypeAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> tuple[Attribute, ...]:
+        pos = parser.pos
         with parser.in_angle_brackets():
             (length,), elem = _parse_static_shape(parser, 1, "sv")
-        return (IntAttr(length), elem)
+            end = parser.pos + 1  # just past the closing `>`
+        return _checked(cls, parser, (pos, end), (IntAttr(length), elem))
 
 
 @irdl_attr_definition
@@ -348,9 +368,11 @@ class GlobalType(ParametrizedAttribute, TypeAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> tuple[Attribute, ...]:
+        pos = parser.pos
         with parser.in_angle_brackets():
             dims, elem = parser.parse_ranked_shape()
-        return (ArrayAttr([IntAttr(d) for d in dims]), elem)
+            end = parser.pos + 1  # just past the closing `>`
+        return _checked(cls, parser, (pos, end), (ArrayAttr([IntAttr(d) for d in dims]), elem))
 
 
 RegisterType = RegTileType | RegVecType

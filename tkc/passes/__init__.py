@@ -44,3 +44,18 @@ def register(name: str, description: str) -> Callable[[type[ModulePass]], type[M
         return cls
 
     return add
+
+
+def _load_tkc_passes() -> None:
+    """Import the pass modules so that they register themselves (after `register` exists)."""
+    from tkc.passes import (  # noqa: F401
+        allocate_shared,
+        assign_layouts,
+        assign_swizzles,
+        insert_async_pipeline,
+        insert_barriers,
+        lower_to_ptx,
+    )
+
+
+_load_tkc_passes()

@@ -1,0 +1,75 @@
+"""Compile time of each shipped kernel: `import tkc` timed apart, then the compile call (frontend → PTX) in a fresh
+process, cold (first compile in the process). Appends a table to bench/RESULTS.md.
+
+    python bench/compile_time.py            # prints the table and appends it to bench/RESULTS.md
+    python bench/compile_time.py --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CASES = [
+    ("attention_fwd", "tkc.kernels.attention", {"D": 128, "CAUSAL": 1}, "sm_80"),
+    ("attention_fwd", "tkc.kernels.attention", {"D": 64, "CAUSAL": 0}, "sm_80"),
+    ("gemm_kernel", "tkc.kernels.gemm", {}, "sm_80"),
+    ("layernorm_kernel", "tkc.kernels.layernorm", {"D": 1024}, "sm_80"),
+]
+
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import tkc
+t1 = time.perf_counter()
+import importlib
+module = importlib.import_module(sys.argv[1])
+kernel = getattr(module, sys.argv[2])
+t2 = time.perf_counter()
+from tkc.compiler import compile_kernels
+ptx = compile_kernels([kernel], sys.argv[4], json.loads(sys.argv[3]))
+t3 = time.perf_counter()
+print(json.dumps({"import": t1 - t0, "kernel_module": t2 - t1, "compile": t3 - t2, "ptx_lines": ptx.count(chr(10))}))
+"""
+
+
+def measure(name: str, module: str, constants: dict, target: str, repeats: int) -> dict:
+    runs = []
+    for _ in range(repeats):
+        out = subprocess.run([sys.executable, "-c", CHILD, module, name, json.dumps(constants), target],
+                             capture_output=True, text=True, cwd=ROOT, check=True)
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    best = min(runs, key=lambda r: r["compile"])
+    return {"kernel": name, "constants": constants, "target": target,
+            "import_s": min(r["import"] for r in runs), "compile_s": best["compile"], "ptx_lines": best["ptx_lines"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per kernel (the best is kept)")
+    parser.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    args = parser.parse_args()
+    rows = [measure(*case, repeats=args.repeats) for case in CASES]
+    header = "| kernel | constants | target | import tkc (s) | compile (s) | PTX lines |\n|---|---|---|---|---|---|\n"
+    table = header + "".join(
+        f"| {r['kernel']} | {', '.join(f'{k}={v}' for k, v in r['constants'].items()) or '-'} | {r['target']} | "
+        f"{r['import_s']:.2f} | {r['compile_s']:.2f} | {r['ptx_lines']} |\n" for r in rows)
+    print(table)
+    if not args.no_write:
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
+            f.write(f"\n## Compile time — {stamp} ({machine})\n\nCold compile call in a fresh process, after `import tkc` "
+                    f"(best of {args.repeats} processes); the import is timed apart.\n\n{table}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The test suite (CPU): sets up .venv if needed, then runs pytest. GPU tests skip without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/python -m pytest -q tests "$@"

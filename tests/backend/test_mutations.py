@@ -1,0 +1,106 @@
+"""The CPU oracles can fail: a pipeline missing one wait, a wrong swizzle XOR on one side, and a wrong fragment
+index each make the answer wrong in the simulation (and, for the wait, already in the tile interpreter)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reference import attention_ref, gemm_ref, poisoned, random_bf16, rel_err
+
+from kernels.pipelined_sum import column_block_sum
+from tkc.backend import lower_memory, ptx
+from tkc.backend.simulator import simulate
+from tkc.compiler import Dumps, PassTimer, lower_kernel, parse_pipeline, run_passes
+from tkc.frontend.kernel import build_module
+from tkc.interpreter import run_function
+from tkc.ir import async_ops as a
+from tkc.ir import ops as t
+from tkc.kernels import attention_fwd, gemm_kernel
+from tkc.passes import lower_to_ptx
+
+BACK_END = "assign-layouts,assign-swizzles,allocate-shared,insert-barriers,lower-to-ptx"
+
+
+def _blocks_sum(x: np.ndarray, n: int) -> np.ndarray:
+    return sum((x[64 * j:64 * (j + 1)].astype(np.float64) for j in range(n)), np.zeros((64, 64)))
+
+
+def test_missing_wait_is_caught() -> None:
+    rng = np.random.default_rng(0)
+    x = random_bf16(rng, 64 * 4, 64)
+    module = build_module([column_block_sum], "sm_80")
+    run_passes(module, parse_pipeline("canonicalize,cse,insert-async-pipeline{stages=3}"), Dumps(), PassTimer())
+    waits = [op for op in module.walk() if isinstance(op, a.WaitGroupOp)]
+    assert len(waits) == 1
+    waits[0].detach()
+    waits[0].erase()
+    # the tile interpreter sees stale (poisoned) stages
+    out = np.zeros((64, 64), np.float32)
+    run_function(module, "column_block_sum", [x, out, 4], (1,))
+    assert rel_err(out, _blocks_sum(x, 4)) > 1e-2
+    # and so does the simulation of the PTX
+    run_passes(module, parse_pipeline(BACK_END), Dumps(), PassTimer())
+    out = np.zeros((64, 64), np.float32)
+    simulate(module, "column_block_sum", [x, out, 4], (1,))
+    assert rel_err(out, _blocks_sum(x, 4)) > 1e-2
+
+
+def test_pipeline_without_mutation_is_right() -> None:
+    rng = np.random.default_rng(0)
+    x = random_bf16(rng, 64 * 4, 64)
+    module = lower_kernel(column_block_sum, "sm_80")
+    out = np.zeros((64, 64), np.float32)
+    simulate(module, "column_block_sum", [x, out, 4], (1,))
+    assert rel_err(out, _blocks_sum(x, 4)) < 1e-5
+
+
+def _wrong_xor(t_, row, col):
+    from tkc.ir.types import element_bytes
+
+    rows, cols = t_.shape
+    e = element_bytes(t_.element_type)
+    s = t_.swizzle or 0
+    colbyte = col * e
+    linear = (colbyte // s) * (rows * s) + row * s + colbyte % s
+    return linear ^ ((((linear >> 7) + 1) & (s // 16 - 1)) << 4)  # off by one line
+
+
+def test_wrong_swizzle_xor_on_the_reader_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = lower_memory._lower_ldmatrix
+
+    def mutated(*args):
+        monkeypatch.setattr(lower_memory, "tile_offset", _wrong_xor)
+        try:
+            return original(*args)
+        finally:
+            monkeypatch.undo()
+
+    rng = np.random.default_rng(1)
+    a_, b_ = random_bf16(rng, 64, 64), random_bf16(rng, 64, 64)
+    with monkeypatch.context() as m:
+        m.setattr(lower_memory, "_lower_ldmatrix", mutated)
+        module = lower_kernel(gemm_kernel, "sm_80", {"BM": 64, "BN": 64})
+    c = poisoned(64, 64)
+    simulate(module, "gemm_kernel", [a_, b_, c], (1, 1))
+    assert not rel_err(c, gemm_ref(a_, b_)) < 1e-2
+
+
+def test_wrong_fragment_index_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tkc.backend.lower_compute import lower_mma as original
+
+    def mutated(lw, op):
+        result = original(lw, op)
+        mma = lw.body[-1]
+        table = mma.instructions.copy()
+        table[:, [8, 9]] = table[:, [9, 8]]  # swap the two B registers of every mma.sync
+        mma.properties["regs_table"] = ptx._ints(table)
+        mma.__dict__.pop("_tables", None)
+        return result
+
+    monkeypatch.setitem(lower_to_ptx._HANDLERS, t.MMA_OPS["mma_ABt"], mutated)
+    rng = np.random.default_rng(2)
+    q, k, v = (random_bf16(rng, 1, 1, 64, 64) for _ in range(3))
+    module = lower_kernel(attention_fwd, "sm_80", {"D": 64, "CAUSAL": 0})
+    o = poisoned(1, 1, 64, 64)
+    simulate(module, "attention_fwd", [q, k, v, o], (1, 1, 1))
+    assert not rel_err(o, attention_ref(q, k, v)) < 1e-2

@@ -1,0 +1,49 @@
+// RUN: tkc opt %s -p assign-layouts | filecheck %s
+
+// mma operands get the fragment layouts mma.m16n8k16 reads: A row, B of mma_AB col, B of mma_ABt row, the
+// accumulator row; loads from shared memory take whatever their user needs, and row vectors of a row-layout
+// tile are `align`.
+
+// CHECK-LABEL: func.func @attention_step(
+// CHECK:         %k = tile.load %k_s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<64x64xbf16, row>
+// CHECK:         %v = tile.load %v_s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<64x64xbf16, col>
+// CHECK:         %s = tile.mma_ABt %q, %k, %z : !tile.rt<16x64xbf16, row>, !tile.rt<64x64xbf16, row>, !tile.rt<16x64xf32, row>
+// CHECK:         %m = tile.row_max %s : !tile.rt<16x64xf32, row> -> !tile.rv<16xf32, align>
+// CHECK:         %p = tile.sub_row %s, %m : !tile.rt<16x64xf32, row>, !tile.rv<16xf32, align>
+// CHECK:         %o = tile.mma_AB %pb, %v, %z : !tile.rt<16x64xbf16, row>, !tile.rt<64x64xbf16, col>, !tile.rt<16x64xf32, row>
+func.func @attention_step(%q: !tile.rt<16x64xbf16>, %k_s: !tile.st<64x64xbf16>, %v_s: !tile.st<64x64xbf16>, %c0: i32) {
+  %z = tile.fill 0.0 : !tile.rt<16x64xf32>
+  %k = tile.load %k_s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<64x64xbf16>
+  %v = tile.load %v_s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<64x64xbf16>
+  %s = tile.mma_ABt %q, %k, %z : !tile.rt<16x64xbf16>, !tile.rt<64x64xbf16>, !tile.rt<16x64xf32>
+  %m = tile.row_max %s : !tile.rt<16x64xf32> -> !tile.rv<16xf32>
+  %p = tile.sub_row %s, %m : !tile.rt<16x64xf32>, !tile.rv<16xf32>
+  %pb = tile.convert %p : !tile.rt<16x64xf32> -> !tile.rt<16x64xbf16>
+  %o = tile.mma_AB %pb, %v, %z : !tile.rt<16x64xbf16>, !tile.rt<64x64xbf16>, !tile.rt<16x64xf32>
+  func.return
+}
+
+// A tile used as B of mma_AB and as A of another mma needs both layouts: one use gets a relayout.
+// CHECK-LABEL: func.func @two_roles(
+// CHECK:         tile.mma_AB %a, %b
+// CHECK:         %[[T:.*]] = tile.relayout %b : !tile.rt<16x16xbf16, col> -> !tile.rt<16x16xbf16, row>
+// CHECK:         tile.mma_AB %[[T]],
+func.func @two_roles(%a: !tile.rt<16x16xbf16>, %b: !tile.rt<16x16xbf16>) {
+  %z = tile.fill 0.0 : !tile.rt<16x16xf32>
+  %x = tile.mma_AB %a, %b, %z : !tile.rt<16x16xbf16>, !tile.rt<16x16xbf16>, !tile.rt<16x16xf32>
+  %y = tile.mma_AB %b, %a, %z : !tile.rt<16x16xbf16>, !tile.rt<16x16xbf16>, !tile.rt<16x16xf32>
+  func.return
+}
+
+// A vector that meets no tile is `naive`; transpose flips the layout.
+// CHECK-LABEL: func.func @vectors_and_transpose(
+// CHECK:         %v = tile.load %g[%c0] : !tile.gl<?xf32> -> !tile.rv<64xf32, naive>
+// CHECK:         %tt = tile.transpose %t : !tile.rt<16x32xbf16, col> -> !tile.rt<32x16xbf16, row>
+func.func @vectors_and_transpose(%g: !tile.gl<?xf32>, %c0: i32, %t: !tile.rt<16x32xbf16>, %b: !tile.rt<16x16xbf16>) {
+  %v = tile.load %g[%c0] : !tile.gl<?xf32> -> !tile.rv<64xf32>
+  %s = tile.vec_sum %v : !tile.rv<64xf32>
+  %tt = tile.transpose %t : !tile.rt<16x32xbf16> -> !tile.rt<32x16xbf16>
+  %z = tile.fill 0.0 : !tile.rt<32x16xf32>
+  %x = tile.mma_AB %tt, %b, %z : !tile.rt<32x16xbf16>, !tile.rt<16x16xbf16>, !tile.rt<32x16xf32>
+  func.return
+}

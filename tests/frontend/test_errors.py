@@ -1,0 +1,315 @@
+"""Every mistake in a kernel is one TkcError that points at the kernel's file and line and says what to fix.
+
+The kernels are in bad_kernels.py and bad_declarations.py; the line each error must point at ends with `# ERROR`.
+A case is built for a target with constants; `at` names the text the column must point at (its first occurrence
+on the line).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from xdsl.utils.exceptions import VerifyException
+
+import tkc
+from tkc.errors import TkcError
+
+from . import bad_declarations as decl
+from . import bad_kernels as bad
+
+
+@dataclass
+class Case:
+    fn: Callable[[], Any]
+    says: list[str]  # substrings of the message
+    at: str | None = None  # the column points at this text of the marked line
+    target: str = "sm_90a"
+    constants: dict[str, Any] = field(default_factory=dict)
+    where: Callable[..., Any] | None = None  # the function holding the marked line, if not `fn`
+
+    @property
+    def id(self) -> str:
+        return self.fn.__name__ + ("" if self.target == "sm_90a" else f"-{self.target}")
+
+
+def marked_line(fn: Callable[..., Any]) -> tuple[int, str]:
+    """The line number and text of the line of `fn` that ends with `# ERROR`."""
+    lines, first = inspect.getsourcelines(fn)
+    marked = [(first + i, line.rstrip("\n")) for i, line in enumerate(lines) if line.rstrip().endswith("# ERROR")]
+    assert len(marked) == 1, f"{fn.__name__} must mark exactly one line with # ERROR"
+    return marked[0]
+
+
+def error_of(case: Case) -> TkcError:
+    with pytest.raises(TkcError) as info:
+        result = case.fn()
+        if isinstance(result, tkc.Kernel):
+            result.build(case.target, **case.constants)
+    return info.value
+
+
+def check(case: Case) -> TkcError:
+    error = error_of(case)
+    where = inspect.unwrap(case.where or case.fn)  # a @tkc.func wraps its function
+    line, text = marked_line(where)
+    assert error.loc is not None, f"no location: {error.message}"
+    assert os.path.realpath(error.loc.file) == os.path.realpath(inspect.getsourcefile(where))
+    assert error.loc.line == line, f"points at line {error.loc.line} instead of {line}: {error.message}"
+    if case.at is not None:
+        assert error.loc.col == text.index(case.at), f"points at column {error.loc.col + 1}: {error.message}"
+    for words in case.says:
+        assert words in error.message
+    # One readable error: `file:line:col: error: message`, the line, a caret under the column
+    rendered = str(error).splitlines()
+    assert rendered[0] == f"{error.loc.file}:{line}:{error.loc.col + 1}: error: {error.message.splitlines()[0]}"
+    assert text.strip() in rendered[1]
+    assert rendered[2] == "    " + " " * error.loc.col + "^"
+    # ... that does not chain an xDSL exception (what --traceback would show)
+    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    assert not isinstance(cause, VerifyException)
+    return error
+
+
+def cases(*items: Case) -> Any:
+    return pytest.mark.parametrize("case", items, ids=[c.id for c in items])
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+@cases(
+    Case(bad.mma_k_mismatch, ["mma_AB", "mismatch", "rt[bf16, 16, 32]", "rt[bf16, 64, 16]"], at="mma_AB("),
+    Case(bad.mma_accumulator_shape, ["mma_ABt", "accumulator", "rt[f32, 16, 64]", "16x32"], at="mma_ABt("),
+    Case(bad.mm_k_mismatch, ["_AtB", "mismatch"], at="mm_AtB("),
+    Case(bad.elementwise_shape, ["mul", "shape mismatch", "rt[f32, 16, 32]", "rt[f32, 32, 32]"], at="a * b"),
+    Case(bad.row_vector_length, ["sub_row", "16 rows", "rv[f32, 32]"], at="sub_row("),
+    Case(bad.tile_minus_vector, ["rv[f32, 16]", "sub_row", "sub_col"], at="a - row_max"),
+)
+def test_shape_mismatch(case: Case) -> None:
+    check(case)
+
+
+@cases(
+    Case(bad.mma_ab_dtypes, ["mma_AB", "dtype mismatch", "rt[bf16, 16, 32]", "rt[f16, 32, 16]"], at="mma_AB("),
+    Case(bad.mma_f32_inputs, ["mma_ABt", "bf16 or f16", ".to(bf16)"], at="mma_ABt("),
+    Case(bad.elementwise_dtypes, ["add", "dtype mismatch", "rt[bf16, 16, 32]", "rt[f32, 16, 32]", ".to("], at="a + b"),
+    Case(bad.shared_copy_converts, ["gl[bf16, 2]", "st[f32, 64, 64]", "convert in registers"], at="load("),
+)
+def test_dtype_mismatch(case: Case) -> None:
+    check(case)
+
+
+@cases(
+    Case(bad.tile_not_multiple_of_16, ["rt[bf16, 16, 24]", "multiples of 16", "rt[bf16, 16, 32]"], at="rt[bf16, 16"),
+    Case(bad.vector_size_from_constant, ["rv[f32, 20]", "multiples of 16", "rv[f32, 32]"], at="rv[f32, N]"),
+    Case(bad.spec_outside_kernel, ["st[bf16, 64, 100]", "multiples of 16", "st[bf16, 64, 112]"], at="st["),
+)
+def test_tile_not_multiple_of_16(case: Case) -> None:
+    check(case)
+
+
+def test_tile_size_from_a_constant_override_points_at_the_shipped_kernel() -> None:
+    from tkc.kernels import gemm
+
+    with pytest.raises(TkcError) as info:
+        gemm.gemm_kernel.build("sm_80", BK=24)
+    error = info.value
+    lines = open(gemm.__file__).read().splitlines()
+    assert os.path.realpath(error.loc.file) == os.path.realpath(gemm.__file__)
+    assert "st[bf16, BM, BK]" in lines[error.loc.line - 1]
+    assert "st[bf16, 128, 24]" in error.message and "multiples of 16" in error.message
+
+
+@cases(
+    Case(bad.shared_192kb, ["sm_80", "163 KB", "192 KB", "st[bf16, 128, 256]"], at="load(", target="sm_80"),
+    Case(bad.shared_256kb, ["sm_90a", "227 KB", "256 KB", "st[bf16, 128, 256]"], at="empty(", target="sm_90a"),
+)
+def test_shared_memory_over_budget(case: Case) -> None:
+    check(case)
+
+
+def test_shared_memory_budget_depends_on_the_target() -> None:
+    bad.shared_192kb().build("sm_90a")  # 192 KB fit in sm_90a's 227 KB
+
+
+@cases(
+    Case(bad.unknown_name, ["unknown name `exp3`", "did you mean `exp"], at="exp3"),
+    Case(bad.unknown_name_no_match, ["unknown name `qqqqqq`"], at="qqqqqq"),
+    Case(bad.unknown_tile_method, ["rt[f32, 16, 16] has no attribute `sum`"], at="a.sum"),
+    Case(bad.unknown_module_attribute, ["module `tkc` has no attribute `exp3`"], at="tkc.exp3"),
+    Case(bad.operator_not_on_tiles, ["`//` is not defined on tiles"], at="a // 2"),
+    Case(bad.matmul_operator, ["`@` is not defined on tiles", "mm_AB(a, b)"], at="a @ a"),
+    Case(bad.python_function_on_runtime_value, ["`sqrt` is not a tkc op", "@tkc.func"], at="math.sqrt"),
+    Case(bad.error_inside_helper, ["unknown name `exp3`"], at="exp3", where=bad.bad_helper),
+)
+def test_unknown_name_or_op(case: Case) -> None:
+    check(case)
+
+
+@cases(
+    Case(bad.loop_tile_changes_dtype, ["`acc` changes type in the loop", "rt[f32, 16, 16]", "rt[bf16, 16, 16]"],
+         at="acc"),
+    Case(bad.loop_int_becomes_float, ["`total` changes type", "run-time int", "run-time float"], at="total"),
+    Case(bad.loop_changes_compile_time_value, ["`spec`", "compile-time value", "run-time loop"], at="spec"),
+    Case(bad.branch_types_differ, ["`y` has a different type in each branch", "rt[bf16, 16, 16]", "rt[f32, 16, 16]"],
+         at="y"),
+    Case(bad.branch_changes_tuple, ["`t` holds (3, 4)", "cannot change at run time"], at="t ="),
+    Case(bad.assigned_in_one_branch, ["`y` is not defined here", "only one branch"], at="y + 1"),
+    Case(bad.assigned_only_in_loop, ["`t` is not defined here", "only inside the loop"], at="t  #"),
+)
+def test_value_changes_type_across_loop_or_branch(case: Case) -> None:
+    check(case)
+
+
+@cases(
+    Case(bad.while_loop, ["`while` loop is not supported", "for i in range(n)"], at="while"),
+    Case(bad.lambda_, ["lambda is not supported", "@tkc.func"], at="lambda"),
+    Case(bad.break_, ["`break` is not supported"], at="break"),
+    Case(bad.continue_, ["`continue` is not supported"], at="continue"),
+    Case(bad.list_comprehension, ["list comprehension is not supported", "`for` loop"], at="["),
+    Case(bad.with_block, ["`with` block is not supported"], at="with"),
+    Case(bad.try_block, ["`try` block is not supported"], at="try"),
+    Case(bad.nested_def, ["nested function is not supported", "@tkc.func"], at="def"),
+    Case(bad.walrus, ["`:=` is not supported"], at="y :="),
+    Case(bad.for_else, ["`for ... else` is not supported"], at="for"),
+    Case(bad.raise_, ["`raise` is not supported", "assert"], at="raise"),
+    Case(bad.import_in_kernel, ["`import` is not supported", "top of the file"], at="import"),
+    Case(bad.dict_literal, ["dict is not supported"], at="{"),
+    Case(bad.starred_assignment, ["`*` unpacking", "not supported"], at="x, *rest"),
+    Case(bad.assign_into_tile, ["cannot be assigned into", "store("], at="a[0]"),
+    Case(bad.assign_attribute, ["cannot assign to an attribute"], at="a.dtype"),
+    Case(bad.kernel_returns_value, ["returns nothing", "store"], at="return"),
+    Case(bad.kernel_returns_in_runtime_branch, ["`return` inside a run-time loop or branch", "`else:`"], at="return"),
+    Case(bad.kernel_returns_in_runtime_loop, ["`return` inside a run-time loop or branch"], at="return"),
+    Case(bad.return_in_runtime_branch, ["`return` inside a run-time", "not supported"], at="return",
+         where=bad.helper_returns_in_branch),
+    Case(bad.recursion, ["recurses too deeply"], at="recursive_helper(", where=bad.recursive_helper),
+    Case(bad.async_kernel, ["plain `def`", "async def"], at="async"),
+    Case(bad.kernel_calls_kernel, ["cannot call the kernel `inner`", "@tkc.func"], at="inner("),
+)
+def test_unsupported_python(case: Case) -> None:
+    check(case)
+
+
+@cases(
+    Case(bad.too_many_arguments, ["exp(x)", "too many positional arguments"], at="exp("),
+    Case(bad.missing_accumulator, ["mma_AB(a, b, c)", "missing a required argument: 'c'"], at="mma_AB("),
+    Case(bad.unknown_keyword, ["zeros(spec)", "unexpected keyword argument 'fill'"], at="zeros("),
+    Case(bad.helper_missing_argument, ["plus_one(x)", "missing a required argument: 'x'"], at="plus_one("),
+    Case(bad.range_four_arguments, ["range expected 1 to 3 arguments, got 4"], at="for"),
+    Case(bad.load_index_count, ["gl[bf16, 2] takes 2 indices, got 3"], at="load("),
+    Case(bad.load_without_type, ["needs the type to load", "rt["], at="load("),
+    Case(bad.unpack_count, ["cannot unpack 3 values into 2 names"], at="x, y"),
+)
+def test_wrong_argument_count(case: Case) -> None:
+    check(case)
+
+
+@cases(
+    Case(bad.store_swapped_global, ["store(dst, src, index)", "destination comes first"], at="store("),
+    Case(bad.store_swapped_shared, ["store(dst, src, index)", "destination comes first"], at="store("),
+    Case(bad.store_shared_into_shared, ["must be in registers", "load("], at="store("),
+)
+def test_store_with_swapped_arguments(case: Case) -> None:
+    check(case)
+
+
+@cases(
+    Case(bad.runtime_tile_size, ["known at compile time", "`n` is a run-time value", "const"], at="rt[f32, 16, n]"),
+    Case(bad.runtime_fill_value, ["full's value must be a compile-time number", "run-time float"], at="full("),
+    Case(bad.runtime_assert, ["`assert` needs a compile-time condition"], at="assert"),
+    Case(bad.runtime_static_assert, ["static_assert needs a compile-time condition"], at="static_assert("),
+    Case(bad.runtime_loop_step, ["positive compile-time step"], at="for"),
+    Case(bad.runtime_index_into_tuple, ["cannot be indexed with a run-time value"], at="t[n]"),
+)
+def test_runtime_value_where_compile_time_needed(case: Case) -> None:
+    check(case)
+
+
+@cases(
+    Case(decl.annotation_not_a_type, ["parameter `B`", "list is not gl[dtype, rank], int, float or const"], at="B:"),
+    Case(decl.annotation_missing, ["parameter `B` needs an annotation", "gl[dtype, rank]"], at="B)"),
+    Case(decl.annotation_register_tile, ["parameter `A`", "rt[bf16, 16, 16] is not gl[dtype, rank]"], at="A:"),
+    Case(decl.annotation_gl_without_rank, ["gl[dtype, rank]", "gl[bf16, 4]"], at="gl[bf16]"),
+    Case(decl.annotation_gl_rank_too_big, ["gl rank must be between 1 and 8, got 9"], at="gl[bf16, 9]"),
+    Case(decl.annotation_bool, ["parameter `flag`", "bool is not gl[dtype, rank]"], at="flag"),
+    Case(decl.annotation_unevaluable_string, ["parameter `B`", "cannot evaluate its annotation", "bfloat"], at="B:"),
+    Case(decl.default_on_runtime_parameter, ["parameter `n`", "only `const` parameters take defaults"], at="n:"),
+    Case(decl.star_args, ["parameter `rest`", "*args"]),
+)
+def test_bad_parameter_annotations(case: Case) -> None:
+    check(case)
+
+
+def test_constant_without_default() -> None:
+    error = check(Case(decl.constant_without_default, ["constant `D` has no default", "D: const = ", "-D D="], at="D:"))
+    assert "kernel `k`" in error.message
+    decl.constant_without_default().build("sm_80", D=64)  # a value when compiling is enough
+
+
+@cases(
+    Case(decl.unknown_constant, ["constant named X", "they declare D"], at="def", constants={"X": 1}),
+    Case(decl.unknown_constant_none_declared, ["constant named X", "declare none"], at="def", constants={"X": 1}),
+)
+def test_unknown_constant(case: Case) -> None:
+    check(case)
+
+
+@cases(
+    Case(decl.needs_sm90a, ["needs sm_90a", "cannot compile for sm_80", "--target sm_90a"], at='min_target="sm_90a"',
+         target="sm_80"),
+    Case(decl.unknown_min_target, ["min_target", "sm_80, sm_90a", "'sm_75'"], at='min_target="sm_75"'),
+    Case(decl.bad_warps, ["warps", "1 to 32", "got 0"], at="warps=0"),
+    Case(decl.unknown_decorator_argument, ["warps=", "min_target=", "not wraps="], at="tkc.kernel("),
+)
+def test_target_and_decorator(case: Case) -> None:
+    check(case)
+
+
+def test_sm90a_kernel_builds_for_sm90a() -> None:
+    module = decl.needs_sm90a().build("sm_90a")
+    assert module.attributes["tkc.target"].data == "sm_90a"
+
+
+@cases(
+    Case(decl.op_outside_kernel, ["`exp` can only be used inside an @tkc.kernel"], at="exp("),
+    Case(decl.kernel_called_directly, ["k.interpret(", "grid"], at="k(None)"),
+    Case(decl.helper_called_directly, ["@tkc.func `identity` can only be called from a kernel"], at="identity("),
+)
+def test_language_outside_a_kernel(case: Case) -> None:
+    check(case)
+
+
+@cases(
+    Case(bad.shared_tile_in_mma, ["must be in registers", "load"], at="mma_AB("),
+    Case(bad.compare_tiles, ["tiles cannot be compared"], at="a > 0"),
+    Case(bad.float_condition, ["float cannot be a condition", "x != 0.0"], at="1 if x"),
+    Case(bad.shape_dimension_out_of_range, ["gl[f32, 2].shape has no dimension 2", "0 to 1"], at="A.shape[2]"),
+    Case(bad.failed_static_assert, ["D must be 64 or 128, got 96"], at="static_assert("),
+    Case(bad.constant_does_not_fit_int32, ["1099511627776 does not fit in a 32-bit int"], at="n + 2**40"),
+    Case(bad.compile_time_division_by_zero, ["64 (a compile-time int) // 0", "division"], at="64 // D"),
+)
+def test_other_misuse(case: Case) -> None:
+    check(case)
+
+
+def test_every_case_is_tested() -> None:
+    """A case added to bad_kernels.py or bad_declarations.py without an entry here would never run."""
+    tested = set()
+    for obj in globals().values():
+        for mark in getattr(obj, "pytestmark", []):
+            if mark.name == "parametrize":
+                tested |= {c.fn for c in mark.args[1]}
+    source = inspect.getsource(inspect.getmodule(test_every_case_is_tested))
+    untested = []
+    for module, prefix in ((bad, "bad"), (decl, "decl")):
+        for name, fn in vars(module).items():
+            if inspect.isfunction(fn) and fn.__module__ == module.__name__ and fn not in tested:
+                if f"{prefix}.{name}(" not in source:
+                    untested.append(f"{prefix}.{name}")
+    assert not untested, f"cases without a test: {untested}"

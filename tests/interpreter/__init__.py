@@ -1,0 +1,1 @@
+"""Tests of the tile interpreter (tkc.interpreter): per-op semantics and control flow over lanes."""

@@ -1,0 +1,341 @@
+"""Register-tile and register-vector compute → `ptx` ops.
+
+Work is done on "slots": the f32 values a lane holds for a tile or vector (a 16-bit register holds two slots,
+low half first). Operands are unpacked to slots, one instruction family runs over the slots, and the result is
+packed back. Which slot of one value meets which slot of another (a row of a tile and its element of a row
+vector, the accumulator and operands of an mma) comes from the fragment tables (fragments.py) and must be the
+same in every lane, so each op is one table-driven `ptx.op`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
+from xdsl.ir import Attribute, SSAValue
+
+from tkc.backend import ptx
+from tkc.backend.fragments import LANES, is_packed, reduction_lanes, tile_fragment, vector_fragment
+from tkc.backend.index import LANE
+from tkc.errors import TkcError
+from tkc.ir import ops as t
+from tkc.ir.types import Layout, RegTileType, RegVecType
+from tkc.passes.lower_to_ptx import Imm, KernelLowering, handles
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+def slot_elements(type_: Attribute) -> np.ndarray:
+    """Tiles: int [lane, slot, 2] (row, col). Vectors: int [lane, slot] element index (-1 = padding)."""
+    if isinstance(type_, RegTileType):
+        return tile_fragment(type_).elements.reshape(LANES, -1, 2)
+    return vector_fragment(type_).elements  # type: ignore[arg-type]
+
+
+def nslots(type_: Attribute) -> int:
+    return slot_elements(type_).shape[1]
+
+
+def uniform_map(table: np.ndarray, what: str) -> np.ndarray:
+    """A [lane, i] table that must not depend on the lane → [i]."""
+    if not (table == table[:1]).all():
+        raise TkcError(f"internal: {what} differs between lanes (layouts disagree)")
+    return table[0]
+
+
+def _dtype(type_: Attribute) -> Attribute:
+    return type_.element_type  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Unpacking and packing
+
+
+def unpack(lw: KernelLowering, value: SSAValue, type_: Attribute) -> SSAValue:
+    """The slots of a register tile or vector as f32 values, one per register."""
+    dtype = _dtype(type_)
+    if isinstance(dtype, Float32Type):
+        return value
+    if isinstance(type_, RegVecType):
+        if isinstance(dtype, BFloat16Type):
+            return lw.op("shl.b32", "b32", value, Imm(16))  # type: ignore[return-value]
+        return lw.op("cvt.f32.f16", "b32", value)  # type: ignore[return-value]
+    n = ptx.count_of(value)
+    out = lw.emit(ptx.RegsOp("b32", 2 * n)).results[0]
+    lo, hi = np.arange(n) * 2, np.arange(n) * 2 + 1
+    if isinstance(dtype, BFloat16Type):
+        lw.op("shl.b32", None, value, Imm(16), into=out, dest=lo, n=n)
+        lw.op("and.b32", None, value, Imm(-65536), into=out, dest=hi, n=n)
+    else:
+        lw.op("cvt.f32.f16", None, value, into=out, dest=lo, n=n)
+        upper = lw.op("shr.b32", "b32", value, Imm(16))
+        lw.op("cvt.f32.f16", None, upper, into=out, dest=hi, n=n)
+    return out
+
+
+def pack(lw: KernelLowering, slots: SSAValue, type_: Attribute) -> SSAValue:
+    """f32 slots → the registers of a tile or vector of `type_`'s dtype (round to nearest even)."""
+    dtype = _dtype(type_)
+    if isinstance(dtype, Float32Type):
+        return slots
+    name = "bf16" if isinstance(dtype, BFloat16Type) else "f16"
+    if isinstance(type_, RegVecType):
+        if name == "bf16":  # cvt.rn.bf16.f32 wants a 16-bit register; the x2 form fills both halves
+            return lw.op("cvt.rn.bf16x2.f32", "b32", slots, slots)  # type: ignore[return-value]
+        return lw.op("cvt.rn.f16.f32", "b32", slots)  # type: ignore[return-value]
+    n = ptx.count_of(slots) // 2
+    idx = np.arange(n)
+    return lw.op(f"cvt.rn.{name}x2.f32", "b32", (slots, 2 * idx + 1), (slots, 2 * idx), n=n)  # type: ignore[return-value]
+
+
+def _fill_pattern(value: float, type_: Attribute) -> Imm:
+    dtype = _dtype(type_)
+    if isinstance(dtype, Float32Type):
+        return Imm(float(value))
+    if isinstance(dtype, BFloat16Type):
+        import ml_dtypes
+
+        bits = int(np.array(value, dtype=np.float32).astype(ml_dtypes.bfloat16).view(np.uint16))
+    else:
+        bits = int(np.array(value, dtype=np.float16).view(np.uint16))
+    if isinstance(type_, RegVecType):
+        return Imm(bits)
+    return Imm(bits | (bits << 16))
+
+
+@handles(t.FillOp)
+def lower_fill(lw: KernelLowering, op: t.FillOp) -> list[object] | None:
+    type_ = op.result.type
+    if not isinstance(type_, RegTileType | RegVecType):
+        from tkc.backend.lower_memory import lower_shared_fill
+
+        return lower_shared_fill(lw, op)
+    n = tile_fragment(type_).nregs if isinstance(type_, RegTileType) else vector_fragment(type_).nregs
+    return [lw.op("mov.b32", "b32", _fill_pattern(op.fill_value, type_), n=n)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Elementwise
+
+_UNARY = {
+    "exp2": ["ex2.approx.ftz.f32"],
+    "exp": ["mul.f32 LOG2E", "ex2.approx.ftz.f32"],
+    "log2": ["lg2.approx.ftz.f32"],
+    "log": ["lg2.approx.ftz.f32", "mul.f32 LN2"],
+    "abs": ["abs.f32"],
+    "relu": ["max.f32 ZERO"],
+    "neg": ["neg.f32"],
+    "sqrt": ["sqrt.rn.f32"],
+    "rsqrt": ["rsqrt.approx.ftz.f32"],
+    "tanh": ["tanh.approx.f32"],
+    "copy": [],
+}
+_CONSTANTS = {"LOG2E": Imm(LOG2E), "LN2": Imm(LN2), "ZERO": Imm(0.0)}
+_BINARY = {"add": "add.f32", "sub": "sub.f32", "mul": "mul.f32", "div": "div.rn.f32", "max": "max.f32", "min": "min.f32"}
+_REDUCE = {"max": "max.f32", "min": "min.f32", "sum": "add.f32", "prod": "mul.f32"}
+_IDENTITY = {"max": -np.inf, "min": np.inf, "sum": 0.0, "prod": 1.0}
+
+
+@handles(t.UnaryOp)
+def lower_unary(lw: KernelLowering, op: t.UnaryOp) -> list[object]:
+    type_ = op.result.type
+    x = unpack(lw, lw.value(op.input), type_)
+    for step in _UNARY[op.name.split(".")[1]]:
+        opcode, *extra = step.split()
+        x = lw.op(opcode, "b32", x, *(_CONSTANTS[e] for e in extra))  # type: ignore[assignment]
+    return [pack(lw, x, type_)]
+
+
+@handles(t.BinaryOp)
+def lower_binary(lw: KernelLowering, op: t.BinaryOp) -> list[object]:
+    type_ = op.result.type
+    operands = []
+    for v in (op.lhs, op.rhs):
+        value = lw.value(v)
+        operands.append(unpack(lw, value, type_) if isinstance(v.type, RegTileType | RegVecType) else value)
+    return [pack(lw, lw.op(_BINARY[op.fn], "b32", *operands, n=nslots(type_)), type_)]  # type: ignore[arg-type]
+
+
+def _vector_slot_map(tile_type: RegTileType, vec_type: RegVecType, axis: str) -> np.ndarray:
+    """For each slot of a tile, the slot of the vector holding its row's (or column's) element."""
+    tile = slot_elements(tile_type)[..., 0 if axis == "row" else 1]  # [lane, slot]
+    vec = slot_elements(vec_type)  # [lane, vslot]
+    match = tile[:, :, None] == vec[:, None, :]
+    if not match.any(axis=2).all():
+        raise TkcError("internal: a vector does not hold the elements its tile's lanes need")
+    return uniform_map(match.argmax(axis=2), "vector slot")
+
+
+@handles(t.BroadcastBinaryOp)
+def lower_broadcast_binary(lw: KernelLowering, op: t.BroadcastBinaryOp) -> list[object]:
+    type_ = op.result.type
+    tile = unpack(lw, lw.value(op.tile), type_)
+    vec = unpack(lw, lw.value(op.vec), op.vec.type)
+    vmap = _vector_slot_map(type_, op.vec.type, op.axis)
+    return [pack(lw, lw.op(_BINARY[op.fn], "b32", tile, (vec, vmap), n=nslots(type_)), type_)]  # type: ignore[arg-type]
+
+
+@handles(t.BroadcastOp)
+def lower_broadcast(lw: KernelLowering, op: t.BroadcastOp) -> list[object]:
+    type_ = op.result.type
+    vec = unpack(lw, lw.value(op.vec), op.vec.type)
+    vmap = _vector_slot_map(type_, op.vec.type, op.axis)
+    return [pack(lw, lw.op("mov.b32", "b32", (vec, vmap), n=nslots(type_)), type_)]  # type: ignore[arg-type]
+
+
+@handles(t.ConvertOp)
+def lower_convert(lw: KernelLowering, op: t.ConvertOp) -> list[object]:
+    return [pack(lw, unpack(lw, lw.value(op.input), op.input.type), op.result.type)]
+
+
+@handles(t.TransposeOp)
+def lower_transpose(lw: KernelLowering, op: t.TransposeOp) -> list[object]:
+    src, dst = op.input.type, op.result.type
+    if src.layout == dst.layout:
+        raise TkcError("internal: transpose must flip the layout (assign-layouts does this)")
+    return [lw.value(op.input)]  # the row layout of T is the col layout of Tᵀ: the same registers
+
+
+@handles(t.RelayoutOp)
+def lower_relayout(lw: KernelLowering, op: t.RelayoutOp) -> list[object]:
+    src, dst = op.input.type, op.result.type
+    value = lw.value(op.input)
+    if src.layout == dst.layout:
+        return [value]
+    if isinstance(src, RegTileType) and is_packed(src.element_type):
+        # Each 16-bit register holds one 8×8 block in mma fragment form; movmatrix transposes it in place.
+        src_el = tile_fragment(src).elements[0, :, 0]  # lane 0, low half: (row, col) per register
+        dst_el = tile_fragment(dst).elements[0, :, 0]
+        block_of_src = {(r // 8, c // 8): i for i, (r, c) in enumerate(src_el)}
+        source = np.array([block_of_src[(r // 8, c // 8)] for r, c in dst_el])
+        return [lw.op("movmatrix.sync.aligned.m8n8.trans.b16", "b32", (value, source), n=len(source))]
+    raise TkcError(
+        f"changing the layout of {src.spec()} from {src.layout.value} to {dst.layout.value} is not supported yet; "
+        "use it only in one role (or convert it to bf16 first)"
+    )
+
+
+def _affine_lane(values: np.ndarray) -> tuple[int, int, int]:
+    """values[lane] = c + a·(lane/4) + b·(lane%4), as (a, b, c); the fragment coordinates are of this form."""
+    c = int(values[0])
+    a = int(values[4] - values[0])
+    b = int(values[1] - values[0])
+    lane = np.arange(LANES)
+    if not (values == c + a * (lane // 4) + b * (lane % 4)).all():
+        raise TkcError("internal: a fragment coordinate is not affine in the lane")
+    return a, b, c
+
+
+@handles(t.TriangleOp)
+def lower_triangle(lw: KernelLowering, op: t.TriangleOp) -> list[object]:
+    type_ = op.result.type
+    x = unpack(lw, lw.value(op.input), type_)
+    el = slot_elements(type_)
+    diff = el[..., 1] - el[..., 0]  # col - row, [lane, slot]
+    a, b, _ = _affine_lane(diff[:, 0])
+    lane_part = lw.expr(LANE // 4 * a + LANE % 4 * b) if (a >= 0 and b >= 0) else _signed_lane(lw, a, b)
+    statics = diff[0] - diff[0, 0]
+    base0 = int(diff[0, 0])
+    for s in range(diff.shape[1]):
+        if not (diff[:, s] - diff[:, 0] == statics[s]).all():
+            raise TkcError("internal: tile mask offsets differ between lanes")
+    diagonal = lw.value(op.diagonal)
+    keep_cmp = "le" if isinstance(op, t.TrilOp) else "ge"
+    offsets = sorted(set(int(v) for v in statics))
+    shifts = [base0 + off for off in offsets]  # keep iff lane_part + shift <= diagonal ⇔ lane_part <= diagonal - shift
+    if isinstance(diagonal, Imm):
+        bounds: object = ptx.PerInstr([int(diagonal.value) - s for s in shifts])
+    else:
+        bounds = lw.op("sub.s32", "b32", diagonal, ptx.PerInstr(shifts), n=len(shifts))
+    preds = lw.op(f"setp.{keep_cmp}.s32", "pred", lw.reg(lane_part), bounds, n=len(shifts))
+    which = np.array([offsets.index(int(v)) for v in statics])
+    result = lw.op("selp.b32", "b32", x, Imm(float(op.fill_value)), (preds, which), n=diff.shape[1])
+    return [pack(lw, result, type_)]  # type: ignore[arg-type]
+
+
+def _signed_lane(lw: KernelLowering, a: int, b: int) -> SSAValue:
+    g = lw.expr(LANE // 4)
+    q = lw.expr(LANE % 4)
+    ga = lw.op("mul.lo.s32", "b32", g, Imm(a))
+    return lw.op("mad.lo.s32", "b32", q, Imm(b), ga)  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reductions
+
+
+def _reduce_slots(lw: KernelLowering, slots: SSAValue, groups: list[list[int]], opcode: str) -> SSAValue:
+    """out[i] = op over slots[groups[i]], as a chain of table-driven ops."""
+    depth = max(len(g) for g in groups)
+    if min(len(g) for g in groups) != depth:
+        raise TkcError("internal: uneven reduction groups")
+    acc = lw.op("mov.b32", "b32", (slots, np.array([g[0] for g in groups])), n=len(groups))
+    for j in range(1, depth):
+        acc = lw.op(opcode, "b32", acc, (slots, np.array([g[j] for g in groups])), n=len(groups))
+    return acc  # type: ignore[return-value]
+
+
+def _shuffle_reduce(lw: KernelLowering, acc: SSAValue, distances: tuple[int, ...], opcode: str) -> SSAValue:
+    for d in distances:
+        other = lw.op("shfl.sync.bfly.b32", "b32", acc, Imm(d), Imm(0x1F), Imm(-1))
+        acc = lw.op(opcode, "b32", acc, other)  # type: ignore[assignment]
+    return acc
+
+
+@handles(t.ReduceOp)
+def lower_reduce(lw: KernelLowering, op: t.ReduceOp) -> list[object]:
+    tile_type, vec_type = op.input.type, op.result.type
+    tile = unpack(lw, lw.value(op.input), tile_type)
+    vmap = _vector_slot_map(tile_type, vec_type, op.axis)  # tile slot → vector slot
+    groups = [list(np.nonzero(vmap == v)[0]) for v in range(nslots(vec_type))]
+    opcode = _REDUCE[op.fn]
+    acc = _reduce_slots(lw, tile, groups, opcode)
+    acc = _shuffle_reduce(lw, acc, reduction_lanes(vec_type.layout), opcode)
+    if op.acc is not None:
+        acc = lw.op(opcode, "b32", acc, unpack(lw, lw.value(op.acc), vec_type))  # type: ignore[assignment]
+    return [pack(lw, acc, vec_type)]
+
+
+@handles(t.VectorReduceOp)
+def lower_vector_reduce(lw: KernelLowering, op: t.VectorReduceOp) -> list[object]:
+    vec_type = op.input.type
+    slots = unpack(lw, lw.value(op.input), vec_type)
+    opcode = _REDUCE[op.fn]
+    el = slot_elements(vec_type)
+    n = el.shape[1]
+    if (el < 0).any():  # padding slots contribute the identity
+        counts = vector_fragment(vec_type).valid_lanes()
+        valid = lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(LANE)), ptx.PerInstr([int(c) for c in counts]), n=n)
+        slots = lw.op("selp.b32", "b32", slots, Imm(float(_IDENTITY[op.fn])), valid, n=n)  # type: ignore[assignment]
+    acc = _reduce_slots(lw, slots, [list(range(n))], opcode)
+    layout = vec_type.layout
+    distances = {Layout.ALIGN: (4, 8, 16), Layout.ORTHO: (1, 2)}.get(layout, (16, 8, 4, 2, 1))
+    return [_shuffle_reduce(lw, acc, distances, opcode)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# mma.sync m16n8k16
+
+
+@handles(t.MmaOp)
+def lower_mma(lw: KernelLowering, op: t.MmaOp) -> list[object]:
+    a_type, c_type = op.a.type, op.c.type
+    m, n = c_type.shape
+    k = a_type.shape[0] if op.transpose_a else a_type.shape[1]
+    kt, nt = k // 16, n // 16
+    rows = []
+    for i in range(m // 16):
+        for j in range(n // 8):
+            for kk in range(kt):
+                d = (i * nt + j // 2) * 8 + 4 * (j % 2) + np.arange(4)
+                a_regs = (i * kt + kk) * 4 + np.arange(4)
+                h = j % 2
+                b_regs = ((j // 2) * kt + kk) * 4 + np.array([h, 2 + h])
+                rows.append(np.concatenate([d, a_regs, b_regs, d]))
+    dtype = "bf16" if isinstance(a_type.element_type, BFloat16Type) else "f16"
+    if not isinstance(a_type.element_type, BFloat16Type | Float16Type):
+        raise TkcError(f"mma needs bf16 or f16 operands, got {a_type.spec()}")
+    shape = f"m16n8k16.row.col.f32.{dtype}.{dtype}.f32"
+    a_regs_value, b_value, c_value = (lw.reg(lw.value(v)) for v in (op.a, op.b, op.c))
+    result = lw.emit(ptx.MmaOp(shape, a_regs_value, b_value, c_value, np.array(rows))).results[0]
+    return [result]

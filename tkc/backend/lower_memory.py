@@ -1,0 +1,713 @@
+"""Loads, stores and copies → `ptx` ops: global ↔ registers, global → shared (cp.async), shared ↔ registers
+(ldmatrix, ld/st.shared), shared → global, and the rings of pipelined loops.
+
+Register tiles and vectors move in "runs": consecutive slots (fragments.py) that sit next to each other in a row
+become one vector access, as wide as the tensor's alignment allows. Global addresses are a per-thread base plus a
+row offset (a register per distinct row) plus an immediate column offset; shared addresses come from the
+swizzle formula (shared_layout.py) written once as an index expression, with accesses that differ by a constant
+sharing one base register. Out-of-bounds global accesses are predicated off (loads read zeros).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import Float32Type, IntegerAttr
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from tkc.backend import ptx
+from tkc.backend.fragments import LANES, is_packed, tile_fragment, vector_fragment
+from tkc.backend.index import LANE, TID, Const, Expr, Leaf, share_bases
+from tkc.backend.lower_compute import pack, unpack
+from tkc.backend.shared_layout import conflict_degree, tile_offset
+from tkc.errors import TkcError
+from tkc.ir import async_ops as a
+from tkc.ir import ops as t
+from tkc.ir.types import GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType, element_bytes
+from tkc.passes.allocate_shared import OFFSET_ATTR
+from tkc.passes.lower_to_ptx import GlobalRef, Imm, KernelLowering, RingRef, SharedRef, handles
+
+# --------------------------------------------------------------------------------------------------------------
+# Runs of slots
+
+
+@dataclass(frozen=True)
+class Run:
+    start: int  # first slot
+    length: int  # slots
+    nbytes: int
+    reg: int  # first register of the bundle (a 16-bit half run: the register holding it)
+    half: int  # for a one-slot run of a packed tile: which half
+
+    def ptx_type_and_vec(self, packed: bool) -> tuple[str, int]:
+        if packed:
+            return ("b16", 1) if self.length == 1 else ("b32", self.length // 2)
+        return ("b16" if self.nbytes // self.length == 2 else "b32", self.length)
+
+
+def slot_coords(type_: Attribute) -> np.ndarray:
+    """[lane, slot, 2] (row, col) of every slot; vectors are one row (padding slots continue the pattern)."""
+    if isinstance(type_, RegTileType):
+        return tile_fragment(type_).elements.reshape(LANES, -1, 2)
+    el = vector_fragment(type_).positions  # type: ignore[arg-type]
+    return np.stack([np.zeros_like(el), el], axis=-1)
+
+
+def padding_guard(lw: KernelLowering, type_: Attribute, runs: list[Run]) -> SSAValue | None:
+    """For a vector with padding slots: per run, whether this lane holds real elements (else None)."""
+    if not isinstance(type_, RegVecType):
+        return None
+    counts = vector_fragment(type_).valid_lanes()
+    if (counts == LANES).all():
+        return None
+    lane = lw.reg(lw.expr(LANE))
+    return lw.op("setp.lt.u32", "pred", lane, ptx.PerInstr([int(counts[r.start]) for r in runs]), n=len(runs))  # type: ignore[return-value]
+
+
+def plan_runs(type_: Attribute, coords: np.ndarray, max_bytes: int) -> list[Run]:
+    """Split the slots into the widest aligned accesses: consecutive slots in one row, consecutive columns,
+    at most `max_bytes`, whose start column is aligned to the access size in every lane."""
+    e = element_bytes(type_.element_type)  # type: ignore[attr-defined]
+    packed = isinstance(type_, RegTileType) and is_packed(type_.element_type)
+    n = coords.shape[1]
+    runs: list[Run] = []
+    s = 0
+    while s < n:
+        best = 1
+        length = 2
+        while length * e <= max_bytes and s + length <= n and length <= (8 if packed else 4):
+            block = coords[:, s:s + length]
+            contiguous = (block[:, :, 0] == block[:, :1, 0]).all() and (
+                block[:, :, 1] == block[:, :1, 1] + np.arange(length)).all()
+            aligned = ((block[:, 0, 1] * e) % (length * e) == 0).all()
+            whole_regs = not packed or s % 2 == 0
+            if not (contiguous and aligned and whole_regs):
+                break
+            best = length
+            length *= 2
+        if packed and best == 1:
+            runs.append(Run(s, 1, e, s // 2, s % 2))
+        elif packed:
+            runs.append(Run(s, best, best * e, s // 2, 0))
+        else:
+            runs.append(Run(s, best, best * e, s, 0))
+        s += best
+    return runs
+
+
+def _register_type(value_type: Attribute, element: Attribute) -> Attribute:
+    return value_type.with_element(element)  # type: ignore[attr-defined]
+
+
+def _nregs(type_: Attribute) -> int:
+    if isinstance(type_, RegTileType):
+        return tile_fragment(type_).nregs
+    return vector_fragment(type_).nregs  # type: ignore[arg-type]
+
+
+def _affine(values: np.ndarray) -> tuple[int, int, int]:
+    """values[lane] = c + a·(lane // 4) + b·(lane % 4)."""
+    lane = np.arange(LANES)
+    c, a_, b_ = int(values[0]), int(values[4] - values[0]), int(values[1] - values[0])
+    if (values == c + a_ * (lane // 4) + b_ * (lane % 4)).all():
+        return a_, b_, c
+    raise TkcError("internal: slot coordinates are not affine in the lane")
+
+
+def _lane_expr(a_: int, b_: int) -> Expr:
+    return LANE // 4 * a_ + LANE % 4 * b_
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Shared buffers
+
+
+def shared_base(lw: KernelLowering, offset: int) -> SSAValue:
+    key = f"smem+{offset}"
+    if key not in lw.hoisted:
+        saved, lw.body = lw.body, lw.prologue
+        try:
+            lw.hoisted[key] = lw.op("add.s32", "b32", lw.smem, Imm(offset), n=1)  # type: ignore[assignment]
+        finally:
+            lw.body = saved
+    return lw.hoisted[key]
+
+
+def _offset_of(op: Operation) -> int:
+    attr = op.attributes.get(OFFSET_ATTR)
+    if not isinstance(attr, IntegerAttr):
+        raise TkcError("internal: shared buffer without an offset (run allocate-shared first)")
+    return attr.value.data
+
+
+def _add_address(lw: KernelLowering, base: SSAValue, offset: Any) -> SSAValue:
+    if isinstance(offset, Imm) and offset.value == 0:
+        return base
+    return lw.op("add.s32", "b32", base, offset, n=1)  # type: ignore[return-value]
+
+
+def _coord_env(lw: KernelLowering, coords: list[Any], names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run-time coordinates become leaves of index expressions; constants are substituted."""
+    regs, consts = {}, {}
+    for name, c in zip(names, coords):
+        if isinstance(c, Imm):
+            consts[name] = int(c.value)
+        else:
+            regs[name] = c
+    return regs, consts
+
+
+def _shared_accesses(lw: KernelLowering, exprs: list[Expr], ranges: dict[str, int], regs: dict[str, Any],
+                     buffer: SSAValue) -> tuple[SSAValue, np.ndarray, np.ndarray]:
+    """Address registers (one per distinct base) and, per access, (base index, immediate offset)."""
+    env = {"lane": np.arange(LANES).reshape((LANES,) + (1,) * len(ranges)), "tid": None, "warp": None}
+    for axis, (name, size) in enumerate(ranges.items()):
+        env[name] = np.arange(size).reshape((1,) + (1,) * axis + (size,) + (1,) * (len(ranges) - axis - 1))
+    env = {k: v for k, v in env.items() if v is not None}
+    shared = share_bases(exprs, env)
+    bases = [_add_address(lw, buffer, lw.expr(b, regs)) for b in shared.bases]
+    bundle = _bundle(lw, bases, "b32")
+    return bundle, shared.base, shared.offset
+
+
+def _bundle(lw: KernelLowering, values: list[Any], cls: str) -> SSAValue:
+    """Gather single registers (or immediates) into one bundle (no instructions if there is one register)."""
+    if len(values) == 1 and isinstance(values[0], SSAValue):
+        return values[0]
+    out = lw.emit(ptx.RegsOp(cls, len(values))).results[0]
+    for i, v in enumerate(values):
+        lw.op(f"mov.{cls}", None, v, into=out, dest=np.array([i]), n=1)
+    return out
+
+
+def _subtile_exprs(st_type: Any, tile_shape: tuple[int, ...], rows: Expr, cols: Expr) -> Expr:
+    if isinstance(st_type, SharedVecType):
+        return cols * element_bytes(st_type.element_type)
+    return tile_offset(st_type, rows, cols)  # type: ignore[return-value]
+
+
+def _coord_leaves(lw: KernelLowering, coords: list[Any], outer: tuple[int, ...], inner: tuple[int, ...]) -> tuple[list[Expr], dict[str, int], dict[str, Any]]:
+    """Index expressions for the sub-tile coordinates, their ranges, and the registers behind them."""
+    exprs: list[Expr] = []
+    ranges: dict[str, int] = {}
+    regs: dict[str, Any] = {}
+    for d, (c, o, i) in enumerate(zip(coords, outer, inner)):
+        if isinstance(c, Imm):
+            exprs.append(Const(int(c.value)))
+        else:
+            name = f"c{d}"
+            exprs.append(Leaf(name))
+            ranges[name] = o // i
+            regs[name] = c
+    return exprs, ranges, regs
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Shared → registers
+
+
+_LDMATRIX_BLOCKS = {False: [(0, 0), (1, 0), (0, 1), (1, 1)], True: [(0, 0), (0, 1), (1, 0), (1, 1)]}
+
+
+def _ldmatrix_plan(rt_type: RegTileType) -> tuple[bool, list[tuple[int, int, np.ndarray]]]:
+    """(trans, [(si, sj, dest regs of its 4 matrices)]) for loading a 16-bit register tile with ldmatrix.x4."""
+    frag = tile_fragment(rt_type)
+    trans = rt_type.layout.value == "col"
+    lane0 = frag.elements[0, :, 0]  # (row, col) of each register's low half in lane 0: a block's corner
+    reg_of_block = {(int(r) // 8, int(c) // 8): i for i, (r, c) in enumerate(lane0)}
+    plan = []
+    for si in range(frag.rows // 16):
+        for sj in range(frag.cols // 16):
+            regs = [reg_of_block[(2 * si + br, 2 * sj + bc)] for br, bc in _LDMATRIX_BLOCKS[trans]]
+            plan.append((si, sj, np.array(regs)))
+    return trans, plan
+
+
+def _ldmatrix_lane(trans: bool) -> tuple[Expr, Expr]:
+    """Row and column, within a 16×16 sub-tile, of the row address lane l supplies."""
+    m = LANE // 8
+    br, bc = (LANE // 16, m % 2) if trans else (m % 2, LANE // 16)
+    return br * 8 + LANE % 8, bc * 8
+
+
+def _lower_ldmatrix(lw: KernelLowering, ref: SharedRef, rt_type: RegTileType, coords: list[Any]) -> SSAValue:
+    st_type = ref.type
+    trans, plan = _ldmatrix_plan(rt_type)
+    cexprs, ranges, regs = _coord_leaves(lw, coords, st_type.shape, rt_type.shape)
+    lane_row, lane_col = _ldmatrix_lane(trans)
+    exprs = []
+    for si, sj, _ in plan:
+        row = cexprs[0] * rt_type.shape[0] + lane_row + 16 * si
+        col = cexprs[1] * rt_type.shape[1] + lane_col + 16 * sj
+        exprs.append(tile_offset(st_type, row, col))
+    bundle, base_of, offset = _shared_accesses(lw, exprs, ranges, regs, ref.addr)
+    dest = np.stack([p[2] for p in plan])
+    result_type = ptx.regs("b32", tile_fragment(rt_type).nregs)
+    return lw.emit(ptx.LdmatrixOp(4, trans, bundle, base_of, offset, dest, result_type)).results[0]
+
+
+def _run_exprs(container: Any, runs: list[Run], coords: np.ndarray, cexprs: list[Expr], inner: tuple[int, ...]) -> list[Expr]:
+    """Shared-memory byte offsets of each run's first element, as expressions of the lane and coordinates."""
+    exprs = []
+    for run in runs:
+        ra, rb, rc = _affine(coords[:, run.start, 0])
+        ca, cb, cc = _affine(coords[:, run.start, 1])
+        if isinstance(container, SharedVecType):
+            col = cexprs[-1] * inner[-1] + _lane_expr(ca, cb) + cc
+            exprs.append(col * element_bytes(container.element_type))
+        else:
+            row = cexprs[0] * inner[0] + _lane_expr(ra, rb) + rc
+            col = cexprs[1] * inner[1] + _lane_expr(ca, cb) + cc
+            exprs.append(tile_offset(container, row, col))  # type: ignore[arg-type]
+    return exprs
+
+
+def _shared_run_access(lw: KernelLowering, ref: SharedRef, reg_type: Attribute, coords_values: list[Any],
+                       max_bytes: int = 16) -> tuple[list[Run], SSAValue, np.ndarray, np.ndarray, SSAValue | None]:
+    container = ref.type
+    inner = reg_type.shape  # type: ignore[attr-defined]
+    coords = slot_coords(reg_type)
+    runs = plan_runs(reg_type, coords, max_bytes)
+    cexprs, ranges, regs = _coord_leaves(lw, coords_values, container.shape, inner)
+    exprs = _run_exprs(container, runs, coords, cexprs, inner)
+    bundle, base_of, offset = _shared_accesses(lw, exprs, ranges, regs, ref.addr)
+    return runs, bundle, base_of, offset, padding_guard(lw, reg_type, runs)
+
+
+def _load_runs(lw: KernelLowering, space: str, reg_type: Attribute, runs: list[Run], addr: SSAValue,
+               base_of: np.ndarray, offset: np.ndarray, guard: SSAValue | None = None,
+               guard_index: np.ndarray | None = None) -> SSAValue:
+    """Registers of `reg_type` (in memory's dtype) loaded by `runs`; packed halves are merged with prmt."""
+    packed = isinstance(reg_type, RegTileType) and is_packed(reg_type.element_type)
+    nregs = _nregs(reg_type)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, run in enumerate(runs):
+        groups.setdefault(run.ptx_type_and_vec(packed), []).append(i)
+    if packed and all(run.length == 1 for run in runs):
+        halves = lw.emit(ptx.LoadOp(space, "b16", 1, addr, base_of, offset, np.arange(len(runs)),
+                                    ptx.regs("b32", len(runs)), guard, guard_index)).results[0]
+        lo = np.array([i for i, r in enumerate(runs) if r.half == 0])
+        hi = np.array([i for i, r in enumerate(runs) if r.half == 1])
+        order_lo = [runs[i].reg for i in lo]
+        order_hi = {runs[i].reg: i for i in hi}
+        return lw.op("prmt.b32", "b32", (halves, lo), (halves, np.array([order_hi[r] for r in order_lo])),
+                     Imm(0x5410), n=len(lo))  # type: ignore[return-value]
+    if len(groups) != 1:
+        raise TkcError("internal: a register tile needs accesses of several widths")
+    (ptx_type, vec), = groups
+    dest = np.array([run.reg for run in runs])
+    gi = guard_index if guard is not None else None
+    return lw.emit(ptx.LoadOp(space, ptx_type, vec, addr, base_of, offset, dest, ptx.regs("b32", nregs),
+                              guard, gi)).results[0]
+
+
+def _store_runs(lw: KernelLowering, space: str, reg_type: Attribute, value: SSAValue, runs: list[Run], addr: SSAValue,
+                base_of: np.ndarray, offset: np.ndarray, guard: SSAValue | None = None,
+                guard_index: np.ndarray | None = None) -> None:
+    packed = isinstance(reg_type, RegTileType) and is_packed(reg_type.element_type)
+    if packed and all(run.length == 1 for run in runs):
+        upper = lw.op("shr.b32", "b32", value, Imm(16))
+        for half, source in ((0, value), (1, upper)):
+            sel = np.array([i for i, r in enumerate(runs) if r.half == half])
+            lw.emit(ptx.StoreOp(space, "b16", 1, addr, base_of[sel], offset[sel], source,
+                                np.array([runs[i].reg for i in sel]), guard,
+                                guard_index[sel] if guard is not None else None))  # type: ignore[index]
+        return
+    ptx_type, vec = runs[0].ptx_type_and_vec(packed)
+    lw.emit(ptx.StoreOp(space, ptx_type, vec, addr, base_of, offset, value, np.array([r.reg for r in runs]),
+                        guard, guard_index if guard is not None else None))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Global ↔ registers
+
+
+def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords: list[Any]):
+    """Runs, address bundle (b64), per-run (base, offset), and guard predicates for a register tile/vector at
+    tile coordinates `coords` of global tensor g. A run's row and column are this lane's part (shared by every
+    run) plus a constant: one address register per distinct row constant, the column constant an immediate."""
+    mem_type = _register_type(reg_type, g.type.element_type)
+    e = element_bytes(g.type.element_type)
+    tile_shape = reg_type.shape  # type: ignore[attr-defined]
+    k = len(tile_shape)
+    sc = slot_coords(mem_type)
+    runs = plan_runs(mem_type, sc, min(16, g.align))
+    rank = g.type.rank
+    lead, tile_coords = coords[:-k], coords[-k:]
+    parts = {axis: {_affine(sc[:, run.start, axis])[:2] for run in runs} for axis in (0, 1)}
+    if len(parts[0]) != 1 or len(parts[1]) != 1:
+        raise TkcError("internal: the runs of a tile do not share a per-lane position")
+    (ra, rb), (ca, cb) = next(iter(parts[0])), next(iter(parts[1]))
+    row_statics = [_affine(sc[:, run.start, 0])[2] for run in runs]
+    col_statics = [_affine(sc[:, run.start, 1])[2] for run in runs]
+    row0 = _add_i32(lw, _mul_imm(lw, tile_coords[0], tile_shape[0]), lw.expr(_lane_expr(ra, rb))) if k == 2 else Imm(0)
+    col0 = _add_i32(lw, _mul_imm(lw, tile_coords[-1], tile_shape[-1]), lw.expr(_lane_expr(ca, cb)))
+    ptr = g.ptr
+    ok_lead = None
+    for d, idx in enumerate(lead):
+        ptr = _mad64(lw, idx, g.strides[d], ptr)
+        p = lw.op("setp.lt.u32", "pred", lw.reg(idx), g.dims[d], n=1)
+        ok_lead = p if ok_lead is None else lw.op("and.pred", "pred", ok_lead, p, n=1)
+    if k == 2:
+        ptr = _mad64(lw, row0, g.strides[rank - 2], ptr)
+    ptr = _mad64(lw, col0, g.strides[rank - 1], ptr)
+    distinct_rows = sorted(set(row_statics))
+    row_ptrs = [_mad64(lw, Imm(r), g.strides[rank - 2], ptr) if k == 2 else ptr for r in distinct_rows]
+    addr = _bundle(lw, row_ptrs, "b64")
+    base_of = np.array([distinct_rows.index(r) for r in row_statics])
+    offset = np.array([c * e for c in col_statics])
+    distinct_cols = sorted(set(col_statics))
+    cols_ok = _bounds(lw, col0, distinct_cols, g.dims[rank - 1])
+    ci = np.array([distinct_cols.index(c) for c in col_statics])
+    if k == 2:
+        rows_ok = _bounds(lw, row0, distinct_rows, g.dims[rank - 2])
+        ri = np.array([distinct_rows.index(r) for r in row_statics])
+        guard = lw.op("and.pred", "pred", (rows_ok, ri), (cols_ok, ci), n=len(runs))
+    else:
+        guard = lw.op("mov.pred", "pred", (cols_ok, ci), n=len(runs))
+    if ok_lead is not None:
+        guard = lw.op("and.pred", "pred", guard, ok_lead, n=len(runs))
+    padding = padding_guard(lw, mem_type, runs)
+    if padding is not None:
+        guard = lw.op("and.pred", "pred", guard, padding, n=len(runs))
+    return mem_type, runs, addr, base_of, offset, guard
+
+
+def _bounds(lw: KernelLowering, base: Any, deltas: list[int], limit: SSAValue) -> SSAValue:
+    """Predicates base + delta < limit (unsigned: negative indices are out of bounds too)."""
+    idx = lw.op("add.s32", "b32", lw.reg(base), ptx.PerInstr(deltas), n=len(deltas))
+    return lw.op("setp.lt.u32", "pred", idx, limit, n=len(deltas))  # type: ignore[return-value]
+
+
+def _mul_imm(lw: KernelLowering, value: Any, factor: int) -> Any:
+    if isinstance(value, Imm):
+        return Imm(int(value.value) * factor)
+    return lw.op("mul.lo.s32", "b32", value, Imm(factor), n=1)
+
+
+def _add_i32(lw: KernelLowering, a_: Any, b_: Any) -> Any:
+    if isinstance(a_, Imm) and isinstance(b_, Imm):
+        return Imm(int(a_.value) + int(b_.value))
+    if isinstance(a_, Imm) and a_.value == 0:
+        return b_
+    if isinstance(b_, Imm) and b_.value == 0:
+        return a_
+    if isinstance(a_, Imm):
+        a_, b_ = b_, a_
+    return lw.op("add.s32", "b32", a_, b_, n=1)
+
+
+def _mad64(lw: KernelLowering, index: Any, stride: SSAValue, base: SSAValue) -> SSAValue:
+    """base + index·stride in 64 bits (index a signed 32-bit value)."""
+    if isinstance(index, Imm):
+        if index.value == 0:
+            return base
+        return lw.op("mad.lo.s64", "b64", stride, Imm(int(index.value)), base, n=1)  # type: ignore[return-value]
+    wide = lw.op("cvt.s64.s32", "b64", index, n=1)
+    return lw.op("mad.lo.s64", "b64", wide, stride, base, n=1)  # type: ignore[return-value]
+
+
+def _load_global_registers(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
+    g: GlobalRef = lw.value(op.source)
+    coords = [lw.value(i) for i in op.indices]
+    reg_type = op.result.type
+    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords)
+    regs = _load_runs(lw, "global", mem_type, runs, addr, base_of, offset, guard, np.arange(len(runs)))
+    if mem_type != reg_type:
+        regs = pack(lw, unpack(lw, regs, mem_type), reg_type)
+    return [regs]
+
+
+def _store_global_registers(lw: KernelLowering, op: t.StoreOp) -> None:
+    g: GlobalRef = lw.value(op.dest)
+    coords = [lw.value(i) for i in op.indices]
+    reg_type = op.value.type
+    value = lw.reg(lw.value(op.value))
+    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords)
+    if mem_type != reg_type:
+        value = pack(lw, unpack(lw, value, reg_type), mem_type)
+    _store_runs(lw, "global", mem_type, value, runs, addr, base_of, offset, guard, np.arange(len(runs)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Global → shared (cp.async), shared → global
+
+
+def _chunk_plan(lw: KernelLowering, shape: tuple[int, ...], e: int, align: int) -> tuple[int, int, int, int]:
+    """(bytes per chunk, chunks per row, total chunks, chunks per thread) for a collective copy."""
+    row_bytes = shape[-1] * e
+    chunk = min(16, align, row_bytes)
+    while row_bytes % chunk:
+        chunk //= 2
+    per_row = row_bytes // chunk
+    rows = shape[0] if len(shape) == 2 else 1
+    total = rows * per_row
+    return chunk, per_row, total, -(-total // lw.threads)
+
+
+def _collective_exprs(lw: KernelLowering, shape: tuple[int, ...], chunk: int, e: int, per_row: int, iters: int):
+    """Row and column (in elements, within the tile) of chunk tid + j·threads, for each j."""
+    rows_exprs, cols_exprs = [], []
+    for j in range(iters):
+        k_ = TID + j * lw.threads
+        rows_exprs.append(k_ // per_row if len(shape) == 2 else Const(0))
+        cols_exprs.append(k_ % per_row * (chunk // e))
+    return rows_exprs, cols_exprs
+
+
+def _static_steps(exprs: list[Expr], threads: int) -> list[int] | None:
+    """expr_j(tid) = expr_0(tid) + step_j for every thread? Then the steps, else None."""
+    tid = {"tid": np.arange(threads)}
+    first = np.broadcast_to(exprs[0].eval(tid), (threads,))
+    steps = []
+    for e in exprs:
+        diff = np.broadcast_to(e.eval(tid), (threads,)) - first
+        if not (diff == diff[0]).all():
+            return None
+        steps.append(int(diff[0]))
+    return steps
+
+
+def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape: tuple[int, ...], chunk: int,
+                     per_row: int, total: int, iters: int) -> tuple[SSAValue, SSAValue]:
+    """Global byte addresses (b64 bundle) of each thread's chunks of a tile, and whether each is inside the
+    tensor (and inside the tile, when the chunks do not divide evenly among threads)."""
+    e = element_bytes(g.type.element_type)
+    k = len(shape)
+    rank = g.type.rank
+    lead, tile_coords = coords[:-k], coords[-k:]
+    rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
+    row_steps, col_steps = _static_steps(rows_e, lw.threads), _static_steps(cols_e, lw.threads)
+    if row_steps is None or col_steps is None:
+        raise TkcError(f"internal: a copy of {shape} in {chunk}-byte chunks over {lw.threads} threads has no regular pattern")
+    ptr = g.ptr
+    ok_lead = None
+    for d, idx in enumerate(lead):
+        ptr = _mad64(lw, idx, g.strides[d], ptr)
+        p = lw.op("setp.lt.u32", "pred", lw.reg(idx), g.dims[d], n=1)
+        ok_lead = p if ok_lead is None else lw.op("and.pred", "pred", ok_lead, p, n=1)
+    col0 = lw.reg(_add_i32(lw, _mul_imm(lw, tile_coords[-1], shape[-1]), lw.expr(cols_e[0])))
+    cols = lw.op("add.s32", "b32", col0, ptx.PerInstr(col_steps), n=iters)
+    addrs = lw.op("mad.lo.s64", "b64", lw.op("cvt.s64.s32", "b64", cols, n=iters), g.strides[rank - 1], ptr, n=iters)
+    ok = lw.op("setp.lt.u32", "pred", cols, g.dims[rank - 1], n=iters)
+    if k == 2:
+        row0 = lw.reg(_add_i32(lw, _mul_imm(lw, tile_coords[0], shape[0]), lw.expr(rows_e[0])))
+        rows = lw.op("add.s32", "b32", row0, ptx.PerInstr(row_steps), n=iters)
+        addrs = lw.op("mad.lo.s64", "b64", lw.op("cvt.s64.s32", "b64", rows, n=iters), g.strides[rank - 2], addrs, n=iters)
+        ok = lw.op("and.pred", "pred", ok, lw.op("setp.lt.u32", "pred", rows, g.dims[rank - 2], n=iters), n=iters)
+    if ok_lead is not None:
+        ok = lw.op("and.pred", "pred", ok, ok_lead, n=iters)
+    return addrs, ok  # type: ignore[return-value]
+
+
+def _inside_tile(lw: KernelLowering, total: int, iters: int) -> SSAValue | None:
+    """When a tile's chunks do not divide evenly among the threads: which of this thread's chunks exist."""
+    if total % lw.threads == 0:
+        return None
+    return lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)), ptx.PerInstr([total - j * lw.threads for j in range(iters)]),
+                 n=iters)  # type: ignore[return-value]
+
+
+def _copy_global_to_shared(lw: KernelLowering, g: GlobalRef, coords: list[Any], dst: SharedRef) -> None:
+    """Every thread of the block copies its chunks of the tile; out-of-bounds chunks are zero-filled."""
+    shape = dst.type.shape
+    e = element_bytes(g.type.element_type)
+    chunk, per_row, total, iters = _chunk_plan(lw, shape, e, g.align)
+    if chunk < 4:
+        _copy_global_to_shared_sync(lw, g, coords, dst)
+        return
+    rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
+    exprs = [_subtile_exprs(dst.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
+    shared = share_bases(exprs, {"tid": np.arange(lw.threads)})
+    dst_bases = _bundle(lw, [_add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
+    srcs, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
+    sizes = lw.op("selp.b32", "b32", Imm(chunk), Imm(0), ok, n=iters)
+    guard = _inside_tile(lw, total, iters)
+    lw.emit(ptx.CpAsyncOp(chunk, dst_bases, shared.base, shared.offset, srcs, np.arange(iters),
+                          np.zeros(iters, dtype=np.int64), sizes, np.arange(iters), guard,
+                          np.arange(iters) if guard is not None else None))
+
+
+def _copy_global_to_shared_sync(lw: KernelLowering, g: GlobalRef, coords: list[Any], dst: SharedRef) -> None:
+    raise TkcError(
+        f"{g.type.spec()}: its address, strides or row length are not 4-byte aligned; the element-wise copy path "
+        "into shared memory is not implemented yet"
+    )
+
+
+def _copy_shared_to_global(lw: KernelLowering, src: SharedRef, g: GlobalRef, coords: list[Any]) -> None:
+    shape = src.type.shape
+    e = element_bytes(g.type.element_type)
+    chunk, per_row, total, iters = _chunk_plan(lw, shape, e, g.align)
+    if chunk < 4:
+        raise TkcError(f"{g.type.spec()}: unaligned stores from shared memory are not implemented yet")
+    rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
+    exprs = [_subtile_exprs(src.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
+    shared = share_bases(exprs, {"tid": np.arange(lw.threads)})
+    src_bases = _bundle(lw, [_add_address(lw, src.addr, lw.expr(b)) for b in shared.bases], "b32")
+    words = chunk // 4
+    data = lw.emit(ptx.LoadOp("shared", "b32", words, src_bases, shared.base, shared.offset,
+                              np.arange(iters) * words, ptx.regs("b32", iters * words))).results[0]
+    dsts, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
+    inside = _inside_tile(lw, total, iters)
+    if inside is not None:
+        ok = lw.op("and.pred", "pred", ok, inside, n=iters)  # type: ignore[assignment]
+    lw.emit(ptx.StoreOp("global", "b32", words, dsts, np.arange(iters), np.zeros(iters, dtype=np.int64),
+                        data, np.arange(iters) * words, ok, np.arange(iters)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Op handlers
+
+
+@handles(t.LoadOp)
+def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
+    src_type, dst_type = op.source.type, op.result.type
+    if isinstance(src_type, GlobalType) and isinstance(dst_type, RegTileType | RegVecType):
+        return _load_global_registers(lw, op)
+    if isinstance(src_type, GlobalType):
+        dst = SharedRef(shared_base(lw, _offset_of(op)), dst_type)
+        _copy_global_to_shared(lw, lw.value(op.source), [lw.value(i) for i in op.indices], dst)
+        lw.emit(ptx.CpAsyncCommitOp())
+        lw.emit(ptx.CpAsyncWaitOp(0))
+        return [dst]
+    ref: SharedRef = lw.value(op.source)
+    coords = [lw.value(i) for i in op.indices]
+    if isinstance(dst_type, RegTileType) and is_packed(dst_type.element_type) and dst_type.element_type == src_type.element_type:
+        return [_lower_ldmatrix(lw, ref, dst_type, coords)]
+    mem_type = _register_type(dst_type, src_type.element_type)
+    runs, bundle, base_of, offset, guard = _shared_run_access(lw, ref, mem_type, coords)
+    regs = _load_runs(lw, "shared", mem_type, runs, bundle, base_of, offset, guard, np.arange(len(runs)))
+    if mem_type != dst_type:
+        regs = pack(lw, unpack(lw, regs, mem_type), dst_type)
+    return [regs]
+
+
+@handles(t.StoreOp)
+def lower_store(lw: KernelLowering, op: t.StoreOp) -> None:
+    if isinstance(op.value.type, SharedTileType | SharedVecType):
+        _copy_shared_to_global(lw, lw.value(op.value), lw.value(op.dest), [lw.value(i) for i in op.indices])
+        return
+    _store_global_registers(lw, op)
+
+
+@handles(t.InsertOp)
+def lower_insert(lw: KernelLowering, op: t.InsertOp) -> list[Any]:
+    ref: SharedRef = lw.value(op.dest)
+    value_type, dest_type = op.value.type, op.dest.type
+    value = lw.reg(lw.value(op.value))
+    mem_type = _register_type(value_type, dest_type.element_type)
+    if mem_type != value_type:
+        value = pack(lw, unpack(lw, value, value_type), mem_type)
+    runs, bundle, base_of, offset, guard = _shared_run_access(lw, ref, mem_type, [lw.value(i) for i in op.indices])
+    _store_runs(lw, "shared", mem_type, value, runs, bundle, base_of, offset, guard, np.arange(len(runs)))
+    return [SharedRef(ref.addr, dest_type)]
+
+
+def lower_shared_fill(lw: KernelLowering, op: t.FillOp) -> list[Any]:
+    from tkc.backend.lower_compute import _fill_pattern
+
+    type_ = op.result.type
+    ref = SharedRef(shared_base(lw, _offset_of(op)), type_)
+    pattern = _fill_pattern(op.fill_value, RegTileType(type_.element_type, 16, 16))
+    if isinstance(type_.element_type, Float32Type):
+        pattern = Imm(float(op.fill_value))
+    words = lw.op("mov.b32", "b32", pattern, n=4)
+    total = type_.nbytes // 16
+    iters = -(-total // lw.threads)
+    exprs = [(TID + j * lw.threads) * 16 for j in range(iters)]
+    shared = share_bases(exprs, {"tid": np.arange(lw.threads)})
+    bases = _bundle(lw, [_add_address(lw, ref.addr, lw.expr(b)) for b in shared.bases], "b32")
+    guard = None
+    if total % lw.threads:
+        guard = lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)), ptx.PerInstr([total - j * lw.threads for j in range(iters)]), n=iters)
+    lw.emit(ptx.StoreOp("shared", "b32", 4, bases, shared.base, shared.offset, words, np.zeros(iters, dtype=np.int64),
+                        guard, np.arange(iters) if guard is not None else None))
+    return [ref]
+
+
+@handles(t.EmptyOp)
+def lower_empty(lw: KernelLowering, op: t.EmptyOp) -> list[Any]:
+    return [SharedRef(shared_base(lw, _offset_of(op)), op.result.type)]
+
+
+@handles(a.RingAllocOp)
+def lower_ring_alloc(lw: KernelLowering, op: a.RingAllocOp) -> list[Any]:
+    return [RingRef(shared_base(lw, _offset_of(op)), op.result.type)]
+
+
+def _stage_address(lw: KernelLowering, ring: RingRef, stage: Any) -> SSAValue:
+    size = ring.type.buffer.nbytes  # type: ignore[attr-defined]
+    if isinstance(stage, Imm):
+        return _add_address(lw, ring.addr, Imm(int(stage.value) * size))
+    return lw.op("mad.lo.s32", "b32", stage, Imm(size), ring.addr, n=1)  # type: ignore[return-value]
+
+
+@handles(a.CopyAsyncOp)
+def lower_copy_async(lw: KernelLowering, op: a.CopyAsyncOp) -> None:
+    ring: RingRef = lw.value(op.ring)
+    dst = SharedRef(_stage_address(lw, ring, lw.value(op.stage)), ring.type.buffer)
+    _copy_global_to_shared(lw, lw.value(op.source), [lw.value(i) for i in op.indices], dst)
+
+
+@handles(a.CommitGroupOp)
+def lower_commit(lw: KernelLowering, op: a.CommitGroupOp) -> None:
+    lw.emit(ptx.CpAsyncCommitOp())
+
+
+@handles(a.WaitGroupOp)
+def lower_wait(lw: KernelLowering, op: a.WaitGroupOp) -> None:
+    lw.emit(ptx.CpAsyncWaitOp(op.pending.value.data))
+
+
+@handles(a.RingReadOp)
+def lower_ring_read(lw: KernelLowering, op: a.RingReadOp) -> list[Any]:
+    ring: RingRef = lw.value(op.ring)
+    return [SharedRef(_stage_address(lw, ring, lw.value(op.stage)), ring.type.buffer)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Bank-conflict analysis for assign-swizzles
+
+
+def _degree_of_runs(container: Any, reg_type: Attribute) -> int:
+    coords = slot_coords(reg_type)
+    runs = plan_runs(reg_type, coords, 16)
+    worst = 1
+    for run in runs:
+        rows, cols = coords[:, run.start, 0], coords[:, run.start, 1]
+        if isinstance(container, SharedVecType):
+            addresses = np.where(cols >= 0, cols * element_bytes(container.element_type), -1)
+        else:
+            addresses = np.asarray(tile_offset(container, rows, cols))
+        worst = max(worst, conflict_degree(addresses, run.nbytes))
+    return worst
+
+
+def shared_access_patterns(op: Operation) -> list[tuple[str, int]]:
+    """(what, conflict degree) of each warp-wide shared access the lowering of `op` will issue."""
+    if isinstance(op, t.LoadOp) and isinstance(op.source.type, SharedTileType | SharedVecType):
+        container, reg_type = op.source.type, op.result.type
+        if isinstance(reg_type, RegTileType) and is_packed(reg_type.element_type) and reg_type.element_type == container.element_type:
+            if reg_type.layout is None:
+                return []
+            trans, plan = _ldmatrix_plan(reg_type)
+            lane_row, lane_col = _ldmatrix_lane(trans)
+            lanes = {"lane": np.arange(LANES)}
+            worst = 1
+            for si, sj, _ in plan:
+                rows = (lane_row + 16 * si).eval(lanes)
+                cols = (lane_col + 16 * sj).eval(lanes)
+                worst = max(worst, conflict_degree(np.asarray(tile_offset(container, rows, cols)), 16))
+            return [("this load into registers (ldmatrix)", worst)]
+        if getattr(reg_type, "layout", None) is None:
+            return []
+        return [("this load from shared memory", _degree_of_runs(container, _register_type(reg_type, container.element_type)))]
+    if isinstance(op, t.InsertOp):
+        reg_type = op.value.type
+        if getattr(reg_type, "layout", None) is None:
+            return []
+        return [("this store into shared memory", _degree_of_runs(op.dest.type, _register_type(reg_type, op.dest.type.element_type)))]
+    return []

@@ -1,0 +1,187 @@
+"""`ptx` dialect → PTX text. Every line comes from an op's opcode and register tables; registers are named per
+class (%p, %h, %r, %rd) in order of definition, one contiguous range per bundle."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+
+from tkc.backend import ptx
+
+PTX_VERSION = "8.0"
+PREFIX = {"pred": "%p", "b16": "%h", "b32": "%r", "b64": "%rd"}
+SHARED_SYMBOL = "smem"
+
+
+class RegisterNames:
+    def __init__(self) -> None:
+        self.next = {cls: 0 for cls in PREFIX}
+        self.base: dict[SSAValue, int] = {}
+
+    def define(self, value: SSAValue) -> None:
+        cls = value.type.reg_class  # type: ignore[attr-defined]
+        self.base[value] = self.next[cls]
+        self.next[cls] += value.type.n  # type: ignore[attr-defined]
+
+    def __call__(self, value: SSAValue, index: int) -> str:
+        cls = value.type.reg_class  # type: ignore[attr-defined]
+        return f"{PREFIX[cls]}{self.base[value] + int(index)}"
+
+    def declarations(self) -> list[str]:
+        return [f".reg .{cls} {PREFIX[cls]}<{n}>;" for cls, n in self.next.items() if n]
+
+
+def _address(names: RegisterNames, value: SSAValue, index: int, offset: int) -> str:
+    reg = names(value, index)
+    return f"[{reg}+{offset}]" if offset > 0 else (f"[{reg}{offset}]" if offset < 0 else f"[{reg}]")
+
+
+def _vector(regs: list[str]) -> str:
+    return regs[0] if len(regs) == 1 else "{" + ", ".join(regs) + "}"
+
+
+def _guard(names: RegisterNames, guard: SSAValue | None, index: int | None, negate: bool = False) -> str:
+    if guard is None or index is None:
+        return ""
+    return f"@{'!' if negate else ''}{names(guard, index)} "
+
+
+def emit_kernel(kernel: ptx.KernelOp, out: StringIO) -> None:
+    names = RegisterNames()
+    body = kernel.body.block
+    for op in body.ops:
+        for result in op.results:
+            names.define(result)
+    lines: list[str] = []
+    for op in body.ops:
+        lines.extend(_emit_op(op, names))
+    params = ",\n".join(f"    .param .{t} {n}" for n, t in kernel.param_list)
+    out.write(f".visible .entry {kernel.sym_name.data}(\n{params}\n)\n")
+    out.write(f".maxntid {kernel.threads.data}, 1, 1\n")
+    if kernel.min_blocks is not None:
+        out.write(f".minnctapersm {kernel.min_blocks.data}\n")
+    out.write("{\n")
+    for decl in names.declarations():
+        out.write(f"    {decl}\n")
+    for line in lines:
+        out.write(line if line.endswith(":") else f"    {line}")
+        out.write("\n")
+    out.write("}\n")
+
+
+def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case per op kind
+    if isinstance(op, ptx.RegsOp):
+        return []
+    if isinstance(op, ptx.ParamOp):
+        return [f"ld.param.{op.ptx_type.data} {names(op.result, 0)}, [{op.param.data}];"]
+    if isinstance(op, ptx.SpecialOp):
+        return [f"mov.u32 {names(op.result, 0)}, {op.register.data};"]
+    if isinstance(op, ptx.InstrOp):
+        lines = []
+        target = op.target
+        table, operand_of_slot = op.slot_table, op.operand_of_slot
+        imms = [s.data for s in op.immediates.data]
+        guards = op.guard_indices
+        negate = op.guard_negate is not None and op.guard_negate.value.data
+        for i, d in enumerate(op.dest_indices):
+            parts = [names(target, d)]
+            for s, k in enumerate(operand_of_slot):
+                parts.append(imms[table[i, s]] if k == -1 else names(op.args[int(k)], table[i, s]))
+            guard = _guard(names, op.guard, guards[i] if guards is not None else None, negate)
+            lines.append(f"{guard}{op.opcode.data} {', '.join(parts)};")
+        return lines
+    if isinstance(op, ptx.LoadOp):
+        vec = op.vec.data
+        suffix = f".v{vec}" if vec > 1 else ""
+        guards = op.table("guard_index", 0) if op.guard_index is not None else None
+        lines = []
+        for i, (a, off, d) in enumerate(zip(op.table("addr_index", 0), op.table("offset", 0), op.table("dest", 0))):
+            dst = [names(op.result, d + v) for v in range(vec)]
+            if guards is not None:
+                lines.extend(f"mov.b32 {r}, 0;" for r in dst)
+            guard = _guard(names, op.guard, guards[i] if guards is not None else None)
+            lines.append(f"{guard}ld.{op.space.data}{suffix}.{op.ptx_type.data} {_vector(dst)}, {_address(names, op.addr, a, off)};")
+        return lines
+    if isinstance(op, ptx.StoreOp):
+        vec = op.vec.data
+        suffix = f".v{vec}" if vec > 1 else ""
+        guards = op.table("guard_index", 0) if op.guard_index is not None else None
+        lines = []
+        for i, (a, off, s) in enumerate(zip(op.table("addr_index", 0), op.table("offset", 0), op.table("source", 0))):
+            src = [names(op.value, s + v) for v in range(vec)]
+            guard = _guard(names, op.guard, guards[i] if guards is not None else None)
+            lines.append(f"{guard}st.{op.space.data}{suffix}.{op.ptx_type.data} {_address(names, op.addr, a, off)}, {_vector(src)};")
+        return lines
+    if isinstance(op, ptx.CpAsyncOp):
+        sizes = op.table("size_index", 0) if op.size_index is not None else None
+        guards = op.table("guard_index", 0) if op.guard_index is not None else None
+        nbytes = op.nbytes.data
+        cache = "cg" if nbytes == 16 else "ca"
+        lines = []
+        rows = zip(op.table("dst_index", 0), op.table("dst_offset", 0), op.table("src_index", 0), op.table("src_offset", 0))
+        for i, (di, do, si, so) in enumerate(rows):
+            size = f", {names(op.src_size, sizes[i])}" if sizes is not None else ""
+            guard = _guard(names, op.guard, guards[i] if guards is not None else None)
+            lines.append(f"{guard}cp.async.{cache}.shared.global {_address(names, op.dst, di, do)}, "
+                         f"{_address(names, op.src, si, so)}, {nbytes}{size};")
+        return lines
+    if isinstance(op, ptx.CpAsyncCommitOp):
+        return ["cp.async.commit_group;"]
+    if isinstance(op, ptx.CpAsyncWaitOp):
+        return [f"cp.async.wait_group {op.pending.data};"]
+    if isinstance(op, ptx.LdmatrixOp):
+        num = op.num.data
+        trans = ".trans" if op.trans.value.data else ""
+        dest = op.table("dest", num)
+        lines = []
+        for i, (a, off) in enumerate(zip(op.table("addr_index", 0), op.table("offset", 0))):
+            dst = _vector([names(op.result, d) for d in dest[i]])
+            lines.append(f"ldmatrix.sync.aligned.m8n8.x{num}{trans}.shared.b16 {dst}, {_address(names, op.addr, a, off)};")
+        return lines
+    if isinstance(op, ptx.MmaOp):
+        lines = []
+        written = set()
+        for row in op.instructions:
+            d, a, b, c = row[0:4], row[4:8], row[8:10], row[10:14]
+            # an accumulator register already written by this op is read back from the result
+            c_regs = [names(op.result, x) if int(x) in written else names(op.c, x) for x in c]
+            written.update(int(x) for x in d)
+            lines.append(
+                f"mma.sync.aligned.{op.shape.data} {_vector([names(op.result, x) for x in d])}, "
+                f"{_vector([names(op.a, x) for x in a])}, {_vector([names(op.b, x) for x in b])}, "
+                f"{_vector(c_regs)};"
+            )
+        for x in range(op.result.type.n):
+            if x not in written:
+                lines.append(f"mov.b32 {names(op.result, x)}, {names(op.c, x)};")
+        return lines
+    if isinstance(op, ptx.BarSyncOp):
+        return [f"bar.sync {op.barrier.data};"]
+    if isinstance(op, ptx.LabelOp):
+        return [f"{op.label.data}:"]
+    if isinstance(op, ptx.BraOp):
+        guard = _guard(names, op.guard, 0, op.negate.value.data) if op.guard is not None else ""
+        return [f"{guard}bra.uni {op.target.data};"]
+    if isinstance(op, ptx.RetOp):
+        return ["ret;"]
+    raise NotImplementedError(f"no PTX for {op.name}")
+
+
+def emit_ptx(module: ModuleOp, target: str) -> str:
+    """PTX text for every `ptx.kernel` of a module."""
+    out = StringIO()
+    out.write(f"//\n// Generated by tkc for {target}\n//\n\n")
+    out.write(f".version {PTX_VERSION}\n.target {target}\n.address_size 64\n\n")
+    kernels = [op for op in module.walk() if isinstance(op, ptx.KernelOp)]
+    if any(_uses_shared(k) for k in kernels):
+        out.write(f".extern .shared .align 1024 .b8 {SHARED_SYMBOL}[];\n\n")
+    for kernel in kernels:
+        emit_kernel(kernel, out)
+        out.write("\n")
+    return out.getvalue()
+
+
+def _uses_shared(kernel: ptx.KernelOp) -> bool:
+    return any(isinstance(op, ptx.SpecialOp) and op.register.data == SHARED_SYMBOL for op in kernel.body.block.ops)

@@ -1,0 +1,73 @@
+"""Run ptxas (from the `nvidia-cuda-nvcc` wheel) on emitted PTX and read what `-v` reports."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tkc.errors import TkcError
+
+
+def find_ptxas() -> str | None:
+    """ptxas from $TKC_PTXAS, the nvidia-cuda-nvcc wheel, or the PATH."""
+    if os.environ.get("TKC_PTXAS"):
+        return os.environ["TKC_PTXAS"]
+    try:
+        import nvidia
+
+        for root in nvidia.__path__:
+            for sub in ("cu13/bin/ptxas", "cuda_nvcc/bin/ptxas"):
+                candidate = Path(root) / sub
+                if candidate.is_file():
+                    return str(candidate)
+    except ImportError:
+        pass
+    return shutil.which("ptxas")
+
+
+@dataclass(frozen=True)
+class PtxasReport:
+    registers: int
+    stack_bytes: int
+    spill_stores: int
+    spill_loads: int
+    notes: tuple[str, ...]  # performance notes such as C7508 / C7511 / C7515
+    log: str
+
+
+def assemble(ptx_text: str, arch: str) -> dict[str, PtxasReport]:
+    """Assemble PTX for `arch` (sm_80, sm_90, sm_90a); per kernel, what ptxas -v reported. Raises TkcError with
+    ptxas's message if it rejects the PTX."""
+    ptxas = find_ptxas()
+    if ptxas is None:
+        raise TkcError("ptxas not found: pip install nvidia-cuda-nvcc==13.0.88, or set TKC_PTXAS")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "kernel.ptx"
+        src.write_text(ptx_text)
+        proc = subprocess.run([ptxas, f"-arch={arch}", "-v", str(src), "-o", str(Path(tmp) / "kernel.cubin")],
+                              capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise TkcError(f"ptxas -arch={arch} rejected the PTX:\n{log.strip()}")
+    reports: dict[str, PtxasReport] = {}
+    for block in re.split(r"(?=ptxas info\s*: Compiling entry function)", log):
+        m = re.search(r"Compiling entry function '(\w+)'", block)
+        if not m:
+            continue
+        regs = re.search(r"Used (\d+) registers", block)
+        stack = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", block)
+        notes = tuple(sorted(set(re.findall(r"\((C\d{4})\)", block))))
+        reports[m.group(1)] = PtxasReport(
+            int(regs.group(1)) if regs else 0,
+            int(stack.group(1)) if stack else 0,
+            int(stack.group(2)) if stack else 0,
+            int(stack.group(3)) if stack else 0,
+            notes,
+            block,
+        )
+    return reports

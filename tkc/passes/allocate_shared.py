@@ -1,0 +1,75 @@
+"""allocate-shared: give every shared buffer an offset in the block's shared memory, within the target's budget.
+
+Each op that creates a shared tile, vector or ring (rather than updating one) owns a buffer for the whole kernel;
+stores into a shared tile, loop-carried shared tiles and ring reads use their buffer's. Buffers holding swizzled
+tiles start on 1024-byte boundaries (where the swizzle pattern repeats), others on 128 bytes. The offsets go on
+the allocating ops as `tkc.smem_offset`, the total on the kernel as `tkc.smem_bytes`.
+
+    %k_s = tile.load %K[...] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16, swizzle 128>
+becomes
+    %k_s = tile.load %K[...] {tkc.smem_offset = 0 : i64} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16, swizzle 128>
+"""
+
+from __future__ import annotations
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+
+from tkc.errors import SourceLoc, TkcError
+from tkc.ir import async_ops as a
+from tkc.ir import ops as t
+from tkc.ir.types import SharedTileType, SharedVecType
+from tkc.passes import register
+from tkc.targets import get_target
+
+OFFSET_ATTR = "tkc.smem_offset"
+TOTAL_ATTR = "tkc.smem_bytes"
+
+
+def allocates(op: Operation) -> bool:
+    if isinstance(op, a.RingAllocOp):
+        return True
+    return isinstance(op, t.LoadOp | t.FillOp | t.EmptyOp) and isinstance(op.results[0].type, SharedTileType | SharedVecType)
+
+
+def _size_and_alignment(op: Operation) -> tuple[int, int]:
+    type_ = op.results[0].type
+    if isinstance(type_, a.RingType):
+        buffer = type_.buffer
+        return type_.nbytes, 1024 if getattr(buffer, "swizzle", None) else 128
+    return type_.nbytes, 1024 if getattr(type_, "swizzle", None) else 128  # type: ignore[attr-defined]
+
+
+def allocate_shared(module: ModuleOp) -> None:
+    target_attr = module.attributes.get("tkc.target")
+    target = get_target(target_attr.data if isinstance(target_attr, StringAttr) else "sm_90a")
+    for fn in module.ops:
+        if not isinstance(fn, func.FuncOp):
+            continue
+        offset = 0
+        for op in fn.walk():
+            if not allocates(op):
+                continue
+            size, align = _size_and_alignment(op)
+            offset = -(-offset // align) * align
+            op.attributes[OFFSET_ATTR] = IntegerAttr(offset, 64)
+            offset += size
+            if offset > target.shared_bytes:
+                raise TkcError(
+                    f"shared memory over the {target} budget: kernel `{fn.sym_name.data}` needs {offset / 1024:g} KB "
+                    f"with this buffer (pipeline stages count), {target} allows {target.shared_bytes // 1024} KB; "
+                    "use smaller tiles or fewer stages",
+                    SourceLoc.from_attr(op.location),
+                )
+        fn.attributes[TOTAL_ATTR] = IntegerAttr(offset, 64)
+
+
+@register("allocate-shared", "place every shared buffer in the block's shared memory (offsets, total, budget)")
+class AllocateShared(ModulePass):
+    name = "allocate-shared"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        allocate_shared(op)

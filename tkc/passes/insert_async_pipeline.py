@@ -1,0 +1,208 @@
+"""insert-async-pipeline{stages=N}: turn a loop's global→shared loads into an N-stage asynchronous pipeline.
+
+A load into shared memory inside an `scf.for`, whose indices depend only on the loop index and values from
+outside the loop, gets a ring of N buffers. Before the loop, copies for the first N-1 iterations start (each
+only if that iteration runs); iteration k waits for its own copy (`wait_group N-2`: the N-2 newer groups may
+still fly), starts the copy for iteration k+N-1 into the stage iteration k-1 used, and reads stage k mod N.
+Every iteration commits one group, empty or not, so the counting holds when the loop runs 0, 1 or fewer than
+N-1 times. `insert-barriers` then puts the one `tile.barrier` each iteration needs between the wait and the
+next copy. With stages=1 nothing changes (loads stay synchronous).
+
+    scf.for %j = %lb to %ub step %c1 {
+      %k_s = tile.load %K[%b, %j] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
+      ...
+becomes
+    %ring = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>
+    scf.if (0 < trips) { tile.copy_async %K[%b, %lb], %ring[0] }   tile.commit_group
+    scf.if (1 < trips) { tile.copy_async %K[%b, %lb + 1], %ring[1] }   tile.commit_group
+    scf.for %j = %lb to %ub step %c1 {
+      tile.wait_group 1
+      scf.if (k + 2 < trips) { tile.copy_async %K[%b, %j + 2], %ring[(k + 2) % 3] }   tile.commit_group
+      %k_s = tile.ring_read %ring[k % 3]
+      ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.builder import Builder
+from xdsl.context import Context
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i32
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint
+from xdsl.traits import is_side_effect_free
+
+from tkc.errors import TkcError
+from tkc.ir import async_ops as a
+from tkc.ir import ops as t
+from tkc.ir.types import GlobalType, SharedTileType, SharedVecType
+from tkc.passes import register
+
+
+def _constant(b: Builder, value: int) -> SSAValue:
+    return b.insert(arith.ConstantOp(IntegerAttr(value, i32))).result
+
+
+def _index_slice(load: t.LoadOp, loop: scf.ForOp) -> list[Operation] | None:
+    """The ops of the loop body that compute the load's indices, in order, or None if some index depends on
+    anything but the loop index and values from outside the loop."""
+    body = loop.body.block
+    iv = body.args[0]
+    needed: list[Operation] = []
+    seen: set[Operation] = set()
+
+    def visit(value: SSAValue) -> bool:
+        if value is iv:
+            return True
+        owner = value.owner
+        if isinstance(owner, Block):
+            return owner is not body and not _inside(owner, body)
+        if owner.parent_block() is not body:
+            return not _inside_op(owner, body)
+        if owner in seen:
+            return True
+        if not is_side_effect_free(owner) or owner.regions:
+            return False
+        seen.add(owner)
+        if not all(visit(o) for o in owner.operands):
+            return False
+        needed.append(owner)
+        return True
+
+    if not all(visit(i) for i in load.indices):
+        return None
+    order = {op: n for n, op in enumerate(body.ops)}
+    return sorted(needed, key=order.__getitem__)
+
+
+def _inside(block: Block, outer: Block) -> bool:
+    op = block.parent_op()
+    while op is not None:
+        if op.parent_block() is outer:
+            return True
+        op = op.parent_op()
+    return False
+
+
+def _inside_op(op: Operation, outer: Block) -> bool:
+    parent = op.parent_op()
+    while parent is not None:
+        if parent.parent_block() is outer:
+            return True
+        parent = parent.parent_op()
+    return False
+
+
+@dataclass
+class _Pipelined:
+    load: t.LoadOp
+    slice: list[Operation]
+    ring: SSAValue | None = None
+
+
+def _issue(b: Builder, loads: list[_Pipelined], iv: SSAValue, j: SSAValue, stage: SSAValue) -> None:
+    """Clone each load's index computation with the loop index replaced by `j`, and start its copy."""
+    for p in loads:
+        mapping: dict[SSAValue, SSAValue] = {iv: j}
+        for op in p.slice:
+            clone = op.clone(value_mapper=mapping)
+            b.insert(clone)
+            for old, new in zip(op.results, clone.results):
+                mapping[old] = new
+        indices = [mapping.get(i, i) for i in p.load.indices]
+        copy = a.CopyAsyncOp(p.load.source, indices, p.ring, stage)  # type: ignore[arg-type]
+        copy.location = p.load.location
+        b.insert(copy)
+
+
+def _guarded_issue(b: Builder, cond: SSAValue, loads: list[_Pipelined], iv: SSAValue,
+                   j_of: Callable[[Builder], SSAValue], stage_of: Callable[[Builder], SSAValue]) -> None:
+    then = Block()
+    inner = Builder(InsertPoint.at_end(then))
+    _issue(inner, loads, iv, j_of(inner), stage_of(inner))
+    inner.insert(scf.YieldOp())
+    b.insert(scf.IfOp(cond, [], Region(then), Region(Block([scf.YieldOp()]))))
+    b.insert(a.CommitGroupOp())
+
+
+def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
+    body = loop.body.block
+    candidates: list[_Pipelined] = []
+    for op in body.ops:
+        if (isinstance(op, t.LoadOp) and isinstance(op.source.type, GlobalType)
+                and isinstance(op.result.type, SharedTileType | SharedVecType)):
+            sl = _index_slice(op, loop)
+            if sl is not None:
+                candidates.append(_Pipelined(op, sl))
+    if not candidates or stages < 2:
+        return False
+    step_op = loop.step.owner
+    if not (isinstance(step_op, arith.ConstantOp) and isinstance(step_op.value, IntegerAttr)):
+        raise TkcError("a pipelined loop needs a constant step")
+    step = step_op.value.value.data
+    iv = body.args[0]
+
+    # Before the loop: rings, trip count, and copies for the first stages-1 iterations.
+    pre = Builder(InsertPoint.before(loop))
+    for p in candidates:
+        ring = pre.insert(a.RingAllocOp(a.RingType(stages, p.load.result.type)))
+        ring.location = p.load.location
+        p.ring = ring.result
+    span = pre.insert(arith.SubiOp(loop.ub, loop.lb)).result
+    c_step = _constant(pre, step)
+    trips = pre.insert(arith.CeilDivSIOp(span, c_step)).result
+    for s in range(stages - 1):
+        c_s = _constant(pre, s)
+        cond = pre.insert(arith.CmpiOp(c_s, trips, "slt")).result
+        _guarded_issue(
+            pre, cond, candidates, iv,
+            lambda b, s=s: b.insert(arith.AddiOp(loop.lb, _constant(b, s * step))).result,
+            lambda b, s=s: _constant(b, s),
+        )
+
+    # In the loop: wait for this iteration's copy, start the one stages-1 ahead, read the ring.
+    first = body.first_op
+    assert first is not None
+    inb = Builder(InsertPoint.before(first))
+    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, _constant(inb, step))).result
+    c_stages = _constant(inb, stages)
+    stage = inb.insert(arith.RemUIOp(k, c_stages)).result
+    inb.insert(a.WaitGroupOp(stages - 2))
+    ahead = inb.insert(arith.AddiOp(k, _constant(inb, stages - 1))).result
+    cond = inb.insert(arith.CmpiOp(ahead, trips, "slt")).result
+    _guarded_issue(
+        inb, cond, candidates, iv,
+        lambda b: b.insert(arith.AddiOp(loop.lb, b.insert(arith.MuliOp(ahead, _constant(b, step))).result)).result,
+        lambda b: b.insert(arith.RemUIOp(ahead, c_stages)).result,
+    )
+    for p in candidates:
+        read = a.RingReadOp(p.ring, stage)  # type: ignore[arg-type]
+        read.location = p.load.location
+        Builder(InsertPoint.before(p.load)).insert(read)
+        p.load.result.replace_all_uses_with(read.result)
+        p.load.detach()
+        p.load.erase()
+    return True
+
+
+def insert_async_pipeline(module: ModuleOp, stages: int) -> None:
+    loops = [op for op in module.walk() if isinstance(op, scf.ForOp)]
+    for loop in reversed(loops):  # innermost first
+        pipeline_loop(loop, stages)
+
+
+@register("insert-async-pipeline", "turn loop loads into shared memory into an N-stage cp.async pipeline (sm_80)")
+@dataclass(frozen=True)
+class InsertAsyncPipeline(ModulePass):
+    name = "insert-async-pipeline"
+    stages: int = 3
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.stages < 1:
+            raise TkcError(f"insert-async-pipeline needs stages >= 1, got {self.stages}")
+        insert_async_pipeline(op, self.stages)
+

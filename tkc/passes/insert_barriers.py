@@ -1,0 +1,173 @@
+"""insert-barriers: put a `tile.barrier` wherever one warp may touch shared memory another warp is using.
+
+Shared tiles are values in tile IR, but on the GPU each lives in a buffer that every warp writes a part of and
+reads a part of. A buffer written since the last barrier must not be read (read after write), and one read since
+the last barrier must not be written (write after read). An asynchronous copy writes its buffer when a
+`wait_group` lands it, but may overwrite it as soon as it starts. The pass walks the program with the set of
+buffers written and read since the last barrier, iterating loop bodies to a fixed point, and inserts a barrier
+right before the first op that would conflict.
+
+    %s = tile.load %A[%i, %c0] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
+    %r = tile.load %s[%w, %c0] : !tile.st<64x64xbf16> -> !tile.rt<16x64xbf16>
+becomes
+    %s = tile.load %A[%i, %c0] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
+    tile.barrier
+    %r = tile.load %s[%w, %c0] : !tile.st<64x64xbf16> -> !tile.rt<16x64xbf16>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import scf
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from tkc.errors import SourceLoc, TkcError
+from tkc.ir import async_ops as a
+from tkc.ir import ops as t
+from tkc.ir.types import SharedTileType, SharedVecType
+from tkc.passes import register
+
+
+def is_shared(value: SSAValue) -> bool:
+    return isinstance(value.type, SharedTileType | SharedVecType | a.RingType)
+
+
+def buffer_of(value: SSAValue) -> Operation:
+    """The op that allocates the buffer holding a shared value (an allocating op or a ring)."""
+    seen: set[SSAValue] = set()
+    while True:
+        if value in seen:
+            raise TkcError("cyclic shared value")
+        seen.add(value)
+        owner = value.owner
+        if isinstance(owner, Block):
+            loop = owner.parent_op()
+            if isinstance(loop, scf.ForOp):
+                value = loop.iter_args[value.index - 1]  # type: ignore[attr-defined]
+                continue
+            raise TkcError("a shared tile enters a region it cannot come from")
+        if isinstance(owner, t.InsertOp):
+            value = owner.dest
+        elif isinstance(owner, a.RingReadOp):
+            value = owner.ring
+        elif isinstance(owner, scf.ForOp):
+            value = owner.iter_args[value.index]  # type: ignore[attr-defined]
+        elif isinstance(owner, scf.IfOp):
+            yield_op = owner.true_region.block.last_op
+            value = yield_op.operands[value.index]  # type: ignore[union-attr, attr-defined]
+        else:
+            return owner
+
+
+@dataclass
+class SyncState:
+    written: set[Operation] = field(default_factory=set)  # written (or landed) since the last barrier
+    read: set[Operation] = field(default_factory=set)  # read since the last barrier
+    in_flight: set[Operation] = field(default_factory=set)  # targets of copies not yet waited for
+
+    def copy(self) -> SyncState:
+        return SyncState(set(self.written), set(self.read), set(self.in_flight))
+
+    def union(self, other: SyncState) -> SyncState:
+        return SyncState(self.written | other.written, self.read | other.read, self.in_flight | other.in_flight)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SyncState) and (self.written, self.read, self.in_flight) == (
+            other.written, other.read, other.in_flight)
+
+    def barrier(self) -> None:
+        self.written.clear()
+        self.read.clear()
+
+
+def _accesses(op: Operation) -> tuple[list[Operation], list[Operation], list[Operation]]:
+    """(buffers read, buffers written now, buffers an async copy starts writing)."""
+    reads: list[Operation] = []
+    writes: list[Operation] = []
+    starts: list[Operation] = []
+    if isinstance(op, t.LoadOp):
+        if is_shared(op.source):
+            reads.append(buffer_of(op.source))
+        elif is_shared(op.result):
+            writes.append(op)
+    elif isinstance(op, t.StoreOp) and is_shared(op.value):
+        reads.append(buffer_of(op.value))
+    elif isinstance(op, t.InsertOp):
+        writes.append(buffer_of(op.dest))
+    elif isinstance(op, t.FillOp) and is_shared(op.result):
+        writes.append(op)
+    elif isinstance(op, a.CopyAsyncOp):
+        starts.append(buffer_of(op.ring))
+    return reads, writes, starts
+
+
+class BarrierInserter:
+    def __init__(self, insert: bool):
+        self.insert = insert
+
+    def need_barrier(self, op: Operation, state: SyncState) -> None:
+        if self.insert:
+            barrier = t.BarrierOp()
+            barrier.location = op.location
+            Rewriter.insert_op(barrier, InsertPoint.before(op))
+        state.barrier()
+
+    def walk_block(self, block: Block, state: SyncState) -> SyncState:
+        for op in list(block.ops):
+            state = self.walk_op(op, state)
+        return state
+
+    def walk_op(self, op: Operation, state: SyncState) -> SyncState:
+        if isinstance(op, t.BarrierOp):
+            state.barrier()
+            return state
+        if isinstance(op, a.WaitGroupOp):
+            state.written |= state.in_flight  # conservatively: everything in flight may land here
+            return state
+        if isinstance(op, scf.ForOp):
+            return self.walk_loop(op, state)
+        if isinstance(op, scf.IfOp):
+            then_state = self.walk_block(op.true_region.block, state.copy())
+            else_state = self.walk_block(op.false_region.block, state.copy()) if op.false_region.blocks else state
+            return then_state.union(else_state)
+        reads, writes, starts = _accesses(op)
+        if any(b in state.written for b in reads) or any(b in state.read or b in state.written for b in writes + starts):
+            self.need_barrier(op, state)
+        state.read.update(reads)
+        state.written.update(writes)
+        state.in_flight.update(starts)
+        return state
+
+    def walk_loop(self, loop: scf.ForOp, state: SyncState) -> SyncState:
+        entry = state.copy()
+        for _ in range(8):
+            end = BarrierInserter(insert=False).walk_block(loop.body.block, entry.copy())
+            widened = entry.union(end)
+            if widened == entry:
+                break
+            entry = widened
+        else:
+            raise TkcError("insert-barriers did not converge", SourceLoc.from_attr(loop.location))
+        end = self.walk_block(loop.body.block, entry.copy())
+        return entry.union(end)
+
+
+def insert_barriers(module: ModuleOp) -> None:
+    for fn in module.ops:
+        body = fn.regions[0].block if fn.regions else None
+        if body is not None:
+            BarrierInserter(insert=True).walk_block(body, SyncState())
+
+
+@register("insert-barriers", "insert the block barriers that shared memory reads and writes need")
+class InsertBarriers(ModulePass):
+    name = "insert-barriers"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        insert_barriers(op)
+

@@ -1,0 +1,684 @@
+"""lower-to-ptx: tile IR (layouts, swizzles and shared offsets assigned) → the `ptx` dialect, one kernel per func.
+
+Per-thread code: every warp runs the function; a register tile becomes the bundle of 32-bit registers its
+fragment layout gives each lane (backend/fragments.py), a shared tile the address of its buffer, a global tensor
+its pointer, sizes and byte strides (kernel parameters `X_ptr, X_d0.., X_s0..`). `scf.for` / `scf.if` become
+labels and uniform branches, their carried values registers written at the back edge. Register-tile compute is in
+backend/lower_compute.py, memory in backend/lower_memory.py.
+
+    %e = tile.exp2 %s : !tile.rt<16x64xf32, row>
+becomes
+    %e = ptx.op "ex2.approx.ftz.f32" (%s) ... : !ptx.regs<b32, 32>      // 32 instructions
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import arith, func, math, scf
+from xdsl.dialects.builtin import ArrayAttr, Float32Type, FloatAttr, IntegerAttr, ModuleOp, StringAttr, i1
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from tkc.backend import ptx
+from tkc.backend.index import Const, Expr, Leaf
+from tkc.errors import SourceLoc, TkcError
+from tkc.ir import async_ops as a
+from tkc.ir import ops as t
+from tkc.ir.types import GlobalType, element_bytes
+from tkc.passes import register
+from tkc.passes.allocate_shared import TOTAL_ATTR
+from tkc.targets import get_target
+
+ALIGN_ATTR = "tkc.arg_align"  # per argument: bytes that divide a tensor's address, strides and row length
+DEFAULT_ALIGN = 16
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@dataclass(frozen=True)
+class Imm:
+    """A compile-time scalar: an immediate operand until something needs it in a register."""
+
+    value: int | float | bool
+    cls: str = "b32"
+
+
+@dataclass
+class GlobalRef:
+    ptr: SSAValue  # b64, generic → global address of element 0
+    dims: list[SSAValue]  # b32 each
+    strides: list[SSAValue]  # b64 each, in bytes
+    type: GlobalType
+    align: int
+
+
+@dataclass
+class SharedRef:
+    addr: SSAValue  # b32 shared-window address of the buffer
+    type: Any
+
+
+@dataclass
+class RingRef:
+    addr: SSAValue
+    type: a.RingType
+
+
+@dataclass
+class KernelLowering:
+    fn: func.FuncOp
+    target: str
+    prologue: list[Operation] = field(default_factory=list)
+    body: list[Operation] = field(default_factory=list)
+    values: dict[SSAValue, Any] = field(default_factory=dict)
+    hoisted: dict[str, SSAValue] = field(default_factory=dict)
+    labels: int = 0
+    current_loc: Any = None
+
+    # --------------------------------------------------------------------------------------------------------
+    # Emission
+
+    def emit(self, op: Operation) -> Operation:
+        if self.current_loc is not None:
+            op.location = self.current_loc
+        self.body.append(op)
+        return op
+
+    def emit_entry(self, op: Operation) -> Operation:
+        self.prologue.append(op)
+        return op
+
+    def op(self, opcode: str, cls: str | None, *operands: Any, n: int | None = None, **kw: Any) -> SSAValue | None:
+        """Emit a `ptx.op`; `cls` is the result's register class (None when writing `into=`)."""
+        count = n if n is not None else _count(operands, kw.get("into"))
+        result_type = ptx.regs(cls, count) if cls is not None else None
+        operands = tuple(self.operand(o) for o in operands)
+        emitted = self.emit(ptx.instr(opcode, result_type, *operands, n=count, **kw))
+        return emitted.results[0] if emitted.results else None
+
+    def operand(self, value: Any) -> Any:
+        if isinstance(value, Imm):
+            return _imm_text(value)
+        return value
+
+    def reg(self, value: Any, cls: str = "b32") -> SSAValue:
+        """A value in a register (materializes immediates)."""
+        if isinstance(value, Imm):
+            return self.op("mov.b32" if value.cls != "b64" else "mov.b64", value.cls, _imm_text(value), n=1)  # type: ignore[return-value]
+        return value
+
+    def label(self, stem: str) -> str:
+        self.labels += 1
+        return f"${stem}_{self.labels}"
+
+    # Index expressions ----------------------------------------------------------------------------------------
+
+    def expr(self, e: Expr | int, env: dict[str, Any] | None = None) -> Any:
+        """Emit an index expression; expressions of thread indices only are computed once, at kernel entry."""
+        if isinstance(e, int):
+            return Imm(e)
+        env = env or {}
+        if isinstance(e, Const):
+            return Imm(e.value)
+        thread_only = e.leaves() <= {"lane", "tid", "warp"}
+        key = repr(e)
+        if thread_only and key in self.hoisted:
+            return self.hoisted[key]
+        saved = self.body
+        if thread_only:
+            self.body = self.prologue
+        try:
+            value = self._emit_expr(e, {**self.thread_env, **env}, {})
+        finally:
+            self.body = saved
+        if thread_only:
+            self.hoisted[key] = value
+        return value
+
+    def _emit_expr(self, e: Expr, env: dict[str, Any], memo: dict[str, Any]) -> Any:
+        from tkc.backend.index import BinOp
+
+        if isinstance(e, Const):
+            return Imm(e.value)
+        if isinstance(e, Leaf):
+            return env[e.name]
+        key = repr(e)
+        if key in memo:
+            return memo[key]
+        assert isinstance(e, BinOp)
+        lhs = self._emit_expr(e.lhs, env, memo)
+        rhs = self._emit_expr(e.rhs, env, memo)
+        if isinstance(lhs, Imm) and isinstance(rhs, Imm):
+            from tkc.backend.index import _NUMPY
+
+            return Imm(int(_NUMPY[e.op](np.int64(lhs.value), np.int64(rhs.value))))
+        op = e.op
+        shift = _log2(rhs.value) if isinstance(rhs, Imm) else None
+        if op == "//" and shift is not None:
+            result = self.op("shr.u32", "b32", lhs, Imm(shift))
+        elif op == "%" and shift is not None:
+            result = self.op("and.b32", "b32", lhs, Imm(rhs.value - 1))
+        else:
+            opcode = {"+": "add.s32", "-": "sub.s32", "*": "mul.lo.s32", "//": "div.u32", "%": "rem.u32",
+                      "^": "xor.b32", "&": "and.b32", "<<": "shl.b32", ">>": "shr.u32"}[op]
+            result = self.op(opcode, "b32", self.reg(lhs) if isinstance(lhs, Imm) and isinstance(rhs, Imm) else lhs, rhs)
+        memo[key] = result
+        return result
+
+    # --------------------------------------------------------------------------------------------------------
+    # Kernel structure
+
+    def run(self) -> ptx.KernelOp:
+        fn = self.fn
+        warps = fn.attributes["tkc.warps"].value.data  # type: ignore[attr-defined]
+        self.threads = 32 * warps
+        aligns = _aligns(fn)
+        params: list[tuple[str, str]] = []
+        tid = self.emit_entry(ptx.SpecialOp("%tid.x")).results[0]
+        self.thread_env: dict[str, Any] = {"tid": tid}
+        self.thread_env["lane"] = self._entry_op("and.b32", tid, Imm(31))
+        self.thread_env["warp"] = self._entry_op("shr.u32", tid, Imm(5))
+        smem_bytes = fn.attributes.get(TOTAL_ATTR)
+        self.smem_bytes = smem_bytes.value.data if isinstance(smem_bytes, IntegerAttr) else 0
+        if self.smem_bytes:
+            base = self.emit_entry(ptx.SpecialOp("smem")).results[0]
+            self.smem = self._entry_op("and.b32", self._entry_op("add.s32", base, Imm(1023)), Imm(-1024))
+        for i, arg in enumerate(fn.body.block.args):
+            name = arg.name_hint or f"arg{i}"
+            if isinstance(arg.type, GlobalType):
+                self.values[arg] = self._global_param(name, arg.type, aligns[i], params)
+            elif isinstance(arg.type, Float32Type):
+                params.append((name, "f32"))
+                self.values[arg] = self.emit_entry(ptx.ParamOp(name, "f32")).results[0]
+            else:
+                params.append((name, "s32"))
+                self.values[arg] = self.emit_entry(ptx.ParamOp(name, "s32")).results[0]
+        self.lower_block(fn.body.block)
+        block = Block(self.prologue + self.body)
+        return ptx.KernelOp(fn.sym_name.data, params, self.threads, block)
+
+    def _entry_op(self, opcode: str, *operands: Any) -> SSAValue:
+        saved, self.body = self.body, self.prologue
+        try:
+            return self.op(opcode, "b32" if not opcode.endswith("64") else "b64", *operands, n=1)  # type: ignore[return-value]
+        finally:
+            self.body = saved
+
+    def _global_param(self, name: str, gtype: GlobalType, align: int, params: list[tuple[str, str]]) -> GlobalRef:
+        params.append((f"{name}_ptr", "u64"))
+        raw = self.emit_entry(ptx.ParamOp(f"{name}_ptr", "u64")).results[0]
+        saved, self.body = self.body, self.prologue
+        try:
+            ptr = self.op("cvta.to.global.u64", "b64", raw, n=1)
+            dims, strides = [], []
+            for d in range(gtype.rank):
+                params.append((f"{name}_d{d}", "s32"))
+                dims.append(self.emit(ptx.ParamOp(f"{name}_d{d}", "s32")).results[0])
+            shift = element_bytes(gtype.element_type).bit_length() - 1
+            for d in range(gtype.rank):
+                params.append((f"{name}_s{d}", "s64"))
+                stride = self.emit(ptx.ParamOp(f"{name}_s{d}", "s64")).results[0]
+                strides.append(self.op("shl.b64", "b64", stride, Imm(shift), n=1))
+        finally:
+            self.body = saved
+        return GlobalRef(ptr, dims, strides, gtype, align)  # type: ignore[arg-type]
+
+    # --------------------------------------------------------------------------------------------------------
+    # Ops
+
+    def lower_block(self, block: Block) -> None:
+        for op in block.ops:
+            self.current_loc = op.location
+            try:
+                self.lower_op(op)
+            except TkcError as e:
+                if e.loc is None:
+                    e.loc = SourceLoc.from_attr(op.location)
+                raise
+
+    def lower_op(self, op: Operation) -> None:
+        handler = _HANDLERS.get(type(op))
+        if handler is None:
+            for cls, h in _BASE_HANDLERS:
+                if isinstance(op, cls):
+                    handler = h
+                    break
+        if handler is None:
+            raise TkcError(f"lower-to-ptx: no lowering for {op.name}")
+        results = handler(self, op)
+        if results is not None:
+            for r, v in zip(op.results, results):
+                self.values[r] = v
+
+    def value(self, v: SSAValue) -> Any:
+        return self.values[v]
+
+
+def _count(operands: tuple[Any, ...], into: Any) -> int:
+    if into is not None:
+        return ptx.count_of(into)
+    counts = [ptx.count_of(o) for o in operands if isinstance(o, SSAValue)]
+    return max(counts) if counts else 1
+
+
+def _imm_text(value: Imm) -> str:
+    if isinstance(value.value, bool):
+        return "1" if value.value else "0"
+    if isinstance(value.value, float):
+        return ptx.format_immediate(value.value)
+    return str(int(value.value))
+
+
+def _log2(v: Any) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v & (v - 1):
+        return None
+    return v.bit_length() - 1
+
+
+def _aligns(fn: func.FuncOp) -> list[int]:
+    n = len(fn.body.block.args)
+    attr = fn.attributes.get(ALIGN_ATTR)
+    if isinstance(attr, ArrayAttr):
+        return [x.value.data for x in attr.data]  # type: ignore[attr-defined]
+    return [DEFAULT_ALIGN] * n
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Scalars: arith, math, indices
+
+_INT_OPS = {
+    arith.AddiOp: "add.s32",
+    arith.SubiOp: "sub.s32",
+    arith.MuliOp: "mul.lo.s32",
+    arith.DivSIOp: "div.s32",
+    arith.RemSIOp: "rem.s32",
+    arith.DivUIOp: "div.u32",
+    arith.RemUIOp: "rem.u32",
+    arith.MaxSIOp: "max.s32",
+    arith.MinSIOp: "min.s32",
+    arith.ShLIOp: "shl.b32",
+    arith.ShRSIOp: "shr.s32",
+    arith.AndIOp: "and.b32",
+    arith.OrIOp: "or.b32",
+    arith.XOrIOp: "xor.b32",
+}
+_FLOAT_OPS = {
+    arith.AddfOp: "add.f32",
+    arith.SubfOp: "sub.f32",
+    arith.MulfOp: "mul.f32",
+    arith.DivfOp: "div.rn.f32",
+    arith.MaximumfOp: "max.f32",
+    arith.MinimumfOp: "min.f32",
+}
+_FLOAT_UNARY = {
+    arith.NegfOp: "neg.f32",
+    math.Exp2Op: "ex2.approx.ftz.f32",
+    math.Log2Op: "lg2.approx.ftz.f32",
+    math.SqrtOp: "sqrt.rn.f32",
+    math.RsqrtOp: "rsqrt.approx.ftz.f32",
+    math.TanhOp: "tanh.approx.f32",
+    math.AbsFOp: "abs.f32",
+    math.AbsIOp: "abs.s32",
+}
+_CMP = {"eq": "eq", "ne": "ne", "slt": "lt", "sle": "le", "sgt": "gt", "sge": "ge",
+        "oeq": "eq", "une": "neu", "olt": "lt", "ole": "le", "ogt": "gt", "oge": "ge"}
+
+
+def _fold_int(op: Operation, a: int, b: int) -> int | None:
+    from tkc.interpreter.scalar import _INT_BINARY, _wrap_i32
+
+    fn = _INT_BINARY.get(type(op))
+    if fn is None:
+        return None
+    try:
+        return int(_wrap_i32(fn(np.asarray([a]), np.asarray([b])))[0])
+    except TkcError:
+        return None
+
+
+def _lower_constant(lw: KernelLowering, op: arith.ConstantOp) -> list[Any]:
+    value = op.value
+    if isinstance(value, IntegerAttr):
+        if value.type == i1:
+            return [Imm(bool(value.value.data), "pred")]
+        return [Imm(int(value.value.data))]
+    if isinstance(value, FloatAttr):
+        return [Imm(float(value.value.data))]
+    raise TkcError(f"cannot lower constant {value}")
+
+
+def _lower_int(lw: KernelLowering, op: Operation) -> list[Any]:
+    a, b = (lw.value(o) for o in op.operands)
+    if op.results[0].type == i1:
+        if isinstance(a, Imm) and isinstance(b, Imm):
+            fn = {arith.AndIOp: lambda x, y: x and y, arith.OrIOp: lambda x, y: x or y, arith.XOrIOp: lambda x, y: x != y}
+            return [Imm(bool(fn[type(op)](a.value, b.value)), "pred")]
+        opcode = {arith.AndIOp: "and.pred", arith.OrIOp: "or.pred", arith.XOrIOp: "xor.pred"}[type(op)]
+        return [lw.op(opcode, "pred", lw.reg(a, "pred") if isinstance(a, Imm) else a, b)]
+    if isinstance(a, Imm) and isinstance(b, Imm):
+        folded = _fold_int(op, int(a.value), int(b.value))
+        if folded is not None:
+            return [Imm(folded)]
+    if isinstance(op, arith.FloorDivSIOp):
+        shift = _log2(b.value) if isinstance(b, Imm) else None
+        if shift is not None:
+            return [lw.op("shr.s32", "b32", lw.reg(a), Imm(shift))]
+        return [_floordiv(lw, lw.reg(a), b)]
+    if isinstance(op, arith.CeilDivSIOp):
+        if isinstance(b, Imm) and b.value > 0:
+            shifted = lw.op("add.s32", "b32", lw.reg(a), Imm(b.value - 1))
+            shift = _log2(b.value)
+            if shift is not None:
+                return [lw.op("shr.s32", "b32", shifted, Imm(shift))]
+            return [_floordiv(lw, shifted, b)]
+        neg = lw.op("neg.s32", "b32", lw.reg(a))
+        return [lw.op("neg.s32", "b32", _floordiv(lw, neg, b))]
+    if isinstance(op, arith.DivUIOp | arith.RemUIOp) and isinstance(b, Imm) and _log2(b.value) is not None:
+        if isinstance(op, arith.DivUIOp):
+            return [lw.op("shr.u32", "b32", lw.reg(a), Imm(_log2(b.value)))]
+        return [lw.op("and.b32", "b32", lw.reg(a), Imm(b.value - 1))]
+    return [lw.op(_INT_OPS[type(op)], "b32", lw.reg(a), b)]
+
+
+def _floordiv(lw: KernelLowering, a: SSAValue, b: Any) -> SSAValue:
+    """Python's floor division on s32: truncate, then step down when the remainder's sign differs."""
+    q = lw.op("div.s32", "b32", a, b)
+    r = lw.op("rem.s32", "b32", a, b)
+    nonzero = lw.op("setp.ne.s32", "pred", r, Imm(0))
+    sign = lw.op("xor.b32", "b32", r, b)
+    negative = lw.op("setp.lt.s32", "pred", sign, Imm(0))
+    adjust = lw.op("and.pred", "pred", nonzero, negative)
+    return lw.op("selp.b32", "b32", lw.op("sub.s32", "b32", q, Imm(1)), q, adjust)
+
+
+def _lower_float(lw: KernelLowering, op: Operation) -> list[Any]:
+    a, b = (lw.value(o) for o in op.operands)
+    if isinstance(a, Imm) and isinstance(b, Imm):
+        from tkc.interpreter.scalar import _FLOAT_BINARY
+
+        return [Imm(float(np.float32(_FLOAT_BINARY[type(op)](np.float32(a.value), np.float32(b.value)))))]
+    return [lw.op(_FLOAT_OPS[type(op)], "b32", lw.reg(a), b)]
+
+
+def _lower_float_unary(lw: KernelLowering, op: Operation) -> list[Any]:
+    x = lw.reg(lw.value(op.operands[0]))
+    if isinstance(op, math.ExpOp):
+        return [lw.op("ex2.approx.ftz.f32", "b32", lw.op("mul.f32", "b32", x, Imm(LOG2E)))]
+    if isinstance(op, math.LogOp):
+        return [lw.op("mul.f32", "b32", lw.op("lg2.approx.ftz.f32", "b32", x), Imm(LN2))]
+    return [lw.op(_FLOAT_UNARY[type(op)], "b32", x)]
+
+
+def _lower_cmp(lw: KernelLowering, op: arith.CmpiOp | arith.CmpfOp) -> list[Any]:
+    a, b = (lw.value(o) for o in op.operands)
+    names = arith.CMPI_COMPARISON_OPERATIONS if isinstance(op, arith.CmpiOp) else arith.CMPF_COMPARISON_OPERATIONS
+    pred = names[op.predicate.value.data]
+    if pred not in _CMP:
+        raise TkcError(f"comparison {pred} is not supported")
+    if isinstance(op, arith.CmpiOp) and op.lhs.type == i1:
+        if pred not in ("eq", "ne"):
+            raise TkcError("booleans compare only with == and !=")
+        x = lw.op("xor.pred", "pred", lw.reg(a, "pred"), lw.reg(b, "pred"))
+        return [x if pred == "ne" else lw.op("not.pred", "pred", x)]
+    kind = "s32" if isinstance(op, arith.CmpiOp) else "f32"
+    return [lw.op(f"setp.{_CMP[pred]}.{kind}", "pred", lw.reg(a), b)]
+
+
+def _lower_select(lw: KernelLowering, op: arith.SelectOp) -> list[Any]:
+    c, x, y = (lw.value(o) for o in op.operands)
+    if isinstance(c, Imm):
+        return [x if c.value else y]
+    if op.result.type == i1:
+        return [lw.op("or.pred", "pred", lw.op("and.pred", "pred", c, lw.reg(x, "pred")),
+                      lw.op("and.pred", "pred", lw.op("not.pred", "pred", c), lw.reg(y, "pred")))]
+    return [lw.op("selp.b32", "b32", lw.reg(x), lw.reg(y), c)]
+
+
+def _lower_sitofp(lw: KernelLowering, op: arith.SIToFPOp) -> list[Any]:
+    x = lw.value(op.input)
+    if isinstance(x, Imm):
+        return [Imm(float(x.value))]
+    return [lw.op("cvt.rn.f32.s32", "b32", x)]
+
+
+def _lower_fptosi(lw: KernelLowering, op: arith.FPToSIOp) -> list[Any]:
+    return [lw.op("cvt.rzi.s32.f32", "b32", lw.reg(lw.value(op.input)))]
+
+
+def _lower_special(name: str) -> Callable[[KernelLowering, Operation], list[Any]]:
+    def lower(lw: KernelLowering, op: Operation) -> list[Any]:
+        dim = "xyz"[op.dim.value.data]  # type: ignore[attr-defined]
+        return [lw.emit(ptx.SpecialOp(f"%{name}.{dim}")).results[0]]
+
+    return lower
+
+
+def _lower_warp_id(lw: KernelLowering, op: Operation) -> list[Any]:
+    return [lw.thread_env["warp"]]
+
+
+def _lower_warpgroup_id(lw: KernelLowering, op: Operation) -> list[Any]:
+    return [lw.expr(Leaf("tid") >> 7)]
+
+
+def _lower_dim(lw: KernelLowering, op: t.DimOp) -> list[Any]:
+    return [lw.value(op.source).dims[op.index.value.data]]
+
+
+def _lower_barrier(lw: KernelLowering, op: Operation) -> None:
+    lw.emit(ptx.BarSyncOp(0))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Control flow
+
+
+def _copy_into(lw: KernelLowering, dst: Any, src: Any) -> None:
+    """dst (a declared bundle) := src, register for register."""
+    if src is dst:
+        return
+    if isinstance(dst, SSAValue) and isinstance(dst.type, ptx.RegsType):
+        cls = dst.type.reg_class
+        if cls == "pred":
+            lw.op("mov.pred", None, lw.reg(src, "pred") if isinstance(src, Imm) else src, into=dst)
+        else:
+            lw.op("mov.b32" if cls == "b32" else "mov.b64", None, src, into=dst)
+        return
+    raise TkcError("internal: cannot copy a value of this kind across a loop or branch")
+
+
+def _declare_like(lw: KernelLowering, value: Any, type_: Any) -> Any:
+    """Registers that a loop or branch writes its results into."""
+    if isinstance(value, SharedRef | RingRef | GlobalRef):
+        return value  # buffers stay where they are; their addresses do not change
+    if isinstance(value, Imm):
+        cls = "pred" if value.cls == "pred" else "b32"
+        return lw.emit(ptx.RegsOp(cls, 1)).results[0]
+    return lw.emit(ptx.RegsOp(value.type.reg_class, value.type.n)).results[0]
+
+
+def _same_buffer(a_: Any, b_: Any) -> bool:
+    return isinstance(a_, SharedRef | RingRef) and isinstance(b_, SharedRef | RingRef) and a_.addr is b_.addr
+
+
+def _lower_for(lw: KernelLowering, op: scf.ForOp) -> list[Any]:
+    lb, ub, step = (lw.value(v) for v in (op.lb, op.ub, op.step))
+    body = op.body.block
+    iv = lw.emit(ptx.RegsOp("b32", 1)).results[0]
+    _copy_into(lw, iv, lb)
+    carried = []
+    for init, arg in zip(op.iter_args, body.args[1:]):
+        value = lw.value(init)
+        regs = _declare_like(lw, value, init.type)
+        if regs is not value:
+            _copy_into(lw, regs, value)
+        carried.append(regs)
+    lw.values[body.args[0]] = iv
+    for arg, regs in zip(body.args[1:], carried):
+        lw.values[arg] = regs
+    head, end = lw.label("LOOP"), lw.label("END")
+    lw.emit(ptx.LabelOp(head))
+    done = lw.op("setp.ge.s32", "pred", iv, ub)
+    lw.emit(ptx.BraOp(end, done))
+    lw.lower_block_body(body)
+    yield_op = body.last_op
+    assert isinstance(yield_op, scf.YieldOp)
+    new = [lw.value(v) for v in yield_op.operands]
+    # Parallel copy: a yielded value that is itself a carried bundle must be read before it is overwritten.
+    staged = []
+    for regs, value in zip(carried, new):
+        if any(value is other for other in carried) and value is not regs:
+            tmp = _declare_like(lw, value, None)
+            _copy_into(lw, tmp, value)
+            staged.append(tmp)
+        else:
+            staged.append(value)
+    for regs, value in zip(carried, staged):
+        if isinstance(regs, SharedRef | RingRef):
+            if not _same_buffer(regs, value):
+                raise TkcError("a loop-carried shared tile must stay in one buffer")
+            continue
+        _copy_into(lw, regs, value)
+    lw.op("add.s32", None, iv, step, into=iv)
+    lw.emit(ptx.BraOp(head))
+    lw.emit(ptx.LabelOp(end))
+    return carried
+
+
+def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
+    cond = lw.value(op.cond)
+    if isinstance(cond, Imm):
+        region = op.true_region if cond.value else op.false_region
+        if not region.blocks:
+            return []
+        lw.lower_block_body(region.block)
+        return [lw.value(v) for v in region.block.last_op.operands]  # type: ignore[union-attr]
+    results: list[Any] = [None] * len(op.results)
+    else_label, end = lw.label("ELSE"), lw.label("ENDIF")
+    lw.emit(ptx.BraOp(else_label, cond, negate=True))
+
+    def branch(region: Any) -> None:
+        if not region.blocks:
+            return
+        lw.lower_block_body(region.block)
+        for i, v in enumerate(region.block.last_op.operands):
+            value = lw.value(v)
+            if results[i] is None:
+                results[i] = _declare_like(lw, value, v.type)
+                # declarations must dominate both branches: move it before the branch
+                if isinstance(results[i], SSAValue):
+                    decl = results[i].owner
+                    lw.body.remove(decl)
+                    lw.body.insert(branch_point, decl)
+            if isinstance(results[i], SharedRef | RingRef):
+                if not _same_buffer(results[i], value):
+                    raise TkcError("both branches of an if must yield a shared tile in the same buffer")
+                continue
+            _copy_into(lw, results[i], value)
+
+    branch_point = len(lw.body) - 1
+    branch(op.true_region)
+    lw.emit(ptx.BraOp(end))
+    lw.emit(ptx.LabelOp(else_label))
+    branch(op.false_region)
+    lw.emit(ptx.LabelOp(end))
+    return results
+
+
+def _lower_block_body(self: KernelLowering, block: Block) -> None:
+    for op in block.ops:
+        if isinstance(op, scf.YieldOp):
+            continue
+        self.current_loc = op.location
+        try:
+            self.lower_op(op)
+        except TkcError as e:
+            if e.loc is None:
+                e.loc = SourceLoc.from_attr(op.location)
+            raise
+
+
+KernelLowering.lower_block_body = _lower_block_body  # type: ignore[attr-defined]
+
+
+def _lower_return(lw: KernelLowering, op: func.ReturnOp) -> None:
+    lw.emit(ptx.RetOp())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Dispatch tables (compute and memory handlers register themselves here)
+
+_HANDLERS: dict[type, Callable[..., Any]] = {
+    arith.ConstantOp: _lower_constant,
+    arith.CmpiOp: _lower_cmp,
+    arith.CmpfOp: _lower_cmp,
+    arith.SelectOp: _lower_select,
+    arith.SIToFPOp: _lower_sitofp,
+    arith.FPToSIOp: _lower_fptosi,
+    arith.FloorDivSIOp: _lower_int,
+    arith.CeilDivSIOp: _lower_int,
+    math.ExpOp: _lower_float_unary,
+    math.LogOp: _lower_float_unary,
+    t.BlockIdxOp: _lower_special("ctaid"),
+    t.NumBlocksOp: _lower_special("nctaid"),
+    t.WarpIdOp: _lower_warp_id,
+    t.WarpgroupIdOp: _lower_warpgroup_id,
+    t.DimOp: _lower_dim,
+    t.BarrierOp: _lower_barrier,
+    scf.ForOp: _lower_for,
+    scf.IfOp: _lower_if,
+    func.ReturnOp: _lower_return,
+}
+for _op in _INT_OPS:
+    _HANDLERS[_op] = _lower_int
+for _op in _FLOAT_OPS:
+    _HANDLERS[_op] = _lower_float
+for _op in _FLOAT_UNARY:
+    _HANDLERS[_op] = _lower_float_unary
+_BASE_HANDLERS: list[tuple[type, Callable[..., Any]]] = []
+
+
+def handles(*op_types: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for op_type in op_types:
+            if "name" not in op_type.__dict__:  # a base class such as tile.UnaryOp
+                _BASE_HANDLERS.append((op_type, fn))
+            else:
+                _HANDLERS[op_type] = fn
+        return fn
+
+    return add
+
+
+def lower_module(module: ModuleOp) -> None:
+    """Replace every kernel's tile IR with its `ptx.kernel`."""
+    import tkc.backend.lower_compute  # noqa: F401  (registers handlers)
+    import tkc.backend.lower_memory  # noqa: F401
+
+    target_attr = module.attributes.get("tkc.target")
+    target = get_target(target_attr.data if isinstance(target_attr, StringAttr) else "sm_90a").name
+    kernels = []
+    for fn in list(module.ops):
+        if isinstance(fn, func.FuncOp):
+            kernel = KernelLowering(fn, target).run()
+            kernel.attributes["tkc.smem_bytes"] = IntegerAttr(fn.attributes[TOTAL_ATTR].value.data  # type: ignore[attr-defined]
+                                                              if TOTAL_ATTR in fn.attributes else 0, 64)
+            kernels.append((fn, kernel))
+    for fn, kernel in kernels:
+        module.body.block.insert_op_before(kernel, fn)
+        fn.detach()
+        fn.erase()
+
+
+@register("lower-to-ptx", "lower tile IR (layouts, swizzles and shared offsets assigned) to the ptx dialect")
+class LowerToPtx(ModulePass):
+    name = "lower-to-ptx"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        lower_module(op)
+
