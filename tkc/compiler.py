@@ -41,8 +41,17 @@ def verify(module: ModuleOp, stage: str) -> None:
     try:
         module.verify()
     except VerifyException as e:
-        message = str(e).split("\n", 1)[0]
-        raise TkcError(f"the IR after {stage} does not verify: {message}") from None
+        raise TkcError(f"the IR after {stage} does not verify: {_verifier_message(e)}") from None
+
+
+def _verifier_message(e: Exception) -> str:
+    """xDSL's message without the dump of the module it appends (which starts at the first IR line)."""
+    lines = []
+    for line in str(e).splitlines():
+        if line.lstrip().startswith(("builtin.module", '"builtin.module"', "^^^")) or line.startswith("  "):
+            break
+        lines.append(line.strip())
+    return " ".join(line for line in lines if line) or str(e).splitlines()[0]
 
 
 @dataclass

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import bf16 as _bf16
 from xdsl.dialects.builtin import f16 as _f16
@@ -33,15 +32,23 @@ LN2 = math.log(2.0)
 class DType:
     name: str
     ir: Attribute
-    np: Any  # the numpy dtype that holds it (ml_dtypes.bfloat16 for bf16)
+    numpy_name: str  # the numpy dtype that holds it (ml_dtypes' bfloat16 for bf16)
+
+    @property
+    def np(self) -> Any:
+        if self.numpy_name == "bfloat16":
+            import ml_dtypes  # imported on first use: it takes seconds and compiling never needs it
+
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(self.numpy_name)
 
     def __repr__(self) -> str:
         return self.name
 
 
-bf16 = DType("bf16", _bf16, np.dtype(ml_dtypes.bfloat16))
-f16 = DType("f16", _f16, np.dtype(np.float16))
-f32 = DType("f32", _f32, np.dtype(np.float32))
+bf16 = DType("bf16", _bf16, "bfloat16")
+f16 = DType("f16", _f16, "float16")
+f32 = DType("f32", _f32, "float32")
 DTYPES = {d.name: d for d in (bf16, f16, f32)}
 
 

@@ -65,3 +65,33 @@ def test_layernorm(rows: int, d: int) -> None:
     interp, sim = run_both(layernorm_kernel, args, (-(-rows // 4),), {"D": d}, order="descending")
     assert rel_err(sim[4], interp[4]) < 2e-3
     assert rel_err(sim[5], interp[5]) < 2e-3
+
+
+def test_user_gemm_bias_gelu() -> None:
+    from kernels.gemm_bias_gelu import gemm_bias_gelu
+
+    rng = np.random.default_rng(11)
+    m, n, k = 70, 96, 48
+    args = [random_bf16(rng, m, k, scale=0.3), random_bf16(rng, k, n, scale=0.3), random_bf16(rng, n), poisoned(m, n)]
+    interp, sim = run_both(gemm_bias_gelu, args, (-(-n // 64), -(-m // 64)), order="shuffled")
+    assert rel_err(sim[3], interp[3]) < 2e-3
+
+
+def test_user_row_softmax() -> None:
+    from kernels.row_softmax import WARPS, row_softmax
+
+    rng = np.random.default_rng(12)
+    m, n = 100, 100
+    interp, sim = run_both(row_softmax, [random_bf16(rng, m, n), poisoned(m, n)], (-(-m // (16 * WARPS)),), {"N": n},
+                           order="descending")
+    assert rel_err(sim[1], interp[1]) < 2e-3
+
+
+def test_user_sliding_window_attention() -> None:
+    from kernels.sliding_window_attention import sliding_window_attention
+
+    rng = np.random.default_rng(13)
+    q, k, v = (random_bf16(rng, 1, 1, 256, 64) for _ in range(3))
+    interp, sim = run_both(sliding_window_attention, [q, k, v, poisoned(1, 1, 256, 64)], (1, 1, 4), {"WINDOW": 128},
+                           order="shuffled")
+    assert rel_err(sim[3], interp[3]) < 2e-3

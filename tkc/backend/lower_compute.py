@@ -88,14 +88,20 @@ def pack(lw: KernelLowering, slots: SSAValue, type_: Attribute) -> SSAValue:
     return lw.op(f"cvt.rn.{name}x2.f32", "b32", (slots, 2 * idx + 1), (slots, 2 * idx), n=n)  # type: ignore[return-value]
 
 
+def bf16_bits(value: float) -> int:
+    """The bf16 bit pattern nearest to `value` (round to nearest even; NaN stays NaN)."""
+    bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+    if np.isnan(value):
+        return (bits >> 16) | 0x40
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
 def _fill_pattern(value: float, type_: Attribute) -> Imm:
     dtype = _dtype(type_)
     if isinstance(dtype, Float32Type):
         return Imm(float(value))
     if isinstance(dtype, BFloat16Type):
-        import ml_dtypes
-
-        bits = int(np.array(value, dtype=np.float32).astype(ml_dtypes.bfloat16).view(np.uint16))
+        bits = bf16_bits(value)
     else:
         bits = int(np.array(value, dtype=np.float16).view(np.uint16))
     if isinstance(type_, RegVecType):

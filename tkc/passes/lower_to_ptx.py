@@ -329,16 +329,44 @@ _CMP = {"eq": "eq", "ne": "ne", "slt": "lt", "sle": "le", "sgt": "gt", "sge": "g
         "oeq": "eq", "une": "neu", "olt": "lt", "ole": "le", "ogt": "gt", "oge": "ge"}
 
 
-def _fold_int(op: Operation, a: int, b: int) -> int | None:
-    from tkc.interpreter.scalar import _INT_BINARY, _wrap_i32
+def _wrap32(value: int) -> int:
+    return (value + 2**31) % 2**32 - 2**31
 
-    fn = _INT_BINARY.get(type(op))
-    if fn is None:
+
+_INT_FOLD: dict[type, Callable[[int, int], int]] = {
+    arith.AddiOp: lambda a, b: a + b,
+    arith.SubiOp: lambda a, b: a - b,
+    arith.MuliOp: lambda a, b: a * b,
+    arith.FloorDivSIOp: lambda a, b: a // b,
+    arith.CeilDivSIOp: lambda a, b: -(-a // b),
+    arith.DivSIOp: lambda a, b: int(a / b),
+    arith.RemSIOp: lambda a, b: a - int(a / b) * b,
+    arith.DivUIOp: lambda a, b: (a % 2**32) // (b % 2**32),
+    arith.RemUIOp: lambda a, b: (a % 2**32) % (b % 2**32),
+    arith.MaxSIOp: max,
+    arith.MinSIOp: min,
+    arith.ShLIOp: lambda a, b: a << b,
+    arith.ShRSIOp: lambda a, b: a >> b,
+    arith.AndIOp: lambda a, b: a & b,
+    arith.OrIOp: lambda a, b: a | b,
+    arith.XOrIOp: lambda a, b: a ^ b,
+}
+_FLOAT_FOLD: dict[type, Callable[[Any, Any], Any]] = {
+    arith.AddfOp: lambda a, b: a + b,
+    arith.SubfOp: lambda a, b: a - b,
+    arith.MulfOp: lambda a, b: a * b,
+    arith.DivfOp: lambda a, b: a / b,
+    arith.MaximumfOp: lambda a, b: np.fmax(a, b),
+    arith.MinimumfOp: lambda a, b: np.fmin(a, b),
+}
+
+
+def _fold_int(op: Operation, a: int, b: int) -> int | None:
+    fn = _INT_FOLD.get(type(op))
+    if fn is None or (b == 0 and type(op) in (arith.FloorDivSIOp, arith.CeilDivSIOp, arith.DivSIOp, arith.RemSIOp,
+                                              arith.DivUIOp, arith.RemUIOp)):
         return None
-    try:
-        return int(_wrap_i32(fn(np.asarray([a]), np.asarray([b])))[0])
-    except TkcError:
-        return None
+    return _wrap32(fn(a, b))
 
 
 def _lower_constant(lw: KernelLowering, op: arith.ConstantOp) -> list[Any]:
@@ -399,9 +427,8 @@ def _floordiv(lw: KernelLowering, a: SSAValue, b: Any) -> SSAValue:
 def _lower_float(lw: KernelLowering, op: Operation) -> list[Any]:
     a, b = (lw.value(o) for o in op.operands)
     if isinstance(a, Imm) and isinstance(b, Imm):
-        from tkc.interpreter.scalar import _FLOAT_BINARY
-
-        return [Imm(float(np.float32(_FLOAT_BINARY[type(op)](np.float32(a.value), np.float32(b.value)))))]
+        with np.errstate(all="ignore"):
+            return [Imm(float(np.float32(_FLOAT_FOLD[type(op)](np.float32(a.value), np.float32(b.value)))))]
     return [lw.op(_FLOAT_OPS[type(op)], "b32", lw.reg(a), b)]
 
 
