@@ -34,10 +34,10 @@ def gemm_ref(a: np.ndarray, b: np.ndarray, trans_b: bool = False) -> np.ndarray:
     return a @ (b.T if trans_b else b)
 
 
-def attention_ref(q, k, v, causal: bool = False, window: int | None = None) -> np.ndarray:
+def attention_ref(q, k, v, causal: bool = False, window: int | None = None, scale: float | None = None) -> np.ndarray:
     q, k, v = f64(q), f64(k), f64(v)
     d = q.shape[-1]
-    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(d)
+    s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(d) if scale is None else scale)
     nq, nk = s.shape[-2:]
     i = np.arange(nq)[:, None]
     j = np.arange(nk)[None, :]

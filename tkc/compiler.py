@@ -215,3 +215,36 @@ def lower_kernel(kernel: Any, target: str = "sm_80", constants: Mapping[str, Any
     specialize_alignment(module, aligns or {})
     run_passes(module, parse_pipeline(default_pipeline(target) if pipeline is None else pipeline), Dumps(), PassTimer())
     return module
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """What a launch needs: the PTX of one kernel and how to call it."""
+
+    name: str
+    ptx: str
+    params: list[tuple[str, str]]  # (name, PTX type) in order
+    threads: int
+    shared_bytes: int  # dynamic shared memory to request (the kernel's buffers + 1 KB to align them)
+
+    def meta(self) -> dict[str, Any]:
+        return {"name": self.name, "params": self.params, "threads": self.threads, "shared_bytes": self.shared_bytes}
+
+
+def compile_for_launch(kernel: Any, target: str, constants: Mapping[str, Any], aligns: Mapping[str, int],
+                       pipeline: str | None = None) -> CompiledKernel:
+    """Frontend → PTX for one kernel, specialized to its tensors' alignment."""
+    from tkc.backend.ptx import KernelOp
+    from tkc.backend.ptx_printer import emit_ptx
+
+    module = lower_kernel(kernel, target, constants, pipeline, aligns)
+    ptx_kernel = next(op for op in module.walk() if isinstance(op, KernelOp))
+    smem = ptx_kernel.attributes.get("tkc.smem_bytes")
+    shared = smem.value.data if smem is not None else 0  # type: ignore[attr-defined]
+    return CompiledKernel(
+        name=ptx_kernel.sym_name.data,
+        ptx=emit_ptx(module, target),
+        params=[tuple(p) for p in ptx_kernel.param_list],  # type: ignore[misc]
+        threads=ptx_kernel.threads.data,
+        shared_bytes=shared + 1024 if shared else 0,
+    )

@@ -18,7 +18,9 @@ KERNEL_FILES = sorted((ROOT / "tkc" / "kernels").glob("[!_]*.py")) + sorted((ROO
 
 # Constant values worth assembling separately (the rest use their defaults).
 VARIANTS = {
-    "attention_fwd": [{"D": 64, "CAUSAL": 0}, {"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0}, {"D": 128, "CAUSAL": 1}],
+    "attention_fwd": [{"D": 64, "CAUSAL": 0}, {"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0}, {"D": 128, "CAUSAL": 1},
+                      {"D": 64, "CAUSAL": 1, "ROWS": 32}, {"D": 64, "CAUSAL": 0, "ROWS": 32}],
+    "layernorm_kernel": [{"D": 1024}, {"D": 4096}, {"D": 8192}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
 }
 

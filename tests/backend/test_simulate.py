@@ -45,14 +45,15 @@ def test_gemm(m: int, n: int, k: int, trans_b: int, order: str) -> None:
 def test_attention(d: int, causal: int, order: str) -> None:
     rng = np.random.default_rng(d + causal)
     q, k, v = (random_bf16(rng, 1, 2, 128, d) for _ in range(3))
-    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 2, 128, d)], (1, 2, 2), {"D": d, "CAUSAL": causal}, order=order)
+    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 2, 128, d), d**-0.5], (1, 2, 2), {"D": d, "CAUSAL": causal},
+                           order=order)
     assert rel_err(sim[3], interp[3]) < 2e-3
 
 
 def test_attention_pipeline_runs_more_iterations_than_stages() -> None:
     rng = np.random.default_rng(5)
     q, k, v = (random_bf16(rng, 1, 1, 320, 64) for _ in range(3))  # 5 key blocks, 3 stages
-    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 1, 320, 64)], (1, 1, 5), {"D": 64, "CAUSAL": 0},
+    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 1, 320, 64), 0.125], (1, 1, 5), {"D": 64, "CAUSAL": 0},
                            order="shuffled")
     assert rel_err(sim[3], interp[3]) < 2e-3
 
@@ -62,7 +63,7 @@ def test_layernorm(rows: int, d: int) -> None:
     rng = np.random.default_rng(rows)
     args = [random_bf16(rng, rows, d), random_bf16(rng, rows, d), random_bf16(rng, d), random_bf16(rng, d),
             poisoned(rows, d), poisoned(rows, d), 1e-5]
-    interp, sim = run_both(layernorm_kernel, args, (-(-rows // 4),), {"D": d}, order="descending")
+    interp, sim = run_both(layernorm_kernel, args, (2,), {"D": d, "CHUNK": min(d, 128)}, order="descending")
     assert rel_err(sim[4], interp[4]) < 2e-3
     assert rel_err(sim[5], interp[5]) < 2e-3
 

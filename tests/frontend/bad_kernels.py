@@ -693,7 +693,7 @@ def runtime_static_assert():
 def runtime_loop_step():
     @tkc.kernel
     def k(A: gl[bf16, 2], n: int):
-        for i in range(0, 64, n):  # ERROR
+        for i in range(n, 0, -2):  # ERROR
             pass
 
     return k

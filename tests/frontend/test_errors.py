@@ -114,7 +114,9 @@ def test_tile_not_multiple_of_16(case: Case) -> None:
 
 
 def test_tile_size_from_a_constant_override_points_at_the_shipped_kernel() -> None:
-    from tkc.kernels import gemm
+    import importlib
+
+    gemm = importlib.import_module("tkc.kernels.gemm")
 
     with pytest.raises(TkcError) as info:
         gemm.gemm_kernel.build("sm_80", BK=24)
@@ -224,7 +226,7 @@ def test_store_with_swapped_arguments(case: Case) -> None:
     Case(bad.runtime_fill_value, ["full's value must be a compile-time number", "run-time float"], at="full("),
     Case(bad.runtime_assert, ["`assert` needs a compile-time condition"], at="assert"),
     Case(bad.runtime_static_assert, ["static_assert needs a compile-time condition"], at="static_assert("),
-    Case(bad.runtime_loop_step, ["positive compile-time step"], at="for"),
+    Case(bad.runtime_loop_step, ["positive step"], at="for"),
     Case(bad.runtime_index_into_tuple, ["cannot be indexed with a run-time value"], at="t[n]"),
 )
 def test_runtime_value_where_compile_time_needed(case: Case) -> None:

@@ -40,7 +40,7 @@ def test_attention(pipeline: str, blocks: int, causal: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = 64 * blocks
     q, k, v = (random_bf16(rng, 1, 2, n, 64) for _ in range(3))
-    before, after, _ = before_and_after(attention_fwd, pipeline, [q, k, v, poisoned(1, 2, n, 64)], (1, 2, blocks),
+    before, after, _ = before_and_after(attention_fwd, pipeline, [q, k, v, poisoned(1, 2, n, 64), 0.125], (1, 2, blocks),
                                         {"D": 64, "CAUSAL": causal})
     assert _same(before[3], after[3])
 
@@ -51,5 +51,5 @@ def test_layernorm(pipeline: str) -> None:
     rows, d = 7, 64
     args = [random_bf16(rng, rows, d), random_bf16(rng, rows, d), random_bf16(rng, d), random_bf16(rng, d),
             poisoned(rows, d), poisoned(rows, d), 1e-5]
-    before, after, _ = before_and_after(layernorm_kernel, pipeline, args, (2,), {"D": d})
+    before, after, _ = before_and_after(layernorm_kernel, pipeline, args, (2,), {"D": d, "CHUNK": 32})
     assert _same(before[4], after[4]) and _same(before[5], after[5])

@@ -413,8 +413,8 @@ class CodeGen(ast.NodeVisitor):
         elif len(bounds) == 2:
             bounds = [bounds[0], bounds[1], 1]
         step = bounds[2]
-        if is_runtime(step) or not isinstance(step, int) or step <= 0:
-            raise TkcError("a run-time loop needs a positive compile-time step")
+        if not is_runtime(step) and (not isinstance(step, int) or step <= 0):
+            raise TkcError("a run-time loop needs a positive step (a run-time step must be positive too)")
         if not isinstance(node.target, ast.Name):
             raise TkcError("a run-time loop variable must be a single name")
         lb, ub, stp = (self.as_i32(b, "a range bound") for b in bounds)

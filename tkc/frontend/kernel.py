@@ -135,6 +135,12 @@ class Kernel:
             user_loc(),
         )
 
+    def __getitem__(self, grid: Any) -> Any:
+        """`kernel[grid](*args, **constants)`: launch on CUDA torch tensors, on torch's current stream."""
+        from tkc.runtime.launch import BoundLaunch
+
+        return BoundLaunch(self, grid)
+
     # ----------------------------------------------------------------------------------------------------------
 
     def _parse_params(self) -> list[Param]:

@@ -1,8 +1,12 @@
-"""Kernels users import. Each module holds kernels written in tkc's language; the launch wrappers that take torch
-tensors (`tkc.kernels.gemm(a, b)` and friends) come with the GPU runtime."""
+"""Kernels users import: each module holds a tile kernel and its entry point for torch tensors.
 
-from tkc.kernels.attention import attention_fwd
-from tkc.kernels.gemm import gemm_kernel
-from tkc.kernels.layernorm import layernorm_kernel
+    tkc.kernels.gemm(a, b, trans_b=False)                  # bf16 GEMM, f32 accumulation
+    tkc.kernels.attention(q, k, v, causal=False)           # FlashAttention-2-style forward
+    tkc.kernels.layernorm(x, residual, weight, bias)       # LayerNorm with a fused residual add
+"""
 
-__all__ = ["attention_fwd", "gemm_kernel", "layernorm_kernel"]
+from tkc.kernels.attention import attention, attention_fwd
+from tkc.kernels.gemm import gemm, gemm_kernel
+from tkc.kernels.layernorm import layernorm, layernorm_kernel
+
+__all__ = ["attention", "attention_fwd", "gemm", "gemm_kernel", "layernorm", "layernorm_kernel"]

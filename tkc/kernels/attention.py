@@ -1,30 +1,81 @@
-"""Attention forward (FlashAttention-2 style): O = softmax(Q·Kᵀ/√D)·V, causal or not, with online softmax."""
+"""Attention forward (FlashAttention-2 style): O = softmax(scale · Q·Kᵀ)·V, causal or not, with online softmax."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
 
 import tkc
 from tkc.lang import *  # noqa: F403
 
+if TYPE_CHECKING:
+    import torch
+
+KEYS = 64  # keys per step of the loop
+
 
 @tkc.kernel(warps=4, min_target="sm_80")
-def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], D: const = 64, CAUSAL: const = 0):
-    """q, k, v, o: (B, H, N, D) with N a multiple of 64. Grid: (B, H, N / 64).
+def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float,
+                  D: const = 64, CAUSAL: const = 0, ROWS: const = 16):
+    """q: (B, H, Nq, D), k and v: (B, H, Nk, D), o like q. Grid: (B, H, Nq / (4·ROWS)).
 
-    Each block takes 64 query rows, 16 per warp, and streams K and V through shared memory 64 rows at a time.
-    With CAUSAL, query i sees keys j <= i: blocks past the diagonal are skipped and the diagonal one is masked.
+    Each of the 4 warps owns ROWS query rows; the block streams K and V through shared memory KEYS rows at a time
+    and keeps the running row maximum m, the running sum l and the unnormalized output o in registers. With
+    CAUSAL (Nq = Nk), query i sees keys j <= i: the loop stops after the block's diagonal and masks the key
+    blocks that cross it.
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    static_assert(ROWS in (16, 32), f"ROWS (query rows per warp) must be 16 or 32, got {ROWS}")
+    static_assert(ROWS * D <= 2048, f"ROWS={ROWS} with D={D} needs more than 255 registers per thread; use ROWS=16")
     b, h, blk = block_idx()
-    q_tile = blk * 4 + warp_id()                           # this warp's 16 query rows, in tiles of 16
-    q = load(Q, (b, h, q_tile, 0), rt[bf16, 16, D])
-    m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
-    for j in range(blk + 1 if CAUSAL else cdiv(K.shape[2], 64)):
-        k_s, v_s = load(K, (b, h, j, 0), st[bf16, 64, D]), load(V, (b, h, j, 0), st[bf16, 64, D])
-        s = mma_ABt(q, load(k_s), zeros(rt[f32, 16, 64])) * (D**-0.5 * LOG2E)   # scores, in log2 units
+    q_tile = blk * 4 + warp_id()                             # this warp's rows, in tiles of ROWS
+    q = load(Q, (b, h, q_tile, 0), rt[bf16, ROWS, D])
+    scale_log2 = scale * LOG2E                               # exp(x·scale) = exp2(x·scale_log2)
+    m, l, o = neg_infty(rv[f32, ROWS]), zeros(rv[f32, ROWS]), zeros(rt[f32, ROWS, D])
+    last_row = (blk + 1) * 4 * ROWS                          # one past the block's last query row
+    n_blocks = cdiv(last_row, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
+    first_masked = blk * 4 * ROWS // KEYS                    # key blocks from here on cross the diagonal
+    for j in range(n_blocks):
+        k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
+        s = mma_ABt(q, load(k_s), zeros(rt[f32, ROWS, KEYS]))
         if CAUSAL:
-            s = tril(s, q_tile * 16 - j * 64, -float("inf"))  # key j*64+c is visible to query q_tile*16+r if c <= r + diag
+            if j >= first_masked:                            # key j·KEYS+c is visible to query q_tile·ROWS+r iff c <= r + diag
+                s = tril(s, q_tile * ROWS - j * KEYS, -math.inf)
         m_new = max(m, row_max(s))
-        p = exp2(sub_row(s, m_new))
-        correction = exp2(m - m_new)
+        p = exp2(sub_row(s * scale_log2, m_new * scale_log2))
+        correction = exp2((m - m_new) * scale_log2)
         l = l * correction + row_sum(p)
         o = mma_AB(p.to(bf16), load(v_s), mul_row(o, correction))
         m = m_new
     store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
+              target: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(scale · q·kᵀ)·v for bf16 CUDA tensors of shape (B, H, N, D), D ∈ {64, 128} (scale defaults to
+    1/√D). On this path N must be a multiple of 64 (of 128 with ROWS=32 blocks); causal needs Nq = Nk."""
+    import torch
+
+    from tkc.kernels._checks import check_tensor, require
+
+    check_tensor("q", q, torch.bfloat16, 4)
+    check_tensor("k", k, torch.bfloat16, 4)
+    check_tensor("v", v, torch.bfloat16, 4)
+    batch, heads, nq, d = q.shape
+    nk = k.shape[2]
+    require(d in (64, 128), f"q: head dim must be 64 or 128, got {d}")
+    require(k.shape == (batch, heads, nk, d), f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
+    require(v.shape == k.shape, f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    require(nq % 64 == 0 and nk % 64 == 0, f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
+    require(not causal or nq == nk, f"causal attention on this path needs Nq = Nk, got {nq} and {nk}")
+    require(q.device == k.device == v.device, "q, k, v must be on the same device")
+    rows = 16
+    if out is None:
+        out = torch.empty_like(q)
+    else:
+        check_tensor("out", out, torch.bfloat16, 4)
+        require(out.shape == q.shape, f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    attention_fwd[(batch, heads, nq // (4 * rows))](q, k, v, out, scale, D=d, CAUSAL=int(causal), ROWS=rows,
+                                                    target=target)
+    return out

@@ -1,7 +1,14 @@
 """GEMM: C = A·B or A·Bᵀ in bf16 with f32 accumulation, through shared tiles and the tensor cores."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import tkc
 from tkc.lang import *  # noqa: F403
+
+if TYPE_CHECKING:
+    import torch
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
@@ -26,3 +33,33 @@ def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2],
             b = load(load(B, (k, bn), st[bf16, BK, BN]), (0, wn), rt[bf16, BK, WN])
             acc = mma_AB(a, b, acc)
     store(C, acc.to(bf16), (bm * 2 + wm, bn * 2 + wn))
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str | None = None,
+         out: torch.Tensor | None = None) -> torch.Tensor:
+    """a (M×K) · b (K×N), or · bᵀ with trans_b (b is N×K), for bf16 CUDA tensors; bf16 result, f32 accumulation.
+    Any M, N, K. The last dimension of `a` must be contiguous; `b` may also be given transposed (column-major)."""
+    import torch
+
+    from tkc.kernels._checks import cdiv, check_tensor, require
+
+    check_tensor("a", a, torch.bfloat16, 2)
+    check_tensor("b", b, torch.bfloat16, 2)
+    require(a.device == b.device, f"a is on {a.device} but b is on {b.device}")
+    m, k = a.shape
+    n, kb = (b.shape if trans_b else b.shape[::-1])
+    require(k == kb, f"b: a is {m}x{k}, so b must be {'Nx' if trans_b else ''}{k}{'' if trans_b else 'xN'}, "
+                     f"got {tuple(b.shape)}{' (trans_b=True)' if trans_b else ''}")
+    if b.dim() == 2 and b.stride(-1) != 1 and b.shape[-1] > 1 and b.stride(0) == 1:
+        b, trans_b = b.t(), not trans_b  # a column-major b is the row-major transpose: no copy
+    require(a.stride(-1) == 1 or a.shape[-1] <= 1, f"a: its last dimension must be contiguous, got strides {tuple(a.stride())}")
+    if out is None:
+        out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
+    else:
+        check_tensor("out", out, torch.bfloat16, 2)
+        require(out.shape == (m, n), f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
+    if m == 0 or n == 0:
+        return out
+    bm, bn = 128, 128
+    gemm_kernel[(cdiv(n, bn), cdiv(m, bm))](a, b, out, TRANS_B=int(trans_b), BM=bm, BN=bn, target=target)
+    return out

@@ -1,20 +1,83 @@
 """LayerNorm with a fused residual add: s = x + residual; out = (s - mean(s)) / sqrt(var(s) + eps) · w + b."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import tkc
 from tkc.lang import *  # noqa: F403
 
+if TYPE_CHECKING:
+    import torch
 
-@tkc.kernel(warps=4, min_target="sm_80")
+WARPS = 4
+
+
+@tkc.kernel(warps=WARPS, min_target="sm_80")
 def layernorm_kernel(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1], Bias: gl[bf16, 1],
-                     Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024):
-    """Rows of length D (a multiple of 16). Writes the normalized rows to Out and x + residual to OutResidual.
-    Grid: (cdiv(rows, 4),): one warp per row; the block shares the weight and bias through shared memory."""
-    row = block_idx()[0] * 4 + warp_id()
-    w = load(load(Weight, (0,), sv[bf16, D]), (0,), rv[f32, D])
-    bias = load(load(Bias, (0,), sv[bf16, D]), (0,), rv[f32, D])
-    s = load(X, (row, 0), rv[f32, D]) + load(Residual, (row, 0), rv[f32, D])
-    store(OutResidual, s, (row, 0))
-    mean = sum(s) / D
-    centered = s - mean
-    rstd = rsqrt(sum(centered * centered) / D + eps)
-    store(Out, centered * rstd * w + bias, (row, 0))
+                     Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024, CHUNK: const = 512):
+    """Rows of length D. Writes the normalized rows to Out and x + residual to OutResidual.
+
+    Grid: (blocks,): the block's warps take rows round-robin (warp w of block b: rows 4b + w, then every
+    4·blocks rows), so a grid of a few blocks per multiprocessor covers any number of rows. The block keeps the
+    weight and bias in shared memory. A row is read in chunks of CHUNK columns: the first pass adds the residual,
+    writes it out and sums it and its square; the second reads the (bf16) sum back and normalizes it.
+    """
+    static_assert(D % CHUNK == 0, f"D ({D}) must be a multiple of CHUNK ({CHUNK})")
+    w_s, b_s = load(Weight, (0,), sv[bf16, D]), load(Bias, (0,), sv[bf16, D])
+    rows = X.shape[0]
+    stride = num_blocks()[0] * WARPS
+    for row in range(block_idx()[0] * WARPS + warp_id(), rows, stride):
+        total, total_sq = 0.0, 0.0
+        for c in range(D // CHUNK):
+            s = load(X, (row, c), rv[f32, CHUNK]) + load(Residual, (row, c), rv[f32, CHUNK])
+            store(OutResidual, s, (row, c))
+            total, total_sq = total + sum(s), total_sq + sum(s * s)
+        mean = total / D
+        rstd = rsqrt(max(total_sq / D - mean * mean, 0.0) + eps)
+        for c in range(D // CHUNK):
+            s = load(OutResidual, (row, c), rv[f32, CHUNK])
+            w, b = load(w_s, (c,), rv[f32, CHUNK]), load(b_s, (c,), rv[f32, CHUNK])
+            store(Out, (s - mean) * rstd * w + b, (row, c))
+
+
+def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
+              target: str | None = None, out: torch.Tensor | None = None,
+              residual_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(layer_norm(x + residual)·weight + bias, x + residual) for bf16 CUDA tensors of shape (..., D), with
+    weight and bias of shape (D,). D must be a multiple of 16. Returns both (the second is the new residual
+    stream of a pre-norm transformer)."""
+    import torch
+
+    from tkc.kernels._checks import check_tensor, require
+
+    require(isinstance(x, torch.Tensor) and x.dim() >= 1, "x must be a tensor with at least one dimension")
+    d = x.shape[-1]
+    check_tensor("x", x, torch.bfloat16, x.dim())
+    check_tensor("residual", residual, torch.bfloat16, x.dim())
+    check_tensor("weight", weight, torch.bfloat16, 1)
+    check_tensor("bias", bias, torch.bfloat16, 1)
+    require(residual.shape == x.shape, f"residual: expected shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    require(weight.shape == (d,) and bias.shape == (d,), f"weight and bias must have shape ({d},)")
+    require(d % 16 == 0, f"x: the normalized dimension must be a multiple of 16, got {d}")
+    require(x.device == residual.device == weight.device == bias.device, "all tensors must be on the same device")
+
+    def rows_of(name: str, t: torch.Tensor) -> torch.Tensor:
+        try:
+            return t.view(-1, d)
+        except RuntimeError:
+            raise tkc.TkcError(f"{name}: its leading dimensions cannot be flattened without a copy (strides "
+                               f"{tuple(t.stride())}); make it contiguous") from None
+
+    out = torch.empty_like(x) if out is None else out
+    residual_out = torch.empty_like(x) if residual_out is None else residual_out
+    for name, t in (("out", out), ("residual_out", residual_out)):
+        check_tensor(name, t, torch.bfloat16, x.dim())
+        require(t.shape == x.shape, f"{name}: expected shape {tuple(x.shape)}, got {tuple(t.shape)}")
+    x2, r2, o2, ro2 = (rows_of(n, t) for n, t in (("x", x), ("residual", residual), ("out", out),
+                                                  ("residual_out", residual_out)))
+    chunk = next(c for c in (512, 256, 128, 64, 32, 16) if d % c == 0)
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    blocks = max(1, min(-(-x2.shape[0] // WARPS), 8 * sms))
+    layernorm_kernel[(blocks,)](x2, r2, weight, bias, o2, ro2, float(eps), D=d, CHUNK=chunk, target=target)
+    return out, residual_out

@@ -5,7 +5,8 @@ reads a part of. A buffer written since the last barrier must not be read (read 
 the last barrier must not be written (write after read). An asynchronous copy writes its buffer when a
 `wait_group` lands it, but may overwrite it as soon as it starts. The pass walks the program with the set of
 buffers written and read since the last barrier, iterating loop bodies to a fixed point, and inserts a barrier
-right before the first op that would conflict.
+right before the first op that would conflict; a conflict with what precedes a loop gets its barrier in front of
+the loop (warps may run a loop a different number of times, and a barrier some of them skip hangs the block).
 
     %s = tile.load %A[%i, %c0] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
     %r = tile.load %s[%w, %c0] : !tile.st<64x64xbf16> -> !tile.rt<16x64xbf16>
@@ -144,6 +145,11 @@ class BarrierInserter:
         return state
 
     def walk_loop(self, loop: scf.ForOp, state: SyncState) -> SyncState:
+        # A conflict with what came before the loop is settled by one barrier in front of it, not inside: warps
+        # may run a loop a different number of times, and a barrier they do not all reach hangs the block.
+        reads, writes = _body_accesses(loop)
+        if (state.written & reads) or ((state.read | state.written) & writes):
+            self.need_barrier(loop, state)
         entry = state.copy()
         for _ in range(8):
             end = BarrierInserter(insert=False).walk_block(loop.body.block, entry.copy())
@@ -155,6 +161,18 @@ class BarrierInserter:
             raise TkcError("insert-barriers did not converge", SourceLoc.from_attr(loop.location))
         end = self.walk_block(loop.body.block, entry.copy())
         return entry.union(end)
+
+
+def _body_accesses(loop: scf.ForOp) -> tuple[set[Operation], set[Operation]]:
+    """Buffers the loop's body (nested regions included) may read, and may write or start copies into."""
+    reads: set[Operation] = set()
+    writes: set[Operation] = set()
+    for op in loop.body.walk():
+        r, w, s_ = _accesses(op)
+        reads.update(r)
+        writes.update(w)
+        writes.update(s_)
+    return reads, writes
 
 
 def insert_barriers(module: ModuleOp) -> None:

@@ -1,0 +1,29 @@
+"""Argument checks shared by the kernels' Python entry points: one clear error naming the argument."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tkc.errors import KernelArgumentError, KernelTypeError
+
+
+def check_tensor(name: str, t: Any, dtype: Any, rank: int) -> None:
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise KernelTypeError(f"{name} must be a torch tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise KernelArgumentError(f"{name} is on {t.device}; tkc kernels run on CUDA tensors")
+    if t.dtype != dtype:
+        raise KernelArgumentError(f"{name} must be {dtype}, got {t.dtype}")
+    if t.dim() != rank:
+        raise KernelArgumentError(f"{name} must have {rank} dimensions, got shape {tuple(t.shape)}")
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise KernelArgumentError(message)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)

@@ -1,0 +1,143 @@
+"""The CUDA driver through cuda-python (`cuda.bindings.driver`): torch's primary context, PTX → cubin through the
+driver's linker, modules, launches. Every call is checked; failures become TkcRuntimeError with the driver's name
+for the error and, for a PTX the JIT rejects, the PTX line it complains about."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from tkc.errors import TkcError
+
+
+class TkcRuntimeError(TkcError, RuntimeError):
+    """The GPU, its driver or a launch failed."""
+
+
+@cache
+def driver() -> Any:
+    """The cuda.bindings.driver module, initialized; a clear error where there is no usable driver or GPU."""
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError as e:
+        raise TkcRuntimeError(f"cuda-python is not installed ({e}); pip install cuda-bindings to run kernels") from None
+    try:
+        (err,) = cu.cuInit(0)
+    except Exception as e:  # the bindings raise when libcuda itself cannot be found
+        raise TkcRuntimeError(
+            f"no NVIDIA driver on this machine ({type(e).__name__}); tkc can compile here (tkc compile) but not run kernels"
+        ) from None
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise TkcRuntimeError(f"cuInit failed: {_name(cu, err)}; is there a CUDA GPU on this machine?")
+    return cu
+
+
+def _name(cu: Any, err: Any) -> str:
+    try:
+        _, text = cu.cuGetErrorName(err)
+        return text.decode() if isinstance(text, bytes) else str(text)
+    except Exception:
+        return str(err)
+
+
+def check(result: Any, what: str) -> Any:
+    """A driver call's (CUresult, values...) → its values; a TkcRuntimeError on failure."""
+    cu = driver()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise TkcRuntimeError(f"{what} failed: {_name(cu, err)}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@dataclass(frozen=True)
+class Device:
+    ordinal: int
+    name: str
+    capability: tuple[int, int]
+    context: Any
+
+    @property
+    def sm(self) -> int:
+        return 10 * self.capability[0] + self.capability[1]
+
+
+@cache
+def device(ordinal: int) -> Device:
+    """Device `ordinal`, with torch's primary context current (so that kernels and torch share memory and streams)."""
+    cu = driver()
+    dev = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+    major = check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
+    minor = check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
+    name = check(cu.cuDeviceGetName(256, dev), "cuDeviceGetName")
+    name = name.split(b"\0", 1)[0].decode() if isinstance(name, bytes) else str(name)
+    context = check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    return Device(ordinal, name, (major, minor), context)
+
+
+def make_current(dev: Device) -> None:
+    cu = driver()
+    check(cu.cuCtxSetCurrent(dev.context), "cuCtxSetCurrent")
+
+
+def _quote_ptx_line(log: str, ptx: str) -> str:
+    m = re.search(r"line (\d+)", log)
+    if not m:
+        return ""
+    lineno = int(m.group(1))
+    lines = ptx.splitlines()
+    if 1 <= lineno <= len(lines):
+        return f"\n  PTX line {lineno}: {lines[lineno - 1].strip()}"
+    return ""
+
+
+def link_ptx(ptx: str, name: str) -> bytes:
+    """PTX → cubin for the current device, with the driver's linker (the JIT's log becomes the error)."""
+    cu = driver()
+    log_size = 1 << 16
+    error_log, info_log = bytearray(log_size), bytearray(log_size)
+    opts = [cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER, cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            cu.CUjit_option.CU_JIT_INFO_LOG_BUFFER, cu.CUjit_option.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES]
+    values = [error_log, log_size, info_log, log_size]
+    state = check(cu.cuLinkCreate(len(opts), opts, values), "cuLinkCreate")
+    try:
+        data = ptx.encode() + b"\0"
+        err, = cu.cuLinkAddData(state, cu.CUjitInputType.CU_JIT_INPUT_PTX, data, len(data), name.encode(), 0, None, None)
+        if err == cu.CUresult.CUDA_SUCCESS:
+            err, cubin_ptr, size = cu.cuLinkComplete(state)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            log = error_log.split(b"\0", 1)[0].decode(errors="replace").strip()
+            raise TkcRuntimeError(f"the driver's JIT rejected the PTX of `{name}` ({_name(cu, err)}):\n{log}"
+                                  f"{_quote_ptx_line(log, ptx)}")
+        return ctypes.string_at(int(cubin_ptr), size)
+    finally:
+        cu.cuLinkDestroy(state)
+
+
+@dataclass
+class LoadedKernel:
+    module: Any
+    function: Any
+    threads: int
+    shared_bytes: int  # dynamic shared memory per launch
+
+
+def load(cubin: bytes, name: str, threads: int, shared_bytes: int) -> LoadedKernel:
+    cu = driver()
+    module = check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+    function = check(cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+    if shared_bytes > 48 * 1024:
+        check(cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    shared_bytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+    return LoadedKernel(module, function, threads, shared_bytes)
+
+
+def launch(kernel: LoadedKernel, grid: tuple[int, int, int], stream: int, values: tuple[Any, ...],
+           types: tuple[Any, ...]) -> None:
+    cu = driver()
+    check(cu.cuLaunchKernel(kernel.function, *grid, kernel.threads, 1, 1, kernel.shared_bytes, cu.CUstream(stream),
+                            (values, types), 0), "cuLaunchKernel")

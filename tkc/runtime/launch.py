@@ -1,0 +1,214 @@
+"""Launching a kernel on torch tensors: `kernel[grid](*args, **constants)`.
+
+Arguments are checked before anything reaches the GPU (a bad one is a ValueError/TypeError naming it); each
+tensor's alignment (of its address, strides and row length) picks a compiled variant; variants are found in
+memory, then in the disk cache, then compiled; the launch goes on torch's current stream.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tkc.errors import KernelArgumentError, KernelTypeError
+from tkc.runtime import cache
+from tkc.runtime.driver import Device, LoadedKernel, TkcRuntimeError, device, launch, link_ptx, load, make_current
+from tkc.targets import TARGETS, get_target
+
+if TYPE_CHECKING:
+    from tkc.frontend.kernel import Kernel
+
+INT32 = (-(2**31), 2**31 - 1)
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+_TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
+_loaded: dict[tuple[Any, ...], LoadedKernel] = {}
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise TkcRuntimeError("launching kernels needs torch (pip install torch)") from None
+    return torch
+
+
+def normalize_grid(grid: Any) -> tuple[int, int, int]:
+    dims = (grid,) if isinstance(grid, int) else tuple(grid) if isinstance(grid, tuple | list) else None
+    if dims is None or not 1 <= len(dims) <= 3:
+        raise KernelArgumentError(f"grid must be an int or a tuple of 1 to 3 ints, got {grid!r}")
+    out = []
+    for i, (d, limit) in enumerate(zip(dims, GRID_LIMITS)):
+        if isinstance(d, bool) or not isinstance(d, int) and not hasattr(d, "__index__"):
+            raise KernelArgumentError(f"grid dimension {'xyz'[i]} must be an int, got {d!r}")
+        d = int(d)
+        if not 1 <= d <= limit:
+            raise KernelArgumentError(f"grid dimension {'xyz'[i]} must be between 1 and {limit}, got {d}")
+        out.append(d)
+    return tuple(out + [1] * (3 - len(out)))  # type: ignore[return-value]
+
+
+def alignment(tensor: Any) -> int:
+    """The largest of 16, 8, 4, 2, 1 bytes dividing the tensor's address, its strides (but the last) in bytes, and
+    the bytes of its last dimension: the widest access that stays aligned and inside rows."""
+    item = tensor.element_size()
+    values = [tensor.data_ptr(), tensor.shape[-1] * item if tensor.dim() else item]
+    values += [s * item for s in tensor.stride()[:-1]]
+    for a in (16, 8, 4, 2):
+        if all(v % a == 0 for v in values):
+            return a
+    return 1
+
+
+@dataclass
+class _Checked:
+    values: list[Any]  # per runtime parameter: tensor or number
+    device: Any  # torch.device or None
+
+
+def check_arguments(kernel: Kernel, args: Sequence[Any]) -> _Checked:
+    torch = _torch()
+    params = kernel.runtime_params
+    if len(args) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise KernelTypeError(f"kernel `{kernel.name}` takes {len(params)} arguments ({names}), got {len(args)}")
+    dev = None
+    for p, value in zip(params, args):
+        if p.kind == "tensor":
+            assert p.spec is not None
+            if not isinstance(value, torch.Tensor):
+                raise KernelTypeError(f"argument `{p.name}` must be a torch tensor ({p.spec}), got {type(value).__name__}")
+            if value.device.type != "cuda":
+                raise KernelArgumentError(f"argument `{p.name}` is on {value.device}; kernels run on CUDA tensors")
+            want = getattr(torch, _TORCH_DTYPES[p.spec.dtype.name])
+            if value.dtype != want:
+                raise KernelArgumentError(f"argument `{p.name}` must be {want} ({p.spec}), got {value.dtype}")
+            if value.dim() != p.spec.rank:
+                raise KernelArgumentError(f"argument `{p.name}` must have {p.spec.rank} dimensions ({p.spec}), "
+                                          f"got shape {tuple(value.shape)}")
+            if value.dim() and value.stride(-1) != 1 and value.shape[-1] > 1:
+                raise KernelArgumentError(f"argument `{p.name}`: its last dimension must be contiguous (stride 1), "
+                                          f"got strides {tuple(value.stride())}")
+            if any(s < 0 for s in value.stride()):
+                raise KernelArgumentError(f"argument `{p.name}` has a negative stride")
+            if any(n >= 2**31 for n in value.shape):
+                raise KernelArgumentError(f"argument `{p.name}`: sizes must be below 2**31, got {tuple(value.shape)}")
+            if dev is None:
+                dev = value.device
+            elif value.device != dev:
+                raise KernelArgumentError(f"argument `{p.name}` is on {value.device} but earlier tensors are on {dev}")
+        elif p.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise KernelTypeError(f"argument `{p.name}` must be an int, got {type(value).__name__}")
+            if not INT32[0] <= value <= INT32[1]:
+                raise KernelArgumentError(f"argument `{p.name}` must fit in 32 bits, got {value}")
+        else:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise KernelTypeError(f"argument `{p.name}` must be a float, got {type(value).__name__}")
+    return _Checked(list(args), dev)
+
+
+def best_target(kernel: Kernel, dev: Device) -> str:
+    if dev.sm < 80:
+        raise TkcRuntimeError(f"{dev.name} (sm_{dev.sm}) is not supported: tkc kernels need sm_80 or newer")
+    if dev.capability == (9, 0) and get_target("sm_90a").sm >= kernel.min_target.sm:
+        return "sm_90a"
+    return "sm_80"
+
+
+def _compiled(kernel: Kernel, target: str, constants: dict[str, Any], aligns: dict[str, int], dev: Device,
+              pipeline: str | None) -> LoadedKernel:
+    memo = (id(kernel), target, tuple(sorted(constants.items(), key=lambda kv: kv[0])), tuple(sorted(aligns.items())),
+            dev.ordinal, pipeline)
+    if memo in _loaded:
+        return _loaded[memo]
+    key = cache.make_key({
+        "kernel": kernel.name,
+        "source": cache.source_fingerprint(kernel.source.filename),
+        "constants": {k: repr(v) for k, v in constants.items()},
+        "target": target,
+        "aligns": aligns,
+        "pipeline": pipeline,
+        "arch": dev.capability,
+    })
+    hit = cache.get(key)
+    if hit is not None:
+        meta, files = hit
+        cubin = files["kernel.cubin"]
+    else:
+        from tkc.compiler import compile_for_launch
+
+        compiled = compile_for_launch(kernel, target, constants, aligns, pipeline)
+        make_current(dev)
+        cubin = link_ptx(compiled.ptx, compiled.name)
+        meta = compiled.meta()
+        cache.put(key, meta, {"kernel.ptx": compiled.ptx.encode(), "kernel.cubin": cubin})
+    make_current(dev)
+    loaded = load(cubin, meta["name"], meta["threads"], meta["shared_bytes"])
+    loaded.params = [tuple(p) for p in meta["params"]]  # type: ignore[attr-defined]
+    _loaded[memo] = loaded
+    return loaded
+
+
+def prepare(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None = None,
+            pipeline: str | None = None) -> tuple[LoadedKernel, _Checked, Device]:
+    """Check the arguments and get a launchable function (compiling or loading it from the cache)."""
+    torch = _torch()
+    checked = check_arguments(kernel, args)
+    values = kernel.resolve_constants(constants)
+    ordinal = checked.device.index if checked.device is not None and checked.device.index is not None else torch.cuda.current_device()
+    dev = device(ordinal)
+    if target is None:
+        target = best_target(kernel, dev)
+    elif target not in TARGETS:
+        raise KernelArgumentError(f"target must be one of {', '.join(TARGETS)} or None, got {target!r}")
+    if get_target(target).sm > dev.sm:
+        raise TkcRuntimeError(f"target {target} does not run on {dev.name} (sm_{dev.sm})")
+    kernel.check_target(get_target(target))
+    aligns = {p.name: alignment(v) for p, v in zip(kernel.runtime_params, checked.values) if p.kind == "tensor"}
+    return _compiled(kernel, target, values, aligns, dev, pipeline), checked, dev
+
+
+def pack(kernel: Kernel, loaded: LoadedKernel, checked: _Checked) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    values: list[Any] = []
+    types: list[Any] = []
+    for p, value in zip(kernel.runtime_params, checked.values):
+        if p.kind == "tensor":
+            values.append(value.data_ptr())
+            types.append(ctypes.c_void_p)
+            values.extend(int(n) for n in value.shape)
+            types.extend([ctypes.c_int32] * value.dim())
+            values.extend(int(s) for s in value.stride())
+            types.extend([ctypes.c_int64] * value.dim())
+        elif p.kind == "int":
+            values.append(int(value))
+            types.append(ctypes.c_int32)
+        else:
+            values.append(float(value))
+            types.append(ctypes.c_float)
+    if len(values) != len(loaded.params):  # type: ignore[attr-defined]
+        raise TkcRuntimeError(f"internal: {len(values)} parameter values for {len(loaded.params)} parameters")  # type: ignore[attr-defined]
+    return tuple(values), tuple(types)
+
+
+def run(kernel: Kernel, grid: Any, args: Sequence[Any], constants: dict[str, Any], target: str | None = None,
+        pipeline: str | None = None) -> None:
+    grid3 = normalize_grid(grid)
+    loaded, checked, dev = prepare(kernel, args, constants, target, pipeline)
+    values, types = pack(kernel, loaded, checked)
+    torch = _torch()
+    make_current(dev)
+    stream = torch.cuda.current_stream(dev.ordinal).cuda_stream
+    launch(loaded, grid3, stream, values, types)
+
+
+class BoundLaunch:
+    """`kernel[grid]`: call it with the kernel's run-time arguments and, as keywords, its constants (and `target`)."""
+
+    def __init__(self, kernel: Kernel, grid: Any):
+        self.kernel = kernel
+        self.grid = normalize_grid(grid)
+
+    def __call__(self, *args: Any, target: str | None = None, pipeline: str | None = None, **constants: Any) -> None:
+        run(self.kernel, self.grid, args, constants, target, pipeline)
