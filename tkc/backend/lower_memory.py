@@ -531,30 +531,42 @@ def _copy_global_to_shared(lw: KernelLowering, g: GlobalRef, coords: list[Any], 
 
 
 def _copy_global_to_shared_sync(lw: KernelLowering, g: GlobalRef, coords: list[Any], dst: SharedRef) -> None:
-    raise TkcError(
-        f"{g.type.spec()}: its address, strides or row length are not 4-byte aligned; the element-wise copy path "
-        "into shared memory is not implemented yet"
-    )
+    """The slow path for tensors that are not 4-byte aligned: each thread loads its elements one by one (zeros
+    out of bounds) and stores them to shared memory. Synchronous, so the data is there before any wait."""
+    shape = dst.type.shape
+    e = element_bytes(g.type.element_type)
+    chunk, per_row, total, iters = _chunk_plan(lw, shape, e, e)
+    rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
+    exprs = [_subtile_exprs(dst.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
+    shared = share_bases(exprs, {"tid": np.arange(lw.threads)})
+    dst_bases = _bundle(lw, [_add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
+    srcs, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
+    kind = f"b{8 * e}"
+    data = lw.emit(ptx.LoadOp("global", kind, 1, srcs, np.arange(iters), np.zeros(iters, dtype=np.int64),
+                              np.arange(iters), ptx.regs("b32", iters), ok, np.arange(iters))).results[0]
+    inside = _inside_tile(lw, total, iters)
+    lw.emit(ptx.StoreOp("shared", kind, 1, dst_bases, shared.base, shared.offset, data, np.arange(iters),
+                        inside, np.arange(iters) if inside is not None else None))
 
 
 def _copy_shared_to_global(lw: KernelLowering, src: SharedRef, g: GlobalRef, coords: list[Any]) -> None:
     shape = src.type.shape
     e = element_bytes(g.type.element_type)
-    chunk, per_row, total, iters = _chunk_plan(lw, shape, e, g.align)
-    if chunk < 4:
-        raise TkcError(f"{g.type.spec()}: unaligned stores from shared memory are not implemented yet")
+    chunk, per_row, total, iters = _chunk_plan(lw, shape, e, max(g.align, e))
     rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
     exprs = [_subtile_exprs(src.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
     shared = share_bases(exprs, {"tid": np.arange(lw.threads)})
     src_bases = _bundle(lw, [_add_address(lw, src.addr, lw.expr(b)) for b in shared.bases], "b32")
-    words = chunk // 4
-    data = lw.emit(ptx.LoadOp("shared", "b32", words, src_bases, shared.base, shared.offset,
+    word = min(chunk, 4)
+    words = chunk // word
+    kind = f"b{8 * word}"
+    data = lw.emit(ptx.LoadOp("shared", kind, words, src_bases, shared.base, shared.offset,
                               np.arange(iters) * words, ptx.regs("b32", iters * words))).results[0]
     dsts, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
     inside = _inside_tile(lw, total, iters)
     if inside is not None:
         ok = lw.op("and.pred", "pred", ok, inside, n=iters)  # type: ignore[assignment]
-    lw.emit(ptx.StoreOp("global", "b32", words, dsts, np.arange(iters), np.zeros(iters, dtype=np.int64),
+    lw.emit(ptx.StoreOp("global", kind, words, dsts, np.arange(iters), np.zeros(iters, dtype=np.int64),
                         data, np.arange(iters) * words, ok, np.arange(iters)))
 
 

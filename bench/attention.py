@@ -1,0 +1,96 @@
+"""Attention forward: tkc vs torch SDPA (flash, cuDNN, mem-efficient backends) and Triton.
+
+B·N = 16384 tokens, H = 16, N in {512 … 16384}, D in {64, 128}, causal and not. FLOPs = 4·B·H·N²·D, halved when
+causal. Every output is checked against the mem-efficient backend run in float32.
+
+    python bench/attention.py [--seqlens 512 1024 ...] [--dims 64 128] [--launches 30] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import compare, environment, record, rel_err, table  # noqa: E402
+
+import tkc.kernels  # noqa: E402
+
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION,
+            "mem-efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def sdpa(backend: SDPBackend, q, k, v, causal: bool):
+    with sdpa_kernel(backend):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seqlens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--launches", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    try:
+        import triton_kernels
+    except Exception as e:  # noqa: BLE001
+        print(f"triton peer unavailable: {e}")
+        triton_kernels = None
+    env = environment()
+    rows = []
+    for d in args.dims:
+        for causal in map(bool, args.causal):
+            for n in args.seqlens:
+                b, h = max(1, args.tokens // n), args.heads
+                q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                ref = sdpa(SDPBackend.EFFICIENT_ATTENTION, q.float(), k.float(), v.float(), causal)
+                impls = {
+                    "tkc sm_80": lambda: tkc.kernels.attention(q, k, v, causal=causal, target="sm_80"),
+                    "tkc": lambda: tkc.kernels.attention(q, k, v, causal=causal),
+                }
+                for name, backend in BACKENDS.items():
+                    impls[name] = lambda backend=backend: sdpa(backend, q, k, v, causal)
+                if triton_kernels is not None:
+                    impls["triton"] = lambda: triton_kernels.attention(q, k, v, causal=causal)
+                errors = {}
+                for name, fn in list(impls.items()):
+                    try:
+                        errors[name] = rel_err(fn(), ref)
+                    except Exception as e:  # noqa: BLE001
+                        print(f"  {name} failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                        errors[name] = float("nan")
+                        del impls[name]
+                times = compare(impls, args.rounds, args.launches)
+                flops = 4 * b * h * n * n * d / (2 if causal else 1)
+                row = {"D": d, "causal": int(causal), "N": n, "B": b}
+                for name in ["tkc sm_80", "tkc", *BACKENDS, "triton"]:
+                    row[f"{name} TFLOP/s"] = flops / times[name] / 1e9 if name in times else float("nan")
+                    row[f"{name} err"] = errors.get(name, float("nan"))
+                for peer in [*BACKENDS, "triton"]:
+                    for mine in ("tkc sm_80", "tkc"):
+                        row[f"{mine} / {peer}"] = (times[peer] / times[mine]) if peer in times and mine in times else float("nan")
+                rows.append(row)
+                print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if "err" not in k}, flush=True)
+                del q, k, v, ref
+    cols = [("D", "D"), ("causal", "causal"), ("N", "N"), ("B", "B")]
+    cols += [(f"{n} TFLOP/s", f"{n}") for n in ("tkc sm_80", "tkc", *BACKENDS, "triton")]
+    cols += [(f"tkc sm_80 / {p}", f"sm_80/{p}") for p in ("flash", "cuDNN", "triton")]
+    cols += [(f"tkc / {p}", f"tkc/{p}") for p in ("flash", "cuDNN", "triton")]
+    cols += [("tkc sm_80 err", "tkc err")]
+    text = table(rows, cols)
+    print(text)
+    record("attention", env, f"TFLOP/s (4·B·H·N²·D, halved when causal), B·N = {args.tokens}, H = {args.heads}, bf16; "
+           f"median of {args.launches} launches × {args.rounds} interleaved rounds through each public entry point; "
+           "errors against the mem-efficient backend in float32.\n\n" + text, rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Timing and reporting shared by the benchmarks.
+
+Every implementation is timed through its public entry point (host overhead included) with CUDA events: warm-up,
+then `launches` timed calls, median taken; the whole round over all implementations is repeated `rounds` times,
+interleaved, and the median of the rounds' medians is reported. Each implementation's output is checked against
+a float32 reference in the same run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if not torch.isfinite(out).all():
+        return math.inf
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def time_ms(fn: Callable[[], Any], launches: int = 30, warmup: int = 5) -> float:
+    """Median milliseconds of `launches` calls, each timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(launches):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def compare(impls: dict[str, Callable[[], Any]], rounds: int = 3, launches: int = 30) -> dict[str, float]:
+    """Median over `rounds` interleaved rounds of each implementation's median time (ms); failing ones are NaN."""
+    per_round: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(rounds):
+        for name, fn in impls.items():
+            try:
+                per_round[name].append(time_ms(fn, launches))
+            except Exception as e:  # a peer that cannot run this case (e.g. a backend that refuses it)
+                print(f"    {name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                per_round[name].append(float("nan"))
+    return {name: statistics.median(t) for name, t in per_round.items()}
+
+
+def environment() -> dict[str, str]:
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+    except Exception:
+        driver = "?"
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "absent"
+    return {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "gpu": f"{props.name} ({props.multi_processor_count} SMs)",
+        "driver": driver,
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "triton": triton_version,
+        "python": platform.python_version(),
+    }
+
+
+def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
+    """A markdown table; `columns` are (key, header); floats get 3 significant digits."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return "—" if math.isnan(v) else (f"{v:.2f}" if abs(v) < 10 else f"{v:.0f}")
+        return str(v)
+
+    lines = ["| " + " | ".join(h for _, h in columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(row.get(k, "")) for k, _ in columns) + " |")
+    return "\n".join(lines)
+
+
+def record(name: str, env: dict[str, str], text: str, rows: list[dict[str, Any]]) -> None:
+    """Append a section to bench/RESULTS.md and write the raw rows as JSON for plot.py. Where $OUT is set (a lent
+    GPU machine whose tree is thrown away), write the section and the JSON there instead, for bench/collect.py."""
+    section = (f"\n## {name} — {env['date']}\n\n{env['gpu']}, driver {env['driver']}, torch {env['torch']} "
+               f"(CUDA {env['cuda']}), triton {env['triton']}, Python {env['python']}.\n\n{text}\n")
+    payload = json.dumps({"name": name, "env": env, "rows": rows}, indent=1)
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, f"{name}.md").write_text(section)
+        Path(out, f"{name}.json").write_text(payload)
+    else:
+        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
+            f.write(section)
+        (ROOT / "bench" / "results").mkdir(exist_ok=True)
+        (ROOT / "bench" / "results" / f"{name}.json").write_text(payload)

@@ -1,0 +1,87 @@
+"""LayerNorm with residual: tkc vs torch (x + residual, then layer_norm) and Triton, in GB/s against the
+device-to-device copy bandwidth measured in the same run. Bytes: x and residual read, out and x + residual
+written (8 bytes per element; weight and bias are negligible).
+
+    python bench/layernorm.py [--shapes 16384x1024 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import compare, environment, record, rel_err, table  # noqa: E402
+
+import tkc.kernels  # noqa: E402
+
+
+def torch_layernorm(x, r, w, b, eps):
+    s = x + r
+    return torch.nn.functional.layer_norm(s, (x.shape[-1],), w, b, eps), s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", nargs="+", default=["16384x1024", "16384x2048", "16384x4096", "8192x8192"])
+    parser.add_argument("--launches", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    try:
+        import triton_kernels
+    except Exception as e:  # noqa: BLE001
+        print(f"triton peer unavailable: {e}")
+        triton_kernels = None
+    env = environment()
+    big = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
+    big2 = torch.empty_like(big)
+    copy_ms = compare({"copy": lambda: big2.copy_(big)}, args.rounds, args.launches)["copy"]
+    copy_gbs = 2 * big.numel() / copy_ms / 1e6
+    del big, big2
+    print(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + write)")
+    rows = []
+    for shape in args.shapes:
+        m, d = map(int, shape.split("x"))
+        x, r = (torch.randn(m, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        w, b = (torch.randn(d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        s = x.float() + r.float()
+        ref = torch.nn.functional.layer_norm(s, (d,), w.float(), b.float(), 1e-5)
+        impls = {
+            "tkc sm_80": lambda: tkc.kernels.layernorm(x, r, w, b, 1e-5, target="sm_80"),
+            "tkc": lambda: tkc.kernels.layernorm(x, r, w, b, 1e-5),
+            "torch": lambda: torch_layernorm(x, r, w, b, 1e-5),
+        }
+        if triton_kernels is not None:
+            impls["triton"] = lambda: triton_kernels.layernorm(x, r, w, b, 1e-5)
+        errors = {}
+        for name, fn in list(impls.items()):
+            try:
+                out, resid = fn()
+                errors[name] = max(rel_err(out, ref), rel_err(resid, s))
+            except Exception as e:  # noqa: BLE001
+                print(f"  {name} failed: {type(e).__name__}: {e}")
+                del impls[name]
+        times = compare(impls, args.rounds, args.launches)
+        nbytes = 8 * m * d
+        row = {"shape": f"{m}×{d}", "copy GB/s": copy_gbs}
+        for name in ("tkc sm_80", "tkc", "torch", "triton"):
+            row[f"{name} GB/s"] = nbytes / times[name] / 1e6 if name in times else float("nan")
+            row[f"{name} / copy"] = row[f"{name} GB/s"] / copy_gbs
+            row[f"{name} err"] = errors.get(name, float("nan"))
+        rows.append(row)
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    cols = [("shape", "rows×D"), ("copy GB/s", "copy GB/s")]
+    cols += [(f"{n} GB/s", f"{n} GB/s") for n in ("tkc sm_80", "tkc", "torch", "triton")]
+    cols += [(f"{n} / copy", f"{n} / copy") for n in ("tkc sm_80", "tkc", "torch", "triton")]
+    cols += [("tkc err", "tkc rel err")]
+    text = table(rows, cols)
+    print(text)
+    record("layernorm", env, f"GB/s (8 bytes per element moved), median of {args.launches} launches × {args.rounds} "
+           "interleaved rounds; copy = a 1 GiB device-to-device copy in the same run.\n\n" + text, rows)
+
+
+if __name__ == "__main__":
+    main()

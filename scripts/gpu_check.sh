@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On a CUDA machine: the GPU tests, compute-sanitizer on every kernel, then the benchmarks. Logs go to $OUT (or
+# ./gpu-logs). With wheels in .whl/ (a machine without registry access), they are installed first.
+#   bash scripts/gpu_check.sh [tests] [sanitize] [bench-quick | bench]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+else
+    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export TKC_CACHE_DIR=${TKC_CACHE_DIR:-/tmp/tkc-cache} PYTHONUNBUFFERED=1
+steps=${*:-tests sanitize bench-quick}
+summary=""
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+for step in $steps; do
+    case $step in
+    tests)
+        python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/tests.log" | tail -25
+        summary+="tests: $(tail -1 "$OUT/tests.log")\n" ;;
+    sanitize)
+        for tool in memcheck racecheck synccheck; do
+            timeout 600 compute-sanitizer --tool $tool --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/sanitize-$tool.log" 2>&1
+            rc=$?
+            summary+="compute-sanitizer $tool: exit $rc, $(grep -c '========= ' "$OUT/sanitize-$tool.log") report lines\n"
+            tail -5 "$OUT/sanitize-$tool.log"
+        done ;;
+    bench-quick)
+        python3 bench/gemm.py --sizes 4096 --rounds 1 2>&1 | tee "$OUT/bench-gemm.log" | tail -6
+        python3 bench/attention.py --seqlens 4096 --dims 128 --rounds 1 2>&1 | tee "$OUT/bench-attention.log" | tail -6
+        python3 bench/layernorm.py --shapes 16384x4096 --rounds 1 2>&1 | tee "$OUT/bench-layernorm.log" | tail -6 ;;
+    bench)
+        python3 bench/gemm.py 2>&1 | tee "$OUT/bench-gemm.log" | tail -8
+        python3 bench/attention.py 2>&1 | tee "$OUT/bench-attention.log" | tail -30
+        python3 bench/layernorm.py 2>&1 | tee "$OUT/bench-layernorm.log" | tail -8 ;;
+    esac
+done
+printf "$summary"

@@ -1,0 +1,32 @@
+"""Each kernel once, at shapes whose loops run more iterations than the pipeline has stages, for
+compute-sanitizer (memcheck, racecheck, synccheck):
+
+    compute-sanitizer --tool racecheck --error-exitcode 1 python3 tests/gpu/sanitize.py
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tkc.kernels import attention, gemm, layernorm
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    bf = torch.bfloat16
+    a, b = torch.randn(256, 512, device="cuda", dtype=bf), torch.randn(512, 192, device="cuda", dtype=bf)
+    gemm(a, b, target="sm_80")  # 16 steps of K against 3 stages; 2×2 blocks
+    gemm(torch.randn(130, 70, device="cuda", dtype=bf), torch.randn(70, 66, device="cuda", dtype=bf), target="sm_80")
+    for causal in (False, True):
+        for d in (64, 128):
+            q, k, v = (torch.randn(1, 2, 512, d, device="cuda", dtype=bf) for _ in range(3))
+            attention(q, k, v, causal=causal, target="sm_80")  # 8 key blocks
+    x = torch.randn(300, 1024, device="cuda", dtype=bf)
+    w = torch.randn(1024, device="cuda", dtype=bf)
+    layernorm(x, x, w, w, target="sm_80")
+    torch.cuda.synchronize()
+    print("sanitize: all kernels ran")
+
+
+if __name__ == "__main__":
+    main()

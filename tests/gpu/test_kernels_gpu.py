@@ -1,0 +1,145 @@
+"""The kernels on a CUDA GPU, through PTX tkc generated and cuda-python loaded, against float32/float64 torch
+references: fresh random inputs every check, outputs poisoned with NaN first, many shapes (non-square ones, and
+B·H above the number of multiprocessors). Run with: pytest -m gpu tests/gpu (they skip without a GPU)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tkc  # noqa: E402
+from tkc.kernels import attention, gemm, layernorm  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+TARGETS = ["sm_80", None]  # the sm_80 code path, and the best for this GPU
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if not torch.isfinite(out).all():
+        return math.inf
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
+    return (torch.randn(*shape, device="cuda", dtype=torch.float32) * scale).to(torch.bfloat16)
+
+
+def poisoned_like(shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.full(shape, float("nan"), device="cuda", dtype=torch.bfloat16)
+
+
+GEMM_SHAPES = [(128, 128, 128), (256, 512, 128), (1000, 1000, 1000), (4095, 4097, 1023), (4096, 4096, 16),
+               (1, 1, 1), (17, 33, 65), (3000, 200, 700), (200, 3000, 70), (2048, 1024, 4096), (513, 257, 129),
+               (64, 8192, 256)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("m, n, k", GEMM_SHAPES)
+def test_gemm(m: int, n: int, k: int, target: str | None) -> None:
+    a, b = randn(m, k), randn(k, n)
+    out = poisoned_like((m, n))
+    gemm(a, b, out=out, target=target)
+    ref = a.float() @ b.float()
+    assert rel_err(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("m, n, k", [(512, 384, 256), (1000, 999, 1001), (4096, 4096, 4096)])
+def test_gemm_trans_b_and_column_major_b(m: int, n: int, k: int) -> None:
+    a, bt = randn(m, k), randn(n, k)
+    ref = a.float() @ bt.float().t()
+    assert rel_err(gemm(a, bt, trans_b=True, target="sm_80"), ref) < 1e-2
+    assert rel_err(gemm(a, bt.t(), target="sm_80"), ref) < 1e-2  # a column-major b
+
+
+ATTENTION_SHAPES = [(1, 1, 64, 64), (2, 3, 128, 64), (1, 16, 1024, 128), (4, 8, 512, 64), (2, 80, 256, 128),
+                    (1, 2, 2048, 64), (1, 1, 4096, 128), (3, 5, 192, 128), (8, 40, 128, 64), (1, 4, 1024, 64)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b, h, n, d", ATTENTION_SHAPES)
+def test_attention(b: int, h: int, n: int, d: int, causal: bool) -> None:
+    q, k, v = (randn(b, h, n, d) for _ in range(3))
+    out = poisoned_like((b, h, n, d))
+    attention(q, k, v, causal=causal, out=out, target="sm_80")
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    assert rel_err(out, ref) < 1e-2
+
+
+def test_attention_scale_and_unequal_lengths() -> None:
+    q, k, v = randn(2, 4, 256, 64), randn(2, 4, 640, 64), randn(2, 4, 640, 64)
+    out = attention(q, k, v, scale=0.05)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.05)
+    assert rel_err(out, ref) < 1e-2
+
+
+LAYERNORM_SHAPES = [(1, 16), (7, 48), (1000, 1024), (4096, 4096), (3, 5, 768), (10000, 256), (128, 8192),
+                    (257, 2048), (64, 4096), (2, 12288)]
+
+
+@pytest.mark.parametrize("shape", LAYERNORM_SHAPES)
+def test_layernorm(shape: tuple[int, ...]) -> None:
+    d = shape[-1]
+    x, r = randn(*shape), randn(*shape)
+    w, b = randn(d), randn(d)
+    out, out_resid = poisoned_like(shape), poisoned_like(shape)
+    layernorm(x, r, w, b, eps=1e-5, out=out, residual_out=out_resid, target="sm_80")
+    s = x.float() + r.float()
+    ref = torch.nn.functional.layer_norm(s, (d,), w.float(), b.float(), eps=1e-5)
+    assert rel_err(out_resid, s) < 1e-2
+    assert rel_err(out, ref) < 1e-2
+
+
+def test_kernels_never_call_torch_compute(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("a tkc kernel called torch's own implementation")
+
+    a, b = randn(256, 256), randn(256, 256)
+    q, k, v = (randn(1, 2, 128, 64) for _ in range(3))
+    x, w = randn(8, 256), randn(256)
+    refs = (a.float() @ b.float(),
+            torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float()),
+            torch.nn.functional.layer_norm(x.float() + x.float(), (256,), w.float(), w.float()))
+    for name in ("matmul", "mm", "bmm", "addmm", "layer_norm"):
+        monkeypatch.setattr(torch, name, refuse, raising=False)
+    for name in ("scaled_dot_product_attention", "layer_norm", "linear"):
+        monkeypatch.setattr(torch.nn.functional, name, refuse)
+    monkeypatch.setattr(torch.Tensor, "__matmul__", refuse)
+    assert rel_err(gemm(a, b), refs[0]) < 1e-2
+    assert rel_err(attention(q, k, v), refs[1]) < 1e-2
+    assert rel_err(layernorm(x, x, w, w)[0], refs[2]) < 1e-2
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: gemm(torch.ones(4, 4, dtype=torch.bfloat16), randn(4, 4)), ValueError, ["a is on cpu"]),
+    (lambda: gemm(randn(4, 4).float(), randn(4, 4)), ValueError, ["a must be torch.bfloat16"]),
+    (lambda: gemm(randn(4, 4), randn(5, 4)), ValueError, ["b:", "4x4"]),
+    (lambda: gemm(randn(4, 4, 4), randn(4, 4)), ValueError, ["a must have 2 dimensions"]),
+    (lambda: gemm(randn(8, 8)[:, ::2], randn(4, 4)), ValueError, ["a: its last dimension must be contiguous"]),
+    (lambda: attention(randn(1, 1, 100, 64), randn(1, 1, 100, 64), randn(1, 1, 100, 64)), ValueError, ["multiples of 64"]),
+    (lambda: attention(randn(1, 1, 64, 96), randn(1, 1, 64, 96), randn(1, 1, 64, 96)), ValueError, ["64 or 128"]),
+    (lambda: layernorm(randn(4, 40), randn(4, 40), randn(40), randn(40)), ValueError, ["multiple of 16"]),
+    (lambda: layernorm(randn(4, 64), randn(4, 64), randn(32), randn(64)), ValueError, ["weight and bias"]),
+])
+def test_bad_arguments_are_clear_errors(call, error, words) -> None:
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_launch_checks_arguments() -> None:
+    from tkc.kernels import gemm_kernel
+
+    a = randn(64, 64)
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        gemm_kernel[(1, 1)](a, a)
+    with pytest.raises(ValueError, match="argument `B` must be torch.bfloat16"):
+        gemm_kernel[(1, 1)](a, a.float(), a)
+    with pytest.raises(ValueError, match="grid dimension y must be between 1 and 65535"):
+        gemm_kernel[(1, 70000)](a, a, a)
+    with pytest.raises(tkc.TkcError, match="no constant named"):
+        gemm_kernel[(1, 1)](a, a, a, NOPE=1)
