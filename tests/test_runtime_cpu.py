@@ -1,0 +1,70 @@
+"""The runtime on a machine without a GPU: compiling works, launching says clearly why it cannot."""
+
+from __future__ import annotations
+
+import pytest
+
+from tkc.errors import TkcError
+from tkc.runtime import cache
+from tkc.runtime.launch import normalize_grid
+
+
+def test_no_driver_is_one_clear_error() -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from tkc.runtime.driver import TkcRuntimeError, driver
+
+    driver.cache_clear()
+    with pytest.raises(TkcRuntimeError, match="no NVIDIA driver|cuInit failed|cuda-python is not installed"):
+        driver()
+
+
+def test_kernel_entry_points_refuse_cpu_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import attention, gemm, layernorm
+
+    a = torch.ones(16, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="a is on cpu"):
+        gemm(a, a)
+    q = torch.ones(1, 1, 64, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q is on cpu"):
+        attention(q, q, q)
+    with pytest.raises(ValueError, match="x is on cpu"):
+        layernorm(a, a, a[0], a[0])
+
+
+def test_launch_refuses_cpu_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import gemm_kernel
+
+    a = torch.ones(16, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="argument `A` is on cpu"):
+        gemm_kernel[(1, 1)](a, a, a)
+
+
+@pytest.mark.parametrize("grid, message", [((0,), "between 1 and"), ((1, 2, 3, 4), "1 to 3"), ((1.5,), "must be an int"),
+                                           ((1, 70000), "between 1 and 65535")])
+def test_bad_grids(grid, message) -> None:
+    with pytest.raises(TkcError, match=message):
+        normalize_grid(grid)
+
+
+def test_cache_round_trip_and_corruption(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TKC_CACHE_DIR", str(tmp_path))
+    key = cache.make_key({"kernel": "k", "n": 1})
+    assert cache.get(key) is None
+    cache.put(key, {"name": "k"}, {"kernel.ptx": b"ptx", "kernel.cubin": b"\x7fELF"})
+    meta, files = cache.get(key)
+    assert meta["name"] == "k" and files["kernel.cubin"] == b"\x7fELF"
+    (tmp_path / key / "kernel.cubin").write_bytes(b"garbage")  # a torn or tampered entry
+    assert cache.get(key) is None and not (tmp_path / key).exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary directories left behind"
+
+
+def test_cache_key_depends_on_what_changes_the_code(tmp_path, monkeypatch) -> None:
+    base = {"kernel": "k", "constants": {"D": "64"}, "target": "sm_80", "aligns": {"A": 16}}
+    keys = {cache.make_key(base)}
+    for change in ({"constants": {"D": "128"}}, {"target": "sm_90a"}, {"aligns": {"A": 2}}):
+        keys.add(cache.make_key({**base, **change}))
+    assert len(keys) == 4
