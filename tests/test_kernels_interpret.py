@@ -25,7 +25,7 @@ def test_gemm_any_shape(m: int, n: int, k: int, trans_b: bool, seed: int) -> Non
     a = random_bf16(rng, m, k)
     b = random_bf16(rng, *((n, k) if trans_b else (k, n)))
     c = poisoned(m, n)
-    gemm_kernel.interpret(a, b, c, grid=(-(-n // 128), -(-m // 128)), TRANS_B=int(trans_b))
+    gemm_kernel.interpret(a, b, c, grid=(-(-n // 128) * -(-m // 128),), TRANS_B=int(trans_b))
     assert rel_err(c, gemm_ref(a, b, trans_b)) < TOL
 
 
@@ -34,7 +34,7 @@ def test_gemm_tile_shapes(block: tuple[int, int, int]) -> None:
     bm, bn, bk = block
     rng = np.random.default_rng(0)
     a, b, c = random_bf16(rng, 200, 100), random_bf16(rng, 100, 150), poisoned(200, 150)
-    gemm_kernel.interpret(a, b, c, grid=(-(-150 // bn), -(-200 // bm)), BM=bm, BN=bn, BK=bk)
+    gemm_kernel.interpret(a, b, c, grid=(-(-150 // bn) * -(-200 // bm),), BM=bm, BN=bn, BK=bk)
     assert rel_err(c, gemm_ref(a, b)) < TOL
 
 

@@ -145,12 +145,12 @@ def compile_kernels(
     return emit_ptx_text(module, target, dumps, timer)
 
 
-def default_pipeline(target: str, stages: int = 3) -> str:
-    """The passes from frontend IR to the ptx dialect."""
+def default_pipeline(target: str, stages: int | None = None) -> str:
+    """The passes from frontend IR to the ptx dialect (`stages`: pipeline depth; default: each kernel's own)."""
     return ",".join([
         "canonicalize",
         "cse",
-        f"insert-async-pipeline{{stages={stages}}}",
+        "insert-async-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
         "assign-layouts",
         "assign-swizzles",
         "allocate-shared",

@@ -507,6 +507,12 @@ sync = barrier
 
 
 @_op
+def runtime_range(*bounds):
+    """`for i in runtime_range(n)`: like `range`, but always a run-time loop (scf.for), even when the bounds are
+    compile-time constants (`range` over constants is unrolled). Use it to keep code small or registers few."""
+
+
+@_op
 def static_assert(condition, message=""):
     """Fail compilation with `message` unless the compile-time `condition` holds (`assert` does the same)."""
 

@@ -66,7 +66,7 @@ def _wrong_xor(t_, row, col):
 
 
 def test_wrong_swizzle_xor_on_the_reader_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = lower_memory._lower_ldmatrix
+    original = lower_memory._ldmatrix_addresses
 
     def mutated(*args):
         monkeypatch.setattr(lower_memory, "tile_offset", _wrong_xor)
@@ -78,7 +78,7 @@ def test_wrong_swizzle_xor_on_the_reader_is_caught(monkeypatch: pytest.MonkeyPat
     rng = np.random.default_rng(1)
     a_, b_ = random_bf16(rng, 64, 64), random_bf16(rng, 64, 64)
     with monkeypatch.context() as m:
-        m.setattr(lower_memory, "_lower_ldmatrix", mutated)
+        m.setattr(lower_memory, "_ldmatrix_addresses", mutated)
         module = lower_kernel(gemm_kernel, "sm_80", {"BM": 64, "BN": 64})
     c = poisoned(64, 64)
     simulate(module, "gemm_kernel", [a_, b_, c], (1, 1))

@@ -38,7 +38,8 @@ def test_gemm(m: int, n: int, k: int, trans_b: int, order: str) -> None:
     rng = np.random.default_rng(m * n + k)
     a = random_bf16(rng, m, k)
     b = random_bf16(rng, *((n, k) if trans_b else (k, n)))
-    interp, sim = run_both(gemm_kernel, [a, b, poisoned(m, n)], (-(-n // 128), -(-m // 128)), {"TRANS_B": trans_b}, order=order)
+    interp, sim = run_both(gemm_kernel, [a, b, poisoned(m, n)], (-(-n // 128) * -(-m // 128),), {"TRANS_B": trans_b},
+                           order=order)
     assert rel_err(sim[2], interp[2]) < 2e-3
 
 

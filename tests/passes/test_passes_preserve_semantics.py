@@ -28,7 +28,7 @@ def test_gemm(pipeline: str, m: int, n: int, k: int, trans_b: bool, seed: int) -
     rng = np.random.default_rng(seed)
     a = random_bf16(rng, m, k)
     b = random_bf16(rng, *((n, k) if trans_b else (k, n)))
-    before, after, _ = before_and_after(gemm_kernel, pipeline, [a, b, poisoned(m, n)], (-(-n // 128), -(-m // 128)),
+    before, after, _ = before_and_after(gemm_kernel, pipeline, [a, b, poisoned(m, n)], (-(-n // 128) * -(-m // 128),),
                                         {"TRANS_B": int(trans_b)})
     assert _same(before[2], after[2])
 

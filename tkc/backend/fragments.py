@@ -13,7 +13,7 @@ So the row layout is both the A operand and the accumulator of mma, and the col 
 
     align:  2 regs per 16 elements; reg 2b+h holds element 16b + g + 8h (the rows of a row-layout tile)
     ortho:  4 regs per 16 elements; reg 4b+e holds element 16b + 2q + e%2 + 8·(e/2) (its columns)
-    naive:  chunks of V ≤ 4 consecutive elements round-robin over the lanes: lane l, reg j holds
+    naive:  chunks of V ≤ 8 consecutive elements round-robin over the lanes: lane l, reg j holds
             element ((j / V)·32 + l)·V + j % V; lanes past the end of a short vector hold padding
 """
 
@@ -120,7 +120,7 @@ class VectorFragment:
 
     @property
     def chunk(self) -> int:
-        for v in (4, 2):  # 4 elements: one 16-byte (f32) or 8-byte (16-bit) access per lane
+        for v in (8, 4, 2):  # 8 elements: a 16-byte access per lane for 16-bit vectors, two for f32
             if self.length % (LANES * v) == 0:
                 return v
         return 1

@@ -325,23 +325,42 @@ def lower_vector_reduce(lw: KernelLowering, op: t.VectorReduceOp) -> list[object
 
 @handles(t.MmaOp)
 def lower_mma(lw: KernelLowering, op: t.MmaOp) -> list[object]:
+    """One ptx.mma per 16-wide step of K (so that operands streamed from shared memory are loaded step by step);
+    register numbers follow the fragment layouts: A (i, kk) and B (n16, kk) sub-tiles, C/D (i, n16) sub-tiles."""
+    from tkc.backend.lower_memory import StreamedTile
+
     a_type, c_type = op.a.type, op.c.type
     m, n = c_type.shape
     k = a_type.shape[0] if op.transpose_a else a_type.shape[1]
     kt, nt = k // 16, n // 16
-    rows = []
-    for i in range(m // 16):
-        for j in range(n // 8):
-            for kk in range(kt):
+    if not isinstance(a_type.element_type, BFloat16Type | Float16Type):
+        raise TkcError(f"mma needs bf16 or f16 operands, got {a_type.spec()}")
+    dtype = "bf16" if isinstance(a_type.element_type, BFloat16Type) else "f16"
+    shape = f"m16n8k16.row.col.f32.{dtype}.{dtype}.f32"
+    a_value, b_value = lw.value(op.a), lw.value(op.b)
+    acc = lw.reg(lw.value(op.c))
+    for kk in range(kt):
+        rows = []
+        for i in range(m // 16):
+            for j in range(n // 8):
                 d = (i * nt + j // 2) * 8 + 4 * (j % 2) + np.arange(4)
                 a_regs = (i * kt + kk) * 4 + np.arange(4)
                 h = j % 2
                 b_regs = ((j // 2) * kt + kk) * 4 + np.array([h, 2 + h])
                 rows.append(np.concatenate([d, a_regs, b_regs, d]))
-    dtype = "bf16" if isinstance(a_type.element_type, BFloat16Type) else "f16"
-    if not isinstance(a_type.element_type, BFloat16Type | Float16Type):
-        raise TkcError(f"mma needs bf16 or f16 operands, got {a_type.spec()}")
-    shape = f"m16n8k16.row.col.f32.{dtype}.{dtype}.f32"
-    a_regs_value, b_value, c_value = (lw.reg(lw.value(v)) for v in (op.a, op.b, op.c))
-    result = lw.emit(ptx.MmaOp(shape, a_regs_value, b_value, c_value, np.array(rows))).results[0]
-    return [result]
+        table = np.array(rows)
+        a_bundle, table[:, 4:8] = _operand(lw, a_value, table[:, 4:8])
+        b_bundle, table[:, 8:10] = _operand(lw, b_value, table[:, 8:10])
+        acc = lw.emit(ptx.MmaOp(shape, a_bundle, b_bundle, acc, table)).results[0]
+    return [acc]
+
+
+def _operand(lw: KernelLowering, value: object, regs: np.ndarray) -> tuple[SSAValue, np.ndarray]:
+    """The bundle to read mma operand registers `regs` from: the operand itself, or for a tile streamed from shared
+    memory, the slice loaded just now (with the register numbers mapped into it)."""
+    from tkc.backend.lower_memory import StreamedTile
+
+    if isinstance(value, StreamedTile):
+        bundle, where = value.load_registers(lw, set(int(r) for r in regs.reshape(-1)))
+        return bundle, np.vectorize(where.__getitem__)(regs)
+    return lw.reg(value), regs  # type: ignore[arg-type]

@@ -41,10 +41,16 @@ class Run:
     reg: int  # first register of the bundle (a 16-bit half run: the register holding it)
     half: int  # for a one-slot run of a packed tile: which half
 
-    def ptx_type_and_vec(self, packed: bool) -> tuple[str, int]:
-        if packed:
+    def ptx_type_and_vec(self, packed: bool, pairs: bool = False) -> tuple[str, int]:
+        """`packed`: a 16-bit tile (two elements per register); `pairs`: a 16-bit vector moved two elements per
+        32-bit word (one element per register, split and joined around the access)."""
+        if packed or (pairs and self.length > 1):
             return ("b16", 1) if self.length == 1 else ("b32", self.length // 2)
         return ("b16" if self.nbytes // self.length == 2 else "b32", self.length)
+
+
+def _pairs(type_: Attribute) -> bool:
+    return isinstance(type_, RegVecType) and element_bytes(type_.element_type) == 2
 
 
 def slot_coords(type_: Attribute) -> np.ndarray:
@@ -77,7 +83,7 @@ def plan_runs(type_: Attribute, coords: np.ndarray, max_bytes: int) -> list[Run]
     while s < n:
         best = 1
         length = 2
-        while length * e <= max_bytes and s + length <= n and length <= (8 if packed else 4):
+        while length * e <= max_bytes and s + length <= n and length <= (8 if packed or _pairs(type_) else 4):
             block = coords[:, s:s + length]
             contiguous = (block[:, :, 0] == block[:, :1, 0]).all() and (
                 block[:, :, 1] == block[:, :1, 1] + np.arange(length)).all()
@@ -232,9 +238,37 @@ def _ldmatrix_lane(trans: bool) -> tuple[Expr, Expr]:
     return br * 8 + LANE % 8, bc * 8
 
 
-def _lower_ldmatrix(lw: KernelLowering, ref: SharedRef, rt_type: RegTileType, coords: list[Any]) -> SSAValue:
+@dataclass
+class StreamedTile:
+    """A register tile loaded from shared memory whose only user is an mma: instead of loading it whole, the mma
+    loads each 16-column (or 16-row) slice right before the instructions that use it, which keeps far fewer
+    registers live (a 64×128 K tile of attention is 128 registers per thread when loaded at once)."""
+
+    ref: SharedRef
+    rt_type: RegTileType
+    coords: list[Any]
+    plan: list[tuple[int, int, np.ndarray]] | None = None
+    trans: bool = False
+    bases: tuple[SSAValue, np.ndarray, np.ndarray] | None = None
+
+    def load_registers(self, lw: KernelLowering, needed: set[int]) -> tuple[SSAValue, dict[int, int]]:
+        """ldmatrix the sub-tiles holding registers `needed` (register numbers of the whole tile) into a new
+        bundle; returns it and where each whole-tile register went in it."""
+        if self.bases is None:
+            self.trans, self.plan = _ldmatrix_plan(self.rt_type)
+            self.bases = _ldmatrix_addresses(lw, self.ref, self.rt_type, self.coords, self.trans, self.plan)
+        bundle, base_of, offset = self.bases
+        chosen = [i for i, (_, _, regs) in enumerate(self.plan) if needed & set(int(r) for r in regs)]  # type: ignore[union-attr]
+        where = {int(r): 4 * n + m for n, i in enumerate(chosen) for m, r in enumerate(self.plan[i][2])}  # type: ignore[index]
+        dest = np.arange(4 * len(chosen)).reshape(-1, 4)
+        regs = lw.emit(ptx.LdmatrixOp(4, self.trans, bundle, base_of[chosen], offset[chosen], dest,
+                                      ptx.regs("b32", 4 * len(chosen)))).results[0]
+        return regs, where
+
+
+def _ldmatrix_addresses(lw: KernelLowering, ref: SharedRef, rt_type: RegTileType, coords: list[Any], trans: bool,
+                        plan: list[tuple[int, int, np.ndarray]]) -> tuple[SSAValue, np.ndarray, np.ndarray]:
     st_type = ref.type
-    trans, plan = _ldmatrix_plan(rt_type)
     cexprs, ranges, regs = _coord_leaves(lw, coords, st_type.shape, rt_type.shape)
     lane_row, lane_col = _ldmatrix_lane(trans)
     exprs = []
@@ -242,10 +276,35 @@ def _lower_ldmatrix(lw: KernelLowering, ref: SharedRef, rt_type: RegTileType, co
         row = cexprs[0] * rt_type.shape[0] + lane_row + 16 * si
         col = cexprs[1] * rt_type.shape[1] + lane_col + 16 * sj
         exprs.append(tile_offset(st_type, row, col))
-    bundle, base_of, offset = _shared_accesses(lw, exprs, ranges, regs, ref.addr)
+    return _shared_accesses(lw, exprs, ranges, regs, ref.addr)
+
+
+def _lower_ldmatrix(lw: KernelLowering, ref: SharedRef, rt_type: RegTileType, coords: list[Any]) -> SSAValue:
+    trans, plan = _ldmatrix_plan(rt_type)
+    bundle, base_of, offset = _ldmatrix_addresses(lw, ref, rt_type, coords, trans, plan)
     dest = np.stack([p[2] for p in plan])
     result_type = ptx.regs("b32", tile_fragment(rt_type).nregs)
     return lw.emit(ptx.LdmatrixOp(4, trans, bundle, base_of, offset, dest, result_type)).results[0]
+
+
+_SHARED_WRITERS = (t.InsertOp, t.BarrierOp, a.CopyAsyncOp, a.WaitGroupOp)
+
+
+def _streamable(op: t.LoadOp) -> bool:
+    """Is the load's only user an mma operand A or B, later in the same block, with nothing in between that could
+    change the shared tile?"""
+    uses = list(op.result.uses)
+    if len(uses) != 1 or not isinstance(uses[0].operation, t.MmaOp) or uses[0].index > 1:
+        return False
+    mma = uses[0].operation
+    cursor = op.next_op
+    while cursor is not None and cursor is not mma:
+        if cursor.regions or isinstance(cursor, _SHARED_WRITERS):
+            return False
+        if isinstance(cursor, t.LoadOp | t.FillOp) and isinstance(cursor.results[0].type, SharedTileType | SharedVecType):
+            return False
+        cursor = cursor.next_op
+    return cursor is mma
 
 
 def _run_exprs(container: Any, runs: list[Run], coords: np.ndarray, cexprs: list[Expr], inner: tuple[int, ...]) -> list[Expr]:
@@ -294,13 +353,31 @@ def _load_runs(lw: KernelLowering, space: str, reg_type: Attribute, runs: list[R
         order_hi = {runs[i].reg: i for i in hi}
         return lw.op("prmt.b32", "b32", (halves, lo), (halves, np.array([order_hi[r] for r in order_lo])),
                      Imm(0x5410), n=len(lo))  # type: ignore[return-value]
+    gi = guard_index if guard is not None else None
+    if _pairs(reg_type) and any(run.length > 1 for run in runs):
+        return _load_pairs(lw, space, nregs, runs, addr, base_of, offset, guard, gi)
     if len(groups) != 1:
         raise TkcError("internal: a register tile needs accesses of several widths")
     (ptx_type, vec), = groups
     dest = np.array([run.reg for run in runs])
-    gi = guard_index if guard is not None else None
     return lw.emit(ptx.LoadOp(space, ptx_type, vec, addr, base_of, offset, dest, ptx.regs("b32", nregs),
                               guard, gi)).results[0]
+
+
+def _load_pairs(lw: KernelLowering, space: str, nregs: int, runs: list[Run], addr: SSAValue, base_of: np.ndarray,
+                offset: np.ndarray, guard: SSAValue | None, guard_index: np.ndarray | None) -> SSAValue:
+    """16-bit vector elements, one per register, loaded two per 32-bit word and split (low half first)."""
+    if len({run.length for run in runs}) != 1:
+        raise TkcError("internal: a 16-bit vector needs accesses of several widths")
+    words_per_run = runs[0].length // 2
+    words = lw.emit(ptx.LoadOp(space, "b32", words_per_run, addr, base_of, offset,
+                               np.arange(len(runs)) * words_per_run, ptx.regs("b32", len(runs) * words_per_run),
+                               guard, guard_index)).results[0]
+    out = lw.emit(ptx.RegsOp("b32", nregs)).results[0]
+    lo = np.array([run.reg + 2 * w for run in runs for w in range(words_per_run)])
+    lw.op("and.b32", None, words, Imm(0xFFFF), into=out, dest=lo, n=len(lo))
+    lw.op("shr.b32", None, words, Imm(16), into=out, dest=lo + 1, n=len(lo))
+    return out
 
 
 def _store_runs(lw: KernelLowering, space: str, reg_type: Attribute, value: SSAValue, runs: list[Run], addr: SSAValue,
@@ -315,9 +392,17 @@ def _store_runs(lw: KernelLowering, space: str, reg_type: Attribute, value: SSAV
                                 np.array([runs[i].reg for i in sel]), guard,
                                 guard_index[sel] if guard is not None else None))  # type: ignore[index]
         return
+    gi = guard_index if guard is not None else None
+    if _pairs(reg_type) and any(run.length > 1 for run in runs):
+        words_per_run = runs[0].length // 2
+        lo = np.array([run.reg + 2 * w for run in runs for w in range(words_per_run)])
+        words = lw.op("prmt.b32", "b32", (value, lo), (value, lo + 1), Imm(0x5410), n=len(lo))
+        lw.emit(ptx.StoreOp(space, "b32", words_per_run, addr, base_of, offset, words,
+                            np.arange(len(runs)) * words_per_run, guard, gi))
+        return
     ptx_type, vec = runs[0].ptx_type_and_vec(packed)
     lw.emit(ptx.StoreOp(space, ptx_type, vec, addr, base_of, offset, value, np.array([r.reg for r in runs]),
-                        guard, guard_index if guard is not None else None))
+                        guard, gi))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -523,6 +608,7 @@ def _copy_global_to_shared(lw: KernelLowering, g: GlobalRef, coords: list[Any], 
     shared = share_bases(exprs, {"tid": np.arange(lw.threads)})
     dst_bases = _bundle(lw, [_add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
     srcs, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
+    srcs = lw.op("selp.b64", "b64", srcs, g.ptr, ok, n=iters)  # a chunk that reads nothing points at the tensor
     sizes = lw.op("selp.b32", "b32", Imm(chunk), Imm(0), ok, n=iters)
     guard = _inside_tile(lw, total, iters)
     lw.emit(ptx.CpAsyncOp(chunk, dst_bases, shared.base, shared.offset, srcs, np.arange(iters),
@@ -588,6 +674,8 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     ref: SharedRef = lw.value(op.source)
     coords = [lw.value(i) for i in op.indices]
     if isinstance(dst_type, RegTileType) and is_packed(dst_type.element_type) and dst_type.element_type == src_type.element_type:
+        if _streamable(op):
+            return [StreamedTile(ref, dst_type, coords)]
         return [_lower_ldmatrix(lw, ref, dst_type, coords)]
     mem_type = _register_type(dst_type, src_type.element_type)
     runs, bundle, base_of, offset, guard = _shared_run_access(lw, ref, mem_type, coords)

@@ -380,13 +380,15 @@ class CodeGen(ast.NodeVisitor):
         if node.orelse:
             raise TkcError("`for ... else` is not supported in a kernel")
         iterable = node.iter
-        if isinstance(iterable, ast.Call) and self._is_range(iterable.func):
+        kind = self._range_kind(iterable.func) if isinstance(iterable, ast.Call) else None
+        if kind is not None:
+            assert isinstance(iterable, ast.Call)
             if iterable.keywords:
-                raise TkcError("range() takes no keyword arguments")
+                raise TkcError(f"{kind}() takes no keyword arguments")
             bounds = [self.visit(a) for a in iterable.args]
             if not 1 <= len(bounds) <= 3:
-                raise TkcError(f"range expected 1 to 3 arguments, got {len(bounds)}")
-            if any(is_runtime(b) for b in bounds):
+                raise TkcError(f"{kind} expected 1 to 3 arguments, got {len(bounds)}")
+            if kind == "runtime_range" or any(is_runtime(b) for b in bounds):
                 self.runtime_for(node, bounds)
                 return
             for b in bounds:
@@ -401,11 +403,17 @@ class CodeGen(ast.NodeVisitor):
             self.bind(node.target, item)
             self.visit_body(node.body)
 
-    def _is_range(self, func_node: ast.expr) -> bool:
+    def _range_kind(self, func_node: ast.expr) -> str | None:
+        """"range" (unrolled when its bounds are constants), "runtime_range" (always a loop), or None."""
         try:
-            return self.visit(func_node) is range
+            fn = self.visit(func_node)
         except TkcError:
-            return False
+            return None
+        if fn is range:
+            return "range"
+        if fn is lang.runtime_range:
+            return "runtime_range"
+        return None
 
     def runtime_for(self, node: ast.For, bounds: list[Any]) -> None:
         if len(bounds) == 1:
@@ -471,6 +479,8 @@ class CodeGen(ast.NodeVisitor):
         op = self.emit(scf.ForOp(lb, ub, stp, inits, body))
         for name, result in zip(runtime_carried, op.results):
             self.scope.vars[name] = result
+            if self.inline_depth == 0:
+                result.name_hint = name  # the loop's results read as the variables they become
 
     def promote(self, value: Any, name: str) -> SSAValue:
         if is_runtime(value):

@@ -100,15 +100,12 @@ class Param:
 class Kernel:
     """A tile kernel. `build()` gives its tile IR, `interpret()` runs it on the CPU."""
 
-    def __init__(self, fn: Callable[..., Any], warps: int, min_target: str):
+    def __init__(self, fn: Callable[..., Any], warps: int | str, min_target: str, stages: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         self.source = SourceFunction(fn)
-        if not isinstance(warps, int) or isinstance(warps, bool) or not 1 <= warps <= 32:
-            raise TkcError(f"@tkc.kernel(warps=...) must be 1 to 32, got {warps!r}", self.decorator_loc("warps"))
-        self.warps = warps
         if min_target not in TARGETS:
             raise TkcError(
                 f"@tkc.kernel(min_target=...) must be one of {', '.join(TARGETS)}, got {min_target!r}",
@@ -116,6 +113,31 @@ class Kernel:
             )
         self.min_target = get_target(min_target)
         self.params = self._parse_params()
+        self.warps = warps
+        self.stages = stages
+        self._check_count("warps", warps, 1, 32)
+        if stages is not None:
+            self._check_count("stages", stages, 1, 8)
+
+    def _check_count(self, keyword: str, value: Any, low: int, high: int) -> None:
+        """`warps` / `stages`: a number, or the name of a const parameter that gives it."""
+        if isinstance(value, str):
+            if value not in self.constants:
+                raise TkcError(f"@tkc.kernel({keyword}={value!r}) names no const parameter of `{self.name}`",
+                               self.decorator_loc(keyword))
+            return
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise TkcError(f"@tkc.kernel({keyword}=...) must be {low} to {high} (or the name of a const parameter), "
+                           f"got {value!r}", self.decorator_loc(keyword))
+
+    def _resolve_count(self, keyword: str, value: Any, constants: Mapping[str, Any], low: int, high: int) -> int:
+        if not isinstance(value, str):
+            return value
+        n = constants[value]
+        if not isinstance(n, int) or isinstance(n, bool) or not low <= n <= high:
+            raise TkcError(f"kernel `{self.name}`: {keyword} comes from constant {value}, which must be {low} to {high}, "
+                           f"got {n!r}", self.decorator_loc(keyword))
+        return n
 
     def __repr__(self) -> str:
         return f"<tkc.kernel {self.name}>"
@@ -242,7 +264,9 @@ class Kernel:
         cg.builder.insert(ret)  # type: ignore[union-attr]
         fn = func.FuncOp(self.name, ([p.ir_type for p in runtime], []), Region(block))
         fn.location = self.source.loc(self.source.tree).to_attr()
-        fn.attributes["tkc.warps"] = IntegerAttr(self.warps, 64)
+        fn.attributes["tkc.warps"] = IntegerAttr(self._resolve_count("warps", self.warps, values, 1, 32), 64)
+        if self.stages is not None:
+            fn.attributes["tkc.stages"] = IntegerAttr(self._resolve_count("stages", self.stages, values, 1, 8), 64)
         fn.attributes["tkc.min_target"] = StringAttr(self.min_target.name)
         if values:
             fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
@@ -297,18 +321,22 @@ def build_module(kernels: list[Kernel], target: str | Target, constants: Mapping
     return module
 
 
-def kernel(fn: Callable[..., Any] | None = None, *, warps: int = 4, min_target: str = "sm_80", **unknown: Any) -> Any:
+def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_target: str = "sm_80",
+           stages: int | str | None = None, **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
-    (`D: const = 64`). `warps` is the number of warps per block; `min_target` the oldest GPU it supports.
+    (`D: const = 64`). `warps` is the number of warps per block; `min_target` the oldest GPU it supports; `stages`
+    the depth of the asynchronous pipelines of its loops (default: the pass's). `warps` and `stages` may name a
+    const parameter instead, e.g. `warps="WARPS"`.
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=... and min_target=..., not {', '.join(f'{k}=' for k in unknown)}", user_loc()
+            f"@tkc.kernel takes warps=..., min_target=... and stages=..., not {', '.join(f'{k}=' for k in unknown)}",
+            user_loc(),
         )
     if fn is not None and not callable(fn):
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
-        return Kernel(fn, warps, min_target)
-    return lambda f: Kernel(f, warps, min_target)
+        return Kernel(fn, warps, min_target, stages)
+    return lambda f: Kernel(f, warps, min_target, stages)

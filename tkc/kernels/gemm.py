@@ -11,18 +11,26 @@ if TYPE_CHECKING:
     import torch
 
 
-@tkc.kernel(warps=4, min_target="sm_80")
-def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2],
-                TRANS_B: const = 0, BM: const = 128, BN: const = 128, BK: const = 32):
-    """C (M×N) = A (M×K) · B (K×N), or · Bᵀ with TRANS_B=1 (B is N×K). Grid: (cdiv(N, BN), cdiv(M, BM)).
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_80")
+def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const = 0,
+                BM: const = 128, BN: const = 128, BK: const = 32, WARPS: const = 4, WARPS_N: const = 2,
+                GROUP_M: const = 8, STAGES: const = 3):
+    """C (M×N) = A (M×K) · B (K×N), or · Bᵀ with TRANS_B=1 (B is N×K). Grid: (cdiv(M, BM) · cdiv(N, BN),).
 
-    The block stages a BM×BK slice of A and a BK×BN slice of B in shared memory per step of K; its 4 warps
-    form a 2×2 grid and each accumulates a (BM/2)×(BN/2) piece of C in registers. Edges read zeros and
-    their stores are dropped, so any M, N, K works.
+    The block stages a BM×BK slice of A and a BK×BN slice of B in shared memory per step of K (a STAGES-deep
+    cp.async pipeline); its WARPS warps form a (WARPS / WARPS_N) × WARPS_N grid, each accumulating its piece of
+    the BM×BN tile of C in registers. Blocks walk C in groups of GROUP_M block-rows, so that neighbours in time
+    share A's and B's slices in L2. Edges read zeros and their stores are dropped, so any M, N, K works.
     """
-    WM, WN = BM // 2, BN // 2
-    bn, bm, _ = block_idx()
-    wm, wn = warp_id() // 2, warp_id() % 2
+    WARPS_M = WARPS // WARPS_N
+    WM, WN = BM // WARPS_M, BN // WARPS_N                       # each warp's piece of C
+    blocks_m, blocks_n = cdiv(A.shape[0], BM), cdiv(C.shape[1], BN)
+    pid = block_idx()[0]
+    group_start = pid // (GROUP_M * blocks_n) * GROUP_M
+    group_rows = min(blocks_m - group_start, GROUP_M)
+    bm = group_start + pid % group_rows
+    bn = pid % (GROUP_M * blocks_n) // group_rows
+    wm, wn = warp_id() // WARPS_N, warp_id() % WARPS_N
     acc = zeros(rt[f32, WM, WN])
     for k in range(cdiv(A.shape[1], BK)):
         a = load(load(A, (bm, k), st[bf16, BM, BK]), (wm, 0), rt[bf16, WM, BK])
@@ -32,7 +40,10 @@ def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2],
         else:
             b = load(load(B, (k, bn), st[bf16, BK, BN]), (0, wn), rt[bf16, BK, WN])
             acc = mma_AB(a, b, acc)
-    store(C, acc.to(bf16), (bm * 2 + wm, bn * 2 + wn))
+    store(C, acc.to(bf16), (bm * WARPS_M + wm, bn * WARPS_N + wn))
+
+
+CONFIG = {"BM": 128, "BN": 128, "BK": 32, "WARPS": 4, "WARPS_N": 2, "STAGES": 3}  # what gemm() launches
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str | None = None,
@@ -60,6 +71,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         require(out.shape == (m, n), f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
     if m == 0 or n == 0:
         return out
-    bm, bn = 128, 128
-    gemm_kernel[(cdiv(n, bn), cdiv(m, bm))](a, b, out, TRANS_B=int(trans_b), BM=bm, BN=bn, target=target)
+    grid = cdiv(m, CONFIG["BM"]) * cdiv(n, CONFIG["BN"])
+    gemm_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target=target, **CONFIG)
     return out

@@ -20,23 +20,23 @@ def layernorm_kernel(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1],
 
     Grid: (blocks,): the block's warps take rows round-robin (warp w of block b: rows 4b + w, then every
     4·blocks rows), so a grid of a few blocks per multiprocessor covers any number of rows. The block keeps the
-    weight and bias in shared memory. A row is read in chunks of CHUNK columns: the first pass adds the residual,
-    writes it out and sums it and its square; the second reads the (bf16) sum back and normalizes it.
+    weight and bias in shared memory. A row is read in chunks of CHUNK columns, twice: the first pass only loads and
+    accumulates (nothing waits on a store, so loads stay in flight) and reduces across the warp once; the second
+    adds the residual again, writes both outputs, and normalizes in f32.
     """
     static_assert(D % CHUNK == 0, f"D ({D}) must be a multiple of CHUNK ({CHUNK})")
     w_s, b_s = load(Weight, (0,), sv[bf16, D]), load(Bias, (0,), sv[bf16, D])
-    rows = X.shape[0]
     stride = num_blocks()[0] * WARPS
-    for row in range(block_idx()[0] * WARPS + warp_id(), rows, stride):
-        total, total_sq = 0.0, 0.0
-        for c in range(D // CHUNK):
+    for row in range(block_idx()[0] * WARPS + warp_id(), X.shape[0], stride):
+        acc, acc_sq = zeros(rv[f32, CHUNK]), zeros(rv[f32, CHUNK])
+        for c in runtime_range(D // CHUNK):
+            s = load(X, (row, c), rv[f32, CHUNK]) + load(Residual, (row, c), rv[f32, CHUNK])
+            acc, acc_sq = acc + s, acc_sq + s * s
+        mean = sum(acc) / D
+        rstd = rsqrt(max(sum(acc_sq) / D - mean * mean, 0.0) + eps)
+        for c in runtime_range(D // CHUNK):
             s = load(X, (row, c), rv[f32, CHUNK]) + load(Residual, (row, c), rv[f32, CHUNK])
             store(OutResidual, s, (row, c))
-            total, total_sq = total + sum(s), total_sq + sum(s * s)
-        mean = total / D
-        rstd = rsqrt(max(total_sq / D - mean * mean, 0.0) + eps)
-        for c in range(D // CHUNK):
-            s = load(OutResidual, (row, c), rv[f32, CHUNK])
             w, b = load(w_s, (c,), rv[f32, CHUNK]), load(b_s, (c,), rv[f32, CHUNK])
             store(Out, (s - mean) * rstd * w + b, (row, c))
 

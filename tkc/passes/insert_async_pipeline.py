@@ -189,20 +189,33 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
     return True
 
 
-def insert_async_pipeline(module: ModuleOp, stages: int) -> None:
-    loops = [op for op in module.walk() if isinstance(op, scf.ForOp)]
-    for loop in reversed(loops):  # innermost first
-        pipeline_loop(loop, stages)
+DEFAULT_STAGES = 3
+
+
+def insert_async_pipeline(module: ModuleOp, stages: int | None) -> None:
+    """Pipeline every eligible loop: `stages` deep, or (when None) as deep as the kernel's `tkc.stages` asks."""
+    from xdsl.dialects import func
+
+    for fn in module.ops:
+        if not isinstance(fn, func.FuncOp):
+            continue
+        depth = stages
+        if depth is None:
+            attr = fn.attributes.get("tkc.stages")
+            depth = attr.value.data if isinstance(attr, IntegerAttr) else DEFAULT_STAGES
+        loops = [op for op in fn.walk() if isinstance(op, scf.ForOp)]
+        for loop in reversed(loops):  # innermost first
+            pipeline_loop(loop, depth)
 
 
 @register("insert-async-pipeline", "turn loop loads into shared memory into an N-stage cp.async pipeline (sm_80)")
 @dataclass(frozen=True)
 class InsertAsyncPipeline(ModulePass):
     name = "insert-async-pipeline"
-    stages: int = 3
+    stages: int | None = None  # None: the kernel's own `stages`, else 3
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.stages < 1:
+        if self.stages is not None and self.stages < 1:
             raise TkcError(f"insert-async-pipeline needs stages >= 1, got {self.stages}")
         insert_async_pipeline(op, self.stages)
 
