@@ -27,6 +27,13 @@ for step in $steps; do
             summary+="compute-sanitizer $tool: exit $rc, $(grep -c '========= ' "$OUT/sanitize-$tool.log") report lines\n"
             tail -5 "$OUT/sanitize-$tool.log"
         done ;;
+    memcheck)
+        timeout 600 compute-sanitizer --tool memcheck --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/memcheck.log" 2>&1
+        summary+="compute-sanitizer memcheck: exit $?\n"
+        grep -m 30 -E "Invalid|Address|of size|Program hit|at 0x|in " "$OUT/memcheck.log" | head -40 ;;
+    sweep)
+        python3 bench/sweep.py gemm 2>&1 | tee "$OUT/sweep-gemm.log"
+        python3 bench/sweep.py attention 2>&1 | tee "$OUT/sweep-attention.log" ;;
     bench-quick)
         python3 bench/gemm.py --sizes 4096 --rounds 1 2>&1 | tee "$OUT/bench-gemm.log" | tail -6
         python3 bench/attention.py --seqlens 4096 --dims 128 --rounds 1 2>&1 | tee "$OUT/bench-attention.log" | tail -6

@@ -1,0 +1,78 @@
+"""Configuration sweeps for tuning tkc's kernels on a GPU (not a benchmark of record): each variant's TFLOP/s and
+error at one size, through the kernel launch itself.
+
+    python bench/sweep.py gemm [--size 4096]      python bench/sweep.py attention [--n 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import rel_err, time_ms  # noqa: E402
+
+from tkc.kernels import attention_fwd, gemm_kernel  # noqa: E402
+
+GEMM_CONFIGS = [
+    dict(BM=128, BN=128, BK=32, WARPS=4, WARPS_N=2, STAGES=3),
+    dict(BM=128, BN=128, BK=64, WARPS=4, WARPS_N=2, STAGES=3),
+    dict(BM=128, BN=256, BK=32, WARPS=8, WARPS_N=4, STAGES=3),
+    dict(BM=128, BN=256, BK=64, WARPS=8, WARPS_N=4, STAGES=3),
+    dict(BM=256, BN=128, BK=32, WARPS=8, WARPS_N=2, STAGES=3),
+    dict(BM=256, BN=128, BK=64, WARPS=8, WARPS_N=2, STAGES=3),
+    dict(BM=128, BN=256, BK=32, WARPS=8, WARPS_N=4, STAGES=4),
+    dict(BM=128, BN=128, BK=32, WARPS=8, WARPS_N=2, STAGES=4),
+]
+
+
+def gemm(size: int) -> None:
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    ref = a.float() @ b.float()
+    cublas = time_ms(lambda: torch.matmul(a, b))
+    print(f"cuBLAS {2 * size**3 / cublas / 1e9:.0f} TFLOP/s")
+    for cfg in GEMM_CONFIGS:
+        c = torch.full((size, size), float("nan"), device="cuda", dtype=torch.bfloat16)
+        grid = (-(-size // cfg["BM"]) * -(-size // cfg["BN"]),)
+        try:
+            run = lambda: gemm_kernel[grid](a, b, c, target="sm_80", **cfg)  # noqa: E731
+            run()
+            err = rel_err(c, ref)
+            ms = time_ms(run)
+            print(f"{cfg}: {2 * size**3 / ms / 1e9:.0f} TFLOP/s ({cublas / ms:.2f}x cuBLAS), err {err:.1e}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"{cfg}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
+
+
+def attention(n: int) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for d, causal, rows in itertools.product((64, 128), (0, 1), (16, 32)):
+        if rows * d > 2048:
+            continue
+        b, h = max(1, 16384 // n), 16
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        o = torch.empty_like(q)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            flash = time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)))
+            ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+        run = lambda: attention_fwd[(b, h, n // (4 * rows))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, ROWS=rows, target="sm_80")  # noqa: E731
+        run()
+        ms = time_ms(run)
+        flops = 4 * b * h * n * n * d / (2 if causal else 1)
+        print(f"D={d} causal={causal} ROWS={rows}: {flops / ms / 1e9:.0f} TFLOP/s ({flash / ms:.2f}x flash "
+              f"{flops / flash / 1e9:.0f}), err {rel_err(o, ref):.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("what", choices=["gemm", "attention"])
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--n", type=int, default=4096)
+    args = parser.parse_args()
+    gemm(args.size) if args.what == "gemm" else attention(args.n)
