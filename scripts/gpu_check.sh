@@ -22,15 +22,23 @@ for step in $steps; do
         summary+="tests: $(tail -1 "$OUT/tests.log")\n" ;;
     sanitize)
         for tool in memcheck racecheck synccheck; do
-            timeout 600 compute-sanitizer --tool $tool --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/sanitize-$tool.log" 2>&1
+            timeout 600 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/sanitize-$tool.log" 2>&1
             rc=$?
             summary+="compute-sanitizer $tool: exit $rc, $(grep -c '========= ' "$OUT/sanitize-$tool.log") report lines\n"
             tail -5 "$OUT/sanitize-$tool.log"
         done ;;
     memcheck)
-        timeout 600 compute-sanitizer --tool memcheck --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/memcheck.log" 2>&1
+        timeout 600 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/memcheck.log" 2>&1
         summary+="compute-sanitizer memcheck: exit $?\n"
         grep -m 30 -E "Invalid|Address|of size|Program hit|at 0x|in " "$OUT/memcheck.log" | head -40 ;;
+    profile)
+        for kernel in layernorm_kernel gemm_kernel attention_fwd; do
+            timeout 300 ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:$kernel \
+                --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+                --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+                python3 tests/gpu/profile_once.py > "$OUT/ncu-$kernel.txt" 2>&1
+            grep -E "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Stall|Warp Cycles|Issued Ipc|Executed Ipc|Pipe|Bank|L1/TEX Hit|L2 Hit|Block Limit|One or More|Waves" "$OUT/ncu-$kernel.txt" | head -40
+        done ;;
     sweep)
         python3 bench/sweep.py gemm 2>&1 | tee "$OUT/sweep-gemm.log"
         python3 bench/sweep.py attention 2>&1 | tee "$OUT/sweep-attention.log" ;;
