@@ -20,7 +20,7 @@ KERNEL_FILES = sorted((ROOT / "tkc" / "kernels").glob("[!_]*.py")) + sorted((ROO
 VARIANTS = {
     "attention_fwd": [{"D": 64, "CAUSAL": 0}, {"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0}, {"D": 128, "CAUSAL": 1},
                       {"D": 64, "CAUSAL": 1, "ROWS": 32}, {"D": 64, "CAUSAL": 0, "ROWS": 32}],
-    "layernorm_kernel": [{"D": 1024}, {"D": 4096}, {"D": 8192}],
+    "layernorm_kernel": [{"D": 768, "WARPS": 1}, {"D": 4096, "WARPS": 8}, {"D": 8192, "WARPS": 16}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
 }
 

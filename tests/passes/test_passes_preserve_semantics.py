@@ -51,5 +51,5 @@ def test_layernorm(pipeline: str) -> None:
     rows, d = 7, 64
     args = [random_bf16(rng, rows, d), random_bf16(rng, rows, d), random_bf16(rng, d), random_bf16(rng, d),
             poisoned(rows, d), poisoned(rows, d), 1e-5]
-    before, after, _ = before_and_after(layernorm_kernel, pipeline, args, (2,), {"D": d, "CHUNK": 32})
+    before, after, _ = before_and_after(layernorm_kernel, pipeline, args, (2,), {"D": d, "WARPS": 2})
     assert _same(before[4], after[4]) and _same(before[5], after[5])

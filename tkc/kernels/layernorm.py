@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import tkc
@@ -10,35 +11,39 @@ from tkc.lang import *  # noqa: F403
 if TYPE_CHECKING:
     import torch
 
-WARPS = 4
+@tkc.func
+def block_sum(x, scratch, warps):
+    """The sum of the f32 scalar `x` over the block's `warps` warps, which all get it: each warp writes 16 copies
+    of its value into its slot of a shared vector, then every warp adds the vector up, one element per lane at a
+    time (wider reads would conflict on banks)."""
+    slots = store(scratch, zeros(rv[f32, 16]) + x, (warp_id(),))
+    n = 32 if warps % 2 == 0 else 16
+    partial = load(slots, (0,), rv[f32, n])
+    for i in range(1, 16 * warps // n):
+        partial = partial + load(slots, (i,), rv[f32, n])
+    return sum(partial) / 16
 
 
-@tkc.kernel(warps=WARPS, min_target="sm_80")
+@tkc.kernel(warps="WARPS", min_target="sm_80")
 def layernorm_kernel(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1], Bias: gl[bf16, 1],
-                     Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024, CHUNK: const = 512):
+                     Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024, WARPS: const = 1):
     """Rows of length D. Writes the normalized rows to Out and x + residual to OutResidual.
 
-    Grid: (blocks,): the block's warps take rows round-robin (warp w of block b: rows 4b + w, then every
-    4·blocks rows), so a grid of a few blocks per multiprocessor covers any number of rows. The block keeps the
-    weight and bias in shared memory. A row is read in chunks of CHUNK columns, twice: the first pass only loads and
-    accumulates (nothing waits on a store, so loads stay in flight) and reduces across the warp once; the second
-    adds the residual again, writes both outputs, and normalizes in f32.
+    Grid: (blocks,): block b takes rows b, b + blocks, ... A row is spread over the block's WARPS warps, D / WARPS
+    columns each, and stays in registers: x and the residual are read once, both outputs written once, and the
+    mean and the variance (of the centered row, exactly) are block-wide sums through shared memory.
     """
-    static_assert(D % CHUNK == 0, f"D ({D}) must be a multiple of CHUNK ({CHUNK})")
-    w_s, b_s = load(Weight, (0,), sv[bf16, D]), load(Bias, (0,), sv[bf16, D])
-    stride = num_blocks()[0] * WARPS
-    for row in range(block_idx()[0] * WARPS + warp_id(), X.shape[0], stride):
-        acc, acc_sq = zeros(rv[f32, CHUNK]), zeros(rv[f32, CHUNK])
-        for c in runtime_range(D // CHUNK):
-            s = load(X, (row, c), rv[f32, CHUNK]) + load(Residual, (row, c), rv[f32, CHUNK])
-            acc, acc_sq = acc + s, acc_sq + s * s
-        mean = sum(acc) / D
-        rstd = rsqrt(max(sum(acc_sq) / D - mean * mean, 0.0) + eps)
-        for c in runtime_range(D // CHUNK):
-            s = load(X, (row, c), rv[f32, CHUNK]) + load(Residual, (row, c), rv[f32, CHUNK])
-            store(OutResidual, s, (row, c))
-            w, b = load(w_s, (c,), rv[f32, CHUNK]), load(b_s, (c,), rv[f32, CHUNK])
-            store(Out, (s - mean) * rstd * w + b, (row, c))
+    static_assert(D % (16 * WARPS) == 0, f"D ({D}) must be a multiple of 16 · WARPS ({16 * WARPS})")
+    COLS = D // WARPS
+    part = warp_id()                                             # this warp's columns, in units of COLS
+    w, b = load(Weight, (part,), rv[f32, COLS]), load(Bias, (part,), rv[f32, COLS])
+    scratch = empty(sv[f32, 16 * WARPS])
+    for row in range(block_idx()[0], X.shape[0], num_blocks()[0]):
+        s = load(X, (row, part), rv[f32, COLS]) + load(Residual, (row, part), rv[f32, COLS])
+        store(OutResidual, s, (row, part))
+        centered = s - block_sum(sum(s), scratch, WARPS) / D
+        rstd = rsqrt(block_sum(sum(centered * centered), scratch, WARPS) / D + eps)
+        store(Out, centered * rstd * w + b, (row, part))
 
 
 def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
@@ -76,8 +81,16 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
         require(t.shape == x.shape, f"{name}: expected shape {tuple(x.shape)}, got {tuple(t.shape)}")
     x2, r2, o2, ro2 = (rows_of(n, t) for n, t in (("x", x), ("residual", residual), ("out", out),
                                                   ("residual_out", residual_out)))
-    chunk = next(c for c in (512, 256, 128, 64, 32, 16) if d % c == 0)
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    blocks = max(1, min(-(-x2.shape[0] // WARPS), 8 * sms))
-    layernorm_kernel[(blocks,)](x2, r2, weight, bias, o2, ro2, float(eps), D=d, CHUNK=chunk, target=target)
+    warps = 1  # the most warps, a power of two, that leaves each at least 16 columns per lane
+    while warps < 32 and d % (32 * warps) == 0 and d // (2 * warps) >= 512:
+        warps *= 2
+    blocks = max(1, min(x2.shape[0], _multiprocessors(x.device) * max(1, 32 // warps)))  # ~32 warps per SM
+    layernorm_kernel[(blocks,)](x2, r2, weight, bias, o2, ro2, float(eps), D=d, WARPS=warps, target=target)
     return out, residual_out
+
+
+@functools.cache
+def _multiprocessors(device: object) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count

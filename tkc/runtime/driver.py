@@ -136,8 +136,10 @@ def load(cubin: bytes, name: str, threads: int, shared_bytes: int) -> LoadedKern
     return LoadedKernel(module, function, threads, shared_bytes)
 
 
-def launch(kernel: LoadedKernel, grid: tuple[int, int, int], stream: int, values: tuple[Any, ...],
-           types: tuple[Any, ...]) -> None:
+def launch(kernel: LoadedKernel, grid: tuple[int, int, int], stream: int, params: int) -> None:
+    """Launch with `params` the address of the kernel parameters' pointer table (`void**`)."""
     cu = driver()
-    check(cu.cuLaunchKernel(kernel.function, *grid, kernel.threads, 1, 1, kernel.shared_bytes, cu.CUstream(stream),
-                            (values, types), 0), "cuLaunchKernel")
+    err, = cu.cuLaunchKernel(kernel.function, *grid, kernel.threads, 1, 1, kernel.shared_bytes, cu.CUstream(stream),
+                             params, 0)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise TkcRuntimeError(f"cuLaunchKernel failed: {_name(cu, err)}")

@@ -8,6 +8,8 @@ memory, then in the disk cache, then compiled; the launch goes on torch's curren
 from __future__ import annotations
 
 import ctypes
+import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -170,37 +172,109 @@ def prepare(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], targ
     return _compiled(kernel, target, values, aligns, dev, pipeline), checked, dev
 
 
-def pack(kernel: Kernel, loaded: LoadedKernel, checked: _Checked) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    values: list[Any] = []
-    types: list[Any] = []
-    for p, value in zip(kernel.runtime_params, checked.values):
+_FIELD = {"u64": ("Q", 8), "s64": ("q", 8), "s32": ("i", 4), "u32": ("I", 4), "f32": ("f", 4)}
+
+
+class ParamBuffer:
+    """The kernel parameters of one compiled kernel, packed in one buffer with the pointer table the driver reads
+    (`kernelParams` as a `void**`): a launch is one `struct.pack_into` and one `cuLaunchKernel`. One buffer per
+    thread; the driver copies the values during the call, so the buffer is free again when the call returns."""
+
+    def __init__(self, params: Sequence[tuple[str, str]]):
+        fmt, offsets, offset = "<", [], 0
+        for _, kind in params:
+            code, size = _FIELD[kind]
+            pad = -offset % size
+            fmt += "x" * pad + code
+            offset += pad
+            offsets.append(offset)
+            offset += size
+        self.struct = struct.Struct(fmt)
+        self.offsets = offsets
+        self.local = threading.local()
+
+    def address(self, values: Sequence[Any]) -> int:
+        local = self.local
+        if not hasattr(local, "buffer"):
+            local.buffer = ctypes.create_string_buffer(max(self.struct.size, 1))
+            base = ctypes.addressof(local.buffer)
+            local.pointers = (ctypes.c_void_p * max(len(self.offsets), 1))(*(base + o for o in self.offsets))
+        self.struct.pack_into(local.buffer, 0, *values)
+        return ctypes.addressof(local.pointers)
+
+
+@dataclass
+class _Fast:
+    """What a repeated launch of one kernel variant needs, found by a cheap key."""
+
+    loaded: LoadedKernel
+    params: ParamBuffer
+    device: Device
+
+
+_fast: dict[tuple[Any, ...], _Fast] = {}
+_current = threading.local()
+
+
+def _quick_ok(kernel: Kernel, args: Sequence[Any]) -> bool:
+    """The common case, checked cheaply: the right number of arguments, CUDA tensors of the right dtype and rank with
+    a contiguous last dimension, numbers where numbers go. Anything else takes the full check (and its error)."""
+    params = kernel.runtime_params
+    if len(args) != len(params):
+        return False
+    torch = _torch()
+    dev = None
+    for p, value in zip(params, args):
         if p.kind == "tensor":
-            values.append(value.data_ptr())
-            types.append(ctypes.c_void_p)
-            values.extend(int(n) for n in value.shape)
-            types.extend([ctypes.c_int32] * value.dim())
-            values.extend(int(s) for s in value.stride())
-            types.extend([ctypes.c_int64] * value.dim())
+            if (type(value) is not torch.Tensor or not value.is_cuda or value.dtype != _torch_dtype(p)
+                    or value.dim() != p.spec.rank or (value.dim() and value.stride(-1) != 1 and value.shape[-1] > 1)):  # type: ignore[union-attr]
+                return False
+            if dev is None:
+                dev = value.device
+            elif value.device != dev:
+                return False
         elif p.kind == "int":
-            values.append(int(value))
-            types.append(ctypes.c_int32)
-        else:
-            values.append(float(value))
-            types.append(ctypes.c_float)
-    if len(values) != len(loaded.params):  # type: ignore[attr-defined]
-        raise TkcRuntimeError(f"internal: {len(values)} parameter values for {len(loaded.params)} parameters")  # type: ignore[attr-defined]
-    return tuple(values), tuple(types)
+            if type(value) is not int:
+                return False
+        elif type(value) not in (float, int):
+            return False
+    return True
+
+
+def _torch_dtype(p: Any) -> Any:
+    return getattr(_torch(), _TORCH_DTYPES[p.spec.dtype.name])
 
 
 def run(kernel: Kernel, grid: Any, args: Sequence[Any], constants: dict[str, Any], target: str | None = None,
         pipeline: str | None = None) -> None:
     grid3 = normalize_grid(grid)
-    loaded, checked, dev = prepare(kernel, args, constants, target, pipeline)
-    values, types = pack(kernel, loaded, checked)
     torch = _torch()
-    make_current(dev)
-    stream = torch.cuda.current_stream(dev.ordinal).cuda_stream
-    launch(loaded, grid3, stream, values, types)
+    fast = None
+    key: tuple[Any, ...] = ()
+    if _quick_ok(kernel, args):
+        tensors = [a for p, a in zip(kernel.runtime_params, args) if p.kind == "tensor"]
+        ordinal = tensors[0].device.index if tensors else torch.cuda.current_device()
+        key = (id(kernel), tuple(sorted(constants.items())), target, pipeline, ordinal,
+               tuple(alignment(t) for t in tensors))
+        fast = _fast.get(key)
+    if fast is None:
+        loaded, checked, dev = prepare(kernel, args, constants, target, pipeline)
+        fast = _Fast(loaded, ParamBuffer(loaded.params), dev)  # type: ignore[attr-defined]
+        if key:
+            _fast[key] = fast
+    values: list[Any] = []
+    for p, value in zip(kernel.runtime_params, args):
+        if p.kind == "tensor":
+            values.append(value.data_ptr())
+            values.extend(value.shape)
+            values.extend(value.stride())
+        else:
+            values.append(value)
+    if getattr(_current, "ordinal", None) != fast.device.ordinal:
+        make_current(fast.device)  # torch keeps its primary context current afterwards; set it once per thread
+        _current.ordinal = fast.device.ordinal
+    stream = torch.cuda.current_stream(fast.device.ordinal).cuda_stream
+    launch(fast.loaded, grid3, stream, fast.params.address(values))
 
 
 class BoundLaunch:
