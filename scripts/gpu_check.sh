@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a CUDA machine: the GPU tests, compute-sanitizer on every kernel, then the benchmarks. Logs go to $OUT (or
 # ./gpu-logs). With wheels in .whl/ (a machine without registry access), they are installed first.
-#   bash scripts/gpu_check.sh [tests] [sanitize] [bench-quick | bench]
+#   bash scripts/gpu_check.sh [tests] [sanitize] [memcheck] [profile] [sweep] [compile-time] [bench-quick | bench]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
@@ -42,6 +42,8 @@ for step in $steps; do
     sweep)
         python3 bench/sweep.py gemm 2>&1 | tee "$OUT/sweep-gemm.log"
         python3 bench/sweep.py attention 2>&1 | tee "$OUT/sweep-attention.log" ;;
+    compile-time)
+        python3 bench/compile_time.py --repeats 2 --no-write 2>&1 | tee "$OUT/compile-time.log" | tail -4 ;;
     bench-quick)
         python3 bench/gemm.py --sizes 4096 --rounds 1 2>&1 | tee "$OUT/bench-gemm.log" | tail -6
         python3 bench/attention.py --seqlens 4096 --dims 128 --rounds 1 2>&1 | tee "$OUT/bench-attention.log" | tail -6
