@@ -1,7 +1,7 @@
 """Timing and reporting shared by the benchmarks.
 
-Every implementation is timed through its public entry point (host overhead included) with CUDA events: warm-up,
-then `launches` timed calls, median taken; the whole round over all implementations is repeated `rounds` times,
+Every implementation is timed through its public entry point with CUDA events: warm-up, then `launches` calls
+queued back to back, each between two events, median taken (host overhead shows only where it exceeds the kernel); the whole round over all implementations is repeated `rounds` times,
 interleaved, and the median of the rounds' medians is reported. Each implementation's output is checked against
 a float32 reference in the same run.
 """
@@ -32,19 +32,19 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def time_ms(fn: Callable[[], Any], launches: int = 30, warmup: int = 5) -> float:
-    """Median milliseconds of `launches` calls, each timed with CUDA events."""
+    """Median milliseconds of `launches` back-to-back calls, each bracketed by CUDA events. The calls are queued
+    without waiting in between (as a model's layers are), so a call's host-side work overlaps the previous call's
+    kernel and only shows where it is longer than the kernel."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(launches):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(launches)]
+    for start, end in events:
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
 def compare(impls: dict[str, Callable[[], Any]], rounds: int = 3, launches: int = 30) -> dict[str, float]:

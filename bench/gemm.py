@@ -65,7 +65,7 @@ def main() -> None:
     cols += [(f"{n} err", f"{n} rel err") for n in ("tkc sm_80", "tkc")]
     text = table(rows, cols)
     print(text)
-    record("gemm", env, "bf16 inputs, bf16 output, f32 accumulation; median of " f"{args.launches} launches × "
+    record("gemm", env, "bf16 inputs, bf16 output, f32 accumulation; median of " f"{args.launches} back-to-back launches × "
            f"{args.rounds} interleaved rounds, CUDA events, through each public entry point.\n\n" + text, rows)
 
 

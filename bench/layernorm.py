@@ -79,7 +79,7 @@ def main() -> None:
     cols += [("tkc err", "tkc rel err")]
     text = table(rows, cols)
     print(text)
-    record("layernorm", env, f"GB/s (8 bytes per element moved), median of {args.launches} launches × {args.rounds} "
+    record("layernorm", env, f"GB/s (8 bytes per element moved), median of {args.launches} back-to-back launches × {args.rounds} "
            "interleaved rounds; copy = a 1 GiB device-to-device copy in the same run.\n\n" + text, rows)
 
 
