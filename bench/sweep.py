@@ -49,24 +49,37 @@ def gemm(size: int) -> None:
             print(f"{cfg}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
 
 
+ATTENTION_CONFIGS = {  # (ROWS, KEYS, Q_IN_SHARED) per head dim
+    64: [(16, 64, 0), (16, 32, 0), (32, 64, 0), (32, 32, 0), (32, 64, 1), (32, 32, 1)],
+    128: [(16, 64, 0), (16, 32, 0), (16, 64, 1), (16, 32, 1), (32, 32, 1)],
+}
+
+
 def attention(n: int) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    for d, causal, rows in itertools.product((64, 128), (0, 1), (16, 32)):
-        if rows * d > 2048:
-            continue
+    for d, causal in itertools.product((64, 128), (0, 1)):
         b, h = max(1, 16384 // n), 16
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         o = torch.empty_like(q)
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             flash = time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)))
             ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-        run = lambda: attention_fwd[(b, h, n // (4 * rows))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, ROWS=rows, target="sm_80")  # noqa: E731
-        run()
-        ms = time_ms(run)
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
-        print(f"D={d} causal={causal} ROWS={rows}: {flops / ms / 1e9:.0f} TFLOP/s ({flash / ms:.2f}x flash "
-              f"{flops / flash / 1e9:.0f}), err {rel_err(o, ref):.1e}", flush=True)
+        for rows, keys, q_in_shared in ATTENTION_CONFIGS[d]:
+            o.fill_(float("nan"))
+            run = lambda: attention_fwd[(b, h, n // (4 * rows))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, ROWS=rows,  # noqa: E731
+                                                               KEYS=keys, Q_IN_SHARED=q_in_shared, target="sm_80")
+            try:
+                run()
+                err = rel_err(o, ref)
+                ms = time_ms(run)
+            except Exception as e:  # noqa: BLE001
+                print(f"D={d} causal={causal} ROWS={rows} KEYS={keys} Q_IN_SHARED={q_in_shared}: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:200]}", flush=True)
+                continue
+            print(f"D={d} causal={causal} ROWS={rows} KEYS={keys} Q_IN_SHARED={q_in_shared}: {flops / ms / 1e9:.0f} "
+                  f"TFLOP/s ({flash / ms:.2f}x flash {flops / flash / 1e9:.0f}), err {err:.1e}", flush=True)
 
 
 if __name__ == "__main__":

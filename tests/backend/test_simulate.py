@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import poisoned, random_bf16, rel_err
+from reference import attention_ref, poisoned, random_bf16, rel_err
 
 from tkc.backend.simulator import simulate
 from tkc.compiler import lower_kernel, tensor_alignment
@@ -50,6 +50,17 @@ def test_attention(d: int, causal: int, order: str) -> None:
     interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 2, 128, d), d**-0.5], (1, 2, 2), {"D": d, "CAUSAL": causal},
                            order=order)
     assert rel_err(sim[3], interp[3]) < 2e-3
+
+
+@pytest.mark.parametrize("d, causal, rows, keys", [(128, 1, 32, 32), (64, 0, 16, 32)])
+def test_attention_queries_in_shared(d: int, causal: int, rows: int, keys: int) -> None:
+    rng = np.random.default_rng(rows + keys)
+    n = 4 * rows * 2
+    q, k, v = (random_bf16(rng, 1, 1, n, d) for _ in range(3))
+    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 1, n, d), d**-0.5], (1, 1, 2),
+                           {"D": d, "CAUSAL": causal, "ROWS": rows, "KEYS": keys, "Q_IN_SHARED": 1}, order="shuffled")
+    assert rel_err(sim[3], interp[3]) < 2e-3
+    assert rel_err(interp[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
 
 
 def test_attention_pipeline_runs_more_iterations_than_stages() -> None:

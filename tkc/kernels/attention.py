@@ -11,25 +11,28 @@ from tkc.lang import *  # noqa: F403
 if TYPE_CHECKING:
     import torch
 
-KEYS = 64  # keys per step of the loop
-
-
 @tkc.kernel(warps=4, min_target="sm_80")
 def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float,
-                  D: const = 64, CAUSAL: const = 0, ROWS: const = 16):
+                  D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0):
     """q: (B, H, Nq, D), k and v: (B, H, Nk, D), o like q. Grid: (B, H, Nq / (4·ROWS)).
 
     Each of the 4 warps owns ROWS query rows; the block streams K and V through shared memory KEYS rows at a time
     and keeps the running row maximum m, the running sum l and the unnormalized output o in registers. With
-    CAUSAL (Nq = Nk), query i sees keys j <= i: the loop stops after the block's diagonal and masks the key
-    blocks that cross it.
+    Q_IN_SHARED the block's queries wait in shared memory and each step reads them slice by slice, which leaves
+    room in registers for ROWS=32 at D=128. With CAUSAL (Nq = Nk), query i sees keys j <= i: the loop stops
+    after the block's diagonal and masks the key blocks that cross it.
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(ROWS in (16, 32), f"ROWS (query rows per warp) must be 16 or 32, got {ROWS}")
-    static_assert(ROWS * D <= 2048, f"ROWS={ROWS} with D={D} needs more than 255 registers per thread; use ROWS=16")
+    static_assert(KEYS in (32, 64), f"KEYS (keys per step) must be 32 or 64, got {KEYS}")
+    static_assert(Q_IN_SHARED or ROWS * D <= 2048,
+                  f"ROWS={ROWS} with D={D} needs more than 255 registers per thread; use ROWS=16 or Q_IN_SHARED=1")
     b, h, blk = block_idx()
     q_tile = blk * 4 + warp_id()                             # this warp's rows, in tiles of ROWS
-    q = load(Q, (b, h, q_tile, 0), rt[bf16, ROWS, D])
+    if Q_IN_SHARED:
+        q_s = load(Q, (b, h, blk, 0), st[bf16, 4 * ROWS, D])
+    else:
+        q = load(Q, (b, h, q_tile, 0), rt[bf16, ROWS, D])
     scale_log2 = scale * LOG2E                               # exp(x·scale) = exp2(x·scale_log2)
     m, l, o = neg_infty(rv[f32, ROWS]), zeros(rv[f32, ROWS]), zeros(rt[f32, ROWS, D])
     last_row = (blk + 1) * 4 * ROWS                          # one past the block's last query row
@@ -37,6 +40,8 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     first_masked = blk * 4 * ROWS // KEYS                    # key blocks from here on cross the diagonal
     for j in range(n_blocks):
         k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
+        if Q_IN_SHARED:
+            q = load(q_s, (warp_id(), 0), rt[bf16, ROWS, D])
         s = mma_ABt(q, load(k_s), zeros(rt[f32, ROWS, KEYS]))
         if CAUSAL:
             if j >= first_masked:                            # key j·KEYS+c is visible to query q_tile·ROWS+r iff c <= r + diag
