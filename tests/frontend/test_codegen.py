@@ -110,6 +110,28 @@ def test_nested_runtime_loops() -> None:
     assert o[0] == sum(i * 10 + j for i in range(3) for j in range(4))
 
 
+@tkc.kernel(warps=1)
+def branch_in_loop(X: gl[f32, 1], O: gl[f32, 1], n: int, RELOAD: const = 0):
+    x = load(X, (0,), rv[f32, 16])
+    total = zeros(rv[f32, 16])
+    for i in range(n):
+        if RELOAD:
+            x = load(X, (0,), rv[f32, 16])
+        total = total + x
+    store(O, total, (0,))
+
+
+@pytest.mark.parametrize("reload", [0, 1])
+def test_variable_assigned_only_on_a_branch_not_taken_is_not_carried(reload: int) -> None:
+    module = branch_in_loop.build(RELOAD=reload)
+    (loop,) = [op for op in module.walk() if isinstance(op, scf.ForOp)]
+    assert len(loop.results) == 1 + reload  # total, and x only where the loop body assigns it
+    x = np.arange(16, dtype=np.float32)
+    o = np.zeros(16, np.float32)
+    branch_in_loop.interpret(x, o, 3, grid=1, RELOAD=reload)
+    np.testing.assert_array_equal(o, 3 * x)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Compile-time loops and branches are unrolled and decided in Python
 

@@ -69,6 +69,21 @@ def test_attention(b: int, h: int, n: int, d: int, causal: bool) -> None:
     assert rel_err(out, ref) < 1e-2
 
 
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("d, rows, keys, q_in_shared", [(64, 32, 64, 0), (64, 16, 32, 0), (128, 32, 32, 1),
+                                                        (128, 16, 32, 1), (128, 16, 64, 1)])
+def test_attention_configurations(d: int, rows: int, keys: int, q_in_shared: int, causal: int) -> None:
+    from tkc.kernels import attention_fwd
+
+    b, h, n = 2, 3, 512
+    q, k, v = (randn(b, h, n, d) for _ in range(3))
+    out = poisoned_like((b, h, n, d))
+    attention_fwd[(b, h, n // (4 * rows))](q, k, v, out, d**-0.5, D=d, CAUSAL=causal, ROWS=rows, KEYS=keys,
+                                           Q_IN_SHARED=q_in_shared, target="sm_80")
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
+    assert rel_err(out, ref) < 1e-2
+
+
 def test_attention_scale_and_unequal_lengths() -> None:
     q, k, v = randn(2, 4, 256, 64), randn(2, 4, 640, 64), randn(2, 4, 640, 64)
     out = attention(q, k, v, scale=0.05)

@@ -55,10 +55,15 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
 
 
+# (ROWS, KEYS, Q_IN_SHARED) per head dim, from bench/sweep.py on the H200; FALLBACK where N does not divide.
+CONFIG = {64: (16, 64, 0), 128: (16, 64, 0)}
+FALLBACK = (16, 64, 0)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
               target: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(scale · q·kᵀ)·v for bf16 CUDA tensors of shape (B, H, N, D), D ∈ {64, 128} (scale defaults to
-    1/√D). On this path N must be a multiple of 64 (of 128 with ROWS=32 blocks); causal needs Nq = Nk."""
+    1/√D). On this path N must be a multiple of 64; causal needs Nq = Nk."""
     import torch
 
     from tkc.kernels._checks import check_tensor, require
@@ -72,9 +77,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     require(k.shape == (batch, heads, nk, d), f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
     require(v.shape == k.shape, f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
     require(nq % 64 == 0 and nk % 64 == 0, f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
+    rows, keys, q_in_shared = CONFIG[d]
+    if nq % (4 * rows) or nk % keys:
+        rows, keys, q_in_shared = FALLBACK
     require(not causal or nq == nk, f"causal attention on this path needs Nq = Nk, got {nq} and {nk}")
     require(q.device == k.device == v.device, "q, k, v must be on the same device")
-    rows = 16
     if out is None:
         out = torch.empty_like(q)
     else:
@@ -82,5 +89,5 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         require(out.shape == q.shape, f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     attention_fwd[(batch, heads, nq // (4 * rows))](q, k, v, out, scale, D=d, CAUSAL=int(causal), ROWS=rows,
-                                                    target=target)
+                                                    KEYS=keys, Q_IN_SHARED=q_in_shared, target=target)
     return out

@@ -6,7 +6,8 @@ the last barrier must not be written (write after read). An asynchronous copy wr
 `wait_group` lands it, but may overwrite it as soon as it starts. The pass walks the program with the set of
 buffers written and read since the last barrier, iterating loop bodies to a fixed point, and inserts a barrier
 right before the first op that would conflict; a conflict with what precedes a loop gets its barrier in front of
-the loop (warps may run a loop a different number of times, and a barrier some of them skip hangs the block).
+the loop (warps may run a loop a different number of times, and a barrier some of them skip hangs the block), and
+one with what precedes an `if` in front of the `if`.
 
     %s = tile.load %A[%i, %c0] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
     %r = tile.load %s[%w, %c0] : !tile.st<64x64xbf16> -> !tile.rt<16x64xbf16>
@@ -133,6 +134,11 @@ class BarrierInserter:
         if isinstance(op, scf.ForOp):
             return self.walk_loop(op, state)
         if isinstance(op, scf.IfOp):
+            # A conflict with what came before goes in front of the `if`, not inside it: the barrier then also
+            # serves the code after it when the branch is not taken (a pipeline's last, copy-less iterations).
+            reads, writes = _region_accesses(op)
+            if (state.written & reads) or ((state.read | state.written) & writes):
+                self.need_barrier(op, state)
             then_state = self.walk_block(op.true_region.block, state.copy())
             else_state = self.walk_block(op.false_region.block, state.copy()) if op.false_region.blocks else state
             return then_state.union(else_state)
@@ -147,7 +153,7 @@ class BarrierInserter:
     def walk_loop(self, loop: scf.ForOp, state: SyncState) -> SyncState:
         # A conflict with what came before the loop is settled by one barrier in front of it, not inside: warps
         # may run a loop a different number of times, and a barrier they do not all reach hangs the block.
-        reads, writes = _body_accesses(loop)
+        reads, writes = _region_accesses(loop)
         if (state.written & reads) or ((state.read | state.written) & writes):
             self.need_barrier(loop, state)
         entry = state.copy()
@@ -163,11 +169,14 @@ class BarrierInserter:
         return entry.union(end)
 
 
-def _body_accesses(loop: scf.ForOp) -> tuple[set[Operation], set[Operation]]:
-    """Buffers the loop's body (nested regions included) may read, and may write or start copies into."""
+def _region_accesses(parent: scf.ForOp | scf.IfOp) -> tuple[set[Operation], set[Operation]]:
+    """Buffers a loop's body or an if's branches (nested regions included) may read, and may write or start
+    copies into."""
     reads: set[Operation] = set()
     writes: set[Operation] = set()
-    for op in loop.body.walk():
+    for op in parent.walk():
+        if op is parent:
+            continue
         r, w, s_ = _accesses(op)
         reads.update(r)
         writes.update(w)
