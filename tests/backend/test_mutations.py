@@ -1,5 +1,6 @@
-"""The CPU oracles can fail: a pipeline missing one wait, a wrong swizzle XOR on one side, and a wrong fragment
-index each make the answer wrong in the simulation (and, for the wait, already in the tile interpreter)."""
+"""The CPU oracles can fail: a pipeline missing one wait, a wrong swizzle XOR on one side, a wrong fragment index
+and ldmatrix addresses out of step with the matrix order each make the answer wrong in the simulation (and, for
+the wait, already in the tile interpreter)."""
 
 from __future__ import annotations
 
@@ -104,3 +105,19 @@ def test_wrong_fragment_index_is_caught(monkeypatch: pytest.MonkeyPatch) -> None
     o = poisoned(1, 1, 64, 64)
     simulate(module, "attention_fwd", [q, k, v, o, 0.125], (1, 1, 1))
     assert not rel_err(o, attention_ref(q, k, v, scale=0.125)) < 1e-2
+
+
+def test_ldmatrix_addresses_out_of_step_with_the_matrix_order_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lanes giving the rows of the matrices in one order while the registers are read in the other."""
+    original = lower_memory._ldmatrix_addresses
+
+    def mutated(lw, ref, rt_type, coords, down_first, plan):
+        return original(lw, ref, rt_type, coords, not down_first, plan)
+
+    monkeypatch.setattr(lower_memory, "_ldmatrix_addresses", mutated)
+    rng = np.random.default_rng(3)
+    a_, b_ = random_bf16(rng, 64, 64), random_bf16(rng, 64, 64)
+    c = poisoned(64, 64)
+    module = lower_kernel(gemm_kernel, "sm_80", {"BM": 64, "BN": 64})
+    simulate(module, "gemm_kernel", [a_, b_, c], (1,))
+    assert not rel_err(c, gemm_ref(a_, b_)) < 1e-2

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tkc.backend.ptxas import assemble, find_ptxas
+import re
+
+from tkc.backend.ptxas import assemble, disassemble, find_nvdisasm, find_ptxas
 from tkc.compiler import compile_kernels
 from tkc.frontend.kernel import Kernel
 
@@ -19,7 +21,9 @@ KERNEL_FILES = sorted((ROOT / "tkc" / "kernels").glob("[!_]*.py")) + sorted((ROO
 # Constant values worth assembling separately (the rest use their defaults).
 VARIANTS = {
     "attention_fwd": [{"D": 64, "CAUSAL": 0}, {"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0}, {"D": 128, "CAUSAL": 1},
-                      {"D": 64, "CAUSAL": 1, "ROWS": 32}, {"D": 64, "CAUSAL": 0, "ROWS": 32}],
+                      {"D": 64, "CAUSAL": 1, "ROWS": 32}, {"D": 64, "CAUSAL": 0, "ROWS": 32},
+                      {"D": 128, "CAUSAL": 1, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1},
+                      {"D": 128, "CAUSAL": 0, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1}],
     "layernorm_kernel": [{"D": 768, "WARPS": 1}, {"D": 4096, "WARPS": 8}, {"D": 8192, "WARPS": 16}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
 }
@@ -64,3 +68,19 @@ def test_attention_uses_ex2() -> None:
     from tkc.kernels import attention_fwd
 
     assert "ex2.approx" in compile_kernels([attention_fwd], "sm_80", {"D": 128, "CAUSAL": 1})
+
+
+@pytest.mark.skipif(find_nvdisasm() is None, reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+@pytest.mark.parametrize("name, constants", [("gemm_kernel", {"TRANS_B": 0, "BK": 64}), ("gemm_kernel", {"TRANS_B": 1}),
+                                             ("attention_fwd", {"D": 128}), ("attention_fwd", {"D": 64, "ROWS": 32})])
+def test_mma_operands_arrive_where_the_tensor_cores_read_them(name: str, constants: dict) -> None:
+    """ldmatrix puts each mma operand in the consecutive registers HMMA reads: the machine code has (almost) no
+    register moves among its HMMAs. With the matrices in the wrong order ptxas adds two moves per HMMA."""
+    from tkc import kernels
+
+    sass = disassemble(compile_kernels([getattr(kernels, name)], "sm_80", constants), "sm_90")
+    instructions = [line for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/", line)]
+    hmma = [i for i, line in enumerate(instructions) if "HMMA" in line]
+    among = instructions[hmma[0]:hmma[-1] + 1]
+    moves = sum(1 for line in among if re.search(r"\b(IMAD\.MOV\.U32|MOV)\b", line))
+    assert len(hmma) >= 64 and moves <= len(hmma) // 16, f"{moves} register moves among {len(hmma)} HMMAs"

@@ -9,11 +9,29 @@ import numpy as np
 import pytest
 from reference import attention_ref, poisoned, random_bf16, rel_err
 
+import tkc
 from tkc.backend.simulator import simulate
 from tkc.compiler import lower_kernel, tensor_alignment
 from tkc.kernels import attention_fwd, gemm_kernel, layernorm_kernel
+from tkc.lang import bf16, const, f32, gl, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rt, st, store, zeros
 
 ORDERS = ["ascending", "descending", "shuffled"]
+
+
+@tkc.kernel(warps=1, min_target="sm_80")
+def shared_operand_mma(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[f32, 2], VARIANT: const = "AB"):
+    """One warp: both operands staged in shared memory and fed to the mma straight from there (streamed)."""
+    a_s = load(A, (0, 0), st[bf16, 32, 32])
+    b_s = load(B, (0, 0), st[bf16, 32, 32])
+    if VARIANT == "AB":
+        c = mma_AB(load(a_s), load(b_s), zeros(rt[f32, 32, 32]))
+    elif VARIANT == "ABt":
+        c = mma_ABt(load(a_s), load(b_s), zeros(rt[f32, 32, 32]))
+    elif VARIANT == "AtB":
+        c = mma_AtB(load(a_s), load(b_s), zeros(rt[f32, 32, 32]))
+    else:
+        c = mma_AtBt(load(a_s), load(b_s), zeros(rt[f32, 32, 32]))
+    store(C, c, (0, 0))
 
 
 def run_both(kernel, args, grid, constants=None, target="sm_80", order="ascending", tensors=None):
@@ -25,6 +43,20 @@ def run_both(kernel, args, grid, constants=None, target="sm_80", order="ascendin
     kernel.interpret(*interp_args, grid=grid, **(constants or {}))
     simulate(module, kernel.name, sim_args, grid, order=order)
     return interp_args, sim_args
+
+
+@pytest.mark.parametrize("variant", ["AB", "ABt", "AtB", "AtBt"])
+def test_mma_operands_streamed_from_shared(variant: str) -> None:
+    """Each operand role and layout takes its own ldmatrix matrix order (so the mma needs no register moves)."""
+    rng = np.random.default_rng(len(variant))
+    a, b = random_bf16(rng, 32, 32), random_bf16(rng, 32, 32)
+    c = np.full((32, 32), np.nan, np.float32)
+    interp, sim = run_both(shared_operand_mma, [a, b, c], (1,), {"VARIANT": variant})
+    af, bf = a.astype(np.float64), b.astype(np.float64)
+    af = af.T if "At" in variant else af
+    bf = bf.T if variant.endswith("Bt") else bf
+    assert rel_err(interp[2], af @ bf) < 1e-5
+    assert rel_err(sim[2], interp[2]) < 1e-6
 
 
 @pytest.mark.parametrize("m, n, k, trans_b, order", [

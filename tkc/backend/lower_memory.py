@@ -214,27 +214,34 @@ def _coord_leaves(lw: KernelLowering, coords: list[Any], outer: tuple[int, ...],
 # Shared → registers
 
 
-_LDMATRIX_BLOCKS = {False: [(0, 0), (1, 0), (0, 1), (1, 1)], True: [(0, 0), (0, 1), (1, 0), (1, 1)]}
+def _ldmatrix_plan(rt_type: RegTileType, down_first: bool | None = None) -> tuple[bool, list[tuple[int, int, np.ndarray]]]:
+    """(trans, [(si, sj, dest regs of its 4 matrices)]) for loading a 16-bit register tile with ldmatrix.x4.
 
-
-def _ldmatrix_plan(rt_type: RegTileType) -> tuple[bool, list[tuple[int, int, np.ndarray]]]:
-    """(trans, [(si, sj, dest regs of its 4 matrices)]) for loading a 16-bit register tile with ldmatrix.x4."""
+    The four 8×8 matrices of a 16×16 sub-tile land in four consecutive registers, in the order the lanes give
+    their addresses: down first ((0,0), (1,0), (0,1), (1,1)) or across first. The order that puts each mma
+    operand in consecutive registers (what the hardware wants; otherwise ptxas adds moves) is down first for an
+    A operand in row layout and a B operand in col layout, across first for the other two; `down_first` None
+    takes the A-operand order of the layout."""
     frag = tile_fragment(rt_type)
     trans = rt_type.layout.value == "col"
+    if down_first is None:
+        down_first = not trans
     lane0 = frag.elements[0, :, 0]  # (row, col) of each register's low half in lane 0: a block's corner
     reg_of_block = {(int(r) // 8, int(c) // 8): i for i, (r, c) in enumerate(lane0)}
+    order = [(0, 0), (1, 0), (0, 1), (1, 1)] if down_first else [(0, 0), (0, 1), (1, 0), (1, 1)]
     plan = []
     for si in range(frag.rows // 16):
         for sj in range(frag.cols // 16):
-            regs = [reg_of_block[(2 * si + br, 2 * sj + bc)] for br, bc in _LDMATRIX_BLOCKS[trans]]
+            regs = [reg_of_block[(2 * si + br, 2 * sj + bc)] for br, bc in order]
             plan.append((si, sj, np.array(regs)))
     return trans, plan
 
 
-def _ldmatrix_lane(trans: bool) -> tuple[Expr, Expr]:
-    """Row and column, within a 16×16 sub-tile, of the row address lane l supplies."""
+def _ldmatrix_lane(down_first: bool) -> tuple[Expr, Expr]:
+    """Row and column, within a 16×16 sub-tile, of the row address lane l supplies (lanes 8m..8m+7 give the rows
+    of matrix m)."""
     m = LANE // 8
-    br, bc = (LANE // 16, m % 2) if trans else (m % 2, LANE // 16)
+    br, bc = (m % 2, LANE // 16) if down_first else (LANE // 16, m % 2)
     return br * 8 + LANE % 8, bc * 8
 
 
@@ -247,6 +254,7 @@ class StreamedTile:
     ref: SharedRef
     rt_type: RegTileType
     coords: list[Any]
+    operand: int = 0  # 0: the mma's A, 1: its B
     plan: list[tuple[int, int, np.ndarray]] | None = None
     trans: bool = False
     bases: tuple[SSAValue, np.ndarray, np.ndarray] | None = None
@@ -255,8 +263,9 @@ class StreamedTile:
         """ldmatrix the sub-tiles holding registers `needed` (register numbers of the whole tile) into a new
         bundle; returns it and where each whole-tile register went in it."""
         if self.bases is None:
-            self.trans, self.plan = _ldmatrix_plan(self.rt_type)
-            self.bases = _ldmatrix_addresses(lw, self.ref, self.rt_type, self.coords, self.trans, self.plan)
+            down_first = (self.rt_type.layout.value == "col") == (self.operand == 1)
+            self.trans, self.plan = _ldmatrix_plan(self.rt_type, down_first)
+            self.bases = _ldmatrix_addresses(lw, self.ref, self.rt_type, self.coords, down_first, self.plan)
         bundle, base_of, offset = self.bases
         chosen = [i for i, (_, _, regs) in enumerate(self.plan) if needed & set(int(r) for r in regs)]  # type: ignore[union-attr]
         where = {int(r): 4 * n + m for n, i in enumerate(chosen) for m, r in enumerate(self.plan[i][2])}  # type: ignore[index]
@@ -266,11 +275,11 @@ class StreamedTile:
         return regs, where
 
 
-def _ldmatrix_addresses(lw: KernelLowering, ref: SharedRef, rt_type: RegTileType, coords: list[Any], trans: bool,
+def _ldmatrix_addresses(lw: KernelLowering, ref: SharedRef, rt_type: RegTileType, coords: list[Any], down_first: bool,
                         plan: list[tuple[int, int, np.ndarray]]) -> tuple[SSAValue, np.ndarray, np.ndarray]:
     st_type = ref.type
     cexprs, ranges, regs = _coord_leaves(lw, coords, st_type.shape, rt_type.shape)
-    lane_row, lane_col = _ldmatrix_lane(trans)
+    lane_row, lane_col = _ldmatrix_lane(down_first)
     exprs = []
     for si, sj, _ in plan:
         row = cexprs[0] * rt_type.shape[0] + lane_row + 16 * si
@@ -281,7 +290,7 @@ def _ldmatrix_addresses(lw: KernelLowering, ref: SharedRef, rt_type: RegTileType
 
 def _lower_ldmatrix(lw: KernelLowering, ref: SharedRef, rt_type: RegTileType, coords: list[Any]) -> SSAValue:
     trans, plan = _ldmatrix_plan(rt_type)
-    bundle, base_of, offset = _ldmatrix_addresses(lw, ref, rt_type, coords, trans, plan)
+    bundle, base_of, offset = _ldmatrix_addresses(lw, ref, rt_type, coords, not trans, plan)
     dest = np.stack([p[2] for p in plan])
     result_type = ptx.regs("b32", tile_fragment(rt_type).nregs)
     return lw.emit(ptx.LdmatrixOp(4, trans, bundle, base_of, offset, dest, result_type)).results[0]
@@ -675,7 +684,7 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     coords = [lw.value(i) for i in op.indices]
     if isinstance(dst_type, RegTileType) and is_packed(dst_type.element_type) and dst_type.element_type == src_type.element_type:
         if _streamable(op):
-            return [StreamedTile(ref, dst_type, coords)]
+            return [StreamedTile(ref, dst_type, coords, operand=next(iter(op.result.uses)).index)]
         return [_lower_ldmatrix(lw, ref, dst_type, coords)]
     mem_type = _register_type(dst_type, src_type.element_type)
     runs, bundle, base_of, offset, guard = _shared_run_access(lw, ref, mem_type, coords)
@@ -794,7 +803,7 @@ def shared_access_patterns(op: Operation) -> list[tuple[str, int]]:
             if reg_type.layout is None:
                 return []
             trans, plan = _ldmatrix_plan(reg_type)
-            lane_row, lane_col = _ldmatrix_lane(trans)
+            lane_row, lane_col = _ldmatrix_lane(not trans)
             lanes = {"lane": np.arange(LANES)}
             worst = 1
             for si, sj, _ in plan:

@@ -1,4 +1,5 @@
-"""Run ptxas (from the `nvidia-cuda-nvcc` wheel) on emitted PTX and read what `-v` reports."""
+"""Run ptxas (from the `nvidia-cuda-nvcc` wheel) on emitted PTX and read what `-v` reports; disassemble the
+result with nvdisasm (the `nvidia-cuda-nvdisasm` wheel) to read the machine code."""
 
 from __future__ import annotations
 
@@ -13,21 +14,31 @@ from pathlib import Path
 from tkc.errors import TkcError
 
 
-def find_ptxas() -> str | None:
-    """ptxas from $TKC_PTXAS, the nvidia-cuda-nvcc wheel, or the PATH."""
-    if os.environ.get("TKC_PTXAS"):
-        return os.environ["TKC_PTXAS"]
+def _find_tool(name: str) -> str | None:
+    """`name` from $TKC_<NAME>, an nvidia-* wheel, or the PATH."""
+    if os.environ.get(f"TKC_{name.upper()}"):
+        return os.environ[f"TKC_{name.upper()}"]
     try:
         import nvidia
 
         for root in nvidia.__path__:
-            for sub in ("cu13/bin/ptxas", "cuda_nvcc/bin/ptxas"):
+            for sub in (f"cu13/bin/{name}", f"cuda_nvcc/bin/{name}", f"cuda_{name}/bin/{name}"):
                 candidate = Path(root) / sub
                 if candidate.is_file():
                     return str(candidate)
     except ImportError:
         pass
-    return shutil.which("ptxas")
+    return shutil.which(name)
+
+
+def find_ptxas() -> str | None:
+    """ptxas from $TKC_PTXAS, the nvidia-cuda-nvcc wheel, or the PATH."""
+    return _find_tool("ptxas")
+
+
+def find_nvdisasm() -> str | None:
+    """nvdisasm from $TKC_NVDISASM, the nvidia-cuda-nvdisasm wheel, or the PATH."""
+    return _find_tool("nvdisasm")
 
 
 @dataclass(frozen=True)
@@ -71,3 +82,20 @@ def assemble(ptx_text: str, arch: str) -> dict[str, PtxasReport]:
             block,
         )
     return reports
+
+
+def disassemble(ptx_text: str, arch: str) -> str:
+    """The SASS that ptxas makes of the PTX for `arch`, as nvdisasm prints it."""
+    ptxas, nvdisasm = find_ptxas(), find_nvdisasm()
+    if ptxas is None or nvdisasm is None:
+        raise TkcError("ptxas and nvdisasm needed: pip install nvidia-cuda-nvcc==13.0.88 nvidia-cuda-nvdisasm")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, cubin = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
+        src.write_text(ptx_text)
+        proc = subprocess.run([ptxas, f"-arch={arch}", str(src), "-o", str(cubin)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise TkcError(f"ptxas -arch={arch} rejected the PTX:\n{(proc.stdout + proc.stderr).strip()}")
+        proc = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise TkcError(f"nvdisasm failed:\n{(proc.stdout + proc.stderr).strip()}")
+    return proc.stdout
