@@ -121,3 +121,26 @@ def test_ldmatrix_addresses_out_of_step_with_the_matrix_order_is_caught(monkeypa
     module = lower_kernel(gemm_kernel, "sm_80", {"BM": 64, "BN": 64})
     simulate(module, "gemm_kernel", [a_, b_, c], (1,))
     assert not rel_err(c, gemm_ref(a_, b_)) < 1e-2
+
+
+def test_missing_barrier_in_the_pipelined_loop_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """insert-barriers forgetting the one barrier per k-step (the one in front of the prefetch's `if`)."""
+    from xdsl.dialects import scf
+
+    from tkc.passes import insert_barriers
+
+    original = insert_barriers.BarrierInserter.need_barrier
+
+    def mutated(self, op, state):
+        if isinstance(op, scf.IfOp):
+            state.barrier()  # believes there is one, inserts none
+            return
+        original(self, op, state)
+
+    monkeypatch.setattr(insert_barriers.BarrierInserter, "need_barrier", mutated)
+    rng = np.random.default_rng(4)
+    a_, b_ = random_bf16(rng, 64, 200), random_bf16(rng, 200, 64)
+    c = poisoned(64, 64)
+    module = lower_kernel(gemm_kernel, "sm_80", {"BM": 64, "BN": 64})
+    simulate(module, "gemm_kernel", [a_, b_, c], (1,), order="shuffled")
+    assert not rel_err(c, gemm_ref(a_, b_)) < 1e-2

@@ -65,6 +65,8 @@ def test_mma_operands_streamed_from_shared(variant: str) -> None:
     (64, 200, 96, 1, "shuffled"),
     (33, 17, 16, 1, "ascending"),
     (70, 33, 33, 0, "shuffled"),  # rows of 66 bytes: only 2-byte aligned, the element-by-element copy path
+    (64, 64, 200, 0, "shuffled"),  # 7 steps of K through a 3-stage ring: every slot reused while others are read
+    (64, 48, 232, 1, "descending"),
 ])
 def test_gemm(m: int, n: int, k: int, trans_b: int, order: str) -> None:
     rng = np.random.default_rng(m * n + k)
