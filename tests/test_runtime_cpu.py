@@ -41,6 +41,8 @@ def test_launch_refuses_cpu_tensors() -> None:
     a = torch.ones(16, 16, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="argument `A` is on cpu"):
         gemm_kernel[(1, 1)](a, a, a)
+    with pytest.raises(ValueError, match="argument `A` is on cpu"):
+        gemm_kernel.resident_blocks(a, a, a)
 
 
 @pytest.mark.parametrize("grid, message", [((0,), "between 1 and"), ((1, 2, 3, 4), "1 to 3"), ((1.5,), "must be an int"),

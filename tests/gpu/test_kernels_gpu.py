@@ -84,6 +84,15 @@ def test_attention_configurations(d: int, rows: int, keys: int, q_in_shared: int
     assert rel_err(out, ref) < 1e-2
 
 
+def test_resident_blocks_is_what_the_occupancy_calculator_says() -> None:
+    from tkc.kernels import gemm_kernel
+
+    a = randn(256, 256)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    blocks = gemm_kernel.resident_blocks(a, a, a, target="sm_80", BM=128, BN=128, BK=64, WARPS=4, WARPS_N=2, STAGES=3)
+    assert blocks % sms == 0 and 1 <= blocks // sms <= 4  # 96 KB of shared memory and ~200 registers a thread
+
+
 def test_attention_scale_and_unequal_lengths() -> None:
     q, k, v = randn(2, 4, 256, 64), randn(2, 4, 640, 64), randn(2, 4, 640, 64)
     out = attention(q, k, v, scale=0.05)

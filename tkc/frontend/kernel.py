@@ -163,6 +163,13 @@ class Kernel:
 
         return BoundLaunch(self, grid)
 
+    def resident_blocks(self, *args: Any, target: str | None = None, **constants: Any) -> int:
+        """How many blocks of this kernel (for these arguments and constants) the GPU holds at once: the grid of a
+        persistent kernel that strides over its work (`for i in range(block_idx()[0], n, num_blocks()[0])`)."""
+        from tkc.runtime.launch import resident_blocks
+
+        return resident_blocks(self, args, constants, target)
+
     # ----------------------------------------------------------------------------------------------------------
 
     def _parse_params(self) -> list[Param]:

@@ -60,6 +60,7 @@ class Device:
     name: str
     capability: tuple[int, int]
     context: Any
+    multiprocessors: int
 
     @property
     def sm(self) -> int:
@@ -75,8 +76,9 @@ def device(ordinal: int) -> Device:
     minor = check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
     name = check(cu.cuDeviceGetName(256, dev), "cuDeviceGetName")
     name = name.split(b"\0", 1)[0].decode() if isinstance(name, bytes) else str(name)
+    sms = check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute")
     context = check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-    return Device(ordinal, name, (major, minor), context)
+    return Device(ordinal, name, (major, minor), context, sms)
 
 
 def make_current(dev: Device) -> None:
@@ -134,6 +136,13 @@ def load(cubin: bytes, name: str, threads: int, shared_bytes: int) -> LoadedKern
         check(cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     shared_bytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
     return LoadedKernel(module, function, threads, shared_bytes)
+
+
+def blocks_per_multiprocessor(kernel: LoadedKernel) -> int:
+    """How many blocks of the kernel fit on one multiprocessor at once (registers, shared memory, threads)."""
+    cu = driver()
+    return check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(kernel.function, kernel.threads, kernel.shared_bytes),
+                 "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 
 
 def launch(kernel: LoadedKernel, grid: tuple[int, int, int], stream: int, params: int) -> None:

@@ -16,7 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 from tkc.errors import KernelArgumentError, KernelTypeError
 from tkc.runtime import cache
-from tkc.runtime.driver import Device, LoadedKernel, TkcRuntimeError, device, launch, link_ptx, load, make_current
+from tkc.runtime.driver import (
+    Device,
+    LoadedKernel,
+    TkcRuntimeError,
+    blocks_per_multiprocessor,
+    device,
+    launch,
+    link_ptx,
+    load,
+    make_current,
+)
 from tkc.targets import TARGETS, get_target
 
 if TYPE_CHECKING:
@@ -210,6 +220,7 @@ class _Fast:
     loaded: LoadedKernel
     params: ParamBuffer
     device: Device
+    resident: int | None = None  # blocks the GPU holds at once, once asked for
 
 
 _fast: dict[tuple[Any, ...], _Fast] = {}
@@ -245,9 +256,18 @@ def _torch_dtype(p: Any) -> Any:
     return getattr(_torch(), _TORCH_DTYPES[p.spec.dtype.name])
 
 
-def run(kernel: Kernel, grid: Any, args: Sequence[Any], constants: dict[str, Any], target: str | None = None,
-        pipeline: str | None = None) -> None:
-    grid3 = normalize_grid(grid)
+def resident_blocks(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None = None,
+                    pipeline: str | None = None) -> int:
+    """How many blocks of this kernel variant the GPU holds at once (multiprocessors × blocks per multiprocessor):
+    the grid of a persistent kernel that loops over its work."""
+    fast = _fast_for(kernel, args, constants, target, pipeline)
+    if fast.resident is None:
+        fast.resident = fast.device.multiprocessors * max(1, blocks_per_multiprocessor(fast.loaded))
+    return fast.resident
+
+
+def _fast_for(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None,
+              pipeline: str | None) -> _Fast:
     torch = _torch()
     fast = None
     key: tuple[Any, ...] = ()
@@ -262,6 +282,13 @@ def run(kernel: Kernel, grid: Any, args: Sequence[Any], constants: dict[str, Any
         fast = _Fast(loaded, ParamBuffer(loaded.params), dev)  # type: ignore[attr-defined]
         if key:
             _fast[key] = fast
+    return fast
+
+
+def run(kernel: Kernel, grid: Any, args: Sequence[Any], constants: dict[str, Any], target: str | None = None,
+        pipeline: str | None = None) -> None:
+    grid3 = normalize_grid(grid)
+    fast = _fast_for(kernel, args, constants, target, pipeline)
     values: list[Any] = []
     for p, value in zip(kernel.runtime_params, args):
         if p.kind == "tensor":
@@ -273,7 +300,7 @@ def run(kernel: Kernel, grid: Any, args: Sequence[Any], constants: dict[str, Any
     if getattr(_current, "ordinal", None) != fast.device.ordinal:
         make_current(fast.device)  # torch keeps its primary context current afterwards; set it once per thread
         _current.ordinal = fast.device.ordinal
-    stream = torch.cuda.current_stream(fast.device.ordinal).cuda_stream
+    stream = _torch().cuda.current_stream(fast.device.ordinal).cuda_stream
     launch(fast.loaded, grid3, stream, fast.params.address(values))
 
 
