@@ -562,6 +562,200 @@ class RetOp(IRDLOperation):
     traits = traits_def(MemoryWriteEffect())
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Hopper (sm_90a): warpgroup mma, mbarriers, TMA, fences, register reallocation
+
+
+@irdl_op_definition
+class ParamAddrOp(IRDLOperation):
+    """`mov.b64 %d, name; cvta.param.u64 %d, %d;`: the generic address of a kernel parameter used in place (a
+    tensor map, `.param .align 64 .b8 name[128]`)."""
+
+    name = "ptx.param_addr"
+    param = prop_def(StringAttr)
+    result = result_def(RegsType)
+
+    def __init__(self, param: str):
+        super().__init__(properties={"param": StringAttr(param)}, result_types=[regs("b64", 1)])
+
+
+@irdl_op_definition
+class WgmmaOp(_TableOp):
+    """`wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 {d..}, A, descB, scaleD, 1, 1{, transA}, transB;`,
+    executed by a whole warpgroup. The N/2 accumulator registers `acc[acc_index]` are read (scale_d = 1) and
+    written in place; they may be read only after a `wgmma.wait_group` that covers this op. A is a descriptor
+    (one b64 register of `a`) or, with four `a_index` entries, bf16x2 registers of `a` (then no transA)."""
+
+    name = "ptx.wgmma"
+    n = prop_def(IntAttr)
+    scale_d = prop_def(IntAttr)
+    trans_a = prop_def(IntAttr)
+    trans_b = prop_def(IntAttr)
+    acc_index = prop_def(DenseArrayBase)
+    a_index = prop_def(DenseArrayBase)
+    b_index = prop_def(IntAttr)
+    acc = operand_def(RegsType)
+    a = operand_def(RegsType)
+    b = operand_def(RegsType)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, n: int, acc: SSAValue, acc_index: Sequence[int], a: SSAValue, a_index: Sequence[int],
+                 b: SSAValue, b_index: int = 0, scale_d: int = 1, trans_a: int = 0, trans_b: int = 0):
+        super().__init__(
+            operands=[acc, a, b],
+            properties={"n": IntAttr(n), "scale_d": IntAttr(scale_d), "trans_a": IntAttr(trans_a),
+                        "trans_b": IntAttr(trans_b), "acc_index": _ints(acc_index), "a_index": _ints(a_index),
+                        "b_index": IntAttr(b_index)},
+        )
+
+    @property
+    def a_in_registers(self) -> bool:
+        return len(self.table("a_index", 0)) == 4
+
+    def verify_(self) -> None:
+        n = self.n.data
+        if not (8 <= n <= 256 and n % 8 == 0):
+            raise VerifyException(f"wgmma: N must be a multiple of 8 in 8..256, got {n}")
+        if len(self.table("acc_index", 0)) != n // 2:
+            raise VerifyException(f"wgmma m64n{n}k16: {n // 2} accumulator registers, got {len(self.table('acc_index', 0))}")
+        if len(self.table("a_index", 0)) not in (1, 4):
+            raise VerifyException("wgmma: A is one descriptor register or four bf16x2 registers")
+        if self.a_in_registers and self.trans_a.data:
+            raise VerifyException("wgmma: an A operand in registers cannot be transposed")
+
+
+@irdl_op_definition
+class WgmmaSyncOp(IRDLOperation):
+    """`wgmma.fence.sync.aligned;`, `wgmma.commit_group.sync.aligned;` or `wgmma.wait_group.sync.aligned N;`
+    (kind = fence | commit | wait)."""
+
+    name = "ptx.wgmma_sync"
+    kind = prop_def(StringAttr)
+    pending = opt_prop_def(IntAttr)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, kind: str, pending: int | None = None):
+        props: dict[str, Attribute] = {"kind": StringAttr(kind)}
+        if pending is not None:
+            props["pending"] = IntAttr(pending)
+        super().__init__(properties=props)
+
+    def verify_(self) -> None:
+        if self.kind.data not in ("fence", "commit", "wait"):
+            raise VerifyException(f"wgmma_sync kind must be fence, commit or wait, got {self.kind.data}")
+        if (self.kind.data == "wait") != (self.pending is not None):
+            raise VerifyException("wgmma_sync: a wait (and only a wait) says how many groups may stay pending")
+
+
+@irdl_op_definition
+class FenceOp(IRDLOperation):
+    """`fence.KIND;`: `proxy.async.shared::cta` (generic writes become visible to TMA/wgmma reads) or
+    `mbarrier_init.release.cluster` (an mbarrier's init becomes visible)."""
+
+    name = "ptx.fence"
+    kind = prop_def(StringAttr)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, kind: str):
+        super().__init__(properties={"kind": StringAttr(kind)})
+
+
+@irdl_op_definition
+class MbarrierOp(IRDLOperation):
+    """One mbarrier instruction on the 8-byte barrier at shared address `addr[addr_index] + offset`:
+    `init` (`mbarrier.init.shared::cta.b64 [bar], count;`), `arrive` (`mbarrier.arrive.shared::cta.b64 _, [bar];`),
+    `arrive_expect_tx` (`mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], count;` with count = bytes) or
+    `try_wait` (`mbarrier.try_wait.parity.shared::cta.b64 %p, [bar], parity;`, parity = `parity[parity_index]`,
+    result: whether the phase with that parity has completed)."""
+
+    name = "ptx.mbarrier"
+    kind = prop_def(StringAttr)
+    count = opt_prop_def(IntAttr)
+    addr_index = prop_def(IntAttr)
+    offset = prop_def(IntAttr)
+    parity_index = opt_prop_def(IntAttr)
+    addr = operand_def(RegsType)
+    parity = opt_operand_def(RegsType)
+    result = opt_result_def(RegsType)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, kind: str, addr: SSAValue, addr_index: int = 0, offset: int = 0, count: int | None = None,
+                 parity: SSAValue | None = None, parity_index: int = 0):
+        props: dict[str, Attribute] = {"kind": StringAttr(kind), "addr_index": IntAttr(addr_index), "offset": IntAttr(offset)}
+        if count is not None:
+            props["count"] = IntAttr(count)
+        if parity is not None:
+            props["parity_index"] = IntAttr(parity_index)
+        super().__init__(operands=[addr, [parity] if parity is not None else []], properties=props,
+                         result_types=[[regs("pred", 1)] if kind == "try_wait" else []])
+
+    def verify_(self) -> None:
+        kind = self.kind.data
+        if kind not in ("init", "arrive", "arrive_expect_tx", "try_wait"):
+            raise VerifyException(f"mbarrier kind {kind!r} is not one of init, arrive, arrive_expect_tx, try_wait")
+        if (kind in ("init", "arrive_expect_tx")) != (self.count is not None):
+            raise VerifyException(f"mbarrier {kind}: a count goes with init and arrive_expect_tx only")
+        if (kind == "try_wait") != (self.parity is not None):
+            raise VerifyException("mbarrier: try_wait (and only try_wait) takes a parity")
+
+
+@irdl_op_definition
+class TmaLoadOp(_TableOp):
+    """`cp.async.bulk.tensor.Rd.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [tmap, {c0, ..}], [bar];`
+    issued by one thread: the box of the tensor map at coordinates `coords[coord_index]` (innermost first, in
+    elements) lands at shared `dst[dst_index] + dst_offset` and counts its bytes on the mbarrier."""
+
+    name = "ptx.tma_load"
+    dst_index = prop_def(IntAttr)
+    dst_offset = prop_def(IntAttr)
+    coord_index = prop_def(DenseArrayBase)
+    bar_index = prop_def(IntAttr)
+    bar_offset = prop_def(IntAttr)
+    dst = operand_def(RegsType)
+    tmap = operand_def(RegsType)
+    coords = operand_def(RegsType)
+    bar = operand_def(RegsType)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, dst: SSAValue, dst_index: int, dst_offset: int, tmap: SSAValue, coords: SSAValue,
+                 coord_index: Sequence[int], bar: SSAValue, bar_index: int = 0, bar_offset: int = 0):
+        super().__init__(
+            operands=[dst, tmap, coords, bar],
+            properties={"dst_index": IntAttr(dst_index), "dst_offset": IntAttr(dst_offset),
+                        "coord_index": _ints(coord_index), "bar_index": IntAttr(bar_index), "bar_offset": IntAttr(bar_offset)},
+        )
+
+
+@irdl_op_definition
+class SetmaxnregOp(IRDLOperation):
+    """`setmaxnreg.{inc,dec}.sync.aligned.u32 N;`: the warpgroup's registers per thread become N."""
+
+    name = "ptx.setmaxnreg"
+    increase = prop_def(BoolAttr)
+    count = prop_def(IntAttr)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, increase: bool, count: int):
+        super().__init__(properties={"increase": BoolAttr.from_bool(increase), "count": IntAttr(count)})
+
+    def verify_(self) -> None:
+        n = self.count.data
+        if not (24 <= n <= 256 and n % 8 == 0):
+            raise VerifyException(f"setmaxnreg: the count must be a multiple of 8 in 24..256, got {n}")
+
+
+@irdl_op_definition
+class ElectOp(IRDLOperation):
+    """`elect.sync _|%p, 0xffffffff;`: true in exactly one lane of the warp."""
+
+    name = "ptx.elect"
+    result = result_def(RegsType)
+
+    def __init__(self) -> None:
+        super().__init__(result_types=[regs("pred", 1)])
+
+
 PTX_OPS = [KernelOp, ParamOp, SpecialOp, RegsOp, InstrOp, LoadOp, StoreOp, CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp,
-           LdmatrixOp, MmaOp, BarSyncOp, LabelOp, BraOp, RetOp]
+           LdmatrixOp, MmaOp, BarSyncOp, LabelOp, BraOp, RetOp, ParamAddrOp, WgmmaOp, WgmmaSyncOp, FenceOp,
+           MbarrierOp, TmaLoadOp, SetmaxnregOp, ElectOp]
 Ptx = Dialect("ptx", PTX_OPS, [RegsType])

@@ -57,7 +57,8 @@ def emit_kernel(kernel: ptx.KernelOp, out: StringIO) -> None:
     lines: list[str] = []
     for op in body.ops:
         lines.extend(_emit_op(op, names))
-    params = ",\n".join(f"    .param .{t} {n}" for n, t in kernel.param_list)
+    params = ",\n".join(f"    .param .align 64 .b8 {n}[128]" if t == "tensormap" else f"    .param .{t} {n}"
+                         for n, t in kernel.param_list)
     out.write(f".visible .entry {kernel.sym_name.data}(\n{params}\n)\n")
     out.write(f".maxntid {kernel.threads.data}, 1, 1\n")
     if kernel.min_blocks is not None:
@@ -166,6 +167,45 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         return [f"{guard}bra.uni {op.target.data};"]
     if isinstance(op, ptx.RetOp):
         return ["ret;"]
+    if isinstance(op, ptx.ParamAddrOp):
+        reg = names(op.result, 0)
+        return [f"mov.b64 {reg}, {op.param.data};", f"cvta.param.u64 {reg}, {reg};"]
+    if isinstance(op, ptx.WgmmaOp):
+        n = op.n.data
+        acc = _vector([names(op.acc, x) for x in op.table("acc_index", 0)])
+        a_regs = [names(op.a, x) for x in op.table("a_index", 0)]
+        a = _vector(a_regs)
+        trans = f"{op.trans_b.data}" if op.a_in_registers else f"{op.trans_a.data}, {op.trans_b.data}"
+        return [f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {acc}, {a}, {names(op.b, op.b_index.data)}, "
+                f"{op.scale_d.data}, 1, 1, {trans};"]
+    if isinstance(op, ptx.WgmmaSyncOp):
+        kind = op.kind.data
+        if kind == "wait":
+            return [f"wgmma.wait_group.sync.aligned {op.pending.data};"]  # type: ignore[union-attr]
+        return [f"wgmma.{'fence' if kind == 'fence' else 'commit_group'}.sync.aligned;"]
+    if isinstance(op, ptx.FenceOp):
+        return [f"fence.{op.kind.data};"]
+    if isinstance(op, ptx.MbarrierOp):
+        bar = _address(names, op.addr, op.addr_index.data, op.offset.data)
+        kind = op.kind.data
+        if kind == "init":
+            return [f"mbarrier.init.shared::cta.b64 {bar}, {op.count.data};"]  # type: ignore[union-attr]
+        if kind == "arrive":
+            return [f"mbarrier.arrive.shared::cta.b64 _, {bar};"]
+        if kind == "arrive_expect_tx":
+            return [f"mbarrier.arrive.expect_tx.shared::cta.b64 _, {bar}, {op.count.data};"]  # type: ignore[union-attr]
+        parity = names(op.parity, op.parity_index.data)  # type: ignore[arg-type, union-attr]
+        return [f"mbarrier.try_wait.parity.shared::cta.b64 {names(op.result, 0)}, {bar}, {parity};"]
+    if isinstance(op, ptx.TmaLoadOp):
+        coords = [names(op.coords, x) for x in op.table("coord_index", 0)]
+        dst = _address(names, op.dst, op.dst_index.data, op.dst_offset.data)
+        bar = _address(names, op.bar, op.bar_index.data, op.bar_offset.data)
+        return [f"cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes {dst}, "
+                f"[{names(op.tmap, 0)}, {{{', '.join(coords)}}}], {bar};"]
+    if isinstance(op, ptx.SetmaxnregOp):
+        return [f"setmaxnreg.{'inc' if op.increase.value.data else 'dec'}.sync.aligned.u32 {op.count.data};"]
+    if isinstance(op, ptx.ElectOp):
+        return [f"elect.sync _|{names(op.result, 0)}, 0xffffffff;"]
     raise NotImplementedError(f"no PTX for {op.name}")
 
 

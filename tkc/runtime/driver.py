@@ -138,6 +138,28 @@ def load(cubin: bytes, name: str, threads: int, shared_bytes: int) -> LoadedKern
     return LoadedKernel(module, function, threads, shared_bytes)
 
 
+_SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+
+
+def tensor_map_2d(address: int, rows: int, cols: int, row_bytes: int, box_rows: int, box_cols: int, swizzle: int,
+                  element: str = "bf16") -> bytes:
+    """The 128-byte TMA descriptor (`cuTensorMapEncodeTiled`) of a row-major rows × cols matrix at global
+    `address` whose rows are `row_bytes` apart, copied in boxes of box_rows × box_cols with the given swizzle
+    (0, 32, 64 or 128 bytes; a swizzled box row is at most that wide). Out-of-bounds elements of a box read zeros."""
+    cu = driver()
+    dtypes = {"bf16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+              "f16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+              "f32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    tmap = check(cu.cuTensorMapEncodeTiled(
+        dtypes[element], 2, address, [u64(cols), u64(rows)], [u64(row_bytes)], [u32(box_cols), u32(box_rows)],
+        [u32(1), u32(1)], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(cu.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLES[swizzle]}"),
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
+    return ctypes.string_at(tmap.getPtr(), 128)
+
+
 def blocks_per_multiprocessor(kernel: LoadedKernel) -> int:
     """How many blocks of the kernel fit on one multiprocessor at once (registers, shared memory, threads)."""
     cu = driver()

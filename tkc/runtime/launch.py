@@ -182,7 +182,9 @@ def prepare(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], targ
     return _compiled(kernel, target, values, aligns, dev, pipeline), checked, dev
 
 
-_FIELD = {"u64": ("Q", 8), "s64": ("q", 8), "s32": ("i", 4), "u32": ("I", 4), "f32": ("f", 4)}
+# kind: (struct code, size, alignment); a tensor map is 128 opaque bytes passed by value
+_FIELD = {"u64": ("Q", 8, 8), "s64": ("q", 8, 8), "s32": ("i", 4, 4), "u32": ("I", 4, 4), "f32": ("f", 4, 4),
+          "tensormap": ("128s", 128, 64)}
 
 
 class ParamBuffer:
@@ -193,8 +195,8 @@ class ParamBuffer:
     def __init__(self, params: Sequence[tuple[str, str]]):
         fmt, offsets, offset = "<", [], 0
         for _, kind in params:
-            code, size = _FIELD[kind]
-            pad = -offset % size
+            code, size, align = _FIELD[kind]
+            pad = -offset % align
             fmt += "x" * pad + code
             offset += pad
             offsets.append(offset)
@@ -206,7 +208,10 @@ class ParamBuffer:
     def address(self, values: Sequence[Any]) -> int:
         local = self.local
         if not hasattr(local, "buffer"):
-            local.buffer = ctypes.create_string_buffer(max(self.struct.size, 1))
+            storage = ctypes.create_string_buffer(max(self.struct.size, 1) + 64)
+            skip = -ctypes.addressof(storage) % 64  # tensor maps want 64-byte alignment
+            local.storage = storage
+            local.buffer = (ctypes.c_char * max(self.struct.size, 1)).from_buffer(storage, skip)
             base = ctypes.addressof(local.buffer)
             local.pointers = (ctypes.c_void_p * max(len(self.offsets), 1))(*(base + o for o in self.offsets))
         self.struct.pack_into(local.buffer, 0, *values)

@@ -1,0 +1,77 @@
+"""Hand-built sm_90a `ptx` kernels (no frontend yet) for the Hopper instruction tests, on the CPU (ptxas) and on
+the GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import BFloat16Type, ModuleOp
+from xdsl.ir import Block
+
+from tkc.backend import ptx, wgmma
+from tkc.backend.ptx import PerInstr, instr, regs
+from tkc.ir.types import SharedTileType
+
+TILE = SharedTileType(BFloat16Type(), 64, 64, 128)
+A_AT, B_AT, BAR_AT = 0, 8192, 16384
+SHARED_BYTES = BAR_AT + 8 + 1024  # + room to align the base to 1024
+
+
+def tma_wgmma_kernel() -> ModuleOp:
+    """One warpgroup: thread 0 sets up an mbarrier and loads A and B (64×64 bf16, 128-byte swizzle) by TMA; all
+    wait for the phase, run four m64n64k16 wgmmas (A·Bᵀ, both K-major) and store the accumulators."""
+    body = Block()
+
+    def emit(op):
+        body.add_op(op)
+        return op.results[0] if op.results else None
+
+    smem = emit(ptx.SpecialOp("smem"))
+    base = emit(instr("and.b32", regs("b32", 1), emit(instr("add.u32", regs("b32", 1), smem, 1023)), -1024))
+    tid = emit(ptx.SpecialOp("%tid.x"))
+    first = emit(instr("setp.eq.u32", regs("pred", 1), tid, 0))
+    maps = [emit(ptx.ParamAddrOp(name)) for name in ("tA", "tB")]
+
+    emit(ptx.BraOp("SKIP_INIT", first, negate=True))
+    emit(ptx.MbarrierOp("init", base, offset=BAR_AT, count=1))
+    emit(ptx.FenceOp("mbarrier_init.release.cluster"))
+    emit(ptx.LabelOp("SKIP_INIT"))
+    emit(ptx.BarSyncOp(0))
+
+    emit(ptx.BraOp("SKIP_LOAD", first, negate=True))
+    emit(ptx.MbarrierOp("arrive_expect_tx", base, offset=BAR_AT, count=2 * 64 * 64 * 2))
+    coords = emit(instr("mov.b32", regs("b32", 2), PerInstr([0, 0])))
+    emit(ptx.TmaLoadOp(base, 0, A_AT, maps[0], coords, [0, 1], base, 0, BAR_AT))
+    emit(ptx.TmaLoadOp(base, 0, B_AT, maps[1], coords, [0, 1], base, 0, BAR_AT))
+    emit(ptx.LabelOp("SKIP_LOAD"))
+
+    parity = emit(instr("mov.b32", regs("b32", 1), 0))
+    emit(ptx.LabelOp("WAIT"))
+    done = emit(ptx.MbarrierOp("try_wait", base, offset=BAR_AT, parity=parity))
+    emit(ptx.BraOp("WAIT", done, negate=True))
+
+    def descriptors(at: int):
+        start = emit(instr("add.u32", regs("b32", 1), base, at))
+        field = emit(instr("and.b32", regs("b32", 1), emit(instr("shr.u32", regs("b32", 1), start, 4)), 0x3FFF))
+        wide = emit(instr("cvt.u64.u32", regs("b64", 1), field))
+        template = wgmma.operand_descriptor(TILE, 0, 0, "K")
+        first_desc = emit(instr("or.b64", regs("b64", 1), wide, template))
+        steps = [wgmma.operand_descriptor(TILE, 0, c, "K") - template for c in range(4)]
+        return emit(instr("add.s64", regs("b64", 4), (first_desc, np.zeros(4, dtype=np.int64)), PerInstr(steps)))
+
+    desc_a, desc_b = descriptors(A_AT), descriptors(B_AT)
+    acc = emit(ptx.RegsOp("b32", 32))
+    emit(ptx.WgmmaSyncOp("fence"))
+    for k in range(4):
+        body.add_op(ptx.WgmmaOp(64, acc, range(32), desc_a, [k], desc_b, k, scale_d=int(k > 0)))
+    emit(ptx.WgmmaSyncOp("commit"))
+    emit(ptx.WgmmaSyncOp("wait", 0))
+
+    out = emit(ptx.ParamOp("out", "u64"))
+    offset = emit(instr("mul.wide.u32", regs("b64", 1), tid, 128))
+    addr = emit(instr("add.s64", regs("b64", 1), out, offset))
+    body.add_op(ptx.StoreOp("global", "f32", 1, addr, [0] * 32, [4 * i for i in range(32)], acc, range(32)))
+    emit(ptx.RetOp())
+    kernel = ptx.KernelOp("tma_wgmma", [("tA", "tensormap"), ("tB", "tensormap"), ("out", "u64")], 128, body)
+    module = ModuleOp([kernel])
+    module.verify()
+    return module
