@@ -31,18 +31,14 @@ def tma_wgmma_kernel() -> ModuleOp:
     first = emit(instr("setp.eq.u32", regs("pred", 1), tid, 0))
     maps = [emit(ptx.ParamAddrOp(name)) for name in ("tA", "tB")]
 
-    emit(ptx.BraOp("SKIP_INIT", first, negate=True))
-    emit(ptx.MbarrierOp("init", base, offset=BAR_AT, count=1))
+    emit(ptx.MbarrierOp("init", base, offset=BAR_AT, count=1, guard=first))
     emit(ptx.FenceOp("mbarrier_init.release.cluster"))
-    emit(ptx.LabelOp("SKIP_INIT"))
     emit(ptx.BarSyncOp(0))
 
-    emit(ptx.BraOp("SKIP_LOAD", first, negate=True))
-    emit(ptx.MbarrierOp("arrive_expect_tx", base, offset=BAR_AT, count=2 * 64 * 64 * 2))
+    emit(ptx.MbarrierOp("arrive_expect_tx", base, offset=BAR_AT, count=2 * 64 * 64 * 2, guard=first))
     coords = emit(instr("mov.b32", regs("b32", 2), PerInstr([0, 0])))
-    emit(ptx.TmaLoadOp(base, 0, A_AT, maps[0], coords, [0, 1], base, 0, BAR_AT))
-    emit(ptx.TmaLoadOp(base, 0, B_AT, maps[1], coords, [0, 1], base, 0, BAR_AT))
-    emit(ptx.LabelOp("SKIP_LOAD"))
+    emit(ptx.TmaLoadOp(base, 0, A_AT, maps[0], coords, [0, 1], base, 0, BAR_AT, guard=first))
+    emit(ptx.TmaLoadOp(base, 0, B_AT, maps[1], coords, [0, 1], base, 0, BAR_AT, guard=first))
 
     parity = emit(instr("mov.b32", regs("b32", 1), 0))
     emit(ptx.LabelOp("WAIT"))

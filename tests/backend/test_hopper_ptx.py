@@ -1,18 +1,22 @@
-"""The sm_90a instructions of the `ptx` dialect (wgmma, mbarrier, TMA, fences, setmaxnreg, elect): their text, and
+"""The sm_90a instructions of the `ptx` dialect (wgmma, mbarrier, TMA, fences, setmaxnreg, elect): their text,
 ptxas accepting a kernel built from them — the shape of the TMA + wgmma kernel that ran on the H200
-(shared/docs/hopper-ptx.md §11) — with no spills and none of the wgmma-serialization notes."""
+(shared/docs/hopper-ptx.md §11) — with no spills and none of the wgmma-serialization notes, and the simulator
+running it: TMA boxes landing at the mbarrier phase, wgmma through descriptors, premature reads and hangs caught."""
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
 import pytest
-from hopper_kernels import tma_wgmma_kernel
-from xdsl.dialects.builtin import ModuleOp
+from hopper_kernels import SHARED_BYTES, tma_wgmma_kernel
+from xdsl.dialects.builtin import IntAttr, ModuleOp
 from xdsl.ir import Block
 from xdsl.utils.exceptions import VerifyException
 
-from tkc.backend import ptx
+from tkc.backend import ptx, wgmma
 from tkc.backend.ptx_printer import emit_ptx
 from tkc.backend.ptxas import assemble, find_ptxas
+from tkc.backend.simulator import SimulationError, TensorMap, simulate
 
 def test_hopper_instruction_text() -> None:
     text = emit_ptx(tma_wgmma_kernel(), "sm_90a")
@@ -65,3 +69,54 @@ def test_hopper_ops_verify(make, message) -> None:
     op = make(acc, desc)
     with pytest.raises(VerifyException, match=message):
         op.verify()
+
+
+def _simulated_product(module: ModuleOp | None = None, order: str = "ascending") -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(11)
+    a, b = (rng.standard_normal((64, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    out = np.full((128, 32), np.nan, dtype=np.float32)
+    maps = [TensorMap(a, 64, 64, 128), TensorMap(b, 64, 64, 128)]
+    simulate(module or tma_wgmma_kernel(), "tma_wgmma", [*maps, out], (1,), order=order, shared_bytes=SHARED_BYTES)
+    rows, cols = wgmma.accumulator_fragment(64)
+    d = np.full((64, 64), np.nan, dtype=np.float32)
+    d[rows, cols] = out
+    return d, a.astype(np.float32) @ b.astype(np.float32).T
+
+
+def _kernel_ops(module: ModuleOp) -> list:
+    return list(module.ops.first.body.block.ops)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "shuffled"])
+def test_simulated_tma_wgmma_kernel_computes_a_times_b_transposed(order: str) -> None:
+    d, ref = _simulated_product(order=order)
+    np.testing.assert_allclose(d, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_reading_accumulators_before_the_wgmma_wait_is_caught() -> None:
+    module = tma_wgmma_kernel()
+    wait = next(op for op in _kernel_ops(module) if isinstance(op, ptx.WgmmaSyncOp) and op.kind.data == "wait")
+    wait.detach()
+    wait.erase()
+    d, _ = _simulated_product(module)
+    assert np.isnan(d).all()
+
+
+def test_reading_the_tma_destination_before_the_phase_completes_is_caught() -> None:
+    module = tma_wgmma_kernel()
+    ops = _kernel_ops(module)
+    wait = next(op for op in ops if isinstance(op, ptx.MbarrierOp) and op.kind.data == "try_wait")
+    branch = ops[ops.index(wait) + 1]
+    for op in (branch, wait):  # no waiting at all: the wgmmas read shared memory the boxes have not reached
+        op.detach()
+        op.erase(safe_erase=False)
+    d, _ = _simulated_product(module)
+    assert np.isnan(d).all()  # shared memory starts poisoned (NaN) and the boxes land only at the phase
+
+
+def test_a_wait_for_a_phase_nothing_completes_is_a_hang() -> None:
+    module = tma_wgmma_kernel()
+    expect = next(op for op in _kernel_ops(module) if isinstance(op, ptx.MbarrierOp) and op.kind.data == "arrive_expect_tx")
+    expect.properties["count"] = IntAttr(2 * 64 * 64 * 2 + 16)  # 16 bytes more than the boxes bring
+    with pytest.raises(SimulationError, match="every warp waits"):
+        _simulated_product(module)

@@ -666,7 +666,8 @@ class MbarrierOp(IRDLOperation):
     `init` (`mbarrier.init.shared::cta.b64 [bar], count;`), `arrive` (`mbarrier.arrive.shared::cta.b64 _, [bar];`),
     `arrive_expect_tx` (`mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], count;` with count = bytes) or
     `try_wait` (`mbarrier.try_wait.parity.shared::cta.b64 %p, [bar], parity;`, parity = `parity[parity_index]`,
-    result: whether the phase with that parity has completed)."""
+    result: whether the phase with that parity has completed). A guard predicate (register 0 of `guard`) picks the
+    threads that execute it (`@%p`), e.g. the one thread that initializes the barrier."""
 
     name = "ptx.mbarrier"
     kind = prop_def(StringAttr)
@@ -676,18 +677,20 @@ class MbarrierOp(IRDLOperation):
     parity_index = opt_prop_def(IntAttr)
     addr = operand_def(RegsType)
     parity = opt_operand_def(RegsType)
+    guard = opt_operand_def(RegsType)
     result = opt_result_def(RegsType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
     traits = traits_def(MemoryWriteEffect())
 
     def __init__(self, kind: str, addr: SSAValue, addr_index: int = 0, offset: int = 0, count: int | None = None,
-                 parity: SSAValue | None = None, parity_index: int = 0):
+                 parity: SSAValue | None = None, parity_index: int = 0, guard: SSAValue | None = None):
         props: dict[str, Attribute] = {"kind": StringAttr(kind), "addr_index": IntAttr(addr_index), "offset": IntAttr(offset)}
         if count is not None:
             props["count"] = IntAttr(count)
         if parity is not None:
             props["parity_index"] = IntAttr(parity_index)
-        super().__init__(operands=[addr, [parity] if parity is not None else []], properties=props,
-                         result_types=[[regs("pred", 1)] if kind == "try_wait" else []])
+        super().__init__(operands=[addr, [parity] if parity is not None else [], [guard] if guard is not None else []],
+                         properties=props, result_types=[[regs("pred", 1)] if kind == "try_wait" else []])
 
     def verify_(self) -> None:
         kind = self.kind.data
@@ -703,7 +706,8 @@ class MbarrierOp(IRDLOperation):
 class TmaLoadOp(_TableOp):
     """`cp.async.bulk.tensor.Rd.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [tmap, {c0, ..}], [bar];`
     issued by one thread: the box of the tensor map at coordinates `coords[coord_index]` (innermost first, in
-    elements) lands at shared `dst[dst_index] + dst_offset` and counts its bytes on the mbarrier."""
+    elements) lands at shared `dst[dst_index] + dst_offset` and counts its bytes on the mbarrier. The guard
+    predicate (register 0 of `guard`) picks the issuing thread."""
 
     name = "ptx.tma_load"
     dst_index = prop_def(IntAttr)
@@ -715,12 +719,14 @@ class TmaLoadOp(_TableOp):
     tmap = operand_def(RegsType)
     coords = operand_def(RegsType)
     bar = operand_def(RegsType)
+    guard = opt_operand_def(RegsType)
     traits = traits_def(MemoryWriteEffect())
 
     def __init__(self, dst: SSAValue, dst_index: int, dst_offset: int, tmap: SSAValue, coords: SSAValue,
-                 coord_index: Sequence[int], bar: SSAValue, bar_index: int = 0, bar_offset: int = 0):
+                 coord_index: Sequence[int], bar: SSAValue, bar_index: int = 0, bar_offset: int = 0,
+                 guard: SSAValue | None = None):
         super().__init__(
-            operands=[dst, tmap, coords, bar],
+            operands=[dst, tmap, coords, bar, [guard] if guard is not None else []],
             properties={"dst_index": IntAttr(dst_index), "dst_offset": IntAttr(dst_offset),
                         "coord_index": _ints(coord_index), "bar_index": IntAttr(bar_index), "bar_offset": IntAttr(bar_offset)},
         )

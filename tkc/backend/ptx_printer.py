@@ -187,20 +187,21 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         return [f"fence.{op.kind.data};"]
     if isinstance(op, ptx.MbarrierOp):
         bar = _address(names, op.addr, op.addr_index.data, op.offset.data)
+        guard = _guard(names, op.guard, 0)
         kind = op.kind.data
         if kind == "init":
-            return [f"mbarrier.init.shared::cta.b64 {bar}, {op.count.data};"]  # type: ignore[union-attr]
+            return [f"{guard}mbarrier.init.shared::cta.b64 {bar}, {op.count.data};"]  # type: ignore[union-attr]
         if kind == "arrive":
-            return [f"mbarrier.arrive.shared::cta.b64 _, {bar};"]
+            return [f"{guard}mbarrier.arrive.shared::cta.b64 _, {bar};"]
         if kind == "arrive_expect_tx":
-            return [f"mbarrier.arrive.expect_tx.shared::cta.b64 _, {bar}, {op.count.data};"]  # type: ignore[union-attr]
+            return [f"{guard}mbarrier.arrive.expect_tx.shared::cta.b64 _, {bar}, {op.count.data};"]  # type: ignore[union-attr]
         parity = names(op.parity, op.parity_index.data)  # type: ignore[arg-type, union-attr]
-        return [f"mbarrier.try_wait.parity.shared::cta.b64 {names(op.result, 0)}, {bar}, {parity};"]
+        return [f"{guard}mbarrier.try_wait.parity.shared::cta.b64 {names(op.result, 0)}, {bar}, {parity};"]
     if isinstance(op, ptx.TmaLoadOp):
         coords = [names(op.coords, x) for x in op.table("coord_index", 0)]
         dst = _address(names, op.dst, op.dst_index.data, op.dst_offset.data)
         bar = _address(names, op.bar, op.bar_index.data, op.bar_offset.data)
-        return [f"cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes {dst}, "
+        return [f"{_guard(names, op.guard, 0)}cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes {dst}, "
                 f"[{names(op.tmap, 0)}, {{{', '.join(coords)}}}], {bar};"]
     if isinstance(op, ptx.SetmaxnregOp):
         return [f"setmaxnreg.{'inc' if op.increase.value.data else 'dec'}.sync.aligned.u32 {op.count.data};"]

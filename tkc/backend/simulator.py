@@ -10,6 +10,11 @@ the lowering: the mma.m16n8k16 and ldmatrix fragment layouts below are the ISA's
 * Warps run one at a time up to the next `bar.sync`, in an order that tests vary (ascending, descending,
   shuffled), so a missing barrier shows up as a read of data another warp has not written yet.
 * Branches must be uniform across a warp; all warps must meet at every `bar.sync`.
+* sm_90a: an mbarrier completes its phase when its arrivals and its transaction bytes are all in; a TMA load's
+  bytes count (and its box lands in shared memory, swizzled) only when a thread waits on the barrier. A warp at an `mbarrier.try_wait` of a phase not yet complete
+  yields to the others; if every warp waits, the block would hang on the GPU and the simulation says so. A wgmma
+  reads its operands through their descriptors when issued; its accumulator registers read as NaN until the
+  `wgmma.wait_group` that covers it.
 """
 
 from __future__ import annotations
@@ -180,6 +185,10 @@ def execute(opcode: str, operands: list[np.ndarray]) -> np.ndarray:
     o = operands
     if name == "mov":
         return o[0]
+    if name in ("mul", "mad") and "wide" in mods and kind in ("s32", "u32"):
+        x = [_int(v, kind) for v in o]
+        r = x[0] * x[1] + (s64(np.asarray(o[2], dtype=np.uint64)) if name == "mad" else 0)
+        return u64(r)
     if name in ("add", "sub", "mul", "div", "rem", "min", "max", "mad", "neg", "abs") and kind in ("s32", "u32"):
         x = [_int(v, kind) for v in o]
         with np.errstate(all="ignore"):
@@ -281,6 +290,8 @@ def _convert(opcode: str, mods: list[str], kind: str, o: list[np.ndarray]) -> np
     dst, src = mods[-1], kind
     if dst == "s64" and src == "s32":
         return u64(s32(o[0]))
+    if dst == "u64" and src == "u32":
+        return np.asarray(o[0], dtype=np.uint32).astype(np.uint64)
     if dst == "f32" and src == "s32":
         return bits32(s32(o[0]).astype(np.float32))
     if dst == "s32" and src == "f32":
@@ -367,8 +378,33 @@ class Warp:
     regs: dict[SSAValue, np.ndarray] = field(default_factory=dict)
     pc: int = 0
     done: bool = False
+    at_barrier: bool = False
     groups: list[list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=list)  # committed cp.async groups
     open_group: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    wgmma_results: dict[SSAValue, np.ndarray] = field(default_factory=dict)  # accumulators as wgmmas left them
+    wgmma_groups: list[list[SSAValue]] = field(default_factory=list)
+    wgmma_open: list[SSAValue] = field(default_factory=list)
+
+
+@dataclass
+class TensorMap:
+    """What the simulator needs of a TMA descriptor: a row-major 2-D array copied in boxes, with a swizzle."""
+
+    array: np.ndarray
+    box_rows: int
+    box_cols: int
+    swizzle: int = 128
+    address: int = 0  # where the array lives in the simulated global memory
+
+
+@dataclass
+class Mbarrier:
+    expected: int
+    pending: int
+    tx: int = 0
+    completed: int = 0  # phases completed so far: the current phase's parity is completed % 2
+    landing: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # TMA bytes waiting for the phase
+    in_flight: list[tuple[np.ndarray, np.ndarray, int]] = field(default_factory=list)  # TMA copies not yet counted
 
 
 @dataclass
@@ -379,6 +415,10 @@ class Launch:
     shared_bytes: int
     order: str = "ascending"
     seed: int = 0
+    tensor_maps: dict[int, TensorMap] = field(default_factory=dict)  # by the made-up generic address of the param
+
+
+TENSOR_MAP_BASE = 0x7F00_0000_0000  # made-up generic addresses of tensor-map parameters
 
 
 class BlockSimulator:
@@ -391,6 +431,7 @@ class BlockSimulator:
         self.shared = SharedMemory(launch.shared_bytes)
         self.warps = [Warp(w) for w in range(kernel.threads.data // LANES)]
         self.rng = np.random.default_rng(launch.seed + 7919 * (block[0] + 31 * block[1] + 997 * block[2]))
+        self.mbarriers: dict[int, Mbarrier] = {}
 
     def run(self) -> None:
         while True:
@@ -402,32 +443,45 @@ class BlockSimulator:
                 order.reverse()
             elif self.launch.order == "shuffled":
                 self.rng.shuffle(order)
+            progress = False
             for warp in order:
-                self.run_warp(warp)
+                if not warp.at_barrier:
+                    progress |= self.run_warp(warp)
             waiting = [w for w in self.warps if not w.done]
-            if waiting and len(waiting) != len(self.warps):
-                raise SimulationError("some warps exited while others wait at a barrier (a hang on the GPU)")
-            for w in waiting:
-                w.pc += 1  # everyone is at the barrier: pass it
+            if waiting and all(w.at_barrier for w in waiting):
+                if len(waiting) != len(self.warps):
+                    raise SimulationError("some warps exited while others wait at a barrier (a hang on the GPU)")
+                for w in waiting:  # everyone is at the barrier: pass it
+                    w.at_barrier = False
+                    w.pc += 1
+            elif waiting and not progress:
+                raise SimulationError("every warp waits, at a barrier or on an mbarrier phase that nothing will "
+                                      "complete (a hang on the GPU)")
 
-    def run_warp(self, warp: Warp) -> None:
-        """Run until the warp reaches a barrier or returns."""
+    def run_warp(self, warp: Warp) -> bool:
+        """Run until the warp reaches a barrier, returns, or waits on an mbarrier phase that is not complete;
+        whether it got anywhere."""
+        moved = False
         while True:
             if warp.pc >= len(self.ops):
                 warp.done = True
-                return
+                return True
             op = self.ops[warp.pc]
             if isinstance(op, ptx.BarSyncOp):
-                return
+                warp.at_barrier = True
+                return True
             if isinstance(op, ptx.RetOp):
                 warp.done = True
-                return
+                return True
+            if isinstance(op, ptx.MbarrierOp) and op.kind.data == "try_wait" and not self.phase_complete(warp, op):
+                return moved  # its `@!p bra` loop would spin until another warp (or a TMA) completes the phase
             try:
                 jump = self.step(warp, op)
             except SimulationError as e:
                 if e.loc is None:
                     e.loc = SourceLoc.from_attr(op.location)
                 raise
+            moved = True
             warp.pc = self.labels[jump] if jump is not None else warp.pc + 1
 
     # ---------------------------------------------------------------------------------------------------------
@@ -490,6 +544,20 @@ class BlockSimulator:
             self.ldmatrix(warp, op)
         elif isinstance(op, ptx.MmaOp):
             self.mma(warp, op)
+        elif isinstance(op, ptx.MbarrierOp):
+            self.mbarrier(warp, op)
+        elif isinstance(op, ptx.TmaLoadOp):
+            self.tma_load(warp, op)
+        elif isinstance(op, ptx.ParamAddrOp):
+            warp.regs[op.result] = u64(np.full((LANES, 1), self.launch.params[op.param.data]))
+        elif isinstance(op, ptx.WgmmaOp):
+            self.wgmma(warp, op)
+        elif isinstance(op, ptx.WgmmaSyncOp):
+            self.wgmma_sync(warp, op)
+        elif isinstance(op, ptx.FenceOp | ptx.SetmaxnregOp):
+            pass  # ordering only; the simulation is sequentially consistent
+        elif isinstance(op, ptx.ElectOp):
+            warp.regs[op.result] = (np.arange(LANES) == 0).reshape(LANES, 1)
         elif isinstance(op, ptx.LabelOp):
             pass
         elif isinstance(op, ptx.BraOp):
@@ -639,6 +707,168 @@ class BlockSimulator:
         warp.regs[op.result] = d
 
 
+    # ---------------------------------------------------------------------------------------------------------
+    # sm_90a: mbarriers, TMA, wgmma
+
+    def _active(self, warp: Warp, op: Any) -> np.ndarray:
+        if op.guard is None:
+            return np.arange(LANES)
+        return np.nonzero(self.get(warp, op.guard)[:, 0].astype(bool))[0]
+
+    def _barrier_address(self, warp: Warp, op: ptx.MbarrierOp) -> int:
+        addrs = s32(self.get(warp, op.addr)[:, op.addr_index.data]) + op.offset.data
+        if not (addrs == addrs[0]).all():
+            raise SimulationError("the lanes of a warp name different mbarriers")
+        addr = int(addrs[0])
+        if addr % 8 or not 0 <= addr <= self.shared.data.size - 8:
+            raise SimulationError(f"mbarrier at shared address {addr}: not 8-byte aligned inside shared memory")
+        return addr
+
+    def _barrier(self, addr: int) -> Mbarrier:
+        if addr not in self.mbarriers:
+            raise SimulationError(f"mbarrier at shared address {addr} is used before mbarrier.init")
+        return self.mbarriers[addr]
+
+    def phase_complete(self, warp: Warp, op: ptx.MbarrierOp) -> bool:
+        """try_wait.parity p: true once the phase of parity p has completed (the current phase's parity is
+        completed % 2, so on a fresh barrier parity 1 passes at once and parity 0 waits)."""
+        bar = self._barrier(self._barrier_address(warp, op))
+        # TMA copies complete (count their bytes) only when someone looks: without a wait, nothing lands.
+        for addr, data, nbytes in bar.in_flight:
+            bar.landing.append((addr, data))
+            bar.tx -= nbytes
+        bar.in_flight = []
+        self._settle(bar)
+        parity = s32(self.get(warp, op.parity)[:, op.parity_index.data])  # type: ignore[arg-type, union-attr]
+        if not (parity == parity[0]).all():
+            raise SimulationError("the lanes of a warp wait on different parities")
+        return int(parity[0]) % 2 != bar.completed % 2
+
+    def _settle(self, bar: Mbarrier) -> None:
+        if bar.pending < 0:
+            raise SimulationError("more arrivals on an mbarrier than its count in one phase")
+        if bar.pending == 0 and bar.tx == 0:
+            for addr, data in bar.landing:
+                self.shared.write(addr, data, "TMA landing")
+            bar.landing = []
+            bar.completed += 1
+            bar.pending = bar.expected
+
+    def mbarrier(self, warp: Warp, op: ptx.MbarrierOp) -> None:
+        kind = op.kind.data
+        if kind == "try_wait":
+            warp.regs[op.result] = np.full((LANES, 1), self.phase_complete(warp, op))  # type: ignore[index]
+            return
+        active = self._active(warp, op)
+        if not active.size:
+            return
+        addr = self._barrier_address(warp, op)
+        if kind == "init":
+            count = op.count.data  # type: ignore[union-attr]
+            self.mbarriers[addr] = Mbarrier(count, count)
+            return
+        bar = self._barrier(addr)
+        for _ in active:
+            if kind == "arrive_expect_tx":
+                bar.tx += op.count.data  # type: ignore[union-attr]
+            bar.pending -= 1
+            self._settle(bar)
+
+    def tma_load(self, warp: Warp, op: ptx.TmaLoadOp) -> None:
+        active = self._active(warp, op)
+        for lane in active:
+            where = int(s64(self.get(warp, op.tmap)[lane:lane + 1, 0])[0])
+            tmap = self.launch.tensor_maps.get(where)
+            if tmap is None:
+                raise SimulationError(f"cp.async.bulk.tensor: {where:#x} is not a tensor-map parameter's address")
+            x, y = (int(v) for v in s32(self.get(warp, op.coords)[lane, op.table("coord_index", 0)]))
+            e = tmap.array.dtype.itemsize
+            row_bytes = tmap.box_cols * e
+            if tmap.swizzle and row_bytes > tmap.swizzle:
+                raise SimulationError(f"a TMA box row of {row_bytes} bytes is wider than its {tmap.swizzle}-byte swizzle")
+            dst = int(s32(self.get(warp, op.dst)[lane:lane + 1, op.dst_index.data])[0]) + op.dst_offset.data
+            repeat = max(128, 8 * tmap.swizzle)
+            if dst % repeat:
+                raise SimulationError(f"TMA destination {dst} is not aligned to its swizzle pattern ({repeat} bytes)")
+            box = np.zeros((tmap.box_rows, tmap.box_cols), dtype=tmap.array.dtype)  # out of bounds: zeros
+            rows, cols = tmap.array.shape
+            r0, r1, c0, c1 = max(y, 0), min(y + tmap.box_rows, rows), max(x, 0), min(x + tmap.box_cols, cols)
+            if r0 < r1 and c0 < c1:
+                box[r0 - y:r1 - y, c0 - x:c1 - x] = tmap.array[r0:r1, c0:c1]
+            data = np.ascontiguousarray(box).view(np.uint8).reshape(tmap.box_rows, row_bytes)
+            chunks = data.reshape(-1, 16)  # 16-byte chunks move together under every swizzle
+            linear = dst + 16 * np.arange(chunks.shape[0])
+            from tkc.backend.wgmma import swizzled
+
+            bar_addrs = s32(self.get(warp, op.bar)[lane:lane + 1, op.bar_index.data]) + op.bar_offset.data
+            bar = self._barrier(int(bar_addrs[0]))
+            self.shared._check(linear, 16, "TMA destination")
+            bar.in_flight.append((swizzled(linear, tmap.swizzle), chunks, box.nbytes))
+
+    def wgmma(self, warp: Warp, op: ptx.WgmmaOp) -> None:
+        from tkc.backend import wgmma as wg
+
+        n = op.n.data
+        w = warp.index % 4  # this warp's rows of the 64-row tile: 16w .. 16w + 15
+        lane = np.arange(LANES)
+
+        def desc_of(value: SSAValue, index: int) -> int:
+            bits = self.get(warp, value)[:, index]
+            if not (bits == bits[0]).all():
+                raise SimulationError("a wgmma descriptor differs between the lanes of a warp")
+            return int(bits[0])
+
+        def read(addresses: np.ndarray) -> np.ndarray:
+            raw = self.shared.read(addresses.reshape(-1), 2, "wgmma operand")
+            return from_bf16(raw.view(np.uint16).astype(np.uint32).reshape(addresses.shape))
+
+        if op.a_in_registers:
+            words = self.get(warp, op.a)[:, op.table("a_index", 0)]  # [32, 4] bf16x2
+            values = _unpack16(words, "bf16")  # [32, 8]
+            A = np.zeros((16, 16), dtype=np.float32)
+            rows, ks = wg.a_fragment()
+            A[rows[w * 32:(w + 1) * 32] - 16 * w, ks[w * 32:(w + 1) * 32]] = values
+        else:
+            major_a = "MN" if op.trans_a.data else "K"
+            A = read(wg.operand_addresses(desc_of(op.a, int(op.table("a_index", 0)[0])), 64, major_a))[16 * w:16 * w + 16]
+        B = read(wg.operand_addresses(desc_of(op.b, op.b_index.data), n, "MN" if op.trans_b.data else "K"))  # [n, 16]
+        acc_index = op.table("acc_index", 0)
+        current = warp.wgmma_results.get(op.acc)
+        if current is None:
+            current = self.get(warp, op.acc).copy()
+        rows_, cols_ = wg.accumulator_fragment(n)
+        r, c = rows_[w * 32:(w + 1) * 32] - 16 * w, cols_[w * 32:(w + 1) * 32]  # [32, n/2]
+        D = A.astype(np.float32) @ B.astype(np.float32).T
+        if op.scale_d.data:
+            C = np.zeros((16, n), dtype=np.float32)
+            C[r, c] = f32(current[:, acc_index])
+            D = D + C
+        result = current.copy()
+        result[:, acc_index] = bits32(D[r, c])
+        warp.wgmma_results[op.acc] = result
+        poisoned = self.get(warp, op.acc).copy()
+        poisoned[:, acc_index] = 0xFFFFFFFF  # NaN until a wgmma.wait_group covers this wgmma
+        warp.regs[op.acc] = poisoned
+        if op.acc not in warp.wgmma_open:
+            warp.wgmma_open.append(op.acc)
+        del lane
+
+    def wgmma_sync(self, warp: Warp, op: ptx.WgmmaSyncOp) -> None:
+        kind = op.kind.data
+        if kind == "commit":
+            warp.wgmma_groups.append(warp.wgmma_open)
+            warp.wgmma_open = []
+        elif kind == "wait":
+            keep = op.pending.data  # type: ignore[union-attr]
+            landing = warp.wgmma_groups[:len(warp.wgmma_groups) - keep] if keep else warp.wgmma_groups
+            warp.wgmma_groups = warp.wgmma_groups[len(landing):]
+            still = {v for group in warp.wgmma_groups for v in group} | set(warp.wgmma_open)
+            for group in landing:
+                for acc in group:
+                    if acc in warp.wgmma_results and acc not in still:
+                        warp.regs[acc] = warp.wgmma_results.pop(acc)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Launching
 
@@ -648,8 +878,9 @@ def _dtype_name(array: np.ndarray) -> str:
 
 
 def simulate(module: ModuleOp, name: str, args: Sequence[Any], grid: int | Sequence[int], order: str = "ascending",
-             seed: int = 0) -> None:
-    """Run `ptx.kernel` `name` on numpy arguments (tensors are updated in place) over a grid."""
+             seed: int = 0, shared_bytes: int | None = None) -> None:
+    """Run `ptx.kernel` `name` on numpy arguments (tensors are updated in place; a `TensorMap` for each
+    tensor-map parameter) over a grid."""
     from tkc.interpreter import normalize_grid
 
     kernel = next((op for op in module.walk() if isinstance(op, ptx.KernelOp) and op.sym_name.data == name), None)
@@ -662,9 +893,18 @@ def simulate(module: ModuleOp, name: str, args: Sequence[Any], grid: int | Seque
     tensors: list[tuple[np.ndarray, np.ndarray]] = []
     arg_iter = iter(args)
     seen: set[str] = set()
+    tensor_maps: dict[int, TensorMap] = {}
+    kinds = dict(kernel.param_list)
     for pname in param_names:
         stem = pname.rsplit("_", 1)[0]
-        if pname.endswith("_ptr"):
+        if kinds[pname] == "tensormap":
+            tmap = next(arg_iter)
+            if not isinstance(tmap, TensorMap):
+                raise TkcError(f"parameter {pname} is a tensor map: pass a simulator.TensorMap")
+            tmap.address = memory.add(np.ascontiguousarray(tmap.array).view(np.uint8).reshape(-1).copy())
+            params[pname] = TENSOR_MAP_BASE + 256 * len(tensor_maps)
+            tensor_maps[params[pname]] = tmap
+        elif pname.endswith("_ptr"):
             array = next(arg_iter)
             raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1).copy()
             base = memory.add(raw)
@@ -678,10 +918,16 @@ def simulate(module: ModuleOp, name: str, args: Sequence[Any], grid: int | Seque
         elif stem in seen and (pname.startswith(stem + "_d") or pname.startswith(stem + "_s")):
             continue
         else:
-            params[pname] = next(arg_iter)
-    smem = kernel.attributes.get("tkc.smem_bytes")
-    shared_bytes = (smem.value.data if smem is not None else 0) + 1024  # type: ignore[union-attr]
-    launch = Launch(params, memory, grid3, shared_bytes, order, seed)
+            value = next(arg_iter)
+            if isinstance(value, np.ndarray):  # a bare pointer parameter (hand-built kernels)
+                raw = np.ascontiguousarray(value).view(np.uint8).reshape(-1).copy()
+                tensors.append((value, raw))
+                value = memory.add(raw)
+            params[pname] = value
+    if shared_bytes is None:
+        smem = kernel.attributes.get("tkc.smem_bytes")
+        shared_bytes = (smem.value.data if smem is not None else 0) + 1024  # type: ignore[union-attr]
+    launch = Launch(params, memory, grid3, shared_bytes, order, seed, tensor_maps)
     for z in range(grid3[2]):
         for y in range(grid3[1]):
             for x in range(grid3[0]):
