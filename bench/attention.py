@@ -16,7 +16,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import compare, environment, record, rel_err, table  # noqa: E402
+from common import add_timing_options, compare, environment, record, rel_err, table, triton_peer  # noqa: E402
 
 import tkc.kernels  # noqa: E402
 
@@ -36,14 +36,9 @@ def main() -> None:
     parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--launches", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_timing_options(parser)
     args = parser.parse_args()
-    try:
-        import triton_kernels
-    except Exception as e:  # noqa: BLE001
-        print(f"triton peer unavailable: {e}")
-        triton_kernels = None
+    triton_kernels = triton_peer()
     env = environment()
     rows = []
     for d in args.dims:

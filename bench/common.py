@@ -112,3 +112,19 @@ def record(name: str, env: dict[str, str], text: str, rows: list[dict[str, Any]]
             f.write(section)
         (ROOT / "bench" / "results").mkdir(exist_ok=True)
         (ROOT / "bench" / "results" / f"{name}.json").write_text(payload)
+
+
+def add_timing_options(parser: Any) -> None:
+    parser.add_argument("--launches", type=int, default=30, help="timed launches per implementation and round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all implementations")
+
+
+def triton_peer() -> Any:
+    """bench/triton_kernels, or None (saying why) where Triton cannot run here."""
+    try:
+        import triton_kernels
+    except Exception as e:  # noqa: BLE001
+        print(f"triton peer unavailable: {e}")
+        return None
+    return triton_kernels
+

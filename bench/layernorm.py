@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import compare, environment, record, rel_err, table  # noqa: E402
+from common import add_timing_options, compare, environment, record, rel_err, table, triton_peer  # noqa: E402
 
 import tkc.kernels  # noqa: E402
 
@@ -27,14 +27,9 @@ def torch_layernorm(x, r, w, b, eps):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", nargs="+", default=["16384x1024", "16384x2048", "16384x4096", "8192x8192"])
-    parser.add_argument("--launches", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_timing_options(parser)
     args = parser.parse_args()
-    try:
-        import triton_kernels
-    except Exception as e:  # noqa: BLE001
-        print(f"triton peer unavailable: {e}")
-        triton_kernels = None
+    triton_kernels = triton_peer()
     env = environment()
     big = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
     big2 = torch.empty_like(big)

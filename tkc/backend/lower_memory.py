@@ -11,6 +11,7 @@ sharing one base register. Out-of-bounds global accesses are predicated off (loa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -418,6 +419,18 @@ def _store_runs(lw: KernelLowering, space: str, reg_type: Attribute, value: SSAV
 # Global ↔ registers
 
 
+def _lead_pointer(lw: KernelLowering, g: Any, lead: Sequence[Any]) -> tuple[Any, Any]:
+    """The tensor's pointer advanced over its leading (untiled) indices, and whether they are all in bounds
+    (None without leading indices)."""
+    ptr, ok = g.ptr, None
+    for d, idx in enumerate(lead):
+        ptr = _mad64(lw, idx, g.strides[d], ptr)
+        p = lw.op("setp.lt.u32", "pred", lw.reg(idx), g.dims[d], n=1)
+        ok = p if ok is None else lw.op("and.pred", "pred", ok, p, n=1)
+    return ptr, ok
+
+
+
 def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords: list[Any]):
     """Runs, address bundle (b64), per-run (base, offset), and guard predicates for a register tile/vector at
     tile coordinates `coords` of global tensor g. A run's row and column are this lane's part (shared by every
@@ -438,12 +451,7 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     col_statics = [_affine(sc[:, run.start, 1])[2] for run in runs]
     row0 = _add_i32(lw, _mul_imm(lw, tile_coords[0], tile_shape[0]), lw.expr(_lane_expr(ra, rb))) if k == 2 else Imm(0)
     col0 = _add_i32(lw, _mul_imm(lw, tile_coords[-1], tile_shape[-1]), lw.expr(_lane_expr(ca, cb)))
-    ptr = g.ptr
-    ok_lead = None
-    for d, idx in enumerate(lead):
-        ptr = _mad64(lw, idx, g.strides[d], ptr)
-        p = lw.op("setp.lt.u32", "pred", lw.reg(idx), g.dims[d], n=1)
-        ok_lead = p if ok_lead is None else lw.op("and.pred", "pred", ok_lead, p, n=1)
+    ptr, ok_lead = _lead_pointer(lw, g, lead)
     if k == 2:
         ptr = _mad64(lw, row0, g.strides[rank - 2], ptr)
     ptr = _mad64(lw, col0, g.strides[rank - 1], ptr)
@@ -576,12 +584,7 @@ def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape:
     row_steps, col_steps = _static_steps(rows_e, lw.threads), _static_steps(cols_e, lw.threads)
     if row_steps is None or col_steps is None:
         raise TkcError(f"internal: a copy of {shape} in {chunk}-byte chunks over {lw.threads} threads has no regular pattern")
-    ptr = g.ptr
-    ok_lead = None
-    for d, idx in enumerate(lead):
-        ptr = _mad64(lw, idx, g.strides[d], ptr)
-        p = lw.op("setp.lt.u32", "pred", lw.reg(idx), g.dims[d], n=1)
-        ok_lead = p if ok_lead is None else lw.op("and.pred", "pred", ok_lead, p, n=1)
+    ptr, ok_lead = _lead_pointer(lw, g, lead)
     col0 = lw.reg(_add_i32(lw, _mul_imm(lw, tile_coords[-1], shape[-1]), lw.expr(cols_e[0])))
     cols = lw.op("add.s32", "b32", col0, ptx.PerInstr(col_steps), n=iters)
     addrs = lw.op("mad.lo.s64", "b64", lw.op("cvt.s64.s32", "b64", cols, n=iters), g.strides[rank - 1], ptr, n=iters)

@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from tkc.backend import ptx
+from tkc.backend import wgmma as wg
 from tkc.errors import SourceLoc, TkcError
 
 LANES = 32
@@ -798,19 +799,14 @@ class BlockSimulator:
             data = np.ascontiguousarray(box).view(np.uint8).reshape(tmap.box_rows, row_bytes)
             chunks = data.reshape(-1, 16)  # 16-byte chunks move together under every swizzle
             linear = dst + 16 * np.arange(chunks.shape[0])
-            from tkc.backend.wgmma import swizzled
-
             bar_addrs = s32(self.get(warp, op.bar)[lane:lane + 1, op.bar_index.data]) + op.bar_offset.data
             bar = self._barrier(int(bar_addrs[0]))
             self.shared._check(linear, 16, "TMA destination")
-            bar.in_flight.append((swizzled(linear, tmap.swizzle), chunks, box.nbytes))
+            bar.in_flight.append((wg.swizzled(linear, tmap.swizzle), chunks, box.nbytes))
 
     def wgmma(self, warp: Warp, op: ptx.WgmmaOp) -> None:
-        from tkc.backend import wgmma as wg
-
         n = op.n.data
         w = warp.index % 4  # this warp's rows of the 64-row tile: 16w .. 16w + 15
-        lane = np.arange(LANES)
 
         def desc_of(value: SSAValue, index: int) -> int:
             bits = self.get(warp, value)[:, index]
@@ -851,7 +847,6 @@ class BlockSimulator:
         warp.regs[op.acc] = poisoned
         if op.acc not in warp.wgmma_open:
             warp.wgmma_open.append(op.acc)
-        del lane
 
     def wgmma_sync(self, warp: Warp, op: ptx.WgmmaSyncOp) -> None:
         kind = op.kind.data

@@ -471,12 +471,9 @@ class CodeGen(ast.NodeVisitor):
                 if i not in kept:
                     body.args[1 + i].replace_all_uses_with(inits[i])
                     body.erase_arg(body.args[1 + i])
-            fixed.update({runtime_carried[i]: inits[i] for i in range(len(yielded)) if i not in kept})
             runtime_carried, inits, yielded = ([xs[i] for i in kept] for xs in (runtime_carried, inits, yielded))
             self.emit(scf.YieldOp(*yielded))
         for name, value in fixed.items():
-            if is_runtime(value):
-                continue  # an unchanged run-time value (dropped from the carried ones above)
             if not _same_constant(self.scope.vars.get(name), value):
                 raise TkcError(f"`{name}` holds a compile-time value that a run-time loop changes",
                                loc=self.loc(self.assign_sites.get(name, node)))

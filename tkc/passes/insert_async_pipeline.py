@@ -60,9 +60,9 @@ def _index_slice(load: t.LoadOp, loop: scf.ForOp) -> list[Operation] | None:
             return True
         owner = value.owner
         if isinstance(owner, Block):
-            return owner is not body and not _inside(owner, body)
+            return not _within(owner, body)
         if owner.parent_block() is not body:
-            return not _inside_op(owner, body)
+            return not _within(owner.parent_block(), body)
         if owner in seen:
             return True
         if not is_side_effect_free(owner) or owner.regions:
@@ -79,21 +79,13 @@ def _index_slice(load: t.LoadOp, loop: scf.ForOp) -> list[Operation] | None:
     return sorted(needed, key=order.__getitem__)
 
 
-def _inside(block: Block, outer: Block) -> bool:
-    op = block.parent_op()
-    while op is not None:
-        if op.parent_block() is outer:
+def _within(block: Block | None, outer: Block) -> bool:
+    """Whether `block` is `outer` or nested inside one of its ops."""
+    while block is not None:
+        if block is outer:
             return True
-        op = op.parent_op()
-    return False
-
-
-def _inside_op(op: Operation, outer: Block) -> bool:
-    parent = op.parent_op()
-    while parent is not None:
-        if parent.parent_block() is outer:
-            return True
-        parent = parent.parent_op()
+        parent = block.parent_op()
+        block = parent.parent_block() if parent is not None else None
     return False
 
 

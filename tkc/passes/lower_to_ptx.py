@@ -232,7 +232,10 @@ class KernelLowering:
     # Ops
 
     def lower_block(self, block: Block) -> None:
+        """Lower a block's ops; a terminating `scf.yield` is left to the loop or `if` that owns the block."""
         for op in block.ops:
+            if isinstance(op, scf.YieldOp):
+                continue
             self.current_loc = op.location
             try:
                 self.lower_op(op)
@@ -552,7 +555,7 @@ def _lower_for(lw: KernelLowering, op: scf.ForOp) -> list[Any]:
     lw.emit(ptx.LabelOp(head))
     done = lw.op("setp.ge.s32", "pred", iv, ub)
     lw.emit(ptx.BraOp(end, done))
-    lw.lower_block_body(body)
+    lw.lower_block(body)
     yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
     new = [lw.value(v) for v in yield_op.operands]
@@ -583,7 +586,7 @@ def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
         region = op.true_region if cond.value else op.false_region
         if not region.blocks:
             return []
-        lw.lower_block_body(region.block)
+        lw.lower_block(region.block)
         return [lw.value(v) for v in region.block.last_op.operands]  # type: ignore[union-attr]
     results: list[Any] = [None] * len(op.results)
     else_label, end = lw.label("ELSE"), lw.label("ENDIF")
@@ -592,7 +595,7 @@ def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
     def branch(region: Any) -> None:
         if not region.blocks:
             return
-        lw.lower_block_body(region.block)
+        lw.lower_block(region.block)
         for i, v in enumerate(region.block.last_op.operands):
             value = lw.value(v)
             if results[i] is None:
@@ -615,22 +618,6 @@ def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
     branch(op.false_region)
     lw.emit(ptx.LabelOp(end))
     return results
-
-
-def _lower_block_body(self: KernelLowering, block: Block) -> None:
-    for op in block.ops:
-        if isinstance(op, scf.YieldOp):
-            continue
-        self.current_loc = op.location
-        try:
-            self.lower_op(op)
-        except TkcError as e:
-            if e.loc is None:
-                e.loc = SourceLoc.from_attr(op.location)
-            raise
-
-
-KernelLowering.lower_block_body = _lower_block_body  # type: ignore[attr-defined]
 
 
 def _lower_return(lw: KernelLowering, op: func.ReturnOp) -> None:

@@ -290,9 +290,9 @@ def _fast_for(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], ta
     return fast
 
 
-def run(kernel: Kernel, grid: Any, args: Sequence[Any], constants: dict[str, Any], target: str | None = None,
-        pipeline: str | None = None) -> None:
-    grid3 = normalize_grid(grid)
+def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], constants: dict[str, Any],
+        target: str | None = None, pipeline: str | None = None) -> None:
+    """Launch on a grid already checked by `normalize_grid`."""
     fast = _fast_for(kernel, args, constants, target, pipeline)
     values: list[Any] = []
     for p, value in zip(kernel.runtime_params, args):
