@@ -178,7 +178,10 @@ def lower_broadcast_binary(lw: KernelLowering, op: t.BroadcastBinaryOp) -> list[
     tile = unpack(lw, lw.value(op.tile), type_)
     vec = unpack(lw, lw.value(op.vec), op.vec.type)
     vmap = _vector_slot_map(type_, op.vec.type, op.axis)
-    return [pack(lw, lw.op(_BINARY[op.fn], "b32", tile, (vec, vmap), n=nslots(type_)), type_)]  # type: ignore[arg-type]
+    fn = op.fn
+    if fn == "div":  # one reciprocal per vector element instead of a (slow-path) division per tile element
+        vec, fn = lw.op("rcp.rn.f32", "b32", vec), "mul"
+    return [pack(lw, lw.op(_BINARY[fn], "b32", tile, (vec, vmap), n=nslots(type_)), type_)]  # type: ignore[arg-type]
 
 
 @handles(t.BroadcastOp)

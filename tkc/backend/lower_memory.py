@@ -575,36 +575,69 @@ def _static_steps(exprs: list[Expr], threads: int) -> list[int] | None:
 def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape: tuple[int, ...], chunk: int,
                      per_row: int, total: int, iters: int) -> tuple[SSAValue, SSAValue]:
     """Global byte addresses (b64 bundle) of each thread's chunks of a tile, and whether each is inside the
-    tensor (and inside the tile, when the chunks do not divide evenly among threads)."""
+    tensor. Chunk j of a thread sits at a fixed step from the thread's first chunk, the same step for every
+    thread; so the thread's offset into a tile is computed once at kernel entry, and per tile the corner
+    pointer plus each step is block-uniform (ptxas keeps it in uniform registers): one add per chunk."""
     e = element_bytes(g.type.element_type)
     k = len(shape)
     rank = g.type.rank
     lead, tile_coords = coords[:-k], coords[-k:]
     rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
-    row_steps, col_steps = _static_steps(rows_e, lw.threads), _static_steps(cols_e, lw.threads)
-    if row_steps is None or col_steps is None:
+    steps = [_static_steps(cols_e, lw.threads)] + ([_static_steps(rows_e, lw.threads)] if k == 2 else [])
+    if any(s is None for s in steps):
         raise TkcError(f"internal: a copy of {shape} in {chunk}-byte chunks over {lw.threads} threads has no regular pattern")
-    ptr, ok_lead = _lead_pointer(lw, g, lead)
-    col0 = lw.reg(_add_i32(lw, _mul_imm(lw, tile_coords[-1], shape[-1]), lw.expr(cols_e[0])))
-    cols = lw.op("add.s32", "b32", col0, ptx.PerInstr(col_steps), n=iters)
-    addrs = lw.op("mad.lo.s64", "b64", lw.op("cvt.s64.s32", "b64", cols, n=iters), g.strides[rank - 1], ptr, n=iters)
-    ok = lw.op("setp.lt.u32", "pred", cols, g.dims[rank - 1], n=iters)
+    axes = [(cols_e[0], rank - 1, shape[-1], tile_coords[-1], steps[0])]
     if k == 2:
-        row0 = lw.reg(_add_i32(lw, _mul_imm(lw, tile_coords[0], shape[0]), lw.expr(rows_e[0])))
-        rows = lw.op("add.s32", "b32", row0, ptx.PerInstr(row_steps), n=iters)
-        addrs = lw.op("mad.lo.s64", "b64", lw.op("cvt.s64.s32", "b64", rows, n=iters), g.strides[rank - 2], addrs, n=iters)
-        ok = lw.op("and.pred", "pred", ok, lw.op("setp.lt.u32", "pred", rows, g.dims[rank - 2], n=iters), n=iters)
-    if ok_lead is not None:
-        ok = lw.op("and.pred", "pred", ok, ok_lead, n=iters)
+        axes.append((rows_e[0], rank - 2, shape[0], tile_coords[0], steps[1]))
+
+    def thread_offset() -> SSAValue:
+        offset = None
+        for first, dim, *_ in axes:
+            wide = lw.op("cvt.s64.s32", "b64", lw.reg(lw.expr(first)), n=1)
+            offset = (lw.op("mul.lo.s64", "b64", wide, g.strides[dim], n=1) if offset is None
+                      else lw.op("mad.lo.s64", "b64", wide, g.strides[dim], offset, n=1))
+        return offset  # type: ignore[return-value]
+
+    offset = lw.at_entry(f"chunk offset {id(g)} {shape} {chunk}", thread_offset)
+    ptr, ok = _lead_pointer(lw, g, lead)
+    for first, dim, extent, coord, step in axes:
+        origin = _mul_imm(lw, coord, extent)
+        ptr = _mad64(lw, origin, g.strides[dim], ptr)
+        # first + step + origin < size for each chunk  ⇔  origin ≥ 0 (a tile lies wholly before 0 or not at all)
+        # and first < size − origin − step: the room left is uniform, one compare per distinct step.
+        distinct = sorted(set(step))
+        room = lw.op("sub.s32", "b32", g.dims[dim], lw.reg(origin), n=1)
+        rooms = lw.op("sub.s32", "b32", room, ptx.PerInstr(distinct), n=len(distinct))
+        inside = lw.op("setp.lt.s32", "pred", lw.reg(lw.expr(first)), rooms, n=len(distinct))
+        if not isinstance(origin, Imm):
+            inside = lw.op("and.pred", "pred", inside, lw.op("setp.ge.s32", "pred", origin, Imm(0), n=1), n=len(distinct))
+        inside = lw.op("mov.pred", "pred", (inside, np.array([distinct.index(x) for x in step])), n=iters)
+        ok = inside if ok is None else lw.op("and.pred", "pred", inside, ok, n=iters)
+    by_step: dict[tuple[int, ...], Any] = {}
+    corners = []
+    for j in range(iters):
+        key = tuple(step[j] for *_, step in axes)
+        if key not in by_step:
+            corner = ptr
+            for (_, dim, *_), d in zip(axes, key):
+                corner = _mad64(lw, Imm(d), g.strides[dim], corner)
+            by_step[key] = corner
+        corners.append(by_step[key])
+    addrs = lw.op("add.s64", "b64", _bundle(lw, corners, "b64"), offset, n=iters)
     return addrs, ok  # type: ignore[return-value]
 
 
 def _inside_tile(lw: KernelLowering, total: int, iters: int) -> SSAValue | None:
-    """When a tile's chunks do not divide evenly among the threads: which of this thread's chunks exist."""
-    if total % lw.threads == 0:
-        return None
-    return lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)), ptx.PerInstr([total - j * lw.threads for j in range(iters)]),
-                 n=iters)  # type: ignore[return-value]
+    """Which of this thread's chunks to copy: those that exist (when a tile's chunks do not divide evenly among
+    the threads), and none where an if-converted branch is not taken (lw.guard)."""
+    inside = None
+    if total % lw.threads:
+        inside = lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)),
+                       ptx.PerInstr([total - j * lw.threads for j in range(iters)]), n=iters)
+    if lw.guard is not None:
+        inside = lw.op("mov.pred", "pred", lw.guard, n=iters) if inside is None else \
+            lw.op("and.pred", "pred", inside, lw.guard, n=iters)
+    return inside  # type: ignore[return-value]
 
 
 def _copy_global_to_shared(lw: KernelLowering, g: GlobalRef, coords: list[Any], dst: SharedRef) -> None:
@@ -640,9 +673,11 @@ def _copy_global_to_shared_sync(lw: KernelLowering, g: GlobalRef, coords: list[A
     dst_bases = _bundle(lw, [_add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
     srcs, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
     kind = f"b{8 * e}"
+    inside = _inside_tile(lw, total, iters)
+    if lw.guard is not None:
+        ok = lw.op("and.pred", "pred", ok, lw.guard, n=iters)
     data = lw.emit(ptx.LoadOp("global", kind, 1, srcs, np.arange(iters), np.zeros(iters, dtype=np.int64),
                               np.arange(iters), ptx.regs("b32", iters), ok, np.arange(iters))).results[0]
-    inside = _inside_tile(lw, total, iters)
     lw.emit(ptx.StoreOp("shared", kind, 1, dst_bases, shared.base, shared.offset, data, np.arange(iters),
                         inside, np.arange(iters) if inside is not None else None))
 

@@ -249,7 +249,7 @@ def execute(opcode: str, operands: list[np.ndarray]) -> np.ndarray:
         return o[0]
     if name == "cvt":
         return _convert(opcode, mods, kind, o)
-    if kind == "f32" or name in ("ex2", "lg2", "rsqrt", "tanh"):
+    if kind == "f32" or name in ("ex2", "lg2", "rsqrt", "tanh", "rcp"):
         x = [f32(v) for v in o]
         with np.errstate(all="ignore"):
             r = {
@@ -257,7 +257,7 @@ def execute(opcode: str, operands: list[np.ndarray]) -> np.ndarray:
                 "div": lambda: x[0] / x[1], "max": lambda: _fmax(x[0], x[1]), "min": lambda: _fmin(x[0], x[1]),
                 "neg": lambda: -x[0], "abs": lambda: np.abs(x[0]), "fma": lambda: x[0] * x[1] + x[2],
                 "ex2": lambda: np.exp2(x[0]), "lg2": lambda: np.log2(x[0]), "sqrt": lambda: np.sqrt(x[0]),
-                "rsqrt": lambda: 1 / np.sqrt(x[0]), "tanh": lambda: np.tanh(x[0]),
+                "rsqrt": lambda: 1 / np.sqrt(x[0]), "tanh": lambda: np.tanh(x[0]), "rcp": lambda: 1 / x[0],
             }[name]()
         return bits32(r)
     if name == "prmt":

@@ -79,6 +79,7 @@ class KernelLowering:
     hoisted: dict[str, SSAValue] = field(default_factory=dict)
     labels: int = 0
     current_loc: Any = None
+    guard: Any = None  # pred: inside an if-converted branch, memory operations run only where it holds
 
     # --------------------------------------------------------------------------------------------------------
     # Emission
@@ -139,6 +140,16 @@ class KernelLowering:
         if thread_only:
             self.hoisted[key] = value
         return value
+
+    def at_entry(self, key: str, build: Any) -> Any:
+        """What `build()` emits, emitted once at kernel entry (for values of the thread and the parameters only)."""
+        if key not in self.hoisted:
+            saved, self.body = self.body, self.prologue
+            try:
+                self.hoisted[key] = build()
+            finally:
+                self.body = saved
+        return self.hoisted[key]
 
     def _emit_expr(self, e: Expr, env: dict[str, Any], memo: dict[str, Any]) -> Any:
         from tkc.backend.index import BinOp
@@ -432,6 +443,8 @@ def _lower_float(lw: KernelLowering, op: Operation) -> list[Any]:
     if isinstance(a, Imm) and isinstance(b, Imm):
         with np.errstate(all="ignore"):
             return [Imm(float(np.float32(_FLOAT_FOLD[type(op)](np.float32(a.value), np.float32(b.value)))))]
+    if isinstance(op, arith.DivfOp) and isinstance(b, Imm) and b.value and np.frexp(b.value)[0] in (0.5, -0.5):
+        return [lw.op("mul.f32", "b32", lw.reg(a), Imm(1.0 / b.value))]  # by a power of two: exact, and no slow path
     return [lw.op(_FLOAT_OPS[type(op)], "b32", lw.reg(a), b)]
 
 
@@ -580,6 +593,16 @@ def _lower_for(lw: KernelLowering, op: scf.ForOp) -> list[Any]:
     return carried
 
 
+def _predicable(op: scf.IfOp) -> bool:
+    """An if without results whose branch only computes integers and starts async copies (the pipeline's
+    prefetch): it becomes straight-line code with predicated copies, which ptxas can interleave with the
+    tensor-core work around it (a branch would keep the copies' address arithmetic in a block of its own)."""
+    if op.results or (op.false_region.blocks and len(op.false_region.block.ops) > 1):
+        return False
+    return all(isinstance(o, a.CopyAsyncOp | scf.YieldOp) or o.name.startswith("arith.")
+               for o in op.true_region.block.ops)
+
+
 def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
     cond = lw.value(op.cond)
     if isinstance(cond, Imm):
@@ -588,6 +611,14 @@ def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
             return []
         lw.lower_block(region.block)
         return [lw.value(v) for v in region.block.last_op.operands]  # type: ignore[union-attr]
+    if _predicable(op):
+        saved = lw.guard
+        lw.guard = cond if saved is None else lw.op("and.pred", "pred", saved, cond, n=1)
+        try:
+            lw.lower_block(op.true_region.block)
+        finally:
+            lw.guard = saved
+        return []
     results: list[Any] = [None] * len(op.results)
     else_label, end = lw.label("ELSE"), lw.label("ENDIF")
     lw.emit(ptx.BraOp(else_label, cond, negate=True))
