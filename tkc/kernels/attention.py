@@ -21,6 +21,10 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     Q_IN_SHARED the block's queries wait in shared memory and each step reads them slice by slice, which leaves
     room in registers for ROWS=32 at D=128. With CAUSAL (Nq = Nk), query i sees keys j <= i: the loop stops
     after the block's diagonal and masks the key blocks that cross it.
+
+    The running maximum m only moves (and l and o are rescaled) when some row's maximum grew by more than
+    2^RESCALE_LOG2; otherwise the probabilities are taken against the old m, at most 2^RESCALE_LOG2, which f32
+    sums and bf16 products hold exactly as well. o / l is the same; most steps skip the rescale.
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(ROWS in (16, 32), f"ROWS (query rows per warp) must be 16 or 32, got {ROWS}")
@@ -34,6 +38,7 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     else:
         q = load(Q, (b, h, q_tile, 0), rt[bf16, ROWS, D])
     scale_log2 = scale * LOG2E                               # exp(x·scale) = exp2(x·scale_log2)
+    RESCALE_LOG2 = 8.0
     m, l, o = neg_infty(rv[f32, ROWS]), zeros(rv[f32, ROWS]), zeros(rt[f32, ROWS, D])
     last_row = (blk + 1) * 4 * ROWS                          # one past the block's last query row
     n_blocks = cdiv(last_row, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
@@ -47,16 +52,18 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
             if j >= first_masked:                            # key j·KEYS+c is visible to query q_tile·ROWS+r iff c <= r + diag
                 s = tril(s, q_tile * ROWS - j * KEYS, -math.inf)
         m_new = max(m, row_max(s))
-        p = exp2(sub_row(s * scale_log2, m_new * scale_log2))
-        correction = exp2((m - m_new) * scale_log2)
-        l = l * correction + row_sum(p)
-        o = mma_AB(p.to(bf16), load(v_s), mul_row(o, correction))
-        m = m_new
+        if max(m_new - m) * scale_log2 > RESCALE_LOG2:          # a row's maximum grew a lot: rescale l and o
+            correction = exp2((m - m_new) * scale_log2)
+            l, o, m = l * correction, mul_row(o, correction), m_new
+        p = exp2(sub_row(s * scale_log2, m * scale_log2))      # ≤ 2^RESCALE_LOG2 where m lags behind
+        l = l + row_sum(p)
+        o = mma_AB(p.to(bf16), load(v_s), o)
     store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
 
 
-# (ROWS, KEYS, Q_IN_SHARED) per head dim, from bench/sweep.py on the H200; FALLBACK where N does not divide.
-CONFIG = {64: (16, 64, 0), 128: (16, 64, 0)}
+# (ROWS, KEYS, Q_IN_SHARED) per (head dim, causal), from bench/sweep.py on the H200 (N = 4096); FALLBACK where
+# N does not divide.
+CONFIG = {(64, False): (32, 64, 1), (64, True): (32, 64, 0), (128, False): (32, 32, 1), (128, True): (16, 64, 0)}
 FALLBACK = (16, 64, 0)
 
 
@@ -77,7 +84,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     require(k.shape == (batch, heads, nk, d), f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
     require(v.shape == k.shape, f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
     require(nq % 64 == 0 and nk % 64 == 0, f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
-    rows, keys, q_in_shared = CONFIG[d]
+    rows, keys, q_in_shared = CONFIG[d, bool(causal)]
     if nq % (4 * rows) or nk % keys:
         rows, keys, q_in_shared = FALLBACK
     require(not causal or nq == nk, f"causal attention on this path needs Nq = Nk, got {nq} and {nk}")
