@@ -2,6 +2,7 @@
 error at one size, through the kernel launch itself.
 
     python bench/sweep.py gemm [--size 4096]      python bench/sweep.py attention [--n 4096]
+    python bench/sweep.py layernorm
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import rel_err, time_ms  # noqa: E402
 
-from tkc.kernels import attention_fwd, gemm_kernel  # noqa: E402
+from tkc.kernels import attention_fwd, gemm_kernel, layernorm, layernorm_kernel  # noqa: E402
 
 GEMM_CONFIGS = [
     dict(BM=128, BN=128, BK=32, WARPS=4, WARPS_N=2, STAGES=3),
@@ -27,6 +28,11 @@ GEMM_CONFIGS = [
     dict(BM=256, BN=128, BK=64, WARPS=8, WARPS_N=2, STAGES=3),
     dict(BM=128, BN=256, BK=32, WARPS=8, WARPS_N=4, STAGES=4),
     dict(BM=128, BN=128, BK=32, WARPS=8, WARPS_N=2, STAGES=4),
+    dict(BM=128, BN=128, BK=64, WARPS=4, WARPS_N=2, STAGES=2),
+    dict(BM=128, BN=128, BK=64, WARPS=4, WARPS_N=2, STAGES=4),
+    dict(BM=128, BN=128, BK=64, WARPS=4, WARPS_N=2, STAGES=3, GROUP_M=4),
+    dict(BM=128, BN=128, BK=64, WARPS=4, WARPS_N=2, STAGES=3, GROUP_M=16),
+    dict(BM=128, BN=256, BK=64, WARPS=8, WARPS_N=4, STAGES=4),
 ]
 
 
@@ -82,10 +88,46 @@ def attention(n: int) -> None:
                   f"TFLOP/s ({flash / ms:.2f}x flash {flops / flash / 1e9:.0f}), err {err:.1e}", flush=True)
 
 
+def layernorm_sweep() -> None:
+    """Kernel-only GB/s per (warps per row, grid) against a 1 GiB copy, and the wrapper's own cost."""
+    import time
+
+    big = torch.empty(2**29, device="cuda", dtype=torch.bfloat16)
+    copy_gbs = 2 * big.numel() * 2 / time_ms(lambda: big.clone()) / 1e6
+    print(f"copy {copy_gbs:.0f} GB/s")
+    for m, d in ((16384, 1024), (16384, 2048), (16384, 4096), (8192, 8192)):
+        x, r = (torch.randn(m, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        w, b = (torch.randn(d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        o, ro = torch.empty_like(x), torch.empty_like(x)
+        ref = torch.nn.functional.layer_norm((x.float() + r.float()), (d,), w.float(), b.float(), 1e-5)
+        nbytes = 4 * x.numel() * 2
+        for warps in (1, 2, 4, 8, 16):
+            if d % (16 * warps):
+                continue
+            args = (x, r, w, b, o, ro, 1e-5)
+            resident = layernorm_kernel.resident_blocks(*args, D=d, WARPS=warps, target="sm_80")
+            for label, grid in (("rows", m), ("1x", resident), ("2x", 2 * resident), ("4x", 4 * resident)):
+                run = lambda: layernorm_kernel[(min(grid, m),)](*args, D=d, WARPS=warps, target="sm_80")  # noqa: E731
+                o.fill_(float("nan"))
+                run()
+                err = rel_err(o, ref)
+                ms = time_ms(run)
+                print(f"{m}x{d} warps={warps} grid={label}({min(grid, m)}): {nbytes / ms / 1e6:.0f} GB/s "
+                      f"({nbytes / ms / 1e6 / copy_gbs:.2f}x copy), err {err:.1e}", flush=True)
+        layernorm(x, r, w, b)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(200):
+            layernorm(x, r, w, b)
+        host = (time.perf_counter() - t0) / 200
+        torch.cuda.synchronize()
+        print(f"{m}x{d}: layernorm() host time {host * 1e6:.1f} us/call (queued, not synchronized)", flush=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["gemm", "attention"])
+    parser.add_argument("what", choices=["gemm", "attention", "layernorm"])
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--n", type=int, default=4096)
     args = parser.parse_args()
-    gemm(args.size) if args.what == "gemm" else attention(args.n)
+    {"gemm": lambda: gemm(args.size), "attention": lambda: attention(args.n), "layernorm": layernorm_sweep}[args.what]()

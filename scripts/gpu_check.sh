@@ -32,12 +32,15 @@ for step in $steps; do
         summary+="compute-sanitizer memcheck: exit $?\n"
         grep -m 30 -E "Invalid|Address|of size|Program hit|at 0x|in " "$OUT/memcheck.log" | head -40 ;;
     profile)
-        for kernel in layernorm_kernel gemm_kernel attention_fwd; do
-            timeout 300 ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:$kernel \
-                --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
-                --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+        for kernel in ${PROFILE_KERNELS:-layernorm_kernel gemm_kernel attention_fwd}; do
+            timeout 300 ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:$kernel --set full \
                 python3 tests/gpu/profile_once.py > "$OUT/ncu-$kernel.txt" 2>&1
-            grep -E "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Stall|Warp Cycles|Issued Ipc|Executed Ipc|Pipe|Bank|L1/TEX Hit|L2 Hit|Block Limit|One or More|Waves" "$OUT/ncu-$kernel.txt" | head -40
+            grep -E "Duration|Registers Per|Issue Slots Busy|highest-utilized|Theoretical Occupancy" "$OUT/ncu-$kernel.txt" | head -8
+            # where the warps wait, per issued instruction (largest first)
+            timeout 300 ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:$kernel \
+                --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+                python3 tests/gpu/profile_once.py > "$OUT/stalls-$kernel.txt" 2>&1
+            grep -E "stalled" "$OUT/stalls-$kernel.txt" | sort -k3 -g -r | head -8
         done ;;
     sweep)
         python3 bench/sweep.py gemm 2>&1 | tee "$OUT/sweep-gemm.log"
