@@ -100,7 +100,8 @@ class Param:
 class Kernel:
     """A tile kernel. `build()` gives its tile IR, `interpret()` runs it on the CPU."""
 
-    def __init__(self, fn: Callable[..., Any], warps: int | str, min_target: str, stages: int | str | None = None):
+    def __init__(self, fn: Callable[..., Any], warps: int | str, min_target: str, stages: int | str | None = None,
+                 blocks_per_sm: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -115,9 +116,12 @@ class Kernel:
         self.params = self._parse_params()
         self.warps = warps
         self.stages = stages
+        self.blocks_per_sm = blocks_per_sm
         self._check_count("warps", warps, 1, 32)
         if stages is not None:
             self._check_count("stages", stages, 1, 8)
+        if blocks_per_sm is not None:
+            self._check_count("blocks_per_sm", blocks_per_sm, 1, 32)
 
     def _check_count(self, keyword: str, value: Any, low: int, high: int) -> None:
         """`warps` / `stages`: a number, or the name of a const parameter that gives it."""
@@ -274,6 +278,9 @@ class Kernel:
         fn.attributes["tkc.warps"] = IntegerAttr(self._resolve_count("warps", self.warps, values, 1, 32), 64)
         if self.stages is not None:
             fn.attributes["tkc.stages"] = IntegerAttr(self._resolve_count("stages", self.stages, values, 1, 8), 64)
+        if self.blocks_per_sm is not None:
+            fn.attributes["tkc.blocks_per_sm"] = IntegerAttr(
+                self._resolve_count("blocks_per_sm", self.blocks_per_sm, values, 1, 32), 64)
         fn.attributes["tkc.min_target"] = StringAttr(self.min_target.name)
         if values:
             fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
@@ -329,21 +336,23 @@ def build_module(kernels: list[Kernel], target: str | Target, constants: Mapping
 
 
 def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_target: str = "sm_80",
-           stages: int | str | None = None, **unknown: Any) -> Any:
+           stages: int | str | None = None, blocks_per_sm: int | str | None = None, **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
     (`D: const = 64`). `warps` is the number of warps per block; `min_target` the oldest GPU it supports; `stages`
-    the depth of the asynchronous pipelines of its loops (default: the pass's). `warps` and `stages` may name a
-    const parameter instead, e.g. `warps="WARPS"`.
+    the depth of the asynchronous pipelines of its loops (default: the pass's); `blocks_per_sm` asks ptxas to fit
+    that many blocks on a multiprocessor (`.minnctapersm`: it caps the registers per thread). `warps`, `stages`
+    and `blocks_per_sm` may name a const parameter instead, e.g. `warps="WARPS"`.
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=... and stages=..., not {', '.join(f'{k}=' for k in unknown)}",
+            f"@tkc.kernel takes warps=..., min_target=..., stages=... and blocks_per_sm=..., not "
+            f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
     if fn is not None and not callable(fn):
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
-        return Kernel(fn, warps, min_target, stages)
-    return lambda f: Kernel(f, warps, min_target, stages)
+        return Kernel(fn, warps, min_target, stages, blocks_per_sm)
+    return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm)

@@ -11,10 +11,10 @@ if TYPE_CHECKING:
     import torch
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_80")
+@tkc.kernel(warps="WARPS", stages="STAGES", blocks_per_sm="BLOCKS_PER_SM", min_target="sm_80")
 def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const = 0,
                 BM: const = 128, BN: const = 128, BK: const = 32, WARPS: const = 4, WARPS_N: const = 2,
-                GROUP_M: const = 8, STAGES: const = 3):
+                GROUP_M: const = 8, STAGES: const = 3, BLOCKS_PER_SM: const = 1):
     """C (M×N) = A (M×K) · B (K×N), or · Bᵀ with TRANS_B=1 (B is N×K). Grid: (cdiv(M, BM) · cdiv(N, BN),).
 
     The block stages a BM×BK slice of A and a BK×BN slice of B in shared memory per step of K (a STAGES-deep

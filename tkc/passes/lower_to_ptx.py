@@ -211,7 +211,9 @@ class KernelLowering:
                 self.values[arg] = self.emit_entry(ptx.ParamOp(name, "s32")).results[0]
         self.lower_block(fn.body.block)
         block = Block(self.prologue + self.body)
-        return ptx.KernelOp(fn.sym_name.data, params, self.threads, block)
+        min_blocks = fn.attributes.get("tkc.blocks_per_sm")
+        return ptx.KernelOp(fn.sym_name.data, params, self.threads, block,
+                            min_blocks=min_blocks.value.data if isinstance(min_blocks, IntegerAttr) else None)
 
     def _entry_op(self, opcode: str, *operands: Any) -> SSAValue:
         saved, self.body = self.body, self.prologue
