@@ -12,7 +12,7 @@ def check_tensor(name: str, t: Any, dtype: Any, rank: int) -> None:
 
     if not isinstance(t, torch.Tensor):
         raise KernelTypeError(f"{name} must be a torch tensor, got {type(t).__name__}")
-    if t.device.type != "cuda":
+    if not t.is_cuda:
         raise KernelArgumentError(f"{name} is on {t.device}; tkc kernels run on CUDA tensors")
     if t.dtype != dtype:
         raise KernelArgumentError(f"{name} must be {dtype}, got {t.dtype}")
@@ -23,6 +23,11 @@ def check_tensor(name: str, t: Any, dtype: Any, rank: int) -> None:
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise KernelArgumentError(message)
+
+
+def fail(message: str) -> None:
+    """Raise the argument error (for checks on a hot path, whose messages are built only when they fail)."""
+    raise KernelArgumentError(message)
 
 
 def cdiv(a: int, b: int) -> int:

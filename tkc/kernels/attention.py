@@ -61,9 +61,9 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
 
 
-# (ROWS, KEYS, Q_IN_SHARED) per (head dim, causal), from bench/sweep.py on the H200 (N = 4096); FALLBACK where
-# N does not divide.
-CONFIG = {(64, False): (32, 64, 1), (64, True): (32, 64, 0), (128, False): (32, 32, 1), (128, True): (16, 64, 0)}
+# (ROWS, KEYS, Q_IN_SHARED) per head dim, from bench/sweep.py on the H200 (N = 4096, causal and not); FALLBACK
+# where N does not divide.
+CONFIG = {64: (32, 64, 0), 128: (32, 32, 1)}
 FALLBACK = (16, 64, 0)
 
 
@@ -73,27 +73,34 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     1/√D). On this path N must be a multiple of 64; causal needs Nq = Nk."""
     import torch
 
-    from tkc.kernels._checks import check_tensor, require
+    from tkc.kernels._checks import check_tensor, fail
 
     check_tensor("q", q, torch.bfloat16, 4)
     check_tensor("k", k, torch.bfloat16, 4)
     check_tensor("v", v, torch.bfloat16, 4)
     batch, heads, nq, d = q.shape
     nk = k.shape[2]
-    require(d in (64, 128), f"q: head dim must be 64 or 128, got {d}")
-    require(k.shape == (batch, heads, nk, d), f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
-    require(v.shape == k.shape, f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
-    require(nq % 64 == 0 and nk % 64 == 0, f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
-    rows, keys, q_in_shared = CONFIG[d, bool(causal)]
+    if d not in (64, 128):
+        fail(f"q: head dim must be 64 or 128, got {d}")
+    if k.shape != (batch, heads, nk, d):
+        fail(f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
+    if v.shape != k.shape:
+        fail(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if nq % 64 or nk % 64:
+        fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
+    rows, keys, q_in_shared = CONFIG[d]
     if nq % (4 * rows) or nk % keys:
         rows, keys, q_in_shared = FALLBACK
-    require(not causal or nq == nk, f"causal attention on this path needs Nq = Nk, got {nq} and {nk}")
-    require(q.device == k.device == v.device, "q, k, v must be on the same device")
+    if causal and nq != nk:
+        fail(f"causal attention on this path needs Nq = Nk, got {nq} and {nk}")
+    if not q.get_device() == k.get_device() == v.get_device():
+        fail("q, k, v must be on the same device")
     if out is None:
         out = torch.empty_like(q)
     else:
         check_tensor("out", out, torch.bfloat16, 4)
-        require(out.shape == q.shape, f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
+        if out.shape != q.shape:
+            fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     attention_fwd[(batch, heads, nq // (4 * rows))](q, k, v, out, scale, D=d, CAUSAL=int(causal), ROWS=rows,
                                                     KEYS=keys, Q_IN_SHARED=q_in_shared, target=target)

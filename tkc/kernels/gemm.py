@@ -43,7 +43,7 @@ def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const =
     store(C, acc.to(bf16), (bm * WARPS_M + wm, bn * WARPS_N + wn))
 
 
-CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 3}  # what gemm() launches (best of bench/sweep.py)
+CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2, "GROUP_M": 16}  # what gemm() launches (best of bench/sweep.py)
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str | None = None,
@@ -52,23 +52,27 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     Any M, N, K. The last dimension of `a` must be contiguous; `b` may also be given transposed (column-major)."""
     import torch
 
-    from tkc.kernels._checks import cdiv, check_tensor, require
+    from tkc.kernels._checks import cdiv, check_tensor, fail
 
     check_tensor("a", a, torch.bfloat16, 2)
     check_tensor("b", b, torch.bfloat16, 2)
-    require(a.device == b.device, f"a is on {a.device} but b is on {b.device}")
+    if a.get_device() != b.get_device():
+        fail(f"a is on {a.device} but b is on {b.device}")
     m, k = a.shape
     n, kb = (b.shape if trans_b else b.shape[::-1])
-    require(k == kb, f"b: a is {m}x{k}, so b must be {'Nx' if trans_b else ''}{k}{'' if trans_b else 'xN'}, "
-                     f"got {tuple(b.shape)}{' (trans_b=True)' if trans_b else ''}")
+    if k != kb:
+        fail(f"b: a is {m}x{k}, so b must be {'Nx' if trans_b else ''}{k}{'' if trans_b else 'xN'}, "
+             f"got {tuple(b.shape)}{' (trans_b=True)' if trans_b else ''}")
     if b.dim() == 2 and b.stride(-1) != 1 and b.shape[-1] > 1 and b.stride(0) == 1:
         b, trans_b = b.t(), not trans_b  # a column-major b is the row-major transpose: no copy
-    require(a.stride(-1) == 1 or a.shape[-1] <= 1, f"a: its last dimension must be contiguous, got strides {tuple(a.stride())}")
+    if a.stride(-1) != 1 and a.shape[-1] > 1:
+        fail(f"a: its last dimension must be contiguous, got strides {tuple(a.stride())}")
     if out is None:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     else:
         check_tensor("out", out, torch.bfloat16, 2)
-        require(out.shape == (m, n), f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
+        if out.shape != (m, n):
+            fail(f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
     if m == 0 or n == 0:
         return out
     grid = cdiv(m, CONFIG["BM"]) * cdiv(n, CONFIG["BN"])

@@ -48,9 +48,6 @@ def layernorm_kernel(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1],
         store(Out, centered * rstd * w + b, (row, part))
 
 
-_RESIDENT: dict[tuple, int] = {}  # (D, warps, target, device) → blocks resident at once
-
-
 def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
               target: str | None = None, out: torch.Tensor | None = None,
               residual_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,39 +56,54 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     stream of a pre-norm transformer)."""
     import torch
 
-    from tkc.kernels._checks import check_tensor, require
+    from tkc.kernels._checks import check_tensor, fail
 
-    require(isinstance(x, torch.Tensor) and x.dim() >= 1, "x must be a tensor with at least one dimension")
-    d = x.shape[-1]
-    check_tensor("x", x, torch.bfloat16, x.dim())
-    check_tensor("residual", residual, torch.bfloat16, x.dim())
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        fail("x must be a tensor with at least one dimension")
+    shape, rank = x.shape, x.dim()
+    d = shape[-1]
+    check_tensor("x", x, torch.bfloat16, rank)
+    check_tensor("residual", residual, torch.bfloat16, rank)
     check_tensor("weight", weight, torch.bfloat16, 1)
     check_tensor("bias", bias, torch.bfloat16, 1)
-    require(residual.shape == x.shape, f"residual: expected shape {tuple(x.shape)}, got {tuple(residual.shape)}")
-    require(weight.shape == (d,) and bias.shape == (d,), f"weight and bias must have shape ({d},)")
-    require(d % 16 == 0, f"x: the normalized dimension must be a multiple of 16, got {d}")
-    require(x.device == residual.device == weight.device == bias.device, "all tensors must be on the same device")
-
-    def rows_of(name: str, t: torch.Tensor) -> torch.Tensor:
-        try:
-            return t.view(-1, d)
-        except RuntimeError:
-            raise tkc.TkcError(f"{name}: its leading dimensions cannot be flattened without a copy (strides "
-                               f"{tuple(t.stride())}); make it contiguous") from None
-
-    out = torch.empty_like(x) if out is None else out
-    residual_out = torch.empty_like(x) if residual_out is None else residual_out
+    if residual.shape != shape:
+        fail(f"residual: expected shape {tuple(shape)}, got {tuple(residual.shape)}")
+    if weight.shape[0] != d or bias.shape[0] != d:
+        fail(f"weight and bias must have shape ({d},)")
+    if d % 16:
+        fail(f"x: the normalized dimension must be a multiple of 16, got {d}")
+    device = x.get_device()
+    if not residual.get_device() == weight.get_device() == bias.get_device() == device:
+        fail("all tensors must be on the same device")
+    if out is None:
+        out = torch.empty_like(x)
+    else:
+        check_tensor("out", out, torch.bfloat16, rank)
+    if residual_out is None:
+        residual_out = torch.empty_like(x)
+    else:
+        check_tensor("residual_out", residual_out, torch.bfloat16, rank)
     for name, t in (("out", out), ("residual_out", residual_out)):
-        check_tensor(name, t, torch.bfloat16, x.dim())
-        require(t.shape == x.shape, f"{name}: expected shape {tuple(x.shape)}, got {tuple(t.shape)}")
-    x2, r2, o2, ro2 = (rows_of(n, t) for n, t in (("x", x), ("residual", residual), ("out", out),
-                                                  ("residual_out", residual_out)))
-    warps = 1  # the most warps, a power of two, that leaves each at least 16 columns per lane
-    while warps < 32 and d % (32 * warps) == 0 and d // (2 * warps) >= 512:
+        if t.shape != shape:
+            fail(f"{name}: expected shape {tuple(shape)}, got {tuple(t.shape)}")
+    tensors = (x, residual, out, residual_out)
+    if rank != 2:
+        tensors = tuple(_rows(name, t, d) for name, t in zip(("x", "residual", "out", "residual_out"), tensors))
+    x2, r2, o2, ro2 = tensors
+    # A block per row (the GPU balances the rows over its multiprocessors), its warps splitting the row: about
+    # 1024 columns per warp, up to 8 warps (bench/sweep.py layernorm on the H200).
+    warps = 1
+    while warps < 8 and d // (2 * warps) >= 1024 and d % (32 * warps) == 0:
         warps *= 2
-    args = (x2, r2, weight, bias, o2, ro2, float(eps))
-    key = (d, warps, target, x.device)
-    if key not in _RESIDENT:  # blocks stride over the rows: twice as many as the GPU holds at once measured best
-        _RESIDENT[key] = layernorm_kernel.resident_blocks(*args, D=d, WARPS=warps, target=target)
-    layernorm_kernel[(max(1, min(x2.shape[0], 2 * _RESIDENT[key])),)](*args, D=d, WARPS=warps, target=target)
+    rows = x2.shape[0]
+    if rows:
+        layernorm_kernel[(rows,)](x2, r2, weight, bias, o2, ro2, float(eps), D=d, WARPS=warps, target=target)
     return out, residual_out
+
+
+def _rows(name: str, t: torch.Tensor, d: int) -> torch.Tensor:
+    try:
+        return t.view(-1, d)
+    except RuntimeError:
+        raise tkc.TkcError(f"{name}: its leading dimensions cannot be flattened without a copy (strides "
+                           f"{tuple(t.stride())}); make it contiguous") from None

@@ -64,13 +64,7 @@ def normalize_grid(grid: Any) -> tuple[int, int, int]:
 def alignment(tensor: Any) -> int:
     """The largest of 16, 8, 4, 2, 1 bytes dividing the tensor's address, its strides (but the last) in bytes, and
     the bytes of its last dimension: the widest access that stays aligned and inside rows."""
-    item = tensor.element_size()
-    values = [tensor.data_ptr(), tensor.shape[-1] * item if tensor.dim() else item]
-    values += [s * item for s in tensor.stride()[:-1]]
-    for a in (16, 8, 4, 2):
-        if all(v % a == 0 for v in values):
-            return a
-    return 1
+    return _alignment(tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.element_size())
 
 
 @dataclass
@@ -232,31 +226,6 @@ _fast: dict[tuple[Any, ...], _Fast] = {}
 _current = threading.local()
 
 
-def _quick_ok(kernel: Kernel, args: Sequence[Any]) -> bool:
-    """The common case, checked cheaply: the right number of arguments, CUDA tensors of the right dtype and rank with
-    a contiguous last dimension, numbers where numbers go. Anything else takes the full check (and its error)."""
-    params = kernel.runtime_params
-    if len(args) != len(params):
-        return False
-    torch = _torch()
-    dev = None
-    for p, value in zip(params, args):
-        if p.kind == "tensor":
-            if (type(value) is not torch.Tensor or not value.is_cuda or value.dtype != _torch_dtype(p)
-                    or value.dim() != p.spec.rank or (value.dim() and value.stride(-1) != 1 and value.shape[-1] > 1)):  # type: ignore[union-attr]
-                return False
-            if dev is None:
-                dev = value.device
-            elif value.device != dev:
-                return False
-        elif p.kind == "int":
-            if type(value) is not int:
-                return False
-        elif type(value) not in (float, int):
-            return False
-    return True
-
-
 def _torch_dtype(p: Any) -> Any:
     return getattr(_torch(), _TORCH_DTYPES[p.spec.dtype.name])
 
@@ -272,28 +241,80 @@ def resident_blocks(kernel: Kernel, args: Sequence[Any], constants: dict[str, An
 
 
 def _fast_for(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None,
-              pipeline: str | None) -> _Fast:
-    torch = _torch()
+              pipeline: str | None, values: list[Any] | None = None) -> _Fast:
+    """The launchable variant for these arguments, found by a cheap key when they are the common case (the right
+    number of arguments; CUDA tensors of the right dtype and rank on one device, last dimension contiguous;
+    numbers where numbers go); anything else takes the full check, and its error. `values` receives the
+    parameter values (pointer, sizes and strides per tensor)."""
     fast = None
-    key: tuple[Any, ...] = ()
-    if _quick_ok(kernel, args):
-        tensors = [a for p, a in zip(kernel.runtime_params, args) if p.kind == "tensor"]
-        ordinal = tensors[0].device.index if tensors else torch.cuda.current_device()
-        key = (id(kernel), tuple(sorted(constants.items())), target, pipeline, ordinal,
-               tuple(alignment(t) for t in tensors))
+    key = _quick_key(kernel, args, constants, target, pipeline, values)
+    if key is not None:
         fast = _fast.get(key)
     if fast is None:
         loaded, checked, dev = prepare(kernel, args, constants, target, pipeline)
         fast = _Fast(loaded, ParamBuffer(loaded.params), dev)  # type: ignore[attr-defined]
-        if key:
+        if key is not None:
             _fast[key] = fast
+        if values is not None and key is None:
+            values.clear()
+            values.extend(_param_values(kernel, args))
     return fast
 
 
-def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], constants: dict[str, Any],
-        target: str | None = None, pipeline: str | None = None) -> None:
-    """Launch on a grid already checked by `normalize_grid`."""
-    fast = _fast_for(kernel, args, constants, target, pipeline)
+def _quick_key(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None,
+               pipeline: str | None, values: list[Any] | None) -> tuple[Any, ...] | None:
+    params = kernel.runtime_params
+    if len(args) != len(params):
+        return None
+    dtypes = _dtypes.get(id(kernel))
+    if dtypes is None:
+        dtypes = _dtypes[id(kernel)] = [_torch_dtype(p) if p.kind == "tensor" else None for p in params]
+    tensor_type = _torch().Tensor
+    out = values if values is not None else []
+    aligns: list[int] = []
+    ordinal = None
+    for p, value, dtype in zip(params, args, dtypes):
+        if dtype is not None:
+            if not isinstance(value, tensor_type) or value.dtype is not dtype:
+                return None
+            dev = value.get_device()
+            if dev < 0 or (ordinal is not None and dev != ordinal):
+                return None
+            ordinal = dev
+            shape, strides = value.shape, value.stride()
+            if len(shape) != p.spec.rank or (shape and strides[-1] != 1 and shape[-1] > 1):
+                return None
+            ptr = value.data_ptr()
+            aligns.append(_alignment(ptr, shape, strides, value.element_size()))
+            out.append(ptr)
+            out.extend(shape)
+            out.extend(strides)
+        elif p.kind == "int":
+            if type(value) is not int:
+                return None
+            out.append(value)
+        else:
+            if type(value) is not float and type(value) is not int:
+                return None
+            out.append(value)
+    if ordinal is None:
+        ordinal = _torch().cuda.current_device()
+    return (id(kernel), tuple(constants.items()), target, pipeline, ordinal, tuple(aligns))
+
+
+_dtypes: dict[int, list[Any]] = {}
+
+
+def _alignment(ptr: int, shape: Sequence[int], strides: Sequence[int], item: int) -> int:
+    """`alignment` from values already read off the tensor."""
+    values = [ptr, shape[-1] * item if shape else item, *(s * item for s in strides[:-1])]
+    for a in (16, 8, 4, 2):
+        if all(v % a == 0 for v in values):
+            return a
+    return 1
+
+
+def _param_values(kernel: Kernel, args: Sequence[Any]) -> list[Any]:
     values: list[Any] = []
     for p, value in zip(kernel.runtime_params, args):
         if p.kind == "tensor":
@@ -302,11 +323,24 @@ def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], consta
             values.extend(value.stride())
         else:
             values.append(value)
+    return values
+
+
+def _current_stream(ordinal: int) -> int:
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton uses: no Stream object per launch
+    return raw(ordinal) if raw is not None else torch.cuda.current_stream(ordinal).cuda_stream
+
+
+def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], constants: dict[str, Any],
+        target: str | None = None, pipeline: str | None = None) -> None:
+    """Launch on a grid already checked by `normalize_grid`."""
+    values: list[Any] = []
+    fast = _fast_for(kernel, args, constants, target, pipeline, values)
     if getattr(_current, "ordinal", None) != fast.device.ordinal:
         make_current(fast.device)  # torch keeps its primary context current afterwards; set it once per thread
         _current.ordinal = fast.device.ordinal
-    stream = _torch().cuda.current_stream(fast.device.ordinal).cuda_stream
-    launch(fast.loaded, grid3, stream, fast.params.address(values))
+    launch(fast.loaded, grid3, _current_stream(fast.device.ordinal), fast.params.address(values))
 
 
 class BoundLaunch:
