@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import rel_err, time_ms  # noqa: E402
 
 from tkc.kernels import attention_fwd, gemm_kernel, layernorm, layernorm_kernel  # noqa: E402
+from tkc.kernels import gemm as tkc_gemm  # noqa: E402
 
 GEMM_CONFIGS = [
     dict(BM=128, BN=128, BK=32, WARPS=4, WARPS_N=2, STAGES=3),
@@ -51,6 +52,12 @@ def gemm(size: int) -> None:
             print(f"{cfg}: {2 * size**3 / ms / 1e9:.0f} TFLOP/s ({cublas / ms:.2f}x cuBLAS), err {err:.1e}", flush=True)
         except Exception as e:  # noqa: BLE001
             print(f"{cfg}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
+    c = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
+    for label, call in (("gemm() fresh output", lambda: tkc_gemm(a, b, target="sm_80")),
+                        ("gemm() given output", lambda: tkc_gemm(a, b, target="sm_80", out=c)),
+                        ("cuBLAS again", lambda: torch.matmul(a, b))):
+        ms = time_ms(call)
+        print(f"{label}: {2 * size**3 / ms / 1e9:.0f} TFLOP/s ({cublas / ms:.2f}x cuBLAS)", flush=True)
 
 
 ATTENTION_CONFIGS = {  # (ROWS, KEYS, Q_IN_SHARED) per head dim
@@ -112,6 +119,10 @@ def layernorm_sweep() -> None:
                 ms = time_ms(run)
                 print(f"{m}x{d} warps={warps} grid={label}({min(grid, m)}): {nbytes / ms / 1e6:.0f} GB/s "
                       f"({nbytes / ms / 1e6 / copy_gbs:.2f}x copy), err {err:.1e}", flush=True)
+        for label, call in (("layernorm() fresh outputs", lambda: layernorm(x, r, w, b)),
+                            ("layernorm() given outputs", lambda: layernorm(x, r, w, b, out=o, residual_out=ro))):
+            ms = time_ms(call)
+            print(f"{m}x{d} {label}: {nbytes / ms / 1e6:.0f} GB/s ({nbytes / ms / 1e6 / copy_gbs:.2f}x copy)", flush=True)
         layernorm(x, r, w, b)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
