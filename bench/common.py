@@ -15,6 +15,7 @@ import os
 import platform
 import statistics
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,15 @@ def time_ms(fn: Callable[[], Any], launches: int = 30, warmup: int = 5) -> float
     """Median milliseconds of `launches` back-to-back calls, each bracketed by CUDA events. The calls are queued
     without waiting in between (as a model's layers are), so a call's host-side work overlaps the previous call's
     kernel and only shows where it is longer than the kernel."""
-    for _ in range(warmup):
+    # Warm up for at least `warmup` calls and 50 ms, so that every implementation is timed at the clocks of a
+    # busy GPU (the one timed first after a pause would otherwise start at idle clocks).
+    deadline = time.perf_counter() + 0.05
+    calls = 0
+    while calls < warmup or time.perf_counter() < deadline:
         fn()
+        calls += 1
+        if calls % 8 == 0:
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(launches)]
     for start, end in events:
