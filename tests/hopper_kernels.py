@@ -1,5 +1,5 @@
-"""Hand-built sm_90a `ptx` kernels (no frontend yet) for the Hopper instruction tests, on the CPU (ptxas) and on
-the GPU."""
+"""sm_90a kernels for the Hopper tests, on the CPU (ptxas, simulator) and on the GPU: a hand-built `ptx` kernel of
+TMA + mbarrier + wgmma, and DSL kernels that use wgmma through `mma_AB` / `mma_ABt` on shared tiles."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import numpy as np
 from xdsl.dialects.builtin import BFloat16Type, ModuleOp
 from xdsl.ir import Block
 
+import tkc
 from tkc.backend import ptx, wgmma
 from tkc.backend.ptx import PerInstr, instr, regs
 from tkc.ir.types import SharedTileType
+from tkc.lang import bf16, block_idx, cdiv, const, f32, gl, load, mma_AB, mma_ABt, rt, st, store, warp_id, zeros
 
 TILE = SharedTileType(BFloat16Type(), 64, 64, 128)
 A_AT, B_AT, BAR_AT = 0, 8192, 16384
@@ -71,3 +73,18 @@ def tma_wgmma_kernel() -> ModuleOp:
     module = ModuleOp([kernel])
     module.verify()
     return module
+
+
+@tkc.kernel(warps=4, min_target="sm_90a")
+def warpgroup_gemm(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], BN: const = 64, BK: const = 64,
+                   TRANS_B: const = 0):
+    """One warpgroup per 64×BN tile of C: A and B staged in shared memory (pipelined), multiplied by wgmma."""
+    bm, bn = block_idx()[0], block_idx()[1]
+    acc = zeros(rt[f32, 16, BN])
+    for k in range(cdiv(A.shape[1], BK)):
+        a = load(A, (bm, k), st[bf16, 64, BK])
+        if TRANS_B:
+            acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
+        else:
+            acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
+    store(C, acc.to(bf16), (bm * 4 + warp_id(), bn))

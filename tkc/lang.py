@@ -440,12 +440,15 @@ def convert(x, dtype):
 # Matrix multiply
 @_op
 def mma_AB(a, b, c):
-    """a·b + c on the tensor cores: a is M×K, b is K×N, c is an f32 M×N accumulator."""
+    """a·b + c on the tensor cores: a is M×K, b is K×N, c is an f32 M×N accumulator.
+
+    With a and b shared tiles it is a warpgroup's `wgmma` (sm_90a): a is st[bf16, 64, K], b st[bf16, K, N], and
+    each of the warpgroup's 4 warps passes its rt[f32, 16, N], rows 16w..16w+15 of the 64×N product."""
 
 
 @_op
 def mma_ABt(a, b, c):
-    """a·bᵀ + c: a is M×K, b is N×K."""
+    """a·bᵀ + c: a is M×K, b is N×K (also as a warpgroup's wgmma from shared tiles, as mma_AB)."""
 
 
 @_op

@@ -36,3 +36,20 @@ def test_tma_mbarrier_wgmma_compute_a_times_b_transposed() -> None:
     d[torch.as_tensor(rows.copy(), device="cuda"), torch.as_tensor(cols.copy(), device="cuda")] = out
     ref = a.float() @ b.float().t()
     assert ((d - ref).norm() / ref.norm()).item() < 1e-5
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("m, n, k, bn", [(64, 64, 64, 64), (256, 512, 1024, 256), (1000, 1000, 1000, 128), (192, 80, 72, 16)])
+def test_dsl_wgmma_gemm(trans_b: int, m: int, n: int, k: int, bn: int) -> None:
+    """The DSL's mma_AB / mma_ABt on shared tiles, lowered to wgmma with descriptors, on the H200."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    from hopper_kernels import warpgroup_gemm
+
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16) if trans_b else torch.randn(k, n, device="cuda").to(torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    warpgroup_gemm[(-(-m // 64), -(-n // bn))](a, b, c, TRANS_B=trans_b, BN=bn, BK=16 if bn == 16 else 64,
+                                               target="sm_90a")
+    ref = a.double() @ (b.double().t() if trans_b else b.double())
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2

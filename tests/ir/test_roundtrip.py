@@ -22,6 +22,7 @@ from tkc.ir.ops import (
     BINARY_FUNCTIONS,
     BROADCAST_BINARY_OPS,
     MMA_OPS,
+    WGMMA_OPS,
     REDUCE_OPS,
     TILE_OPS,
     UNARY_FUNCTIONS,
@@ -213,6 +214,11 @@ def _op_cases() -> dict[str, str]:
     for fn in MMA_OPS:
         cases[f"{fn}-bf16"] = _mma_case(fn)
         cases[f"{fn}-f16"] = _mma_case(fn, "f16", 32, 16, 16)
+    for fn in WGMMA_OPS:
+        b = "!tile.st<128x64xbf16, swizzle 128>" if fn.endswith("Bt") else "!tile.st<64x128xbf16, swizzle 128>"
+        cases[fn] = (f"%a = tile.empty : !tile.st<64x64xbf16, swizzle 128>\n%b = tile.empty : {b}\n"
+                     f"%c = tile.fill 0.0 : !tile.rt<16x128xf32>\n"
+                     f"%d = tile.{fn} %a, %b, %c : !tile.st<64x64xbf16, swizzle 128>, {b}, !tile.rt<16x128xf32>")
     return cases
 
 

@@ -249,7 +249,25 @@ CONSTRAINT_CASES = [
     Bad("tile.empty", "%x = tile.empty : !tile.rt<16x16xf32>", "Unexpected attribute !tile.rt<16x16xf32>"),
 ]
 
-OP_CASES = _mma_cases() + _elementwise_cases() + OTHER_CASES
+def _wgmma(fn: str, a: str, b: str, c: str) -> str:
+    return (f"%a = tile.empty : !tile.st<{a}>\n%b = tile.empty : !tile.st<{b}>\n{fill(f'!tile.rt<{c}>', '%c')}"
+            f"%d = tile.{fn} %a, %b, %c : !tile.st<{a}>, !tile.st<{b}>, !tile.rt<{c}>")
+
+
+WGMMA_CASES = [
+    Bad("tile.wgmma_AB", _wgmma("wgmma_AB", "32x64xbf16", "64x64xbf16", "16x64xf32"),
+        "wgmma_AB: A must be st[bf16, 64, K] (a warpgroup's 64 rows, K a multiple of 16), got st[bf16, 32, 64]"),
+    Bad("tile.wgmma_AB", _wgmma("wgmma_AB", "64x64xbf16", "32x64xbf16", "16x64xf32"),
+        "wgmma_AB: K mismatch: A is st[bf16, 64, 64] but B is st[bf16, 32, 64]"),
+    Bad("tile.wgmma_ABt", _wgmma("wgmma_ABt", "64x64xbf16", "64x64xbf16", "64x64xf32"),
+        "wgmma_ABt: each warp accumulates its 16 rows of the warpgroup's 64×64: the accumulator must be rt[f32, 16, 64]"),
+    Bad("tile.wgmma_ABt", _wgmma("wgmma_ABt", "64x64xbf16", "64x64xf16", "16x64xf32"),
+        "wgmma_ABt: A and B must be shared bf16 or f16 tiles of one dtype"),
+    Bad("tile.wgmma_AB", _wgmma("wgmma_AB", "64x64xbf16", "64x64xbf16", "16x64xbf16"),
+        "wgmma_AB: the accumulator must be an f32 tile, got rt[bf16, 16, 64]"),
+]
+
+OP_CASES = _mma_cases() + _elementwise_cases() + OTHER_CASES + WGMMA_CASES
 
 
 @pytest.mark.parametrize("case", OP_CASES, ids=lambda c: f"{c.target}:{c.message[:40]}")

@@ -367,3 +367,47 @@ def _operand(lw: KernelLowering, value: object, regs: np.ndarray) -> tuple[SSAVa
         bundle, where = value.load_registers(lw, set(int(r) for r in regs.reshape(-1)))
         return bundle, np.vectorize(where.__getitem__)(regs)
     return lw.reg(value), regs  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# wgmma m64nNk16 (sm_90a)
+
+
+@handles(t.WgmmaOp)
+def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
+    """The warpgroup's `wgmma`s, one per 16-wide step of K, reading A and B through shared-memory descriptors
+    (backend/wgmma.py) into a copy of C; fenced before, committed and waited for after, so that the result is
+    an ordinary register tile. A warp's rt[f32, 16, N] (row layout) is its slice of the m64nN accumulator,
+    register for register."""
+    from tkc.backend import wgmma
+
+    if not lw.target.startswith("sm_90"):
+        raise TkcError(f"{op.fn.removeprefix('wg')} on shared tiles is Hopper's wgmma: compile for sm_90a "
+                       f"(target {lw.target} has only mma.sync: load the operands into register tiles)")
+    if lw.threads % wgmma.WARPGROUP:
+        raise TkcError(f"{op.fn.removeprefix('wg')} on shared tiles runs on whole warpgroups: the kernel's warps "
+                       f"must be a multiple of 4, got {lw.threads // 32}")
+    a_ref, b_ref = lw.value(op.a), lw.value(op.b)
+    n = op.c.type.shape[1]
+    k_steps = op.a.type.shape[1] // wgmma.K_STEP
+    b_major = "K" if op.transpose_b else "MN"
+    desc_a = _descriptors(lw, a_ref.addr, [wgmma.operand_descriptor(op.a.type, 0, kk, "K") for kk in range(k_steps)])
+    desc_b = _descriptors(lw, b_ref.addr, [wgmma.operand_descriptor(op.b.type, 0, kk, b_major)
+                                          for kk in range(k_steps)])
+    acc = lw.op("mov.b32", "b32", lw.reg(lw.value(op.c)), n=n // 2)  # wgmma writes in place: C stays as it was
+    lw.emit(ptx.WgmmaSyncOp("fence"))
+    for kk in range(k_steps):
+        lw.emit(ptx.WgmmaOp(n, acc, range(n // 2), desc_a, [kk], desc_b, kk, scale_d=1,
+                            trans_b=int(b_major == "MN")))
+    lw.emit(ptx.WgmmaSyncOp("commit"))
+    lw.emit(ptx.WgmmaSyncOp("wait", 0))
+    return [acc]
+
+
+def _descriptors(lw: KernelLowering, addr: SSAValue, templates: list[int]) -> SSAValue:
+    """One b64 descriptor register per template (descriptors of a tile at address 0), for the tile at `addr`: the
+    start-address field of each is the template's plus addr >> 4."""
+    field = lw.op("and.b32", "b32", lw.op("shr.u32", "b32", addr, Imm(4)), Imm(0x3FFF))
+    first = lw.op("or.b64", "b64", lw.op("cvt.u64.u32", "b64", field), Imm(templates[0], "b64"))
+    return lw.op("add.s64", "b64", (first, np.zeros(len(templates), dtype=np.int64)),
+                 ptx.PerInstr([t_ - templates[0] for t_ in templates]), n=len(templates))  # type: ignore[return-value]

@@ -585,8 +585,8 @@ class BlockSimulator:
                 vals = [imms[i] for i in table[:, s]]
                 if any(isinstance(v, float) for v in vals):
                     arr = bits32(np.array(vals, dtype=np.float32)) if float_imm else np.array(vals)
-                else:
-                    arr = np.array(vals, dtype=np.int64)
+                else:  # 64-bit immediates at or past 2**63 (descriptor bits) as their two's complement
+                    arr = np.array([v - (1 << 64) if v >= 1 << 63 else v for v in vals], dtype=np.int64)
                     if not opcode.startswith(("shl", "shr", "prmt")):
                         arr = u32(arr) if not ("64" in opcode) else u64(arr)
                 operands.append(np.broadcast_to(arr, (LANES, len(vals))))

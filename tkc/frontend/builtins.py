@@ -32,6 +32,7 @@ from tkc.frontend.values import (
 )
 from tkc.ir import ops as t
 from tkc.ir.types import GlobalType, RegTileType, RegVecType, SharedTileType
+from tkc.targets import get_target
 
 IMPLS: dict[lang.DslOp, Callable[..., Any]] = {}
 PY_BUILTIN_IMPLS: dict[Any, Callable[..., Any]] = {}
@@ -473,6 +474,14 @@ def _convert(cg: CodeGen, x: Any, dtype: Any) -> SSAValue:
 
 def _mma(name: str) -> Callable[..., Any]:
     def impl(cg: CodeGen, a: Any, b: Any, c: Any) -> SSAValue:
+        wg_name = "wg" + name
+        shared = all(isinstance(getattr(v, "type", None), SharedTileType) for v in (a, b))
+        if shared and wg_name in t.WGMMA_OPS and get_target(cg.target).sm >= 90:
+            # operands in shared memory: the warpgroup's wgmma (sm_90a)
+            if a.type.shape[0] != t.WgmmaOp.ROWS:
+                raise TkcError(f"{name} of shared tiles is a warpgroup's wgmma, whose A is st[bf16, 64, K], got "
+                               f"{describe(a)}; for a warp's mma.sync the operands must be in registers: load them")
+            return cg.emit_value(t.WGMMA_OPS[wg_name](a, b, _reg_tile(c, f"{name}'s accumulator C")))
         a, b, c = (_reg_tile(v, f"{name}'s {w}") for v, w in ((a, "A"), (b, "B"), (c, "accumulator C")))
         return cg.emit_value(t.MMA_OPS[name](a, b, c))
 

@@ -222,6 +222,18 @@ class TileFunctions(InterpreterFunctions):
             b = np.swapaxes(b, -1, -2)
         return ((np.matmul(a.astype(np.float32), b.astype(np.float32)) + c).astype(np.float32),)
 
+    def _wgmma(self, interpreter: Interpreter, op: t.WgmmaOp, args: PythonValues) -> PythonValues:
+        a, b, c = args  # a (B|1, 1, 64, K), b (B|1, 1, K, N) or (.., N, K), c (B|1, W|1, 16, N)
+        if op.transpose_b:
+            b = np.swapaxes(b, -1, -2)
+        product = np.matmul(a.astype(np.float32), b.astype(np.float32))  # the warpgroup's 64 rows
+        state = lane_state(interpreter)
+        rows = (state.warp_index() % 4)[..., None] * 16 + np.arange(16)  # (1, W, 16): this warp's rows
+        lanes = np.broadcast_shapes(product.shape[:2], rows.shape[:2], c.shape[:2])
+        product = np.broadcast_to(product, (*lanes, *product.shape[2:]))
+        mine = np.take_along_axis(product, np.broadcast_to(rows, (*lanes, 16))[..., None], axis=2)
+        return ((mine + c).astype(np.float32),)
+
     # Memory ----------------------------------------------------------------------------------------------------
 
     @impl(t.LoadOp)
@@ -327,4 +339,5 @@ _install(list(t.REDUCE_OPS.values()), TileFunctions._reduce, "run")
 _install(list(t.VECTOR_REDUCE_OPS.values()), TileFunctions._vector_reduce, "run")
 _install([t.TrilOp, t.TriuOp], TileFunctions._triangle, "run")
 _install(list(t.MMA_OPS.values()), TileFunctions._mma, "run")
+_install(list(t.WGMMA_OPS.values()), TileFunctions._wgmma, "run")
 register_impls(TileFunctions)

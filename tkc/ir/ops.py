@@ -731,6 +731,66 @@ MMA_OPS: dict[str, type[MmaOp]] = {
 }
 
 
+class WgmmaOp(IRDLOperation):
+    """Base of `wgmma_AB`, `wgmma_ABt`: a warpgroup's D = A·op(B) + C with both operands in shared memory (Hopper's
+    `wgmma`, sm_90a). The 4 warps of a warpgroup compute it together; warp w of the warpgroup holds rows
+    16w..16w+15 of the 64-row product in its accumulator.
+
+    `%d = tile.wgmma_AB %a, %b, %c : !tile.st<64x64xbf16>, !tile.st<64x256xbf16>, !tile.rt<16x256xf32>`
+    A is 64×K; B is K×N (`wgmma_AB`) or N×K (`wgmma_ABt`); K a multiple of 16, N of 16 up to 256.
+    """
+
+    T: ClassVar = VarConstraint("T", base(RegTileType))
+    a = operand_def(SharedTileType)
+    b = operand_def(SharedTileType)
+    c = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$a `,` $b `,` $c attr-dict `:` type($a) `,` type($b) `,` type($c)"
+
+    ROWS: ClassVar[int] = 64  # of A: a warpgroup's rows
+
+    def __init__(self, a: SSAValue | Operation, b: SSAValue | Operation, c: SSAValue | Operation):
+        super().__init__(operands=[a, b, c], result_types=[SSAValue.get(c).type])
+
+    @property
+    def fn(self) -> str:
+        return self.name.split(".")[1]
+
+    @property
+    def transpose_b(self) -> bool:
+        return self.fn.endswith("Bt")
+
+    def verify_(self) -> None:
+        a, b, c = self.a.type, self.b.type, self.c.type
+        fn = self.fn
+        if a.element_type != b.element_type or not isinstance(a.element_type, BFloat16Type | Float16Type):
+            raise VerifyException(f"{fn}: A and B must be shared bf16 or f16 tiles of one dtype, got {spec(a)} and {spec(b)}")
+        if not isinstance(c.element_type, Float32Type):
+            raise VerifyException(f"{fn}: the accumulator must be an f32 tile, got {spec(c)}")
+        m, k = a.shape
+        kb, n = b.shape[::-1] if self.transpose_b else b.shape
+        if m != self.ROWS or k % 16:
+            raise VerifyException(f"{fn}: A must be st[{spec(a.element_type)}, 64, K] (a warpgroup's 64 rows, K a "
+                                  f"multiple of 16), got {spec(a)}")
+        if k != kb:
+            raise VerifyException(f"{fn}: K mismatch: A is {spec(a)} but B is {spec(b)}")
+        if n % 16 or not 16 <= n <= 256:
+            raise VerifyException(f"{fn}: N must be a multiple of 16 up to 256, got {spec(b)}")
+        if c.shape != (16, n):
+            raise VerifyException(f"{fn}: each warp accumulates its 16 rows of the warpgroup's 64×{n}: the "
+                                  f"accumulator must be rt[f32, 16, {n}], got {spec(c)}")
+
+
+def _wgmma(fn: str, tb: bool) -> type[WgmmaOp]:
+    cls = type(f"{fn.capitalize()}Op", (WgmmaOp,), {"name": f"tile.{fn}"})
+    cls.__doc__ = f"`{fn}`: a warpgroup's D = A·{'Bᵀ' if tb else 'B'} + C from shared tiles."
+    return irdl_op_definition(cls)
+
+
+WGMMA_OPS: dict[str, type[WgmmaOp]] = {fn: _wgmma(fn, tb) for fn, tb in (("wgmma_AB", False), ("wgmma_ABt", True))}
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Memory
 
@@ -881,6 +941,7 @@ TILE_OPS: list[type[IRDLOperation]] = [
     TrilOp,
     TriuOp,
     *MMA_OPS.values(),
+    *WGMMA_OPS.values(),
     LoadOp,
     StoreOp,
     InsertOp,

@@ -94,7 +94,7 @@ def _links(op: Operation) -> list[tuple[Use | None, SSAValue, SSAValue, int]]:
         links.append((Use(op, 0), op.result, op.vec, 0 if op.axis == "row" else 1))
     elif isinstance(op, t.TransposeOp):
         links.append((Use(op, 0), op.result, op.input, 1))
-    elif isinstance(op, t.MmaOp):
+    elif isinstance(op, t.MmaOp | t.WgmmaOp):
         links.append((Use(op, 2), op.result, op.c, 0))
     elif isinstance(op, scf.ForOp):
         body = op.body.block
@@ -116,6 +116,8 @@ def _links(op: Operation) -> list[tuple[Use | None, SSAValue, SSAValue, int]]:
 
 def _requirements(op: Operation) -> list[tuple[Use, int]]:
     """Uses that need one parity: the operands of an mma (and its accumulator)."""
+    if isinstance(op, t.WgmmaOp):
+        return [(Use(op, 2), 0)]  # a warp's slice of the wgmma accumulator is its row-layout tile
     if not isinstance(op, t.MmaOp):
         return []
     return [(Use(op, 0), 1 if op.transpose_a else 0), (Use(op, 1), 0 if op.transpose_b else 1), (Use(op, 2), 0)]

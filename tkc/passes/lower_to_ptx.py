@@ -188,6 +188,7 @@ class KernelLowering:
         fn = self.fn
         warps = fn.attributes["tkc.warps"].value.data  # type: ignore[attr-defined]
         self.threads = 32 * warps
+        self.async_proxy_reads = any(isinstance(op, t.WgmmaOp) for op in fn.walk())
         aligns = _aligns(fn)
         params: list[tuple[str, str]] = []
         tid = self.emit_entry(ptx.SpecialOp("%tid.x")).results[0]
@@ -287,6 +288,8 @@ def _imm_text(value: Imm) -> str:
         return "1" if value.value else "0"
     if isinstance(value.value, float):
         return ptx.format_immediate(value.value)
+    if value.cls == "b64" and int(value.value) >= 1 << 63:
+        return str(int(value.value) - (1 << 64))  # the same 64 bits as a signed literal
     return str(int(value.value))
 
 
@@ -516,6 +519,10 @@ def _lower_dim(lw: KernelLowering, op: t.DimOp) -> list[Any]:
 
 
 def _lower_barrier(lw: KernelLowering, op: Operation) -> None:
+    if lw.async_proxy_reads:
+        # wgmma reads shared memory through the async proxy: what threads wrote (st.shared, cp.async) must be
+        # fenced toward it before the barrier that publishes it
+        lw.emit(ptx.FenceOp("proxy.async.shared::cta"))
     lw.emit(ptx.BarSyncOp(0))
 
 
