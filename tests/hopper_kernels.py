@@ -75,9 +75,9 @@ def tma_wgmma_kernel() -> ModuleOp:
     return module
 
 
-@tkc.kernel(warps=4, min_target="sm_90a")
+@tkc.kernel(warps=4, stages="STAGES", min_target="sm_90a")
 def warpgroup_gemm(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], BN: const = 64, BK: const = 64,
-                   TRANS_B: const = 0):
+                   TRANS_B: const = 0, STAGES: const = 3):
     """One warpgroup per 64×BN tile of C: A and B staged in shared memory (pipelined), multiplied by wgmma."""
     bm, bn = block_idx()[0], block_idx()[1]
     acc = zeros(rt[f32, 16, BN])
