@@ -119,7 +119,12 @@ def test_compile_every_kernel_or_one(capsys: pytest.CaptureFixture[str], two_ker
 
 
 def test_compile_target(capsys: pytest.CaptureFixture[str], two_kernels: str) -> None:
+    """A whole file compiles the kernels the target runs and says which it skips; a kernel asked for by name
+    that needs a newer target is an error at its decorator."""
     rc, out, err = run(capsys, "compile", *TILE, two_kernels, "--target", "sm_80")
+    assert rc == 0 and "@double" in out and "@negate" not in out
+    assert err == "tkc: skipping `negate` (needs sm_90a; compile with --target sm_90a or --kernel negate)\n"
+    rc, out, err = run(capsys, "compile", *TILE, two_kernels, "--target", "sm_80", "--kernel", "negate")
     lines = assert_one_error(err, "kernel `negate` needs sm_90a", "cannot compile for sm_80")
     assert rc == 1 and out == ""
     assert lines[0].startswith(f"{two_kernels}:10:")  # the decorator's min_target

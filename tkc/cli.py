@@ -128,6 +128,18 @@ def cmd_compile(args: argparse.Namespace) -> None:
         if not chosen:
             raise TkcError(f"{args.file} has no kernel named {args.kernel!r}; it defines {', '.join(k.name for k in kernels)}")
         kernels = chosen
+    else:  # a whole file: the kernels this target can run (a Hopper-only kernel beside its sm_80 sibling)
+        from tkc.targets import get_target
+
+        sm = get_target(args.target).sm
+        runnable = [k for k in kernels if k.min_target.sm <= sm]
+        for k in kernels:
+            if k not in runnable:
+                sys.stderr.write(f"tkc: skipping `{k.name}` (needs {k.min_target.name}; compile with --target "
+                                 f"{k.min_target.name} or --kernel {k.name})\n")
+        if not runnable:
+            kernels[0].check_target(get_target(args.target))  # the usual error, for the first kernel
+        kernels = runnable
     constants = dict(_parse_define(d) for d in args.defines)
     dumps = Dumps(args.dump_ir_after_all, Path(args.dump_dir) if args.dump_dir else None, args.print_debuginfo)
     timer = PassTimer(args.time_passes)

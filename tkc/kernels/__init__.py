@@ -6,7 +6,7 @@
 """
 
 from tkc.kernels.attention import attention, attention_fwd
-from tkc.kernels.gemm import gemm, gemm_kernel
+from tkc.kernels.gemm import gemm, gemm_kernel, gemm_sm90_kernel
 from tkc.kernels.layernorm import layernorm, layernorm_kernel
 
-__all__ = ["attention", "attention_fwd", "gemm", "gemm_kernel", "layernorm", "layernorm_kernel"]
+__all__ = ["attention", "attention_fwd", "gemm", "gemm_kernel", "gemm_sm90_kernel", "layernorm", "layernorm_kernel"]

@@ -11,6 +11,15 @@ if TYPE_CHECKING:
     import torch
 
 
+@tkc.func
+def grouped_tile(pid, blocks_m, blocks_n, group_m):
+    """Block `pid`'s tile of C (row, column), walking C in groups of `group_m` block-rows, so that blocks that run
+    at the same time share A's and B's slices in L2."""
+    group_start = pid // (group_m * blocks_n) * group_m
+    group_rows = min(blocks_m - group_start, group_m)
+    return group_start + pid % group_rows, pid % (group_m * blocks_n) // group_rows
+
+
 @tkc.kernel(warps="WARPS", stages="STAGES", blocks_per_sm="BLOCKS_PER_SM", min_target="sm_80")
 def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const = 0,
                 BM: const = 128, BN: const = 128, BK: const = 32, WARPS: const = 4, WARPS_N: const = 2,
@@ -24,12 +33,7 @@ def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const =
     """
     WARPS_M = WARPS // WARPS_N
     WM, WN = BM // WARPS_M, BN // WARPS_N                       # each warp's piece of C
-    blocks_m, blocks_n = cdiv(A.shape[0], BM), cdiv(C.shape[1], BN)
-    pid = block_idx()[0]
-    group_start = pid // (GROUP_M * blocks_n) * GROUP_M
-    group_rows = min(blocks_m - group_start, GROUP_M)
-    bm = group_start + pid % group_rows
-    bn = pid % (GROUP_M * blocks_n) // group_rows
+    bm, bn = grouped_tile(block_idx()[0], cdiv(A.shape[0], BM), cdiv(C.shape[1], BN), GROUP_M)
     wm, wn = warp_id() // WARPS_N, warp_id() % WARPS_N
     acc = zeros(rt[f32, WM, WN])
     for k in range(cdiv(A.shape[1], BK)):
@@ -43,13 +47,44 @@ def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const =
     store(C, acc.to(bf16), (bm * WARPS_M + wm, bn * WARPS_N + wn))
 
 
+@tkc.kernel(warps=4, stages="STAGES", min_target="sm_90a")
+def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const = 0, BN: const = 256,
+                     BK: const = 32, GROUP_M: const = 8, STAGES: const = 4):
+    """As gemm_kernel, on Hopper's wgmma: one warpgroup per 64×BN tile of C, A and B staged in shared memory
+    (a STAGES-deep cp.async pipeline) and multiplied from there; each warp keeps its 16 rows of the tile.
+    Grid: (cdiv(M, 64) · cdiv(N, BN),). (To come: TMA and mbarrier rings, producer/consumer warpgroups.)"""
+    bm, bn = grouped_tile(block_idx()[0], cdiv(A.shape[0], 64), cdiv(C.shape[1], BN), GROUP_M)
+    acc = zeros(rt[f32, 16, BN])
+    for k in range(cdiv(A.shape[1], BK)):
+        a = load(A, (bm, k), st[bf16, 64, BK])
+        if TRANS_B:
+            acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
+        else:
+            acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
+    store(C, acc.to(bf16), (bm * 4 + warp_id(), bn))
+
+
 CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2, "GROUP_M": 16}  # what gemm() launches (best of bench/sweep.py)
+# gemm_sm90_kernel per TRANS_B (best of bench/wgmma_probe.py on the H200)
+CONFIG_SM90 = {0: {"BN": 256, "BK": 32, "STAGES": 4}, 1: {"BN": 128, "BK": 64, "STAGES": 4}}
+_HOPPER: dict[int, bool] = {}  # device index → is it sm_90
+
+
+def _wgmma_path(device: int, target: str | None) -> bool:
+    if target is not None:
+        return target == "sm_90a"
+    if device not in _HOPPER:
+        import torch
+
+        _HOPPER[device] = torch.cuda.get_device_capability(device) == (9, 0)
+    return _HOPPER[device]
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str | None = None,
          out: torch.Tensor | None = None) -> torch.Tensor:
     """a (M×K) · b (K×N), or · bᵀ with trans_b (b is N×K), for bf16 CUDA tensors; bf16 result, f32 accumulation.
-    Any M, N, K. The last dimension of `a` must be contiguous; `b` may also be given transposed (column-major)."""
+    Any M, N, K. The last dimension of `a` must be contiguous; `b` may also be given transposed (column-major).
+    On Hopper (or with target="sm_90a") the wgmma kernel runs, elsewhere (or with target="sm_80") mma.sync."""
     import torch
 
     from tkc.kernels._checks import cdiv, check_tensor, fail
@@ -75,6 +110,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             fail(f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
     if m == 0 or n == 0:
         return out
-    grid = cdiv(m, CONFIG["BM"]) * cdiv(n, CONFIG["BN"])
-    gemm_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target=target, **CONFIG)
+    if _wgmma_path(a.get_device(), target):
+        cfg = CONFIG_SM90[int(trans_b)]
+        grid = cdiv(m, 64) * cdiv(n, cfg["BN"])
+        gemm_sm90_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target="sm_90a", **cfg)
+    else:
+        grid = cdiv(m, CONFIG["BM"]) * cdiv(n, CONFIG["BN"])
+        gemm_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target=target, **CONFIG)
     return out
