@@ -70,6 +70,10 @@ CONFIG_SM90 = {0: {"BN": 256, "BK": 32, "STAGES": 4}, 1: {"BN": 128, "BK": 64, "
 _HOPPER: dict[int, bool] = {}  # device index → is it sm_90
 
 
+def _rows_aligned(t: torch.Tensor) -> bool:
+    return t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0
+
+
 def _wgmma_path(device: int, target: str | None) -> bool:
     if target is not None:
         return target == "sm_90a"
@@ -84,7 +88,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
          out: torch.Tensor | None = None) -> torch.Tensor:
     """a (M×K) · b (K×N), or · bᵀ with trans_b (b is N×K), for bf16 CUDA tensors; bf16 result, f32 accumulation.
     Any M, N, K. The last dimension of `a` must be contiguous; `b` may also be given transposed (column-major).
-    On Hopper (or with target="sm_90a") the wgmma kernel runs, elsewhere (or with target="sm_80") mma.sync."""
+    On Hopper (or with target="sm_90a") the wgmma kernel runs where the rows of a and b are 16-byte aligned;
+    elsewhere (or with target="sm_80") the mma.sync kernel."""
     import torch
 
     from tkc.kernels._checks import cdiv, check_tensor, fail
@@ -110,7 +115,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             fail(f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
     if m == 0 or n == 0:
         return out
-    if _wgmma_path(a.get_device(), target):
+    # wgmma where the operands' rows are 16-byte aligned (whole 16-byte copies, the path measured on the H200);
+    # otherwise the sm_80 kernel, slower but exact at any alignment
+    if _wgmma_path(a.get_device(), target) and _rows_aligned(a) and _rows_aligned(b):
         cfg = CONFIG_SM90[int(trans_b)]
         grid = cdiv(m, 64) * cdiv(n, cfg["BN"])
         gemm_sm90_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target="sm_90a", **cfg)
