@@ -1,5 +1,6 @@
-"""A first look at wgmma from the DSL (tests/hopper_kernels.warpgroup_gemm: one warpgroup per 64×BN tile, cp.async
-pipeline, no TMA or warp specialization yet) next to cuBLAS at one size; not the benchmark of record.
+"""A first look at wgmma from the DSL next to cuBLAS at one size (not the benchmark of record):
+tkc.kernels.gemm_sm90_kernel with one or two consumer warpgroups (cp.async pipeline; no TMA or warp
+specialization yet).
 
     python bench/wgmma_probe.py [--size 4096]
 """
@@ -13,9 +14,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from common import rel_err, time_ms  # noqa: E402
-from hopper_kernels import warpgroup_gemm  # noqa: E402
+
+from tkc.kernels import gemm_sm90_kernel  # noqa: E402
 
 
 def main() -> None:
@@ -29,18 +30,20 @@ def main() -> None:
     print(f"cuBLAS {2 * n**3 / cublas / 1e9:.0f} TFLOP/s")
     c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
     for trans_b in (0, 1):
-        for bn, bk, stages in ((128, 64, 3), (256, 64, 3), (256, 64, 4), (128, 64, 4), (256, 32, 4)):
-            run = lambda: warpgroup_gemm[(n // 64, n // bn)](a, bt if trans_b else b, c, TRANS_B=trans_b, BN=bn,  # noqa: E731
-                                                              BK=bk, STAGES=stages, target="sm_90a")
+        for warps, bn, bk, stages in ((4, 256, 32, 4), (4, 128, 64, 4), (8, 256, 64, 4), (8, 256, 32, 4),
+                                      (8, 128, 64, 4), (8, 256, 64, 3)):
+            grid = (-(-n // (16 * warps)) * -(-n // bn),)
+            run = lambda: gemm_sm90_kernel[grid](a, bt if trans_b else b, c, TRANS_B=trans_b, BN=bn, BK=bk,  # noqa: E731
+                                                  WARPS=warps, STAGES=stages, target="sm_90a")
+            label = f"TRANS_B={trans_b} WARPS={warps} BN={bn} BK={bk} STAGES={stages}"
             try:
                 c.fill_(float("nan"))
                 run()
                 err = rel_err(c, ref)
                 ms = time_ms(run)
-                print(f"TRANS_B={trans_b} BN={bn} BK={bk} stages={stages}: {2 * n**3 / ms / 1e9:.0f} TFLOP/s "
-                      f"({cublas / ms:.2f}x cuBLAS), err {err:.1e}", flush=True)
+                print(f"{label}: {2 * n**3 / ms / 1e9:.0f} TFLOP/s ({cublas / ms:.2f}x cuBLAS), err {err:.1e}", flush=True)
             except Exception as e:  # noqa: BLE001
-                print(f"TRANS_B={trans_b} BN={bn} BK={bk} stages={stages}: {type(e).__name__}: {str(e)[:200]}")
+                print(f"{label}: {type(e).__name__}: {str(e)[:200]}")
 
 
 if __name__ == "__main__":

@@ -75,17 +75,20 @@ def test_mutated_descriptor_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])
-@pytest.mark.parametrize("m, n, k", [(70, 100, 37), (128, 64, 96), (64, 64, 16)])
-def test_hopper_gemm_kernel_simulated(trans_b: int, m: int, n: int, k: int) -> None:
-    """tkc.kernels.gemm_sm90_kernel at ragged shapes, K odd included (rows 2-byte aligned: synchronous copies)."""
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("m, n, k", [(70, 100, 37), (192, 64, 96), (64, 64, 16)])
+def test_hopper_gemm_kernel_simulated(trans_b: int, warps: int, m: int, n: int, k: int) -> None:
+    """tkc.kernels.gemm_sm90_kernel at ragged shapes, K odd included (rows 2-byte aligned: synchronous copies),
+    with one warpgroup or two (each its 64 rows of A's shared tile, through a view)."""
     from tkc.kernels import gemm_sm90_kernel
 
     rng = np.random.default_rng(m + n + k)
     a = random_bf16(rng, m, k)
     b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
     c = np.full((m, n), np.nan, dtype=a.dtype)
-    constants = {"TRANS_B": trans_b, "BN": 64, "BK": 32, "STAGES": 3}
-    interp, sim = run_both(gemm_sm90_kernel, [a, b, c], (-(-m // 64) * -(-n // 64),), constants, target="sm_90a")
+    constants = {"TRANS_B": trans_b, "BN": 64, "BK": 32, "STAGES": 3, "WARPS": warps}
+    grid = (-(-m // (16 * warps)) * -(-n // 64),)
+    interp, sim = run_both(gemm_sm90_kernel, [a, b, c], grid, constants, target="sm_90a", order="shuffled")
     ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
     assert rel_err(interp[2], ref) < 1e-2
     assert rel_err(sim[2], interp[2]) < 1e-4

@@ -720,6 +720,8 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
         return [dst]
     ref: SharedRef = lw.value(op.source)
     coords = [lw.value(i) for i in op.indices]
+    if isinstance(dst_type, SharedTileType):
+        return [_row_view(lw, ref, dst_type, coords[0])]
     if isinstance(dst_type, RegTileType) and is_packed(dst_type.element_type) and dst_type.element_type == src_type.element_type:
         if _streamable(op):
             return [StreamedTile(ref, dst_type, coords, operand=next(iter(op.result.uses)).index)]
@@ -730,6 +732,21 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     if mem_type != dst_type:
         regs = pack(lw, unpack(lw, regs, mem_type), dst_type)
     return [regs]
+
+
+def _row_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index: Any) -> SharedRef:
+    """Rows index·R .. index·R + R − 1 of a shared tile, as a tile of its own: with the rows in one column panel
+    (row bytes within the swizzle width) they are contiguous, and the view starts R·row-bytes further on, a whole
+    number of swizzle repeats, so the XOR pattern (and a wgmma descriptor) carries over unchanged."""
+    row_bytes = view.shape[1] * element_bytes(view.element_type)
+    swizzle = ref.type.swizzle or 0
+    if swizzle and row_bytes > swizzle:
+        raise TkcError(f"a view of rows of {ref.type.spec()} (rows wider than its {swizzle}-byte swizzle, stored as "
+                       f"column panels) is not supported yet")
+    if view.shape[0] * row_bytes % 1024:
+        raise TkcError(f"a view of {view.shape[0]} rows of {ref.type.spec()} must start on a 1024-byte boundary")
+    offset = _mul_imm(lw, index, view.shape[0] * row_bytes)
+    return SharedRef(lw.reg(_add_i32(lw, ref.addr, offset)), view)
 
 
 @handles(t.StoreOp)

@@ -534,7 +534,8 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None) -> SSAValu
         reg_kind = "rt" if isinstance(stype, SharedTileType) else "rv"
         if spec is None:
             spec = lang.TileSpec(reg_kind, lang.dtype_of(stype.element_type), stype.shape)
-        spec = _spec(spec, "load's type", (reg_kind,))
+        # from a shared tile: a register sub-tile, or (st) a view of some of its rows
+        spec = _spec(spec, "load's type", (reg_kind, "st") if reg_kind == "rt" else (reg_kind,))
         if index is None:
             if spec.shape != stype.shape:
                 raise TkcError(f"loading {spec} out of {stype.spec()} needs the sub-tile's index")

@@ -811,6 +811,7 @@ LOAD_PAIRS = {
     (GlobalType, RegVecType),
     (GlobalType, SharedVecType),
     (SharedTileType, RegTileType),
+    (SharedTileType, SharedTileType),  # a view of whole rows (e.g. a warpgroup's 64 rows), no data moves
     (SharedVecType, RegVecType),
 }
 STORE_PAIRS = {(RegTileType, GlobalType), (SharedTileType, GlobalType), (RegVecType, GlobalType), (SharedVecType, GlobalType)}
@@ -846,7 +847,8 @@ def _verify_transfer(what: str, src: Attribute, dst: Attribute, indexed: Attribu
 
 @irdl_op_definition
 class LoadOp(IRDLOperation):
-    """`%t = tile.load %src[%i, ...] : SRC -> DST`: gl→rt/st/rv/sv, st→rt (a sub-tile), sv→rv.
+    """`%t = tile.load %src[%i, ...] : SRC -> DST`: gl→rt/st/rv/sv, st→rt (a sub-tile), st→st (a view of whole
+    rows: no data moves), sv→rv.
 
     Indices count in units of the loaded tile along its dimensions (the last one or two of the source).
     Global→register loads convert the dtype; copies between global and shared memory do not.
@@ -864,6 +866,11 @@ class LoadOp(IRDLOperation):
 
     def verify_(self) -> None:
         _verify_transfer("load", self.source.type, self.result.type, self.source.type, len(self.indices), LOAD_PAIRS)
+        src, dst = self.source.type, self.result.type
+        if isinstance(src, SharedTileType) and isinstance(dst, SharedTileType):
+            if dst.shape[1] != src.shape[1] or dst.element_type != src.element_type:
+                raise VerifyException(f"load: a view of {spec(src)} takes whole rows of the same dtype: "
+                                      f"st[{spec(src.element_type)}, R, {src.shape[1]}], got {spec(dst)}")
 
 
 @irdl_op_definition

@@ -47,26 +47,28 @@ def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const =
     store(C, acc.to(bf16), (bm * WARPS_M + wm, bn * WARPS_N + wn))
 
 
-@tkc.kernel(warps=4, stages="STAGES", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
 def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const = 0, BN: const = 256,
-                     BK: const = 32, GROUP_M: const = 8, STAGES: const = 4):
-    """As gemm_kernel, on Hopper's wgmma: one warpgroup per 64×BN tile of C, A and B staged in shared memory
-    (a STAGES-deep cp.async pipeline) and multiplied from there; each warp keeps its 16 rows of the tile.
-    Grid: (cdiv(M, 64) · cdiv(N, BN),). (To come: TMA and mbarrier rings, producer/consumer warpgroups.)"""
-    bm, bn = grouped_tile(block_idx()[0], cdiv(A.shape[0], 64), cdiv(C.shape[1], BN), GROUP_M)
+                     BK: const = 32, WARPS: const = 4, GROUP_M: const = 8, STAGES: const = 4):
+    """As gemm_kernel, on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C; A's
+    and B's slices are staged in shared memory (a STAGES-deep cp.async pipeline), each warpgroup multiplies its
+    64 rows of A by all of B, and each warp keeps its 16 rows of the result.
+    Grid: (cdiv(M, 16·WARPS) · cdiv(N, BN),). (To come: TMA and mbarrier rings, a producer warpgroup.)"""
+    BM = 16 * WARPS
+    bm, bn = grouped_tile(block_idx()[0], cdiv(A.shape[0], BM), cdiv(C.shape[1], BN), GROUP_M)
     acc = zeros(rt[f32, 16, BN])
     for k in range(cdiv(A.shape[1], BK)):
-        a = load(A, (bm, k), st[bf16, 64, BK])
+        a = load(load(A, (bm, k), st[bf16, BM, BK]), (warpgroup_id(), 0), st[bf16, 64, BK])  # this warpgroup's rows
         if TRANS_B:
             acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
         else:
             acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
-    store(C, acc.to(bf16), (bm * 4 + warp_id(), bn))
+    store(C, acc.to(bf16), (bm * WARPS + warp_id(), bn))
 
 
 CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2, "GROUP_M": 16}  # what gemm() launches (best of bench/sweep.py)
 # gemm_sm90_kernel per TRANS_B (best of bench/wgmma_probe.py on the H200)
-CONFIG_SM90 = {0: {"BN": 256, "BK": 32, "STAGES": 4}, 1: {"BN": 128, "BK": 64, "STAGES": 4}}
+CONFIG_SM90 = {0: {"BN": 256, "BK": 32, "WARPS": 4, "STAGES": 4}, 1: {"BN": 128, "BK": 64, "WARPS": 4, "STAGES": 4}}
 _HOPPER: dict[int, bool] = {}  # device index → is it sm_90
 
 
@@ -119,7 +121,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     # otherwise the sm_80 kernel, slower but exact at any alignment
     if _wgmma_path(a.get_device(), target) and _rows_aligned(a) and _rows_aligned(b):
         cfg = CONFIG_SM90[int(trans_b)]
-        grid = cdiv(m, 64) * cdiv(n, cfg["BN"])
+        grid = cdiv(m, 16 * cfg["WARPS"]) * cdiv(n, cfg["BN"])
         gemm_sm90_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target="sm_90a", **cfg)
     else:
         grid = cdiv(m, CONFIG["BM"]) * cdiv(n, CONFIG["BN"])

@@ -32,6 +32,8 @@ TOTAL_ATTR = "tkc.smem_bytes"
 def allocates(op: Operation) -> bool:
     if isinstance(op, a.RingAllocOp):
         return True
+    if isinstance(op, t.LoadOp) and isinstance(op.source.type, SharedTileType):
+        return False  # a view of rows of another shared tile
     return isinstance(op, t.LoadOp | t.FillOp | t.EmptyOp) and isinstance(op.results[0].type, SharedTileType | SharedVecType)
 
 

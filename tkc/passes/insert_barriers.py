@@ -39,6 +39,11 @@ def is_shared(value: SSAValue) -> bool:
     return isinstance(value.type, SharedTileType | SharedVecType | a.RingType)
 
 
+def is_view(op: Operation) -> bool:
+    """A load of a shared tile from a shared tile: a view of some of its rows, no memory of its own."""
+    return isinstance(op, t.LoadOp) and is_shared(op.source) and isinstance(op.result.type, SharedTileType)
+
+
 def buffer_of(value: SSAValue) -> Operation:
     """The op that allocates the buffer holding a shared value (an allocating op or a ring)."""
     seen: set[SSAValue] = set()
@@ -57,6 +62,8 @@ def buffer_of(value: SSAValue) -> Operation:
             value = owner.dest
         elif isinstance(owner, a.RingReadOp):
             value = owner.ring
+        elif is_view(owner):
+            value = owner.source  # type: ignore[attr-defined]
         elif isinstance(owner, scf.ForOp):
             value = owner.iter_args[value.index]  # type: ignore[attr-defined]
         elif isinstance(owner, scf.IfOp):
@@ -92,11 +99,15 @@ def _accesses(op: Operation) -> tuple[list[Operation], list[Operation], list[Ope
     reads: list[Operation] = []
     writes: list[Operation] = []
     starts: list[Operation] = []
-    if isinstance(op, t.LoadOp):
+    if is_view(op):
+        pass  # an alias: the ops that use it read it
+    elif isinstance(op, t.LoadOp):
         if is_shared(op.source):
             reads.append(buffer_of(op.source))
         elif is_shared(op.result):
             writes.append(op)
+    elif isinstance(op, t.WgmmaOp):
+        reads += [buffer_of(op.a), buffer_of(op.b)]
     elif isinstance(op, t.StoreOp) and is_shared(op.value):
         reads.append(buffer_of(op.value))
     elif isinstance(op, t.InsertOp):
