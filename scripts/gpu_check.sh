@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a CUDA machine: the GPU tests, compute-sanitizer on every kernel, then the benchmarks. Logs go to $OUT (or
 # ./gpu-logs). With wheels in .whl/ (a machine without registry access), they are installed first.
-#   bash scripts/gpu_check.sh [tests] [sanitize] [memcheck] [profile] [sweep] [compile-time] [bench-quick | bench]
+#   bash scripts/gpu_check.sh [tests] [hopper] [sanitize] [memcheck] [profile] [sweep] [compile-time] [bench-quick | bench]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
@@ -45,6 +45,10 @@ for step in $steps; do
     sweep)
         python3 bench/sweep.py gemm 2>&1 | tee "$OUT/sweep-gemm.log"
         python3 bench/sweep.py attention 2>&1 | tee "$OUT/sweep-attention.log" ;;
+    hopper)  # the sm_90a path: wgmma GEMM through gemm() and the kernel sweep of bench/wgmma_probe.py
+        python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "gemm or hopper" 2>&1 | tee "$OUT/tests-hopper.log" | tail -5
+        summary+="hopper tests: $(tail -1 "$OUT/tests-hopper.log")\n"
+        python3 bench/wgmma_probe.py 2>&1 | tee "$OUT/wgmma-probe.log" ;;
     compile-time)
         python3 bench/compile_time.py --repeats 2 --no-write 2>&1 | tee "$OUT/compile-time.log" | tail -4 ;;
     bench-quick)

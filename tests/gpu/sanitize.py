@@ -17,6 +17,9 @@ def main() -> None:
     a, b = torch.randn(256, 512, device="cuda", dtype=bf), torch.randn(512, 192, device="cuda", dtype=bf)
     gemm(a, b, target="sm_80")  # 16 steps of K against 3 stages; 2×2 blocks
     gemm(torch.randn(130, 70, device="cuda", dtype=bf), torch.randn(70, 66, device="cuda", dtype=bf), target="sm_80")
+    if torch.cuda.get_device_capability() == (9, 0):  # the wgmma kernel: 16 steps of K against 4 stages, 2×2 tiles
+        gemm(torch.randn(128, 512, device="cuda", dtype=bf), torch.randn(512, 512, device="cuda", dtype=bf))
+        gemm(torch.randn(128, 512, device="cuda", dtype=bf), torch.randn(256, 512, device="cuda", dtype=bf), trans_b=True)
     for causal in (False, True):
         for d in (64, 128):
             q, k, v = (torch.randn(1, 2, 512, d, device="cuda", dtype=bf) for _ in range(3))
