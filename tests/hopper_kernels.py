@@ -88,3 +88,22 @@ def warpgroup_gemm(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], BN: const = 6
         else:
             acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
     store(C, acc.to(bf16), (bm * 4 + warp_id(), bn))
+
+
+@tkc.kernel(warps=4, min_target="sm_90a")
+def register_a_gemm(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], BN: const = 64, TRANS_B: const = 0,
+                    VIA_SHARED: const = 0):
+    """wgmma with A in registers: each warp holds its 16 rows of the warpgroup's 64 (read straight from global
+    memory, or through shared memory and ldmatrix with VIA_SHARED); B from shared memory."""
+    bm, bn = block_idx()[0], block_idx()[1]
+    acc = zeros(rt[f32, 16, BN])
+    for k in range(cdiv(A.shape[1], 64)):
+        if VIA_SHARED:
+            a = load(load(A, (bm, k), st[bf16, 64, 64]), (warp_id(), 0), rt[bf16, 16, 64])
+        else:
+            a = load(A, (bm * 4 + warp_id(), k), rt[bf16, 16, 64])
+        if TRANS_B:
+            acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, 64]), acc)
+        else:
+            acc = mma_AB(a, load(B, (k, bn), st[bf16, 64, BN]), acc)
+    store(C, acc.to(bf16), (bm * 4 + warp_id(), bn))

@@ -53,3 +53,20 @@ def test_dsl_wgmma_gemm(trans_b: int, m: int, n: int, k: int, bn: int) -> None:
                                                target="sm_90a")
     ref = a.double() @ (b.double().t() if trans_b else b.double())
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("via_shared", [0, 1])
+def test_dsl_wgmma_register_a(trans_b: int, via_shared: int) -> None:
+    """wgmma with A in registers (each warp's mma.sync A fragment), on the H200."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    from hopper_kernels import register_a_gemm
+
+    m, n, k = 320, 192, 200
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16) if trans_b else torch.randn(k, n, device="cuda").to(torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    register_a_gemm[(-(-m // 64), -(-n // 64))](a, b, c, TRANS_B=trans_b, VIA_SHARED=via_shared, target="sm_90a")
+    ref = a.double() @ (b.double().t() if trans_b else b.double())
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2

@@ -262,7 +262,7 @@ WGMMA_CASES = [
     Bad("tile.wgmma_ABt", _wgmma("wgmma_ABt", "64x64xbf16", "64x64xbf16", "64x64xf32"),
         "wgmma_ABt: each warp accumulates its 16 rows of the warpgroup's 64×64: the accumulator must be rt[f32, 16, 64]"),
     Bad("tile.wgmma_ABt", _wgmma("wgmma_ABt", "64x64xbf16", "64x64xf16", "16x64xf32"),
-        "wgmma_ABt: A and B must be shared bf16 or f16 tiles of one dtype"),
+        "wgmma_ABt: A and B must be bf16 or f16 tiles of one dtype"),
     Bad("tile.wgmma_AB", _wgmma("wgmma_AB", "64x64xbf16", "64x64xbf16", "16x64xbf16"),
         "wgmma_AB: the accumulator must be an f32 tile, got rt[bf16, 16, 64]"),
 ]

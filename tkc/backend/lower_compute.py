@@ -387,17 +387,23 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     if lw.threads % wgmma.WARPGROUP:
         raise TkcError(f"{op.fn.removeprefix('wg')} on shared tiles runs on whole warpgroups: the kernel's warps "
                        f"must be a multiple of 4, got {lw.threads // 32}")
-    a_ref, b_ref = lw.value(op.a), lw.value(op.b)
+    a_value, b_ref = lw.value(op.a), lw.value(op.b)
     n = op.c.type.shape[1]
     k_steps = op.a.type.shape[1] // wgmma.K_STEP
     b_major = "K" if op.transpose_b else "MN"
-    desc_a = _descriptors(lw, a_ref.addr, [wgmma.operand_descriptor(op.a.type, 0, kk, "K") for kk in range(k_steps)])
     desc_b = _descriptors(lw, b_ref.addr, [wgmma.operand_descriptor(op.b.type, 0, kk, b_major)
                                           for kk in range(k_steps)])
+    if isinstance(op.a.type, RegTileType):
+        # a warp's rt[bf16, 16, K]: k step kk's four registers are the mma.sync A fragment, which wgmma takes as is
+        a_bundle, a_regs = _operand(lw, a_value, np.arange(4 * k_steps).reshape(k_steps, 4))
+    else:
+        a_bundle = _descriptors(lw, a_value.addr, [wgmma.operand_descriptor(op.a.type, 0, kk, "K")
+                                                   for kk in range(k_steps)])
+        a_regs = np.arange(k_steps).reshape(k_steps, 1)
     acc = lw.op("mov.b32", "b32", lw.reg(lw.value(op.c)), n=n // 2)  # wgmma writes in place: C stays as it was
     lw.emit(ptx.WgmmaSyncOp("fence"))
     for kk in range(k_steps):
-        lw.emit(ptx.WgmmaOp(n, acc, range(n // 2), desc_a, [kk], desc_b, kk, scale_d=1,
+        lw.emit(ptx.WgmmaOp(n, acc, range(n // 2), a_bundle, a_regs[kk], desc_b, kk, scale_d=1,
                             trans_b=int(b_major == "MN")))
     lw.emit(ptx.WgmmaSyncOp("commit"))
     lw.emit(ptx.WgmmaSyncOp("wait", 0))

@@ -475,10 +475,11 @@ def _convert(cg: CodeGen, x: Any, dtype: Any) -> SSAValue:
 def _mma(name: str) -> Callable[..., Any]:
     def impl(cg: CodeGen, a: Any, b: Any, c: Any) -> SSAValue:
         wg_name = "wg" + name
-        shared = all(isinstance(getattr(v, "type", None), SharedTileType) for v in (a, b))
+        shared = isinstance(getattr(b, "type", None), SharedTileType) and \
+            isinstance(getattr(a, "type", None), SharedTileType | RegTileType)
         if shared and wg_name in t.WGMMA_OPS and get_target(cg.target).sm >= 90:
-            # operands in shared memory: the warpgroup's wgmma (sm_90a)
-            if a.type.shape[0] != t.WgmmaOp.ROWS:
+            # B in shared memory: the warpgroup's wgmma (sm_90a), A from shared memory or each warp's registers
+            if isinstance(a.type, SharedTileType) and a.type.shape[0] != t.WgmmaOp.ROWS:
                 raise TkcError(f"{name} of shared tiles is a warpgroup's wgmma, whose A is st[bf16, 64, K], got "
                                f"{describe(a)}; for a warp's mma.sync the operands must be in registers: load them")
             return cg.emit_value(t.WGMMA_OPS[wg_name](a, b, _reg_tile(c, f"{name}'s accumulator C")))

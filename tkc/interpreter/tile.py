@@ -14,7 +14,7 @@ from tkc.errors import TkcError
 from tkc.interpreter.control import lane_state
 from tkc.interpreter.lanes import LANE_AXES, GlobalTensor, block_uniform, expand_to, round_to
 from tkc.ir import ops as t
-from tkc.ir.types import GlobalType, SharedTileType, SharedVecType
+from tkc.ir.types import GlobalType, RegTileType, SharedTileType, SharedVecType
 
 
 def _lift(x: np.ndarray, ndim: int) -> np.ndarray:
@@ -223,10 +223,12 @@ class TileFunctions(InterpreterFunctions):
         return ((np.matmul(a.astype(np.float32), b.astype(np.float32)) + c).astype(np.float32),)
 
     def _wgmma(self, interpreter: Interpreter, op: t.WgmmaOp, args: PythonValues) -> PythonValues:
-        a, b, c = args  # a (B|1, 1, 64, K), b (B|1, 1, K, N) or (.., N, K), c (B|1, W|1, 16, N)
+        a, b, c = args  # a (B|1, 1, 64, K) or a warp's rows (B|1, W|1, 16, K), b (B|1, 1, K, N) or (.., N, K)
         if op.transpose_b:
             b = np.swapaxes(b, -1, -2)
-        product = np.matmul(a.astype(np.float32), b.astype(np.float32))  # the warpgroup's 64 rows
+        product = np.matmul(a.astype(np.float32), b.astype(np.float32))
+        if isinstance(op.a.type, RegTileType):  # each warp's own 16 rows
+            return ((product + c).astype(np.float32),)
         state = lane_state(interpreter)
         rows = (state.warp_index() % 4)[..., None] * 16 + np.arange(16)  # (1, W, 16): this warp's rows
         lanes = np.broadcast_shapes(product.shape[:2], rows.shape[:2], c.shape[:2])

@@ -732,16 +732,17 @@ MMA_OPS: dict[str, type[MmaOp]] = {
 
 
 class WgmmaOp(IRDLOperation):
-    """Base of `wgmma_AB`, `wgmma_ABt`: a warpgroup's D = A·op(B) + C with both operands in shared memory (Hopper's
-    `wgmma`, sm_90a). The 4 warps of a warpgroup compute it together; warp w of the warpgroup holds rows
-    16w..16w+15 of the 64-row product in its accumulator.
+    """Base of `wgmma_AB`, `wgmma_ABt`: a warpgroup's D = A·op(B) + C with B in shared memory (Hopper's `wgmma`,
+    sm_90a). The 4 warps of a warpgroup compute it together; warp w of the warpgroup holds rows 16w..16w+15 of
+    the 64-row product in its accumulator.
 
     `%d = tile.wgmma_AB %a, %b, %c : !tile.st<64x64xbf16>, !tile.st<64x256xbf16>, !tile.rt<16x256xf32>`
-    A is 64×K; B is K×N (`wgmma_AB`) or N×K (`wgmma_ABt`); K a multiple of 16, N of 16 up to 256.
+    A is a shared 64×K tile, or each warp's own 16 rows of it in registers (rt[bf16, 16, K]); B is K×N
+    (`wgmma_AB`) or N×K (`wgmma_ABt`); K a multiple of 16, N of 16 up to 256.
     """
 
     T: ClassVar = VarConstraint("T", base(RegTileType))
-    a = operand_def(SharedTileType)
+    a = operand_def(base(SharedTileType) | base(RegTileType))
     b = operand_def(SharedTileType)
     c = operand_def(T)
     result = result_def(T)
@@ -765,12 +766,15 @@ class WgmmaOp(IRDLOperation):
         a, b, c = self.a.type, self.b.type, self.c.type
         fn = self.fn
         if a.element_type != b.element_type or not isinstance(a.element_type, BFloat16Type | Float16Type):
-            raise VerifyException(f"{fn}: A and B must be shared bf16 or f16 tiles of one dtype, got {spec(a)} and {spec(b)}")
+            raise VerifyException(f"{fn}: A and B must be bf16 or f16 tiles of one dtype, got {spec(a)} and {spec(b)}")
         if not isinstance(c.element_type, Float32Type):
             raise VerifyException(f"{fn}: the accumulator must be an f32 tile, got {spec(c)}")
         m, k = a.shape
         kb, n = b.shape[::-1] if self.transpose_b else b.shape
-        if m != self.ROWS or k % 16:
+        if isinstance(a, RegTileType) and (m != 16 or k % 16):
+            raise VerifyException(f"{fn}: A in registers is each warp's 16 rows, rt[{spec(a.element_type)}, 16, K] "
+                                  f"(K a multiple of 16), got {spec(a)}")
+        if isinstance(a, SharedTileType) and (m != self.ROWS or k % 16):
             raise VerifyException(f"{fn}: A must be st[{spec(a.element_type)}, 64, K] (a warpgroup's 64 rows, K a "
                                   f"multiple of 16), got {spec(a)}")
         if k != kb:

@@ -116,8 +116,8 @@ def _links(op: Operation) -> list[tuple[Use | None, SSAValue, SSAValue, int]]:
 
 def _requirements(op: Operation) -> list[tuple[Use, int]]:
     """Uses that need one parity: the operands of an mma (and its accumulator)."""
-    if isinstance(op, t.WgmmaOp):
-        return [(Use(op, 2), 0)]  # a warp's slice of the wgmma accumulator is its row-layout tile
+    if isinstance(op, t.WgmmaOp):  # a warp's slice of the wgmma accumulator (and of a register A) is row layout
+        return [(Use(op, 2), 0)] + ([(Use(op, 0), 0)] if is_register(op.a) else [])
     if not isinstance(op, t.MmaOp):
         return []
     return [(Use(op, 0), 1 if op.transpose_a else 0), (Use(op, 1), 0 if op.transpose_b else 1), (Use(op, 2), 0)]
