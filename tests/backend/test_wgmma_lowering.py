@@ -121,3 +121,36 @@ def test_register_a_wgmma_assembles_without_serialization(via_shared: int) -> No
     ptx = compile_kernels([register_a_gemm], "sm_90a", {"VIA_SHARED": via_shared})
     (report,) = ptxas.assemble(ptx, "sm_90a").values()
     assert report.spill_stores == 0 and not report.notes, report.log
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_views_of_tiles_wider_than_the_swizzle(trans_b: int) -> None:
+    """BK = 128 bf16: A's rows are two 128-byte column panels; each warpgroup's 64-row view keeps the parent's
+    panel spacing in its descriptors."""
+    from tkc.kernels import gemm_sm90_kernel
+
+    rng = np.random.default_rng(7)
+    m, n, k = 128, 64, 200
+    a = random_bf16(rng, m, k)
+    b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
+    c = np.full((m, n), np.nan, dtype=a.dtype)
+    constants = {"TRANS_B": trans_b, "BN": 64, "BK": 128, "STAGES": 2, "WARPS": 8}
+    interp, sim = run_both(gemm_sm90_kernel, [a, b, c], (1,), constants, target="sm_90a", order="shuffled")
+    ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
+    assert rel_err(interp[2], ref) < 1e-2
+    assert rel_err(sim[2], interp[2]) < 1e-4
+
+
+def test_view_panel_spacing_matters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A descriptor that forgot the parent's panel spacing (the mutation) reads the wrong K half: caught."""
+    from tkc.backend import wgmma
+    from tkc.kernels import gemm_sm90_kernel
+
+    real = wgmma.operand_descriptor
+    monkeypatch.setattr(wgmma, "operand_descriptor", lambda tile, base, chunk, major, panel_rows=None: real(tile, base, chunk, major))
+    rng = np.random.default_rng(8)
+    a, b = random_bf16(rng, 128, 128), random_bf16(rng, 128, 64)
+    c = np.full((128, 64), np.nan, dtype=a.dtype)
+    constants = {"BN": 64, "BK": 128, "STAGES": 2, "WARPS": 8}
+    interp, sim = run_both(gemm_sm90_kernel, [a, b, c], (1,), constants, target="sm_90a")
+    assert rel_err(sim[2], interp[2]) > 1e-2

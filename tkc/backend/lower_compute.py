@@ -391,13 +391,13 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     n = op.c.type.shape[1]
     k_steps = op.a.type.shape[1] // wgmma.K_STEP
     b_major = "K" if op.transpose_b else "MN"
-    desc_b = _descriptors(lw, b_ref.addr, [wgmma.operand_descriptor(op.b.type, 0, kk, b_major)
+    desc_b = _descriptors(lw, b_ref.addr, [wgmma.operand_descriptor(op.b.type, 0, kk, b_major, b_ref.panel_rows)
                                           for kk in range(k_steps)])
     if isinstance(op.a.type, RegTileType):
         # a warp's rt[bf16, 16, K]: k step kk's four registers are the mma.sync A fragment, which wgmma takes as is
         a_bundle, a_regs = _operand(lw, a_value, np.arange(4 * k_steps).reshape(k_steps, 4))
     else:
-        a_bundle = _descriptors(lw, a_value.addr, [wgmma.operand_descriptor(op.a.type, 0, kk, "K")
+        a_bundle = _descriptors(lw, a_value.addr, [wgmma.operand_descriptor(op.a.type, 0, kk, "K", a_value.panel_rows)
                                                    for kk in range(k_steps)])
         a_regs = np.arange(k_steps).reshape(k_steps, 1)
     acc = lw.op("mov.b32", "b32", lw.reg(lw.value(op.c)), n=n // 2)  # wgmma writes in place: C stays as it was

@@ -722,6 +722,7 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     coords = [lw.value(i) for i in op.indices]
     if isinstance(dst_type, SharedTileType):
         return [_row_view(lw, ref, dst_type, coords[0])]
+    ref = _plain(ref, "loading registers from")
     if isinstance(dst_type, RegTileType) and is_packed(dst_type.element_type) and dst_type.element_type == src_type.element_type:
         if _streamable(op):
             return [StreamedTile(ref, dst_type, coords, operand=next(iter(op.result.uses)).index)]
@@ -739,27 +740,34 @@ def _row_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index: A
     (row bytes within the swizzle width) they are contiguous, and the view starts R·row-bytes further on, a whole
     number of swizzle repeats, so the XOR pattern (and a wgmma descriptor) carries over unchanged."""
     row_bytes = view.shape[1] * element_bytes(view.element_type)
-    swizzle = ref.type.swizzle or 0
-    if swizzle and row_bytes > swizzle:
-        raise TkcError(f"a view of rows of {ref.type.spec()} (rows wider than its {swizzle}-byte swizzle, stored as "
-                       f"column panels) is not supported yet")
-    if view.shape[0] * row_bytes % 1024:
+    panel_bytes = min(row_bytes, ref.type.swizzle or row_bytes)  # a row's bytes within one column panel
+    if view.shape[0] * panel_bytes % 1024:
         raise TkcError(f"a view of {view.shape[0]} rows of {ref.type.spec()} must start on a 1024-byte boundary")
-    offset = _mul_imm(lw, index, view.shape[0] * row_bytes)
-    return SharedRef(lw.reg(_add_i32(lw, ref.addr, offset)), view)
+    offset = _mul_imm(lw, index, view.shape[0] * panel_bytes)
+    # rows wider than the swizzle are column panels: the view's panels keep the parent's spacing
+    panel_rows = (ref.panel_rows or ref.type.shape[0]) if row_bytes > panel_bytes else None
+    return SharedRef(lw.reg(_add_i32(lw, ref.addr, offset)), view, panel_rows)
+
+
+def _plain(ref: SharedRef, what: str) -> SharedRef:
+    if ref.panel_rows is not None and ref.panel_rows != ref.type.shape[0]:
+        raise TkcError(f"{what} a view of rows of a wider-than-swizzle shared tile is not supported yet (only wgmma "
+                       f"reads such views)")
+    return ref
 
 
 @handles(t.StoreOp)
 def lower_store(lw: KernelLowering, op: t.StoreOp) -> None:
     if isinstance(op.value.type, SharedTileType | SharedVecType):
-        _copy_shared_to_global(lw, lw.value(op.value), lw.value(op.dest), [lw.value(i) for i in op.indices])
+        _copy_shared_to_global(lw, _plain(lw.value(op.value), "storing"), lw.value(op.dest),
+                               [lw.value(i) for i in op.indices])
         return
     _store_global_registers(lw, op)
 
 
 @handles(t.InsertOp)
 def lower_insert(lw: KernelLowering, op: t.InsertOp) -> list[Any]:
-    ref: SharedRef = lw.value(op.dest)
+    ref: SharedRef = _plain(lw.value(op.dest), "storing into")
     value_type, dest_type = op.value.type, op.dest.type
     value = lw.reg(lw.value(op.value))
     mem_type = _register_type(value_type, dest_type.element_type)

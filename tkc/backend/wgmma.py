@@ -51,13 +51,14 @@ def swizzled(address: np.ndarray, swizzle: int) -> np.ndarray:
     return address ^ (((address >> 7) & (swizzle // 16 - 1)) << 4)
 
 
-def operand_descriptor(tile: SharedTileType, base: int, chunk: int, major: str) -> int:
+def operand_descriptor(tile: SharedTileType, base: int, chunk: int, major: str, panel_rows: int | None = None) -> int:
     """The descriptor of k16 step `chunk` of shared tile `tile` (starting at shared byte address `base`, aligned to
-    the swizzle's repeat) read as a wgmma operand. `major` is "K" (the tile is rows × K) or "MN" (K × cols)."""
+    the swizzle's repeat) read as a wgmma operand. `major` is "K" (the tile is rows × K) or "MN" (K × cols).
+    `panel_rows`: for a view of rows of a taller tile, the rows between its column panels."""
     swizzle = tile.swizzle or 0
     if swizzle == 0:
         raise ValueError(f"{tile}: a wgmma operand must be a swizzled shared tile")
-    rows, _ = tile.shape
+    rows = panel_rows or tile.shape[0]
     e = element_bytes(tile.element_type)
     if major == "K":
         kbyte = chunk * K_STEP * e

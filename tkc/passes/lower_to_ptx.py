@@ -61,6 +61,7 @@ class GlobalRef:
 class SharedRef:
     addr: SSAValue  # b32 shared-window address of the buffer
     type: Any
+    panel_rows: int | None = None  # a view of rows of a taller tile: its column panels lie this many rows apart
 
 
 @dataclass
