@@ -2,7 +2,7 @@
 tkc.kernels.gemm_sm90_kernel with one or two consumer warpgroups (cp.async pipeline; no TMA or warp
 specialization yet).
 
-    python bench/wgmma_probe.py [--size 4096]
+    python bench/wgmma_probe.py [--size 4096] [--n 4096] [--what gemm attention]
 """
 
 from __future__ import annotations
@@ -16,13 +16,52 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import rel_err, time_ms  # noqa: E402
 
-from tkc.kernels import gemm_sm90_kernel  # noqa: E402
+from tkc.kernels import attention_sm90, gemm_sm90_kernel  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=4096)
-    n = parser.parse_args().size
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--what", nargs="+", default=["gemm", "attention"])
+    args = parser.parse_args()
+    if "gemm" in args.what:
+        gemm(args.size)
+    if "attention" in args.what:
+        attention(args.n)
+
+
+def attention(n: int) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b, h = max(1, 16384 // n), 16
+    for d in (128, 64):
+        for causal in (0, 1):
+            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            o = torch.empty_like(q)
+            flops = 4 * b * h * n * n * d / (2 if causal else 1)
+            peers = {}
+            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+                with sdpa_kernel(backend):
+                    peers[name] = time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)))
+            ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+            print(f"D={d} causal={causal}: flash {flops / peers['flash'] / 1e9:.0f}, cuDNN {flops / peers['cuDNN'] / 1e9:.0f} TFLOP/s")
+            for warps, keys in ((8, 64), (8, 128), (4, 64), (4, 128)):
+                label = f"  D={d} causal={causal} WARPS={warps} KEYS={keys}"
+                run = lambda: attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal,  # noqa: E731
+                                                                        KEYS=keys, WARPS=warps, target="sm_90a")
+                try:
+                    o.fill_(float("nan"))
+                    run()
+                    err = rel_err(o, ref)
+                    ms = time_ms(run)
+                    print(f"{label}: {flops / ms / 1e9:.0f} TFLOP/s ({peers['flash'] / ms:.2f}x flash, "
+                          f"{peers['cuDNN'] / ms:.2f}x cuDNN), err {err:.1e}", flush=True)
+                except Exception as e:  # noqa: BLE001
+                    print(f"{label}: {type(e).__name__}: {str(e)[:200]}")
+
+
+def gemm(n: int) -> None:
     a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     bt = b.t().contiguous()
     ref = a.float() @ b.float()

@@ -26,7 +26,8 @@ VARIANTS = {
                       {"D": 128, "CAUSAL": 0, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1}],
     "layernorm_kernel": [{"D": 768, "WARPS": 1}, {"D": 4096, "WARPS": 8}, {"D": 8192, "WARPS": 16}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
-    "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}],
+    "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}, {"WARPS": 8, "BK": 64}],
+    "attention_sm90": [{"D": 128}, {"D": 128, "CAUSAL": 1}, {"D": 64, "WARPS": 4}, {"D": 128, "KEYS": 128}],
 }
 
 pytestmark = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc==13.0.88)")

@@ -70,3 +70,18 @@ def test_dsl_wgmma_register_a(trans_b: int, via_shared: int) -> None:
     register_a_gemm[(-(-m // 64), -(-n // 64))](a, b, c, TRANS_B=trans_b, VIA_SHARED=via_shared, target="sm_90a")
     ref = a.double() @ (b.double().t() if trans_b else b.double())
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("b, h, n, d, warps", [(2, 3, 256, 64, 4), (1, 4, 1024, 128, 8), (2, 2, 384, 128, 8)])
+def test_hopper_attention(b: int, h: int, n: int, d: int, warps: int, causal: int) -> None:
+    """attention_sm90 on the H200 against torch's float32 attention."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    from tkc.kernels import attention_sm90
+
+    q, k, v = (torch.randn(b, h, n, d, device="cuda").to(torch.bfloat16) for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, WARPS=warps, target="sm_90a")
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
+    assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2

@@ -5,8 +5,8 @@
     tkc.kernels.layernorm(x, residual, weight, bias)       # LayerNorm with a fused residual add
 """
 
-from tkc.kernels.attention import attention, attention_fwd
+from tkc.kernels.attention import attention, attention_fwd, attention_sm90
 from tkc.kernels.gemm import gemm, gemm_kernel, gemm_sm90_kernel
 from tkc.kernels.layernorm import layernorm, layernorm_kernel
 
-__all__ = ["attention", "attention_fwd", "gemm", "gemm_kernel", "gemm_sm90_kernel", "layernorm", "layernorm_kernel"]
+__all__ = ["attention", "attention_fwd", "attention_sm90", "gemm", "gemm_kernel", "gemm_sm90_kernel", "layernorm", "layernorm_kernel"]

@@ -61,6 +61,43 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
 
 
+@tkc.kernel(warps="WARPS", min_target="sm_90a")
+def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float,
+                   D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8):
+    """attention_fwd on Hopper's wgmma. Grid: (B, H, Nq / (16·WARPS)).
+
+    The block's queries wait in shared memory; each warpgroup takes its 64 rows of them (a view) and each warp
+    keeps the softmax state of its 16 rows. Per block of KEYS keys: S = Q·Kᵀ by wgmma from shared memory, the
+    online softmax in registers (as attention_fwd), and O += P·V by wgmma with P straight from registers.
+    """
+    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
+    b, h, blk = block_idx()
+    BLOCK_ROWS = 16 * WARPS
+    q = load(load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D]), (warpgroup_id(), 0), st[bf16, 64, D])
+    q_tile = blk * WARPS + warp_id()                         # this warp's 16 rows, in tiles of 16
+    scale_log2 = scale * LOG2E
+    RESCALE_LOG2 = 8.0
+    m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
+    last_row = (blk + 1) * BLOCK_ROWS
+    n_blocks = cdiv(last_row, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
+    first_masked = blk * BLOCK_ROWS // KEYS
+    for j in range(n_blocks):
+        k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
+        s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
+        if CAUSAL:
+            if j >= first_masked:
+                s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
+        m_new = max(m, row_max(s))
+        if max(m_new - m) * scale_log2 > RESCALE_LOG2:
+            correction = exp2((m - m_new) * scale_log2)
+            l, o, m = l * correction, mul_row(o, correction), m_new
+        p = exp2(sub_row(s * scale_log2, m * scale_log2))
+        l = l + row_sum(p)
+        o = mma_AB(p.to(bf16), v_s, o)
+    store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
+
+
 # (ROWS, KEYS, Q_IN_SHARED) per head dim, from bench/sweep.py on the H200 (N = 4096, causal and not); FALLBACK
 # where N does not divide.
 CONFIG = {64: (32, 64, 0), 128: (32, 32, 1)}
