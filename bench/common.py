@@ -55,6 +55,14 @@ def time_ms(fn: Callable[[], Any], launches: int = 30, warmup: int = 5) -> float
     return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
+def checked_time(run: Callable[[], Any], out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """Poison `out`, run once and compare it with `ref`, then time `run`: (median ms, relative error)."""
+    out.fill_(float("nan"))
+    run()
+    err = rel_err(out, ref)
+    return time_ms(run), err
+
+
 def compare(impls: dict[str, Callable[[], Any]], rounds: int = 3, launches: int = 30) -> dict[str, float]:
     """Median over `rounds` interleaved rounds of each implementation's median time (ms); failing ones are NaN."""
     per_round: dict[str, list[float]] = {name: [] for name in impls}

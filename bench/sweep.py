@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import rel_err, time_ms  # noqa: E402
+from common import checked_time, time_ms  # noqa: E402
 
 from tkc.kernels import attention_fwd, gemm_kernel, layernorm, layernorm_kernel  # noqa: E402
 from tkc.kernels import gemm as tkc_gemm  # noqa: E402
@@ -42,13 +42,10 @@ def gemm(size: int) -> None:
     cublas = time_ms(lambda: torch.matmul(a, b))
     print(f"cuBLAS {2 * size**3 / cublas / 1e9:.0f} TFLOP/s")
     for cfg in GEMM_CONFIGS:
-        c = torch.full((size, size), float("nan"), device="cuda", dtype=torch.bfloat16)
+        c = torch.empty((size, size), device="cuda", dtype=torch.bfloat16)
         grid = (-(-size // cfg["BM"]) * -(-size // cfg["BN"]),)
         try:
-            run = lambda: gemm_kernel[grid](a, b, c, target="sm_80", **cfg)  # noqa: E731
-            run()
-            err = rel_err(c, ref)
-            ms = time_ms(run)
+            ms, err = checked_time(lambda: gemm_kernel[grid](a, b, c, target="sm_80", **cfg), c, ref)
             print(f"{cfg}: {2 * size**3 / ms / 1e9:.0f} TFLOP/s ({cublas / ms:.2f}x cuBLAS), err {err:.1e}", flush=True)
         except Exception as e:  # noqa: BLE001
             print(f"{cfg}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
@@ -78,13 +75,10 @@ def attention(n: int) -> None:
             ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         for rows, keys, q_in_shared in ATTENTION_CONFIGS[d]:
-            o.fill_(float("nan"))
             run = lambda: attention_fwd[(b, h, n // (4 * rows))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, ROWS=rows,  # noqa: E731
                                                                KEYS=keys, Q_IN_SHARED=q_in_shared, target="sm_80")
             try:
-                run()
-                err = rel_err(o, ref)
-                ms = time_ms(run)
+                ms, err = checked_time(run, o, ref)
             except Exception as e:  # noqa: BLE001
                 print(f"D={d} causal={causal} ROWS={rows} KEYS={keys} Q_IN_SHARED={q_in_shared}: {type(e).__name__}: "
                       f"{str(e).splitlines()[0][:200]}", flush=True)
@@ -113,10 +107,7 @@ def layernorm_sweep() -> None:
             resident = layernorm_kernel.resident_blocks(*args, D=d, WARPS=warps, target="sm_80")
             for label, grid in (("rows", m), ("1x", resident), ("2x", 2 * resident), ("4x", 4 * resident)):
                 run = lambda: layernorm_kernel[(min(grid, m),)](*args, D=d, WARPS=warps, target="sm_80")  # noqa: E731
-                o.fill_(float("nan"))
-                run()
-                err = rel_err(o, ref)
-                ms = time_ms(run)
+                ms, err = checked_time(run, o, ref)
                 print(f"{m}x{d} warps={warps} grid={label}({min(grid, m)}): {nbytes / ms / 1e6:.0f} GB/s "
                       f"({nbytes / ms / 1e6 / copy_gbs:.2f}x copy), err {err:.1e}", flush=True)
         for label, call in (("layernorm() fresh outputs", lambda: layernorm(x, r, w, b)),

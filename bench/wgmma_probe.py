@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import rel_err, time_ms  # noqa: E402
+from common import checked_time, time_ms  # noqa: E402
 
 from tkc.kernels import attention_sm90, gemm_sm90_kernel  # noqa: E402
 
@@ -51,10 +51,7 @@ def attention(n: int) -> None:
                 run = lambda: attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal,  # noqa: E731
                                                                         KEYS=keys, WARPS=warps, target="sm_90a")
                 try:
-                    o.fill_(float("nan"))
-                    run()
-                    err = rel_err(o, ref)
-                    ms = time_ms(run)
+                    ms, err = checked_time(run, o, ref)
                     print(f"{label}: {flops / ms / 1e9:.0f} TFLOP/s ({peers['flash'] / ms:.2f}x flash, "
                           f"{peers['cuDNN'] / ms:.2f}x cuDNN), err {err:.1e}", flush=True)
                 except Exception as e:  # noqa: BLE001
@@ -76,10 +73,7 @@ def gemm(n: int) -> None:
                                                   WARPS=warps, STAGES=stages, target="sm_90a")
             label = f"TRANS_B={trans_b} WARPS={warps} BN={bn} BK={bk} STAGES={stages}"
             try:
-                c.fill_(float("nan"))
-                run()
-                err = rel_err(c, ref)
-                ms = time_ms(run)
+                ms, err = checked_time(run, c, ref)
                 print(f"{label}: {2 * n**3 / ms / 1e9:.0f} TFLOP/s ({cublas / ms:.2f}x cuBLAS), err {err:.1e}", flush=True)
             except Exception as e:  # noqa: BLE001
                 print(f"{label}: {type(e).__name__}: {str(e)[:200]}")

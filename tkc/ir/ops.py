@@ -664,7 +664,22 @@ class TriuOp(TriangleOp):
 # Matrix multiply-accumulate
 
 
-class MmaOp(IRDLOperation):
+class _AccumulateMethods:
+    """What mma_* and wgmma_* share: D = op(A)·op(B) + C with C's type, named by the op."""
+
+    def __init__(self, a: SSAValue | Operation, b: SSAValue | Operation, c: SSAValue | Operation):
+        super().__init__(operands=[a, b, c], result_types=[SSAValue.get(c).type])  # type: ignore[call-arg]
+
+    @property
+    def fn(self) -> str:
+        return self.name.split(".")[1]  # type: ignore[attr-defined]
+
+    @property
+    def transpose_b(self) -> bool:
+        return self.fn.endswith("Bt")
+
+
+class MmaOp(_AccumulateMethods, IRDLOperation):
     """Base of `mma_AB`, `mma_ABt`, `mma_AtB`, `mma_AtBt`: D = op(A)·op(B) + C on the tensor cores.
 
     `%d = tile.mma_AB %a, %b, %c : !tile.rt<16x64xbf16>, !tile.rt<64x32xbf16>, !tile.rt<16x32xf32>`
@@ -679,20 +694,9 @@ class MmaOp(IRDLOperation):
     traits = traits_def(Pure())
     assembly_format = "$a `,` $b `,` $c attr-dict `:` type($a) `,` type($b) `,` type($c)"
 
-    def __init__(self, a: SSAValue | Operation, b: SSAValue | Operation, c: SSAValue | Operation):
-        super().__init__(operands=[a, b, c], result_types=[SSAValue.get(c).type])
-
-    @property
-    def fn(self) -> str:
-        return self.name.split(".")[1]
-
     @property
     def transpose_a(self) -> bool:
         return self.fn.startswith("mma_At")
-
-    @property
-    def transpose_b(self) -> bool:
-        return self.fn.endswith("Bt")
 
     def verify_(self) -> None:
         a, b, c = self.a.type, self.b.type, self.c.type
@@ -731,7 +735,7 @@ MMA_OPS: dict[str, type[MmaOp]] = {
 }
 
 
-class WgmmaOp(IRDLOperation):
+class WgmmaOp(_AccumulateMethods, IRDLOperation):
     """Base of `wgmma_AB`, `wgmma_ABt`: a warpgroup's D = A·op(B) + C with B in shared memory (Hopper's `wgmma`,
     sm_90a). The 4 warps of a warpgroup compute it together; warp w of the warpgroup holds rows 16w..16w+15 of
     the 64-row product in its accumulator.
@@ -750,17 +754,6 @@ class WgmmaOp(IRDLOperation):
     assembly_format = "$a `,` $b `,` $c attr-dict `:` type($a) `,` type($b) `,` type($c)"
 
     ROWS: ClassVar[int] = 64  # of A: a warpgroup's rows
-
-    def __init__(self, a: SSAValue | Operation, b: SSAValue | Operation, c: SSAValue | Operation):
-        super().__init__(operands=[a, b, c], result_types=[SSAValue.get(c).type])
-
-    @property
-    def fn(self) -> str:
-        return self.name.split(".")[1]
-
-    @property
-    def transpose_b(self) -> bool:
-        return self.fn.endswith("Bt")
 
     def verify_(self) -> None:
         a, b, c = self.a.type, self.b.type, self.c.type
