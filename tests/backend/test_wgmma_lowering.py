@@ -171,3 +171,25 @@ def test_hopper_attention_simulated(d: int, causal: int, warps: int, n: int) -> 
                            {"D": d, "CAUSAL": causal, "WARPS": warps}, target="sm_90a", order="shuffled")
     assert rel_err(interp[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
     assert rel_err(sim[3], interp[3]) < 1e-3
+
+
+def test_wgmma_in_flight_needs_the_pipeline_slack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With wgmma left in flight but copies running stages-1 ahead (no stage to spare: the mutation), a copy
+    refills the stage the previous step's wgmma is still reading: the simulator reports the race."""
+    from tkc.backend import lower_compute
+    from tkc.kernels import gemm_sm90_kernel
+    from tkc.passes import insert_async_pipeline
+
+    def run(seed: int):
+        rng = np.random.default_rng(seed)
+        a, b = random_bf16(rng, 64, 256), random_bf16(rng, 256, 64)
+        c = np.full((64, 64), np.nan, dtype=a.dtype)
+        return run_both(gemm_sm90_kernel, [a, b, c], (1,), {"BN": 64, "BK": 32, "STAGES": 3}, target="sm_90a")
+
+    interp, sim = run(11)
+    assert rel_err(sim[2], interp[2]) < 1e-4  # as compiled: copies two steps ahead, one wgmma in flight
+    monkeypatch.setattr(insert_async_pipeline, "_wgmma_slack", lambda body, stages: 0)
+    monkeypatch.setattr(lower_compute, "_accumulates_in_flight",
+                        lambda op: lower_compute._carries_only_the_accumulator(op, op.parent_op()))
+    with pytest.raises(TkcError, match="a wgmma of warp .* still reads"):
+        run(11)

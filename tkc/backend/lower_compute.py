@@ -9,6 +9,8 @@ same in every lane, so each op is one table-driven `ptx.op`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
 from xdsl.ir import Attribute, SSAValue
@@ -400,14 +402,45 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
         a_bundle = _descriptors(lw, a_value.addr, [wgmma.operand_descriptor(op.a.type, 0, kk, "K", a_value.panel_rows)
                                                    for kk in range(k_steps)])
         a_regs = np.arange(k_steps).reshape(k_steps, 1)
-    acc = lw.op("mov.b32", "b32", lw.reg(lw.value(op.c)), n=n // 2)  # wgmma writes in place: C stays as it was
+    in_flight = _accumulates_in_flight(op)
+    if in_flight:  # the loop's own accumulator registers, left to the tensor cores until the next step's wait
+        acc = lw.value(op.c)
+        lw.wgmma_loops.add(op.parent_op())
+    else:
+        acc = lw.op("mov.b32", "b32", lw.reg(lw.value(op.c)), n=n // 2)  # wgmma writes in place: keep C as it was
     lw.emit(ptx.WgmmaSyncOp("fence"))
     for kk in range(k_steps):
         lw.emit(ptx.WgmmaOp(n, acc, range(n // 2), a_bundle, a_regs[kk], desc_b, kk, scale_d=1,
                             trans_b=int(b_major == "MN")))
     lw.emit(ptx.WgmmaSyncOp("commit"))
-    lw.emit(ptx.WgmmaSyncOp("wait", 0))
+    lw.emit(ptx.WgmmaSyncOp("wait", 1 if in_flight else 0))
     return [acc]
+
+
+def _accumulates_in_flight(op: t.WgmmaOp) -> bool:
+    """May this wgmma run on while the loop goes on (waited for at the next step, and after the loop)? When the
+    pipeline left a stage of room for it (insert-async-pipeline marks the loop), and it only carries the loop's
+    accumulator forward: C is the loop's argument, used by nothing else, and the result goes only to the yield."""
+    from xdsl.dialects import scf
+
+    from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT
+
+    loop = op.parent_op()
+    if not (isinstance(loop, scf.ForOp) and WGMMA_IN_FLIGHT in loop.attributes):
+        return False
+    return _carries_only_the_accumulator(op, loop)
+
+
+def _carries_only_the_accumulator(op: t.WgmmaOp, loop: Any) -> bool:
+    from xdsl.dialects import scf
+    from xdsl.ir import BlockArgument
+
+    c, body = op.c, loop.body.block
+    if not (isinstance(c, BlockArgument) and c.owner is body and len(list(c.uses)) == 1):
+        return False
+    uses = list(op.result.uses)
+    return (len(uses) == 1 and isinstance(uses[0].operation, scf.YieldOp) and uses[0].operation.parent_block() is body
+            and uses[0].index == c.index - 1)
 
 
 def _descriptors(lw: KernelLowering, addr: SSAValue, templates: list[int]) -> SSAValue:

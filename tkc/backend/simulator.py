@@ -383,8 +383,9 @@ class Warp:
     groups: list[list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=list)  # committed cp.async groups
     open_group: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     wgmma_results: dict[SSAValue, np.ndarray] = field(default_factory=dict)  # accumulators as wgmmas left them
-    wgmma_groups: list[list[SSAValue]] = field(default_factory=list)
-    wgmma_open: list[SSAValue] = field(default_factory=list)
+    # (accumulator, completion, 2-byte units of shared memory it reads) per wgmma not yet waited for
+    wgmma_groups: list[list[tuple[SSAValue, Any, np.ndarray]]] = field(default_factory=list)
+    wgmma_open: list[tuple[SSAValue, Any, np.ndarray]] = field(default_factory=list)
 
 
 @dataclass
@@ -662,6 +663,7 @@ class BlockSimulator:
             if space == "global":
                 self.launch.global_memory.write(addrs[lanes, i], data, "st.global")
             else:
+                self._check_wgmma_reads(addrs[lanes, i], word * vec, "st.shared")
                 self.shared.write(addrs[lanes, i], data, "st.shared")
 
     def cp_async(self, warp: Warp, op: ptx.CpAsyncOp) -> None:
@@ -682,6 +684,7 @@ class BlockSimulator:
                 keep = np.arange(nbytes)[None, :] < sizes[reading, i][:, None]
                 data[np.isin(lanes, reading)] = np.where(keep, got, 0)
             self.shared._check(dst[lanes, i], nbytes, "cp.async destination")
+            self._check_wgmma_reads(dst[lanes, i], nbytes, "cp.async")
             warp.open_group.append((dst[lanes, i], data))
 
     def ldmatrix(self, warp: Warp, op: ptx.LdmatrixOp) -> None:
@@ -802,9 +805,12 @@ class BlockSimulator:
             bar_addrs = s32(self.get(warp, op.bar)[lane:lane + 1, op.bar_index.data]) + op.bar_offset.data
             bar = self._barrier(int(bar_addrs[0]))
             self.shared._check(linear, 16, "TMA destination")
+            self._check_wgmma_reads(wg.swizzled(linear, tmap.swizzle), 16, "a TMA load")
             bar.in_flight.append((wg.swizzled(linear, tmap.swizzle), chunks, box.nbytes))
 
     def wgmma(self, warp: Warp, op: ptx.WgmmaOp) -> None:
+        """Issue: the descriptors and a register A are read now; shared memory is read when a wait_group covers
+        the wgmma (as the tensor cores may read it any time until then), so a stage refilled too early shows."""
         n = op.n.data
         w = warp.index % 4  # this warp's rows of the 64-row tile: 16w .. 16w + 15
 
@@ -821,32 +827,48 @@ class BlockSimulator:
         if op.a_in_registers:
             words = self.get(warp, op.a)[:, op.table("a_index", 0)]  # [32, 4] bf16x2
             values = _unpack16(words, "bf16")  # [32, 8]
-            A = np.zeros((16, 16), dtype=np.float32)
+            a_regs = np.zeros((16, 16), dtype=np.float32)
             rows, ks = wg.a_fragment()
-            A[rows[w * 32:(w + 1) * 32] - 16 * w, ks[w * 32:(w + 1) * 32]] = values
+            a_regs[rows[w * 32:(w + 1) * 32] - 16 * w, ks[w * 32:(w + 1) * 32]] = values
+            a_of = lambda: a_regs  # noqa: E731
         else:
             major_a = "MN" if op.trans_a.data else "K"
-            A = read(wg.operand_addresses(desc_of(op.a, int(op.table("a_index", 0)[0])), 64, major_a))[16 * w:16 * w + 16]
-        B = read(wg.operand_addresses(desc_of(op.b, op.b_index.data), n, "MN" if op.trans_b.data else "K"))  # [n, 16]
+            a_addresses = wg.operand_addresses(desc_of(op.a, int(op.table("a_index", 0)[0])), 64, major_a)
+            a_of = lambda: read(a_addresses)[16 * w:16 * w + 16]  # noqa: E731
+        b_addresses = wg.operand_addresses(desc_of(op.b, op.b_index.data), n, "MN" if op.trans_b.data else "K")
         acc_index = op.table("acc_index", 0)
-        current = warp.wgmma_results.get(op.acc)
-        if current is None:
-            current = self.get(warp, op.acc).copy()
+        if op.acc not in warp.wgmma_results:
+            warp.wgmma_results[op.acc] = self.get(warp, op.acc).copy()  # C as the first wgmma of a chain finds it
         rows_, cols_ = wg.accumulator_fragment(n)
         r, c = rows_[w * 32:(w + 1) * 32] - 16 * w, cols_[w * 32:(w + 1) * 32]  # [32, n/2]
-        D = A.astype(np.float32) @ B.astype(np.float32).T
-        if op.scale_d.data:
-            C = np.zeros((16, n), dtype=np.float32)
-            C[r, c] = f32(current[:, acc_index])
-            D = D + C
-        result = current.copy()
-        result[:, acc_index] = bits32(D[r, c])
-        warp.wgmma_results[op.acc] = result
+        scale_d = op.scale_d.data
+
+        def complete() -> None:
+            current = warp.wgmma_results[op.acc]
+            D = a_of().astype(np.float32) @ read(b_addresses).astype(np.float32).T
+            if scale_d:
+                C = np.zeros((16, n), dtype=np.float32)
+                C[r, c] = f32(current[:, acc_index])
+                D = D + C
+            result = current.copy()
+            result[:, acc_index] = bits32(D[r, c])
+            warp.wgmma_results[op.acc] = result
+
         poisoned = self.get(warp, op.acc).copy()
         poisoned[:, acc_index] = 0xFFFFFFFF  # NaN until a wgmma.wait_group covers this wgmma
         warp.regs[op.acc] = poisoned
-        if op.acc not in warp.wgmma_open:
-            warp.wgmma_open.append(op.acc)
+        reads = b_addresses if op.a_in_registers else np.concatenate([a_addresses.reshape(-1), b_addresses.reshape(-1)])
+        warp.wgmma_open.append((op.acc, complete, np.unique(reads.reshape(-1) // 2)))
+
+    def _check_wgmma_reads(self, addresses: np.ndarray, nbytes: int, what: str) -> None:
+        """A write (landing now or later) into shared memory that a wgmma not yet waited for reads is a race."""
+        halves = np.unique((addresses.reshape(-1)[:, None] + np.arange(0, nbytes, 2)[None, :]).reshape(-1) // 2)
+        for other in self.warps:
+            for group in [*other.wgmma_groups, other.wgmma_open]:
+                for *_, reads in group:
+                    if np.intersect1d(reads, halves, assume_unique=True).size:
+                        raise SimulationError(f"{what} writes shared memory that a wgmma of warp {other.index} still "
+                                              f"reads (not yet waited for)")
 
     def wgmma_sync(self, warp: Warp, op: ptx.WgmmaSyncOp) -> None:
         kind = op.kind.data
@@ -857,9 +879,12 @@ class BlockSimulator:
             keep = op.pending.data  # type: ignore[union-attr]
             landing = warp.wgmma_groups[:len(warp.wgmma_groups) - keep] if keep else warp.wgmma_groups
             warp.wgmma_groups = warp.wgmma_groups[len(landing):]
-            still = {v for group in warp.wgmma_groups for v in group} | set(warp.wgmma_open)
+            for group in landing:  # in issue order: the tensor cores read shared memory now at the latest
+                for _, complete, _ in group:
+                    complete()
+            still = {e[0] for group in warp.wgmma_groups for e in group} | {e[0] for e in warp.wgmma_open}
             for group in landing:
-                for acc in group:
+                for acc, *_ in group:
                     if acc in warp.wgmma_results and acc not in still:
                         warp.regs[acc] = warp.wgmma_results.pop(acc)
 

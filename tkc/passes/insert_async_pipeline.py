@@ -6,7 +6,10 @@ only if that iteration runs); iteration k waits for its own copy (`wait_group N-
 still fly), starts the copy for iteration k+N-1 into the stage iteration k-1 used, and reads stage k mod N.
 Every iteration commits one group, empty or not, so the counting holds when the loop runs 0, 1 or fewer than
 N-1 times. `insert-barriers` then puts the one `tile.barrier` each iteration needs between the wait and the
-next copy. With stages=1 nothing changes (loads stay synchronous).
+next copy. With stages=1 nothing changes (loads stay synchronous). A loop that runs a wgmma (sm_90a) gets one
+stage of slack when it has one to spare: copies run stages-2 ahead and the loop is marked `tkc.wgmma_in_flight`,
+so that the lowering may leave each step's wgmma running until the next step (the stage it reads is refilled
+two steps later).
 
     scf.for %j = %lb to %ub step %c1 {
       %k_s = tile.load %K[%b, %j] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from xdsl.builder import Builder
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i32
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i32
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
@@ -121,6 +124,11 @@ def _guarded_issue(b: Builder, cond: SSAValue, loads: list[_Pipelined], iv: SSAV
     b.insert(a.CommitGroupOp())
 
 
+def _wgmma_slack(body: Block, stages: int) -> int:
+    """Stages kept free for wgmmas still reading: one, where the loop runs a wgmma and has a stage to spare."""
+    return int(stages >= 3 and any(isinstance(op, t.WgmmaOp) for op in body.walk()))
+
+
 def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
     body = loop.body.block
     candidates: list[_Pipelined] = []
@@ -137,6 +145,12 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
         raise TkcError("a pipelined loop needs a constant step")
     step = step_op.value.value.data
     iv = body.args[0]
+    # A wgmma reading these tiles may still run while the next iteration starts (it is waited for one step
+    # later): then a copy may refill only the stage read two steps ago, so the copies run stages-2 ahead.
+    slack = _wgmma_slack(body, stages)
+    ahead = stages - 1 - slack
+    if slack:
+        loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
 
     # Before the loop: rings, trip count, and copies for the first stages-1 iterations.
     pre = Builder(InsertPoint.before(loop))
@@ -147,7 +161,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
     span = pre.insert(arith.SubiOp(loop.ub, loop.lb)).result
     c_step = _constant(pre, step)
     trips = pre.insert(arith.CeilDivSIOp(span, c_step)).result
-    for s in range(stages - 1):
+    for s in range(ahead):
         c_s = _constant(pre, s)
         cond = pre.insert(arith.CmpiOp(c_s, trips, "slt")).result
         _guarded_issue(
@@ -163,13 +177,13 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
     k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, _constant(inb, step))).result
     c_stages = _constant(inb, stages)
     stage = inb.insert(arith.RemUIOp(k, c_stages)).result
-    inb.insert(a.WaitGroupOp(stages - 2))
-    ahead = inb.insert(arith.AddiOp(k, _constant(inb, stages - 1))).result
-    cond = inb.insert(arith.CmpiOp(ahead, trips, "slt")).result
+    inb.insert(a.WaitGroupOp(ahead - 1))
+    k_ahead = inb.insert(arith.AddiOp(k, _constant(inb, ahead))).result
+    cond = inb.insert(arith.CmpiOp(k_ahead, trips, "slt")).result
     _guarded_issue(
         inb, cond, candidates, iv,
-        lambda b: b.insert(arith.AddiOp(loop.lb, b.insert(arith.MuliOp(ahead, _constant(b, step))).result)).result,
-        lambda b: b.insert(arith.RemUIOp(ahead, c_stages)).result,
+        lambda b: b.insert(arith.AddiOp(loop.lb, b.insert(arith.MuliOp(k_ahead, _constant(b, step))).result)).result,
+        lambda b: b.insert(arith.RemUIOp(k_ahead, c_stages)).result,
     )
     for p in candidates:
         read = a.RingReadOp(p.ring, stage)  # type: ignore[arg-type]
@@ -182,6 +196,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
 
 
 DEFAULT_STAGES = 3
+WGMMA_IN_FLIGHT = "tkc.wgmma_in_flight"  # on a loop whose copies leave room for one wgmma step in flight
 
 
 def insert_async_pipeline(module: ModuleOp, stages: int | None) -> None:

@@ -81,6 +81,7 @@ class KernelLowering:
     labels: int = 0
     current_loc: Any = None
     guard: Any = None  # pred: inside an if-converted branch, memory operations run only where it holds
+    wgmma_loops: set[Operation] = field(default_factory=set)  # loops that leave a wgmma in flight at each step
 
     # --------------------------------------------------------------------------------------------------------
     # Emission
@@ -600,6 +601,8 @@ def _lower_for(lw: KernelLowering, op: scf.ForOp) -> list[Any]:
     lw.op("add.s32", None, iv, step, into=iv)
     lw.emit(ptx.BraOp(head))
     lw.emit(ptx.LabelOp(end))
+    if op in lw.wgmma_loops:
+        lw.emit(ptx.WgmmaSyncOp("wait", 0))  # the last step's wgmma, before anything reads the accumulator
     return carried
 
 
