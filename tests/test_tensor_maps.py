@@ -1,0 +1,42 @@
+"""Tensor maps for TMA launches (tkc/runtime/tensor_maps.py), with the driver call replaced: which matrix a tensor
+is read as, what is refused and why, and the cache."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tkc.errors import KernelArgumentError  # noqa: E402
+from tkc.runtime import tensor_maps  # noqa: E402
+
+
+def test_contiguous_leading_dimensions_fold_into_rows() -> None:
+    assert tensor_maps.as_matrix((4, 16, 1024, 128), (16 * 1024 * 128, 1024 * 128, 128, 1)) == (4 * 16 * 1024, 128, 128)
+    assert tensor_maps.as_matrix((300, 70), (80, 1)) == (300, 70, 80)  # a padded row pitch stays
+    assert tensor_maps.as_matrix((64,), (1,)) == (1, 64, 64)
+
+
+@pytest.mark.parametrize("shape, strides, message", [
+    ((2, 8, 64), (1024, 64, 1), "do not collapse"),
+    ((8, 64), (64, 2), "last dimension must be contiguous"),
+])
+def test_layouts_tma_cannot_read_are_refused(shape: tuple, strides: tuple, message: str) -> None:
+    with pytest.raises(KernelArgumentError, match=message):
+        tensor_maps.as_matrix(shape, strides, "q")
+
+
+def test_maps_are_cached_and_alignment_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tkc.runtime import driver
+
+    calls = []
+    monkeypatch.setattr(driver, "tensor_map_2d", lambda *args: calls.append(args) or bytes(128))
+    monkeypatch.setattr(tensor_maps, "_cache", tensor_maps.OrderedDict())
+    x = torch.empty(4, 256, 64, dtype=torch.bfloat16)
+    assert tensor_maps.tensor_map(x, 64, 64, 128) == bytes(128)
+    tensor_maps.tensor_map(x, 64, 64, 128)
+    assert len(calls) == 1 and calls[0][1:] == (4 * 256, 64, 128, 64, 64, 128, "bf16")
+    tensor_maps.tensor_map(x, 128, 64, 128)  # another box: another map
+    assert len(calls) == 2
+    with pytest.raises(KernelArgumentError, match="16-byte aligned"):
+        tensor_maps.tensor_map(torch.empty(64, 37, dtype=torch.bfloat16), 64, 32, 64, "a")

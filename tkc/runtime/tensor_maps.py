@@ -1,0 +1,65 @@
+"""TMA tensor maps for kernel launches: the 128-byte `CUtensorMap` of a torch tensor seen as a row-major matrix,
+for boxes of a tile's shape and swizzle, built with `cuTensorMapEncodeTiled` (driver.tensor_map_2d) and cached,
+since a training loop launches on the same tensors again and again.
+
+A tensor of rank > 2 is seen as rows × (its last dimension) when its leading dimensions collapse into one (each
+stride is the next one's times its size), which holds for the contiguous (B, H, N, D) tensors of attention; TMA
+needs the row pitch and the address 16-byte aligned and the last dimension contiguous.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from tkc.errors import KernelArgumentError
+
+CACHE_SIZE = 1024
+_cache: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
+_ELEMENT = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+
+
+def as_matrix(shape: Sequence[int], strides: Sequence[int], name: str = "tensor") -> tuple[int, int, int]:
+    """(rows, cols, row stride in elements) of a tensor read as a row-major matrix, or a clear error."""
+    if not shape:
+        raise KernelArgumentError(f"{name}: a TMA load needs a tensor of rank 1 or more")
+    cols = shape[-1]
+    if cols > 1 and strides[-1] != 1:
+        raise KernelArgumentError(f"{name}: its last dimension must be contiguous for TMA, got strides {tuple(strides)}")
+    if len(shape) == 1:
+        return 1, cols, cols
+    pitch = strides[-2]
+    rows = shape[-2]
+    for d in range(len(shape) - 3, -1, -1):  # leading dimensions fold into rows while they are dense over the rest
+        if shape[d] > 1 and strides[d] != strides[d + 1] * shape[d + 1]:
+            raise KernelArgumentError(f"{name}: dimensions {d} and {d + 1} do not collapse into rows for TMA "
+                                      f"(shape {tuple(shape)}, strides {tuple(strides)}); make it contiguous")
+        rows *= shape[d]
+    return rows, cols, pitch
+
+
+def tensor_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, name: str = "tensor") -> bytes:
+    """The tensor map of `tensor` for box_rows × box_cols boxes with `swizzle` (bytes), cached by address, shape,
+    strides, dtype, box and swizzle."""
+    from tkc.runtime import driver
+
+    shape, strides, ptr = tuple(tensor.shape), tuple(tensor.stride()), tensor.data_ptr()
+    element = _ELEMENT.get(str(tensor.dtype).removeprefix("torch."))
+    key = (ptr, shape, strides, element, box_rows, box_cols, swizzle)
+    found = _cache.get(key)
+    if found is not None:
+        _cache.move_to_end(key)
+        return found
+    if element is None:
+        raise KernelArgumentError(f"{name}: TMA copies bf16, f16 or f32 tensors, got {tensor.dtype}")
+    rows, cols, pitch = as_matrix(shape, strides, name)
+    item = tensor.element_size()
+    if ptr % 16 or (rows > 1 and pitch * item % 16):
+        raise KernelArgumentError(f"{name}: TMA needs a 16-byte aligned address and row pitch, got address "
+                                  f"{ptr:#x} and {pitch * item} bytes between rows")
+    tmap = driver.tensor_map_2d(ptr, rows, cols, pitch * item, box_rows, box_cols, swizzle, element)
+    _cache[key] = tmap
+    if len(_cache) > CACHE_SIZE:
+        _cache.popitem(last=False)
+    return tmap
