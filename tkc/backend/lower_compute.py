@@ -377,10 +377,11 @@ def _operand(lw: KernelLowering, value: object, regs: np.ndarray) -> tuple[SSAVa
 
 @handles(t.WgmmaOp)
 def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
-    """The warpgroup's `wgmma`s, one per 16-wide step of K, reading A and B through shared-memory descriptors
-    (backend/wgmma.py) into a copy of C; fenced before, committed and waited for after, so that the result is
-    an ordinary register tile. A warp's rt[f32, 16, N] (row layout) is its slice of the m64nN accumulator,
-    register for register."""
+    """The warpgroup's `wgmma`s, one per 16-wide step of K, reading B (and A, unless it is in registers) through
+    shared-memory descriptors (backend/wgmma.py) into a copy of C; fenced before, committed and waited for after,
+    so that the result is an ordinary register tile. A loop's accumulator, where the pipeline left room, is
+    updated in place and only the previous step's group is waited for (`_accumulates_in_flight`). A warp's
+    rt[f32, 16, N] (row layout) is its slice of the m64nN accumulator, register for register."""
     from tkc.backend import wgmma
 
     if not lw.target.startswith("sm_90"):
