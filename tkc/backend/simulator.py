@@ -862,13 +862,15 @@ class BlockSimulator:
 
     def _check_wgmma_reads(self, addresses: np.ndarray, nbytes: int, what: str) -> None:
         """A write (landing now or later) into shared memory that a wgmma not yet waited for reads is a race."""
+        pending = [(other, reads) for other in self.warps for group in [*other.wgmma_groups, other.wgmma_open]
+                   for *_, reads in group]
+        if not pending:
+            return
         halves = np.unique((addresses.reshape(-1)[:, None] + np.arange(0, nbytes, 2)[None, :]).reshape(-1) // 2)
-        for other in self.warps:
-            for group in [*other.wgmma_groups, other.wgmma_open]:
-                for *_, reads in group:
-                    if np.intersect1d(reads, halves, assume_unique=True).size:
-                        raise SimulationError(f"{what} writes shared memory that a wgmma of warp {other.index} still "
-                                              f"reads (not yet waited for)")
+        for other, reads in pending:
+            if np.intersect1d(reads, halves, assume_unique=True).size:
+                raise SimulationError(f"{what} writes shared memory that a wgmma of warp {other.index} still reads "
+                                      f"(not yet waited for)")
 
     def wgmma_sync(self, warp: Warp, op: ptx.WgmmaSyncOp) -> None:
         kind = op.kind.data

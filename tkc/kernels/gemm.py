@@ -72,10 +72,6 @@ CONFIG_SM90 = {0: {"BN": 256, "BK": 32, "WARPS": 4, "STAGES": 4}, 1: {"BN": 128,
 _HOPPER: dict[int, bool] = {}  # device index → is it sm_90
 
 
-def _rows_aligned(t: torch.Tensor) -> bool:
-    return t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0
-
-
 def _wgmma_path(device: int, target: str | None) -> bool:
     if target is not None:
         return target == "sm_90a"
@@ -95,6 +91,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     import torch
 
     from tkc.kernels._checks import cdiv, check_tensor, fail
+    from tkc.runtime.launch import alignment
 
     check_tensor("a", a, torch.bfloat16, 2)
     check_tensor("b", b, torch.bfloat16, 2)
@@ -119,7 +116,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         return out
     # wgmma where the operands' rows are 16-byte aligned (whole 16-byte copies, the path measured on the H200);
     # otherwise the sm_80 kernel, slower but exact at any alignment
-    if _wgmma_path(a.get_device(), target) and _rows_aligned(a) and _rows_aligned(b):
+    if _wgmma_path(a.get_device(), target) and alignment(a) == 16 and alignment(b) == 16:
         cfg = CONFIG_SM90[int(trans_b)]
         grid = cdiv(m, 16 * cfg["WARPS"]) * cdiv(n, cfg["BN"])
         gemm_sm90_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target="sm_90a", **cfg)

@@ -45,6 +45,9 @@ from tkc.ir import ops as t
 from tkc.ir.types import GlobalType, SharedTileType, SharedVecType
 from tkc.passes import register
 
+DEFAULT_STAGES = 3
+WGMMA_IN_FLIGHT = "tkc.wgmma_in_flight"  # on a loop whose copies leave room for one wgmma step in flight
+
 
 def _constant(b: Builder, value: int) -> SSAValue:
     return b.insert(arith.ConstantOp(IntegerAttr(value, i32))).result
@@ -195,8 +198,6 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
     return True
 
 
-DEFAULT_STAGES = 3
-WGMMA_IN_FLIGHT = "tkc.wgmma_in_flight"  # on a loop whose copies leave room for one wgmma step in flight
 
 
 def insert_async_pipeline(module: ModuleOp, stages: int | None) -> None:

@@ -269,7 +269,7 @@ def _quick_key(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], t
     dtypes = _dtypes.get(id(kernel))
     if dtypes is None:
         dtypes = _dtypes[id(kernel)] = [_torch_dtype(p) if p.kind == "tensor" else None for p in params]
-    tensor_type = _tensor_type or _set_tensor_type()
+    tensor_type = _torch().Tensor
     out = values if values is not None else []
     aligns: list[int] = []
     ordinal = None
@@ -303,13 +303,6 @@ def _quick_key(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], t
 
 
 _dtypes: dict[int, list[Any]] = {}
-_tensor_type: Any = None
-
-
-def _set_tensor_type() -> Any:
-    global _tensor_type
-    _tensor_type = _torch().Tensor
-    return _tensor_type
 
 
 def _alignment(ptr: int, shape: Sequence[int], strides: Sequence[int], item: int) -> int:
@@ -333,16 +326,9 @@ def _param_values(kernel: Kernel, args: Sequence[Any]) -> list[Any]:
 
 
 def _current_stream(ordinal: int) -> int:
-    global _raw_stream
-    if _raw_stream is None:
-        torch = _torch()
-        # what Triton uses: no Stream object per launch
-        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
-            (lambda i: torch.cuda.current_stream(i).cuda_stream)
-    return _raw_stream(ordinal)
-
-
-_raw_stream: Any = None
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton uses: no Stream object per launch
+    return raw(ordinal) if raw is not None else torch.cuda.current_stream(ordinal).cuda_stream
 
 
 def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], constants: dict[str, Any],
