@@ -420,7 +420,7 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
 
 def _accumulates_in_flight(op: t.WgmmaOp) -> bool:
     """May this wgmma run on while the loop goes on (waited for at the next step, and after the loop)? When the
-    pipeline left a stage of room for it (insert-async-pipeline marks the loop), and it only carries the loop's
+    pipeline left a stage of room for it (insert-async-pipeline marks the loop), A is in shared memory, and it only carries the loop's
     accumulator forward: C is the loop's argument, used by nothing else, and the result goes only to the yield."""
     from xdsl.dialects import scf
 
@@ -429,6 +429,8 @@ def _accumulates_in_flight(op: t.WgmmaOp) -> bool:
     loop = op.parent_op()
     if not (isinstance(loop, scf.ForOp) and WGMMA_IN_FLIGHT in loop.attributes):
         return False
+    if isinstance(op.a.type, RegTileType):
+        return False  # the tensor cores read A's registers until the wait, and the next step rewrites them
     return _carries_only_the_accumulator(op, loop)
 
 

@@ -825,12 +825,19 @@ class BlockSimulator:
             return from_bf16(raw.view(np.uint16).astype(np.uint32).reshape(addresses.shape))
 
         if op.a_in_registers:
-            words = self.get(warp, op.a)[:, op.table("a_index", 0)]  # [32, 4] bf16x2
-            values = _unpack16(words, "bf16")  # [32, 8]
-            a_regs = np.zeros((16, 16), dtype=np.float32)
-            rows, ks = wg.a_fragment()
-            a_regs[rows[w * 32:(w + 1) * 32] - 16 * w, ks[w * 32:(w + 1) * 32]] = values
-            a_of = lambda: a_regs  # noqa: E731
+            a_index = op.table("a_index", 0)
+            issued_words = self.get(warp, op.a)[:, a_index].copy()  # [32, 4] bf16x2
+
+            def a_of() -> np.ndarray:
+                # the tensor cores may read A's registers until the wait: they must not change before it
+                words = self.get(warp, op.a)[:, a_index]
+                if not np.array_equal(words, issued_words):
+                    raise SimulationError(f"warp {warp.index} overwrites the registers of a wgmma's A operand "
+                                          "before a wgmma.wait_group covers that wgmma")
+                a_regs = np.zeros((16, 16), dtype=np.float32)
+                rows, ks = wg.a_fragment()
+                a_regs[rows[w * 32:(w + 1) * 32] - 16 * w, ks[w * 32:(w + 1) * 32]] = _unpack16(words, "bf16")
+                return a_regs
         else:
             major_a = "MN" if op.trans_a.data else "K"
             a_addresses = wg.operand_addresses(desc_of(op.a, int(op.table("a_index", 0)[0])), 64, major_a)
