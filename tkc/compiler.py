@@ -150,6 +150,8 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
     return ",".join([
         "canonicalize",
         "cse",
+        "insert-tma-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
+        "verify-tma-pipeline",
         "insert-async-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
         "assign-layouts",
         "assign-swizzles",

@@ -180,7 +180,9 @@ def test_wgmma_in_flight_needs_the_pipeline_slack(monkeypatch: pytest.MonkeyPatc
     refills the stage the previous step's wgmma is still reading: the simulator reports the race."""
     from tkc.backend import lower_compute
     from tkc.kernels import gemm_sm90_kernel
-    from tkc.passes import insert_async_pipeline
+    from tkc.passes import insert_async_pipeline, insert_tma_pipeline
+
+    monkeypatch.setattr(insert_tma_pipeline, "tma_loadable", lambda op, aligned: False)  # the cp.async ring
 
     def run(seed: int):
         rng = np.random.default_rng(seed)

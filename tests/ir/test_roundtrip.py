@@ -187,6 +187,16 @@ def _op_cases() -> dict[str, str]:
         "wait_group": "tile.wait_group 0\ntile.wait_group 2 {tkc.note}",
         "ring_read": "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>\n"
                      "%s = tile.ring_read %r[%i] : !tile.ring<3, !tile.st<64x64xbf16>> -> !tile.st<64x64xbf16>",
+        "stage_barriers": "%b = tile.stage_barriers : !tile.stage_barriers<3, 128>\n"
+                          "%c = tile.stage_barriers {tkc.note} : !tile.stage_barriers<2, 256>",
+        "tma": "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>\n"
+               "%b = tile.stage_barriers : !tile.stage_barriers<3, 128>\n"
+               "tile.stage_acquire %b[%i] : !tile.stage_barriers<3, 128>\n"
+               "tile.stage_expect %b[%i], 8192 : i64 : !tile.stage_barriers<3, 128>\n"
+               "tile.tma_load %g2[%i, %i], %r, %b[%i] : !tile.gl<?x?xbf16> -> "
+               "!tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>, !tile.stage_barriers<3, 128>\n"
+               "tile.stage_wait %b[%i] {tkc.note} : !tile.stage_barriers<3, 128>\n"
+               "tile.stage_release %b[%i] : !tile.stage_barriers<3, 128>",
     }
     for fn in UNARY_FUNCTIONS:
         cases[f"unary-{fn}"] = (

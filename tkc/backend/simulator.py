@@ -30,6 +30,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tkc.backend import ptx
 from tkc.backend import wgmma as wg
+from tkc.backend.lower_tma import tensor_map_param
 from tkc.errors import SourceLoc, TkcError
 
 LANES = 32
@@ -923,11 +924,17 @@ def simulate(module: ModuleOp, name: str, args: Sequence[Any], grid: int | Seque
     arg_iter = iter(args)
     seen: set[str] = set()
     tensor_maps: dict[int, TensorMap] = {}
+    arrays: dict[str, np.ndarray] = {}
     kinds = dict(kernel.param_list)
     for pname in param_names:
         stem = pname.rsplit("_", 1)[0]
         if kinds[pname] == "tensormap":
-            tmap = next(arg_iter)
+            described = tensor_map_param(pname)
+            if described is not None and described[0] in arrays:  # a compiled kernel's: built from its tensor
+                source = arrays[described[0]]
+                tmap = TensorMap(source.reshape(-1, source.shape[-1]), *described[1:])
+            else:
+                tmap = next(arg_iter)
             if not isinstance(tmap, TensorMap):
                 raise TkcError(f"parameter {pname} is a tensor map: pass a simulator.TensorMap")
             tmap.address = memory.add(np.ascontiguousarray(tmap.array).view(np.uint8).reshape(-1).copy())
@@ -938,6 +945,7 @@ def simulate(module: ModuleOp, name: str, args: Sequence[Any], grid: int | Seque
             raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1).copy()
             base = memory.add(raw)
             params[pname] = base
+            arrays[stem] = array
             itemsize = array.dtype.itemsize
             for d, (size, stride) in enumerate(zip(array.shape, array.strides)):
                 params[f"{stem}_d{d}"] = size

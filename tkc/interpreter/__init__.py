@@ -20,6 +20,7 @@ from tkc.interpreter.control import ControlFunctions
 from tkc.interpreter.lanes import GlobalTensor, LaneState, round_to
 from tkc.interpreter.scalar import ScalarFunctions
 from tkc.interpreter.tile import TileFunctions
+from tkc.interpreter.tma import TmaFunctions
 from tkc.ir.types import GlobalType
 
 if TYPE_CHECKING:
@@ -116,7 +117,8 @@ def run_function(module: ModuleOp, name: str, args: Sequence[Any], grid: int | S
 
     current = _CurrentOp()
     interpreter = Interpreter(module, listeners=(current,))
-    for functions in (FuncFunctions(), ScalarFunctions(), ControlFunctions(), TileFunctions(), AsyncFunctions()):
+    for functions in (FuncFunctions(), ScalarFunctions(), ControlFunctions(), TileFunctions(), AsyncFunctions(),
+                      TmaFunctions()):
         interpreter.register_implementations(functions)
     interpreter.set_data(LaneState, "state", LaneState(normalize_grid(grid), warps))
     try:

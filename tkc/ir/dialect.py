@@ -8,10 +8,11 @@ from xdsl.ir import Dialect
 
 from tkc.ir.async_ops import ASYNC_OPS, ASYNC_TYPES
 from tkc.ir.ops import TILE_OPS
+from tkc.ir.tma_ops import TMA_OPS, TMA_TYPES
 from tkc.ir.types import GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType
 
-Tile = Dialect("tile", [*TILE_OPS, *ASYNC_OPS],
-               [GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType, *ASYNC_TYPES])
+Tile = Dialect("tile", [*TILE_OPS, *ASYNC_OPS, *TMA_OPS],
+               [GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType, *ASYNC_TYPES, *TMA_TYPES])
 
 
 def make_context() -> Context:

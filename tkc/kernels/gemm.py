@@ -53,7 +53,8 @@ def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: co
     """As gemm_kernel, on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C; A's
     and B's slices are staged in shared memory (a STAGES-deep cp.async pipeline), each warpgroup multiplies its
     64 rows of A by all of B, and each warp keeps its 16 rows of the result.
-    Grid: (cdiv(M, 16·WARPS) · cdiv(N, BN),). (To come: TMA and mbarrier rings, a producer warpgroup.)"""
+    Grid: (cdiv(M, 16·WARPS) · cdiv(N, BN),). Where A and B are 16-byte aligned the loads become a TMA +
+    mbarrier ring (insert-tma-pipeline), else a cp.async ring. (To come: a producer warpgroup.)"""
     BM = 16 * WARPS
     bm, bn = grouped_tile(block_idx()[0], cdiv(A.shape[0], BM), cdiv(C.shape[1], BN), GROUP_M)
     acc = zeros(rt[f32, 16, BN])
@@ -68,7 +69,7 @@ def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: co
 
 CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2, "GROUP_M": 16}  # what gemm() launches (best of bench/sweep.py)
 # gemm_sm90_kernel per TRANS_B (best of bench/wgmma_probe.py on the H200)
-CONFIG_SM90 = {0: {"BN": 256, "BK": 32, "WARPS": 4, "STAGES": 4}, 1: {"BN": 128, "BK": 64, "WARPS": 4, "STAGES": 4}}
+CONFIG_SM90 = {0: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 4}, 1: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 4}}
 _HOPPER: dict[int, bool] = {}  # device index → is it sm_90
 
 

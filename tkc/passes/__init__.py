@@ -54,7 +54,9 @@ def _load_tkc_passes() -> None:
         assign_swizzles,
         insert_async_pipeline,
         insert_barriers,
+        insert_tma_pipeline,
         lower_to_ptx,
+        verify_tma_pipeline,
     )
 
 

@@ -21,6 +21,7 @@ from xdsl.passes import ModulePass
 from tkc.errors import SourceLoc, TkcError
 from tkc.ir import async_ops as a
 from tkc.ir import ops as t
+from tkc.ir.tma_ops import StageBarriersOp, StageBarriersType
 from tkc.ir.types import SharedTileType, SharedVecType
 from tkc.passes import register
 from tkc.targets import get_target
@@ -30,7 +31,7 @@ TOTAL_ATTR = "tkc.smem_bytes"
 
 
 def allocates(op: Operation) -> bool:
-    if isinstance(op, a.RingAllocOp):
+    if isinstance(op, a.RingAllocOp | StageBarriersOp):
         return True
     if isinstance(op, t.LoadOp) and isinstance(op.source.type, SharedTileType):
         return False  # a view of rows of another shared tile
@@ -39,6 +40,8 @@ def allocates(op: Operation) -> bool:
 
 def _size_and_alignment(op: Operation) -> tuple[int, int]:
     type_ = op.results[0].type
+    if isinstance(type_, StageBarriersType):
+        return type_.nbytes, 8
     if isinstance(type_, a.RingType):
         buffer = type_.buffer
         return type_.nbytes, 1024 if getattr(buffer, "swizzle", None) else 128

@@ -82,6 +82,7 @@ class KernelLowering:
     current_loc: Any = None
     guard: Any = None  # pred: inside an if-converted branch, memory operations run only where it holds
     wgmma_loops: set[Operation] = field(default_factory=set)  # loops that leave a wgmma in flight at each step
+    tensor_maps: list[str] = field(default_factory=list)  # tensor-map parameters (backend/lower_tma.py), in order
 
     # --------------------------------------------------------------------------------------------------------
     # Emission
@@ -213,6 +214,7 @@ class KernelLowering:
                 params.append((name, "s32"))
                 self.values[arg] = self.emit_entry(ptx.ParamOp(name, "s32")).results[0]
         self.lower_block(fn.body.block)
+        params += [(name, "tensormap") for name in self.tensor_maps]
         block = Block(self.prologue + self.body)
         min_blocks = fn.attributes.get("tkc.blocks_per_sm")
         return ptx.KernelOp(fn.sym_name.data, params, self.threads, block,
@@ -717,6 +719,7 @@ def lower_module(module: ModuleOp) -> None:
     """Replace every kernel's tile IR with its `ptx.kernel`."""
     import tkc.backend.lower_compute  # noqa: F401  (registers handlers)
     import tkc.backend.lower_memory  # noqa: F401
+    import tkc.backend.lower_tma  # noqa: F401
 
     target_attr = module.attributes.get("tkc.target")
     target = get_target(target_attr.data if isinstance(target_attr, StringAttr) else "sm_90a").name

@@ -220,6 +220,7 @@ class _Fast:
     params: ParamBuffer
     device: Device
     resident: int | None = None  # blocks the GPU holds at once, once asked for
+    tensor_maps: tuple[tuple[int, str, int, int, int], ...] = ()  # (argument index, name, box rows, cols, swizzle)
 
 
 _fast: dict[tuple[Any, ...], _Fast] = {}
@@ -252,7 +253,7 @@ def _fast_for(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], ta
         fast = _fast.get(key)
     if fast is None:
         loaded, checked, dev = prepare(kernel, args, constants, target, pipeline)
-        fast = _Fast(loaded, ParamBuffer(loaded.params), dev)  # type: ignore[attr-defined]
+        fast = _Fast(loaded, ParamBuffer(loaded.params), dev, tensor_maps=_tensor_map_params(kernel, loaded.params))  # type: ignore[attr-defined]
         if key is not None:
             _fast[key] = fast
         if values is not None and key is None:
@@ -313,6 +314,22 @@ def _alignment(ptr: int, shape: Sequence[int], strides: Sequence[int], item: int
     return bits & -bits
 
 
+def _tensor_map_params(kernel: Kernel, params: Sequence[tuple[str, str]]) -> tuple[tuple[int, str, int, int, int], ...]:
+    """What each tensor-map parameter of a compiled kernel (they come last) is built from."""
+    from tkc.backend.lower_tma import tensor_map_param
+
+    index = {p.name: i for i, p in enumerate(kernel.runtime_params)}
+    maps = []
+    for name, kind in params:
+        if kind == "tensormap":
+            described = tensor_map_param(name)
+            if described is None or described[0] not in index:
+                raise TkcRuntimeError(f"internal: kernel parameter {name} is a tensor map of no argument")
+            tensor, rows, cols, swizzle = described
+            maps.append((index[tensor], tensor, rows, cols, swizzle))
+    return tuple(maps)
+
+
 def _param_values(kernel: Kernel, args: Sequence[Any]) -> list[Any]:
     values: list[Any] = []
     for p, value in zip(kernel.runtime_params, args):
@@ -336,6 +353,11 @@ def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], consta
     """Launch on a grid already checked by `normalize_grid`."""
     values: list[Any] = []
     fast = _fast_for(kernel, args, constants, target, pipeline, values)
+    if fast.tensor_maps:
+        from tkc.runtime.tensor_maps import tensor_map
+
+        values.extend(tensor_map(args[i], rows, cols, swizzle, f"argument `{name}`")
+                      for i, name, rows, cols, swizzle in fast.tensor_maps)
     if getattr(_current, "ordinal", None) != fast.device.ordinal:
         make_current(fast.device)  # torch keeps its primary context current afterwards; set it once per thread
         _current.ordinal = fast.device.ordinal

@@ -1,0 +1,223 @@
+"""insert-tma-pipeline (sm_90a) and its static checker: the ring is correct when the loop runs 0, 1, fewer times
+than there are stages, or many times, in the tile interpreter (data lands at the step's wait) and in the PTX
+simulation (TMA boxes land when the mbarrier phase completes); mutated protocols are rejected by the checker,
+the interpreter or the simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st_
+from reference import random_bf16, rel_err
+from xdsl.dialects import arith, scf
+
+from kernels.pipelined_sum import column_block_sum
+from tkc.backend import ptx
+from tkc.backend.simulator import simulate
+from tkc.compiler import Dumps, PassTimer, default_pipeline, lower_kernel, parse_pipeline, run_passes, specialize_alignment
+from tkc.errors import TkcError
+from tkc.frontend.kernel import build_module
+from tkc.ir import tma_ops as m
+from tkc.kernels import gemm_kernel, gemm_sm90_kernel
+from tkc.passes import insert_tma_pipeline
+from tkc.passes.verify_tma_pipeline import verify_tma_pipeline
+
+from .helpers import interpret_module
+
+PREFIX = "canonicalize,cse"
+
+
+def _module(kernel, constants=None, pipeline="insert-tma-pipeline"):
+    module = build_module([kernel], "sm_90a", constants)
+    specialize_alignment(module, {})
+    run_passes(module, parse_pipeline(PREFIX), Dumps(), PassTimer())
+    before = module.clone()
+    run_passes(module, parse_pipeline(pipeline), Dumps(), PassTimer())
+    return before, module
+
+
+def _expected(x: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((64, 64), dtype=np.float64)
+    for j in range(n):
+        out += x[64 * j:64 * (j + 1)].astype(np.float64)
+    return out
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("trips", [0, 1, 2, 3, 6])
+def test_tma_ring_any_trip_count(stages: int, trips: int) -> None:
+    rng = np.random.default_rng(stages * 10 + trips)
+    x = random_bf16(rng, 64 * 6, 64)
+    out = np.full((64, 64), np.nan, dtype=np.float32)
+    before, after = _module(column_block_sum, pipeline=f"insert-tma-pipeline{{stages={stages}}},verify-tma-pipeline")
+    assert any(isinstance(op, m.TmaLoadOp) for op in after.walk())
+    ref = interpret_module(before, "column_block_sum", [x, out, trips], (1,))
+    got = interpret_module(after, "column_block_sum", [x, out, trips], (1,))
+    np.testing.assert_allclose(ref[1], _expected(x, trips), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize("stages, trips, order", [(2, 0, "ascending"), (3, 1, "shuffled"), (3, 2, "descending"),
+                                                  (4, 6, "shuffled")])
+def test_tma_ring_simulated(stages: int, trips: int, order: str) -> None:
+    """ldmatrix readers of TMA-filled swizzled stages; every thread releases, warp 0 refills."""
+    rng = np.random.default_rng(stages + trips)
+    x = random_bf16(rng, 64 * 6, 64)
+    out = np.full((64, 64), np.nan, dtype=np.float32)
+    module = lower_kernel(column_block_sum, "sm_90a", pipeline=default_pipeline("sm_90a", stages))
+    assert any(isinstance(op, ptx.TmaLoadOp) for op in module.walk())
+    simulate(module, "column_block_sum", [x, out, trips], (1,), order=order)
+    np.testing.assert_allclose(out, _expected(x, trips), rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate])
+@given(m_=st_.integers(1, 200), n=st_.integers(1, 200), k8=st_.integers(0, 40), trans_b=st_.sampled_from([0, 1]),
+       stages=st_.integers(2, 4), wgmma=st_.booleans(), seed=st_.integers(0, 2**16))
+def test_tma_pass_preserves_gemm(m_: int, n: int, k8: int, trans_b: int, stages: int, wgmma: bool, seed: int) -> None:
+    """Before and after the pass, in the interpreter: the mma.sync GEMM and the wgmma GEMM at random shapes whose
+    rows are 16-byte aligned (K a multiple of 8), K = 0 included (the loop does not run)."""
+    k = 8 * k8
+    rng = np.random.default_rng(seed)
+    a = random_bf16(rng, m_, k)
+    b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
+    c = np.full((m_, n), np.nan, dtype=a.dtype)
+    if wgmma:
+        kernel, consts = gemm_sm90_kernel, {"BN": 64, "BK": 32, "WARPS": 4, "STAGES": stages, "TRANS_B": trans_b}
+        grid = (-(-m_ // 64) * -(-n // 64),)
+    else:
+        kernel, consts = gemm_kernel, {"BM": 64, "BN": 64, "BK": 32, "STAGES": stages, "TRANS_B": trans_b}
+        grid = (-(-m_ // 64) * -(-n // 64),)
+    before, after = _module(kernel, consts, "insert-tma-pipeline,verify-tma-pipeline")
+    assert any(isinstance(op, m.TmaLoadOp) for op in after.walk())
+    ref = interpret_module(before, kernel.name, [a, b, c], grid)
+    got = interpret_module(after, kernel.name, [a, b, c], grid)
+    np.testing.assert_array_equal(got[2].astype(np.float32), ref[2].astype(np.float32))
+
+
+def test_unaligned_tensors_keep_cp_async() -> None:
+    module = build_module([gemm_kernel], "sm_90a", {})
+    specialize_alignment(module, {"A": 2})
+    run_passes(module, parse_pipeline(PREFIX + ",insert-tma-pipeline"), Dumps(), PassTimer())
+    assert not any(isinstance(op, m.TmaLoadOp) for op in module.walk())
+
+
+def test_sm80_has_no_tma() -> None:
+    module = build_module([gemm_kernel], "sm_80", {})
+    specialize_alignment(module, {})
+    run_passes(module, parse_pipeline(PREFIX + ",insert-tma-pipeline"), Dumps(), PassTimer())
+    assert not any(isinstance(op, m.TmaLoadOp) for op in module.walk())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The checker rejects mutated protocols
+
+
+def _pipelined(kernel=gemm_sm90_kernel, consts=None):
+    _, module = _module(kernel, {"BN": 64, "BK": 32, "WARPS": 4, "STAGES": 3} if consts is None else consts)
+    verify_tma_pipeline(module)  # as the pass wrote it
+    return module
+
+
+def _ops(module, cls):
+    return [op for op in module.walk() if isinstance(op, cls)]
+
+
+def _set_constant(op, value: int) -> None:
+    from xdsl.dialects.builtin import IntegerAttr, i32
+
+    op.value = IntegerAttr(value, i32)
+
+
+def test_checker_wrong_byte_count() -> None:
+    module = _pipelined()
+    from xdsl.dialects.builtin import IntegerAttr
+
+    _ops(module, m.StageExpectOp)[0].nbytes = IntegerAttr(1000, 64)
+    with pytest.raises(TkcError, match="announces 1000 bytes"):
+        verify_tma_pipeline(module)
+
+
+def test_checker_missing_acquire() -> None:
+    module = _pipelined()
+    acquire = _ops(module, m.StageAcquireOp)[0]
+    acquire.detach()
+    acquire.erase()
+    with pytest.raises(TkcError, match="before its stage is acquired"):
+        verify_tma_pipeline(module)
+
+
+def test_checker_refill_too_far_ahead() -> None:
+    """Refilling step k + stages (the stage step k is reading) instead of k + stages - 1."""
+    module = _pipelined()
+    expect = next(op for op in _ops(module, m.StageExpectOp) if not isinstance(op.step.owner, arith.ConstantOp))
+    _set_constant(expect.step.owner.rhs.owner, 3)
+    with pytest.raises(TkcError, match="steps 0..2 must be filled before it|would deadlock"):
+        verify_tma_pipeline(module)
+
+
+def test_checker_missing_prologue_fill() -> None:
+    module = _pipelined()
+    first_fill = next(op for op in _ops(module, scf.IfOp) if any(isinstance(o, m.StageExpectOp) for o in op.walk())
+                      and not isinstance(op.parent_op(), scf.ForOp))
+    first_fill.detach()
+    first_fill.erase(safe_erase=False)
+    with pytest.raises(TkcError, match="must be filled before it"):
+        verify_tma_pipeline(module)
+
+
+def test_checker_release_before_last_read() -> None:
+    module = _pipelined(column_block_sum, {})
+    release = _ops(module, m.StageReleaseOp)[0]
+    wait = _ops(module, m.StageWaitOp)[0]
+    release.detach()
+    wait.parent_block().insert_op_after(release, wait)
+    with pytest.raises(TkcError, match="released before the last read"):
+        verify_tma_pipeline(module)
+
+
+def test_checker_arrival_count() -> None:
+    module = _pipelined()
+    bars = _ops(module, m.StageBarriersOp)[0]
+    from xdsl.rewriter import Rewriter
+
+    Rewriter.replace_value_with_new_type(bars.result, m.StageBarriersType(3, 32))
+    with pytest.raises(TkcError, match="released by 32 threads but the block has 128"):
+        verify_tma_pipeline(module)
+
+
+def test_interpreter_catches_wrong_byte_count() -> None:
+    """Without the checker, the interpreter still refuses a phase whose bytes never arrive."""
+    module = _pipelined(column_block_sum, {})
+    from xdsl.dialects.builtin import IntegerAttr
+
+    for op in _ops(module, m.StageExpectOp):
+        op.nbytes = IntegerAttr(op.nbytes.value.data + 16, 64)
+    x = random_bf16(np.random.default_rng(0), 128, 64)
+    with pytest.raises(TkcError, match="announced 8208 bytes but its TMA loads bring 8192"):
+        interpret_module(module, "column_block_sum", [x, np.zeros((64, 64), np.float32), 2], (1,))
+
+
+def test_simulator_catches_refill_under_running_wgmma(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutation: release each step as soon as its wgmma is issued while the lowering leaves that wgmma
+    running (the pass would release it one step later): the TMA refill writes bytes the wgmma still reads."""
+    monkeypatch.setattr(insert_tma_pipeline, "_release_lags", lambda loop: False)
+    rng = np.random.default_rng(5)
+    a, b = random_bf16(rng, 64, 256), random_bf16(rng, 256, 64)
+    c = np.full((64, 64), np.nan, dtype=a.dtype)
+    module = lower_kernel(gemm_sm90_kernel, "sm_90a", {"BN": 64, "BK": 32, "STAGES": 2})
+    with pytest.raises(TkcError, match="TMA load writes shared memory that a wgmma .* still reads"):
+        simulate(module, "gemm_sm90_kernel", [a, b, c], (1,))
+
+
+def test_gemm_on_tma_simulated() -> None:
+    """The wgmma GEMM as compiled (TMA ring, wgmma one step in flight, late release) at a ragged shape."""
+    rng = np.random.default_rng(9)
+    m_, n, k = 100, 130, 200
+    a, b = random_bf16(rng, m_, k), random_bf16(rng, k, n)
+    c = np.full((m_, n), np.nan, dtype=a.dtype)
+    module = lower_kernel(gemm_sm90_kernel, "sm_90a", {"BN": 64, "BK": 32, "STAGES": 3})
+    assert any(isinstance(op, ptx.TmaLoadOp) for op in module.walk())
+    simulate(module, "gemm_sm90_kernel", [a, b, c], (2 * 3,), order="shuffled")
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert rel_err(c, ref) < 1e-2

@@ -1,0 +1,158 @@
+"""Lowering of TMA loads and stage barriers (sm_90a): mbarriers in shared memory, `cp.async.bulk.tensor`.
+
+Stage s's full barrier is at `bars + 8s` (count 1: the producer's `arrive.expect_tx`), its empty barrier at
+`bars + 8(S + s)` (count: every thread of the block, each releasing once). Step k uses stage k mod S and waits
+for the phase of parity (k div S) & 1 on its full barrier; the producer acquiring step k waits for the empty
+barrier's previous phase, parity ((k div S) & 1) ^ 1, which a fresh barrier reports complete. Thread 0 is the
+producer (warp 0 spins on the empty barrier). A tile's TMA boxes are its column panels (one per swizzle width,
+`backend/shared_layout.py`), each from a tensor map passed as a kernel parameter named
+`{tensor}_tmap_{rows}x{cols}_sw{swizzle}`, which the launcher and the simulator build from the tensor.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from xdsl.ir import SSAValue
+
+from tkc.backend import ptx
+from tkc.backend.index import Leaf
+from tkc.backend.lower_memory import _mul_imm, _offset_of, shared_base
+from tkc.errors import TkcError
+from tkc.ir import tma_ops as m
+from tkc.ir.types import element_bytes
+from tkc.passes.lower_to_ptx import Imm, KernelLowering, handles
+
+_TMAP_PARAM = re.compile(r"^(?P<tensor>\w+)_tmap_(?P<rows>\d+)x(?P<cols>\d+)_sw(?P<swizzle>\d+)$")
+
+
+def tensor_map_param(name: str) -> tuple[str, int, int, int] | None:
+    """(tensor argument, box rows, box columns, swizzle bytes) of a tensor-map parameter's name, else None."""
+    found = _TMAP_PARAM.match(name)
+    if found is None:
+        return None
+    return found["tensor"], int(found["rows"]), int(found["cols"]), int(found["swizzle"])
+
+
+class BarriersRef:
+    def __init__(self, addr: SSAValue, type_: m.StageBarriersType):
+        self.addr = addr
+        self.type = type_
+
+
+def _thread0(lw: KernelLowering) -> SSAValue:
+    return lw.at_entry("tid==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["tid"], Imm(0), n=1))
+
+
+def _warp0(lw: KernelLowering) -> SSAValue:
+    return lw.at_entry("warp==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["warp"], Imm(0), n=1))
+
+
+def _guard(lw: KernelLowering, pred: SSAValue) -> SSAValue:
+    return pred if lw.guard is None else lw.op("and.pred", "pred", lw.guard, pred, n=1)  # type: ignore[return-value]
+
+
+def _barrier(lw: KernelLowering, bars: BarriersRef, step: Any, empty: bool) -> tuple[SSAValue, int, Any]:
+    """(address register, offset, parity of the phase step k waits for) of step k's full or empty barrier."""
+    stages = bars.type.stages.data
+    base = 8 * stages if empty else 0
+    if isinstance(step, Imm):
+        k = int(step.value)
+        return bars.addr, base + 8 * (k % stages), Imm((k // stages) & 1)
+    env = {"k": step}
+    addr = lw.op("add.s32", "b32", bars.addr, lw.expr((Leaf("k") % stages) * 8, env), n=1)
+    return addr, base, lw.expr((Leaf("k") // stages) & 1, env)  # type: ignore[return-value]
+
+
+def _spin(lw: KernelLowering, addr: SSAValue, offset: int, parity: Any) -> None:
+    head = lw.label("WAIT")
+    lw.emit(ptx.LabelOp(head))
+    done = lw.emit(ptx.MbarrierOp("try_wait", addr, offset=offset, parity=lw.reg(parity))).results[0]
+    lw.emit(ptx.BraOp(head, done, negate=True))
+
+
+@handles(m.StageBarriersOp)
+def lower_stage_barriers(lw: KernelLowering, op: m.StageBarriersOp) -> list[Any]:
+    type_ = op.result.type
+    stages, arrivals = type_.stages.data, type_.arrivals.data
+    if arrivals != lw.threads:
+        raise TkcError(f"internal: stage barriers for {arrivals} releasing threads in a block of {lw.threads}")
+    base = shared_base(lw, _offset_of(op))
+    first = _thread0(lw)
+    for s in range(stages):
+        lw.emit(ptx.MbarrierOp("init", base, offset=8 * s, count=1, guard=first))
+        lw.emit(ptx.MbarrierOp("init", base, offset=8 * (stages + s), count=arrivals, guard=first))
+    lw.emit(ptx.FenceOp("mbarrier_init.release.cluster"))  # the inits, visible to the other threads and to TMA
+    lw.emit(ptx.BarSyncOp(0))
+    return [BarriersRef(base, type_)]
+
+
+@handles(m.StageAcquireOp)
+def lower_stage_acquire(lw: KernelLowering, op: m.StageAcquireOp) -> None:
+    addr, offset, parity = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=True)
+    flipped = Imm(int(parity.value) ^ 1) if isinstance(parity, Imm) else lw.op("xor.b32", "b32", parity, Imm(1), n=1)
+    skip = lw.label("ACQUIRED")
+    lw.emit(ptx.BraOp(skip, _warp0(lw), negate=True))  # only the producer's warp waits (warp-uniform)
+    _spin(lw, addr, offset, flipped)
+    lw.emit(ptx.LabelOp(skip))
+
+
+@handles(m.StageExpectOp)
+def lower_stage_expect(lw: KernelLowering, op: m.StageExpectOp) -> None:
+    addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=False)
+    lw.emit(ptx.MbarrierOp("arrive_expect_tx", addr, offset=offset, count=op.nbytes.value.data,
+                           guard=_guard(lw, _thread0(lw))))
+
+
+@handles(m.TmaLoadOp)
+def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
+    tile = op.tile
+    swizzle = tile.swizzle
+    rows, cols, e = tile.rows.data, tile.cols.data, element_bytes(tile.element_type)
+    if not swizzle or (cols * e) % swizzle:
+        raise TkcError(f"internal: a TMA load into {tile} needs rows of whole swizzle panels")
+    panel_cols, panels = swizzle // e, cols * e // swizzle
+    name = op.source.name_hint if isinstance(op.source, SSAValue) else None
+    if not name or op.source not in lw.fn.body.block.args:
+        raise TkcError("internal: a TMA load reads a kernel argument")
+    tmap = _tensor_map(lw, f"{name}_tmap_{rows}x{panel_cols}_sw{swizzle}")
+    ring = lw.value(op.ring)
+    addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=False)
+    step = lw.value(op.step)
+    stage_bytes = tile.nbytes
+    if isinstance(step, Imm):
+        dst, dst_offset = ring.addr, stage_bytes * (int(step.value) % ring.type.stages.data)
+    else:
+        dst = lw.op("mad.lo.s32", "b32", lw.expr(Leaf("k") % ring.type.stages.data, {"k": step}), Imm(stage_bytes),
+                    ring.addr, n=1)
+        dst_offset = 0
+    row_index, col_index = (lw.value(i) for i in op.indices)
+    # coordinates, innermost first: panel p at column col·cols + p·panel_cols, all at row row·rows
+    coords = lw.emit(ptx.RegsOp("b32", panels + 1)).results[0]
+    x0 = _mul_imm(lw, col_index, cols)
+    lw.op("add.s32", None, lw.reg(x0), ptx.PerInstr([p * panel_cols for p in range(panels)]), into=coords,
+          dest=list(range(panels)), n=panels)
+    lw.op("mov.b32", None, _mul_imm(lw, row_index, rows), into=coords, dest=[panels], n=1)
+    guard = _guard(lw, _thread0(lw))
+    for p in range(panels):
+        lw.emit(ptx.TmaLoadOp(dst, 0, dst_offset + p * rows * swizzle, tmap, coords, [p, panels], addr, 0, offset,
+                              guard=guard))
+
+
+def _tensor_map(lw: KernelLowering, param: str) -> SSAValue:
+    if param not in lw.tensor_maps:
+        lw.tensor_maps.append(param)
+    return lw.at_entry(f"param:{param}", lambda: lw.emit(ptx.ParamAddrOp(param)).results[0])
+
+
+@handles(m.StageWaitOp)
+def lower_stage_wait(lw: KernelLowering, op: m.StageWaitOp) -> None:
+    addr, offset, parity = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=False)
+    _spin(lw, addr, offset, parity)
+
+
+@handles(m.StageReleaseOp)
+def lower_stage_release(lw: KernelLowering, op: m.StageReleaseOp) -> None:
+    addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=True)
+    lw.emit(ptx.MbarrierOp("arrive", addr, offset=offset, guard=lw.guard))

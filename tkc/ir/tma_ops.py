@@ -1,0 +1,198 @@
+"""TMA loads into rings guarded by mbarriers (sm_90a): what `insert-tma-pipeline` turns `load(gl → st)` into.
+
+A `!tile.stage_barriers<S, A>` holds, per stage of a ring, a *full* barrier (its phase completes when the
+stage's bytes have landed) and an *empty* barrier (its phase completes when A threads have released the stage).
+Every op names a *step* `%k` of the pipelined loop, never a stage: step k uses stage k mod S in its
+(k div S)-th round, which fixes the parity each barrier wait uses. A step's life:
+
+    tile.stage_acquire %bars[%k]            // the producer waits until step k - S has released the stage
+    tile.stage_expect %bars[%k], 24576      // ... announces the bytes step k will bring
+    tile.tma_load %A[%i, %j], %ring_a, %bars[%k]   // ... and starts the boxes (counted on the full barrier)
+    tile.stage_wait %bars[%k]               // everyone: step k's bytes have landed
+    %a = tile.ring_read %ring_a[%s]         //   (%s = k mod S)
+    tile.stage_release %bars[%k]            // every thread is done reading step k's stage
+
+The producer's ops are issued by one thread; the others by every thread of the block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import IntAttr, IntegerAttr, IntegerType, i32
+from xdsl.ir import Attribute, Operation, SSAValue, TypeAttribute
+from xdsl.irdl import (
+    IRDLOperation,
+    ParametrizedAttribute,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
+from xdsl.utils.exceptions import VerifyException
+
+from tkc.ir.async_ops import RingType
+from tkc.ir.types import GlobalType, SharedTileType
+
+
+@irdl_attr_definition
+class StageBarriersType(ParametrizedAttribute, TypeAttribute):
+    """`!tile.stage_barriers<S, A>`: full and empty mbarriers for the S stages of a ring; A threads release a stage."""
+
+    name = "tile.stage_barriers"
+    stages: IntAttr
+    arrivals: IntAttr
+
+    def __init__(self, stages: int, arrivals: int):
+        super().__init__(IntAttr(stages), IntAttr(arrivals))
+
+    def verify(self) -> None:
+        if self.stages.data < 1 or self.arrivals.data < 1:
+            raise VerifyException("stage barriers need at least one stage and one arriving thread")
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * 8 * self.stages.data  # an mbarrier is 8 bytes
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.stages.data}, {self.arrivals.data}>")
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> tuple[IntAttr, IntAttr]:
+        with parser.in_angle_brackets():
+            stages = parser.parse_integer(allow_boolean=False, allow_negative=False)
+            parser.parse_punctuation(",")
+            arrivals = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        return IntAttr(stages), IntAttr(arrivals)
+
+
+@irdl_op_definition
+class StageBarriersOp(IRDLOperation):
+    """`%bars = tile.stage_barriers : !tile.stage_barriers<S, A>`: initialized barriers (a block-wide sync)."""
+
+    name = "tile.stage_barriers"
+    result = result_def(StageBarriersType)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "attr-dict `:` type($result)"
+
+    def __init__(self, type_: StageBarriersType):
+        super().__init__(result_types=[type_])
+
+
+class _StepOp(IRDLOperation):
+    """An op on the barriers of one step: `%bars[%k]`."""
+
+    bars = operand_def(StageBarriersType)
+    step = operand_def(i32)
+
+    @property
+    def stages(self) -> int:
+        return self.bars.type.stages.data  # type: ignore[attr-defined]
+
+
+@irdl_op_definition
+class StageAcquireOp(_StepOp):
+    """`tile.stage_acquire %bars[%k]`: (the producer) wait until the stage of step k is free: released by step
+    k - S (at once for the first S steps)."""
+
+    name = "tile.stage_acquire"
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$bars `[` $step `]` attr-dict `:` type($bars)"
+
+    def __init__(self, bars: SSAValue | Operation, step: SSAValue | Operation):
+        super().__init__(operands=[bars, step])
+
+
+@irdl_op_definition
+class StageExpectOp(_StepOp):
+    """`tile.stage_expect %bars[%k], N`: (the producer) step k's stage will receive N bytes; the full barrier's
+    phase completes when they have all landed."""
+
+    name = "tile.stage_expect"
+    nbytes = prop_def(IntegerAttr[IntegerType])
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$bars `[` $step `]` `,` $nbytes attr-dict `:` type($bars)"
+
+    def __init__(self, bars: SSAValue | Operation, step: SSAValue | Operation, nbytes: int):
+        super().__init__(operands=[bars, step], properties={"nbytes": IntegerAttr(nbytes, 64)})
+
+    def verify_(self) -> None:
+        if self.nbytes.value.data <= 0:
+            raise VerifyException("stage_expect needs a positive byte count")
+
+
+@irdl_op_definition
+class TmaLoadOp(IRDLOperation):
+    """`tile.tma_load %G[idx], %ring, %bars[%k]`: (the producer) start copying the tile at G[idx] into the ring's
+    stage for step k by TMA (boxes past G's end read zeros); its bytes count on step k's full barrier."""
+
+    name = "tile.tma_load"
+    source = operand_def(GlobalType)
+    indices = var_operand_def(i32)
+    ring = operand_def(RingType)
+    bars = operand_def(StageBarriersType)
+    step = operand_def(i32)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = ("$source `[` $indices `]` `,` $ring `,` $bars `[` $step `]` attr-dict `:` type($source) `->` "
+                       "type($ring) `,` type($bars)")
+
+    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation],
+                 ring: SSAValue | Operation, bars: SSAValue | Operation, step: SSAValue | Operation):
+        super().__init__(operands=[source, indices, ring, bars, step])
+
+    @property
+    def tile(self) -> SharedTileType:
+        return self.ring.type.buffer  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the copy counts on the barrier: whole boxes, also where they reach past the tensor's end."""
+        return self.tile.nbytes
+
+    def verify_(self) -> None:
+        gtype, rtype, btype = self.source.type, self.ring.type, self.bars.type
+        if len(self.indices) != gtype.rank:  # type: ignore[attr-defined]
+            raise VerifyException(f"tma_load from {gtype.spec()} takes {gtype.rank} indices, got {len(self.indices)}")  # type: ignore[attr-defined]
+        if not isinstance(rtype.buffer, SharedTileType):  # type: ignore[attr-defined]
+            raise VerifyException("tma_load fills shared tiles")
+        if gtype.element_type != rtype.buffer.element_type:  # type: ignore[attr-defined]
+            raise VerifyException("tma_load cannot convert between dtypes")
+        if rtype.stages.data != btype.stages.data:  # type: ignore[attr-defined]
+            raise VerifyException(f"tma_load: the ring has {rtype.stages.data} stages but its barriers "  # type: ignore[attr-defined]
+                                  f"{btype.stages.data}")  # type: ignore[attr-defined]
+
+
+@irdl_op_definition
+class StageWaitOp(_StepOp):
+    """`tile.stage_wait %bars[%k]`: wait until step k's bytes have landed in its stage."""
+
+    name = "tile.stage_wait"
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$bars `[` $step `]` attr-dict `:` type($bars)"
+
+    def __init__(self, bars: SSAValue | Operation, step: SSAValue | Operation):
+        super().__init__(operands=[bars, step])
+
+
+@irdl_op_definition
+class StageReleaseOp(_StepOp):
+    """`tile.stage_release %bars[%k]`: this thread is done reading step k's stage (it may be refilled once all
+    arrivals are in)."""
+
+    name = "tile.stage_release"
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$bars `[` $step `]` attr-dict `:` type($bars)"
+
+    def __init__(self, bars: SSAValue | Operation, step: SSAValue | Operation):
+        super().__init__(operands=[bars, step])
+
+
+TMA_OPS: list[type[IRDLOperation]] = [StageBarriersOp, StageAcquireOp, StageExpectOp, TmaLoadOp, StageWaitOp,
+                                      StageReleaseOp]
+TMA_TYPES: list[type[Attribute]] = [StageBarriersType]

@@ -1,0 +1,237 @@
+"""insert-tma-pipeline{stages=N}: on sm_90a, turn a loop's global→shared tile loads into an N-stage TMA ring.
+
+A loop qualifies when every global→shared load in its body reads a 2-D tensor whose address, row pitch and row
+length are 16-byte aligned (the kernel's alignment specialization says so at compile time), into a tile of at
+most 256 rows whose rows are whole 32/64/128-byte swizzle panels, with indices that depend only on the loop
+index and values from outside the loop. Each load gets a ring of N stages; one set of stage barriers
+(`tkc/ir/tma_ops.py`) serves them all. Before the loop, steps 0..N-2 are filled (each only if it runs). Step k
+waits for its bytes, reads stage k mod N, releases the stage after its last use, and refills for step k+N-1. A
+loop that runs a wgmma on the stages releases step k-1 after step k's wgmma instead (marked
+`tkc.wgmma_in_flight`: the lowering waits for the previous step's wgmma only there), so the refill never
+overwrites what a running wgmma reads. Loops that do not qualify are left to `insert-async-pipeline`.
+
+    scf.for %j = %lb to %ub step %c1 {
+      %a = tile.load %A[%i, %j] : !tile.gl<?x?xbf16> -> !tile.st<128x64xbf16>
+      %acc2 = tile.wgmma_AB %av, %b, %acc ...
+becomes
+    %ring = tile.ring_alloc : !tile.ring<4, !tile.st<128x64xbf16>>
+    %bars = tile.stage_barriers : !tile.stage_barriers<4, 256>
+    scf.if (0 < trips) { tile.stage_expect %bars[0], 16384   tile.tma_load %A[%i, %lb], %ring, %bars[0] }
+    ... steps 1 and 2 ...
+    scf.for %j = %lb to %ub step %c1 {
+      tile.stage_wait %bars[%k]
+      %a = tile.ring_read %ring[%k mod 4]
+      %acc2 = tile.wgmma_AB %av, %b, %acc ...
+      scf.if (%k > 0) { tile.stage_release %bars[%k - 1] }
+      scf.if (%k + 3 < trips) { tile.stage_acquire %bars[%k + 3]   tile.stage_expect ...   tile.tma_load ... }
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.builder import Builder
+from xdsl.context import Context
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, UnitAttr
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint
+
+from tkc.backend.shared_layout import swizzle_for
+from tkc.errors import TkcError
+from tkc.ir import async_ops as a
+from tkc.ir import ops as t
+from tkc.ir import tma_ops as m
+from tkc.ir.types import GlobalType, SharedTileType, element_bytes
+from tkc.passes import register
+from tkc.passes.insert_async_pipeline import DEFAULT_STAGES, WGMMA_IN_FLIGHT, _constant, _index_slice
+
+MAX_BOX_ROWS = 256  # a TMA box dimension
+
+
+def _aligned_args(fn: func.FuncOp) -> set[SSAValue]:
+    """The kernel's tensor arguments specialized to 16-byte aligned addresses, pitches and rows."""
+    attr = fn.attributes.get("tkc.arg_align")
+    if not isinstance(attr, ArrayAttr):
+        return set()
+    return {arg for arg, align in zip(fn.body.block.args, attr.data)
+            if isinstance(align, IntegerAttr) and align.value.data % 16 == 0}
+
+
+def tma_loadable(op: Operation, aligned: set[SSAValue]) -> bool:
+    """Whether TMA can fill this load's tile: a 2-D 16-byte aligned tensor, a tile of whole swizzle panels."""
+    if not (isinstance(op, t.LoadOp) and isinstance(op.source.type, GlobalType)
+            and isinstance(op.result.type, SharedTileType)):
+        return False
+    tile = op.result.type
+    row_bytes = tile.cols.data * element_bytes(tile.element_type)
+    return (op.source.type.rank == 2 and op.source in aligned and tile.rows.data <= MAX_BOX_ROWS
+            and swizzle_for(row_bytes) >= 32)
+
+
+@dataclass
+class _Load:
+    op: t.LoadOp
+    slice: list[Operation]
+    ring: SSAValue | None = None
+
+
+def _shared_loads(body: Block) -> list[t.LoadOp]:
+    return [op for op in body.ops if isinstance(op, t.LoadOp) and isinstance(op.source.type, GlobalType)
+            and isinstance(op.result.type, SharedTileType)]
+
+
+def _top_level(op: Operation, body: Block) -> Operation:
+    while op.parent_block() is not body:
+        parent = op.parent_op()
+        assert parent is not None
+        op = parent
+    return op
+
+
+def _last_use(body: Block, values: list[SSAValue]) -> Operation | None:
+    """The last op of the body that reads any of the values, directly or through row views of them."""
+    pending, seen, users = list(values), set(), set()
+    while pending:
+        value = pending.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        for use in value.uses:
+            user = _top_level(use.operation, body)
+            users.add(user)
+            if isinstance(use.operation, t.LoadOp) and isinstance(use.operation.result.type, SharedTileType):
+                pending.append(use.operation.result)  # a view: its readers read the stage too
+    order = {op: n for n, op in enumerate(body.ops)}
+    return max((u for u in users if not isinstance(u, scf.YieldOp)), key=order.__getitem__, default=None)
+
+
+def _fill(b: Builder, loads: list[_Load], iv: SSAValue, j: SSAValue, bars: SSAValue, k: SSAValue,
+          acquire: bool) -> None:
+    """(Acquire,) announce and start step k's loads, their indices computed for loop index `j`."""
+    if acquire:
+        b.insert(m.StageAcquireOp(bars, k))
+    b.insert(m.StageExpectOp(bars, k, sum(p.op.result.type.nbytes for p in loads)))
+    for p in loads:
+        mapping: dict[SSAValue, SSAValue] = {iv: j}
+        for op in p.slice:
+            clone = op.clone(value_mapper=mapping)
+            b.insert(clone)
+            for old, new in zip(op.results, clone.results):
+                mapping[old] = new
+        copy = m.TmaLoadOp(p.op.source, [mapping.get(i, i) for i in p.op.indices], p.ring, bars, k)  # type: ignore[arg-type]
+        copy.location = p.op.location
+        b.insert(copy)
+
+
+def _guarded(b: Builder, cond: SSAValue, build: Callable[[Builder], None]) -> None:
+    then = Block()
+    build(Builder(InsertPoint.at_end(then)))
+    Builder(InsertPoint.at_end(then)).insert(scf.YieldOp())
+    b.insert(scf.IfOp(cond, [], Region(then), Region(Block([scf.YieldOp()]))))
+
+
+def _release_lags(loop: scf.ForOp) -> bool:
+    """Whether step k releases its stage one iteration late: when the lowering may leave its wgmma running."""
+    return WGMMA_IN_FLIGHT in loop.attributes
+
+
+def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads: int) -> bool:
+    body = loop.body.block
+    candidates = _shared_loads(body)
+    if stages < 2 or not candidates or not all(tma_loadable(op, aligned) for op in candidates):
+        return False
+    loads = []
+    for op in candidates:
+        sl = _index_slice(op, loop)
+        if sl is None:
+            return False
+        loads.append(_Load(op, sl))
+    step_op = loop.step.owner
+    if not (isinstance(step_op, arith.ConstantOp) and isinstance(step_op.value, IntegerAttr)):
+        raise TkcError("a pipelined loop needs a constant step")
+    step = step_op.value.value.data
+    iv = body.args[0]
+
+    pre = Builder(InsertPoint.before(loop))
+    for p in loads:
+        ring = pre.insert(a.RingAllocOp(a.RingType(stages, p.op.result.type)))
+        ring.location = p.op.location
+        p.ring = ring.result
+    bars = pre.insert(m.StageBarriersOp(m.StageBarriersType(stages, threads))).result
+    trips = pre.insert(arith.CeilDivSIOp(pre.insert(arith.SubiOp(loop.ub, loop.lb)).result, _constant(pre, step))).result
+    for s in range(stages - 1):
+        c_s = _constant(pre, s)
+        j = pre.insert(arith.AddiOp(loop.lb, _constant(pre, s * step))).result
+        _guarded(pre, pre.insert(arith.CmpiOp(c_s, trips, "slt")).result,
+                 lambda b, j=j, c_s=c_s: _fill(b, loads, iv, j, bars, c_s, acquire=False))
+
+    # step k: wait for its bytes, read its stage
+    first = body.first_op
+    assert first is not None
+    inb = Builder(InsertPoint.before(first))
+    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, _constant(inb, step))).result
+    stage = inb.insert(arith.RemUIOp(k, _constant(inb, stages))).result
+    wait = inb.insert(m.StageWaitOp(bars, k))
+    reads = []
+    for p in loads:
+        read = a.RingReadOp(p.ring, stage)  # type: ignore[arg-type]
+        read.location = p.op.location
+        Builder(InsertPoint.before(p.op)).insert(read)
+        p.op.result.replace_all_uses_with(read.result)
+        p.op.detach()
+        p.op.erase()
+        reads.append(read.result)
+
+    # release after the last read (a wgmma's: one step later, when the next step's wgmma has been issued and
+    # the lowering waited for this one), then refill the released stage for step k + stages - 1
+    last = _last_use(body, reads)
+    if any(isinstance(op, t.WgmmaOp) for op in body.walk()):
+        loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
+    after = Builder(InsertPoint.after(last if last is not None else wait))
+    if _release_lags(loop):
+        has_previous = after.insert(arith.CmpiOp(k, _constant(after, 0), "sgt")).result
+        previous = after.insert(arith.SubiOp(k, _constant(after, 1))).result
+        _guarded(after, has_previous, lambda b: b.insert(m.StageReleaseOp(bars, previous)))
+        refill = after
+    else:
+        after.insert(m.StageReleaseOp(bars, k))
+        refill = Builder(InsertPoint.after(wait))  # step k - 1 released its stage: refill it before this step's work
+    k_next = refill.insert(arith.AddiOp(k, _constant(refill, stages - 1))).result
+    j_next = refill.insert(arith.AddiOp(iv, _constant(refill, (stages - 1) * step))).result
+    _guarded(refill, refill.insert(arith.CmpiOp(k_next, trips, "slt")).result,
+             lambda b: _fill(b, loads, iv, j_next, bars, k_next, acquire=True))
+    return True
+
+
+def insert_tma_pipeline(module: ModuleOp, stages: int | None) -> None:
+    target = module.attributes.get("tkc.target")
+    if not (isinstance(target, StringAttr) and target.data.startswith("sm_90")):
+        return
+    for fn in module.ops:
+        if not isinstance(fn, func.FuncOp):
+            continue
+        depth = stages
+        if depth is None:
+            attr = fn.attributes.get("tkc.stages")
+            depth = attr.value.data if isinstance(attr, IntegerAttr) else DEFAULT_STAGES
+        warps = fn.attributes.get("tkc.warps")
+        threads = 32 * (warps.value.data if isinstance(warps, IntegerAttr) else 1)
+        aligned = _aligned_args(fn)
+        for loop in reversed([op for op in fn.walk() if isinstance(op, scf.ForOp)]):  # innermost first
+            pipeline_loop(loop, depth, aligned, threads)
+
+
+@register("insert-tma-pipeline", "on sm_90a, turn loop loads of aligned 2-D tiles into a TMA + mbarrier ring")
+@dataclass(frozen=True)
+class InsertTmaPipeline(ModulePass):
+    name = "insert-tma-pipeline"
+    stages: int | None = None  # None: the kernel's own `stages`, else 3
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.stages is not None and self.stages < 1:
+            raise TkcError(f"insert-tma-pipeline needs stages >= 1, got {self.stages}")
+        insert_tma_pipeline(op, self.stages)
+

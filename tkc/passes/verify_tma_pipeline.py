@@ -1,0 +1,210 @@
+"""verify-tma-pipeline: check the stage-barrier protocol that `insert-tma-pipeline` wrote, without running it.
+
+For every `tile.stage_barriers` of a kernel:
+
+* its release count is the block's threads (every thread releases every stage it read);
+* each producer block announces each step once, and the bytes it announces (`stage_expect`) are the bytes of the
+  TMA boxes it starts for that step (whole boxes: TMA counts a box's full size also where it reaches past the
+  tensor's end); no TMA load without its announcement;
+* a step that may reuse a stage (k ≥ stages) is acquired before it is announced;
+* in a pipelined loop with step index k: k is waited for before its stage is read; the loop refills step k + d
+  and the steps before the loop are exactly 0 .. d-1, so every step that runs is filled exactly once; every step
+  is released (k, or k - 1 one iteration later), after the last read of its stage, and the refill of k + d
+  acquires a stage whose previous step the program has released by then (d ≤ the last released step + stages
+  - k).
+
+A violation is a TkcError naming the op: on the GPU it would hang or read a stage before (or while) it is filled.
+
+    scf.for ... { tile.stage_wait %bars[%k] ... scf.if (%k + 3 < trips) { tile.stage_acquire %bars[%k + 3] ... } }
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from tkc.errors import SourceLoc, TkcError
+from tkc.ir import async_ops as a
+from tkc.ir import tma_ops as m
+from tkc.ir.types import SharedTileType
+from tkc.passes import register
+
+
+def _fail(message: str, op: Operation) -> TkcError:
+    return TkcError(f"verify-tma-pipeline: {message}", SourceLoc.from_attr(op.location))
+
+
+def _constant(value: SSAValue) -> int | None:
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data
+    return None
+
+
+def _offset_from(value: SSAValue, k: SSAValue) -> int | None:
+    """d where value = k + d (or k - d) for a constant d, 0 for k itself, else None."""
+    if value is k:
+        return 0
+    owner = value.owner
+    if isinstance(owner, arith.AddiOp | arith.SubiOp) and owner.lhs is k:
+        d = _constant(owner.rhs)
+        if d is not None:
+            return d if isinstance(owner, arith.AddiOp) else -d
+    return None
+
+
+def _step_index(loop: scf.ForOp) -> SSAValue | None:
+    """The loop's step index k = (iv - lb) / step, as the pipeline computes it."""
+    iv = loop.body.block.args[0]
+    for op in loop.body.block.ops:
+        if isinstance(op, arith.DivUIOp) and isinstance(op.lhs.owner, arith.SubiOp) and op.lhs.owner.lhs is iv:
+            return op.result
+    return None
+
+
+@dataclass
+class _Fill:
+    expect: m.StageExpectOp
+    acquired: bool
+
+
+def _check_producer_block(block: Block, bars: SSAValue, stages: int) -> list[_Fill]:
+    """Announcements, loads and acquires of one block: bytes agree, acquires come first where stages repeat."""
+    fills: dict[SSAValue, _Fill] = {}
+    acquired: set[SSAValue] = set()
+    brought: dict[SSAValue, int] = {}
+    for op in block.ops:
+        if isinstance(op, m.StageAcquireOp) and op.bars is bars:
+            acquired.add(op.step)
+        elif isinstance(op, m.StageExpectOp) and op.bars is bars:
+            if op.step in fills:
+                raise _fail("the same step is announced twice", op)
+            fills[op.step] = _Fill(op, op.step in acquired)
+            const = _constant(op.step)
+            if (const is None or const >= stages) and op.step not in acquired:
+                raise _fail("a step that may reuse a stage is announced before its stage is acquired", op)
+        elif isinstance(op, m.TmaLoadOp) and op.bars is bars:
+            if op.step not in fills:
+                raise _fail("a TMA load whose bytes no stage_expect before it announces", op)
+            brought[op.step] = brought.get(op.step, 0) + op.nbytes
+    for step, fill in fills.items():
+        if brought.get(step, 0) != fill.expect.nbytes.value.data:
+            raise _fail(f"stage_expect announces {fill.expect.nbytes.value.data} bytes but the TMA loads of that step "
+                        f"bring {brought.get(step, 0)}", fill.expect)
+    return list(fills.values())
+
+
+def _reads_of(body: Block, ring_reads: list[SSAValue]) -> set[Operation]:
+    """Top-level ops of the body that read a stage (through ring reads and row views of them)."""
+    users: set[Operation] = set()
+    pending, seen = list(ring_reads), set()
+    while pending:
+        value = pending.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        for use in value.uses:
+            op = use.operation
+            top = op
+            while top.parent_block() is not body:
+                top = top.parent_op()  # type: ignore[assignment]
+            users.add(top)
+            if isinstance(op, a.RingReadOp | m.TmaLoadOp):
+                continue
+            if hasattr(op, "result") and isinstance(getattr(op.result, "type", None), SharedTileType):
+                pending.append(op.result)
+    return users
+
+
+def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: list[int]) -> None:
+    body = loop.body.block
+    k = _step_index(loop)
+    waits = [op for op in body.walk() if isinstance(op, m.StageWaitOp) and op.bars is bars]
+    if not waits:
+        return
+    if k is None or any(w.step is not k or w.parent_block() is not body for w in waits):
+        raise _fail("a pipelined loop waits for a step other than its own step index", waits[0])
+    order = {op: n for n, op in enumerate(body.ops)}
+    wait_at = order[waits[0]]
+    rings = {use.operation.ring for use in bars.uses if isinstance(use.operation, m.TmaLoadOp)}
+    reads = [op for op in body.ops if isinstance(op, a.RingReadOp) and op.ring in rings]
+    for read in reads:
+        if order[read] < wait_at:
+            raise _fail("a stage is read before the wait for its step", read)
+
+    refills = [op for op in body.walk() if isinstance(op, m.StageExpectOp) and op.bars is bars]
+    if len(refills) != 1:
+        raise _fail(f"a pipelined loop should refill one step per iteration, found {len(refills)}",
+                    refills[0] if refills else loop)
+    refill = refills[0]
+    d = _offset_from(refill.step, k)
+    if d is None or d < 1:
+        raise _fail("the loop refills a step that is not its step index plus a constant", refill)
+    if sorted(before) != list(range(d)):
+        raise _fail(f"the loop refills step k + {d}, so steps 0..{d - 1} must be filled before it, got {sorted(before)}",
+                    loop)
+
+    releases = [op for op in body.walk() if isinstance(op, m.StageReleaseOp) and op.bars is bars]
+    if len(releases) != 1:
+        raise _fail(f"a pipelined loop should release one step per iteration, found {len(releases)}",
+                    releases[0] if releases else loop)
+    release = releases[0]
+    lag = _offset_from(release.step, k)
+    if lag not in (0, -1):
+        raise _fail("the loop releases a step other than k or k - 1", release)
+
+    def top(op: Operation) -> Operation:
+        while op.parent_block() is not body:
+            op = op.parent_op()  # type: ignore[assignment]
+        return op
+
+    release_at, refill_at = order[top(release)], order[top(refill)]
+    if lag == 0:
+        last_read = max((order[u] for u in _reads_of(body, [r.result for r in reads])), default=-1)
+        if release_at < last_read:
+            raise _fail("a stage is released before the last read of it", release)
+    # the acquire of step k + d waits for step k + d - stages: released by then?
+    released_by_refill = lag if release_at < refill_at else lag - 1
+    if d - stages > released_by_refill:
+        raise _fail(f"the refill of step k + {d} needs step k + {d - stages} released, but only step "
+                    f"k + {released_by_refill} is by then (the ring would deadlock)", refill)
+
+
+def verify_tma_pipeline(module: ModuleOp) -> None:
+    for fn in module.ops:
+        if not isinstance(fn, func.FuncOp):
+            continue
+        warps = fn.attributes.get("tkc.warps")
+        threads = 32 * (warps.value.data if isinstance(warps, IntegerAttr) else 1)
+        for op in list(fn.walk()):
+            if not isinstance(op, m.StageBarriersOp):
+                continue
+            bars, type_ = op.result, op.result.type
+            stages = type_.stages.data
+            if type_.arrivals.data != threads:
+                raise _fail(f"the stages are released by {type_.arrivals.data} threads but the block has {threads}", op)
+            blocks = {use.operation.parent_block() for use in bars.uses}
+            fills_outside: dict[Block, list[int]] = {}
+            for block in blocks:
+                if block is None:
+                    continue
+                fills = _check_producer_block(block, bars, stages)
+                consts = [_constant(f.expect.step) for f in fills]
+                if all(c is not None for c in consts) and consts:
+                    fills_outside.setdefault(block, []).extend(c for c in consts if c is not None)
+            before = [c for cs in fills_outside.values() for c in cs]
+            for loop in [o for o in fn.walk() if isinstance(o, scf.ForOp)]:
+                _check_loop(loop, bars, stages, before)
+
+
+@register("verify-tma-pipeline", "check the stage-barrier protocol of TMA rings statically (bytes, arrivals, order)")
+class VerifyTmaPipeline(ModulePass):
+    name = "verify-tma-pipeline"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        verify_tma_pipeline(op)
