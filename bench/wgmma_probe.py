@@ -1,6 +1,6 @@
 """A first look at wgmma from the DSL next to cuBLAS at one size (not the benchmark of record):
 tkc.kernels.gemm_sm90_kernel with one or two consumer warpgroups (a TMA + mbarrier ring where the operands are
-16-byte aligned; `no-tma` rows force the cp.async ring; no warp specialization yet).
+16-byte aligned), without and with a producer warpgroup (PRODUCER=1: specialize-warps, setmaxnreg).
 
     python bench/wgmma_probe.py [--size 4096] [--n 4096] [--what gemm attention]
 """
@@ -16,7 +16,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import checked_time, time_ms  # noqa: E402
 
-from tkc.compiler import default_pipeline  # noqa: E402
 from tkc.kernels import attention_sm90, gemm_sm90_kernel  # noqa: E402
 
 
@@ -67,14 +66,13 @@ def gemm(n: int) -> None:
     print(f"cuBLAS {2 * n**3 / cublas / 1e9:.0f} TFLOP/s")
     c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
     for trans_b in (0, 1):
-        for warps, bn, bk, stages, tma in ((8, 256, 64, 4, 0), (8, 256, 64, 4, 1), (8, 256, 64, 3, 1),
-                                           (8, 256, 32, 6, 1), (8, 128, 64, 4, 1), (4, 256, 64, 4, 1),
-                                           (4, 128, 64, 6, 1)):
+        for warps, bn, bk, stages, producer in ((8, 256, 64, 4, 0), (8, 256, 64, 4, 1), (8, 256, 64, 3, 1),
+                                                (8, 256, 32, 6, 1), (8, 128, 64, 4, 1), (4, 256, 64, 4, 1),
+                                                (8, 256, 64, 3, 0)):
             grid = (-(-n // (16 * warps)) * -(-n // bn),)
-            pipeline = None if tma else default_pipeline("sm_90a").replace("insert-tma-pipeline,", "")
             run = lambda: gemm_sm90_kernel[grid](a, bt if trans_b else b, c, TRANS_B=trans_b, BN=bn, BK=bk,  # noqa: E731
-                                                  WARPS=warps, STAGES=stages, target="sm_90a", pipeline=pipeline)
-            label = f"TRANS_B={trans_b} WARPS={warps} BN={bn} BK={bk} STAGES={stages}{'' if tma else ' no-tma'}"
+                                                  WARPS=warps, STAGES=stages, PRODUCER=producer, target="sm_90a")
+            label = f"TRANS_B={trans_b} WARPS={warps} BN={bn} BK={bk} STAGES={stages} PRODUCER={producer}"
             try:
                 ms, err = checked_time(run, c, ref)
                 print(f"{label}: {2 * n**3 / ms / 1e9:.0f} TFLOP/s ({cublas / ms:.2f}x cuBLAS), err {err:.1e}", flush=True)

@@ -151,6 +151,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
         "canonicalize",
         "cse",
         "insert-tma-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
+        "specialize-warps",
         "verify-tma-pipeline",
         "insert-async-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
         "assign-layouts",

@@ -58,6 +58,25 @@ def test_dsl_wgmma_gemm(trans_b: int, m: int, n: int, k: int, bn: int) -> None:
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("m, n, k, warps, stages", [(1000, 1000, 1000, 8, 4), (4096, 4096, 16, 8, 4),
+                                                    (256, 768, 2048, 8, 2), (320, 520, 264, 4, 3), (1, 8, 8, 8, 4)])
+def test_gemm_producer_warpgroup(trans_b: int, m: int, n: int, k: int, warps: int, stages: int) -> None:
+    """gemm_sm90_kernel with a producer warpgroup (specialize-warps): TMA ring, setmaxnreg, on the H200."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    from tkc.kernels import gemm_sm90_kernel
+
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16) if trans_b else torch.randn(k, n, device="cuda").to(torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    bn = 256
+    gemm_sm90_kernel[(-(-m // (16 * warps)) * -(-n // bn),)](a, b, c, TRANS_B=trans_b, BN=bn, BK=64, WARPS=warps,
+                                                             STAGES=stages, PRODUCER=1, target="sm_90a")
+    ref = a.double() @ (b.double().t() if trans_b else b.double())
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("via_shared", [0, 1])
 def test_dsl_wgmma_register_a(trans_b: int, via_shared: int) -> None:
     """wgmma with A in registers (each warp's mma.sync A fragment), on the H200."""

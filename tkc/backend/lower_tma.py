@@ -45,8 +45,15 @@ def _thread0(lw: KernelLowering) -> SSAValue:
     return lw.at_entry("tid==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["tid"], Imm(0), n=1))
 
 
-def _warp0(lw: KernelLowering) -> SSAValue:
-    return lw.at_entry("warp==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["warp"], Imm(0), n=1))
+def _producer_thread(lw: KernelLowering) -> SSAValue:
+    """The thread that issues TMA loads: the first of the producer warpgroup (or of the block)."""
+    tid = 32 * lw.producer_warp
+    return lw.at_entry(f"tid=={tid}", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["tid"], Imm(tid), n=1))
+
+
+def _producer_warp(lw: KernelLowering) -> SSAValue:
+    warp = lw.producer_warp
+    return lw.at_entry(f"warp=={warp}", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["warp"], Imm(warp), n=1))
 
 
 def _guard(lw: KernelLowering, pred: SSAValue) -> SSAValue:
@@ -76,8 +83,9 @@ def _spin(lw: KernelLowering, addr: SSAValue, offset: int, parity: Any) -> None:
 def lower_stage_barriers(lw: KernelLowering, op: m.StageBarriersOp) -> list[Any]:
     type_ = op.result.type
     stages, arrivals = type_.stages.data, type_.arrivals.data
-    if arrivals != lw.threads:
-        raise TkcError(f"internal: stage barriers for {arrivals} releasing threads in a block of {lw.threads}")
+    if arrivals != 32 * lw.consumer_warps:
+        raise TkcError(f"internal: stage barriers for {arrivals} releasing threads, but {32 * lw.consumer_warps} "
+                       "threads compute")
     base = shared_base(lw, _offset_of(op))
     first = _thread0(lw)
     for s in range(stages):
@@ -93,7 +101,7 @@ def lower_stage_acquire(lw: KernelLowering, op: m.StageAcquireOp) -> None:
     addr, offset, parity = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=True)
     flipped = Imm(int(parity.value) ^ 1) if isinstance(parity, Imm) else lw.op("xor.b32", "b32", parity, Imm(1), n=1)
     skip = lw.label("ACQUIRED")
-    lw.emit(ptx.BraOp(skip, _warp0(lw), negate=True))  # only the producer's warp waits (warp-uniform)
+    lw.emit(ptx.BraOp(skip, _producer_warp(lw), negate=True))  # only the producer's warp waits (warp-uniform)
     _spin(lw, addr, offset, flipped)
     lw.emit(ptx.LabelOp(skip))
 
@@ -102,7 +110,7 @@ def lower_stage_acquire(lw: KernelLowering, op: m.StageAcquireOp) -> None:
 def lower_stage_expect(lw: KernelLowering, op: m.StageExpectOp) -> None:
     addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=False)
     lw.emit(ptx.MbarrierOp("arrive_expect_tx", addr, offset=offset, count=op.nbytes.value.data,
-                           guard=_guard(lw, _thread0(lw))))
+                           guard=_guard(lw, _producer_thread(lw))))
 
 
 @handles(m.TmaLoadOp)
@@ -134,7 +142,7 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
     lw.op("add.s32", None, lw.reg(x0), ptx.PerInstr([p * panel_cols for p in range(panels)]), into=coords,
           dest=list(range(panels)), n=panels)
     lw.op("mov.b32", None, _mul_imm(lw, row_index, rows), into=coords, dest=[panels], n=1)
-    guard = _guard(lw, _thread0(lw))
+    guard = _guard(lw, _producer_thread(lw))
     for p in range(panels):
         lw.emit(ptx.TmaLoadOp(dst, 0, dst_offset + p * rows * swizzle, tmap, coords, [p, panels], addr, 0, offset,
                               guard=guard))

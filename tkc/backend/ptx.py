@@ -517,14 +517,23 @@ class MmaOp(_TableOp):
 
 @irdl_op_definition
 class BarSyncOp(IRDLOperation):
-    """`bar.sync ID;`: every thread of the block waits here."""
+    """`bar.sync ID;`: every thread of the block waits here; `bar.sync ID, N;`: the N threads (whole warps) that
+    use named barrier ID wait for each other."""
 
     name = "ptx.bar_sync"
     barrier = prop_def(IntAttr)
+    threads = opt_prop_def(IntAttr)
     traits = traits_def(MemoryWriteEffect())
 
-    def __init__(self, barrier: int = 0):
-        super().__init__(properties={"barrier": IntAttr(barrier)})
+    def __init__(self, barrier: int = 0, threads: int | None = None):
+        props: dict[str, Attribute] = {"barrier": IntAttr(barrier)}
+        if threads is not None:
+            props["threads"] = IntAttr(threads)
+        super().__init__(properties=props)
+
+    def verify_(self) -> None:
+        if self.threads is not None and (self.threads.data % 32 or self.threads.data <= 0):
+            raise VerifyException(f"bar.sync: the thread count must be a positive multiple of 32, got {self.threads.data}")
 
 
 @irdl_op_definition

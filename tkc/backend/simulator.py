@@ -450,16 +450,36 @@ class BlockSimulator:
             for warp in order:
                 if not warp.at_barrier:
                     progress |= self.run_warp(warp)
+            progress |= self._pass_barriers()
             waiting = [w for w in self.warps if not w.done]
-            if waiting and all(w.at_barrier for w in waiting):
-                if len(waiting) != len(self.warps):
+            if waiting and not progress:
+                if all(w.at_barrier for w in waiting) and len(waiting) != len(self.warps):
                     raise SimulationError("some warps exited while others wait at a barrier (a hang on the GPU)")
-                for w in waiting:  # everyone is at the barrier: pass it
-                    w.at_barrier = False
-                    w.pc += 1
-            elif waiting and not progress:
                 raise SimulationError("every warp waits, at a barrier or on an mbarrier phase that nothing will "
                                       "complete (a hang on the GPU)")
+
+    def _pass_barriers(self) -> bool:
+        """Let the warps at a barrier through once all of its participants are there: every warp of the block for
+        `bar.sync 0`, N/32 warps for `bar.sync ID, N`."""
+        passed = False
+        at: dict[int, list[Warp]] = {}
+        for w in self.warps:
+            if w.at_barrier and not w.done:
+                at.setdefault(self.ops[w.pc].barrier.data, []).append(w)  # type: ignore[attr-defined]
+        for barrier, warps in at.items():
+            counts = {self.ops[w.pc].threads for w in warps}  # type: ignore[attr-defined]
+            if len(counts) != 1:
+                raise SimulationError(f"warps meet at barrier {barrier} with different thread counts")
+            count = counts.pop()
+            needed = len(self.warps) if count is None else count.data // LANES
+            if len(warps) > needed:
+                raise SimulationError(f"{len(warps)} warps at barrier {barrier}, which counts {needed}")
+            if len(warps) == needed:
+                for w in warps:
+                    w.at_barrier = False
+                    w.pc += 1
+                passed = True
+        return passed
 
     def run_warp(self, warp: Warp) -> bool:
         """Run until the warp reaches a barrier, returns, or waits on an mbarrier phase that is not complete;

@@ -58,7 +58,7 @@ def _async_state(interpreter: Interpreter) -> AsyncState:
 def _active_blocks(interpreter: Interpreter, what: str) -> np.ndarray:
     state = lane_state(interpreter)
     state.require_block_uniform(what)
-    return np.broadcast_to(state.active()[:, :1], (state.blocks, 1))[:, 0].copy()
+    return state.active_blocks()
 
 
 def _per_block(value: np.ndarray, blocks: int, what: str) -> np.ndarray:

@@ -79,16 +79,21 @@ class ControlFunctions(InterpreterFunctions):
             if not region.blocks:
                 return ()
             return interpreter.run_ssacfg_region(region, (), "scf.if")
-        state.push_mask(cond)
-        try:
-            then_values = interpreter.run_ssacfg_region(op.true_region, (), "scf.if")
-        finally:
-            state.pop_mask()
-        state.push_mask(~cond)
-        try:
-            else_values = interpreter.run_ssacfg_region(op.false_region, (), "scf.else") if op.false_region.blocks else ()
-        finally:
-            state.pop_mask()
+        role = "tkc.warp_role" in op.attributes  # warp specialization: each branch is a block of its own
+        for branch_mask in (cond, ~cond):
+            state.push_mask(branch_mask)
+            if role:
+                state.roles.append(branch_mask)
+            try:
+                if branch_mask is cond:
+                    then_values = interpreter.run_ssacfg_region(op.true_region, (), "scf.if")
+                else:
+                    else_values = (interpreter.run_ssacfg_region(op.false_region, (), "scf.else")
+                                   if op.false_region.blocks else ())
+            finally:
+                state.pop_mask()
+                if role:
+                    state.roles.pop()
         return tuple(_merge(cond, t, e, r.type, "an if") for t, e, r in zip(then_values, else_values, op.results))
 
     @impl_terminator(scf.YieldOp)

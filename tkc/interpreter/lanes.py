@@ -59,6 +59,7 @@ class LaneState:
     grid: tuple[int, int, int]
     warps: int
     mask_stack: list[np.ndarray] = field(default_factory=list)
+    roles: list[np.ndarray] = field(default_factory=list)  # warps of the current role (warp-specialized kernels)
 
     @property
     def blocks(self) -> int:
@@ -89,10 +90,25 @@ class LaneState:
         return self.mask if self.mask is not None else np.ones((1, 1), dtype=bool)
 
     def require_block_uniform(self, what: str) -> None:
-        """Collective ops (those on shared memory) need all warps of a block to take the same path."""
+        """Collective ops (those on shared memory) need all warps of a block (of its role, in a warp-specialized
+        kernel) to take the same path."""
         mask = self.mask
-        if mask is not None and mask.shape[1] > 1 and not (mask == mask[:, :1]).all():
-            raise TkcError(f"{what} runs under control flow that differs between the warps of a block")
+        if mask is None or mask.shape[1] <= 1:
+            return
+        if self.roles:
+            role = np.broadcast_to(self.roles[-1], mask.shape)
+            if (np.where(role, mask, True).all(axis=1) == np.where(role, mask, False).any(axis=1)).all():
+                return
+        elif (mask == mask[:, :1]).all():
+            return
+        raise TkcError(f"{what} runs under control flow that differs between the warps of a block")
+
+    def in_role(self) -> bool:
+        return bool(self.roles)
+
+    def active_blocks(self) -> np.ndarray:
+        """(blocks,) whether any warp of each block runs here (after require_block_uniform: all of its role)."""
+        return np.broadcast_to(self.active().any(axis=1), (self.blocks,)).copy()
 
 
 def lanes_of(value: np.ndarray) -> tuple[int, int]:

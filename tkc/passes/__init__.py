@@ -56,6 +56,7 @@ def _load_tkc_passes() -> None:
         insert_barriers,
         insert_tma_pipeline,
         lower_to_ptx,
+        specialize_warps,
         verify_tma_pipeline,
     )
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from xdsl.builder import Builder
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, UnitAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
@@ -52,12 +52,11 @@ MAX_BOX_ROWS = 256  # a TMA box dimension
 
 
 def _aligned_args(fn: func.FuncOp) -> set[SSAValue]:
-    """The kernel's tensor arguments specialized to 16-byte aligned addresses, pitches and rows."""
-    attr = fn.attributes.get("tkc.arg_align")
-    if not isinstance(attr, ArrayAttr):
-        return set()
-    return {arg for arg, align in zip(fn.body.block.args, attr.data)
-            if isinstance(align, IntegerAttr) and align.value.data % 16 == 0}
+    """The kernel's tensor arguments specialized to 16-byte aligned addresses, pitches and rows (all of them
+    without a specialization, as the lowering assumes: `lower_to_ptx.DEFAULT_ALIGN`)."""
+    from tkc.passes.lower_to_ptx import _aligns
+
+    return {arg for arg, align in zip(fn.body.block.args, _aligns(fn)) if align % 16 == 0}
 
 
 def tma_loadable(op: Operation, aligned: set[SSAValue]) -> bool:

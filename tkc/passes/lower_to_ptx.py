@@ -83,6 +83,8 @@ class KernelLowering:
     guard: Any = None  # pred: inside an if-converted branch, memory operations run only where it holds
     wgmma_loops: set[Operation] = field(default_factory=set)  # loops that leave a wgmma in flight at each step
     tensor_maps: list[str] = field(default_factory=list)  # tensor-map parameters (backend/lower_tma.py), in order
+    producer_warp: int = 0  # the warp whose first thread issues TMA loads (a producer warpgroup's first warp)
+    role_threads: int | None = None  # inside one role of a warp-specialized kernel: the threads of that role
 
     # --------------------------------------------------------------------------------------------------------
     # Emission
@@ -191,6 +193,9 @@ class KernelLowering:
         fn = self.fn
         warps = fn.attributes["tkc.warps"].value.data  # type: ignore[attr-defined]
         self.threads = 32 * warps
+        consumers = fn.attributes.get("tkc.consumer_warps")
+        self.consumer_warps = consumers.value.data if isinstance(consumers, IntegerAttr) else warps
+        self.producer_warp = self.consumer_warps if self.consumer_warps != warps else 0
         self.async_proxy_reads = any(isinstance(op, t.WgmmaOp) for op in fn.walk())
         aligns = _aligns(fn)
         params: list[tuple[str, str]] = []
@@ -217,8 +222,10 @@ class KernelLowering:
         params += [(name, "tensormap") for name in self.tensor_maps]
         block = Block(self.prologue + self.body)
         min_blocks = fn.attributes.get("tkc.blocks_per_sm")
-        return ptx.KernelOp(fn.sym_name.data, params, self.threads, block,
-                            min_blocks=min_blocks.value.data if isinstance(min_blocks, IntegerAttr) else None)
+        blocks = min_blocks.value.data if isinstance(min_blocks, IntegerAttr) else None
+        if blocks is None and any(isinstance(op, ptx.SetmaxnregOp) for op in block.ops):
+            blocks = 1  # ptxas honours setmaxnreg only when it knows the registers at entry (.minnctapersm)
+        return ptx.KernelOp(fn.sym_name.data, params, self.threads, block, min_blocks=blocks)
 
     def _entry_op(self, opcode: str, *operands: Any) -> SSAValue:
         saved, self.body = self.body, self.prologue
@@ -527,7 +534,26 @@ def _lower_barrier(lw: KernelLowering, op: Operation) -> None:
         # wgmma reads shared memory through the async proxy: what threads wrote (st.shared, cp.async) must be
         # fenced toward it before the barrier that publishes it
         lw.emit(ptx.FenceOp("proxy.async.shared::cta"))
-    lw.emit(ptx.BarSyncOp(0))
+    if lw.role_threads is not None and lw.role_threads != lw.threads:
+        # one role of a warp-specialized block: a named barrier of its own threads (1: consumers, 2: producer)
+        lw.emit(ptx.BarSyncOp(1 if lw.role_threads == 32 * lw.consumer_warps else 2, lw.role_threads))
+    else:
+        lw.emit(ptx.BarSyncOp(0))
+
+
+PRODUCER_REGISTERS = 40  # per thread, after setmaxnreg.dec: address arithmetic and the TMA issue only
+
+
+def _role_registers(lw: KernelLowering) -> tuple[int, int] | None:
+    """(producer, consumer) registers per thread for setmaxnreg, from what ptxas gives each thread at entry
+    (65536 / threads, rounded down to 8): the producer's surplus goes to the consumers. None with a single
+    consumer warpgroup (it has all the registers it may use already)."""
+    if lw.threads < 384:
+        return None
+    entry = 65536 // lw.threads // 8 * 8
+    consumers = lw.threads - 128
+    grown = min(256, entry + (entry - PRODUCER_REGISTERS) * 128 // consumers) // 8 * 8
+    return PRODUCER_REGISTERS, grown
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -610,11 +636,13 @@ def _lower_for(lw: KernelLowering, op: scf.ForOp) -> list[Any]:
 
 def _predicable(op: scf.IfOp) -> bool:
     """An if without results whose branch only computes integers and starts async copies (the pipeline's
-    prefetch): it becomes straight-line code with predicated copies, which ptxas can interleave with the
+    prefetch) or releases a stage: it becomes straight-line code with predicated copies, which ptxas can interleave with the
     tensor-core work around it (a branch would keep the copies' address arithmetic in a block of its own)."""
+    from tkc.ir import tma_ops as m
+
     if op.results or (op.false_region.blocks and len(op.false_region.block.ops) > 1):
         return False
-    return all(isinstance(o, a.CopyAsyncOp | scf.YieldOp) or o.name.startswith("arith.")
+    return all(isinstance(o, a.CopyAsyncOp | m.StageReleaseOp | scf.YieldOp) or o.name.startswith("arith.")
                for o in op.true_region.block.ops)
 
 
@@ -638,10 +666,22 @@ def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
     else_label, end = lw.label("ELSE"), lw.label("ENDIF")
     lw.emit(ptx.BraOp(else_label, cond, negate=True))
 
+    role = "tkc.warp_role" in op.attributes  # then: the producer warpgroup, else: the consumer warps
+    registers = _role_registers(lw) if role else None
+
     def branch(region: Any) -> None:
         if not region.blocks:
             return
-        lw.lower_block(region.block)
+        producer = region is op.true_region
+        saved = lw.role_threads
+        if role:
+            lw.role_threads = 128 if producer else 32 * lw.consumer_warps
+            if registers is not None:
+                lw.emit(ptx.SetmaxnregOp(not producer, registers[0] if producer else registers[1]))
+        try:
+            lw.lower_block(region.block)
+        finally:
+            lw.role_threads = saved
         for i, v in enumerate(region.block.last_op.operands):
             value = lw.value(v)
             if results[i] is None:

@@ -138,6 +138,9 @@ def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: list[int])
             raise _fail("a stage is read before the wait for its step", read)
 
     refills = [op for op in body.walk() if isinstance(op, m.StageExpectOp) and op.bars is bars]
+    if not refills and _check_producer_loop(loop, bars, stages, before):
+        _check_releases(loop, bars, k, reads, order, None, stages)
+        return
     if len(refills) != 1:
         raise _fail(f"a pipelined loop should refill one step per iteration, found {len(refills)}",
                     refills[0] if refills else loop)
@@ -149,6 +152,37 @@ def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: list[int])
         raise _fail(f"the loop refills step k + {d}, so steps 0..{d - 1} must be filled before it, got {sorted(before)}",
                     loop)
 
+    _check_releases(loop, bars, k, reads, order, (refill, d), stages)
+
+
+def _check_producer_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: list[int]) -> bool:
+    """A warp-specialized ring: a producer loop over the same steps fills step k at its step k (acquiring
+    first); nothing is filled before the loops."""
+    fn = loop
+    while not isinstance(fn, func.FuncOp):
+        fn = fn.parent_op()  # type: ignore[assignment]
+    for other in fn.walk():
+        if not isinstance(other, scf.ForOp) or other is loop:
+            continue
+        fills = [op for op in other.body.block.ops if isinstance(op, m.StageExpectOp) and op.bars is bars]
+        if not fills:
+            continue
+        k = _step_index(other)
+        if k is None or any(f.step is not k for f in fills) or len(fills) != 1:
+            raise _fail("a producer loop must fill its own step index, once per iteration", fills[0])
+        if (other.lb, other.ub, other.step) != (loop.lb, loop.ub, loop.step):
+            raise _fail("the producer loop and the consumer loop run different steps", other)
+        if before:
+            raise _fail("with a producer loop nothing may be filled before the loops", fills[0])
+        if stages < 2:
+            raise _fail("a producer ring needs at least two stages", other)
+        return True
+    raise _fail("a pipelined loop waits for steps that nothing fills", loop)
+
+
+def _check_releases(loop: scf.ForOp, bars: SSAValue, k: SSAValue, reads: list[Operation], order: dict[Operation, int],
+                    refill: tuple[m.StageExpectOp, int] | None, stages: int) -> None:
+    body = loop.body.block
     releases = [op for op in body.walk() if isinstance(op, m.StageReleaseOp) and op.bars is bars]
     if len(releases) != 1:
         raise _fail(f"a pipelined loop should release one step per iteration, found {len(releases)}",
@@ -163,23 +197,26 @@ def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: list[int])
             op = op.parent_op()  # type: ignore[assignment]
         return op
 
-    release_at, refill_at = order[top(release)], order[top(refill)]
+    release_at = order[top(release)]
     if lag == 0:
-        last_read = max((order[u] for u in _reads_of(body, [r.result for r in reads])), default=-1)
+        last_read = max((order[u] for u in _reads_of(body, [r.result for r in reads])), default=-1)  # type: ignore[attr-defined]
         if release_at < last_read:
             raise _fail("a stage is released before the last read of it", release)
+    if refill is None:
+        return  # a producer loop of its own: it waits for the releases as long as it needs
+    refill_op, d = refill
     # the acquire of step k + d waits for step k + d - stages: released by then?
-    released_by_refill = lag if release_at < refill_at else lag - 1
+    released_by_refill = lag if release_at < order[top(refill_op)] else lag - 1
     if d - stages > released_by_refill:
         raise _fail(f"the refill of step k + {d} needs step k + {d - stages} released, but only step "
-                    f"k + {released_by_refill} is by then (the ring would deadlock)", refill)
+                    f"k + {released_by_refill} is by then (the ring would deadlock)", refill_op)
 
 
 def verify_tma_pipeline(module: ModuleOp) -> None:
     for fn in module.ops:
         if not isinstance(fn, func.FuncOp):
             continue
-        warps = fn.attributes.get("tkc.warps")
+        warps = fn.attributes.get("tkc.consumer_warps", fn.attributes.get("tkc.warps"))
         threads = 32 * (warps.value.data if isinstance(warps, IntegerAttr) else 1)
         for op in list(fn.walk()):
             if not isinstance(op, m.StageBarriersOp):
@@ -187,7 +224,8 @@ def verify_tma_pipeline(module: ModuleOp) -> None:
             bars, type_ = op.result, op.result.type
             stages = type_.stages.data
             if type_.arrivals.data != threads:
-                raise _fail(f"the stages are released by {type_.arrivals.data} threads but the block has {threads}", op)
+                raise _fail(f"the stages are released by {type_.arrivals.data} threads but the block has {threads} "
+                            "(that compute)", op)
             blocks = {use.operation.parent_block() for use in bars.uses}
             fills_outside: dict[Block, list[int]] = {}
             for block in blocks:

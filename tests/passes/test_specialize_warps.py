@@ -1,0 +1,138 @@
+"""specialize-warps: a producer warpgroup of its own for a TMA-pipelined loop. The tile interpreter gives the same
+answers before and after (the producer's loop runs first there, its loads landing at the consumers' waits); the
+PTX simulation runs producer and consumers as the warps they are (mbarrier waits yield) for 0, 1, fewer than
+`stages` and many steps; consumer-only barriers are named barriers; mutations hang or are rejected."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reference import random_bf16
+from xdsl.dialects import scf
+
+from kernels.producer_sum import producer_sum
+from tkc.backend import ptxas
+from tkc.backend.ptx_printer import emit_ptx
+from tkc.backend.simulator import simulate
+from tkc.compiler import Dumps, PassTimer, compile_for_launch, default_pipeline, parse_pipeline, run_passes, specialize_alignment
+from tkc.errors import TkcError
+from tkc.frontend.kernel import build_module
+from tkc.ir import tma_ops as m
+from tkc.kernels import gemm_sm90_kernel
+from tkc.passes.specialize_warps import CONSUMER_WARPS, ROLE_ATTR
+from tkc.passes.verify_tma_pipeline import verify_tma_pipeline
+
+from .helpers import interpret_module
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*bank conflict")
+SPLIT = "canonicalize,cse,insert-tma-pipeline,specialize-warps"
+
+
+def _expected(x: np.ndarray, n: int) -> np.ndarray:
+    total = np.zeros((64, 64), dtype=np.float64)
+    for j in range(n):
+        total += x[64 * j:64 * (j + 1)].astype(np.float64)
+    return np.concatenate([total[48:], total[32:48], total[16:32], total[:16]])  # warp w stores warp 3-w's rows
+
+
+def _split(stages: int, kernel=producer_sum, constants=None):
+    module = build_module([kernel], "sm_90a", constants if constants is not None else {"STAGES": stages})
+    specialize_alignment(module, {})
+    run_passes(module, parse_pipeline(SPLIT), Dumps(), PassTimer())
+    return module
+
+
+def _rest(module) -> None:
+    """The passes after specialize-warps, down to the ptx dialect (without the checker)."""
+    rest = default_pipeline("sm_90a").split("verify-tma-pipeline,", 1)[1]
+    run_passes(module, parse_pipeline(rest), Dumps(), PassTimer())
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("trips", [0, 1, 2, 3, 6])
+def test_split_preserves_semantics(stages: int, trips: int) -> None:
+    x = random_bf16(np.random.default_rng(stages + 7 * trips), 64 * 6, 64)
+    out = np.full((64, 64), np.nan, dtype=np.float32)
+    module = _split(stages)
+    verify_tma_pipeline(module)
+    got = interpret_module(module, "producer_sum", [x, out, trips], (1,))
+    np.testing.assert_allclose(got[1], _expected(x, trips), rtol=1e-5, atol=1e-5)
+
+
+def test_split_structure() -> None:
+    module = _split(3)
+    fn = next(iter(module.ops))
+    assert fn.attributes["tkc.warps"].value.data == 8 and fn.attributes[CONSUMER_WARPS].value.data == 4
+    (split,) = [op for op in fn.walk() if isinstance(op, scf.IfOp) and ROLE_ATTR in op.attributes]
+    producer = list(split.true_region.walk())
+    consumer = list(split.false_region.walk())
+    assert any(isinstance(op, m.StageAcquireOp) for op in producer) and any(isinstance(op, m.TmaLoadOp) for op in producer)
+    assert not any(isinstance(op, m.StageWaitOp | m.StageReleaseOp) for op in producer)
+    assert not any(isinstance(op, m.StageAcquireOp | m.StageExpectOp | m.TmaLoadOp) for op in consumer)
+    assert any(isinstance(op, m.StageWaitOp) for op in consumer)
+    # nothing is filled before the loops any more
+    assert not [op for op in fn.body.block.ops if isinstance(op, scf.IfOp) and ROLE_ATTR not in op.attributes
+                and any(isinstance(o, m.StageExpectOp) for o in op.walk())]
+
+
+@pytest.mark.parametrize("stages, trips, order", [(2, 0, "ascending"), (2, 5, "shuffled"), (3, 1, "descending"),
+                                                  (3, 2, "shuffled"), (4, 6, "ascending")])
+def test_specialized_simulated(stages: int, trips: int, order: str) -> None:
+    x = random_bf16(np.random.default_rng(stages * trips + 1), 64 * 6, 64)
+    out = np.full((64, 64), np.nan, dtype=np.float32)
+    module = _split(stages)
+    _rest(module)
+    simulate(module, "producer_sum", [x, out, trips], (1,), order=order)
+    np.testing.assert_allclose(out, _expected(x, trips), rtol=1e-5, atol=1e-5)
+
+
+def test_consumer_barrier_is_named() -> None:
+    module = _split(3)
+    _rest(module)
+    text = emit_ptx(module, "sm_90a")
+    assert "bar.sync 1, 128;" in text  # the consumers' swap through shared memory, without the producer
+    assert "setmaxnreg" not in text  # one consumer warpgroup keeps the registers it has
+
+
+def test_consumer_without_release_hangs_in_simulation() -> None:
+    """The mutation: consumers never release; the producer waits forever for the stage of step `stages`."""
+    module = _split(2)
+    for op in [op for op in module.walk() if isinstance(op, m.StageReleaseOp)]:
+        op.detach()
+        op.erase()
+    with pytest.raises(TkcError, match="release one step per iteration"):
+        verify_tma_pipeline(module)
+    _rest(module)
+    x = random_bf16(np.random.default_rng(0), 64 * 6, 64)
+    with pytest.raises(TkcError, match="hang on the GPU"):
+        simulate(module, "producer_sum", [x, np.zeros((64, 64), np.float32), 5], (1,))
+
+
+def test_checker_producer_runs_other_steps() -> None:
+    module = _split(3)
+    split = next(op for op in module.walk() if isinstance(op, scf.IfOp) and ROLE_ATTR in op.attributes)
+    producer_loop = next(op for op in split.true_region.walk() if isinstance(op, scf.ForOp))
+    consumer_loop = next(op for op in split.false_region.walk() if isinstance(op, scf.ForOp))
+    producer_loop.operands[1] = consumer_loop.lb  # runs no steps
+    with pytest.raises(TkcError, match="run different steps"):
+        verify_tma_pipeline(module)
+
+
+def test_specialized_gemm_gets_registers() -> None:
+    """Two consumer warpgroups: producer 40 and consumers 232 registers (168 at entry), which ptxas honours."""
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not installed")
+    compiled = compile_for_launch(gemm_sm90_kernel, "sm_90a",
+                                  {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 4, "PRODUCER": 1}, {})
+    assert compiled.threads == 384
+    assert "setmaxnreg.dec.sync.aligned.u32 40;" in compiled.ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in compiled.ptx
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.registers == 168 and report.spill_stores == 0 and not report.notes, report.log
+
+
+def test_producer_needs_a_tma_loop() -> None:
+    module = build_module([producer_sum], "sm_90a", {})
+    specialize_alignment(module, {"X": 2})  # rows not 16-byte aligned: no TMA ring to specialize
+    with pytest.raises(TkcError, match="exactly one TMA-pipelined loop"):
+        run_passes(module, parse_pipeline(SPLIT), Dumps(), PassTimer())
+
