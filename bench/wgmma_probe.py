@@ -66,13 +66,16 @@ def gemm(n: int) -> None:
     print(f"cuBLAS {2 * n**3 / cublas / 1e9:.0f} TFLOP/s")
     c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
     for trans_b in (0, 1):
-        for warps, bn, bk, stages, producer in ((8, 256, 64, 4, 0), (8, 256, 64, 4, 1), (8, 256, 64, 3, 1),
-                                                (8, 256, 32, 6, 1), (8, 128, 64, 4, 1), (4, 256, 64, 4, 1),
-                                                (8, 256, 64, 3, 0)):
-            grid = (-(-n // (16 * warps)) * -(-n // bn),)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        for warps, bn, bk, stages, producer, persistent in (
+                (8, 256, 64, 4, 0, 0), (8, 256, 64, 4, 1, 0), (8, 256, 64, 4, 0, 1), (8, 256, 64, 4, 1, 1),
+                (8, 256, 64, 3, 1, 1), (8, 128, 64, 4, 1, 1), (8, 256, 32, 6, 1, 1), (4, 256, 64, 4, 1, 1)):
+            tiles = -(-n // (16 * warps)) * -(-n // bn)
+            grid = (min(tiles, sms) if persistent else tiles,)
             run = lambda: gemm_sm90_kernel[grid](a, bt if trans_b else b, c, TRANS_B=trans_b, BN=bn, BK=bk,  # noqa: E731
                                                   WARPS=warps, STAGES=stages, PRODUCER=producer, target="sm_90a")
-            label = f"TRANS_B={trans_b} WARPS={warps} BN={bn} BK={bk} STAGES={stages} PRODUCER={producer}"
+            label = (f"TRANS_B={trans_b} WARPS={warps} BN={bn} BK={bk} STAGES={stages} PRODUCER={producer} "
+                     f"grid={grid[0]}")
             try:
                 ms, err = checked_time(run, c, ref)
                 print(f"{label}: {2 * n**3 / ms / 1e9:.0f} TFLOP/s ({cublas / ms:.2f}x cuBLAS), err {err:.1e}", flush=True)

@@ -123,12 +123,6 @@ def _ops(module, cls):
     return [op for op in module.walk() if isinstance(op, cls)]
 
 
-def _set_constant(op, value: int) -> None:
-    from xdsl.dialects.builtin import IntegerAttr, i32
-
-    op.value = IntegerAttr(value, i32)
-
-
 def test_checker_wrong_byte_count() -> None:
     module = _pipelined()
     from xdsl.dialects.builtin import IntegerAttr
@@ -150,8 +144,13 @@ def test_checker_missing_acquire() -> None:
 def test_checker_refill_too_far_ahead() -> None:
     """Refilling step k + stages (the stage step k is reading) instead of k + stages - 1."""
     module = _pipelined()
-    expect = next(op for op in _ops(module, m.StageExpectOp) if not isinstance(op.step.owner, arith.ConstantOp))
-    _set_constant(expect.step.owner.rhs.owner, 3)
+    expect = next(op for op in _ops(module, m.StageExpectOp)  # the refill inside the pipelined loop
+                  if any(isinstance(o, m.StageWaitOp) for o in op.parent_op().parent_block().ops))
+    from xdsl.dialects.builtin import IntegerAttr, i32
+
+    ahead = arith.ConstantOp(IntegerAttr(3, i32))
+    expect.step.owner.parent_block().insert_op_before(ahead, expect.step.owner)
+    expect.step.owner.operands[1] = ahead.result
     with pytest.raises(TkcError, match="steps 0..2 must be filled before it|would deadlock"):
         verify_tma_pipeline(module)
 
@@ -159,7 +158,7 @@ def test_checker_refill_too_far_ahead() -> None:
 def test_checker_missing_prologue_fill() -> None:
     module = _pipelined()
     first_fill = next(op for op in _ops(module, scf.IfOp) if any(isinstance(o, m.StageExpectOp) for o in op.walk())
-                      and not isinstance(op.parent_op(), scf.ForOp))
+                      and not any(isinstance(o, m.StageWaitOp) for o in op.parent_block().ops))
     first_fill.detach()
     first_fill.erase(safe_erase=False)
     with pytest.raises(TkcError, match="must be filled before it"):

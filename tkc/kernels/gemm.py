@@ -53,18 +53,21 @@ def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: co
     """As gemm_kernel, on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C; A's
     and B's slices are staged in shared memory (a STAGES-deep cp.async pipeline), each warpgroup multiplies its
     64 rows of A by all of B, and each warp keeps its 16 rows of the result.
-    Grid: (cdiv(M, 16·WARPS) · cdiv(N, BN),). Where A and B are 16-byte aligned the loads become a TMA +
+    Grid: up to cdiv(M, 16·WARPS) · cdiv(N, BN) blocks, each taking every grid-th tile (fewer blocks than tiles: a
+    persistent grid; the ring runs on across a block's tiles). Where A and B are 16-byte aligned the loads become a TMA +
     mbarrier ring (insert-tma-pipeline), else a cp.async ring. (To come: a producer warpgroup.)"""
     BM = 16 * WARPS
-    bm, bn = grouped_tile(block_idx()[0], cdiv(A.shape[0], BM), cdiv(C.shape[1], BN), GROUP_M)
-    acc = zeros(rt[f32, 16, BN])
-    for k in range(cdiv(A.shape[1], BK)):
-        a = load(load(A, (bm, k), st[bf16, BM, BK]), (warpgroup_id(), 0), st[bf16, 64, BK])  # this warpgroup's rows
-        if TRANS_B:
-            acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
-        else:
-            acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
-    store(C, acc.to(bf16), (bm * WARPS + warp_id(), bn))
+    blocks_m, blocks_n = cdiv(A.shape[0], BM), cdiv(C.shape[1], BN)
+    for tile in range(block_idx()[0], blocks_m * blocks_n, num_blocks()[0]):  # a persistent grid loops over tiles
+        bm, bn = grouped_tile(tile, blocks_m, blocks_n, GROUP_M)
+        acc = zeros(rt[f32, 16, BN])
+        for k in range(cdiv(A.shape[1], BK)):
+            a = load(load(A, (bm, k), st[bf16, BM, BK]), (warpgroup_id(), 0), st[bf16, 64, BK])  # this warpgroup's rows
+            if TRANS_B:
+                acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
+            else:
+                acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
+        store(C, acc.to(bf16), (bm * WARPS + warp_id(), bn))
 
 
 CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2, "GROUP_M": 16}  # what gemm() launches (best of bench/sweep.py)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from xdsl.builder import Builder
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, UnitAttr, i32
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
@@ -137,10 +137,57 @@ def _release_lags(loop: scf.ForOp) -> bool:
     return WGMMA_IN_FLIGHT in loop.attributes
 
 
+def _enclosing_loops(loop: scf.ForOp) -> list[scf.ForOp] | None:
+    """The loops around `loop`, innermost first, or None if something else (an if) encloses it."""
+    chain: list[scf.ForOp] = []
+    parent = loop.parent_op()
+    while not isinstance(parent, func.FuncOp):
+        if not isinstance(parent, scf.ForOp):
+            return None
+        chain.append(parent)
+        parent = parent.parent_op()
+    return chain
+
+
+def _with_base(outer: scf.ForOp, init: SSAValue) -> tuple[scf.ForOp, SSAValue]:
+    """`outer` rebuilt with one more loop-carried value (initially `init`, passed through unchanged until the
+    caller sets what the body yields); the new op and its block argument."""
+    body = outer.detach_region(outer.body)
+    arg = body.block.insert_arg(i32, len(body.block.args))
+    yield_op = body.block.last_op
+    assert isinstance(yield_op, scf.YieldOp)
+    yield_op.operands = [*yield_op.operands, arg]
+    rebuilt = scf.ForOp(outer.lb, outer.ub, outer.step, [*outer.iter_args, init], body)
+    rebuilt.attributes |= outer.attributes
+    rebuilt.location = outer.location
+    Builder(InsertPoint.before(outer)).insert(rebuilt)
+    for old, new in zip(outer.results, rebuilt.results):
+        old.replace_all_uses_with(new)
+    outer.detach()
+    outer.erase()
+    return rebuilt, arg
+
+
+def _thread_base(chain: list[scf.ForOp]) -> tuple[SSAValue | None, list[scf.ForOp]]:
+    """The ring's steps are counted across the loops around the pipelined one (a persistent kernel's tile loop):
+    each of them carries the count of steps before it. (The count at the pipelined loop, the rebuilt loops.)"""
+    if not chain:
+        return None, []
+    init = _constant(Builder(InsertPoint.before(chain[-1])), 0)
+    rebuilt = []
+    for outer in reversed(chain):
+        outer, init = _with_base(outer, init)
+        rebuilt.append(outer)
+    return init, rebuilt[::-1]
+
+
 def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads: int) -> bool:
     body = loop.body.block
     candidates = _shared_loads(body)
     if stages < 2 or not candidates or not all(tma_loadable(op, aligned) for op in candidates):
+        return False
+    chain = _enclosing_loops(loop)
+    if chain is None:
         return False
     loads = []
     for op in candidates:
@@ -154,26 +201,37 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     step = step_op.value.value.data
     iv = body.args[0]
 
-    pre = Builder(InsertPoint.before(loop))
+    # rings and barriers live for the whole kernel, before the loops around this one
+    top = chain[-1] if chain else loop
+    alloc = Builder(InsertPoint.before(top))
     for p in loads:
-        ring = pre.insert(a.RingAllocOp(a.RingType(stages, p.op.result.type)))
+        ring = alloc.insert(a.RingAllocOp(a.RingType(stages, p.op.result.type)))
         ring.location = p.op.location
         p.ring = ring.result
-    bars = pre.insert(m.StageBarriersOp(m.StageBarriersType(stages, threads))).result
+    bars = alloc.insert(m.StageBarriersOp(m.StageBarriersType(stages, threads))).result
+    base, rebuilt = _thread_base(chain)
+
+    def step_at(b: Builder, k: SSAValue) -> SSAValue:
+        """The ring's step for the loop's k-th iteration: k, after `base` steps of earlier loops."""
+        return k if base is None else b.insert(arith.AddiOp(base, k)).result
+
+    pre = Builder(InsertPoint.before(loop))
     trips = pre.insert(arith.CeilDivSIOp(pre.insert(arith.SubiOp(loop.ub, loop.lb)).result, _constant(pre, step))).result
     for s in range(stages - 1):
         c_s = _constant(pre, s)
         j = pre.insert(arith.AddiOp(loop.lb, _constant(pre, s * step))).result
+        g = step_at(pre, c_s)
         _guarded(pre, pre.insert(arith.CmpiOp(c_s, trips, "slt")).result,
-                 lambda b, j=j, c_s=c_s: _fill(b, loads, iv, j, bars, c_s, acquire=False))
+                 lambda b, j=j, g=g: _fill(b, loads, iv, j, bars, g, acquire=base is not None))
 
     # step k: wait for its bytes, read its stage
     first = body.first_op
     assert first is not None
     inb = Builder(InsertPoint.before(first))
     k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, _constant(inb, step))).result
-    stage = inb.insert(arith.RemUIOp(k, _constant(inb, stages))).result
-    wait = inb.insert(m.StageWaitOp(bars, k))
+    g = step_at(inb, k)
+    stage = inb.insert(arith.RemUIOp(g, _constant(inb, stages))).result
+    wait = inb.insert(m.StageWaitOp(bars, g))
     reads = []
     for p in loads:
         read = a.RingReadOp(p.ring, stage)  # type: ignore[arg-type]
@@ -190,18 +248,32 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     if any(isinstance(op, t.WgmmaOp) for op in body.walk()):
         loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
     after = Builder(InsertPoint.after(last if last is not None else wait))
-    if _release_lags(loop):
+    lags = _release_lags(loop)
+    if lags:
         has_previous = after.insert(arith.CmpiOp(k, _constant(after, 0), "sgt")).result
-        previous = after.insert(arith.SubiOp(k, _constant(after, 1))).result
+        previous = after.insert(arith.SubiOp(g, _constant(after, 1))).result
         _guarded(after, has_previous, lambda b: b.insert(m.StageReleaseOp(bars, previous)))
         refill = after
     else:
-        after.insert(m.StageReleaseOp(bars, k))
+        after.insert(m.StageReleaseOp(bars, g))
         refill = Builder(InsertPoint.after(wait))  # step k - 1 released its stage: refill it before this step's work
     k_next = refill.insert(arith.AddiOp(k, _constant(refill, stages - 1))).result
+    g_next = k_next if base is None else refill.insert(arith.AddiOp(g, _constant(refill, stages - 1))).result
     j_next = refill.insert(arith.AddiOp(iv, _constant(refill, (stages - 1) * step))).result
     _guarded(refill, refill.insert(arith.CmpiOp(k_next, trips, "slt")).result,
-             lambda b: _fill(b, loads, iv, j_next, bars, k_next, acquire=True))
+             lambda b: _fill(b, loads, iv, j_next, bars, g_next, acquire=True))
+
+    if base is not None:
+        # after the loop: release the last step (its wgmma is waited for at the loop's end), count the steps
+        post = Builder(InsertPoint.after(loop))
+        end = post.insert(arith.AddiOp(base, trips)).result
+        if lags:
+            ran = post.insert(arith.CmpiOp(_constant(post, 0), trips, "slt")).result
+            last_step = post.insert(arith.SubiOp(end, _constant(post, 1))).result
+            _guarded(post, ran, lambda b: b.insert(m.StageReleaseOp(bars, last_step)))
+        for inner, outer in zip([end, *[o.results[-1] for o in rebuilt[:-1]]], rebuilt):
+            yield_op = outer.body.block.last_op
+            yield_op.operands = [*yield_op.operands[:-1], inner]  # type: ignore[union-attr]
     return True
 
 
@@ -219,8 +291,8 @@ def insert_tma_pipeline(module: ModuleOp, stages: int | None) -> None:
         warps = fn.attributes.get("tkc.warps")
         threads = 32 * (warps.value.data if isinstance(warps, IntegerAttr) else 1)
         aligned = _aligned_args(fn)
-        for loop in reversed([op for op in fn.walk() if isinstance(op, scf.ForOp)]):  # innermost first
-            pipeline_loop(loop, depth, aligned, threads)
+        for loop in [op for op in fn.walk() if isinstance(op, scf.ForOp) and _shared_loads(op.body.block)]:
+            pipeline_loop(loop, depth, aligned, threads)  # (the loops around it are rebuilt: collected first)
 
 
 @register("insert-tma-pipeline", "on sm_90a, turn loop loads of aligned 2-D tiles into a TMA + mbarrier ring")

@@ -53,30 +53,33 @@ def _step_of(loop: scf.ForOp) -> SSAValue | None:
     return None
 
 
-def specialize(fn: func.FuncOp) -> None:
-    body = fn.body.block
-    loops = [op for op in body.ops if isinstance(op, scf.ForOp) and _holds(op, m.StageWaitOp)]
-    if len(loops) != 1 or any(_holds(op, m.StageWaitOp) for op in body.ops if op not in loops):
-        raise TkcError("producer=1 needs exactly one TMA-pipelined loop at the top level of the kernel "
-                       f"(found {len(loops)}; loads must be 16-byte aligned 2-D tiles)",
-                       SourceLoc.from_attr(fn.location))
-    loop = loops[0]
-    refill = next((op for op in loop.body.block.ops if isinstance(op, scf.IfOp) and _holds(op, m.StageAcquireOp)), None)
-    k = _step_of(loop)
-    if refill is None or k is None:
-        raise TkcError("internal: specialize-warps expects insert-tma-pipeline's loop", SourceLoc.from_attr(loop.location))
-    expect = next(op for op in refill.walk() if isinstance(op, m.StageExpectOp))
-    k_next = expect.step
-    j_next = next(op.result for op in loop.body.block.ops if isinstance(op, arith.AddiOp)
-                  and op.lhs is loop.body.block.args[0] and op.result in {o for x in refill.walk() for o in x.operands})
+def _erase(op: Operation) -> None:
+    op.detach()
+    op.erase(safe_erase=False)
 
-    # the producer's loop: the refill's ops, for step k of its own index
+
+def _fills(block: Block) -> list[Operation]:
+    """The ifs of a block that fill ring steps (the steps before a pipelined loop)."""
+    return [op for op in block.ops if isinstance(op, scf.IfOp) and _holds(op, m.StageExpectOp)]
+
+
+def _producer_loop(loop: scf.ForOp, refill: scf.IfOp) -> scf.ForOp:
+    """A loop over the same steps as `loop` that does, at step k, what `refill` does for step k + stages - 1."""
+    body = loop.body.block
+    wait = next(op for op in body.ops if isinstance(op, m.StageWaitOp))
+    expect = next(op for op in refill.walk() if isinstance(op, m.StageExpectOp))
+    k = _step_of(loop)
+    j_next = next(op.result for op in body.ops if isinstance(op, arith.AddiOp) and op.lhs is body.args[0]
+                  and op.result in {o for x in refill.walk() for o in x.operands})
     producer_body = Block(arg_types=[i32])
     pb = Builder(InsertPoint.at_end(producer_body))
     iv = producer_body.args[0]
-    span = pb.insert(arith.SubiOp(iv, loop.lb)).result
-    step_k = pb.insert(arith.DivUIOp(span, loop.step)).result
-    mapping: dict[SSAValue, SSAValue] = {k_next: step_k, j_next: iv}
+    step_k = pb.insert(arith.DivUIOp(pb.insert(arith.SubiOp(iv, loop.lb)).result, loop.step)).result
+    step_g = step_k  # the ring's step: k, or k after the steps of earlier tiles (base + k)
+    if wait.step is not k:
+        base = wait.step.owner.lhs  # type: ignore[union-attr]
+        step_g = pb.insert(arith.AddiOp(base, step_k)).result
+    mapping: dict[SSAValue, SSAValue] = {expect.step: step_g, j_next: iv}
     for op in refill.true_region.block.ops:
         if isinstance(op, scf.YieldOp):
             continue
@@ -85,39 +88,92 @@ def specialize(fn: func.FuncOp) -> None:
         for old, new in zip(op.results, clone.results):
             mapping[old] = new
     pb.insert(scf.YieldOp())
-    producer_loop = scf.ForOp(loop.lb, loop.ub, loop.step, [], Region(producer_body))
-    producer_loop.location = loop.location
+    producer = scf.ForOp(loop.lb, loop.ub, loop.step, [], Region(producer_body))
+    producer.location = loop.location
+    return producer
 
-    # drop the refills (in the loop and before it), and what only they used
-    cond = refill.cond
+
+def _drop_refill(loop: scf.ForOp, refill: scf.IfOp) -> None:
+    """Remove the refill from the consumers' loop, and the index arithmetic only it used."""
+    body = loop.body.block
     refill.detach()
     refill.erase()
-    for value in (cond, k_next, j_next):
-        owner = value.owner
-        if isinstance(owner, Operation) and not value.uses:
-            operands = list(owner.operands)
-            owner.detach()
-            owner.erase()
-            for operand in operands:
-                if isinstance(operand.owner, arith.ConstantOp) and not operand.uses:
-                    operand.owner.detach()
-                    operand.owner.erase()
-    for op in list(body.ops):
-        if isinstance(op, scf.IfOp) and _holds(op, m.StageExpectOp):
-            op.detach()
-            op.erase()
+    changed = True
+    while changed:
+        changed = False
+        for op in list(body.ops):
+            if op.name.startswith("arith.") and op.results and not any(r.uses for r in op.results):
+                _erase(op)
+                changed = True
 
-    # split the block: producer (then) and consumers (else: the loop and everything after it)
+
+def _prune(top: scf.ForOp, keep: Operation) -> None:
+    """Keep of `top`'s body only `keep`, the yield, and what they compute from (the producer's copy of a tile
+    loop: its index arithmetic and the step count, none of the consumers' work)."""
+    body = top.body.block
+    needed: set[Operation] = set()
+    pending = [keep, body.last_op]
+    while pending:
+        op = pending.pop()
+        if op is None or op in needed:
+            continue
+        needed.add(op)
+        for inner in op.walk():
+            for operand in inner.operands:
+                owner = operand.owner
+                if isinstance(owner, Operation) and owner.parent_block() is body:
+                    pending.append(owner)
+    for op in reversed(list(body.ops)):
+        if op not in needed:
+            _erase(op)
+
+
+def specialize(fn: func.FuncOp) -> None:
+    loops = [op for op in fn.walk() if isinstance(op, scf.ForOp)
+             and any(isinstance(o, m.StageWaitOp) for o in op.body.block.ops)]
+    if len(loops) != 1:
+        raise TkcError(f"producer=1 needs exactly one TMA-pipelined loop (found {len(loops)}; its loads must be "
+                       "16-byte aligned 2-D tiles)", SourceLoc.from_attr(fn.location))
+    loop = loops[0]
+    refill = next((op for op in loop.body.block.ops if isinstance(op, scf.IfOp) and _holds(op, m.StageAcquireOp)), None)
+    if refill is None or _step_of(loop) is None:
+        raise TkcError("internal: specialize-warps expects insert-tma-pipeline's loop", SourceLoc.from_attr(loop.location))
+    top: Operation = loop
+    while not isinstance(top.parent_op(), func.FuncOp):
+        top = top.parent_op()  # type: ignore[assignment]
+        if not isinstance(top, scf.ForOp):
+            raise TkcError("producer=1: the pipelined loop may sit in loops, not in ifs", SourceLoc.from_attr(loop.location))
+
+    producer_loop = _producer_loop(loop, refill)
+    _drop_refill(loop, refill)
+    if top is loop:
+        producer: Operation = producer_loop
+    else:
+        # the producer walks the same tiles: a copy of the loops around, keeping only what its loads need
+        Builder(InsertPoint.after(loop)).insert(producer_loop)
+        producer = top.clone()
+        producer_loop.detach()
+        producer_loop.erase()
+        copy = next(op for op in producer.walk() if isinstance(op, scf.ForOp)
+                    and any(isinstance(o, m.StageAcquireOp) for o in op.body.block.ops))
+        if copy.parent_op() is not producer:
+            raise TkcError("producer=1: the pipelined loop may sit in one tile loop, not deeper",
+                           SourceLoc.from_attr(loop.location))
+        _prune(producer, copy)  # type: ignore[arg-type]
+    for op in _fills(loop.parent_block()):  # type: ignore[arg-type]
+        _erase(op)  # the consumers' steps before the loop: the producer fills them now
+
+    # split the block: producer (then) and consumers (else: the loop nest and everything after it)
     warps = fn.attributes["tkc.warps"].value.data  # type: ignore[attr-defined]
     if warps % 4:
         raise TkcError(f"producer=1 needs whole consumer warpgroups: warps must be a multiple of 4, got {warps}",
                        SourceLoc.from_attr(fn.location))
-    before = Builder(InsertPoint.before(loop))
+    before = Builder(InsertPoint.before(top))
     role = before.insert(arith.CmpiOp(before.insert(t.WarpgroupIdOp()).result,
                                       before.insert(arith.ConstantOp(IntegerAttr(warps // 4, i32))).result, "eq")).result
     consumer = Block()
     tail = []
-    ret = loop
+    ret = top
     while ret is not None and not isinstance(ret, func.ReturnOp):
         tail.append(ret)
         ret = ret.next_op
@@ -125,7 +181,7 @@ def specialize(fn: func.FuncOp) -> None:
         moved.detach()
         consumer.add_op(moved)
     consumer.add_op(scf.YieldOp())
-    split = scf.IfOp(role, [], Region(Block([producer_loop, scf.YieldOp()])), Region(consumer))
+    split = scf.IfOp(role, [], Region(Block([producer, scf.YieldOp()])), Region(consumer))
     split.attributes[ROLE_ATTR] = UnitAttr()
     split.location = loop.location
     assert ret is not None

@@ -121,14 +121,65 @@ def _reads_of(body: Block, ring_reads: list[SSAValue]) -> set[Operation]:
     return users
 
 
-def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: list[int]) -> None:
+def _ring_step(loop: scf.ForOp, value: SSAValue) -> SSAValue | None:
+    """The base when `value` is the loop's step index counted after `base` earlier steps (base + k), the
+    constant 0 when it is k itself; None otherwise."""
+    k = _step_index(loop)
+    if k is None:
+        return None
+    if value is k:
+        return k  # marker: no base
+    owner = value.owner
+    if isinstance(owner, arith.AddiOp) and owner.rhs is k and not _inside(owner.lhs, loop):
+        return owner.lhs
+    return None
+
+
+def _inside(value: SSAValue, loop: scf.ForOp) -> bool:
+    owner = value.owner
+    block = owner if isinstance(owner, Block) else owner.parent_block()
+    while block is not None:
+        if block is loop.body.block:
+            return True
+        parent = block.parent_op()
+        block = parent.parent_block() if parent is not None else None
+    return False
+
+
+def _before_loop(loop: scf.ForOp, bars: SSAValue, base: SSAValue | None) -> list[int]:
+    """The steps (after `base`) that the ifs before the loop, in its block, fill."""
+    steps = []
+    for op in loop.parent_block().ops:  # type: ignore[union-attr]
+        if op is loop:
+            break
+        for expect in op.walk():
+            if isinstance(expect, m.StageExpectOp) and expect.bars is bars:
+                offset = _constant(expect.step) if base is None else _offset_from(expect.step, base)
+                if offset is None:
+                    raise _fail("a step filled before the loop is not the loop's first steps", expect)
+                steps.append(offset)
+    return steps
+
+
+def _innermost_loop(op: Operation) -> Operation | None:
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, scf.ForOp):
+        parent = parent.parent_op()
+    return parent
+
+
+def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int) -> None:
     body = loop.body.block
     k = _step_index(loop)
     waits = [op for op in body.walk() if isinstance(op, m.StageWaitOp) and op.bars is bars]
-    if not waits:
-        return
-    if k is None or any(w.step is not k or w.parent_block() is not body for w in waits):
+    if not waits or all(_innermost_loop(w) is not loop for w in waits):
+        return  # a loop around the pipelined one
+    marker = _ring_step(loop, waits[0].step)
+    if k is None or marker is None or any(w.step is not waits[0].step or w.parent_block() is not body for w in waits):
         raise _fail("a pipelined loop waits for a step other than its own step index", waits[0])
+    base = None if marker is k else marker
+    before = _before_loop(loop, bars, base)
+    k = waits[0].step  # from here on, "k" is the ring's step
     order = {op: n for n, op in enumerate(body.ops)}
     wait_at = order[waits[0]]
     rings = {use.operation.ring for use in bars.uses if isinstance(use.operation, m.TmaLoadOp)}
@@ -155,6 +206,25 @@ def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: list[int])
     _check_releases(loop, bars, k, reads, order, (refill, d), stages)
 
 
+def _same(x: SSAValue, y: SSAValue, depth: int = 0) -> bool:
+    """Whether two values are computed the same way: the same value, the same block argument of corresponding
+    loops (the producer's copy of the tile loop and the consumers' own), or the same op on such values."""
+    if x is y:
+        return True
+    if depth > 64:
+        return False
+    ox, oy = x.owner, y.owner
+    if isinstance(ox, Block) and isinstance(oy, Block):
+        px, py = ox.parent_op(), oy.parent_op()
+        return (isinstance(px, scf.ForOp) and isinstance(py, scf.ForOp) and x.index == y.index  # type: ignore[attr-defined]
+                and all(_same(a_, b_, depth + 1) for a_, b_ in zip((px.lb, px.ub, px.step), (py.lb, py.ub, py.step))))
+    if isinstance(ox, Operation) and isinstance(oy, Operation):
+        return (ox.name == oy.name and ox.properties == oy.properties and len(ox.operands) == len(oy.operands)
+                and x.index == y.index  # type: ignore[attr-defined]
+                and all(_same(a_, b_, depth + 1) for a_, b_ in zip(ox.operands, oy.operands)))
+    return False
+
+
 def _check_producer_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: list[int]) -> bool:
     """A warp-specialized ring: a producer loop over the same steps fills step k at its step k (acquiring
     first); nothing is filled before the loops."""
@@ -167,10 +237,9 @@ def _check_producer_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: l
         fills = [op for op in other.body.block.ops if isinstance(op, m.StageExpectOp) and op.bars is bars]
         if not fills:
             continue
-        k = _step_index(other)
-        if k is None or any(f.step is not k for f in fills) or len(fills) != 1:
+        if len(fills) != 1 or _ring_step(other, fills[0].step) is None:
             raise _fail("a producer loop must fill its own step index, once per iteration", fills[0])
-        if (other.lb, other.ub, other.step) != (loop.lb, loop.ub, loop.step):
+        if not all(_same(x, y) for x, y in zip((other.lb, other.ub, other.step), (loop.lb, loop.ub, loop.step))):
             raise _fail("the producer loop and the consumer loop run different steps", other)
         if before:
             raise _fail("with a producer loop nothing may be filled before the loops", fills[0])
@@ -226,18 +295,11 @@ def verify_tma_pipeline(module: ModuleOp) -> None:
             if type_.arrivals.data != threads:
                 raise _fail(f"the stages are released by {type_.arrivals.data} threads but the block has {threads} "
                             "(that compute)", op)
-            blocks = {use.operation.parent_block() for use in bars.uses}
-            fills_outside: dict[Block, list[int]] = {}
-            for block in blocks:
-                if block is None:
-                    continue
-                fills = _check_producer_block(block, bars, stages)
-                consts = [_constant(f.expect.step) for f in fills]
-                if all(c is not None for c in consts) and consts:
-                    fills_outside.setdefault(block, []).extend(c for c in consts if c is not None)
-            before = [c for cs in fills_outside.values() for c in cs]
+            for block in {use.operation.parent_block() for use in bars.uses}:
+                if block is not None:
+                    _check_producer_block(block, bars, stages)
             for loop in [o for o in fn.walk() if isinstance(o, scf.ForOp)]:
-                _check_loop(loop, bars, stages, before)
+                _check_loop(loop, bars, stages)
 
 
 @register("verify-tma-pipeline", "check the stage-barrier protocol of TMA rings statically (bytes, arrivals, order)")

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# ncu on the sm_90a GEMM at 4096³ (bench/profile_sm90.py): summary metrics, stall reasons, and the SASS lines where
+# warps stall most (source page of a SourceCounters report). Run on the GPU machine; logs under $OUT.
+#   bash scripts/profile_sm90.sh ["PRODUCER STAGES GRID" ...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+fi
+export TKC_CACHE_DIR=${TKC_CACHE_DIR:-/tmp/tkc-cache}
+for cfg in "${@:-1 4 132}"; do
+    tag=${cfg// /-}
+    echo "== PRODUCER STAGES GRID = $cfg"
+    timeout 200 ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:gemm_sm90 \
+        --section SourceCounters --section WarpStateStats --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \
+        -o "$OUT/rep-$tag" -f python3 bench/profile_sm90.py $cfg > "$OUT/ncu-$tag.log" 2>&1
+    ncu -i "$OUT/rep-$tag.ncu-rep" --page details --print-units base 2>/dev/null | grep -E "duration|hmma|Stall|stall" | head -12
+    ncu -i "$OUT/rep-$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/sass-$tag.csv" 2>/dev/null
+    python3 - "$OUT/sass-$tag.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+if not rows:
+    sys.exit()
+key = next((k for k in rows[0] if "Warp Stall Sampling (All" in k), None)
+print("columns:", [k for k in rows[0]][:12])
+if key:
+    rows.sort(key=lambda r: -float(r[key] or 0))
+    total = sum(float(r[key] or 0) for r in rows)
+    for r in rows[:25]:
+        print(f"{100 * float(r[key] or 0) / total:5.1f}%  {r.get('Address', '')}  {r.get('Source', '')[:110]}")
+PY
+    rm -f "$OUT/rep-$tag.ncu-rep"
+done
