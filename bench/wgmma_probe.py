@@ -68,8 +68,8 @@ def gemm(n: int) -> None:
     for trans_b in (0, 1):
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         for warps, bn, bk, stages, producer, persistent in (
-                (8, 256, 64, 4, 0, 0), (8, 256, 64, 4, 1, 0), (8, 256, 64, 4, 0, 1), (8, 256, 64, 4, 1, 1),
-                (8, 256, 64, 3, 1, 1), (8, 128, 64, 4, 1, 1), (8, 256, 32, 6, 1, 1), (4, 256, 64, 4, 1, 1)):
+                (8, 256, 64, 4, 0, 0), (8, 256, 64, 4, 1, 1), (8, 256, 64, 3, 1, 1), (8, 256, 64, 3, 0, 1),
+                (12, 192, 64, 4, 1, 1), (12, 192, 64, 3, 1, 1), (12, 192, 64, 4, 0, 1), (12, 192, 64, 4, 1, 0)):
             tiles = -(-n // (16 * warps)) * -(-n // bn)
             grid = (min(tiles, sms) if persistent else tiles,)
             run = lambda: gemm_sm90_kernel[grid](a, bt if trans_b else b, c, TRANS_B=trans_b, BN=bn, BK=bk,  # noqa: E731

@@ -552,8 +552,9 @@ def _role_registers(lw: KernelLowering) -> tuple[int, int] | None:
         return None
     entry = 65536 // lw.threads // 8 * 8
     consumers = lw.threads - 128
-    grown = min(256, entry + (entry - PRODUCER_REGISTERS) * 128 // consumers) // 8 * 8
-    return PRODUCER_REGISTERS, grown
+    producer = PRODUCER_REGISTERS if lw.threads <= 384 else 24  # three consumer warpgroups need every register
+    grown = min(256, entry + (entry - producer) * 128 // consumers) // 8 * 8
+    return producer, grown
 
 
 # ------------------------------------------------------------------------------------------------------------
