@@ -72,7 +72,9 @@ def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: co
 
 CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2, "GROUP_M": 16}  # what gemm() launches (best of bench/sweep.py)
 # gemm_sm90_kernel per TRANS_B (best of bench/wgmma_probe.py on the H200)
-CONFIG_SM90 = {0: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 4}, 1: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 4}}
+CONFIG_SM90 = {0: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 3, "PRODUCER": 1},
+               1: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 3, "PRODUCER": 1}}
+PERSISTENT = True  # gemm_sm90_kernel on at most as many blocks as the GPU holds at once, each walking its tiles
 _HOPPER: dict[int, bool] = {}  # device index → is it sm_90
 
 
@@ -121,9 +123,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     # wgmma where the operands' rows are 16-byte aligned (whole 16-byte copies, the path measured on the H200);
     # otherwise the sm_80 kernel, slower but exact at any alignment
     if _wgmma_path(a.get_device(), target) and alignment(a) == 16 and alignment(b) == 16:
-        cfg = CONFIG_SM90[int(trans_b)]
+        cfg = {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b)}
         grid = cdiv(m, 16 * cfg["WARPS"]) * cdiv(n, cfg["BN"])
-        gemm_sm90_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target="sm_90a", **cfg)
+        if PERSISTENT:
+            grid = min(grid, gemm_sm90_kernel.resident_blocks(a, b, out, target="sm_90a", **cfg))
+        gemm_sm90_kernel[(grid,)](a, b, out, target="sm_90a", **cfg)
     else:
         grid = cdiv(m, CONFIG["BM"]) * cdiv(n, CONFIG["BN"])
         gemm_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target=target, **CONFIG)
