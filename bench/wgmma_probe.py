@@ -69,7 +69,7 @@ def gemm(n: int) -> None:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         for warps, bn, bk, stages, producer, persistent in (
                 (8, 256, 64, 4, 0, 0), (8, 256, 64, 4, 1, 1), (8, 256, 64, 3, 1, 1), (8, 256, 64, 3, 0, 1),
-                (12, 192, 64, 4, 1, 1), (12, 192, 64, 3, 1, 1), (12, 192, 64, 4, 0, 1), (12, 192, 64, 4, 1, 0)):
+                (12, 192, 64, 4, 1, 1), (12, 192, 64, 3, 1, 1), (12, 192, 64, 4, 0, 1), (8, 256, 128, 2, 1, 1)):
             tiles = -(-n // (16 * warps)) * -(-n // bn)
             grid = (min(tiles, sms) if persistent else tiles,)
             run = lambda: gemm_sm90_kernel[grid](a, bt if trans_b else b, c, TRANS_B=trans_b, BN=bn, BK=bk,  # noqa: E731
