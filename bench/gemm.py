@@ -19,15 +19,18 @@ import tkc.kernels  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192], help="square M = N = K")
+    parser.add_argument("--shapes", nargs="*", default=["8192x8192x1024", "4096x14336x4096", "16384x4096x4096"],
+                        help="more MxNxK shapes (the Hopper issue's)")
     add_timing_options(parser)
     args = parser.parse_args()
     triton_kernels = triton_peer()
     env = environment()
     rows = []
-    for n in args.sizes:
-        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    shapes = [(n, n, n) for n in args.sizes] + [tuple(int(x) for x in s.split("x")) for s in args.shapes]
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
         ref = a.float() @ b.float()
         impls = {
             "tkc sm_80": lambda: tkc.kernels.gemm(a, b, target="sm_80"),
@@ -44,8 +47,8 @@ def main() -> None:
                 print(f"  {name} failed: {type(e).__name__}: {e}")
                 errors[name] = float("nan")
         times = compare(impls, args.rounds, args.launches)
-        flops = 2 * n**3
-        row = {"size": f"{n}³"}
+        flops = 2 * m * n * k
+        row = {"size": f"{n}³" if m == n == k else f"{m}×{n}×{k}"}
         for name in impls:
             row[f"{name} TFLOP/s"] = flops / times[name] / 1e9
             row[f"{name} err"] = errors[name]
@@ -55,7 +58,7 @@ def main() -> None:
                 row[f"tkc / {peer}"] = times[peer] / times["tkc"]
         rows.append(row)
         print(row, flush=True)
-    cols = [("size", "M=N=K")] + [(f"{n} TFLOP/s", f"{n} TFLOP/s") for n in ("tkc sm_80", "tkc", "cuBLAS", "triton")]
+    cols = [("size", "M×N×K")] + [(f"{n} TFLOP/s", f"{n} TFLOP/s") for n in ("tkc sm_80", "tkc", "cuBLAS", "triton")]
     cols += [(k, k) for k in ("tkc sm_80 / cuBLAS", "tkc / cuBLAS", "tkc sm_80 / triton", "tkc / triton")]
     cols += [(f"{n} err", f"{n} rel err") for n in ("tkc sm_80", "tkc")]
     text = table(rows, cols)

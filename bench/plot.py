@@ -19,7 +19,7 @@ RESULTS = ROOT / "bench" / "results"
 
 # name: (x label, key of a row's case, the figures' unit, the implementations' keys)
 PLOTS = {
-    "gemm": ("M = N = K", "size", "TFLOP/s", ["tkc", "tkc sm_80", "cuBLAS", "triton"]),
+    "gemm": ("M × N × K", "size", "TFLOP/s", ["tkc", "tkc sm_80", "cuBLAS", "triton"]),
     "attention": ("N (B·N = 16384, H = 16)", "N", "TFLOP/s", ["tkc", "tkc sm_80", "flash", "cuDNN", "mem-efficient", "triton"]),
     "layernorm": ("rows × D", "shape", "GB/s", ["tkc", "tkc sm_80", "torch", "triton", "copy"]),
 }
