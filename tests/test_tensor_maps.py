@@ -40,3 +40,10 @@ def test_maps_are_cached_and_alignment_checked(monkeypatch: pytest.MonkeyPatch) 
     assert len(calls) == 2
     with pytest.raises(KernelArgumentError, match="16-byte aligned"):
         tensor_maps.tensor_map(torch.empty(64, 37, dtype=torch.bfloat16), 64, 32, 64, "a")
+
+
+def test_empty_tensors_get_an_unused_map() -> None:
+    """A tensor with no elements (K = 0) has nothing to copy: its map is 128 zero bytes, and no driver call."""
+    import torch
+
+    assert tensor_maps.tensor_map(torch.empty(64, 0, dtype=torch.bfloat16), 64, 64, 128) == bytes(128)

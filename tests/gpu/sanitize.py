@@ -17,9 +17,15 @@ def main() -> None:
     a, b = torch.randn(256, 512, device="cuda", dtype=bf), torch.randn(512, 192, device="cuda", dtype=bf)
     gemm(a, b, target="sm_80")  # 16 steps of K against 3 stages; 2×2 blocks
     gemm(torch.randn(130, 70, device="cuda", dtype=bf), torch.randn(70, 66, device="cuda", dtype=bf), target="sm_80")
-    if torch.cuda.get_device_capability() == (9, 0):  # the wgmma kernel: 16 steps of K against 4 stages, 2×2 tiles
+    if torch.cuda.get_device_capability() == (9, 0):  # the wgmma kernel: 8 steps of K against 3 stages
         gemm(torch.randn(128, 512, device="cuda", dtype=bf), torch.randn(512, 512, device="cuda", dtype=bf))
         gemm(torch.randn(128, 512, device="cuda", dtype=bf), torch.randn(256, 512, device="cuda", dtype=bf), trans_b=True)
+        gemm(torch.randn(130, 70, device="cuda", dtype=bf), torch.randn(70, 66, device="cuda", dtype=bf))  # cp.async ring
+        from tkc.kernels import gemm_sm90_kernel  # 2 blocks walking 8 tiles each: the ring runs on across tiles
+
+        a, b, c = (torch.randn(*s, device="cuda", dtype=bf) for s in ((512, 512), (512, 1024), (512, 1024)))
+        for producer in (0, 1):
+            gemm_sm90_kernel[(2,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=3, PRODUCER=producer, target="sm_90a")
     for causal in (False, True):
         for d in (64, 128):
             q, k, v = (torch.randn(1, 2, 512, d, device="cuda", dtype=bf) for _ in range(3))

@@ -48,6 +48,14 @@ def test_gemm(m: int, n: int, k: int, target: str | None) -> None:
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_gemm_empty_k(target: str | None) -> None:
+    """K = 0: a sum of nothing (the loop over K runs no steps; TMA maps of empty tensors are never used)."""
+    out = poisoned_like((64, 80))
+    gemm(randn(64, 0), randn(0, 80), out=out, target=target)
+    assert (out == 0).all()
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("m, n, k", [(512, 384, 256), (1000, 999, 1001), (4096, 4096, 4096), (1000, 1000, 1000)])
 def test_gemm_trans_b_and_column_major_b(m: int, n: int, k: int, target: str | None) -> None:
     a, bt = randn(m, k), randn(n, k)

@@ -92,8 +92,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
          out: torch.Tensor | None = None) -> torch.Tensor:
     """a (M×K) · b (K×N), or · bᵀ with trans_b (b is N×K), for bf16 CUDA tensors; bf16 result, f32 accumulation.
     Any M, N, K. The last dimension of `a` must be contiguous; `b` may also be given transposed (column-major).
-    On Hopper (or with target="sm_90a") the wgmma kernel runs where the rows of a and b are 16-byte aligned;
-    elsewhere (or with target="sm_80") the mma.sync kernel."""
+    On Hopper (or with target="sm_90a") the wgmma kernel runs (TMA where the rows of a and b are 16-byte
+    aligned); elsewhere (or with target="sm_80") the mma.sync kernel."""
     import torch
 
     from tkc.kernels._checks import cdiv, check_tensor, fail
@@ -120,10 +120,12 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             fail(f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
     if m == 0 or n == 0:
         return out
-    # wgmma where the operands' rows are 16-byte aligned (whole 16-byte copies, the path measured on the H200);
-    # otherwise the sm_80 kernel, slower but exact at any alignment
-    if _wgmma_path(a.get_device(), target) and alignment(a) == 16 and alignment(b) == 16:
+    # wgmma on Hopper: with a TMA ring and a producer warpgroup where the operands' rows are 16-byte aligned,
+    # else with a cp.async ring (any alignment)
+    if _wgmma_path(a.get_device(), target):
         cfg = {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b)}
+        if not alignment(a) == alignment(b) == 16:
+            cfg.update(PRODUCER=0, STAGES=4)
         grid = cdiv(m, 16 * cfg["WARPS"]) * cdiv(n, cfg["BN"])
         if PERSISTENT:
             grid = min(grid, gemm_sm90_kernel.resident_blocks(a, b, out, target="sm_90a", **cfg))

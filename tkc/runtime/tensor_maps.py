@@ -45,6 +45,9 @@ def tensor_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, name: st
     from tkc.runtime import driver
 
     shape, strides, ptr = tuple(tensor.shape), tuple(tensor.stride()), tensor.data_ptr()
+    if 0 in shape:
+        # nothing to copy (e.g. K = 0): a kernel's loop over it runs no steps, so the map is never used
+        return bytes(128)
     element = _ELEMENT.get(str(tensor.dtype).removeprefix("torch."))
     key = (ptr, shape, strides, element, box_rows, box_cols, swizzle)
     found = _cache.get(key)
