@@ -67,15 +67,16 @@ def gemm(n: int) -> None:
     c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
     for trans_b in (0, 1):
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        for warps, bn, bk, stages, producer, persistent in (
-                (8, 256, 64, 4, 0, 0), (8, 256, 64, 4, 1, 1), (8, 256, 64, 3, 1, 1), (8, 256, 64, 3, 0, 1),
-                (12, 192, 64, 4, 1, 1), (12, 192, 64, 3, 1, 1), (12, 192, 64, 4, 0, 1), (8, 256, 128, 2, 1, 1)):
+        for warps, bn, bk, stages, producer, persistent, tma_store in (
+                (8, 256, 64, 4, 0, 0, 0), (8, 256, 64, 3, 1, 1, 0), (8, 256, 64, 3, 1, 1, 1), (8, 256, 64, 3, 0, 1, 1),
+                (12, 192, 64, 4, 1, 1, 0), (12, 192, 64, 2, 1, 1, 1), (8, 256, 128, 2, 1, 1, 0)):
             tiles = -(-n // (16 * warps)) * -(-n // bn)
             grid = (min(tiles, sms) if persistent else tiles,)
             run = lambda: gemm_sm90_kernel[grid](a, bt if trans_b else b, c, TRANS_B=trans_b, BN=bn, BK=bk,  # noqa: E731
-                                                  WARPS=warps, STAGES=stages, PRODUCER=producer, target="sm_90a")
+                                                  WARPS=warps, STAGES=stages, PRODUCER=producer,
+                                                  TMA_STORE=tma_store, target="sm_90a")
             label = (f"TRANS_B={trans_b} WARPS={warps} BN={bn} BK={bk} STAGES={stages} PRODUCER={producer} "
-                     f"grid={grid[0]}")
+                     f"TMA_STORE={tma_store} grid={grid[0]}")
             try:
                 ms, err = checked_time(run, c, ref)
                 print(f"{label}: {2 * n**3 / ms / 1e9:.0f} TFLOP/s ({cublas / ms:.2f}x cuBLAS), err {err:.1e}", flush=True)

@@ -152,6 +152,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
         "cse",
         "insert-tma-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
         "specialize-warps",
+        "insert-tma-stores",
         "verify-tma-pipeline",
         "insert-async-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
         "assign-layouts",

@@ -758,6 +758,11 @@ def _plain(ref: SharedRef, what: str) -> SharedRef:
 
 @handles(t.StoreOp)
 def lower_store(lw: KernelLowering, op: t.StoreOp) -> None:
+    if "tkc.tma_store" in op.attributes:
+        from tkc.backend.lower_tma import lower_tma_store
+
+        lower_tma_store(lw, op)
+        return
     if isinstance(op.value.type, SharedTileType | SharedVecType):
         _copy_shared_to_global(lw, _plain(lw.value(op.value), "storing"), lw.value(op.dest),
                                [lw.value(i) for i in op.indices])

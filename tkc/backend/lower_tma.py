@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+
 from xdsl.ir import SSAValue
 
 from tkc.backend import ptx
@@ -164,3 +166,42 @@ def lower_stage_wait(lw: KernelLowering, op: m.StageWaitOp) -> None:
 def lower_stage_release(lw: KernelLowering, op: m.StageReleaseOp) -> None:
     addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=True)
     lw.emit(ptx.MbarrierOp("arrive", addr, offset=offset, guard=lw.guard))
+
+
+def lower_tma_store(lw: KernelLowering, op: Any) -> None:
+    """A warp's register tile to global memory through its staging tile and TMA (insert-tma-stores)."""
+    from tkc.backend.lower_memory import _register_type, _shared_run_access, _store_runs
+    from tkc.backend.lower_compute import pack, unpack
+    from tkc.passes.insert_tma_stores import staging_tile
+    from tkc.passes.lower_to_ptx import SharedRef
+
+    value_type = op.value.type
+    tile = staging_tile(value_type)
+    rows, cols, e, swizzle = tile.rows.data, tile.cols.data, element_bytes(tile.element_type), tile.swizzle
+    panel_cols, panels = swizzle // e, cols * e // swizzle
+    name = op.dest.name_hint if isinstance(op.dest, SSAValue) else None
+    if not name or op.dest not in lw.fn.body.block.args:
+        raise TkcError("internal: a TMA store writes a kernel argument")
+    staging = lw.op("add.s32", "b32", shared_base(lw, _offset_of(op)), lw.expr(Leaf("warp") * tile.nbytes), n=1)
+    lw.emit(ptx.BulkGroupOp("wait_read", 0))  # this warp's previous TMA store has read the staging tile
+    lw.emit(ptx.WarpSyncOp())
+    value = lw.reg(lw.value(op.value))
+    mem_type = _register_type(value_type, tile.element_type)
+    if mem_type != value_type:
+        value = pack(lw, unpack(lw, value, value_type), mem_type)
+    runs, bundle, base_of, offset, guard = _shared_run_access(lw, SharedRef(staging, tile), mem_type, [Imm(0), Imm(0)])
+    _store_runs(lw, "shared", mem_type, value, runs, bundle, base_of, offset, guard, np.arange(len(runs)))
+    lw.emit(ptx.FenceOp("proxy.async.shared::cta"))  # the lanes' writes, visible to TMA
+    lw.emit(ptx.WarpSyncOp())
+    tmap = _tensor_map(lw, f"{name}_tmap_{rows}x{panel_cols}_sw{swizzle}")
+    row_index, col_index = (lw.value(i) for i in op.indices)
+    coords = lw.emit(ptx.RegsOp("b32", panels + 1)).results[0]
+    lw.op("add.s32", None, lw.reg(_mul_imm(lw, col_index, cols)), ptx.PerInstr([p * panel_cols for p in range(panels)]),
+          into=coords, dest=list(range(panels)), n=panels)
+    lw.op("mov.b32", None, _mul_imm(lw, row_index, rows), into=coords, dest=[panels], n=1)
+    lane0 = lw.at_entry("lane==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["lane"], Imm(0), n=1))
+    guard = _guard(lw, lane0)
+    for p in range(panels):
+        lw.emit(ptx.TmaStoreOp(staging, 0, p * rows * swizzle, tmap, coords, [p, panels], guard=guard))
+    lw.emit(ptx.BulkGroupOp("commit"))
+    lw.tma_stores = True

@@ -742,6 +742,63 @@ class TmaLoadOp(_TableOp):
 
 
 @irdl_op_definition
+class TmaStoreOp(_TableOp):
+    """`cp.async.bulk.tensor.Rd.global.shared::cta.bulk_group [tmap, {c0, ..}], [src];` issued by one thread: the
+    swizzled box at shared `src[src_index] + src_offset` goes to the tensor map's box at `coords[coord_index]`
+    (innermost first; elements past the tensor's end are not written). It belongs to the issuing thread's next
+    bulk group and reads shared memory until a `cp.async.bulk.wait_group.read` covers it."""
+
+    name = "ptx.tma_store"
+    src_index = prop_def(IntAttr)
+    src_offset = prop_def(IntAttr)
+    coord_index = prop_def(DenseArrayBase)
+    src = operand_def(RegsType)
+    tmap = operand_def(RegsType)
+    coords = operand_def(RegsType)
+    guard = opt_operand_def(RegsType)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, src: SSAValue, src_index: int, src_offset: int, tmap: SSAValue, coords: SSAValue,
+                 coord_index: Sequence[int], guard: SSAValue | None = None):
+        super().__init__(
+            operands=[src, tmap, coords, [guard] if guard is not None else []],
+            properties={"src_index": IntAttr(src_index), "src_offset": IntAttr(src_offset),
+                        "coord_index": _ints(coord_index)},
+        )
+
+
+@irdl_op_definition
+class BulkGroupOp(IRDLOperation):
+    """`cp.async.bulk.commit_group;` (kind commit) or `cp.async.bulk.wait_group{.read} N;` (kind wait / wait_read:
+    until at most N of this thread's bulk groups are pending; `.read`: only their reads of shared memory)."""
+
+    name = "ptx.bulk_group"
+    kind = prop_def(StringAttr)
+    pending = opt_prop_def(IntAttr)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, kind: str, pending: int | None = None):
+        props: dict[str, Attribute] = {"kind": StringAttr(kind)}
+        if pending is not None:
+            props["pending"] = IntAttr(pending)
+        super().__init__(properties=props)
+
+    def verify_(self) -> None:
+        if self.kind.data not in ("commit", "wait", "wait_read"):
+            raise VerifyException(f"bulk_group kind must be commit, wait or wait_read, got {self.kind.data}")
+        if (self.kind.data != "commit") != (self.pending is not None):
+            raise VerifyException("bulk_group: a wait (and only a wait) says how many groups may stay pending")
+
+
+@irdl_op_definition
+class WarpSyncOp(IRDLOperation):
+    """`bar.warp.sync -1;`: the lanes of the warp meet (and see each other's shared-memory writes)."""
+
+    name = "ptx.warp_sync"
+    traits = traits_def(MemoryWriteEffect())
+
+
+@irdl_op_definition
 class SetmaxnregOp(IRDLOperation):
     """`setmaxnreg.{inc,dec}.sync.aligned.u32 N;`: the warpgroup's registers per thread become N."""
 
@@ -772,5 +829,5 @@ class ElectOp(IRDLOperation):
 
 PTX_OPS = [KernelOp, ParamOp, SpecialOp, RegsOp, InstrOp, LoadOp, StoreOp, CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp,
            LdmatrixOp, MmaOp, BarSyncOp, LabelOp, BraOp, RetOp, ParamAddrOp, WgmmaOp, WgmmaSyncOp, FenceOp,
-           MbarrierOp, TmaLoadOp, SetmaxnregOp, ElectOp]
+           MbarrierOp, TmaLoadOp, TmaStoreOp, BulkGroupOp, WarpSyncOp, SetmaxnregOp, ElectOp]
 Ptx = Dialect("ptx", PTX_OPS, [RegsType])

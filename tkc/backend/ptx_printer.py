@@ -203,6 +203,17 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         bar = _address(names, op.bar, op.bar_index.data, op.bar_offset.data)
         return [f"{_guard(names, op.guard, 0)}cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes {dst}, "
                 f"[{names(op.tmap, 0)}, {{{', '.join(coords)}}}], {bar};"]
+    if isinstance(op, ptx.TmaStoreOp):
+        coords = [names(op.coords, x) for x in op.table("coord_index", 0)]
+        src = _address(names, op.src, op.src_index.data, op.src_offset.data)
+        return [f"{_guard(names, op.guard, 0)}cp.async.bulk.tensor.{len(coords)}d.global.shared::cta.bulk_group "
+                f"[{names(op.tmap, 0)}, {{{', '.join(coords)}}}], {src};"]
+    if isinstance(op, ptx.BulkGroupOp):
+        if op.kind.data == "commit":
+            return ["cp.async.bulk.commit_group;"]
+        return [f"cp.async.bulk.wait_group{'.read' if op.kind.data == 'wait_read' else ''} {op.pending.data};"]  # type: ignore[union-attr]
+    if isinstance(op, ptx.WarpSyncOp):
+        return ["bar.warp.sync -1;"]
     if isinstance(op, ptx.SetmaxnregOp):
         return [f"setmaxnreg.{'inc' if op.increase.value.data else 'dec'}.sync.aligned.u32 {op.count.data};"]
     if isinstance(op, ptx.ElectOp):

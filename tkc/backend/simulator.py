@@ -124,6 +124,14 @@ class GlobalMemory:
             out[i] = self.buffers[w][o:o + nbytes]
         return out
 
+    def write_span(self, addr: int, data: np.ndarray, what: str) -> None:
+        """Bytes at one address, any alignment (a TMA box's row)."""
+        which, offset = self.locate(np.array([addr]), 1, what)
+        w, o = int(which[0]), int(offset[0])
+        if o + data.size > self.buffers[w].size:
+            raise SimulationError(f"{what}: illegal global address {addr + data.size:#x} (outside every tensor)")
+        self.buffers[w][o:o + data.size] = data
+
     def write(self, addr: np.ndarray, data: np.ndarray, what: str) -> None:
         which, offset = self.locate(addr, data.shape[1], what)
         for i, (w, o) in enumerate(zip(which, offset)):
@@ -145,6 +153,14 @@ class SharedMemory:
     def read(self, addr: np.ndarray, nbytes: int, what: str) -> np.ndarray:
         addr = self._check(addr, nbytes, what)
         return self.data[addr[:, None] + np.arange(nbytes)]
+
+    def write_span(self, addr: int, data: np.ndarray, what: str) -> None:
+        """Bytes at one address, any alignment (a TMA box's row)."""
+        which, offset = self.locate(np.array([addr]), 1, what)
+        w, o = int(which[0]), int(offset[0])
+        if o + data.size > self.buffers[w].size:
+            raise SimulationError(f"{what}: illegal global address {addr + data.size:#x} (outside every tensor)")
+        self.buffers[w][o:o + data.size] = data
 
     def write(self, addr: np.ndarray, data: np.ndarray, what: str) -> None:
         addr = self._check(addr, data.shape[1], what)
@@ -387,6 +403,9 @@ class Warp:
     # (accumulator, completion, 2-byte units of shared memory it reads) per wgmma not yet waited for
     wgmma_groups: list[list[tuple[SSAValue, Any, np.ndarray]]] = field(default_factory=list)
     wgmma_open: list[tuple[SSAValue, Any, np.ndarray]] = field(default_factory=list)
+    # TMA stores: (2-byte units of shared memory it reads, completion) per store, in bulk groups
+    bulk_groups: list[list[tuple[np.ndarray, Any]]] = field(default_factory=list)
+    bulk_open: list[tuple[np.ndarray, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -494,6 +513,9 @@ class BlockSimulator:
                 warp.at_barrier = True
                 return True
             if isinstance(op, ptx.RetOp):
+                if warp.bulk_groups or warp.bulk_open:
+                    raise SimulationError(f"warp {warp.index} exits while a TMA store still reads its shared memory "
+                                          "(cp.async.bulk.wait_group first)")
                 warp.done = True
                 return True
             if isinstance(op, ptx.MbarrierOp) and op.kind.data == "try_wait" and not self.phase_complete(warp, op):
@@ -577,7 +599,11 @@ class BlockSimulator:
             self.wgmma(warp, op)
         elif isinstance(op, ptx.WgmmaSyncOp):
             self.wgmma_sync(warp, op)
-        elif isinstance(op, ptx.FenceOp | ptx.SetmaxnregOp):
+        elif isinstance(op, ptx.TmaStoreOp):
+            self.tma_store(warp, op)
+        elif isinstance(op, ptx.BulkGroupOp):
+            self.bulk_group(warp, op)
+        elif isinstance(op, ptx.FenceOp | ptx.SetmaxnregOp | ptx.WarpSyncOp):
             pass  # ordering only; the simulation is sequentially consistent
         elif isinstance(op, ptx.ElectOp):
             warp.regs[op.result] = (np.arange(LANES) == 0).reshape(LANES, 1)
@@ -829,6 +855,51 @@ class BlockSimulator:
             self._check_wgmma_reads(wg.swizzled(linear, tmap.swizzle), 16, "a TMA load")
             bar.in_flight.append((wg.swizzled(linear, tmap.swizzle), chunks, box.nbytes))
 
+    def tma_store(self, warp: Warp, op: ptx.TmaStoreOp) -> None:
+        """Issue: which shared bytes the box comes from is fixed now; they are read (and the box written to
+        global memory, clipped to the tensor) when a `cp.async.bulk.wait_group.read` covers the store."""
+        for lane in self._active(warp, op):
+            where = int(s64(self.get(warp, op.tmap)[lane:lane + 1, 0])[0])
+            tmap = self.launch.tensor_maps.get(where)
+            if tmap is None:
+                raise SimulationError(f"cp.async.bulk.tensor: {where:#x} is not a tensor-map parameter's address")
+            x, y = (int(v) for v in s32(self.get(warp, op.coords)[lane, op.table("coord_index", 0)]))
+            e = tmap.array.dtype.itemsize
+            row_bytes = tmap.box_cols * e
+            src = int(s32(self.get(warp, op.src)[lane:lane + 1, op.src_index.data])[0]) + op.src_offset.data
+            if src % max(128, 8 * tmap.swizzle):
+                raise SimulationError(f"TMA store source {src} is not aligned to its swizzle pattern")
+            linear = src + 16 * np.arange(tmap.box_rows * row_bytes // 16)
+            chunks = wg.swizzled(linear, tmap.swizzle)
+            self.shared._check(chunks, 16, "TMA store source")
+
+            def complete(tmap: TensorMap = tmap, chunks: np.ndarray = chunks, x: int = x, y: int = y) -> None:
+                data = self.shared.read(chunks, 16, "TMA store source").reshape(tmap.box_rows, row_bytes)
+                rows, cols = tmap.array.shape
+                r0, r1, c0, c1 = max(y, 0), min(y + tmap.box_rows, rows), max(x, 0), min(x + tmap.box_cols, cols)
+                for r in range(r0, r1):
+                    if c0 < c1:
+                        addr = tmap.address + (r * cols + c0) * e
+                        piece = data[r - y, (c0 - x) * e:(c1 - x) * e]
+                        self.launch.global_memory.write_span(addr, piece, "TMA store")
+
+            reads = np.unique((chunks[:, None] + np.arange(0, 16, 2)[None, :]).reshape(-1) // 2)
+            warp.bulk_open.append((reads, complete))
+
+    def bulk_group(self, warp: Warp, op: ptx.BulkGroupOp) -> None:
+        kind = op.kind.data
+        if kind == "commit":
+            if warp.bulk_open:
+                warp.bulk_groups.append(warp.bulk_open)
+            warp.bulk_open = []
+            return
+        keep = op.pending.data  # type: ignore[union-attr]
+        landing = warp.bulk_groups[:len(warp.bulk_groups) - keep] if keep else warp.bulk_groups
+        warp.bulk_groups = warp.bulk_groups[len(landing):]
+        for group in landing:
+            for _, complete in group:
+                complete()
+
     def wgmma(self, warp: Warp, op: ptx.WgmmaOp) -> None:
         """Issue: the descriptors and a register A are read now; shared memory is read when a wait_group covers
         the wgmma (as the tensor cores may read it any time until then), so a stage refilled too early shows."""
@@ -889,16 +960,19 @@ class BlockSimulator:
         warp.wgmma_open.append((op.acc, complete, np.unique(reads.reshape(-1) // 2)))
 
     def _check_wgmma_reads(self, addresses: np.ndarray, nbytes: int, what: str) -> None:
-        """A write (landing now or later) into shared memory that a wgmma not yet waited for reads is a race."""
+        """A write (landing now or later) into shared memory that a wgmma or a TMA store not yet waited for reads
+        is a race."""
         pending = [(other, reads) for other in self.warps for group in [*other.wgmma_groups, other.wgmma_open]
                    for *_, reads in group]
+        pending += [(other, reads) for other in self.warps for group in [*other.bulk_groups, other.bulk_open]
+                    for reads, _ in group]
         if not pending:
             return
         halves = np.unique((addresses.reshape(-1)[:, None] + np.arange(0, nbytes, 2)[None, :]).reshape(-1) // 2)
         for other, reads in pending:
             if np.intersect1d(reads, halves, assume_unique=True).size:
-                raise SimulationError(f"{what} writes shared memory that a wgmma of warp {other.index} still reads "
-                                      f"(not yet waited for)")
+                raise SimulationError(f"{what} writes shared memory that a wgmma or TMA store of warp {other.index} "
+                                      f"still reads (not yet waited for)")
 
     def wgmma_sync(self, warp: Warp, op: ptx.WgmmaSyncOp) -> None:
         kind = op.kind.data
@@ -953,11 +1027,12 @@ def simulate(module: ModuleOp, name: str, args: Sequence[Any], grid: int | Seque
             if described is not None and described[0] in arrays:  # a compiled kernel's: built from its tensor
                 source = arrays[described[0]]
                 tmap = TensorMap(source.reshape(-1, source.shape[-1]), *described[1:])
+                tmap.address = params[f"{described[0]}_ptr"]  # the tensor's own bytes (TMA stores write them)
             else:
                 tmap = next(arg_iter)
-            if not isinstance(tmap, TensorMap):
-                raise TkcError(f"parameter {pname} is a tensor map: pass a simulator.TensorMap")
-            tmap.address = memory.add(np.ascontiguousarray(tmap.array).view(np.uint8).reshape(-1).copy())
+                if not isinstance(tmap, TensorMap):
+                    raise TkcError(f"parameter {pname} is a tensor map: pass a simulator.TensorMap")
+                tmap.address = memory.add(np.ascontiguousarray(tmap.array).view(np.uint8).reshape(-1).copy())
             params[pname] = TENSOR_MAP_BASE + 256 * len(tensor_maps)
             tensor_maps[params[pname]] = tmap
         elif pname.endswith("_ptr"):

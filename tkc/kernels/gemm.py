@@ -47,9 +47,10 @@ def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const =
     store(C, acc.to(bf16), (bm * WARPS_M + wm, bn * WARPS_N + wn))
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", min_target="sm_90a")
 def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const = 0, BN: const = 256,
-                     BK: const = 32, WARPS: const = 4, GROUP_M: const = 8, STAGES: const = 4, PRODUCER: const = 0):
+                     BK: const = 32, WARPS: const = 4, GROUP_M: const = 8, STAGES: const = 4, PRODUCER: const = 0,
+                     TMA_STORE: const = 0):
     """As gemm_kernel, on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C; A's
     and B's slices are staged in shared memory (a STAGES-deep cp.async pipeline), each warpgroup multiplies its
     64 rows of A by all of B, and each warp keeps its 16 rows of the result.

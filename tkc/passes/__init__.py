@@ -55,6 +55,7 @@ def _load_tkc_passes() -> None:
         insert_async_pipeline,
         insert_barriers,
         insert_tma_pipeline,
+        insert_tma_stores,
         lower_to_ptx,
         specialize_warps,
         verify_tma_pipeline,

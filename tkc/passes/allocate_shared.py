@@ -33,12 +33,22 @@ TOTAL_ATTR = "tkc.smem_bytes"
 def allocates(op: Operation) -> bool:
     if isinstance(op, a.RingAllocOp | StageBarriersOp):
         return True
+    if isinstance(op, t.StoreOp) and "tkc.tma_store" in op.attributes:
+        return True  # a staging tile per computing warp
     if isinstance(op, t.LoadOp) and isinstance(op.source.type, SharedTileType):
         return False  # a view of rows of another shared tile
     return isinstance(op, t.LoadOp | t.FillOp | t.EmptyOp) and isinstance(op.results[0].type, SharedTileType | SharedVecType)
 
 
 def _size_and_alignment(op: Operation) -> tuple[int, int]:
+    if isinstance(op, t.StoreOp):
+        from tkc.passes.insert_tma_stores import staging_tile
+
+        fn = op.parent_op()
+        while fn is not None and not isinstance(fn, func.FuncOp):
+            fn = fn.parent_op()
+        warps = fn.attributes.get("tkc.consumer_warps", fn.attributes["tkc.warps"])  # type: ignore[union-attr]
+        return warps.value.data * staging_tile(op.value.type).nbytes, 1024  # type: ignore[attr-defined, arg-type]
     type_ = op.results[0].type
     if isinstance(type_, StageBarriersType):
         return type_.nbytes, 8

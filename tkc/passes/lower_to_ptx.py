@@ -85,6 +85,7 @@ class KernelLowering:
     tensor_maps: list[str] = field(default_factory=list)  # tensor-map parameters (backend/lower_tma.py), in order
     producer_warp: int = 0  # the warp whose first thread issues TMA loads (a producer warpgroup's first warp)
     role_threads: int | None = None  # inside one role of a warp-specialized kernel: the threads of that role
+    tma_stores: bool = False  # TMA stores were issued: wait for them before exiting
 
     # --------------------------------------------------------------------------------------------------------
     # Emission
@@ -708,6 +709,8 @@ def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
 
 
 def _lower_return(lw: KernelLowering, op: func.ReturnOp) -> None:
+    if lw.tma_stores:
+        lw.emit(ptx.BulkGroupOp("wait", 0))  # TMA stores read the block's shared memory until they complete
     lw.emit(ptx.RetOp())
 
 
