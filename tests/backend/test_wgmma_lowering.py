@@ -115,6 +115,45 @@ def test_persistent_gemm_simulated(trans_b: int, warps: int, producer: int, stag
     assert rel_err(sim[2], interp[2]) < 1e-4
 
 
+@pytest.mark.parametrize("trans_b, warps, producer, grid, m, n", [(0, 4, 0, 1, 150, 136), (1, 8, 1, 2, 200, 72),
+                                                                  (0, 8, 1, 3, 64, 256)])
+def test_tma_store_epilogue_simulated(trans_b: int, warps: int, producer: int, grid: int, m: int, n: int) -> None:
+    """tma_store=1: each warp's C tile goes through its staging tile and TMA stores (clipped at the edges), tile
+    after tile (the staging tile is rewritten only after the previous store has read it)."""
+    from tkc.kernels import gemm_sm90_kernel
+
+    rng = np.random.default_rng(m + n + grid)
+    k = 96
+    a = random_bf16(rng, m, k)
+    b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
+    c = np.full((m, n), np.nan, dtype=a.dtype)
+    constants = {"TRANS_B": trans_b, "BN": 64, "BK": 32, "STAGES": 2, "WARPS": warps, "PRODUCER": producer,
+                 "TMA_STORE": 1}
+    interp, sim = run_both(gemm_sm90_kernel, [a, b, c], (grid,), constants, target="sm_90a", order="shuffled")
+    ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
+    assert rel_err(interp[2], ref) < 1e-2
+    assert rel_err(sim[2], interp[2]) < 1e-4
+
+
+def test_tma_store_without_its_wait_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutation: no `cp.async.bulk.wait_group.read` before a warp rewrites its staging tile for the next tile."""
+    from tkc.backend import ptx as ptx_ops
+    from tkc.backend.simulator import simulate
+    from tkc.compiler import lower_kernel
+    from tkc.kernels import gemm_sm90_kernel
+
+    real = ptx_ops.BulkGroupOp
+    constants = {"BN": 64, "BK": 32, "STAGES": 2, "WARPS": 4, "TMA_STORE": 1}
+    with monkeypatch.context() as patch:
+        patch.setattr(ptx_ops, "BulkGroupOp",
+                      lambda kind, pending=None: ptx_ops.WarpSyncOp() if kind == "wait_read" else real(kind, pending))
+        module = lower_kernel(gemm_sm90_kernel, "sm_90a", constants)
+    rng = np.random.default_rng(1)
+    a, b = random_bf16(rng, 128, 64), random_bf16(rng, 64, 64)
+    with pytest.raises(TkcError, match="TMA store of warp .* still reads"):
+        simulate(module, "gemm_sm90_kernel", [a, b, np.zeros((128, 64), a.dtype)], (1,))
+
+
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("via_shared", [0, 1])
 @pytest.mark.parametrize("m, n, k", [(64, 64, 64), (100, 128, 72)])
