@@ -253,7 +253,7 @@ def test_wgmma_in_flight_needs_the_pipeline_slack(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(insert_async_pipeline, "_wgmma_slack", lambda body, stages: 0)
     monkeypatch.setattr(lower_compute, "_accumulates_in_flight",
                         lambda op: lower_compute._carries_only_the_accumulator(op, op.parent_op()))
-    with pytest.raises(TkcError, match="a wgmma of warp .* still reads"):
+    with pytest.raises(TkcError, match="a wgmma or TMA store of warp .* still reads"):
         run(11)
 
 
