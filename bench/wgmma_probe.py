@@ -69,7 +69,8 @@ def gemm(n: int) -> None:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         for warps, bn, bk, stages, producer, persistent, tma_store in (
                 (8, 256, 64, 4, 0, 0, 0), (8, 256, 64, 3, 1, 1, 0), (8, 256, 64, 3, 1, 1, 1), (8, 256, 64, 3, 0, 1, 1),
-                (12, 192, 64, 4, 1, 1, 0), (12, 192, 64, 2, 1, 1, 1), (8, 256, 128, 2, 1, 1, 0)):
+                (12, 256, 64, 4, 0, 1, 0), (12, 256, 64, 3, 0, 1, 0), (12, 256, 64, 4, 0, 0, 0),
+                (12, 192, 64, 4, 1, 1, 0), (8, 256, 128, 2, 1, 1, 0)):
             tiles = -(-n // (16 * warps)) * -(-n // bn)
             grid = (min(tiles, sms) if persistent else tiles,)
             run = lambda: gemm_sm90_kernel[grid](a, bt if trans_b else b, c, TRANS_B=trans_b, BN=bn, BK=bk,  # noqa: E731
