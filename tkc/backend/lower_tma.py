@@ -3,8 +3,9 @@
 Stage s's full barrier is at `bars + 8s` (count 1: the producer's `arrive.expect_tx`), its empty barrier at
 `bars + 8(S + s)` (count: every thread of the block, each releasing once). Step k uses stage k mod S and waits
 for the phase of parity (k div S) & 1 on its full barrier; the producer acquiring step k waits for the empty
-barrier's previous phase, parity ((k div S) & 1) ^ 1, which a fresh barrier reports complete. Thread 0 is the
-producer (warp 0 spins on the empty barrier). A tile's TMA boxes are its column panels (one per swizzle width,
+barrier's previous phase, parity ((k div S) & 1) ^ 1, which a fresh barrier reports complete. The producer is
+thread 0 (its warp spins on the empty barrier), or the first thread of the producer warpgroup in a
+warp-specialized kernel. TMA stores (insert-tma-stores) go through a staging tile per warp. A tile's TMA boxes are its column panels (one per swizzle width,
 `backend/shared_layout.py`), each from a tensor map passed as a kernel parameter named
 `{tensor}_tmap_{rows}x{cols}_sw{swizzle}`, which the launcher and the simulator build from the tensor.
 """
