@@ -83,6 +83,12 @@ def gemm(n: int) -> None:
                 print(f"{label}: {2 * n**3 / ms / 1e9:.0f} TFLOP/s ({cublas / ms:.2f}x cuBLAS), err {err:.1e}", flush=True)
             except Exception as e:  # noqa: BLE001
                 print(f"{label}: {type(e).__name__}: {str(e)[:200]}")
+    # fewer blocks than multiprocessors: if the blocks contend for L2 bandwidth, each gets faster as they thin out
+    for blocks in (sms, sms // 2, sms // 4):
+        run = lambda: gemm_sm90_kernel[(blocks,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=3, PRODUCER=1,  # noqa: E731
+                                                  target="sm_90a")
+        ms, err = checked_time(run, c, ref)
+        print(f"{blocks} blocks: {2 * n**3 / ms / 1e9:.0f} TFLOP/s, {2 * n**3 / ms / 1e9 / blocks:.2f} per block")
 
 
 if __name__ == "__main__":

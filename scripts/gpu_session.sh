@@ -8,5 +8,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD TKC_CACHE_DIR=/tmp/tkc-cache PYTHONUNBUFFERED=1
 timeout 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/gpu -k "gemm or hopper or producer" > "$OUT/tests-hopper.log" 2>&1
 echo "hopper tests: $(tail -1 "$OUT/tests-hopper.log")"
-timeout 150 python3 bench/wgmma_probe.py --what gemm > "$OUT/probe.log" 2>&1; tail -19 "$OUT/probe.log"
+timeout 200 python3 bench/wgmma_probe.py --what gemm > "$OUT/probe.log" 2>&1; tail -25 "$OUT/probe.log"
 timeout 260 python3 bench/gemm.py > "$OUT/bench-gemm.log" 2>&1; tail -8 "$OUT/bench-gemm.log"
