@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# One device call for the sm_90a GEMM work: GPU tests of the Hopper path, the kernel probe, the GEMM benchmark of
-# record (tables to $OUT for bench/collect.py), then a profile if time is left. Logs under $OUT.
+# One device call for the sm_90a GEMM work: the GPU tests, the kernel probe, the GEMM benchmark of record (tables
+# to $OUT for bench/collect.py), compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD TKC_CACHE_DIR=/tmp/tkc-cache PYTHONUNBUFFERED=1
-timeout 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/gpu -k "gemm or hopper or producer" > "$OUT/tests-hopper.log" 2>&1
-echo "hopper tests: $(tail -1 "$OUT/tests-hopper.log")"
-timeout 200 python3 bench/wgmma_probe.py --what gemm > "$OUT/probe.log" 2>&1; tail -25 "$OUT/probe.log"
-timeout 260 python3 bench/gemm.py > "$OUT/bench-gemm.log" 2>&1; tail -8 "$OUT/bench-gemm.log"
+for step in ${*:-tests probe bench sanitize}; do
+    case $step in
+    tests)
+        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu > "$OUT/tests.log" 2>&1
+        grep -E "^FAILED|Error" "$OUT/tests.log" | head -10; echo "tests: $(tail -1 "$OUT/tests.log")" ;;
+    probe)
+        timeout 200 python3 bench/wgmma_probe.py --what gemm > "$OUT/probe.log" 2>&1; tail -25 "$OUT/probe.log" ;;
+    bench)
+        timeout 260 python3 bench/gemm.py > "$OUT/bench-gemm.log" 2>&1; tail -10 "$OUT/bench-gemm.log" ;;
+    sanitize)
+        for tool in memcheck racecheck synccheck; do
+            timeout 150 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/sanitize-$tool.log" 2>&1
+            echo "compute-sanitizer $tool: exit $?, $(grep -c '========= ' "$OUT/sanitize-$tool.log") report lines"
+        done ;;
+    esac
+done
