@@ -24,8 +24,9 @@ def main() -> None:
         from tkc.kernels import gemm_sm90_kernel  # 2 blocks walking 8 tiles each: the ring runs on across tiles
 
         a, b, c = (torch.randn(*s, device="cuda", dtype=bf) for s in ((512, 512), (512, 1024), (512, 1024)))
-        for producer in (0, 1):
-            gemm_sm90_kernel[(2,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=3, PRODUCER=producer, target="sm_90a")
+        for producer, tma_store in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            gemm_sm90_kernel[(2,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=3, PRODUCER=producer, TMA_STORE=tma_store,
+                                   target="sm_90a")
     for causal in (False, True):
         for d in (64, 128):
             q, k, v = (torch.randn(1, 2, 512, d, device="cuda", dtype=bf) for _ in range(3))
