@@ -96,6 +96,29 @@ def test_hopper_gemm_kernel_simulated(trans_b: int, warps: int, m: int, n: int, 
     assert rel_err(sim[2], interp[2]) < 1e-4
 
 
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("variant", ["tma", "cp.async", "producer"])
+def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> None:
+    """What gemm() launches on Hopper (and the producer variant): no spills, no stack, none of ptxas's
+    setmaxnreg-ignored / wgmma-serialized notes (C7508, C7511, C7515)."""
+    from tkc.compiler import compile_for_launch
+    from tkc.kernels import gemm_sm90_kernel
+    from tkc.kernels.gemm import CONFIG_SM90
+
+    constants = {**CONFIG_SM90[trans_b], "TRANS_B": trans_b}
+    aligns = {"A": 16, "B": 16, "C": 16}
+    if variant == "cp.async":
+        constants.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
+        aligns = {"A": 2, "B": 2, "C": 2}
+    elif variant == "producer":
+        constants.update(PRODUCER=1)
+    compiled = compile_for_launch(gemm_sm90_kernel, "sm_90a", constants, aligns)
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
+    assert not report.notes and not any(c in report.log for c in ("C7508", "C7511", "C7515")), report.log
+
+
 @pytest.mark.parametrize("trans_b, warps, producer, stages, grid", [(0, 4, 0, 3, 2), (1, 8, 1, 2, 1), (0, 8, 1, 4, 3),
                                                                    (1, 4, 1, 3, 5)])
 def test_persistent_gemm_simulated(trans_b: int, warps: int, producer: int, stages: int, grid: int) -> None:
