@@ -35,11 +35,18 @@ def test_maps_are_cached_and_alignment_checked(monkeypatch: pytest.MonkeyPatch) 
     x = torch.empty(4, 256, 64, dtype=torch.bfloat16)
     assert tensor_maps.tensor_map(x, 64, 64, 128) == bytes(128)
     tensor_maps.tensor_map(x, 64, 64, 128)
-    assert len(calls) == 1 and calls[0][1:] == (4 * 256, 64, 128, 64, 64, 128, "bf16")
+    assert len(calls) == 1 and calls[0][1:] == (4 * 256, 64, 128, 64, 64, 128, "bf16", [])
     tensor_maps.tensor_map(x, 128, 64, 128)  # another box: another map
     assert len(calls) == 2
     with pytest.raises(KernelArgumentError, match="16-byte aligned"):
         tensor_maps.tensor_map(torch.empty(64, 37, dtype=torch.bfloat16), 64, 32, 64, "a")
+    # stacked: (B, H, N, D) as matrices of N × D, boxes stopping at each one's end, any outer strides (a (B, N, H, D)
+    # tensor seen as (B, H, N, D))
+    q = torch.empty(2, 3, 100, 64, dtype=torch.bfloat16)
+    tensor_maps.tensor_map(q, 64, 64, 128, "q", stack=True)
+    assert calls[-1][1:] == (100, 64, 128, 64, 64, 128, "bf16", [(3, 100 * 64 * 2), (2, 3 * 100 * 64 * 2)])
+    tensor_maps.tensor_map(torch.empty(2, 100, 3, 64, dtype=torch.bfloat16).transpose(1, 2), 64, 64, 128, "q", stack=True)
+    assert calls[-1][1:] == (100, 64, 3 * 64 * 2, 64, 64, 128, "bf16", [(3, 128), (2, 100 * 3 * 64 * 2)])
 
 
 def test_empty_tensors_get_an_unused_map() -> None:

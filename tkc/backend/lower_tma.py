@@ -27,15 +27,17 @@ from tkc.ir import tma_ops as m
 from tkc.ir.types import element_bytes
 from tkc.passes.lower_to_ptx import Imm, KernelLowering, handles
 
-_TMAP_PARAM = re.compile(r"^(?P<tensor>\w+)_tmap_(?P<rows>\d+)x(?P<cols>\d+)_sw(?P<swizzle>\d+)$")
+_TMAP_PARAM = re.compile(r"^(?P<tensor>\w+?)_tmap(?P<stack>n?)_(?P<rows>\d+)x(?P<cols>\d+)_sw(?P<swizzle>\d+)$")
 
 
-def tensor_map_param(name: str) -> tuple[str, int, int, int] | None:
-    """(tensor argument, box rows, box columns, swizzle bytes) of a tensor-map parameter's name, else None."""
+def tensor_map_param(name: str) -> tuple[str, int, int, int, bool] | None:
+    """(tensor argument, box rows, box columns, swizzle bytes, stacked) of a tensor-map parameter's name, else
+    None. `{T}_tmap_..`: T as a matrix of rows; `{T}_tmapn_..`: a map of all of T's dimensions whose boxes are
+    one matrix (the last two dimensions) deep, so that they stop at each matrix's end."""
     found = _TMAP_PARAM.match(name)
     if found is None:
         return None
-    return found["tensor"], int(found["rows"]), int(found["cols"]), int(found["swizzle"])
+    return (found["tensor"], int(found["rows"]), int(found["cols"]), int(found["swizzle"]), found["stack"] == "n")
 
 
 class BarriersRef:
@@ -127,7 +129,8 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
     name = op.source.name_hint if isinstance(op.source, SSAValue) else None
     if not name or op.source not in lw.fn.body.block.args:
         raise TkcError("internal: a TMA load reads a kernel argument")
-    tmap = _tensor_map(lw, f"{name}_tmap_{rows}x{panel_cols}_sw{swizzle}")
+    rank = op.source.type.rank  # type: ignore[attr-defined]
+    tmap = _tensor_map(lw, f"{name}_tmap{'n' if rank > 2 else ''}_{rows}x{panel_cols}_sw{swizzle}")
     ring = lw.value(op.ring)
     addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=False)
     step = lw.value(op.step)
@@ -138,16 +141,20 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
         dst = lw.op("mad.lo.s32", "b32", lw.expr(Leaf("k") % ring.type.stages.data, {"k": step}), Imm(stage_bytes),
                     ring.addr, n=1)
         dst_offset = 0
-    row_index, col_index = (lw.value(i) for i in op.indices)
-    # coordinates, innermost first: panel p at column col·cols + p·panel_cols, all at row row·rows
-    coords = lw.emit(ptx.RegsOp("b32", panels + 1)).results[0]
+    *leading, row_index, col_index = (lw.value(i) for i in op.indices)
+    # coordinates, innermost first: panel p at column col·cols + p·panel_cols, all at row row·rows, then the
+    # leading indices (innermost first)
+    coords = lw.emit(ptx.RegsOp("b32", panels + 1 + len(leading))).results[0]
     x0 = _mul_imm(lw, col_index, cols)
     lw.op("add.s32", None, lw.reg(x0), ptx.PerInstr([p * panel_cols for p in range(panels)]), into=coords,
           dest=list(range(panels)), n=panels)
     lw.op("mov.b32", None, _mul_imm(lw, row_index, rows), into=coords, dest=[panels], n=1)
+    for n, index in enumerate(reversed(leading)):
+        lw.op("mov.b32", None, index, into=coords, dest=[panels + 1 + n], n=1)
+    where = list(range(panels, panels + 1 + len(leading)))
     guard = _guard(lw, _producer_thread(lw))
     for p in range(panels):
-        lw.emit(ptx.TmaLoadOp(dst, 0, dst_offset + p * rows * swizzle, tmap, coords, [p, panels], addr, 0, offset,
+        lw.emit(ptx.TmaLoadOp(dst, 0, dst_offset + p * rows * swizzle, tmap, coords, [p, *where], addr, 0, offset,
                               guard=guard))
 
 

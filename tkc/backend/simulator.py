@@ -410,7 +410,8 @@ class Warp:
 
 @dataclass
 class TensorMap:
-    """What the simulator needs of a TMA descriptor: a row-major 2-D array copied in boxes, with a swizzle."""
+    """What the simulator needs of a TMA descriptor: a row-major array (2-D, or more: boxes one matrix of the last
+    two dimensions deep) copied in boxes, with a swizzle."""
 
     array: np.ndarray
     box_rows: int
@@ -832,9 +833,14 @@ class BlockSimulator:
             tmap = self.launch.tensor_maps.get(where)
             if tmap is None:
                 raise SimulationError(f"cp.async.bulk.tensor: {where:#x} is not a tensor-map parameter's address")
-            x, y = (int(v) for v in s32(self.get(warp, op.coords)[lane, op.table("coord_index", 0)]))
+            x, y, *outer = (int(v) for v in s32(self.get(warp, op.coords)[lane, op.table("coord_index", 0)]))
             e = tmap.array.dtype.itemsize
             row_bytes = tmap.box_cols * e
+            if len(outer) != tmap.array.ndim - 2:
+                raise SimulationError(f"a {tmap.array.ndim}-D tensor map takes {tmap.array.ndim} coordinates")
+            matrix = tmap.array  # the box comes from one matrix (none past the outer dimensions' ends)
+            for index, size in zip(outer[::-1], tmap.array.shape[:-2]):
+                matrix = matrix[index] if 0 <= index < size else matrix[0][..., :0, :]
             if tmap.swizzle and row_bytes > tmap.swizzle:
                 raise SimulationError(f"a TMA box row of {row_bytes} bytes is wider than its {tmap.swizzle}-byte swizzle")
             dst = int(s32(self.get(warp, op.dst)[lane:lane + 1, op.dst_index.data])[0]) + op.dst_offset.data
@@ -842,10 +848,10 @@ class BlockSimulator:
             if dst % repeat:
                 raise SimulationError(f"TMA destination {dst} is not aligned to its swizzle pattern ({repeat} bytes)")
             box = np.zeros((tmap.box_rows, tmap.box_cols), dtype=tmap.array.dtype)  # out of bounds: zeros
-            rows, cols = tmap.array.shape
+            rows, cols = matrix.shape
             r0, r1, c0, c1 = max(y, 0), min(y + tmap.box_rows, rows), max(x, 0), min(x + tmap.box_cols, cols)
             if r0 < r1 and c0 < c1:
-                box[r0 - y:r1 - y, c0 - x:c1 - x] = tmap.array[r0:r1, c0:c1]
+                box[r0 - y:r1 - y, c0 - x:c1 - x] = matrix[r0:r1, c0:c1]
             data = np.ascontiguousarray(box).view(np.uint8).reshape(tmap.box_rows, row_bytes)
             chunks = data.reshape(-1, 16)  # 16-byte chunks move together under every swizzle
             linear = dst + 16 * np.arange(chunks.shape[0])
@@ -1026,7 +1032,8 @@ def simulate(module: ModuleOp, name: str, args: Sequence[Any], grid: int | Seque
             described = tensor_map_param(pname)
             if described is not None and described[0] in arrays:  # a compiled kernel's: built from its tensor
                 source = arrays[described[0]]
-                tmap = TensorMap(source.reshape(-1, source.shape[-1]), *described[1:])
+                tensor, rows, cols, swizzle, stack = described
+                tmap = TensorMap(source if stack else source.reshape(-1, source.shape[-1]), rows, cols, swizzle)
                 tmap.address = params[f"{described[0]}_ptr"]  # the tensor's own bytes (TMA stores write them)
             else:
                 tmap = next(arg_iter)

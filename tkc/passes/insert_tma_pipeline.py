@@ -1,7 +1,7 @@
 """insert-tma-pipeline{stages=N}: on sm_90a, turn a loop's global→shared tile loads into an N-stage TMA ring.
 
-A loop qualifies when every global→shared load in its body reads a 2-D tensor whose address, row pitch and row
-length are 16-byte aligned (the kernel's alignment specialization says so at compile time), into a tile of at
+A loop qualifies when every global→shared load in its body reads a tensor whose address, strides and row
+length are 16-byte aligned (of rank > 2: a stack of matrices, a box stopping at its matrix's end) (the kernel's alignment specialization says so at compile time), into a tile of at
 most 256 rows whose rows are whole 32/64/128-byte swizzle panels, with indices that depend only on the loop
 index and values from outside the loop. Each load gets a ring of N stages; one set of stage barriers
 (`tkc/ir/tma_ops.py`) serves them all. Before the loop, steps 0..N-2 are filled (each only if it runs). Step k
@@ -66,7 +66,7 @@ def tma_loadable(op: Operation, aligned: set[SSAValue]) -> bool:
         return False
     tile = op.result.type
     row_bytes = tile.cols.data * element_bytes(tile.element_type)
-    return (op.source.type.rank == 2 and op.source in aligned and tile.rows.data <= MAX_BOX_ROWS
+    return (op.source.type.rank >= 2 and op.source in aligned and tile.rows.data <= MAX_BOX_ROWS
             and swizzle_for(row_bytes) >= 32)
 
 

@@ -4,6 +4,8 @@ for the error and, for a PTX the JIT rejects, the PTX line it complains about.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import ctypes
 import re
 from dataclasses import dataclass
@@ -142,18 +144,24 @@ _SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
 
 
 def tensor_map_2d(address: int, rows: int, cols: int, row_bytes: int, box_rows: int, box_cols: int, swizzle: int,
-                  element: str = "bf16") -> bytes:
+                  element: str = "bf16", outer: Sequence[tuple[int, int]] = ()) -> bytes:
     """The 128-byte TMA descriptor (`cuTensorMapEncodeTiled`) of a row-major rows × cols matrix at global
     `address` whose rows are `row_bytes` apart, copied in boxes of box_rows × box_cols with the given swizzle
-    (0, 32, 64 or 128 bytes; a swizzled box row is at most that wide). Out-of-bounds elements of a box read zeros."""
+    (0, 32, 64 or 128 bytes; a swizzled box row is at most that wide). Out-of-bounds elements of a box read zeros.
+    With `outer` ((size, bytes apart) per further dimension, innermost first), a map of up to 5 dimensions whose
+    boxes are one matrix deep: a box stops at its matrix's last row (e.g. at the end of one head of a (B, H, N, D)
+    tensor), whatever the strides of the outer dimensions."""
     cu = driver()
     dtypes = {"bf16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
               "f16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
               "f32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
     u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    dims, strides, box = [u64(cols), u64(rows)], [u64(row_bytes)], [u32(box_cols), u32(box_rows)]
+    for size, stride in outer:
+        dims, strides, box = dims + [u64(size)], strides + [u64(stride)], box + [u32(1)]
     tmap = check(cu.cuTensorMapEncodeTiled(
-        dtypes[element], 2, address, [u64(cols), u64(rows)], [u64(row_bytes)], [u32(box_cols), u32(box_rows)],
-        [u32(1), u32(1)], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        dtypes[element], len(dims), address, dims, strides, box,
+        [u32(1)] * len(dims), cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(cu.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLES[swizzle]}"),
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")

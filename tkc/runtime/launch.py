@@ -220,7 +220,7 @@ class _Fast:
     params: ParamBuffer
     device: Device
     resident: int | None = None  # blocks the GPU holds at once, once asked for
-    tensor_maps: tuple[tuple[int, str, int, int, int], ...] = ()  # (argument index, name, box rows, cols, swizzle)
+    tensor_maps: tuple[tuple[int, str, int, int, int, bool], ...] = ()  # (argument, name, box rows, cols, swizzle, stacked)
 
 
 _fast: dict[tuple[Any, ...], _Fast] = {}
@@ -314,7 +314,7 @@ def _alignment(ptr: int, shape: Sequence[int], strides: Sequence[int], item: int
     return bits & -bits
 
 
-def _tensor_map_params(kernel: Kernel, params: Sequence[tuple[str, str]]) -> tuple[tuple[int, str, int, int, int], ...]:
+def _tensor_map_params(kernel: Kernel, params: Sequence[tuple[str, str]]) -> tuple[tuple[int, str, int, int, int, bool], ...]:
     """What each tensor-map parameter of a compiled kernel (they come last) is built from."""
     from tkc.backend.lower_tma import tensor_map_param
 
@@ -325,8 +325,8 @@ def _tensor_map_params(kernel: Kernel, params: Sequence[tuple[str, str]]) -> tup
             described = tensor_map_param(name)
             if described is None or described[0] not in index:
                 raise TkcRuntimeError(f"internal: kernel parameter {name} is a tensor map of no argument")
-            tensor, rows, cols, swizzle = described
-            maps.append((index[tensor], tensor, rows, cols, swizzle))
+            tensor, rows, cols, swizzle, stack = described
+            maps.append((index[tensor], tensor, rows, cols, swizzle, stack))
     return tuple(maps)
 
 
@@ -356,8 +356,8 @@ def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], consta
     if fast.tensor_maps:
         from tkc.runtime.tensor_maps import tensor_map
 
-        values.extend(tensor_map(args[i], rows, cols, swizzle, f"argument `{name}`")
-                      for i, name, rows, cols, swizzle in fast.tensor_maps)
+        values.extend(tensor_map(args[i], rows, cols, swizzle, f"argument `{name}`", stack)
+                      for i, name, rows, cols, swizzle, stack in fast.tensor_maps)
     if getattr(_current, "ordinal", None) != fast.device.ordinal:
         make_current(fast.device)  # torch keeps its primary context current afterwards; set it once per thread
         _current.ordinal = fast.device.ordinal

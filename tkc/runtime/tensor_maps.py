@@ -39,9 +39,11 @@ def as_matrix(shape: Sequence[int], strides: Sequence[int], name: str = "tensor"
     return rows, cols, pitch
 
 
-def tensor_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, name: str = "tensor") -> bytes:
+def tensor_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, name: str = "tensor",
+               stack: bool = False) -> bytes:
     """The tensor map of `tensor` for box_rows × box_cols boxes with `swizzle` (bytes), cached by address, shape,
-    strides, dtype, box and swizzle."""
+    strides, dtype, box and swizzle. With `stack`, a map of every dimension whose boxes are one matrix (of the last
+    two dimensions) deep: boxes stop at each matrix's end, and the outer dimensions may have any 16-byte strides."""
     from tkc.runtime import driver
 
     shape, strides, ptr = tuple(tensor.shape), tuple(tensor.stride()), tensor.data_ptr()
@@ -49,19 +51,26 @@ def tensor_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, name: st
         # nothing to copy (e.g. K = 0): a kernel's loop over it runs no steps, so the map is never used
         return bytes(128)
     element = _ELEMENT.get(str(tensor.dtype).removeprefix("torch."))
-    key = (ptr, shape, strides, element, box_rows, box_cols, swizzle)
+    key = (ptr, shape, strides, element, box_rows, box_cols, swizzle, stack)
     found = _cache.get(key)
     if found is not None:
         _cache.move_to_end(key)
         return found
     if element is None:
         raise KernelArgumentError(f"{name}: TMA copies bf16, f16 or f32 tensors, got {tensor.dtype}")
-    rows, cols, pitch = as_matrix(shape, strides, name)
     item = tensor.element_size()
-    if ptr % 16 or (rows > 1 and pitch * item % 16):
-        raise KernelArgumentError(f"{name}: TMA needs a 16-byte aligned address and row pitch, got address "
-                                  f"{ptr:#x} and {pitch * item} bytes between rows")
-    tmap = driver.tensor_map_2d(ptr, rows, cols, pitch * item, box_rows, box_cols, swizzle, element)
+    if stack:
+        if len(shape) > 5 or (shape[-1] > 1 and strides[-1] != 1):
+            raise KernelArgumentError(f"{name}: TMA reads tensors of at most 5 dimensions, the last contiguous; got "
+                                      f"shape {tuple(shape)}, strides {tuple(strides)}")
+        rows, cols, pitch = shape[-2], shape[-1], strides[-2]
+        outer = [(n, st * item) for n, st in zip(shape[-3::-1], strides[-3::-1])]
+    else:
+        (rows, cols, pitch), outer = as_matrix(shape, strides, name), []
+    if ptr % 16 or (rows > 1 and pitch * item % 16) or any(n > 1 and st % 16 for n, st in outer):
+        raise KernelArgumentError(f"{name}: TMA needs a 16-byte aligned address and strides, got address "
+                                  f"{ptr:#x} and strides {tuple(strides)} (elements)")
+    tmap = driver.tensor_map_2d(ptr, rows, cols, pitch * item, box_rows, box_cols, swizzle, element, outer)
     _cache[key] = tmap
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)
