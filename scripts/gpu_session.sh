@@ -13,6 +13,9 @@ for step in ${*:-tests probe bench sanitize}; do
         grep -E "^FAILED|Error" "$OUT/tests.log" | head -10; echo "tests: $(tail -1 "$OUT/tests.log")" ;;
     probe)
         timeout 200 python3 bench/wgmma_probe.py --what gemm > "$OUT/probe.log" 2>&1; tail -25 "$OUT/probe.log" ;;
+    probe-attention)
+        timeout 200 python3 bench/wgmma_probe.py --what attention > "$OUT/probe-attention.log" 2>&1
+        tail -20 "$OUT/probe-attention.log" ;;
     bench)
         timeout 260 python3 bench/gemm.py > "$OUT/bench-gemm.log" 2>&1; tail -10 "$OUT/bench-gemm.log" ;;
     sanitize)
