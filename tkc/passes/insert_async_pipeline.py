@@ -200,6 +200,14 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
 
 
 
+def kernel_stages(fn: Operation, stages: int | None) -> int:
+    """The pipeline depth for a kernel: the pass option, else the kernel's own `stages`, else the default."""
+    if stages is not None:
+        return stages
+    attr = fn.attributes.get("tkc.stages")
+    return attr.value.data if isinstance(attr, IntegerAttr) else DEFAULT_STAGES
+
+
 def insert_async_pipeline(module: ModuleOp, stages: int | None) -> None:
     """Pipeline every eligible loop: `stages` deep, or (when None) as deep as the kernel's `tkc.stages` asks."""
     from xdsl.dialects import func
@@ -207,10 +215,7 @@ def insert_async_pipeline(module: ModuleOp, stages: int | None) -> None:
     for fn in module.ops:
         if not isinstance(fn, func.FuncOp):
             continue
-        depth = stages
-        if depth is None:
-            attr = fn.attributes.get("tkc.stages")
-            depth = attr.value.data if isinstance(attr, IntegerAttr) else DEFAULT_STAGES
+        depth = kernel_stages(fn, stages)
         loops = [op for op in fn.walk() if isinstance(op, scf.ForOp)]
         for loop in reversed(loops):  # innermost first
             pipeline_loop(loop, depth)

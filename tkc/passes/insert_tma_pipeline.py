@@ -46,7 +46,7 @@ from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.ir.types import GlobalType, SharedTileType, element_bytes
 from tkc.passes import register
-from tkc.passes.insert_async_pipeline import DEFAULT_STAGES, WGMMA_IN_FLIGHT, _constant, _index_slice
+from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, _constant, _index_slice, kernel_stages
 
 MAX_BOX_ROWS = 256  # a TMA box dimension
 
@@ -90,8 +90,17 @@ def _top_level(op: Operation, body: Block) -> Operation:
     return op
 
 
-def _last_use(body: Block, values: list[SSAValue]) -> Operation | None:
-    """The last op of the body that reads any of the values, directly or through row views of them."""
+def step_index(loop: scf.ForOp) -> SSAValue | None:
+    """The loop's step index k = (iv - lb) / step, as the pipeline computes it at the top of the body."""
+    iv = loop.body.block.args[0]
+    for op in loop.body.block.ops:
+        if isinstance(op, arith.DivUIOp) and isinstance(op.lhs.owner, arith.SubiOp) and op.lhs.owner.lhs is iv:
+            return op.result
+    return None
+
+
+def stage_readers(body: Block, values: list[SSAValue]) -> set[Operation]:
+    """The ops of the body (at its top level) that read any of the values, directly or through row views."""
     pending, seen, users = list(values), set(), set()
     while pending:
         value = pending.pop()
@@ -99,12 +108,16 @@ def _last_use(body: Block, values: list[SSAValue]) -> Operation | None:
             continue
         seen.add(value)
         for use in value.uses:
-            user = _top_level(use.operation, body)
-            users.add(user)
+            users.add(_top_level(use.operation, body))
             if isinstance(use.operation, t.LoadOp) and isinstance(use.operation.result.type, SharedTileType):
                 pending.append(use.operation.result)  # a view: its readers read the stage too
+    return {u for u in users if not isinstance(u, scf.YieldOp)}
+
+
+def _last_use(body: Block, values: list[SSAValue]) -> Operation | None:
+    """The last op of the body that reads any of the values."""
     order = {op: n for n, op in enumerate(body.ops)}
-    return max((u for u in users if not isinstance(u, scf.YieldOp)), key=order.__getitem__, default=None)
+    return max(stage_readers(body, values), key=order.__getitem__, default=None)
 
 
 def _fill(b: Builder, loads: list[_Load], iv: SSAValue, j: SSAValue, bars: SSAValue, k: SSAValue,
@@ -284,10 +297,7 @@ def insert_tma_pipeline(module: ModuleOp, stages: int | None) -> None:
     for fn in module.ops:
         if not isinstance(fn, func.FuncOp):
             continue
-        depth = stages
-        if depth is None:
-            attr = fn.attributes.get("tkc.stages")
-            depth = attr.value.data if isinstance(attr, IntegerAttr) else DEFAULT_STAGES
+        depth = kernel_stages(fn, stages)
         warps = fn.attributes.get("tkc.warps")
         threads = 32 * (warps.value.data if isinstance(warps, IntegerAttr) else 1)
         aligned = _aligned_args(fn)

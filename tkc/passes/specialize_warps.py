@@ -35,6 +35,7 @@ from tkc.errors import SourceLoc, TkcError
 from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.passes import register
+from tkc.passes.insert_tma_pipeline import step_index
 
 ROLE_ATTR = "tkc.warp_role"  # on the if that splits the block into producer (then) and consumers (else)
 CONSUMER_WARPS = "tkc.consumer_warps"  # on a specialized kernel: its own warps (tkc.warps counts the producer too)
@@ -43,14 +44,6 @@ PRODUCER_WARPS = 4
 
 def _holds(op: Operation, cls: type) -> bool:
     return any(isinstance(o, cls) for o in op.walk())
-
-
-def _step_of(loop: scf.ForOp) -> SSAValue | None:
-    iv = loop.body.block.args[0]
-    for op in loop.body.block.ops:
-        if isinstance(op, arith.DivUIOp) and isinstance(op.lhs.owner, arith.SubiOp) and op.lhs.owner.lhs is iv:
-            return op.result
-    return None
 
 
 def _erase(op: Operation) -> None:
@@ -68,7 +61,7 @@ def _producer_loop(loop: scf.ForOp, refill: scf.IfOp) -> scf.ForOp:
     body = loop.body.block
     wait = next(op for op in body.ops if isinstance(op, m.StageWaitOp))
     expect = next(op for op in refill.walk() if isinstance(op, m.StageExpectOp))
-    k = _step_of(loop)
+    k = step_index(loop)
     j_next = next(op.result for op in body.ops if isinstance(op, arith.AddiOp) and op.lhs is body.args[0]
                   and op.result in {o for x in refill.walk() for o in x.operands})
     producer_body = Block(arg_types=[i32])
@@ -136,7 +129,7 @@ def specialize(fn: func.FuncOp) -> None:
                        "16-byte aligned 2-D tiles)", SourceLoc.from_attr(fn.location))
     loop = loops[0]
     refill = next((op for op in loop.body.block.ops if isinstance(op, scf.IfOp) and _holds(op, m.StageAcquireOp)), None)
-    if refill is None or _step_of(loop) is None:
+    if refill is None or step_index(loop) is None:
         raise TkcError("internal: specialize-warps expects insert-tma-pipeline's loop", SourceLoc.from_attr(loop.location))
     top: Operation = loop
     while not isinstance(top.parent_op(), func.FuncOp):

@@ -31,8 +31,8 @@ from xdsl.passes import ModulePass
 from tkc.errors import SourceLoc, TkcError
 from tkc.ir import async_ops as a
 from tkc.ir import tma_ops as m
-from tkc.ir.types import SharedTileType
 from tkc.passes import register
+from tkc.passes.insert_tma_pipeline import stage_readers, step_index
 
 
 def _fail(message: str, op: Operation) -> TkcError:
@@ -55,15 +55,6 @@ def _offset_from(value: SSAValue, k: SSAValue) -> int | None:
         d = _constant(owner.rhs)
         if d is not None:
             return d if isinstance(owner, arith.AddiOp) else -d
-    return None
-
-
-def _step_index(loop: scf.ForOp) -> SSAValue | None:
-    """The loop's step index k = (iv - lb) / step, as the pipeline computes it."""
-    iv = loop.body.block.args[0]
-    for op in loop.body.block.ops:
-        if isinstance(op, arith.DivUIOp) and isinstance(op.lhs.owner, arith.SubiOp) and op.lhs.owner.lhs is iv:
-            return op.result
     return None
 
 
@@ -99,32 +90,10 @@ def _check_producer_block(block: Block, bars: SSAValue, stages: int) -> list[_Fi
     return list(fills.values())
 
 
-def _reads_of(body: Block, ring_reads: list[SSAValue]) -> set[Operation]:
-    """Top-level ops of the body that read a stage (through ring reads and row views of them)."""
-    users: set[Operation] = set()
-    pending, seen = list(ring_reads), set()
-    while pending:
-        value = pending.pop()
-        if value in seen:
-            continue
-        seen.add(value)
-        for use in value.uses:
-            op = use.operation
-            top = op
-            while top.parent_block() is not body:
-                top = top.parent_op()  # type: ignore[assignment]
-            users.add(top)
-            if isinstance(op, a.RingReadOp | m.TmaLoadOp):
-                continue
-            if hasattr(op, "result") and isinstance(getattr(op.result, "type", None), SharedTileType):
-                pending.append(op.result)
-    return users
-
-
 def _ring_step(loop: scf.ForOp, value: SSAValue) -> SSAValue | None:
     """The base when `value` is the loop's step index counted after `base` earlier steps (base + k), the
     constant 0 when it is k itself; None otherwise."""
-    k = _step_index(loop)
+    k = step_index(loop)
     if k is None:
         return None
     if value is k:
@@ -170,7 +139,7 @@ def _innermost_loop(op: Operation) -> Operation | None:
 
 def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int) -> None:
     body = loop.body.block
-    k = _step_index(loop)
+    k = step_index(loop)
     waits = [op for op in body.walk() if isinstance(op, m.StageWaitOp) and op.bars is bars]
     if not waits or all(_innermost_loop(w) is not loop for w in waits):
         return  # a loop around the pipelined one
@@ -268,7 +237,7 @@ def _check_releases(loop: scf.ForOp, bars: SSAValue, k: SSAValue, reads: list[Op
 
     release_at = order[top(release)]
     if lag == 0:
-        last_read = max((order[u] for u in _reads_of(body, [r.result for r in reads])), default=-1)  # type: ignore[attr-defined]
+        last_read = max((order[u] for u in stage_readers(body, [r.result for r in reads])), default=-1)  # type: ignore[attr-defined]
         if release_at < last_read:
             raise _fail("a stage is released before the last read of it", release)
     if refill is None:
