@@ -427,6 +427,12 @@ def triu(t, diagonal=0, fill=0.0):
 
 
 @_op
+def keep_cols(t, n, fill=-math.inf):
+    """Keep the columns j < n of a register tile, set the rest to `fill` (default -inf): the keys of a block that lie
+    past a sequence's end. `n` may be a run-time integer."""
+
+
+@_op
 def make_causal(t, fill=-math.inf):
     """Keep the lower triangle (j <= i) of a tile on the diagonal, set the rest to `fill` (default -inf)."""
 

@@ -13,7 +13,7 @@ import tkc
 from tkc.backend.simulator import simulate
 from tkc.compiler import lower_kernel, tensor_alignment
 from tkc.kernels import attention_fwd, gemm_kernel, layernorm_kernel
-from tkc.lang import bf16, const, f32, gl, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rt, st, store, zeros
+from tkc.lang import bf16, const, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rt, st, store, warp_id, zeros
 
 ORDERS = ["ascending", "descending", "shuffled"]
 
@@ -143,3 +143,22 @@ def test_user_sliding_window_attention() -> None:
     interp, sim = run_both(sliding_window_attention, [q, k, v, poisoned(1, 1, 256, 64)], (1, 1, 4), {"WINDOW": 128},
                            order="shuffled")
     assert rel_err(sim[3], interp[3]) < 2e-3
+
+
+@tkc.kernel(warps=2, min_target="sm_80")
+def masked_columns(X: gl[f32, 2], Y: gl[f32, 2], n: int):
+    """Each warp keeps the first n - 5·warp columns of its 16×64 tile (keys past a sequence's end)."""
+    store(Y, keep_cols(load(X, (warp_id(), 0), rt[f32, 16, 64]), n - 5 * warp_id()), (warp_id(), 0))
+
+
+@pytest.mark.parametrize("n", [0, 1, 17, 33, 64, 70, -3])
+def test_keep_cols_simulated(n: int) -> None:
+    rng = np.random.default_rng(n + 100)
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    interp, sim = run_both(masked_columns, [x, np.full((32, 64), np.nan, np.float32), n], (1,))
+    np.testing.assert_array_equal(sim[1], interp[1])
+    j = np.arange(64)[None, :]
+    for w in range(2):
+        kept = np.broadcast_to(j < n - 5 * w, (16, 64))
+        rows = interp[1][16 * w:16 * w + 16]
+        assert np.isneginf(rows[~kept]).all() and (rows[kept] == x[16 * w:16 * w + 16][kept]).all()

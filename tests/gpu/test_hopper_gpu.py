@@ -106,3 +106,21 @@ def test_hopper_attention(b: int, h: int, n: int, d: int, warps: int, causal: in
     attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, WARPS=warps, target="sm_90a")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("b, h, nq, nk, d", [(1, 2, 1, 1, 64), (2, 3, 17, 17, 128), (1, 2, 113, 1000, 64),
+                                             (2, 2, 1000, 113, 128), (1, 4, 4097, 4097, 128)])
+def test_hopper_attention_any_length(b: int, h: int, nq: int, nk: int, d: int, causal: int) -> None:
+    """attention_sm90 at lengths that are not multiples of its tiles, Nq ≠ Nk (torch's causal convention)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    from tkc.kernels import attention_sm90
+
+    q = torch.randn(b, h, nq, d, device="cuda").to(torch.bfloat16)
+    k, v = (torch.randn(b, h, nk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
+    o = torch.full_like(q, float("nan"))
+    attention_sm90[(b, h, -(-nq // 128))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, WARPS=8, target="sm_90a")
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
+    assert not o.isnan().any()
+    assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2

@@ -451,6 +451,12 @@ def _triangle(op: type[t.TriangleOp], name: str) -> Callable[..., Any]:
 
 IMPLS[lang.tril] = _triangle(t.TrilOp, "tril")
 IMPLS[lang.triu] = _triangle(t.TriuOp, "triu")
+_keep_cols = _triangle(t.KeepColsOp, "keep_cols")
+
+
+@implements(lang.keep_cols)
+def _keep_cols_impl(cg: CodeGen, tile: Any, n: Any, fill: Any = -pymath.inf) -> SSAValue:
+    return _keep_cols(cg, tile, n, fill)
 
 
 @implements(lang.make_causal)

@@ -209,7 +209,10 @@ class TileFunctions(InterpreterFunctions):
         i = np.arange(rows).reshape(rows, 1)
         j = np.arange(cols).reshape(1, cols)
         d = _lift(diagonal, tile.ndim)
-        keep = (j <= i + d) if isinstance(op, t.TrilOp) else (j >= i + d)
+        if isinstance(op, t.KeepColsOp):
+            keep = j < d
+        else:
+            keep = (j <= i + d) if isinstance(op, t.TrilOp) else (j >= i + d)
         return (round_to(np.where(keep, tile, np.float32(op.fill_value)), _elem(op.result.type)),)
 
     # Matrix multiply -------------------------------------------------------------------------------------------
@@ -339,7 +342,7 @@ _install(list(t.BINARY_OPS.values()), TileFunctions._binary, "run")
 _install(list(t.BROADCAST_BINARY_OPS.values()), TileFunctions._broadcast_binary, "run")
 _install(list(t.REDUCE_OPS.values()), TileFunctions._reduce, "run")
 _install(list(t.VECTOR_REDUCE_OPS.values()), TileFunctions._vector_reduce, "run")
-_install([t.TrilOp, t.TriuOp], TileFunctions._triangle, "run")
+_install([t.TrilOp, t.TriuOp, t.KeepColsOp], TileFunctions._triangle, "run")
 _install(list(t.MMA_OPS.values()), TileFunctions._mma, "run")
 _install(list(t.WGMMA_OPS.values()), TileFunctions._wgmma, "run")
 register_impls(TileFunctions)

@@ -660,6 +660,13 @@ class TriuOp(TriangleOp):
     name = "tile.triu"
 
 
+@irdl_op_definition
+class KeepColsOp(TriangleOp):
+    """`keep_cols`: keep the columns j < n (the operand), fill the rest: a block of keys past a sequence's end."""
+
+    name = "tile.keep_cols"
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Matrix multiply-accumulate
 
@@ -943,6 +950,7 @@ TILE_OPS: list[type[IRDLOperation]] = [
     RelayoutOp,
     TransposeOp,
     TrilOp,
+    KeepColsOp,
     TriuOp,
     *MMA_OPS.values(),
     *WGMMA_OPS.values(),

@@ -64,11 +64,13 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
 @tkc.kernel(warps="WARPS", min_target="sm_90a")
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8):
-    """attention_fwd on Hopper's wgmma. Grid: (B, H, Nq / (16·WARPS)).
+    """attention_fwd on Hopper's wgmma. Grid: (B, H, cdiv(Nq, 16·WARPS)); any Nq, Nk ≥ 1.
 
     The block's queries wait in shared memory; each warpgroup takes its 64 rows of them (a view) and each warp
     keeps the softmax state of its 16 rows. Per block of KEYS keys: S = Q·Kᵀ by wgmma from shared memory, the
-    online softmax in registers (as attention_fwd), and O += P·V by wgmma with P straight from registers.
+    online softmax in registers (as attention_fwd), and O += P·V by wgmma with P straight from registers. Keys
+    past Nk (in the last block) are masked; queries past Nq are computed and not stored. Causal keeps key j for
+    query i when j ≤ i (torch's convention, also for Nq ≠ Nk).
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
@@ -80,11 +82,14 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     RESCALE_LOG2 = 8.0
     m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
     last_row = (blk + 1) * BLOCK_ROWS
-    n_blocks = cdiv(last_row, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
+    key_blocks = cdiv(K.shape[2], KEYS)
+    n_blocks = min(cdiv(last_row, KEYS), key_blocks) if CAUSAL else key_blocks
     first_masked = blk * BLOCK_ROWS // KEYS
     for j in range(n_blocks):
         k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
         s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
+        if j == key_blocks - 1:
+            s = keep_cols(s, K.shape[2] - j * KEYS)  # keys past the end (TMA read them as zeros)
         if CAUSAL:
             if j >= first_masked:
                 s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
