@@ -141,21 +141,26 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
         dst = lw.op("mad.lo.s32", "b32", lw.expr(Leaf("k") % ring.type.stages.data, {"k": step}), Imm(stage_bytes),
                     ring.addr, n=1)
         dst_offset = 0
-    *leading, row_index, col_index = (lw.value(i) for i in op.indices)
-    # coordinates, innermost first: panel p at column col·cols + p·panel_cols, all at row row·rows, then the
-    # leading indices (innermost first)
-    coords = lw.emit(ptx.RegsOp("b32", panels + 1 + len(leading))).results[0]
-    x0 = _mul_imm(lw, col_index, cols)
-    lw.op("add.s32", None, lw.reg(x0), ptx.PerInstr([p * panel_cols for p in range(panels)]), into=coords,
-          dest=list(range(panels)), n=panels)
-    lw.op("mov.b32", None, _mul_imm(lw, row_index, rows), into=coords, dest=[panels], n=1)
-    for n, index in enumerate(reversed(leading)):
-        lw.op("mov.b32", None, index, into=coords, dest=[panels + 1 + n], n=1)
-    where = list(range(panels, panels + 1 + len(leading)))
+    coords, where = _box_coordinates(lw, op.indices, rows, cols, panel_cols, panels)
     guard = _guard(lw, _producer_thread(lw))
     for p in range(panels):
         lw.emit(ptx.TmaLoadOp(dst, 0, dst_offset + p * rows * swizzle, tmap, coords, [p, *where], addr, 0, offset,
                               guard=guard))
+
+
+def _box_coordinates(lw: KernelLowering, indices: Any, rows: int, cols: int, panel_cols: int,
+                     panels: int) -> tuple[SSAValue, list[int]]:
+    """The TMA coordinates of a tile's boxes, innermost first: panel p at column col·cols + p·panel_cols (registers
+    0..panels-1), all at row row·rows, then the leading indices (innermost first); and the registers after the
+    panel's own that every box uses."""
+    *leading, row_index, col_index = (lw.value(i) for i in indices)
+    coords = lw.emit(ptx.RegsOp("b32", panels + 1 + len(leading))).results[0]
+    lw.op("add.s32", None, lw.reg(_mul_imm(lw, col_index, cols)), ptx.PerInstr([p * panel_cols for p in range(panels)]),
+          into=coords, dest=list(range(panels)), n=panels)
+    lw.op("mov.b32", None, _mul_imm(lw, row_index, rows), into=coords, dest=[panels], n=1)
+    for n, index in enumerate(reversed(leading)):
+        lw.op("mov.b32", None, index, into=coords, dest=[panels + 1 + n], n=1)
+    return coords, list(range(panels, panels + 1 + len(leading)))
 
 
 def _tensor_map(lw: KernelLowering, param: str) -> SSAValue:
@@ -202,14 +207,10 @@ def lower_tma_store(lw: KernelLowering, op: Any) -> None:
     lw.emit(ptx.FenceOp("proxy.async.shared::cta"))  # the lanes' writes, visible to TMA
     lw.emit(ptx.WarpSyncOp())
     tmap = _tensor_map(lw, f"{name}_tmap_{rows}x{panel_cols}_sw{swizzle}")
-    row_index, col_index = (lw.value(i) for i in op.indices)
-    coords = lw.emit(ptx.RegsOp("b32", panels + 1)).results[0]
-    lw.op("add.s32", None, lw.reg(_mul_imm(lw, col_index, cols)), ptx.PerInstr([p * panel_cols for p in range(panels)]),
-          into=coords, dest=list(range(panels)), n=panels)
-    lw.op("mov.b32", None, _mul_imm(lw, row_index, rows), into=coords, dest=[panels], n=1)
+    coords, where = _box_coordinates(lw, op.indices, rows, cols, panel_cols, panels)
     lane0 = lw.at_entry("lane==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["lane"], Imm(0), n=1))
     guard = _guard(lw, lane0)
     for p in range(panels):
-        lw.emit(ptx.TmaStoreOp(staging, 0, p * rows * swizzle, tmap, coords, [p, panels], guard=guard))
+        lw.emit(ptx.TmaStoreOp(staging, 0, p * rows * swizzle, tmap, coords, [p, *where], guard=guard))
     lw.emit(ptx.BulkGroupOp("commit"))
     lw.tma_stores = True

@@ -826,14 +826,18 @@ class BlockSimulator:
             bar.pending -= 1
             self._settle(bar)
 
+    def _box(self, warp: Warp, op: ptx.TmaLoadOp | ptx.TmaStoreOp, lane: int) -> tuple[TensorMap, list[int]]:
+        """The tensor map a lane's TMA instruction names, and its coordinates (innermost first)."""
+        where = int(s64(self.get(warp, op.tmap)[lane:lane + 1, 0])[0])
+        tmap = self.launch.tensor_maps.get(where)
+        if tmap is None:
+            raise SimulationError(f"cp.async.bulk.tensor: {where:#x} is not a tensor-map parameter's address")
+        return tmap, [int(v) for v in s32(self.get(warp, op.coords)[lane, op.table("coord_index", 0)])]
+
     def tma_load(self, warp: Warp, op: ptx.TmaLoadOp) -> None:
         active = self._active(warp, op)
         for lane in active:
-            where = int(s64(self.get(warp, op.tmap)[lane:lane + 1, 0])[0])
-            tmap = self.launch.tensor_maps.get(where)
-            if tmap is None:
-                raise SimulationError(f"cp.async.bulk.tensor: {where:#x} is not a tensor-map parameter's address")
-            x, y, *outer = (int(v) for v in s32(self.get(warp, op.coords)[lane, op.table("coord_index", 0)]))
+            tmap, (x, y, *outer) = self._box(warp, op, lane)
             e = tmap.array.dtype.itemsize
             row_bytes = tmap.box_cols * e
             if len(outer) != tmap.array.ndim - 2:
@@ -865,11 +869,7 @@ class BlockSimulator:
         """Issue: which shared bytes the box comes from is fixed now; they are read (and the box written to
         global memory, clipped to the tensor) when a `cp.async.bulk.wait_group.read` covers the store."""
         for lane in self._active(warp, op):
-            where = int(s64(self.get(warp, op.tmap)[lane:lane + 1, 0])[0])
-            tmap = self.launch.tensor_maps.get(where)
-            if tmap is None:
-                raise SimulationError(f"cp.async.bulk.tensor: {where:#x} is not a tensor-map parameter's address")
-            x, y = (int(v) for v in s32(self.get(warp, op.coords)[lane, op.table("coord_index", 0)]))
+            tmap, (x, y) = self._box(warp, op, lane)
             e = tmap.array.dtype.itemsize
             row_bytes = tmap.box_cols * e
             src = int(s32(self.get(warp, op.src)[lane:lane + 1, op.src_index.data])[0]) + op.src_offset.data

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tkc.errors import KernelArgumentError, KernelTypeError
 from tkc.runtime import cache
+from tkc.runtime.tensor_maps import tensor_map
 from tkc.runtime.driver import (
     Device,
     LoadedKernel,
@@ -354,8 +355,6 @@ def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], consta
     values: list[Any] = []
     fast = _fast_for(kernel, args, constants, target, pipeline, values)
     if fast.tensor_maps:
-        from tkc.runtime.tensor_maps import tensor_map
-
         values.extend(tensor_map(args[i], rows, cols, swizzle, f"argument `{name}`", stack)
                       for i, name, rows, cols, swizzle, stack in fast.tensor_maps)
     if getattr(_current, "ordinal", None) != fast.device.ordinal:

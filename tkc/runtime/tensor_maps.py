@@ -50,12 +50,12 @@ def tensor_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, name: st
     if 0 in shape:
         # nothing to copy (e.g. K = 0): a kernel's loop over it runs no steps, so the map is never used
         return bytes(128)
-    element = _ELEMENT.get(str(tensor.dtype).removeprefix("torch."))
-    key = (ptr, shape, strides, element, box_rows, box_cols, swizzle, stack)
-    found = _cache.get(key)
+    key = (ptr, shape, strides, tensor.dtype, box_rows, box_cols, swizzle, stack)
+    found = _cache.get(key)  # the launch path: one lookup per tensor map per launch
     if found is not None:
         _cache.move_to_end(key)
         return found
+    element = _ELEMENT.get(str(tensor.dtype).removeprefix("torch."))
     if element is None:
         raise KernelArgumentError(f"{name}: TMA copies bf16, f16 or f32 tensors, got {tensor.dtype}")
     item = tensor.element_size()
