@@ -33,9 +33,11 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def time_ms(fn: Callable[[], Any], launches: int = 30, warmup: int = 5) -> float:
-    """Median milliseconds of `launches` back-to-back calls, each bracketed by CUDA events. The calls are queued
-    without waiting in between (as a model's layers are), so a call's host-side work overlaps the previous call's
-    kernel and only shows where it is longer than the kernel."""
+    """Median milliseconds of `launches` back-to-back calls, with a CUDA event recorded between consecutive calls
+    (the time of a call is from the event before it to the event after it). The calls are queued without waiting in
+    between (as a model's layers are), so a call's host-side work overlaps the previous call's kernel and only shows
+    where it is longer than the kernel. One event per call rather than a pair: recording an event costs the host
+    ~6 µs on the H200 machine (bench/host_breakdown.py), which a pair would add twice to every call."""
     # Warm up for at least `warmup` calls and 50 ms, so that every implementation is timed at the clocks of a
     # busy GPU (the one timed first after a pause would otherwise start at idle clocks).
     deadline = time.perf_counter() + 0.05
@@ -46,13 +48,13 @@ def time_ms(fn: Callable[[], Any], launches: int = 30, warmup: int = 5) -> float
         if calls % 8 == 0:
             torch.cuda.synchronize()
     torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(launches)]
-    for start, end in events:
-        start.record()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(launches + 1)]
+    events[0].record()
+    for event in events[1:]:
         fn()
-        end.record()
+        event.record()
     torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
+    return statistics.median(before.elapsed_time(after) for before, after in zip(events, events[1:]))
 
 
 def checked_time(run: Callable[[], Any], out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:

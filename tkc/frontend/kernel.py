@@ -17,6 +17,8 @@ from tkc import lang
 from tkc.errors import SourceLoc, TkcError, user_loc
 from tkc.targets import DEFAULT_TARGET, TARGETS, Target, get_target
 
+_BoundLaunch: Any = None  # tkc.runtime.launch.BoundLaunch, imported on the first launch (compiling never needs it)
+
 REQUIRED = inspect.Parameter.empty
 
 
@@ -170,9 +172,10 @@ class Kernel:
 
     def __getitem__(self, grid: Any) -> Any:
         """`kernel[grid](*args, **constants)`: launch on CUDA torch tensors, on torch's current stream."""
-        from tkc.runtime.launch import BoundLaunch
-
-        return BoundLaunch(self, grid)
+        global _BoundLaunch
+        if _BoundLaunch is None:
+            from tkc.runtime.launch import BoundLaunch as _BoundLaunch
+        return _BoundLaunch(self, grid)
 
     def resident_blocks(self, *args: Any, target: str | None = None, **constants: Any) -> int:
         """How many blocks of this kernel (for these arguments and constants) the GPU holds at once: the grid of a

@@ -8,16 +8,26 @@ from tkc.errors import KernelArgumentError, KernelTypeError
 
 
 def check_tensor(name: str, t: Any, dtype: Any, rank: int) -> None:
-    import torch
-
-    if not isinstance(t, torch.Tensor):
+    if not isinstance(t, _tensor_type()):
         raise KernelTypeError(f"{name} must be a torch tensor, got {type(t).__name__}")
     if not t.is_cuda:
         raise KernelArgumentError(f"{name} is on {t.device}; tkc kernels run on CUDA tensors")
-    if t.dtype != dtype:
+    if t.dtype is not dtype:
         raise KernelArgumentError(f"{name} must be {dtype}, got {t.dtype}")
     if t.dim() != rank:
         raise KernelArgumentError(f"{name} must have {rank} dimensions, got shape {tuple(t.shape)}")
+
+
+def _tensor_type() -> Any:
+    global _TENSOR
+    if _TENSOR is None:
+        import torch  # on first use: importing tkc.kernels must not import torch
+
+        _TENSOR = torch.Tensor
+    return _TENSOR
+
+
+_TENSOR: Any = None
 
 
 def require(condition: bool, message: str) -> None:

@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 import tkc
+from tkc.kernels._checks import check_tensor, fail
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -114,8 +115,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     """softmax(scale · q·kᵀ)·v for bf16 CUDA tensors of shape (B, H, N, D), D ∈ {64, 128} (scale defaults to
     1/√D). On this path N must be a multiple of 64; causal needs Nq = Nk."""
     import torch
-
-    from tkc.kernels._checks import check_tensor, fail
 
     check_tensor("q", q, torch.bfloat16, 4)
     check_tensor("k", k, torch.bfloat16, 4)

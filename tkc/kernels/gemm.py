@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import tkc
+from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
+from tkc.kernels._checks import check_tensor, fail
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
     import torch
-
 
 @tkc.func
 def grouped_tile(pid, blocks_m, blocks_n, group_m):
@@ -98,7 +99,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     aligned); elsewhere (or with target="sm_80") the mma.sync kernel."""
     import torch
 
-    from tkc.kernels._checks import cdiv, check_tensor, fail
     from tkc.runtime.launch import alignment
 
     check_tensor("a", a, torch.bfloat16, 2)
@@ -128,7 +128,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         cfg = {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b)}
         if not alignment(a) == alignment(b) == 16:
             cfg.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
-        grid = cdiv(m, 16 * cfg["WARPS"]) * cdiv(n, cfg["BN"])
+        grid = ceil_div(m, 16 * cfg["WARPS"]) * ceil_div(n, cfg["BN"])
         if PERSISTENT:
             key = (a.get_device(), *cfg.values())
             if key not in _RESIDENT:  # asked once per device and variant: a launch should cost one launch
@@ -136,6 +136,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             grid = min(grid, _RESIDENT[key])
         gemm_sm90_kernel[(grid,)](a, b, out, target="sm_90a", **cfg)
     else:
-        grid = cdiv(m, CONFIG["BM"]) * cdiv(n, CONFIG["BN"])
+        grid = ceil_div(m, CONFIG["BM"]) * ceil_div(n, CONFIG["BN"])
         gemm_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target=target, **CONFIG)
     return out

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import tkc
+from tkc.kernels._checks import check_tensor, fail
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
     import torch
-
 
 @tkc.func
 def block_sum(x, scratch, warps):
@@ -55,8 +55,6 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     weight and bias of shape (D,). D must be a multiple of 16. Returns both (the second is the new residual
     stream of a pre-norm transformer)."""
     import torch
-
-    from tkc.kernels._checks import check_tensor, fail
 
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         fail("x must be a tensor with at least one dimension")

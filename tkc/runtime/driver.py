@@ -178,7 +178,12 @@ def blocks_per_multiprocessor(kernel: LoadedKernel) -> int:
 def launch(kernel: LoadedKernel, grid: tuple[int, int, int], stream: int, params: int) -> None:
     """Launch with `params` the address of the kernel parameters' pointer table (`void**`)."""
     cu = driver()
-    err, = cu.cuLaunchKernel(kernel.function, *grid, kernel.threads, 1, 1, kernel.shared_bytes, cu.CUstream(stream),
-                             params, 0)
-    if err != cu.CUresult.CUDA_SUCCESS:
+    handle = _streams.get(stream)
+    if handle is None:
+        handle = _streams[stream] = cu.CUstream(stream)
+    err, = cu.cuLaunchKernel(kernel.function, *grid, kernel.threads, 1, 1, kernel.shared_bytes, handle, params, 0)
+    if err:  # CUDA_SUCCESS is 0
         raise TkcRuntimeError(f"cuLaunchKernel failed: {_name(cu, err)}")
+
+
+_streams: dict[int, Any] = {}  # a stream's handle object, made once (a training loop launches on few streams)

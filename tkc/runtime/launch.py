@@ -48,6 +48,8 @@ def _torch() -> Any:
 
 
 def normalize_grid(grid: Any) -> tuple[int, int, int]:
+    if type(grid) is tuple and len(grid) == 1 and type(grid[0]) is int and 0 < grid[0] <= GRID_LIMITS[0]:
+        return (grid[0], 1, 1)  # the common case, on every launch
     dims = (grid,) if isinstance(grid, int) else tuple(grid) if isinstance(grid, tuple | list) else None
     if dims is None or not 1 <= len(dims) <= 3:
         raise KernelArgumentError(f"grid must be an int or a tuple of 1 to 3 ints, got {grid!r}")
@@ -228,10 +230,6 @@ _fast: dict[tuple[Any, ...], _Fast] = {}
 _current = threading.local()
 
 
-def _torch_dtype(p: Any) -> Any:
-    return getattr(_torch(), _TORCH_DTYPES[p.spec.dtype.name])
-
-
 def resident_blocks(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None = None,
                     pipeline: str | None = None) -> int:
     """How many blocks of this kernel variant the GPU holds at once (multiprocessors × blocks per multiprocessor):
@@ -265,17 +263,18 @@ def _fast_for(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], ta
 
 def _quick_key(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None,
                pipeline: str | None, values: list[Any] | None) -> tuple[Any, ...] | None:
-    params = kernel.runtime_params
-    if len(args) != len(params):
+    """The variant's key read straight off the arguments, or None where they need the full check. The hot path of
+    every launch: one pass over the arguments, a few attribute reads per tensor (bench/host_breakdown.py)."""
+    plan = _plans.get(kernel)
+    if plan is None:
+        plan = _plans[kernel] = _plan(kernel)
+    if len(args) != len(plan):
         return None
-    dtypes = _dtypes.get(id(kernel))
-    if dtypes is None:
-        dtypes = _dtypes[id(kernel)] = [_torch_dtype(p) if p.kind == "tensor" else None for p in params]
-    tensor_type = _torch().Tensor
+    tensor_type = _tensor_type
     out = values if values is not None else []
     aligns: list[int] = []
     ordinal = None
-    for p, value, dtype in zip(params, args, dtypes):
+    for (dtype, rank, item), value in zip(plan, args):
         if dtype is not None:
             if not isinstance(value, tensor_type) or value.dtype is not dtype:
                 return None
@@ -284,14 +283,22 @@ def _quick_key(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], t
                 return None
             ordinal = dev
             shape, strides = value.shape, value.stride()
-            if len(shape) != p.spec.rank or (shape and strides[-1] != 1 and shape[-1] > 1):
+            if len(shape) != rank:
                 return None
             ptr = value.data_ptr()
-            aligns.append(_alignment(ptr, shape, strides, value.element_size()))
+            if rank:
+                if strides[-1] != 1 and shape[-1] > 1:
+                    return None
+                bits = ptr | 16 | shape[-1] * item  # `alignment`, from values already read
+                for s in strides[:-1]:
+                    bits |= s * item
+            else:
+                bits = ptr | 16 | item
+            aligns.append(bits & -bits)
             out.append(ptr)
-            out.extend(shape)
-            out.extend(strides)
-        elif p.kind == "int":
+            out += shape
+            out += strides
+        elif rank:  # an int parameter
             if type(value) is not int:
                 return None
             out.append(value)
@@ -301,10 +308,27 @@ def _quick_key(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], t
             out.append(value)
     if ordinal is None:
         ordinal = _torch().cuda.current_device()
-    return (id(kernel), tuple(constants.items()), target, pipeline, ordinal, tuple(aligns))
+    return (kernel, tuple(constants.items()), target, pipeline, ordinal, tuple(aligns))
 
 
-_dtypes: dict[int, list[Any]] = {}
+_plans: dict[Any, list[tuple[Any, int, int]]] = {}
+_tensor_type: Any = None
+
+
+def _plan(kernel: Kernel) -> list[tuple[Any, int, int]]:
+    """Per runtime parameter what the quick key checks: (torch dtype, rank, element bytes) for a tensor,
+    (None, 1, 0) for an int, (None, 0, 0) for a float."""
+    global _tensor_type
+    torch = _torch()
+    _tensor_type = torch.Tensor
+    plan = []
+    for p in kernel.runtime_params:
+        if p.kind == "tensor":
+            dtype = getattr(torch, _TORCH_DTYPES[p.spec.dtype.name])
+            plan.append((dtype, p.spec.rank, dtype.itemsize))
+        else:
+            plan.append((None, int(p.kind == "int"), 0))
+    return plan
 
 
 def _alignment(ptr: int, shape: Sequence[int], strides: Sequence[int], item: int) -> int:
@@ -360,7 +384,12 @@ def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], consta
     if getattr(_current, "ordinal", None) != fast.device.ordinal:
         make_current(fast.device)  # torch keeps its primary context current afterwards; set it once per thread
         _current.ordinal = fast.device.ordinal
-    launch(fast.loaded, grid3, _current_stream(fast.device.ordinal), fast.params.address(values))
+    try:
+        params = fast.params.address(values)
+    except struct.error:  # a size the quick key let through that no 32-bit parameter holds: the full check says which
+        check_arguments(kernel, args)
+        raise
+    launch(fast.loaded, grid3, _current_stream(fast.device.ordinal), params)
 
 
 class BoundLaunch:

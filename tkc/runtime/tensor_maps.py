@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tkc.errors import KernelArgumentError
+from tkc.runtime import driver
 
 CACHE_SIZE = 1024
 _cache: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
@@ -44,8 +45,6 @@ def tensor_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, name: st
     """The tensor map of `tensor` for box_rows × box_cols boxes with `swizzle` (bytes), cached by address, shape,
     strides, dtype, box and swizzle. With `stack`, a map of every dimension whose boxes are one matrix (of the last
     two dimensions) deep: boxes stop at each matrix's end, and the outer dimensions may have any 16-byte strides."""
-    from tkc.runtime import driver
-
     shape, strides, ptr = tuple(tensor.shape), tuple(tensor.stride()), tensor.data_ptr()
     if 0 in shape:
         # nothing to copy (e.g. K = 0): a kernel's loop over it runs no steps, so the map is never used

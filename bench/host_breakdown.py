@@ -1,0 +1,119 @@
+"""Where the host time of one call goes: each piece of the launch path timed on its own (steady state, tiny
+shapes so that the GPU is never the bottleneck), next to torch's and Triton's calls, then a cProfile of the
+public entry points. A memory-bound kernel of ~30 µs is host-bound once its call costs more than that.
+
+    python bench/host_breakdown.py [--profile gemm attention layernorm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from tkc.kernels import attention, gemm, layernorm, layernorm_kernel  # noqa: E402
+from tkc.kernels._checks import check_tensor  # noqa: E402
+from tkc.runtime import launch as L  # noqa: E402
+from tkc.runtime.driver import driver  # noqa: E402
+
+
+def per_call_us(fn, calls: int = 5000) -> float:
+    for _ in range(100):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def big_shape(rows: int, cols: int) -> None:
+    """layernorm at a benchmark shape: the wall time per call of 200 queued calls (host-bound where it exceeds the
+    kernel), and of the bare kernel launched on grids of several sizes (GPU-bound: its host cost is lower)."""
+    bf = torch.bfloat16
+    x, r = (torch.randn(rows, cols, device="cuda", dtype=bf) for _ in range(2))
+    w = torch.randn(cols, device="cuda", dtype=bf)
+    o, ro = torch.empty_like(x), torch.empty_like(x)
+    print(f"\n{rows}×{cols}: 8 bytes per element moved = {8 * rows * cols / 1e6:.0f} MB")
+    calls = {"layernorm()": lambda: layernorm(x, r, w, w),
+             "layernorm() with out=": lambda: layernorm(x, r, w, w, out=o, residual_out=ro)}
+    for blocks in (rows, 132 * 32, 132 * 16, 132 * 8):
+        calls[f"layernorm_kernel[{blocks}]"] = (
+            lambda blocks=blocks: layernorm_kernel[(blocks,)](x, r, w, w, o, ro, 1e-5, D=cols, WARPS=1))
+    for name, fn in calls.items():
+        wall = per_call_us(fn, 300)
+        print(f"{name:34s} {wall:7.2f} us per call  ({8 * rows * cols / wall / 1e3:.0f} GB/s)", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--profile", nargs="*", default=["gemm", "attention", "layernorm"])
+    parser.add_argument("--rows", type=int, default=16384)
+    parser.add_argument("--cols", type=int, default=1024)
+    args = parser.parse_args()
+    bf = torch.bfloat16
+    x = torch.randn(4, 1024, device="cuda", dtype=bf)
+    w = torch.randn(1024, device="cuda", dtype=bf)
+    o, ro = torch.empty_like(x), torch.empty_like(x)
+    a, b = torch.randn(64, 64, device="cuda", dtype=bf), torch.randn(64, 64, device="cuda", dtype=bf)
+    q = torch.randn(1, 1, 128, 64, device="cuda", dtype=bf)
+    launch_args, constants = (x, x, w, w, o, ro, 1e-5), {"D": 1024, "WARPS": 1}
+    values: list = []
+    fast = L._fast_for(layernorm_kernel, launch_args, constants, None, None, values)
+    cu, stream = driver(), L._current_stream(0)
+    params = fast.params.address(values)
+    event = torch.cuda.Event(enable_timing=True)
+    pieces = {
+        "torch event.record": lambda: event.record(),
+        "torch.empty_like": lambda: torch.empty_like(x),
+        "check_tensor": lambda: check_tensor("x", x, bf, 2),
+        "kernel[grid]": lambda: layernorm_kernel[(4,)],
+        "launch: _quick_key": lambda: L._quick_key(layernorm_kernel, launch_args, constants, None, None, []),
+        "launch: params.address": lambda: fast.params.address(values),
+        "launch: _current_stream": lambda: L._current_stream(0),
+        "cuLaunchKernel (cuda-bindings)": lambda: cu.cuLaunchKernel(
+            fast.loaded.function, 4, 1, 1, fast.loaded.threads, 1, 1, fast.loaded.shared_bytes, cu.CUstream(stream),
+            params, 0),
+        "launch: driver.launch": lambda: L.launch(fast.loaded, (4, 1, 1), stream, params),
+        "launch: run()": lambda: L.run(layernorm_kernel, (4, 1, 1), launch_args, constants),
+        "layernorm_kernel[grid](...)": lambda: layernorm_kernel[(4,)](*launch_args, **constants),
+        "layernorm()": lambda: layernorm(x, x, w, w),
+        "gemm() 64³": lambda: gemm(a, b),
+        "attention() 1×1×128×64": lambda: attention(q, q, q),
+        "torch: x + x": lambda: x + x,
+        "torch: F.layer_norm": lambda: torch.nn.functional.layer_norm(x, (1024,), w, w, 1e-5),
+        "torch: matmul 64³": lambda: a @ b,
+    }
+    try:
+        import triton_kernels
+
+        pieces["triton: layernorm"] = lambda: triton_kernels.layernorm(x, x, w, w, 1e-5)
+    except Exception as e:  # noqa: BLE001
+        print(f"(no Triton peer: {e})")
+    for name, fn in pieces.items():
+        print(f"{name:34s} {per_call_us(fn):7.2f} us", flush=True)
+    big_shape(args.rows, args.cols)
+    entry = {"gemm": lambda: gemm(a, b), "attention": lambda: attention(q, q, q),
+             "layernorm": lambda: layernorm(x, x, w, w)}
+    for name in args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(2000):
+            entry[name]()
+        profiler.disable()
+        torch.cuda.synchronize()
+        print(f"\n=== cProfile: {name}() × 2000")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
+
+
+if __name__ == "__main__":
+    main()
