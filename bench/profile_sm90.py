@@ -1,6 +1,7 @@
-"""The sm_90a GEMM once at 4096³ for a profiler (ncu -k regex:gemm_sm90_kernel --launch-skip 1):
+"""One sm_90a kernel launched twice for a profiler (ncu --launch-skip 1 looks at the second launch):
 
-    python3 bench/profile_sm90.py [PRODUCER STAGES GRID]
+    python3 bench/profile_sm90.py gemm [PRODUCER STAGES GRID]        # gemm_sm90_kernel at 4096³
+    python3 bench/profile_sm90.py attention [D CAUSAL KEYS WARPS]    # attention_sm90, B·N = 16384, H = 16, N = 4096
 """
 
 from __future__ import annotations
@@ -9,12 +10,23 @@ import sys
 
 import torch
 
-from tkc.kernels import gemm_sm90_kernel
+from tkc.kernels import attention_sm90, gemm_sm90_kernel
 
-producer, stages, grid = (int(x) for x in (sys.argv[1:] or ["1", "4", "132"]))
-n = 4096
-a, b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16), torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-for _ in range(2):  # the first compiles and loads; the profiler looks at the second
-    gemm_sm90_kernel[(grid,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=stages, PRODUCER=producer, target="sm_90a")
+what, numbers = (sys.argv[1:2] or ["gemm"])[0], [int(x) for x in sys.argv[2:]]
+bf = torch.bfloat16
+if what == "gemm":
+    producer, stages, grid = numbers or [1, 4, 132]
+    n = 4096
+    a, b = torch.randn(n, n, device="cuda", dtype=bf), torch.randn(n, n, device="cuda", dtype=bf)
+    c = torch.empty(n, n, device="cuda", dtype=bf)
+    for _ in range(2):  # the first compiles and loads
+        gemm_sm90_kernel[(grid,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=stages, PRODUCER=producer, target="sm_90a")
+else:
+    d, causal, keys, warps = numbers or [128, 0, 128, 8]
+    n = 4096
+    q, k, v = (torch.randn(16384 // n, 16, n, d, device="cuda", dtype=bf) for _ in range(3))
+    o = torch.empty_like(q)
+    grid = (q.shape[0], 16, -(-n // (16 * warps)))
+    for _ in range(2):
+        attention_sm90[grid](q, k, v, o, d ** -0.5, D=d, CAUSAL=causal, KEYS=keys, WARPS=warps, target="sm_90a")
 torch.cuda.synchronize()

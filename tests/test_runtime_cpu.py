@@ -56,10 +56,10 @@ def test_cache_round_trip_and_corruption(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TKC_CACHE_DIR", str(tmp_path))
     key = cache.make_key({"kernel": "k", "n": 1})
     assert cache.get(key) is None
-    cache.put(key, {"name": "k"}, {"kernel.ptx": b"ptx", "kernel.cubin": b"\x7fELF"})
+    cache.put(key, {"name": "k"}, {"kernel.ptx": b".version 8.0"})
     meta, files = cache.get(key)
-    assert meta["name"] == "k" and files["kernel.cubin"] == b"\x7fELF"
-    (tmp_path / key / "kernel.cubin").write_bytes(b"garbage")  # a torn or tampered entry
+    assert meta["name"] == "k" and files["kernel.ptx"] == b".version 8.0"
+    (tmp_path / key / "kernel.ptx").write_bytes(b"garbage")  # a torn or tampered entry
     assert cache.get(key) is None and not (tmp_path / key).exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary directories left behind"
 

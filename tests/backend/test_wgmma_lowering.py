@@ -317,3 +317,22 @@ def test_hopper_gemm_random_shapes(m: int, n: int, k: int, trans_b: int, warps: 
     interp, sim = run_both(gemm_sm90_kernel, [a, b, c], grid, constants, target="sm_90a", order="shuffled")
     # sums in another order round a few bf16 outputs the other way (~1e-4); a lowering mistake is ~1
     assert rel_err(sim[2], interp[2]) < 2e-3
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("d, keys", [(64, 64), (128, 128)])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention_sm90_assembles_cleanly(d: int, keys: int, causal: int) -> None:
+    """attention_sm90 as attention() launches it: no spills, no stack, no wgmma-serialized notes, and no
+    instruction with a slow-path subroutine (rcp.rn / div.rn / sqrt.rn): the driver's JIT compiles those as calls,
+    and a call serializes every wgmma of the kernel (C7509; ptxas 13.0.88 does not say so, the JIT did)."""
+    from tkc.compiler import compile_for_launch
+    from tkc.kernels import attention_sm90
+
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, "KEYS": keys, "WARPS": 8, "CAUSAL": causal},
+                                  {"Q": 16, "K": 16, "V": 16, "O": 16})
+    slow = [line.strip() for line in compiled.ptx.splitlines() if any(f"{op}.rn.f" in line for op in ("rcp", "div", "sqrt"))]
+    assert not slow, slow[:3]
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
+    assert not report.notes and not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log

@@ -19,14 +19,14 @@ pytestmark = pytest.mark.gpu
 def test_tma_mbarrier_wgmma_compute_a_times_b_transposed() -> None:
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU")
-    from tkc.runtime.driver import device, launch, link_ptx, load, make_current
+    from tkc.runtime.driver import device, launch, load_ptx, make_current
     from tkc.runtime.launch import ParamBuffer
 
     a = torch.randn(64, 64, device="cuda").to(torch.bfloat16)
     b = torch.randn(64, 64, device="cuda").to(torch.bfloat16)
     out = torch.full((128, 32), float("nan"), device="cuda")
     make_current(device(torch.cuda.current_device()))
-    kernel = load(link_ptx(emit_ptx(tma_wgmma_kernel(), "sm_90a"), "tma_wgmma"), "tma_wgmma", 128, SHARED_BYTES)
+    kernel = load_ptx(emit_ptx(tma_wgmma_kernel(), "sm_90a"), "tma_wgmma", 128, SHARED_BYTES)
     from tkc.runtime.tensor_maps import tensor_map
 
     maps = [tensor_map(t, 64, 64, 128) for t in (a, b)]  # the launcher's path: shape, strides and cache from torch

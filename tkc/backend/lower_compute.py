@@ -181,8 +181,10 @@ def lower_broadcast_binary(lw: KernelLowering, op: t.BroadcastBinaryOp) -> list[
     vec = unpack(lw, lw.value(op.vec), op.vec.type)
     vmap = _vector_slot_map(type_, op.vec.type, op.axis)
     fn = op.fn
-    if fn == "div":  # one reciprocal per vector element instead of a (slow-path) division per tile element
-        vec, fn = lw.op("rcp.rn.f32", "b32", vec), "mul"
+    # one approximate reciprocal (≤ 1 ulp) per vector element, then a multiply per tile element. Not rcp.rn: its
+    # slow path is a subroutine in the driver's JIT, and a call serializes every wgmma of the kernel (C7509)
+    if fn == "div":
+        vec, fn = lw.op("rcp.approx.ftz.f32", "b32", vec), "mul"
     return [pack(lw, lw.op(_BINARY[fn], "b32", tile, (vec, vmap), n=nslots(type_)), type_)]  # type: ignore[arg-type]
 
 

@@ -1,4 +1,5 @@
-"""The compile cache on disk: PTX, cubin and what a launch needs, keyed so that a hit needs no IR at all.
+"""The compile cache on disk: the PTX and what a launch needs (the driver keeps the machine code it JITs from it in
+its own compute cache), keyed so that a hit needs no IR at all.
 
 The key hashes tkc's own source (so a changed compiler never reuses old code), the kernel's source file, its
 constants, the target, the alignment specialization, the pipeline and the GPU architecture. Entries are written
@@ -21,7 +22,7 @@ from typing import Any
 
 import tkc
 
-FORMAT = 1  # bump when the layout of an entry changes
+FORMAT = 2  # bump when the layout of an entry changes (2: PTX only, loaded by the JIT as a whole program)
 
 
 def cache_dir() -> Path:

@@ -1,5 +1,5 @@
-"""The CUDA driver through cuda-python (`cuda.bindings.driver`): torch's primary context, PTX → cubin through the
-driver's linker, modules, launches. Every call is checked; failures become TkcRuntimeError with the driver's name
+"""The CUDA driver through cuda-python (`cuda.bindings.driver`): torch's primary context, PTX loaded by the
+driver's JIT, modules, launches. Every call is checked; failures become TkcRuntimeError with the driver's name
 for the error and, for a PTX the JIT rejects, the PTX line it complains about."""
 
 from __future__ import annotations
@@ -99,27 +99,18 @@ def _quote_ptx_line(log: str, ptx: str) -> str:
     return ""
 
 
-def link_ptx(ptx: str, name: str) -> bytes:
-    """PTX → cubin for the current device, with the driver's linker (the JIT's log becomes the error)."""
-    cu = driver()
-    log_size = 1 << 16
-    error_log, info_log = bytearray(log_size), bytearray(log_size)
-    opts = [cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER, cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-            cu.CUjit_option.CU_JIT_INFO_LOG_BUFFER, cu.CUjit_option.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES]
-    values = [error_log, log_size, info_log, log_size]
-    state = check(cu.cuLinkCreate(len(opts), opts, values), "cuLinkCreate")
-    try:
-        data = ptx.encode() + b"\0"
-        err, = cu.cuLinkAddData(state, cu.CUjitInputType.CU_JIT_INPUT_PTX, data, len(data), name.encode(), 0, None, None)
-        if err == cu.CUresult.CUDA_SUCCESS:
-            err, cubin_ptr, size = cu.cuLinkComplete(state)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            log = error_log.split(b"\0", 1)[0].decode(errors="replace").strip()
-            raise TkcRuntimeError(f"the driver's JIT rejected the PTX of `{name}` ({_name(cu, err)}):\n{log}"
-                                  f"{_quote_ptx_line(log, ptx)}")
-        return ctypes.string_at(int(cubin_ptr), size)
-    finally:
-        cu.cuLinkDestroy(state)
+class TkcPerformanceWarning(UserWarning):
+    """The driver's JIT compiled a kernel slower than its PTX asks for (e.g. wgmma serialized)."""
+
+
+def _warn_performance_notes(log: str, name: str) -> None:
+    """The JIT's "Potential Performance Loss" notes (C75xx: wgmma serialized, setmaxnreg ignored, ...) as a warning:
+    they mean the kernel runs far below its speed, and the info log is otherwise never seen."""
+    import warnings
+
+    notes = [line.split("info    :", 1)[-1].strip() for line in log.splitlines() if "Performance Loss" in line]
+    if notes:
+        warnings.warn(f"the driver's JIT on `{name}`: " + "; ".join(notes), TkcPerformanceWarning, stacklevel=3)
 
 
 @dataclass
@@ -130,9 +121,24 @@ class LoadedKernel:
     shared_bytes: int  # dynamic shared memory per launch
 
 
-def load(cubin: bytes, name: str, threads: int, shared_bytes: int) -> LoadedKernel:
+def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int) -> LoadedKernel:
+    """Load PTX with the driver's JIT as one whole program (`cuModuleLoadDataEx`; the driver keeps the machine code
+    in its compute cache, so a later load of the same PTX is quick). Not through a linker (cuLink*, nvJitLink):
+    those compile each input as a separate compilation unit, which ignores `setmaxnreg` (C7504) and allocates
+    registers differently (bench/jit_paths.py). The JIT's error log becomes the error, quoting the PTX line; its
+    performance notes become a TkcPerformanceWarning."""
     cu = driver()
-    module = check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+    log_size = 1 << 16
+    error_log, info_log = bytearray(log_size), bytearray(log_size)
+    opts = [cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER, cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            cu.CUjit_option.CU_JIT_INFO_LOG_BUFFER, cu.CUjit_option.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES]
+    err, module = cu.cuModuleLoadDataEx(ptx.encode() + b"\0", len(opts), opts,
+                                        [error_log, log_size, info_log, log_size])
+    if err:
+        log = error_log.split(b"\0", 1)[0].decode(errors="replace").strip()
+        raise TkcRuntimeError(f"the driver's JIT rejected the PTX of `{name}` ({_name(cu, err)}):\n{log}"
+                              f"{_quote_ptx_line(log, ptx)}")
+    _warn_performance_notes(info_log.split(b"\0", 1)[0].decode(errors="replace"), name)
     function = check(cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
     if shared_bytes > 48 * 1024:
         check(cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

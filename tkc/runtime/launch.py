@@ -24,8 +24,7 @@ from tkc.runtime.driver import (
     blocks_per_multiprocessor,
     device,
     launch,
-    link_ptx,
-    load,
+    load_ptx,
     make_current,
 )
 from tkc.targets import TARGETS, get_target
@@ -144,17 +143,16 @@ def _compiled(kernel: Kernel, target: str, constants: dict[str, Any], aligns: di
     hit = cache.get(key)
     if hit is not None:
         meta, files = hit
-        cubin = files["kernel.cubin"]
+        ptx = files["kernel.ptx"].decode()
     else:
         from tkc.compiler import compile_for_launch
 
         compiled = compile_for_launch(kernel, target, constants, aligns, pipeline)
-        make_current(dev)
-        cubin = link_ptx(compiled.ptx, compiled.name)
-        meta = compiled.meta()
-        cache.put(key, meta, {"kernel.ptx": compiled.ptx.encode(), "kernel.cubin": cubin})
+        meta, ptx = compiled.meta(), compiled.ptx
     make_current(dev)
-    loaded = load(cubin, meta["name"], meta["threads"], meta["shared_bytes"])
+    loaded = load_ptx(ptx, meta["name"], meta["threads"], meta["shared_bytes"])
+    if hit is None:  # stored once the driver took it: a PTX it rejects is not cached
+        cache.put(key, meta, {"kernel.ptx": ptx.encode()})
     loaded.params = [tuple(p) for p in meta["params"]]  # type: ignore[attr-defined]
     _loaded[memo] = loaded
     return loaded
