@@ -57,6 +57,32 @@ def time_ms(fn: Callable[[], Any], launches: int = 30, warmup: int = 5) -> float
     return statistics.median(before.elapsed_time(after) for before, after in zip(events, events[1:]))
 
 
+def graph_time_ms(fn: Callable[[], Any], launches: int = 30, replays: int = 5) -> float:
+    """Milliseconds per call of `launches` calls captured in one CUDA graph, median over `replays` replays: the
+    GPU's time for the call with no host work at all (what a model captured in a graph pays)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # allocations and compilation outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / launches)
+    return statistics.median(times)
+
+
 def checked_time(run: Callable[[], Any], out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     """Poison `out`, run once and compare it with `ref`, then time `run`: (median ms, relative error)."""
     out.fill_(float("nan"))

@@ -39,6 +39,7 @@ def attention(n: int) -> None:
         for causal in (0, 1):
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             o = torch.empty_like(q)
+            lse = torch.empty(1, 1, 1, device="cuda")  # LSE=0: not written
             flops = 4 * b * h * n * n * d / (2 if causal else 1)
             peers = {}
             for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
@@ -48,7 +49,7 @@ def attention(n: int) -> None:
             print(f"D={d} causal={causal}: flash {flops / peers['flash'] / 1e9:.0f}, cuDNN {flops / peers['cuDNN'] / 1e9:.0f} TFLOP/s")
             for warps, keys in ((8, 64), (8, 128), (4, 64), (4, 128)):
                 label = f"  D={d} causal={causal} WARPS={warps} KEYS={keys}"
-                run = lambda: attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal,  # noqa: E731
+                run = lambda: attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal,  # noqa: E731
                                                                         KEYS=keys, WARPS=warps, target="sm_90a")
                 try:
                     ms, err = checked_time(run, o, ref)

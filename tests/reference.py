@@ -34,7 +34,9 @@ def gemm_ref(a: np.ndarray, b: np.ndarray, trans_b: bool = False) -> np.ndarray:
     return a @ (b.T if trans_b else b)
 
 
-def attention_ref(q, k, v, causal: bool = False, window: int | None = None, scale: float | None = None) -> np.ndarray:
+def attention_ref(q, k, v, causal: bool = False, window: int | None = None, scale: float | None = None,
+                  lse: bool = False):
+    """softmax(scale·q·kᵀ, masked)·v in float64; with `lse`, also each row's log-sum-exp (natural log)."""
     q, k, v = f64(q), f64(k), f64(v)
     d = q.shape[-1]
     s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(d) if scale is None else scale)
@@ -47,8 +49,12 @@ def attention_ref(q, k, v, causal: bool = False, window: int | None = None, scal
     if window is not None:
         visible &= j > i - window
     s = np.where(visible, s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    return (p / p.sum(-1, keepdims=True)) @ v
+    row_max = s.max(-1, keepdims=True)
+    p = np.exp(s - row_max)
+    out = (p / p.sum(-1, keepdims=True)) @ v
+    if lse:
+        return out, (row_max + np.log(p.sum(-1, keepdims=True)))[..., 0]
+    return out
 
 
 def layernorm_ref(x, residual, weight, bias, eps: float):

@@ -250,7 +250,8 @@ def test_hopper_attention_simulated(d: int, causal: int, warps: int, n: int) -> 
     rng = np.random.default_rng(d + causal + n)
     q, k, v = (random_bf16(rng, 1, 1, n, d) for _ in range(3))
     grid = (1, 1, n // (16 * warps))
-    interp, sim = run_both(attention_sm90, [q, k, v, poisoned(1, 1, n, d), d**-0.5], grid,
+    interp, sim = run_both(attention_sm90, [q, k, v, poisoned(1, 1, n, d), poisoned(1, 1, 1, dtype=np.float32),
+                                            d**-0.5], grid,
                            {"D": d, "CAUSAL": causal, "WARPS": warps}, target="sm_90a", order="shuffled")
     assert rel_err(interp[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
     assert rel_err(sim[3], interp[3]) < 1e-3
@@ -329,8 +330,8 @@ def test_attention_sm90_assembles_cleanly(d: int, keys: int, causal: int) -> Non
     from tkc.compiler import compile_for_launch
     from tkc.kernels import attention_sm90
 
-    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, "KEYS": keys, "WARPS": 8, "CAUSAL": causal},
-                                  {"Q": 16, "K": 16, "V": 16, "O": 16})
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, "KEYS": keys, "WARPS": 8, "CAUSAL": causal,
+                                                             "LSE": 1}, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
     slow = [line.strip() for line in compiled.ptx.splitlines() if any(f"{op}.rn.f" in line for op in ("rcp", "div", "sqrt"))]
     assert not slow, slow[:3]
     (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()

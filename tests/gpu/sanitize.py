@@ -31,6 +31,9 @@ def main() -> None:
         for d in (64, 128):
             q, k, v = (torch.randn(1, 2, 512, d, device="cuda", dtype=bf) for _ in range(3))
             attention(q, k, v, causal=causal, target="sm_80")  # 8 key blocks
+            if torch.cuda.get_device_capability() == (9, 0):  # attention_sm90: 9 key blocks of 64 or 5 of 128
+                q, k, v = (torch.randn(2, 2, n, d, device="cuda", dtype=bf) for n in (600, 550, 550))
+                attention(q, k, v, causal=causal, return_lse=True)
     x = torch.randn(300, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)
     layernorm(x, x, w, w, target="sm_80")

@@ -103,7 +103,8 @@ def test_hopper_attention(b: int, h: int, n: int, d: int, warps: int, causal: in
 
     q, k, v = (torch.randn(b, h, n, d, device="cuda").to(torch.bfloat16) for _ in range(3))
     o = torch.full_like(q, float("nan"))
-    attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, WARPS=warps, target="sm_90a")
+    lse = torch.empty(1, 1, 1, device="cuda")
+    attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, WARPS=warps, target="sm_90a")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
 
@@ -120,7 +121,55 @@ def test_hopper_attention_any_length(b: int, h: int, nq: int, nk: int, d: int, c
     q = torch.randn(b, h, nq, d, device="cuda").to(torch.bfloat16)
     k, v = (torch.randn(b, h, nk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
     o = torch.full_like(q, float("nan"))
-    attention_sm90[(b, h, -(-nq // 128))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, WARPS=8, target="sm_90a")
+    lse = torch.empty(1, 1, 1, device="cuda")
+    attention_sm90[(b, h, -(-nq // 128))](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, WARPS=8, target="sm_90a")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert not o.isnan().any()
     assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
+
+
+# (B, H, Nq, Nk, D): lengths of one row, of no whole tile, Nq ≠ Nk both ways, B·H above the SM count
+ATTENTION_SHAPES = [(1, 1, 1, 1, 64), (2, 3, 17, 17, 128), (1, 2, 113, 113, 64), (1, 2, 113, 1000, 128),
+                    (2, 2, 1000, 113, 64), (1, 4, 1000, 1000, 128), (1, 2, 4097, 4097, 64), (1, 2, 4097, 4097, 128),
+                    (2, 16, 512, 512, 128), (1, 1, 64, 4096, 128), (3, 5, 200, 300, 64), (160, 1, 128, 128, 64),
+                    (1, 8, 2048, 1024, 128)]
+
+
+def _lse_ref(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool) -> torch.Tensor:
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril().logical_not(), -torch.inf)
+    return torch.logsumexp(s, dim=-1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b, h, nq, nk, d", ATTENTION_SHAPES)
+def test_attention_entry_point_on_hopper(b: int, h: int, nq: int, nk: int, d: int, causal: bool) -> None:
+    """tkc.kernels.attention on the H200 (attention_sm90) against torch's float32 SDPA, with the log-sum-exp:
+    fresh inputs, outputs poisoned first (a NaN fails), torch's causal convention for Nq ≠ Nk."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    from tkc.kernels import attention
+
+    q = torch.randn(b, h, nq, d, device="cuda").to(torch.bfloat16)
+    k, v = (torch.randn(b, h, nk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
+    out = torch.full_like(q, float("nan"))
+    got, lse = attention(q, k, v, causal=causal, out=out, return_lse=True)
+    assert got is out and lse.shape == (b, h, nq) and lse.dtype == torch.float32
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    assert not out.isnan().any() and not lse.isnan().any()
+    assert ((out.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
+    ref_lse = _lse_ref(q, k, d**-0.5, causal)
+    assert ((lse.double() - ref_lse.double()).norm() / ref_lse.double().norm()).item() < 1e-4
+
+
+def test_attention_entry_point_strided_heads() -> None:
+    """q, k, v as (B, N, H, D) tensors seen as (B, H, N, D) (a transpose, no copy): the TMA maps take the strides."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    from tkc.kernels import attention
+
+    q, k, v = (torch.randn(2, 300, 4, 128, device="cuda").to(torch.bfloat16).transpose(1, 2) for _ in range(3))
+    out = attention(q, k, v, causal=True)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    assert ((out.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2

@@ -243,8 +243,10 @@ def test_attention_over_stacked_tensor_maps(kernel_name: str, d: int, causal: in
     assert any(isinstance(op, ptx.TmaLoadOp) for op in module.walk())
     assert any(name.startswith("K_tmapn_") for name, kind in next(
         op for op in module.walk() if isinstance(op, ptx.KernelOp)).param_list)  # all of K's dimensions
-    interp, sim = run_both(kernel, [q, k, v, poisoned(b, h, n, d), d**-0.5], grid, constants, target="sm_90a",
-                           order="shuffled")
+    args = [q, k, v, poisoned(b, h, n, d), d**-0.5]
+    if kernel_name == "attention_sm90":
+        args.insert(4, poisoned(1, 1, 1, dtype=np.float32))  # no LSE asked for: L is not written
+    interp, sim = run_both(kernel, args, grid, constants, target="sm_90a", order="shuffled")
     assert rel_err(interp[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
     assert rel_err(sim[3], interp[3]) < 2e-3
 
@@ -262,8 +264,10 @@ def test_hopper_attention_any_length(nq: int, nk: int, causal: int, d: int) -> N
     q = random_bf16(rng, 1, 2, nq, d)
     k, v = random_bf16(rng, 1, 2, nk, d), random_bf16(rng, 1, 2, nk, d)
     grid = (1, 2, -(-nq // 64))
-    interp, sim = run_both(attention_sm90, [q, k, v, poisoned(1, 2, nq, d), d**-0.5], grid,
-                           {"D": d, "CAUSAL": causal, "WARPS": 4}, target="sm_90a", order="shuffled")
-    ref = attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)
+    lse = poisoned(1, 2, nq, dtype=np.float32)
+    interp, sim = run_both(attention_sm90, [q, k, v, poisoned(1, 2, nq, d), lse, d**-0.5], grid,
+                           {"D": d, "CAUSAL": causal, "WARPS": 4, "LSE": 1}, target="sm_90a", order="shuffled")
+    ref, ref_lse = attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5, lse=True)
     assert rel_err(interp[3], ref) < 2e-2
     assert rel_err(sim[3], interp[3]) < 2e-3
+    assert rel_err(interp[4], ref_lse) < 1e-4 and rel_err(sim[4], interp[4]) < 1e-5  # the row log-sum-exp

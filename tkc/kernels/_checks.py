@@ -30,6 +30,22 @@ def _tensor_type() -> Any:
 _TENSOR: Any = None
 
 
+def wgmma_path(device: int, target: str | None) -> bool:
+    """Does a kernel entry point take its Hopper (wgmma) kernel: asked for with target="sm_90a", or by default on
+    an sm_90 GPU."""
+    if target is not None:
+        return target == "sm_90a"
+    hopper = _HOPPER.get(device)
+    if hopper is None:
+        import torch
+
+        hopper = _HOPPER[device] = torch.cuda.get_device_capability(device) == (9, 0)
+    return hopper
+
+
+_HOPPER: dict[int, bool] = {}  # device index → is it sm_90
+
+
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise KernelArgumentError(message)

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 import tkc
-from tkc.kernels._checks import check_tensor, fail
+from tkc.kernels._checks import check_tensor, fail, wgmma_path
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -63,9 +63,10 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
 
 
 @tkc.kernel(warps="WARPS", min_target="sm_90a")
-def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float,
-                   D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8):
-    """attention_fwd on Hopper's wgmma. Grid: (B, H, cdiv(Nq, 16·WARPS)); any Nq, Nk ≥ 1.
+def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
+                   D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0):
+    """attention_fwd on Hopper's wgmma. Grid: (B, H, cdiv(Nq, 16·WARPS)); any Nq, Nk ≥ 1. With LSE, L (B, H, Nq)
+    gets each row's log-sum-exp, ln Σ_j exp(scale · q·k_j), for the backward pass.
 
     The block's queries wait in shared memory; each warpgroup takes its 64 rows of them (a view) and each warp
     keeps the softmax state of its 16 rows. Per block of KEYS keys: S = Q·Kᵀ by wgmma from shared memory, the
@@ -102,6 +103,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
         l = l + row_sum(p)
         o = mma_AB(p.to(bf16), v_s, o)
     store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
+    if LSE:
+        store(L, m * scale + log(l), (b, h, q_tile))  # the p were taken against m: Σ exp = exp(scale·m) · l
 
 
 # (ROWS, KEYS, Q_IN_SHARED) per head dim, from bench/sweep.py on the H200 (N = 4096, causal and not); FALLBACK
@@ -110,10 +113,21 @@ CONFIG = {64: (32, 64, 0), 128: (32, 32, 1)}
 FALLBACK = (16, 64, 0)
 
 
+# attention_sm90's (KEYS, WARPS) per head dim (bench/wgmma_probe.py --what attention on the H200, N = 4096)
+CONFIG_SM90 = {64: {"KEYS": 64, "WARPS": 8}, 128: {"KEYS": 128, "WARPS": 8}}
+_NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
-              target: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(scale · q·kᵀ)·v for bf16 CUDA tensors of shape (B, H, N, D), D ∈ {64, 128} (scale defaults to
-    1/√D). On this path N must be a multiple of 64; causal needs Nq = Nk."""
+              target: str | None = None, out: torch.Tensor | None = None,
+              return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """softmax(scale · q·kᵀ)·v for bf16 CUDA tensors q (B, H, Nq, D), k and v (B, H, Nk, D), D ∈ {64, 128}; scale
+    defaults to 1/√D. Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for Nq ≠ Nk).
+
+    On Hopper (or with target="sm_90a"): attention_sm90, any Nq, Nk ≥ 1; the last dimension contiguous and the
+    other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"): attention_fwd, Nq and Nk multiples of
+    64, causal with Nq = Nk. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32
+    (B, H, Nq): (out, lse)."""
     import torch
 
     check_tensor("q", q, torch.bfloat16, 4)
@@ -127,14 +141,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         fail(f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
     if v.shape != k.shape:
         fail(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
-    if nq % 64 or nk % 64:
-        fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
-    rows, keys, q_in_shared = CONFIG[d]
-    if nq % (4 * rows) or nk % keys:
-        rows, keys, q_in_shared = FALLBACK
-    if causal and nq != nk:
-        fail(f"causal attention on this path needs Nq = Nk, got {nq} and {nk}")
-    if not q.get_device() == k.get_device() == v.get_device():
+    device = q.get_device()
+    if not device == k.get_device() == v.get_device():
         fail("q, k, v must be on the same device")
     if out is None:
         out = torch.empty_like(q)
@@ -143,6 +151,36 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         if out.shape != q.shape:
             fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    hopper = wgmma_path(device, target)
+    lse = torch.empty((batch, heads, nq), dtype=torch.float32, device=q.device) if return_lse else None
+    if hopper:
+        if nk == 0 and nq:
+            fail("k: attention needs at least one key (Nk = 0)")
+        for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+            if t.stride(3) != 1 or any(s % 8 for s in t.stride()[:3]) or t.data_ptr() % 16:
+                fail(f"{name}: the Hopper kernel reads and writes through TMA: the last dimension must be contiguous "
+                     f"and the other strides multiples of 8 elements (16 bytes), got strides {tuple(t.stride())}")
+        if batch * heads * nq == 0:
+            return (out, lse) if return_lse else out
+        if lse is None:
+            lse = _NO_LSE.get(device)
+            if lse is None:
+                lse = _NO_LSE[device] = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
+        cfg = CONFIG_SM90[d]
+        attention_sm90[(batch, heads, -(-nq // (16 * cfg["WARPS"])))](
+            q, k, v, out, lse, scale, D=d, CAUSAL=int(causal), LSE=int(return_lse), **cfg, target="sm_90a")
+        return (out, lse) if return_lse else out
+    if nq % 64 or nk % 64:
+        fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
+    if causal and nq != nk:
+        fail(f"causal attention on this path needs Nq = Nk, got {nq} and {nk}")
+    if return_lse:
+        fail("return_lse: the log-sum-exp comes from the Hopper kernel (target='sm_90a' on an sm_90 GPU)")
+    if batch * heads * nq == 0:
+        return out
+    rows, keys, q_in_shared = CONFIG[d]
+    if nq % (4 * rows) or nk % keys:
+        rows, keys, q_in_shared = FALLBACK
     attention_fwd[(batch, heads, nq // (4 * rows))](q, k, v, out, scale, D=d, CAUSAL=int(causal), ROWS=rows,
                                                     KEYS=keys, Q_IN_SHARED=q_in_shared, target=target)
     return out

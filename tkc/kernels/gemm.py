@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, fail
+from tkc.kernels._checks import check_tensor, fail, wgmma_path
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -77,18 +77,7 @@ CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2,
 CONFIG_SM90 = {0: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 3, "PRODUCER": 0, "TMA_STORE": 1},
                1: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 3, "PRODUCER": 0, "TMA_STORE": 1}}
 PERSISTENT = True  # gemm_sm90_kernel on at most as many blocks as the GPU holds at once, each walking its tiles
-_HOPPER: dict[int, bool] = {}  # device index → is it sm_90
 _RESIDENT: dict[tuple, int] = {}  # (device index, configuration) → blocks of gemm_sm90_kernel the GPU holds at once
-
-
-def _wgmma_path(device: int, target: str | None) -> bool:
-    if target is not None:
-        return target == "sm_90a"
-    if device not in _HOPPER:
-        import torch
-
-        _HOPPER[device] = torch.cuda.get_device_capability(device) == (9, 0)
-    return _HOPPER[device]
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str | None = None,
@@ -124,7 +113,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         return out
     # wgmma on Hopper: with a TMA ring and a producer warpgroup where the operands' rows are 16-byte aligned,
     # else with a cp.async ring (any alignment)
-    if _wgmma_path(a.get_device(), target):
+    if wgmma_path(a.get_device(), target):
         cfg = {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b)}
         if not alignment(a) == alignment(b) == 16:
             cfg.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
