@@ -47,10 +47,11 @@ def attention(n: int) -> None:
                     peers[name] = time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)))
             ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
             print(f"D={d} causal={causal}: flash {flops / peers['flash'] / 1e9:.0f}, cuDNN {flops / peers['cuDNN'] / 1e9:.0f} TFLOP/s")
-            for warps, keys in ((8, 64), (8, 128), (4, 64), (4, 128)):
-                label = f"  D={d} causal={causal} WARPS={warps} KEYS={keys}"
+            for warps, keys, pingpong in ((8, 64, 0), (8, 128, 0), (8, 64, 1), (8, 128, 1)):
+                label = f"  D={d} causal={causal} WARPS={warps} KEYS={keys} PINGPONG={pingpong}"
                 run = lambda: attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal,  # noqa: E731
-                                                                        KEYS=keys, WARPS=warps, target="sm_90a")
+                                                                        KEYS=keys, WARPS=warps, PINGPONG=pingpong,
+                                                                        target="sm_90a")
                 try:
                     ms, err = checked_time(run, o, ref)
                     print(f"{label}: {flops / ms / 1e9:.0f} TFLOP/s ({peers['flash'] / ms:.2f}x flash, "

@@ -23,16 +23,15 @@ for cfg in "${@:-}"; do
     ncu -i "$OUT/rep-$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/sass-$tag.csv" 2>/dev/null
     python3 - "$OUT/sass-$tag.csv" <<'PY'
 import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-if not rows:
+rows = list(csv.reader(open(sys.argv[1])))
+header = next((i for i, r in enumerate(rows) if "Address" in r and "Source" in r), None)  # after a "Kernel Name" row
+if header is None:
     sys.exit()
-key = next((k for k in rows[0] if "Warp Stall Sampling (All" in k), None)
-print("columns:", [k for k in rows[0]][:12])
-if key:
-    rows.sort(key=lambda r: -float(r[key] or 0))
-    total = sum(float(r[key] or 0) for r in rows)
-    for r in rows[:25]:
-        print(f"{100 * float(r[key] or 0) / total:5.1f}%  {r.get('Address', '')}  {r.get('Source', '')[:110]}")
+data = [dict(zip(rows[header], r)) for r in rows[header + 1:] if len(r) == len(rows[header])]
+key = "Warp Stall Sampling (All Samples)"
+total = sum(float(r.get(key) or 0) for r in data) or 1.0
+for r in sorted(data, key=lambda r: -float(r.get(key) or 0))[:25]:
+    print(f"{100 * float(r.get(key) or 0) / total:5.1f}%  {r.get('Address', '')}  {r.get('Source', '')[:110]}")
 PY
     rm -f "$OUT/rep-$tag.ncu-rep"
 done

@@ -154,6 +154,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
         "specialize-warps",
         "insert-tma-stores",
         "verify-tma-pipeline",
+        "pingpong-warpgroups",
         "insert-async-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
         "assign-layouts",
         "assign-swizzles",

@@ -518,22 +518,36 @@ class MmaOp(_TableOp):
 @irdl_op_definition
 class BarSyncOp(IRDLOperation):
     """`bar.sync ID;`: every thread of the block waits here; `bar.sync ID, N;`: the N threads (whole warps) that
-    use named barrier ID wait for each other."""
+    use named barrier ID wait for each other. With kind `arrive`, `bar.arrive ID, N;`: the threads count toward
+    the barrier's N without waiting. With `barrier_reg`, the ID is that register's value (register 0), e.g. one
+    that differs between warpgroups."""
 
     name = "ptx.bar_sync"
     barrier = prop_def(IntAttr)
     threads = opt_prop_def(IntAttr)
+    kind = opt_prop_def(StringAttr)  # "arrive"; absent: sync
+    barrier_reg = opt_operand_def(RegsType)
     traits = traits_def(MemoryWriteEffect())
 
-    def __init__(self, barrier: int = 0, threads: int | None = None):
-        props: dict[str, Attribute] = {"barrier": IntAttr(barrier)}
+    def __init__(self, barrier: int | SSAValue = 0, threads: int | None = None, arrive: bool = False):
+        props: dict[str, Attribute] = {"barrier": IntAttr(barrier if isinstance(barrier, int) else -1)}
         if threads is not None:
             props["threads"] = IntAttr(threads)
-        super().__init__(properties=props)
+        if arrive:
+            props["kind"] = StringAttr("arrive")
+        super().__init__(operands=[[] if isinstance(barrier, int) else [barrier]], properties=props)
+
+    @property
+    def arrives(self) -> bool:
+        return self.kind is not None and self.kind.data == "arrive"
 
     def verify_(self) -> None:
         if self.threads is not None and (self.threads.data % 32 or self.threads.data <= 0):
             raise VerifyException(f"bar.sync: the thread count must be a positive multiple of 32, got {self.threads.data}")
+        if self.arrives and self.threads is None:
+            raise VerifyException("bar.arrive needs a thread count")
+        if (self.barrier_reg is None) == (self.barrier.data < 0):
+            raise VerifyException("bar.sync: a barrier number or a register holding it, one of the two")
 
 
 @irdl_op_definition

@@ -159,7 +159,8 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
                 lines.append(f"mov.b32 {names(op.result, x)}, {names(op.c, x)};")
         return lines
     if isinstance(op, ptx.BarSyncOp):
-        return [f"bar.sync {op.barrier.data}{f', {op.threads.data}' if op.threads is not None else ''};"]
+        which = names(op.barrier_reg, 0) if op.barrier_reg is not None else op.barrier.data
+        return [f"bar.{'arrive' if op.arrives else 'sync'} {which}{f', {op.threads.data}' if op.threads is not None else ''};"]
     if isinstance(op, ptx.LabelOp):
         return [f"{op.label.data}:"]
     if isinstance(op, ptx.BraOp):

@@ -397,6 +397,7 @@ class Warp:
     pc: int = 0
     done: bool = False
     at_barrier: bool = False
+    barrier: int = 0  # the barrier it waits at
     groups: list[list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=list)  # committed cp.async groups
     open_group: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     wgmma_results: dict[SSAValue, np.ndarray] = field(default_factory=dict)  # accumulators as wgmmas left them
@@ -453,6 +454,7 @@ class BlockSimulator:
         self.block = block
         self.shared = SharedMemory(launch.shared_bytes)
         self.warps = [Warp(w) for w in range(kernel.threads.data // LANES)]
+        self.arrivals: dict[int, int] = {}  # named barrier → warps that arrived at it (bar.arrive) without waiting
         self.rng = np.random.default_rng(launch.seed + 7919 * (block[0] + 31 * block[1] + 997 * block[2]))
         self.mbarriers: dict[int, Mbarrier] = {}
 
@@ -460,6 +462,10 @@ class BlockSimulator:
         while True:
             live = [w for w in self.warps if not w.done]
             if not live:
+                left = {b: n for b, n in self.arrivals.items() if n}
+                if left:
+                    raise SimulationError(f"the block exits with warps arrived at named barriers {left} that nobody "
+                                          "waited for (a later kernel on this multiprocessor would inherit them)")
                 return
             order = list(live)
             if self.launch.order == "descending":
@@ -480,26 +486,52 @@ class BlockSimulator:
 
     def _pass_barriers(self) -> bool:
         """Let the warps at a barrier through once all of its participants are there: every warp of the block for
-        `bar.sync 0`, N/32 warps for `bar.sync ID, N`."""
+        `bar.sync 0`, N/32 warps for `bar.sync ID, N`, counting the warps that `bar.arrive`d at it."""
         passed = False
         at: dict[int, list[Warp]] = {}
         for w in self.warps:
             if w.at_barrier and not w.done:
-                at.setdefault(self.ops[w.pc].barrier.data, []).append(w)  # type: ignore[attr-defined]
+                at.setdefault(w.barrier, []).append(w)
         for barrier, warps in at.items():
             counts = {self.ops[w.pc].threads for w in warps}  # type: ignore[attr-defined]
             if len(counts) != 1:
                 raise SimulationError(f"warps meet at barrier {barrier} with different thread counts")
             count = counts.pop()
             needed = len(self.warps) if count is None else count.data // LANES
-            if len(warps) > needed:
-                raise SimulationError(f"{len(warps)} warps at barrier {barrier}, which counts {needed}")
-            if len(warps) == needed:
+            arrived = len(warps) + self.arrivals.get(barrier, 0)
+            if arrived > needed:
+                raise SimulationError(f"{arrived} warps at barrier {barrier}, which counts {needed}")
+            if arrived == needed:
                 for w in warps:
                     w.at_barrier = False
                     w.pc += 1
+                self.arrivals[barrier] = 0
                 passed = True
         return passed
+
+    def _barrier_of(self, warp: Warp, op: ptx.BarSyncOp) -> int:
+        if op.barrier_reg is None:
+            return op.barrier.data
+        ids = np.unique(self.get(warp, op.barrier_reg)[:, 0])
+        if len(ids) != 1:
+            raise SimulationError(f"the lanes of warp {warp.index} name different barriers {ids.tolist()}")
+        return int(ids[0])
+
+    def _arrive(self, warp: Warp, op: ptx.BarSyncOp) -> None:
+        """`bar.arrive`: count toward the barrier without waiting; a barrier whose count is met by arrivals alone
+        completes at once."""
+        barrier = self._barrier_of(warp, op)
+        needed = op.threads.data // LANES  # type: ignore[union-attr]
+        self.arrivals[barrier] = self.arrivals.get(barrier, 0) + 1
+        waiting = [w for w in self.warps if w.at_barrier and not w.done and w.barrier == barrier]
+        if self.arrivals[barrier] + len(waiting) > needed:
+            raise SimulationError(f"warp {warp.index} arrives at barrier {barrier} once more than it counts "
+                                  f"({needed} warps): an arrival for a later use of the barrier mixes into this one")
+        if self.arrivals[barrier] + len(waiting) == needed:  # complete now: a later arrival belongs to the next use
+            for w in waiting:
+                w.at_barrier = False
+                w.pc += 1
+            self.arrivals[barrier] = 0
 
     def run_warp(self, warp: Warp) -> bool:
         """Run until the warp reaches a barrier, returns, or waits on an mbarrier phase that is not complete;
@@ -511,6 +543,12 @@ class BlockSimulator:
                 return True
             op = self.ops[warp.pc]
             if isinstance(op, ptx.BarSyncOp):
+                if op.arrives:
+                    self._arrive(warp, op)
+                    warp.pc += 1
+                    moved = True
+                    continue
+                warp.barrier = self._barrier_of(warp, op)
                 warp.at_barrier = True
                 return True
             if isinstance(op, ptx.RetOp):

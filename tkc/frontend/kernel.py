@@ -104,7 +104,7 @@ class Kernel:
 
     def __init__(self, fn: Callable[..., Any], warps: int | str, min_target: str, stages: int | str | None = None,
                  blocks_per_sm: int | str | None = None, producer: int | str | None = None,
-                 tma_store: int | str | None = None):
+                 tma_store: int | str | None = None, pingpong: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -122,11 +122,14 @@ class Kernel:
         self.blocks_per_sm = blocks_per_sm
         self.producer = producer
         self.tma_store = tma_store
+        self.pingpong = pingpong
         self._check_count("warps", warps, 1, 32)
         if producer is not None:
             self._check_count("producer", producer, 0, 1)
         if tma_store is not None:
             self._check_count("tma_store", tma_store, 0, 1)
+        if pingpong is not None:
+            self._check_count("pingpong", pingpong, 0, 1)
         if stages is not None:
             self._check_count("stages", stages, 1, 8)
         if blocks_per_sm is not None:
@@ -295,6 +298,8 @@ class Kernel:
             fn.attributes["tkc.producer"] = UnitAttr()
         if self.tma_store is not None and self._resolve_count("tma_store", self.tma_store, values, 0, 1):
             fn.attributes["tkc.tma_store"] = UnitAttr()
+        if self.pingpong is not None and self._resolve_count("pingpong", self.pingpong, values, 0, 1):
+            fn.attributes["tkc.pingpong"] = UnitAttr()
         fn.attributes["tkc.min_target"] = StringAttr(self.min_target.name)
         if values:
             fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
@@ -351,7 +356,7 @@ def build_module(kernels: list[Kernel], target: str | Target, constants: Mapping
 
 def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_target: str = "sm_80",
            stages: int | str | None = None, blocks_per_sm: int | str | None = None, producer: int | str | None = None,
-           tma_store: int | str | None = None, **unknown: Any) -> Any:
+           tma_store: int | str | None = None, pingpong: int | str | None = None, **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
@@ -360,16 +365,17 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     that many blocks on a multiprocessor (`.minnctapersm`: it caps the registers per thread); `producer=1` adds a
     producer warpgroup that issues the TMA loads of the pipelined loop while the kernel's warps compute
     (`specialize-warps`, sm_90a); `tma_store=1` stores register tiles to aligned 2-D tensors through shared memory
-    and TMA (`insert-tma-stores`, sm_90a). These options may name a const parameter instead, e.g. `warps="WARPS"`.
+    and TMA (`insert-tma-stores`, sm_90a); `pingpong=1` has two warpgroups take turns at the tensor cores, one's
+    wgmmas running while the other computes (`pingpong-warpgroups`, sm_90a). These options may name a const parameter instead, e.g. `warps="WARPS"`.
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=... and tma_store=..., not "
+            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=... and pingpong=..., not "
             f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
     if fn is not None and not callable(fn):
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
-        return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store)
-    return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store)
+        return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong)
+    return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong)

@@ -308,6 +308,14 @@ class TileFunctions(InterpreterFunctions):
         result[(blocks[active], 0, *(i[active] for i in idx))] = values
         return (result,)
 
+    @impl(t.TurnWaitOp)
+    def run_turn_wait(self, interpreter: Interpreter, op: t.TurnWaitOp, args: PythonValues) -> PythonValues:
+        return ()  # scheduling only: which warpgroup's wgmmas go first changes no value
+
+    @impl(t.TurnPassOp)
+    def run_turn_pass(self, interpreter: Interpreter, op: t.TurnPassOp, args: PythonValues) -> PythonValues:
+        return ()
+
     @impl(t.BarrierOp)
     def run_barrier(self, interpreter: Interpreter, op: t.BarrierOp, args: PythonValues) -> PythonValues:
         lane_state(interpreter).require_block_uniform("a barrier")

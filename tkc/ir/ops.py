@@ -931,6 +931,32 @@ class BarrierOp(IRDLOperation):
         super().__init__()
 
 
+@irdl_op_definition
+class TurnWaitOp(IRDLOperation):
+    """`tile.turn_wait`: this warpgroup waits for its turn at the tensor cores (two warpgroups in ping-pong, placed
+    by `pingpong-warpgroups`): `bar.sync 3 + (warpgroup & 1), 256`. No effect on values."""
+
+    name = "tile.turn_wait"
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "attr-dict"
+
+    def __init__(self):
+        super().__init__()
+
+
+@irdl_op_definition
+class TurnPassOp(IRDLOperation):
+    """`tile.turn_pass`: this warpgroup hands the tensor cores to the other one (`bar.arrive 4 - (warpgroup & 1),
+    256`) and goes on without waiting."""
+
+    name = "tile.turn_pass"
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "attr-dict"
+
+    def __init__(self):
+        super().__init__()
+
+
 TILE_OPS: list[type[IRDLOperation]] = [
     BlockIdxOp,
     NumBlocksOp,
@@ -958,4 +984,6 @@ TILE_OPS: list[type[IRDLOperation]] = [
     StoreOp,
     InsertOp,
     BarrierOp,
+    TurnWaitOp,
+    TurnPassOp,
 ]

@@ -197,6 +197,10 @@ class KernelLowering:
         consumers = fn.attributes.get("tkc.consumer_warps")
         self.consumer_warps = consumers.value.data if isinstance(consumers, IntegerAttr) else warps
         self.producer_warp = self.consumer_warps if self.consumer_warps != warps else 0
+        if "tkc.pingpong" in fn.attributes:
+            # warpgroups in ping-pong: the one that goes second refills the ring. Its wait for a stage's release
+            # then never waits on the first warpgroup's turn that is waiting on it (pingpong_warpgroups.py)
+            self.producer_warp = 4
         self.async_proxy_reads = any(isinstance(op, t.WgmmaOp) for op in fn.walk())
         aligns = _aligns(fn)
         params: list[tuple[str, str]] = []
@@ -542,6 +546,23 @@ def _lower_barrier(lw: KernelLowering, op: Operation) -> None:
         lw.emit(ptx.BarSyncOp(0))
 
 
+TURN_BARRIER = 3  # warpgroup 0 waits for its turn at named barrier 3, warpgroup 1 at 4 (1 and 2: warp roles)
+
+
+def _turn_barriers(lw: KernelLowering) -> tuple[Any, Any]:
+    """(the barrier this warpgroup waits at for its turn, the one the other warpgroup waits at)."""
+    mine = lw.op("add.u32", "b32", lw.op("and.b32", "b32", lw.expr(Leaf("tid") >> 7), Imm(1)), Imm(TURN_BARRIER))
+    return mine, lw.op("xor.b32", "b32", mine, Imm(TURN_BARRIER ^ (TURN_BARRIER + 1)))
+
+
+def _lower_turn_wait(lw: KernelLowering, op: Operation) -> None:
+    lw.emit(ptx.BarSyncOp(_turn_barriers(lw)[0], 256))
+
+
+def _lower_turn_pass(lw: KernelLowering, op: Operation) -> None:
+    lw.emit(ptx.BarSyncOp(_turn_barriers(lw)[1], 256, arrive=True))
+
+
 PRODUCER_REGISTERS = 40  # per thread, after setmaxnreg.dec: address arithmetic and the TMA issue only
 
 
@@ -734,6 +755,8 @@ _HANDLERS: dict[type, Callable[..., Any]] = {
     t.WarpgroupIdOp: _lower_warpgroup_id,
     t.DimOp: _lower_dim,
     t.BarrierOp: _lower_barrier,
+    t.TurnWaitOp: _lower_turn_wait,
+    t.TurnPassOp: _lower_turn_pass,
     scf.ForOp: _lower_for,
     scf.IfOp: _lower_if,
     func.ReturnOp: _lower_return,

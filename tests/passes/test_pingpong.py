@@ -1,0 +1,105 @@
+"""pingpong-warpgroups: two warpgroups take turns at the tensor cores through two named barriers. The turns change
+no value (the interpreter ignores them); the PTX simulation runs the warpgroups as the warps they are, with
+`bar.sync`/`bar.arrive` on barriers whose number each warpgroup computes, and agrees with the interpreter; turns
+that do not balance hang or leave arrivals behind, and the simulator says so; misuse is a clear error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reference import attention_ref, poisoned, random_bf16, rel_err
+
+from backend.test_simulate import run_both
+from tkc.backend import ptx, ptxas
+from tkc.backend.simulator import SimulationError, simulate
+from tkc.compiler import compile_for_launch, lower_kernel
+from tkc.errors import TkcError
+from tkc.ir import ops as t
+import tkc
+from tkc.kernels import attention_sm90
+from tkc.lang import f32, gl, rt, store, warp_id, zeros
+from tkc.passes import pingpong_warpgroups
+from xdsl.dialects import scf
+
+
+def _attention(nq: int, nk: int, d: int, causal: int, keys: int = 64, order: str = "shuffled"):
+    rng = np.random.default_rng(nq + nk + d + causal)
+    q = random_bf16(rng, 1, 2, nq, d)
+    k, v = random_bf16(rng, 1, 2, nk, d), random_bf16(rng, 1, 2, nk, d)
+    args = [q, k, v, poisoned(1, 2, nq, d), poisoned(1, 2, nq, dtype=np.float32), d**-0.5]
+    constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": 8, "LSE": 1, "PINGPONG": 1}
+    return args, constants, (1, 2, -(-nq // 128))
+
+
+@pytest.mark.parametrize("nq, nk, d, causal, keys", [(256, 320, 64, 0, 64), (200, 200, 64, 1, 64),
+                                                      (128, 520, 128, 0, 128), (1, 1, 64, 0, 64)])
+def test_attention_takes_turns_and_agrees(nq: int, nk: int, d: int, causal: int, keys: int) -> None:
+    """attention_sm90 with pingpong=1: more key blocks than stages (and one), causal, ragged lengths; simulated
+    with the warps in shuffled order against the interpreter, which agrees with float64."""
+    args, constants, grid = _attention(nq, nk, d, causal, keys)
+    module = lower_kernel(attention_sm90, "sm_90a", constants)
+    bars = [op for op in module.walk() if isinstance(op, ptx.BarSyncOp) and op.barrier_reg is not None]
+    assert {op.arrives for op in bars} == {False, True} and {op.threads.data for op in bars} == {256}
+    interp, sim = run_both(attention_sm90, args, grid, constants, target="sm_90a", order="shuffled")
+    ref, ref_lse = attention_ref(*args[:3], causal=bool(causal), scale=d**-0.5, lse=True)
+    assert rel_err(interp[3], ref) < 2e-2 and rel_err(sim[3], interp[3]) < 2e-3
+    assert rel_err(sim[4], ref_lse) < 1e-4
+
+
+def test_turns_sit_around_the_wgmmas() -> None:
+    """The IR after the pass: a wait before and a pass after each wgmma, the first wait and the last pass only at
+    the first and last step, warpgroup 1's pass before the loop and warpgroup 0's wait after it."""
+    from tkc.compiler import Dumps, PassTimer, parse_pipeline, run_passes
+    from tkc.frontend.kernel import build_module
+
+    module = build_module([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "PINGPONG": 1})
+    run_passes(module, parse_pipeline("canonicalize,cse,pingpong-warpgroups"), Dumps(None), PassTimer(False))
+    order = [op.name.removeprefix("tile.") for op in module.walk()
+             if isinstance(op, t.TurnWaitOp | t.TurnPassOp | t.WgmmaOp | scf.ForOp)]
+    assert order == ["turn_pass", "scf.for", "turn_wait", "wgmma_ABt", "turn_pass", "turn_wait", "wgmma_AB",
+                     "turn_pass", "turn_wait"], order
+
+
+@pytest.mark.parametrize("mutation, message", [
+    ("no pass before the loop", "hang"),
+    ("no wait after the loop", "nobody waited for"),
+    ("a pass after the last wgmma at every step", "(hang|once more|nobody waited)"),
+])
+def test_unbalanced_turns_are_caught(monkeypatch: pytest.MonkeyPatch, mutation: str, message: str) -> None:
+    """Mutated passes: without warpgroup 1's first pass warpgroup 0 waits forever; without warpgroup 0's last wait
+    an arrival is left at a barrier; passing the turn after the last wgmma at every step (not only the last)
+    passes more turns than are taken."""
+    original_on, original_guarded = pingpong_warpgroups._on_warpgroup, pingpong_warpgroups._guarded
+    if mutation == "no pass before the loop":
+        monkeypatch.setattr(pingpong_warpgroups, "_on_warpgroup", lambda i, op: [] if i == 1 else original_on(i, op))
+    elif mutation == "no wait after the loop":
+        monkeypatch.setattr(pingpong_warpgroups, "_on_warpgroup", lambda i, op: [] if i == 0 else original_on(i, op))
+    else:
+        monkeypatch.setattr(pingpong_warpgroups, "_guarded", lambda cond, op: [cond, op] if isinstance(
+            op, t.TurnPassOp) and not isinstance(cond.operands[0].owner, t.WarpgroupIdOp) else original_guarded(cond, op))
+    args, constants, grid = _attention(256, 256, 64, 0)
+    module = lower_kernel(attention_sm90, "sm_90a", constants)
+    with pytest.raises(SimulationError, match=message):
+        simulate(module, "attention_sm90", args, grid, order="shuffled")
+
+
+def test_misuse_is_a_clear_error() -> None:
+    with pytest.raises(TkcError, match="needs warps=8"):
+        lower_kernel(attention_sm90, "sm_90a", {"D": 64, "WARPS": 4, "PINGPONG": 1})
+    with pytest.raises(TkcError, match="no loop with wgmmas"):
+        lower_kernel(no_wgmma, "sm_90a", {})
+
+
+@tkc.kernel(warps=8, pingpong=1, min_target="sm_90a")
+def no_wgmma(X: gl[f32, 2]):
+    store(X, zeros(rt[f32, 16, 16]), (warp_id(), 0))
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("d, keys", [(64, 64), (128, 128)])
+def test_pingpong_attention_assembles_cleanly(d: int, keys: int) -> None:
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, "KEYS": keys, "WARPS": 8, "PINGPONG": 1, "LSE": 1},
+                                  {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
+    assert not report.notes and not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log

@@ -1,0 +1,132 @@
+"""pingpong-warpgroups: two warpgroups take turns at the tensor cores (kernels with `pingpong=1`, sm_90a).
+
+In a loop whose body issues wgmmas and then works on their results (attention: S = Q·Kᵀ, the softmax on S, then
+O += P·V), both warpgroups tend to reach their wgmmas together and their softmax together, so the tensor cores
+idle while both compute. Here the warpgroups hand a turn back and forth with two named barriers: a warpgroup
+waits for its turn before its wgmmas (`tile.turn_wait`) and passes it on once they are done (`tile.turn_pass`),
+so that one warpgroup's wgmmas run while the other computes. The last wgmma of step j and the first of step
+j + 1 share one turn, so each turn covers the tensor-core work the other warpgroup's computation hides under.
+Warpgroup 1 passes once before the loop so that warpgroup 0 starts, and warpgroup 0 takes one turn after it so
+that every arrival at a barrier is waited for. Values do not change: the interpreter ignores the turns.
+
+A TMA ring's refills wait for both warpgroups to release a stage. Issued from warpgroup 0, inside its turn, such
+a wait can need a release that warpgroup 1 makes only in its next turn, which waits for warpgroup 0: a hang. So
+the lowering issues them from warpgroup 1, which goes second: whatever it waits for, warpgroup 0 released in an
+earlier turn.
+
+    scf.for %j = %lb to %ub step %c1 {
+      %s = tile.wgmma_ABt %q, %k, %z          // S_j
+      ... softmax ...
+      %o2 = tile.wgmma_AB %p, %v, %o          // O += P_j · V_j
+    }
+becomes
+    scf.if (warpgroup_id == 1) { tile.turn_pass }
+    scf.for %j = %lb to %ub step %c1 {
+      scf.if (%j == %lb) { tile.turn_wait }
+      %s = tile.wgmma_ABt %q, %k, %z
+      tile.turn_pass
+      ... softmax ...                          // the other warpgroup's P·V and next Q·Kᵀ run meanwhile
+      tile.turn_wait
+      %o2 = tile.wgmma_AB %p, %v, %o
+      scf.if (%j + %c1 >= %ub) { tile.turn_pass }
+    }
+    scf.if (warpgroup_id == 0) { tile.turn_wait }
+"""
+
+from __future__ import annotations
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i32
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from tkc.errors import SourceLoc, TkcError
+from tkc.ir import ops as t
+from tkc.passes import register
+
+PINGPONG_ATTR = "tkc.pingpong"
+WARPGROUPS = 2
+
+
+def _wgmmas(block: Block) -> list[Operation]:
+    return [op for op in block.ops if isinstance(op, t.WgmmaOp)]
+
+
+def _varies_by_warp(value: SSAValue) -> bool:
+    """Is the value computed from warp_id or warpgroup_id (so that the warpgroups may loop a different number of
+    times, and one would wait for a turn the other never passes)?"""
+    pending, seen = [value], set()
+    while pending:
+        v = pending.pop()
+        if v in seen or not isinstance(v.owner, Operation):
+            continue
+        seen.add(v)
+        if isinstance(v.owner, t.WarpIdOp | t.WarpgroupIdOp):
+            return True
+        pending.extend(v.owner.operands)
+    return False
+
+
+def _guarded(condition: Operation, op: Operation) -> list[Operation]:
+    """[condition, scf.if condition { op }]."""
+    return [condition, scf.IfOp(condition.results[0], [], Region(Block([op, scf.YieldOp()])))]
+
+
+def _on_warpgroup(index: int, op: Operation) -> list[Operation]:
+    warpgroup, wanted = t.WarpgroupIdOp(), arith.ConstantOp(IntegerAttr(index, i32))
+    return [warpgroup, wanted, *_guarded(arith.CmpiOp(warpgroup, wanted, "eq"), op)]
+
+
+def _take_turns(loop: scf.ForOp) -> None:
+    loc = SourceLoc.from_attr(loop.location)
+    if any(_varies_by_warp(v) for v in (loop.lb, loop.ub, loop.step)):
+        raise TkcError("pingpong=1: the loop's bounds depend on warp_id() or warpgroup_id(), so the warpgroups could "
+                       "take different numbers of turns (a hang)", loc)
+    body = loop.body.block
+    gemms = _wgmmas(body)
+    nested = [op for op in loop.walk() if isinstance(op, t.WgmmaOp) and op.parent_block() is not body]
+    if nested:
+        raise TkcError("pingpong=1: every wgmma of the loop must be at its top level (not in an if or an inner loop), "
+                       "so that both warpgroups take the same turns", SourceLoc.from_attr(nested[0].location))
+    iv = body.args[0]
+    for i, gemm in enumerate(gemms):
+        if i == 0 and len(gemms) > 1:  # the first turn of step j + 1 is the last one of step j, but at step 0
+            Rewriter.insert_op(_guarded(arith.CmpiOp(iv, loop.lb, "eq"), t.TurnWaitOp()), InsertPoint.before(gemm))
+        else:
+            Rewriter.insert_op(t.TurnWaitOp(), InsertPoint.before(gemm))
+        if i == len(gemms) - 1 and len(gemms) > 1:  # ...and at the last step, the last turn is its own
+            following = arith.AddiOp(iv, loop.step)
+            Rewriter.insert_op([following, *_guarded(arith.CmpiOp(following, loop.ub, "sge"), t.TurnPassOp())],
+                               InsertPoint.after(gemm))
+        else:
+            Rewriter.insert_op(t.TurnPassOp(), InsertPoint.after(gemm))
+    Rewriter.insert_op(_on_warpgroup(1, t.TurnPassOp()), InsertPoint.before(loop))
+    Rewriter.insert_op(_on_warpgroup(0, t.TurnWaitOp()), InsertPoint.after(loop))
+
+
+def pingpong_warpgroups(module: ModuleOp) -> None:
+    for fn in module.walk():
+        if not (isinstance(fn, func.FuncOp) and PINGPONG_ATTR in fn.attributes):
+            continue
+        loc = SourceLoc.from_attr(fn.location)
+        warps = fn.attributes["tkc.warps"].value.data  # type: ignore[attr-defined]
+        if warps != 4 * WARPGROUPS or "tkc.producer" in fn.attributes:
+            raise TkcError(f"pingpong=1 takes turns between two warpgroups: the kernel needs warps=8 and no producer "
+                           f"warpgroup, got warps={warps}{' and producer=1' if 'tkc.producer' in fn.attributes else ''}",
+                           loc)
+        loops = [op for op in fn.walk() if isinstance(op, scf.ForOp) and _wgmmas(op.body.block)]
+        if not loops:
+            raise TkcError("pingpong=1: the kernel has no loop with wgmmas (mma on shared tiles, sm_90a) to take "
+                           "turns at", loc)
+        for loop in loops:
+            _take_turns(loop)
+
+
+@register("pingpong-warpgroups", "two warpgroups take turns at the tensor cores around their wgmmas (pingpong=1)")
+class PingpongWarpgroups(ModulePass):
+    name = "pingpong-warpgroups"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        pingpong_warpgroups(op)
