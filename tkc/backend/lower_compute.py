@@ -418,6 +418,12 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
         lw.emit(ptx.WgmmaOp(n, acc, range(n // 2), a_bundle, a_regs[kk], desc_b, kk, scale_d=1,
                             trans_b=int(b_major == "MN")))
     lw.emit(ptx.WgmmaSyncOp("commit"))
+    if isinstance(op.next_op, t.TurnPassOp):
+        # the turn passes once the wgmmas are issued, not done: the other warpgroup's queue up right behind them
+        from tkc.passes.lower_to_ptx import lower_turn_pass_now
+
+        lower_turn_pass_now(lw)
+        lw.passed_at_commit.add(op.next_op)
     lw.emit(ptx.WgmmaSyncOp("wait", 1 if in_flight else 0))
     return [acc]
 

@@ -82,6 +82,7 @@ class KernelLowering:
     current_loc: Any = None
     guard: Any = None  # pred: inside an if-converted branch, memory operations run only where it holds
     wgmma_loops: set[Operation] = field(default_factory=set)  # loops that leave a wgmma in flight at each step
+    passed_at_commit: set[Operation] = field(default_factory=set)  # turn passes lowered with the wgmma before them
     tensor_maps: list[str] = field(default_factory=list)  # tensor-map parameters (backend/lower_tma.py), in order
     producer_warp: int = 0  # the warp whose first thread issues TMA loads (a producer warpgroup's first warp)
     role_threads: int | None = None  # inside one role of a warp-specialized kernel: the threads of that role
@@ -560,6 +561,11 @@ def _lower_turn_wait(lw: KernelLowering, op: Operation) -> None:
 
 
 def _lower_turn_pass(lw: KernelLowering, op: Operation) -> None:
+    if op not in lw.passed_at_commit:
+        lower_turn_pass_now(lw)
+
+
+def lower_turn_pass_now(lw: KernelLowering) -> None:
     lw.emit(ptx.BarSyncOp(_turn_barriers(lw)[1], 256, arrive=True))
 
 

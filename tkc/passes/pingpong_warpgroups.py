@@ -4,7 +4,8 @@ In a loop whose body issues wgmmas and then works on their results (attention: S
 O += P·V), both warpgroups tend to reach their wgmmas together and their softmax together, so the tensor cores
 idle while both compute. Here the warpgroups hand a turn back and forth with two named barriers: a warpgroup
 waits for its turn before its wgmmas (`tile.turn_wait`) and passes it on once they are done (`tile.turn_pass`),
-so that one warpgroup's wgmmas run while the other computes. The last wgmma of step j and the first of step
+so that one warpgroup's wgmmas run while the other computes (a pass right after a wgmma is lowered between its
+commit and its wait: the other warpgroup's wgmmas queue up behind the running ones). The last wgmma of step j and the first of step
 j + 1 share one turn, so each turn covers the tensor-core work the other warpgroup's computation hides under.
 Warpgroup 1 passes once before the loop so that warpgroup 0 starts, and warpgroup 0 takes one turn after it so
 that every arrival at a barrier is waited for. Values do not change: the interpreter ignores the turns.
