@@ -79,7 +79,7 @@ def main() -> None:
     cols += [(f"{n} TFLOP/s", f"{n}") for n in ("tkc sm_80", "tkc", *BACKENDS, "triton")]
     cols += [(f"tkc sm_80 / {p}", f"sm_80/{p}") for p in ("flash", "cuDNN", "triton")]
     cols += [(f"tkc / {p}", f"tkc/{p}") for p in ("flash", "cuDNN", "triton")]
-    cols += [("tkc sm_80 err", "tkc err")]
+    cols += [("tkc sm_80 err", "sm_80 err"), ("tkc err", "tkc err")]
     text = table(rows, cols)
     print(text)
     record("attention", env, f"TFLOP/s (4·B·H·N²·D, halved when causal), B·N = {args.tokens}, H = {args.heads}, bf16; "

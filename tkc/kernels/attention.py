@@ -78,6 +78,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
     b, h, blk = block_idx()
+    if CAUSAL:
+        blk = num_blocks()[2] - 1 - blk                      # the longest rows start first rather than end last
     BLOCK_ROWS = 16 * WARPS
     q = load(load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D]), (warpgroup_id(), 0), st[bf16, 64, D])
     q_tile = blk * WARPS + warp_id()                         # this warp's 16 rows, in tiles of 16
