@@ -70,3 +70,28 @@ def test_cache_key_depends_on_what_changes_the_code(tmp_path, monkeypatch) -> No
     for change in ({"constants": {"D": "128"}}, {"target": "sm_90a"}, {"aligns": {"A": 2}}):
         keys.add(cache.make_key({**base, **change}))
     assert len(keys) == 4
+
+
+def test_quick_key_reads_what_the_full_check_reads() -> None:
+    """The launch path's generated reader gives the parameter values and alignments the slow path computes, and
+    declines (None: the full check and its error) whatever is not the common case."""
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import layernorm_kernel
+    from tkc.runtime import launch
+
+    class OnGpu0(torch.Tensor):  # what the reader asks of a CUDA tensor, on the CPU
+        def get_device(self) -> int:
+            return 0
+
+    def cuda(*shape: int, dtype=torch.bfloat16) -> torch.Tensor:
+        return torch.empty(*shape, dtype=dtype).as_subclass(OnGpu0)
+
+    x, w = cuda(6, 40), cuda(40)
+    args = (x, x[1:], w, w, cuda(6, 40), cuda(12, 40)[::2], 1e-5)
+    values: list = []
+    key = launch._quick_key(layernorm_kernel, args, {"D": 40}, None, None, values)
+    assert values == launch._param_values(layernorm_kernel, args)
+    assert key[-2] == 0 and key[-1] == tuple(launch.alignment(a) for a in args[:6])
+    for bad in ((x,) + args[1:6] + ("1e-5",), args[:6], (x.float(),) + args[1:], (x[None],) + args[1:],
+                (torch.empty(6, 40, dtype=torch.bfloat16),) + args[1:], (x.t(),) + args[1:]):
+        assert launch._quick_key(layernorm_kernel, bad, {"D": 40}, None, None, []) is None

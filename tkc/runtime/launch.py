@@ -262,71 +262,61 @@ def _fast_for(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], ta
 def _quick_key(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None,
                pipeline: str | None, values: list[Any] | None) -> tuple[Any, ...] | None:
     """The variant's key read straight off the arguments, or None where they need the full check. The hot path of
-    every launch: one pass over the arguments, a few attribute reads per tensor (bench/host_breakdown.py)."""
-    plan = _plans.get(kernel)
-    if plan is None:
-        plan = _plans[kernel] = _plan(kernel)
-    if len(args) != len(plan):
+    every launch: a reader made for the kernel reads each argument once (bench/host_breakdown.py)."""
+    reader = _readers.get(kernel)
+    if reader is None:
+        reader = _readers[kernel] = _make_reader(kernel)
+    got = reader(args, values if values is not None else [])
+    if got is None:
         return None
-    tensor_type = _tensor_type
-    out = values if values is not None else []
-    aligns: list[int] = []
-    ordinal = None
-    for (dtype, rank, item), value in zip(plan, args):
-        if dtype is not None:
-            if not isinstance(value, tensor_type) or value.dtype is not dtype:
-                return None
-            dev = value.get_device()
-            if dev < 0 or (ordinal is not None and dev != ordinal):
-                return None
-            ordinal = dev
-            shape, strides = value.shape, value.stride()
-            if len(shape) != rank:
-                return None
-            ptr = value.data_ptr()
-            if rank:
-                if strides[-1] != 1 and shape[-1] > 1:
-                    return None
-                bits = ptr | 16 | shape[-1] * item  # `alignment`, from values already read
-                for s in strides[:-1]:
-                    bits |= s * item
-            else:
-                bits = ptr | 16 | item
-            aligns.append(bits & -bits)
-            out.append(ptr)
-            out += shape
-            out += strides
-        elif rank:  # an int parameter
-            if type(value) is not int:
-                return None
-            out.append(value)
-        else:
-            if type(value) is not float and type(value) is not int:
-                return None
-            out.append(value)
-    if ordinal is None:
-        ordinal = _torch().cuda.current_device()
-    return (kernel, tuple(constants.items()), target, pipeline, ordinal, tuple(aligns))
+    return (kernel, tuple(constants.items()), target, pipeline, *got)
 
 
-_plans: dict[Any, list[tuple[Any, int, int]]] = {}
-_tensor_type: Any = None
+_readers: dict[Any, Any] = {}
 
 
-def _plan(kernel: Kernel) -> list[tuple[Any, int, int]]:
-    """Per runtime parameter what the quick key checks: (torch dtype, rank, element bytes) for a tensor,
-    (None, 1, 0) for an int, (None, 0, 0) for a float."""
-    global _tensor_type
+def _make_reader(kernel: Kernel) -> Any:
+    """`read(args, out)`: for the common case (the right number of arguments; CUDA tensors of the right dtype and
+    rank on one device, last dimension contiguous; ints and floats where they go) append the parameter values
+    (pointer, sizes, strides per tensor; numbers) to `out` and return (device, alignment per tensor), else None.
+    Generated per kernel as straight-line code: a loop over a plan costs twice as much per launch."""
     torch = _torch()
-    _tensor_type = torch.Tensor
-    plan = []
-    for p in kernel.runtime_params:
+    params = kernel.runtime_params
+    names = [f"a{i}" for i in range(len(params))]
+    lines = ["def read(args, out):", f"    if len(args) != {len(params)}:", "        return None"]
+    if params:
+        lines.append(f"    {', '.join(names)}{',' if len(params) == 1 else ''} = args")
+    env: dict[str, Any] = {"Tensor": torch.Tensor, "current_device": torch.cuda.current_device}
+    aligns, device = [], None
+    for i, (p, a) in enumerate(zip(params, names)):
         if p.kind == "tensor":
             dtype = getattr(torch, _TORCH_DTYPES[p.spec.dtype.name])
-            plan.append((dtype, p.spec.rank, dtype.itemsize))
+            env[f"dtype{i}"], rank, item = dtype, p.spec.rank, dtype.itemsize
+            lines.append(f"    if not isinstance({a}, Tensor) or {a}.dtype is not dtype{i}:")
+            lines.append("        return None")
+            if device is None:
+                device = "device"
+                lines += [f"    device = {a}.get_device()", "    if device < 0:", "        return None"]
+            else:
+                lines += [f"    if {a}.get_device() != device:", "        return None"]
+            lines += [f"    s, t, p = {a}.shape, {a}.stride(), {a}.data_ptr()", f"    if len(s) != {rank}:",
+                      "        return None"]
+            if rank:
+                lines += [f"    if t[{rank - 1}] != 1 and s[{rank - 1}] > 1:", "        return None"]
+                strides = "".join(f" | t[{d}] * {item}" for d in range(rank - 1))
+                lines.append(f"    b{i} = p | 16 | s[{rank - 1}] * {item}{strides}")  # `alignment`
+            else:
+                lines.append(f"    b{i} = p | 16 | {item}")
+            lines += ["    out.append(p)", "    out += s", "    out += t"]
+            aligns.append(f"b{i} & -b{i}")
+        elif p.kind == "int":
+            lines += [f"    if type({a}) is not int:", "        return None", f"    out.append({a})"]
         else:
-            plan.append((None, int(p.kind == "int"), 0))
-    return plan
+            lines += [f"    if type({a}) is not float and type({a}) is not int:", "        return None",
+                      f"    out.append({a})"]
+    lines.append(f"    return {device or 'current_device()'}, ({''.join(x + ', ' for x in aligns)})")
+    exec(compile("\n".join(lines), f"<tkc launch reader of {kernel.name}>", "exec"), env)
+    return env["read"]
 
 
 def _alignment(ptr: int, shape: Sequence[int], strides: Sequence[int], item: int) -> int:
