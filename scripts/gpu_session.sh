@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call for the sm_90a GEMM work: the GPU tests, the kernel probe, the GEMM benchmark of record (tables
-# to $OUT for bench/collect.py), compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
+# One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
+# host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
+# steps: tests probe probe-attention bench bench-attention bench-layernorm host sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
@@ -18,6 +19,12 @@ for step in ${*:-tests probe bench sanitize}; do
         tail -20 "$OUT/probe-attention.log" ;;
     bench)
         timeout 260 python3 bench/gemm.py > "$OUT/bench-gemm.log" 2>&1; tail -10 "$OUT/bench-gemm.log" ;;
+    bench-attention)
+        timeout 400 python3 bench/attention.py > "$OUT/bench-attention.log" 2>&1; tail -28 "$OUT/bench-attention.log" ;;
+    bench-layernorm)
+        timeout 200 python3 bench/layernorm.py > "$OUT/bench-layernorm.log" 2>&1; tail -7 "$OUT/bench-layernorm.log" ;;
+    host)
+        timeout 200 python3 bench/host_breakdown.py --profile > "$OUT/host.log" 2>&1; head -26 "$OUT/host.log" ;;
     sanitize)
         for tool in memcheck racecheck synccheck; do
             timeout 150 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/sanitize-$tool.log" 2>&1

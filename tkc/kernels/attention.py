@@ -160,7 +160,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         if nk == 0 and nq:
             fail("k: attention needs at least one key (Nk = 0)")
         for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-            if t.stride(3) != 1 or any(s % 8 for s in t.stride()[:3]) or t.data_ptr() % 16:
+            st = t.stride()
+            if (st[3] != 1 and t.shape[3] > 1) or (st[0] | st[1] | st[2]) % 8 or t.data_ptr() % 16:
                 fail(f"{name}: the Hopper kernel reads and writes through TMA: the last dimension must be contiguous "
                      f"and the other strides multiples of 8 elements (16 bytes), got strides {tuple(t.stride())}")
         if batch * heads * nq == 0:
