@@ -180,6 +180,8 @@ def _op_cases() -> dict[str, str]:
         "insert-rt": "%a = tile.insert %rt, %st[%i, %i] : !tile.rt<16x32xf32> -> !tile.st<64x64xbf16>",
         "insert-rv": "%a = tile.insert %rv, %sv[%i] : !tile.rv<16xf32> -> !tile.sv<64xbf16>",
         "barrier": "tile.barrier\ntile.barrier {tkc.note}",
+        "turn_wait": "tile.turn_wait\ntile.turn_wait {tkc.note}",
+        "turn_pass": "tile.turn_pass\ntile.turn_pass {tkc.note}",
         "ring_alloc": "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>\n"
                       "%q = tile.ring_alloc {tkc.note} : !tile.ring<2, !tile.sv<64xf16>>",
         "copy_async": "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>\n"
