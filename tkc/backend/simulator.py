@@ -245,6 +245,9 @@ def execute(opcode: str, operands: list[np.ndarray]) -> np.ndarray:
         dtype = np.uint64 if kind == "b64" else np.uint32
         x = [np.asarray(v).astype(np.int64).astype(dtype) for v in o]
         return {"and": lambda: x[0] & x[1], "or": lambda: x[0] | x[1], "xor": lambda: x[0] ^ x[1], "not": lambda: ~x[0]}[name]()
+    if name == "popc":
+        v = np.asarray(o[0]).astype(np.int64).astype(np.uint32)
+        return u32(np.unpackbits(v.view(np.uint8).reshape(*v.shape, 4), axis=-1).sum(axis=-1))
     if name in ("shl", "shr"):
         amount = np.asarray(o[1]).astype(np.int64)
         if kind == "b64":

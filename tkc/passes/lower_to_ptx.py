@@ -29,7 +29,7 @@ from tkc.backend.index import Const, Expr, Leaf
 from tkc.errors import SourceLoc, TkcError
 from tkc.ir import async_ops as a
 from tkc.ir import ops as t
-from tkc.ir.types import GlobalType, element_bytes
+from tkc.ir.types import GlobalType, RegTileType, element_bytes
 from tkc.passes import register
 from tkc.passes.allocate_shared import TOTAL_ATTR
 from tkc.targets import get_target
@@ -557,7 +557,27 @@ def _turn_barriers(lw: KernelLowering) -> tuple[Any, Any]:
 
 
 def _lower_turn_wait(lw: KernelLowering, op: Operation) -> None:
-    lw.emit(ptx.BarSyncOp(_turn_barriers(lw)[0], 256))
+    barrier = _turn_barriers(lw)[0]
+    following = op.next_op
+    if isinstance(following, t.WgmmaOp) and isinstance(following.a.type, RegTileType):
+        # ptxas sinks the work that computes the wgmma's register operand (attention's softmax) past a bar.sync,
+        # into the turn, where nothing hides it (bench/sass_order.py). A barrier number computed from those
+        # registers keeps it before the wait; the added term is always 0.
+        barrier = lw.op("add.u32", "b32", barrier, _zero_from(lw, lw.reg(lw.value(following.a))))
+    lw.emit(ptx.BarSyncOp(barrier, 256))
+
+
+def _zero_from(lw: KernelLowering, bundle: SSAValue) -> SSAValue:
+    """0, computed from every register of `bundle` so that ptxas cannot see it is: the popc of their OR is at most
+    32, and 32 >> 6 is 0."""
+    folded, count = bundle, bundle.type.n  # type: ignore[attr-defined]
+    while count > 1 and count % 2 == 0:  # a tree of ORs while the count halves evenly
+        count //= 2
+        folded = lw.op("or.b32", "b32", (folded, np.arange(count)), (folded, np.arange(count, 2 * count)), n=count)
+    acc = lw.op("mov.b32", "b32", (folded, np.array([0])), n=1)
+    for i in range(1, count):  # then a chain over what is left
+        acc = lw.op("or.b32", "b32", acc, (folded, np.array([i])), n=1)
+    return lw.op("shr.u32", "b32", lw.op("popc.b32", "b32", acc), Imm(6))
 
 
 def _lower_turn_pass(lw: KernelLowering, op: Operation) -> None:
