@@ -1,38 +1,71 @@
-import sys, time, statistics, torch
-sys.path.insert(0, "bench")
-from common import time_ms, graph_time_ms
-import tkc.kernels
-from tkc.kernels import layernorm, layernorm_kernel
-m, d = 16384, 1024
-bf = torch.bfloat16
-x, r = (torch.randn(m, d, device="cuda", dtype=bf) for _ in range(2))
-w = torch.randn(d, device="cuda", dtype=bf)
-o, ro = torch.empty_like(x), torch.empty_like(x)
-nb = 8 * m * d
-def wall(fn, n=300):
-    for _ in range(20): fn()
+"""Where a layernorm() call's time goes at 16384×1024, the shape where bench/layernorm.py reads ~58 µs a call
+although the kernel alone (CUDA graph) takes ~35 µs and bench/host_breakdown.py puts the Python at ~24–33 µs.
+Per variant: host time per call (calls queued, no sync), wall time per call with the GPU drained, bench/common.py's
+time_ms and graph_time_ms; then a cProfile of layernorm().
+
+    python bench/layernorm_host_probe.py [--rows 16384] [--cols 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import graph_time_ms, time_ms  # noqa: E402
+
+from tkc.kernels import layernorm, layernorm_kernel  # noqa: E402
+
+
+def host_and_wall_us(fn, calls: int = 300) -> tuple[float, float]:
+    for _ in range(20):
+        fn()
     torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n): fn()
-    host = (time.perf_counter() - t) / n * 1e6
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = time.perf_counter() - start
     torch.cuda.synchronize()
-    total = (time.perf_counter() - t) / n * 1e6
-    return host, total
-calls = {
- "layernorm()": lambda: layernorm(x, r, w, w),
- "layernorm(out=)": lambda: layernorm(x, r, w, w, out=o, residual_out=ro),
- "kernel[grid]": lambda: layernorm_kernel[(m,)](x, r, w, w, o, ro, 1e-5, D=d, WARPS=1),
- "event.record": lambda: torch.cuda.Event(enable_timing=True).record(),
-}
-for name, fn in calls.items():
-    h, t = wall(fn)
-    line = f"{name:18s} host {h:6.1f} us/call, with the GPU draining {t:6.1f} us/call"
-    if name != "event.record":
-        ms = time_ms(fn, 30)
-        line += f", time_ms {ms*1e3:6.1f} us ({nb / ms / 1e6:.0f} GB/s), graph {graph_time_ms(fn, 30)*1e3:6.1f} us"
-    print(line, flush=True)
-import cProfile, pstats
-p = cProfile.Profile(); p.enable()
-for _ in range(300): layernorm(x, r, w, w)
-p.disable(); torch.cuda.synchronize()
-pstats.Stats(p).sort_stats("tottime").print_stats(12)
+    wall = time.perf_counter() - start
+    return host / calls * 1e6, wall / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=16384)
+    parser.add_argument("--cols", type=int, default=1024)
+    args = parser.parse_args()
+    m, d, bf = args.rows, args.cols, torch.bfloat16
+    x, r = (torch.randn(m, d, device="cuda", dtype=bf) for _ in range(2))
+    w = torch.randn(d, device="cuda", dtype=bf)
+    o, ro = torch.empty_like(x), torch.empty_like(x)
+    moved = 8 * m * d
+    calls = {
+        "layernorm()": lambda: layernorm(x, r, w, w),
+        "layernorm(out=...)": lambda: layernorm(x, r, w, w, out=o, residual_out=ro),
+        "layernorm_kernel[grid]": lambda: layernorm_kernel[(m,)](x, r, w, w, o, ro, 1e-5, D=d, WARPS=1),
+    }
+    for name, fn in calls.items():
+        host, wall = host_and_wall_us(fn)
+        timed, graph = time_ms(fn, 30) * 1e3, graph_time_ms(fn, 30) * 1e3
+        print(f"{name:24s} host {host:6.1f} µs, drained {wall:6.1f} µs, time_ms {timed:6.1f} µs "
+              f"({moved / timed / 1e3:.0f} GB/s), graph {graph:6.1f} µs", flush=True)
+    event = torch.cuda.Event(enable_timing=True)
+    print(f"{'Event.record':24s} host {host_and_wall_us(lambda: event.record())[0]:6.1f} µs")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(300):
+        layernorm(x, r, w, w)
+    profiler.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+
+
+if __name__ == "__main__":
+    main()
