@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
-# steps: tests probe probe-attention bench bench-attention bench-layernorm host sanitize
+# steps: tests probe probe-attention bench bench-attention bench-layernorm host layernorm-probe sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
@@ -25,6 +25,8 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 200 python3 bench/layernorm.py > "$OUT/bench-layernorm.log" 2>&1; tail -7 "$OUT/bench-layernorm.log" ;;
     host)
         timeout 200 python3 bench/host_breakdown.py --profile > "$OUT/host.log" 2>&1; head -26 "$OUT/host.log" ;;
+    layernorm-probe)
+        timeout 200 python3 bench/layernorm_host_probe.py > "$OUT/layernorm-probe.log" 2>&1; head -30 "$OUT/layernorm-probe.log" ;;
     sanitize)
         for tool in memcheck racecheck synccheck; do
             timeout 150 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/sanitize-$tool.log" 2>&1
