@@ -49,10 +49,11 @@ def time_ms(fn: Callable[[], Any], launches: int = 30, warmup: int = 5) -> float
             torch.cuda.synchronize()
     torch.cuda.synchronize()
     events = [torch.cuda.Event(enable_timing=True) for _ in range(launches + 1)]
-    events[0].record()
+    stream = torch.cuda.current_stream()  # passed to record(): it would otherwise make a Stream object each time
+    events[0].record(stream)
     for event in events[1:]:
         fn()
-        event.record()
+        event.record(stream)
     torch.cuda.synchronize()
     return statistics.median(before.elapsed_time(after) for before, after in zip(events, events[1:]))
 
