@@ -72,8 +72,10 @@ def main() -> None:
     cu, stream = driver(), L._current_stream(0)
     params = fast.params.address(values)
     event = torch.cuda.Event(enable_timing=True)
+    stream_object = torch.cuda.current_stream()
     pieces = {
         "torch event.record": lambda: event.record(),
+        "torch event.record(stream)": lambda: event.record(stream_object),
         "torch.empty_like": lambda: torch.empty_like(x),
         "check_tensor": lambda: check_tensor("x", x, bf, 2),
         "kernel[grid]": lambda: layernorm_kernel[(4,)],
