@@ -19,6 +19,16 @@ from common import checked_time, time_ms  # noqa: E402
 from tkc.kernels import attention_sm90, gemm_sm90_kernel  # noqa: E402
 
 
+# attention_sm90 variants the probe compares: the shipped one, ping-pong, the early Q·Kᵀ (overlap), both
+ATTENTION_CONFIGS = {
+    128: [{"KEYS": 128, "WARPS": 8}, {"KEYS": 128, "WARPS": 8, "PINGPONG": 1},
+          {"KEYS": 128, "WARPS": 8, "OVERLAP": 1, "STAGES": 2}, {"KEYS": 64, "WARPS": 8, "OVERLAP": 1},
+          {"KEYS": 64, "WARPS": 8, "PINGPONG": 1, "OVERLAP": 1}],
+    64: [{"KEYS": 64, "WARPS": 8}, {"KEYS": 64, "WARPS": 8, "PINGPONG": 1}, {"KEYS": 64, "WARPS": 8, "OVERLAP": 1},
+         {"KEYS": 128, "WARPS": 8, "OVERLAP": 1}, {"KEYS": 64, "WARPS": 8, "PINGPONG": 1, "OVERLAP": 1}],
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=4096)
@@ -47,11 +57,10 @@ def attention(n: int) -> None:
                     peers[name] = time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)))
             ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
             print(f"D={d} causal={causal}: flash {flops / peers['flash'] / 1e9:.0f}, cuDNN {flops / peers['cuDNN'] / 1e9:.0f} TFLOP/s")
-            for warps, keys, pingpong in ((8, 64, 0), (8, 128, 0), (8, 64, 1), (8, 128, 1)):
-                label = f"  D={d} causal={causal} WARPS={warps} KEYS={keys} PINGPONG={pingpong}"
-                run = lambda: attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal,  # noqa: E731
-                                                                        KEYS=keys, WARPS=warps, PINGPONG=pingpong,
-                                                                        target="sm_90a")
+            for cfg in ATTENTION_CONFIGS[d]:
+                label = f"  D={d} causal={causal} " + " ".join(f"{k}={v}" for k, v in cfg.items())
+                run = lambda cfg=cfg: attention_sm90[(b, h, n // (16 * cfg["WARPS"]))](  # noqa: E731
+                    q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, **cfg, target="sm_90a")
                 try:
                     ms, err = checked_time(run, o, ref)
                     print(f"{label}: {flops / ms / 1e9:.0f} TFLOP/s ({peers['flash'] / ms:.2f}x flash, "

@@ -150,6 +150,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
     return ",".join([
         "canonicalize",
         "cse",
+        "overlap-wgmma",
         "insert-tma-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
         "specialize-warps",
         "insert-tma-stores",

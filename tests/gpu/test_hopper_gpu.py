@@ -173,3 +173,28 @@ def test_attention_entry_point_strided_heads() -> None:
     out = attention(q, k, v, causal=True)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
     assert ((out.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("config", [{"D": 128, "KEYS": 128, "PINGPONG": 1}, {"D": 64, "KEYS": 64, "PINGPONG": 1},
+                                    {"D": 128, "KEYS": 128, "OVERLAP": 1, "STAGES": 2},
+                                    {"D": 64, "KEYS": 64, "OVERLAP": 1},
+                                    {"D": 128, "KEYS": 64, "OVERLAP": 1, "PINGPONG": 1}])
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("nq, nk", [(1000, 1000), (257, 4097), (4096, 4096)])
+def test_hopper_attention_scheduling_variants(config: dict, causal: int, nq: int, nk: int) -> None:
+    """attention_sm90 with ping-pong warpgroups and/or the early Q·Kᵀ (overlap) on the H200: same answers."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    from tkc.kernels import attention_sm90
+
+    d = config["D"]
+    q = torch.randn(2, 3, nq, d, device="cuda").to(torch.bfloat16)
+    k, v = (torch.randn(2, 3, nk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
+    o, lse = torch.full_like(q, float("nan")), torch.full((2, 3, nq), float("nan"), device="cuda")
+    attention_sm90[(2, 3, -(-nq // 128))](q, k, v, o, lse, d**-0.5, CAUSAL=causal, WARPS=8, LSE=1, **config,
+                                          target="sm_90a")
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
+    assert not o.isnan().any() and not lse.isnan().any()
+    assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
+    ref_lse = _lse_ref(q, k, d**-0.5, bool(causal))
+    assert ((lse.double() - ref_lse.double()).norm() / ref_lse.double().norm()).item() < 1e-4

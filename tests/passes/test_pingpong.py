@@ -86,6 +86,8 @@ def test_unbalanced_turns_are_caught(monkeypatch: pytest.MonkeyPatch, mutation: 
 def test_misuse_is_a_clear_error() -> None:
     with pytest.raises(TkcError, match="needs warps=8"):
         lower_kernel(attention_sm90, "sm_90a", {"D": 64, "WARPS": 4, "PINGPONG": 1})
+    with pytest.raises(TkcError, match="stages >= 3"):
+        lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "PINGPONG": 1, "STAGES": 2})
     with pytest.raises(TkcError, match="no loop with wgmmas"):
         lower_kernel(no_wgmma, "sm_90a", {})
 
@@ -132,3 +134,70 @@ def test_softmax_stays_outside_the_turn(tmp_path, d: int, keys: int) -> None:
              and "EX2" in seq[:i])  # the first wgmma of the P·V group, after the softmax
     turn = max(i for i in range(pv) if seq[i] == "TURN")
     assert "EX2" not in seq[turn:pv], " ".join(seq)
+
+
+@pytest.mark.parametrize("nq, nk, d, causal, keys, warps, stages, pingpong", [
+    (256, 320, 64, 0, 64, 8, 3, 0), (200, 200, 64, 1, 64, 4, 3, 0), (128, 520, 128, 0, 128, 8, 2, 0),
+    (1, 1, 64, 0, 64, 4, 3, 0), (256, 320, 64, 1, 64, 8, 3, 1), (130, 300, 128, 0, 64, 8, 3, 1)])
+def test_overlap_issues_the_next_scores_early_and_agrees(nq: int, nk: int, d: int, causal: int, keys: int, warps: int,
+                                                         stages: int, pingpong: int) -> None:
+    """attention_sm90 with overlap=1 (overlap-wgmma: S_{j+1} = Q·K_{j+1}ᵀ issued before step j's softmax, left
+    running until P·V's wait), alone and with ping-pong: simulated with shuffled warps against the interpreter."""
+    rng = np.random.default_rng(nq + nk + d)
+    q = random_bf16(rng, 1, 2, nq, d)
+    k, v = random_bf16(rng, 1, 2, nk, d), random_bf16(rng, 1, 2, nk, d)
+    args = [q, k, v, poisoned(1, 2, nq, d), poisoned(1, 2, nq, dtype=np.float32), d**-0.5]
+    constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": warps, "LSE": 1, "OVERLAP": 1, "STAGES": stages,
+                 "PINGPONG": pingpong}
+    interp, sim = run_both(attention_sm90, args, (1, 2, -(-nq // (16 * warps))), constants, target="sm_90a",
+                           order="shuffled")
+    ref, ref_lse = attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5, lse=True)
+    assert rel_err(interp[3], ref) < 2e-2 and rel_err(sim[3], interp[3]) < 2e-3
+    assert rel_err(sim[4], ref_lse) < 1e-4
+
+
+def test_a_wgmma_read_before_its_wait_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated lowering: any wgmma followed by another in its block is left running (not only one whose result
+    goes to the next step). attention's S is then read by the softmax before P·V's wait, where the simulator's
+    registers still hold NaN: the output is wrong."""
+    from tkc.backend import lower_compute
+
+    def later_wgmma(op) -> bool:
+        nxt = op.next_op
+        while nxt is not None and not isinstance(nxt, t.WgmmaOp):
+            nxt = nxt.next_op
+        return nxt is not None
+
+    monkeypatch.setattr(lower_compute, "_waited_by_a_later_wgmma", later_wgmma)
+    args, constants, grid = _attention(128, 192, 64, 0)
+    constants["PINGPONG"] = 0
+    module = lower_kernel(attention_sm90, "sm_90a", constants)
+    simulate(module, "attention_sm90", args, grid, order="shuffled")
+    assert not np.isfinite(args[3].astype(np.float32)).all()
+
+
+def test_overlap_rotates_the_loop() -> None:
+    """The IR after overlap-wgmma: step 0's K load and Q·Kᵀ before the loop; in it, the next step's K load and
+    Q·Kᵀ first, then this step's V load and P·V; the loop carries the scores."""
+    from tkc.compiler import Dumps, PassTimer, parse_pipeline, run_passes
+    from tkc.frontend.kernel import build_module
+
+    module = build_module([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "OVERLAP": 1})
+    run_passes(module, parse_pipeline("canonicalize,cse,overlap-wgmma"), Dumps(None), PassTimer(False))
+    loop = next(op for op in module.walk() if isinstance(op, scf.ForOp))
+    before = [op for op in loop.parent_block().ops][:[*loop.parent_block().ops].index(loop)]
+    assert [op.name for op in before if isinstance(op, t.WgmmaOp | t.LoadOp)][-2:] == ["tile.load", "tile.wgmma_ABt"]
+    body = [op for op in loop.body.block.ops if isinstance(op, t.WgmmaOp | t.LoadOp)]
+    assert [op.name for op in body] == ["tile.load", "tile.wgmma_ABt", "tile.load", "tile.wgmma_AB"]
+    assert len(loop.iter_args) == 4 and loop.body.block.args[-1].type == body[1].result.type
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("constants", [{"D": 128, "KEYS": 128, "OVERLAP": 1, "STAGES": 2}, {"D": 64, "KEYS": 64, "OVERLAP": 1},
+                                       {"D": 128, "KEYS": 64, "OVERLAP": 1, "PINGPONG": 1}])
+def test_overlap_attention_assembles_cleanly(constants: dict) -> None:
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {**constants, "WARPS": 8, "LSE": 1},
+                                  {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
+    assert not report.notes and not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log

@@ -408,6 +408,7 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
                                                    for kk in range(k_steps)])
         a_regs = np.arange(k_steps).reshape(k_steps, 1)
     in_flight = _accumulates_in_flight(op)
+    deferred = not in_flight and _waited_by_a_later_wgmma(op)
     if in_flight:  # the loop's own accumulator registers, left to the tensor cores until the next step's wait
         acc = lw.value(op.c)
         lw.wgmma_loops.add(op.parent_op())
@@ -424,8 +425,24 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
 
         lower_turn_pass_now(lw)
         lw.passed_at_commit.add(op.next_op)
-    lw.emit(ptx.WgmmaSyncOp("wait", 1 if in_flight else 0))
+    if not deferred:
+        lw.emit(ptx.WgmmaSyncOp("wait", 1 if in_flight else 0))
     return [acc]
+
+
+def _waited_by_a_later_wgmma(op: t.WgmmaOp) -> bool:
+    """May this wgmma run on until a later wgmma of its block waits (which waits for every older group)? When its
+    result only goes to the loop's next step (overlap-wgmma's early Q·Kᵀ): nothing reads it before that wait."""
+    from xdsl.dialects import scf
+
+    uses = list(op.result.uses)
+    if not (len(uses) == 1 and isinstance(uses[0].operation, scf.YieldOp)
+            and uses[0].operation.parent_block() is op.parent_block()):
+        return False
+    later = op.next_op
+    while later is not None and not isinstance(later, t.WgmmaOp):
+        later = later.next_op
+    return later is not None
 
 
 def _accumulates_in_flight(op: t.WgmmaOp) -> bool:

@@ -104,7 +104,8 @@ class Kernel:
 
     def __init__(self, fn: Callable[..., Any], warps: int | str, min_target: str, stages: int | str | None = None,
                  blocks_per_sm: int | str | None = None, producer: int | str | None = None,
-                 tma_store: int | str | None = None, pingpong: int | str | None = None):
+                 tma_store: int | str | None = None, pingpong: int | str | None = None,
+                 overlap: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -123,6 +124,7 @@ class Kernel:
         self.producer = producer
         self.tma_store = tma_store
         self.pingpong = pingpong
+        self.overlap = overlap
         self._check_count("warps", warps, 1, 32)
         if producer is not None:
             self._check_count("producer", producer, 0, 1)
@@ -130,6 +132,8 @@ class Kernel:
             self._check_count("tma_store", tma_store, 0, 1)
         if pingpong is not None:
             self._check_count("pingpong", pingpong, 0, 1)
+        if overlap is not None:
+            self._check_count("overlap", overlap, 0, 1)
         if stages is not None:
             self._check_count("stages", stages, 1, 8)
         if blocks_per_sm is not None:
@@ -300,6 +304,8 @@ class Kernel:
             fn.attributes["tkc.tma_store"] = UnitAttr()
         if self.pingpong is not None and self._resolve_count("pingpong", self.pingpong, values, 0, 1):
             fn.attributes["tkc.pingpong"] = UnitAttr()
+        if self.overlap is not None and self._resolve_count("overlap", self.overlap, values, 0, 1):
+            fn.attributes["tkc.overlap"] = UnitAttr()
         fn.attributes["tkc.min_target"] = StringAttr(self.min_target.name)
         if values:
             fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
@@ -356,7 +362,8 @@ def build_module(kernels: list[Kernel], target: str | Target, constants: Mapping
 
 def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_target: str = "sm_80",
            stages: int | str | None = None, blocks_per_sm: int | str | None = None, producer: int | str | None = None,
-           tma_store: int | str | None = None, pingpong: int | str | None = None, **unknown: Any) -> Any:
+           tma_store: int | str | None = None, pingpong: int | str | None = None, overlap: int | str | None = None,
+           **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
@@ -366,16 +373,18 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     producer warpgroup that issues the TMA loads of the pipelined loop while the kernel's warps compute
     (`specialize-warps`, sm_90a); `tma_store=1` stores register tiles to aligned 2-D tensors through shared memory
     and TMA (`insert-tma-stores`, sm_90a); `pingpong=1` has two warpgroups take turns at the tensor cores, one's
-    wgmmas running while the other computes (`pingpong-warpgroups`, sm_90a). These options may name a const parameter instead, e.g. `warps="WARPS"`.
+    wgmmas running while the other computes (`pingpong-warpgroups`, sm_90a); `overlap=1` issues a loop's first
+    wgmma one step early, so that it runs while the step works on the previous result (`overlap-wgmma`, sm_90a).
+    These options may name a const parameter instead, e.g. `warps="WARPS"`.
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=... and pingpong=..., not "
+            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=... and overlap=..., not "
             f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
     if fn is not None and not callable(fn):
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
-        return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong)
-    return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong)
+        return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap)
+    return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap)

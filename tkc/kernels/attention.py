@@ -62,10 +62,10 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
 
 
-@tkc.kernel(warps="WARPS", pingpong="PINGPONG", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", min_target="sm_90a")
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
-                   PINGPONG: const = 0):
+                   STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0):
     """attention_fwd on Hopper's wgmma. Grid: (B, H, cdiv(Nq, 16·WARPS)); any Nq, Nk ≥ 1. With LSE, L (B, H, Nq)
     gets each row's log-sum-exp, ln Σ_j exp(scale · q·k_j), for the backward pass.
 

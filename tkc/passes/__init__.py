@@ -57,6 +57,7 @@ def _load_tkc_passes() -> None:
         insert_tma_pipeline,
         insert_tma_stores,
         lower_to_ptx,
+        overlap_wgmma,
         pingpong_warpgroups,
         specialize_warps,
         verify_tma_pipeline,

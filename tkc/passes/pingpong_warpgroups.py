@@ -45,7 +45,9 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from tkc.errors import SourceLoc, TkcError
 from tkc.ir import ops as t
+from tkc.ir import tma_ops as m
 from tkc.passes import register
+from tkc.passes.insert_async_pipeline import kernel_stages
 
 PINGPONG_ATTR = "tkc.pingpong"
 WARPGROUPS = 2
@@ -117,6 +119,10 @@ def pingpong_warpgroups(module: ModuleOp) -> None:
             raise TkcError(f"pingpong=1 takes turns between two warpgroups: the kernel needs warps=8 and no producer "
                            f"warpgroup, got warps={warps}{' and producer=1' if 'tkc.producer' in fn.attributes else ''}",
                            loc)
+        if any(isinstance(o, m.StageBarriersOp) for o in fn.walk()) and kernel_stages(fn, None) < 3:
+            raise TkcError("pingpong=1 with a TMA ring needs stages >= 3: warpgroup 1 refills the ring inside its "
+                           "turn, so a refill must run two steps ahead of warpgroup 0's wait (with 2 it waits for "
+                           "a refill that comes after its own turn: a hang)", loc)
         loops = [op for op in fn.walk() if isinstance(op, scf.ForOp) and _wgmmas(op.body.block)]
         if not loops:
             raise TkcError("pingpong=1: the kernel has no loop with wgmmas (mma on shared tiles, sm_90a) to take "
