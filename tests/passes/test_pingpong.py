@@ -90,10 +90,17 @@ def test_misuse_is_a_clear_error() -> None:
         lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "PINGPONG": 1, "STAGES": 2})
     with pytest.raises(TkcError, match="no loop with wgmmas"):
         lower_kernel(no_wgmma, "sm_90a", {})
+    with pytest.raises(TkcError, match="overlap=1: the kernel has no loop with wgmmas"):
+        lower_kernel(no_wgmma_overlap, "sm_90a", {})
 
 
 @tkc.kernel(warps=8, pingpong=1, min_target="sm_90a")
 def no_wgmma(X: gl[f32, 2]):
+    store(X, zeros(rt[f32, 16, 16]), (warp_id(), 0))
+
+
+@tkc.kernel(warps=4, overlap=1, min_target="sm_90a")
+def no_wgmma_overlap(X: gl[f32, 2]):
     store(X, zeros(rt[f32, 16, 16]), (warp_id(), 0))
 
 
