@@ -3,17 +3,19 @@
 In a loop whose body issues wgmmas and then works on their results (attention: S = Q·Kᵀ, the softmax on S, then
 O += P·V), both warpgroups tend to reach their wgmmas together and their softmax together, so the tensor cores
 idle while both compute. Here the warpgroups hand a turn back and forth with two named barriers: a warpgroup
-waits for its turn before its wgmmas (`tile.turn_wait`) and passes it on once they are done (`tile.turn_pass`),
-so that one warpgroup's wgmmas run while the other computes (a pass right after a wgmma is lowered between its
-commit and its wait: the other warpgroup's wgmmas queue up behind the running ones). The last wgmma of step j and the first of step
+waits for its turn before its wgmmas (`tile.turn_wait`) and passes it on once they are issued (`tile.turn_pass`),
+so that one warpgroup's wgmmas run while the other computes. The last wgmma of step j and the first of step
 j + 1 share one turn, so each turn covers the tensor-core work the other warpgroup's computation hides under.
 Warpgroup 1 passes once before the loop so that warpgroup 0 starts, and warpgroup 0 takes one turn after it so
 that every arrival at a barrier is waited for. Values do not change: the interpreter ignores the turns.
 
-A TMA ring's refills wait for both warpgroups to release a stage. Issued from warpgroup 0, inside its turn, such
-a wait can need a release that warpgroup 1 makes only in its next turn, which waits for warpgroup 0: a hang. So
-the lowering issues them from warpgroup 1, which goes second: whatever it waits for, warpgroup 0 released in an
-earlier turn.
+The lowering (lower_to_ptx.py) makes this work on the GPU: a pass right after a wgmma goes between its commit and
+its wait (the other warpgroup's wgmmas queue up behind the running ones); a wait before a wgmma with a register
+operand takes a barrier number computed from those registers (+0, but ptxas cannot tell), or ptxas sinks the
+work that computes them (the softmax) past the bar.sync, into the turn; and warpgroup 1 refills TMA rings. A
+refill waits for both warpgroups to release a stage: issued from warpgroup 0 inside its turn, it could need a
+release that warpgroup 1 makes only in its next turn, which waits for warpgroup 0 (a hang). For the same reason
+a ring needs 3 stages or more: warpgroup 0 must not wait for a refill warpgroup 1 issues in its next turn.
 
     scf.for %j = %lb to %ub step %c1 {
       %s = tile.wgmma_ABt %q, %k, %z          // S_j
