@@ -6,9 +6,9 @@ most 256 rows whose rows are whole 32/64/128-byte swizzle panels, with indices t
 index and values from outside the loop. Each load gets a ring of N stages; one set of stage barriers
 (`tkc/ir/tma_ops.py`) serves them all. Before the loop, steps 0..N-2 are filled (each only if it runs). Step k
 waits for its bytes, reads stage k mod N, releases the stage after its last use, and refills for step k+N-1. A
-loop that runs a wgmma on the stages releases step k-1 after step k's wgmma instead (marked
-`tkc.wgmma_in_flight`: the lowering waits for the previous step's wgmma only there), so the refill never
-overwrites what a running wgmma reads. Loops that do not qualify are left to `insert-async-pipeline`.
+loop whose wgmma may run on into the next step (a loop-carried accumulator, A in shared memory: GEMM's K loop)
+releases step k-1 after step k's wgmma instead (marked `tkc.wgmma_in_flight`: the lowering waits for the
+previous step's wgmma only there), so the refill never overwrites what a running wgmma reads. Loops that do not qualify are left to `insert-async-pipeline`.
 
     scf.for %j = %lb to %ub step %c1 {
       %a = tile.load %A[%i, %j] : !tile.gl<?x?xbf16> -> !tile.st<128x64xbf16>
@@ -44,7 +44,7 @@ from tkc.errors import TkcError
 from tkc.ir import async_ops as a
 from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
-from tkc.ir.types import GlobalType, SharedTileType, element_bytes
+from tkc.ir.types import GlobalType, RegTileType, SharedTileType, element_bytes
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, _constant, _index_slice, kernel_stages
 
@@ -143,6 +143,16 @@ def _guarded(b: Builder, cond: SSAValue, build: Callable[[Builder], None]) -> No
     build(Builder(InsertPoint.at_end(then)))
     Builder(InsertPoint.at_end(then)).insert(scf.YieldOp())
     b.insert(scf.IfOp(cond, [], Region(then), Region(Block([scf.YieldOp()]))))
+
+
+def _may_accumulate_in_flight(op: Operation, loop: scf.ForOp) -> bool:
+    """Could the lowering leave this wgmma running into the next step (a loop-carried accumulator with A in shared
+    memory: GEMM's K loop)? Only then must a step release its stage one step late. Attention's wgmmas are waited for
+    within their step, so its steps release at once and the refill never waits on the slowest warp's last wgmma."""
+    from tkc.backend.lower_compute import _carries_only_the_accumulator
+
+    return (isinstance(op, t.WgmmaOp) and not isinstance(op.a.type, RegTileType)
+            and _carries_only_the_accumulator(op, loop))
 
 
 def _release_lags(loop: scf.ForOp) -> bool:
@@ -258,7 +268,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     # release after the last read (a wgmma's: one step later, when the next step's wgmma has been issued and
     # the lowering waited for this one), then refill the released stage for step k + stages - 1
     last = _last_use(body, reads)
-    if any(isinstance(op, t.WgmmaOp) for op in body.walk()):
+    if any(_may_accumulate_in_flight(op, loop) for op in body.ops):
         loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
     after = Builder(InsertPoint.after(last if last is not None else wait))
     lags = _release_lags(loop)
