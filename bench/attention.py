@@ -3,7 +3,10 @@
 B·N = 16384 tokens, H = 16, N in {512 … 16384}, D in {64, 128}, causal and not. FLOPs = 4·B·H·N²·D, halved when
 causal. Every output is checked against the mem-efficient backend run in float32.
 
-    python bench/attention.py [--seqlens 512 1024 ...] [--dims 64 128] [--launches 30] [--rounds 3]
+    python bench/attention.py [--seqlens 512 1024 ...] [--dims 64 128] [--launches 30] [--rounds 3] [--variants]
+
+With --variants, attention_sm90's scheduling options run beside attention() (same wrapper work, the kernel
+launched directly): `tkc pp` (pingpong=1), `tkc ov` (overlap=1), `tkc pp+ov` (both).
 """
 
 from __future__ import annotations
@@ -29,6 +32,28 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+VARIANTS = ("tkc pp", "tkc ov", "tkc pp+ov")
+
+
+def variant_configs(d: int) -> dict[str, dict[str, int]]:
+    keys = 128 if d == 128 else 64
+    return {"tkc pp": {"KEYS": keys, "PINGPONG": 1},
+            "tkc ov": {"KEYS": keys, "OVERLAP": 1, "STAGES": 2 if d == 128 else 3},
+            "tkc pp+ov": {"KEYS": 64, "PINGPONG": 1, "OVERLAP": 1}}
+
+
+def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
+    """attention_sm90 with a scheduling variant, allocated and launched as attention() does."""
+    from tkc.kernels import attention_sm90
+
+    b, h, n, d = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
+    attention_sm90[(b, h, -(-n // 128))](q, k, v, out, lse, d**-0.5, D=d, CAUSAL=int(causal), WARPS=8, **cfg,
+                                         target="sm_90a")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seqlens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
@@ -36,6 +61,7 @@ def main() -> None:
     parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--variants", action="store_true", help="also attention_sm90 with ping-pong / overlap")
     add_timing_options(parser)
     args = parser.parse_args()
     triton_kernels = triton_peer()
@@ -55,6 +81,9 @@ def main() -> None:
                     impls[name] = lambda backend=backend: sdpa(backend, q, k, v, causal)
                 if triton_kernels is not None:
                     impls["triton"] = lambda: triton_kernels.attention(q, k, v, causal=causal)
+                if args.variants:
+                    for name, cfg in variant_configs(d).items():
+                        impls[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
                 errors = {}
                 for name, fn in list(impls.items()):
                     try:
@@ -66,11 +95,11 @@ def main() -> None:
                 times = compare(impls, args.rounds, args.launches)
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
                 row = {"D": d, "causal": int(causal), "N": n, "B": b}
-                for name in ["tkc sm_80", "tkc", *BACKENDS, "triton"]:
+                for name in ["tkc sm_80", "tkc", *BACKENDS, "triton", *(VARIANTS if args.variants else ())]:
                     row[f"{name} TFLOP/s"] = flops / times[name] / 1e9 if name in times else float("nan")
                     row[f"{name} err"] = errors.get(name, float("nan"))
                 for peer in [*BACKENDS, "triton"]:
-                    for mine in ("tkc sm_80", "tkc"):
+                    for mine in ("tkc sm_80", "tkc", *(VARIANTS if args.variants else ())):
                         row[f"{mine} / {peer}"] = (times[peer] / times[mine]) if peer in times and mine in times else float("nan")
                 rows.append(row)
                 print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if "err" not in k}, flush=True)
@@ -79,6 +108,8 @@ def main() -> None:
     cols += [(f"{n} TFLOP/s", f"{n}") for n in ("tkc sm_80", "tkc", *BACKENDS, "triton")]
     cols += [(f"tkc sm_80 / {p}", f"sm_80/{p}") for p in ("flash", "cuDNN", "triton")]
     cols += [(f"tkc / {p}", f"tkc/{p}") for p in ("flash", "cuDNN", "triton")]
+    if args.variants:
+        cols += [(f"{v} / cuDNN", f"{v.removeprefix('tkc ')}/cuDNN") for v in VARIANTS]
     cols += [("tkc sm_80 err", "sm_80 err"), ("tkc err", "tkc err")]
     text = table(rows, cols)
     print(text)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
-# steps: tests probe probe-attention bench bench-attention bench-layernorm host layernorm-probe sanitize
+# steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-layernorm host
+#        layernorm-probe sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
@@ -21,6 +22,9 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 260 python3 bench/gemm.py > "$OUT/bench-gemm.log" 2>&1; tail -10 "$OUT/bench-gemm.log" ;;
     bench-attention)
         timeout 400 python3 bench/attention.py > "$OUT/bench-attention.log" 2>&1; tail -28 "$OUT/bench-attention.log" ;;
+    bench-attention-variants)  # attention() beside attention_sm90 with ping-pong / overlap, at the issue's sizes
+        timeout 500 python3 bench/attention.py --variants --seqlens 1024 4096 8192 16384 > "$OUT/bench-attention.log" 2>&1
+        tail -20 "$OUT/bench-attention.log" ;;
     bench-layernorm)
         timeout 200 python3 bench/layernorm.py > "$OUT/bench-layernorm.log" 2>&1; tail -7 "$OUT/bench-layernorm.log" ;;
     host)
