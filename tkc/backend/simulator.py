@@ -154,14 +154,6 @@ class SharedMemory:
         addr = self._check(addr, nbytes, what)
         return self.data[addr[:, None] + np.arange(nbytes)]
 
-    def write_span(self, addr: int, data: np.ndarray, what: str) -> None:
-        """Bytes at one address, any alignment (a TMA box's row)."""
-        which, offset = self.locate(np.array([addr]), 1, what)
-        w, o = int(which[0]), int(offset[0])
-        if o + data.size > self.buffers[w].size:
-            raise SimulationError(f"{what}: illegal global address {addr + data.size:#x} (outside every tensor)")
-        self.buffers[w][o:o + data.size] = data
-
     def write(self, addr: np.ndarray, data: np.ndarray, what: str) -> None:
         addr = self._check(addr, data.shape[1], what)
         self.data[addr[:, None] + np.arange(data.shape[1])] = data

@@ -44,6 +44,7 @@ from tkc.ir import async_ops as a
 from tkc.ir import ops as t
 from tkc.ir.types import GlobalType, SharedTileType, SharedVecType
 from tkc.passes import register
+from tkc.passes.util import within
 
 DEFAULT_STAGES = 3
 WGMMA_IN_FLIGHT = "tkc.wgmma_in_flight"  # on a loop whose copies leave room for one wgmma step in flight
@@ -66,9 +67,9 @@ def _index_slice(load: t.LoadOp, loop: scf.ForOp) -> list[Operation] | None:
             return True
         owner = value.owner
         if isinstance(owner, Block):
-            return not _within(owner, body)
+            return not within(owner, body)
         if owner.parent_block() is not body:
-            return not _within(owner.parent_block(), body)
+            return not within(owner.parent_block(), body)
         if owner in seen:
             return True
         if not is_side_effect_free(owner) or owner.regions:
@@ -83,16 +84,6 @@ def _index_slice(load: t.LoadOp, loop: scf.ForOp) -> list[Operation] | None:
         return None
     order = {op: n for n, op in enumerate(body.ops)}
     return sorted(needed, key=order.__getitem__)
-
-
-def _within(block: Block | None, outer: Block) -> bool:
-    """Whether `block` is `outer` or nested inside one of its ops."""
-    while block is not None:
-        if block is outer:
-            return True
-        parent = block.parent_op()
-        block = parent.parent_block() if parent is not None else None
-    return False
 
 
 @dataclass

@@ -42,19 +42,9 @@ from tkc.ir import ops as t
 from tkc.ir.types import SharedTileType
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import _index_slice
+from tkc.passes.util import defined_in
 
 OVERLAP_ATTR = "tkc.overlap"
-
-
-def _outside(value: SSAValue, loop: scf.ForOp) -> bool:
-    owner = value.owner
-    block = owner if isinstance(owner, Block) else owner.parent_block()
-    while block is not None:
-        if block is loop.body.block:
-            return False
-        parent = block.parent_op()
-        block = parent.parent_block() if parent is not None else None
-    return True
 
 
 def _candidate(loop: scf.ForOp) -> tuple[t.WgmmaOp, t.LoadOp, list[Operation]] | None:
@@ -62,14 +52,14 @@ def _candidate(loop: scf.ForOp) -> tuple[t.WgmmaOp, t.LoadOp, list[Operation]] |
     clone with it: those that compute that load's indices, and the accumulator's fill if the body makes it)."""
     body = loop.body.block
     gemm = next((op for op in body.ops if isinstance(op, t.WgmmaOp)), None)
-    if gemm is None or not _outside(gemm.a, loop):
+    if gemm is None or defined_in(gemm.a, loop):
         return None
-    fill = [] if _outside(gemm.c, loop) else [gemm.c.owner]
+    fill = [] if not defined_in(gemm.c, loop) else [gemm.c.owner]
     if fill and not (isinstance(fill[0], t.FillOp) and not fill[0].operands):
         return None
     load = gemm.b.owner
     if not (isinstance(load, t.LoadOp) and load.parent_block() is body and isinstance(load.result.type, SharedTileType)
-            and len(list(load.result.uses)) == 1 and _outside(load.source, loop)):
+            and len(list(load.result.uses)) == 1 and not defined_in(load.source, loop)):
         return None
     index_ops = _index_slice(load, loop)
     if index_ops is None:

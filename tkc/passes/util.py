@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
 
 
 def sync_function_types(module: ModuleOp) -> None:
@@ -13,3 +14,19 @@ def sync_function_types(module: ModuleOp) -> None:
             inputs = [a.type for a in op.body.block.args]
             if list(op.function_type.inputs.data) != inputs:
                 op.function_type = FunctionType.from_lists(inputs, list(op.function_type.outputs.data))
+
+
+def within(block: Block | None, outer: Block) -> bool:
+    """Whether `block` is `outer` or nested inside one of its ops."""
+    while block is not None:
+        if block is outer:
+            return True
+        parent = block.parent_op()
+        block = parent.parent_block() if parent is not None else None
+    return False
+
+
+def defined_in(value: SSAValue, loop: Operation) -> bool:
+    """Whether `value` is computed in the loop's body (or is one of its block arguments)."""
+    owner = value.owner
+    return within(owner if isinstance(owner, Block) else owner.parent_block(), loop.body.block)  # type: ignore[attr-defined]

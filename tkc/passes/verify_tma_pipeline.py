@@ -33,6 +33,7 @@ from tkc.ir import async_ops as a
 from tkc.ir import tma_ops as m
 from tkc.passes import register
 from tkc.passes.insert_tma_pipeline import stage_readers, step_index
+from tkc.passes.util import defined_in
 
 
 def _fail(message: str, op: Operation) -> TkcError:
@@ -99,20 +100,9 @@ def _ring_step(loop: scf.ForOp, value: SSAValue) -> SSAValue | None:
     if value is k:
         return k  # marker: no base
     owner = value.owner
-    if isinstance(owner, arith.AddiOp) and owner.rhs is k and not _inside(owner.lhs, loop):
+    if isinstance(owner, arith.AddiOp) and owner.rhs is k and not defined_in(owner.lhs, loop):
         return owner.lhs
     return None
-
-
-def _inside(value: SSAValue, loop: scf.ForOp) -> bool:
-    owner = value.owner
-    block = owner if isinstance(owner, Block) else owner.parent_block()
-    while block is not None:
-        if block is loop.body.block:
-            return True
-        parent = block.parent_op()
-        block = parent.parent_block() if parent is not None else None
-    return False
 
 
 def _before_loop(loop: scf.ForOp, bars: SSAValue, base: SSAValue | None) -> list[int]:
