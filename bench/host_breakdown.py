@@ -1,6 +1,8 @@
 """Where the host time of one call goes: each piece of the launch path timed on its own (steady state, tiny
 shapes so that the GPU is never the bottleneck), next to torch's and Triton's calls, then a cProfile of the
-public entry points. A memory-bound kernel of ~30 µs is host-bound once its call costs more than that.
+public entry points. A memory-bound kernel of ~30 µs is host-bound once its call costs more than that; the
+layernorm section at --rows × --cols (default 16384 × 1024) puts host, drained, event-timed and graph-replayed
+times per call side by side.
 
     python bench/host_breakdown.py [--profile gemm attention layernorm]
 """
@@ -18,40 +20,52 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from common import graph_time_ms, time_ms  # noqa: E402
+
 from tkc.kernels import attention, gemm, layernorm, layernorm_kernel  # noqa: E402
 from tkc.kernels._checks import check_tensor  # noqa: E402
 from tkc.runtime import launch as L  # noqa: E402
 from tkc.runtime.driver import driver  # noqa: E402
 
 
-def per_call_us(fn, calls: int = 5000) -> float:
+def host_and_wall_us(fn, calls: int = 5000) -> tuple[float, float]:
+    """Per call: the host's time to queue `calls` calls, and the wall time until the GPU has run them all."""
     for _ in range(100):
         fn()
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
         fn()
-    elapsed = time.perf_counter() - start
+    host = time.perf_counter() - start
     torch.cuda.synchronize()
-    return elapsed / calls * 1e6
+    wall = time.perf_counter() - start
+    return host / calls * 1e6, wall / calls * 1e6
+
+
+def per_call_us(fn, calls: int = 5000) -> float:
+    return host_and_wall_us(fn, calls)[0]
 
 
 def big_shape(rows: int, cols: int) -> None:
-    """layernorm at a benchmark shape: the wall time per call of 200 queued calls (host-bound where it exceeds the
-    kernel), and of the bare kernel launched on grids of several sizes (GPU-bound: its host cost is lower)."""
+    """layernorm at a benchmark shape, where bench/layernorm.py reads more per call than the Python and the kernel
+    seem to cost: per variant the host time to queue a call, the wall time with the GPU drained, bench/common.py's
+    time_ms (one event between calls) and graph_time_ms (the kernel alone); the bare kernel on smaller grids."""
     bf = torch.bfloat16
     x, r = (torch.randn(rows, cols, device="cuda", dtype=bf) for _ in range(2))
     w = torch.randn(cols, device="cuda", dtype=bf)
     o, ro = torch.empty_like(x), torch.empty_like(x)
-    print(f"\n{rows}×{cols}: 8 bytes per element moved = {8 * rows * cols / 1e6:.0f} MB")
+    moved = 8 * rows * cols
+    print(f"\n{rows}×{cols}: 8 bytes per element moved = {moved / 1e6:.0f} MB")
     calls = {"layernorm()": lambda: layernorm(x, r, w, w),
              "layernorm() with out=": lambda: layernorm(x, r, w, w, out=o, residual_out=ro)}
-    for blocks in (rows, 132 * 32, 132 * 16, 132 * 8):
+    for blocks in (rows, 132 * 32, 132 * 8):
         calls[f"layernorm_kernel[{blocks}]"] = (
             lambda blocks=blocks: layernorm_kernel[(blocks,)](x, r, w, w, o, ro, 1e-5, D=cols, WARPS=1))
     for name, fn in calls.items():
-        wall = per_call_us(fn, 300)
-        print(f"{name:34s} {wall:7.2f} us per call  ({8 * rows * cols / wall / 1e3:.0f} GB/s)", flush=True)
+        host, wall = host_and_wall_us(fn, 300)
+        timed, graph = time_ms(fn, 30) * 1e3, graph_time_ms(fn, 30) * 1e3
+        print(f"{name:26s} host {host:6.1f} µs, drained {wall:6.1f} µs, time_ms {timed:6.1f} µs "
+              f"({moved / timed / 1e3:.0f} GB/s), graph {graph:6.1f} µs", flush=True)
 
 
 def main() -> None:

@@ -30,7 +30,8 @@ for step in ${*:-tests probe bench sanitize}; do
     host)
         timeout 200 python3 bench/host_breakdown.py --profile > "$OUT/host.log" 2>&1; head -26 "$OUT/host.log" ;;
     layernorm-probe)
-        timeout 200 python3 bench/layernorm_host_probe.py > "$OUT/layernorm-probe.log" 2>&1; head -30 "$OUT/layernorm-probe.log" ;;
+        timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
+        sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;
     sanitize)
         for tool in memcheck racecheck synccheck; do
             timeout 150 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/sanitize-$tool.log" 2>&1
