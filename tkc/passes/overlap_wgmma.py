@@ -33,7 +33,7 @@ from __future__ import annotations
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -42,7 +42,7 @@ from tkc.ir import ops as t
 from tkc.ir.types import SharedTileType
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import _index_slice
-from tkc.passes.util import defined_in
+from tkc.passes.util import defined_in, wgmma_loops
 
 OVERLAP_ATTR = "tkc.overlap"
 
@@ -118,12 +118,7 @@ def overlap_wgmma(module: ModuleOp) -> None:
     for fn in module.walk():
         if not (isinstance(fn, func.FuncOp) and OVERLAP_ATTR in fn.attributes):
             continue
-        loops = [op for op in fn.walk() if isinstance(op, scf.ForOp)
-                 and any(isinstance(o, t.WgmmaOp) for o in op.body.block.ops)]
-        if not loops:
-            raise TkcError("overlap=1: the kernel has no loop with wgmmas (mma on shared tiles, sm_90a)",
-                           SourceLoc.from_attr(fn.location))
-        for loop in loops:
+        for loop in wgmma_loops(fn, "overlap=1"):
             _rotate(loop)
 
 

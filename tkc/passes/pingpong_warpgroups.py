@@ -50,6 +50,7 @@ from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import kernel_stages
+from tkc.passes.util import wgmma_loops
 
 PINGPONG_ATTR = "tkc.pingpong"
 WARPGROUPS = 2
@@ -125,11 +126,7 @@ def pingpong_warpgroups(module: ModuleOp) -> None:
             raise TkcError("pingpong=1 with a TMA ring needs stages >= 3: warpgroup 1 refills the ring inside its "
                            "turn, so a refill must run two steps ahead of warpgroup 0's wait (with 2 it waits for "
                            "a refill that comes after its own turn: a hang)", loc)
-        loops = [op for op in fn.walk() if isinstance(op, scf.ForOp) and _wgmmas(op.body.block)]
-        if not loops:
-            raise TkcError("pingpong=1: the kernel has no loop with wgmmas (mma on shared tiles, sm_90a) to take "
-                           "turns at", loc)
-        for loop in loops:
+        for loop in wgmma_loops(fn, "pingpong=1"):
             _take_turns(loop)
 
 

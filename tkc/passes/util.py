@@ -30,3 +30,19 @@ def defined_in(value: SSAValue, loop: Operation) -> bool:
     """Whether `value` is computed in the loop's body (or is one of its block arguments)."""
     owner = value.owner
     return within(owner if isinstance(owner, Block) else owner.parent_block(), loop.body.block)  # type: ignore[attr-defined]
+
+
+def wgmma_loops(fn: Operation, option: str) -> list[Operation]:
+    """The loops of a kernel with wgmmas at the top level of their body, for a pass that kernel option `option`
+    (e.g. "pingpong=1") asked for; none is one clear error at the kernel."""
+    from xdsl.dialects import scf
+
+    from tkc.errors import SourceLoc, TkcError
+    from tkc.ir import ops as t
+
+    loops = [op for op in fn.walk() if isinstance(op, scf.ForOp)
+             and any(isinstance(o, t.WgmmaOp) for o in op.body.block.ops)]
+    if not loops:
+        raise TkcError(f"{option}: the kernel has no loop with wgmmas (mma on shared tiles, sm_90a)",
+                       SourceLoc.from_attr(fn.location))
+    return loops
