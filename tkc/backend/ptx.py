@@ -13,6 +13,8 @@ block; a loop-carried value is a bundle declared with `ptx.regs` and written wit
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from collections.abc import Sequence
 
 import numpy as np
@@ -647,12 +649,11 @@ class WgmmaOp(_TableOp):
             raise VerifyException("wgmma: an A operand in registers cannot be transposed")
 
 
-@irdl_op_definition
-class WgmmaSyncOp(IRDLOperation):
-    """`wgmma.fence.sync.aligned;`, `wgmma.commit_group.sync.aligned;` or `wgmma.wait_group.sync.aligned N;`
-    (kind = fence | commit | wait)."""
+class _GroupSyncOp(IRDLOperation):
+    """What the group instructions of wgmma and of bulk copies share: a kind, and for a wait how many of this
+    thread's groups may stay pending. Subclasses name their kinds (the first is the one without a count)."""
 
-    name = "ptx.wgmma_sync"
+    KINDS: ClassVar[tuple[str, ...]] = ()
     kind = prop_def(StringAttr)
     pending = opt_prop_def(IntAttr)
     traits = traits_def(MemoryWriteEffect())
@@ -664,10 +665,20 @@ class WgmmaSyncOp(IRDLOperation):
         super().__init__(properties=props)
 
     def verify_(self) -> None:
-        if self.kind.data not in ("fence", "commit", "wait"):
-            raise VerifyException(f"wgmma_sync kind must be fence, commit or wait, got {self.kind.data}")
-        if (self.kind.data == "wait") != (self.pending is not None):
-            raise VerifyException("wgmma_sync: a wait (and only a wait) says how many groups may stay pending")
+        what = self.name.removeprefix("ptx.")
+        if self.kind.data not in self.KINDS:
+            raise VerifyException(f"{what} kind must be one of {', '.join(self.KINDS)}, got {self.kind.data}")
+        if self.kind.data.startswith("wait") != (self.pending is not None):
+            raise VerifyException(f"{what}: a wait (and only a wait) says how many groups may stay pending")
+
+
+@irdl_op_definition
+class WgmmaSyncOp(_GroupSyncOp):
+    """`wgmma.fence.sync.aligned;`, `wgmma.commit_group.sync.aligned;` or `wgmma.wait_group.sync.aligned N;`
+    (kind = fence | commit | wait)."""
+
+    name = "ptx.wgmma_sync"
+    KINDS: ClassVar[tuple[str, ...]] = ("fence", "commit", "wait")
 
 
 @irdl_op_definition
@@ -782,26 +793,12 @@ class TmaStoreOp(_TableOp):
 
 
 @irdl_op_definition
-class BulkGroupOp(IRDLOperation):
+class BulkGroupOp(_GroupSyncOp):
     """`cp.async.bulk.commit_group;` (kind commit) or `cp.async.bulk.wait_group{.read} N;` (kind wait / wait_read:
     until at most N of this thread's bulk groups are pending; `.read`: only their reads of shared memory)."""
 
     name = "ptx.bulk_group"
-    kind = prop_def(StringAttr)
-    pending = opt_prop_def(IntAttr)
-    traits = traits_def(MemoryWriteEffect())
-
-    def __init__(self, kind: str, pending: int | None = None):
-        props: dict[str, Attribute] = {"kind": StringAttr(kind)}
-        if pending is not None:
-            props["pending"] = IntAttr(pending)
-        super().__init__(properties=props)
-
-    def verify_(self) -> None:
-        if self.kind.data not in ("commit", "wait", "wait_read"):
-            raise VerifyException(f"bulk_group kind must be commit, wait or wait_read, got {self.kind.data}")
-        if (self.kind.data != "commit") != (self.pending is not None):
-            raise VerifyException("bulk_group: a wait (and only a wait) says how many groups may stay pending")
+    KINDS: ClassVar[tuple[str, ...]] = ("commit", "wait", "wait_read")
 
 
 @irdl_op_definition
