@@ -221,7 +221,7 @@ class _Fast:
     params: ParamBuffer
     device: Device
     resident: int | None = None  # blocks the GPU holds at once, once asked for
-    tensor_maps: tuple[tuple[int, str, int, int, int, bool], ...] = ()  # (argument, name, box rows, cols, swizzle, stacked)
+    tensor_maps: tuple[tuple[int, str, int, int, int, bool], ...] = ()  # (argument, its label, box rows, cols, swizzle, stacked)
 
 
 _fast: dict[tuple[Any, ...], _Fast] = {}
@@ -339,7 +339,7 @@ def _tensor_map_params(kernel: Kernel, params: Sequence[tuple[str, str]]) -> tup
             if described is None or described[0] not in index:
                 raise TkcRuntimeError(f"internal: kernel parameter {name} is a tensor map of no argument")
             tensor, rows, cols, swizzle, stack = described
-            maps.append((index[tensor], tensor, rows, cols, swizzle, stack))
+            maps.append((index[tensor], f"argument `{tensor}`", rows, cols, swizzle, stack))  # the label errors use
     return tuple(maps)
 
 
@@ -367,8 +367,8 @@ def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], consta
     values: list[Any] = []
     fast = _fast_for(kernel, args, constants, target, pipeline, values)
     if fast.tensor_maps:
-        values.extend(tensor_map(args[i], rows, cols, swizzle, f"argument `{name}`", stack)
-                      for i, name, rows, cols, swizzle, stack in fast.tensor_maps)
+        values.extend(tensor_map(args[i], rows, cols, swizzle, label, stack)
+                      for i, label, rows, cols, swizzle, stack in fast.tensor_maps)
     if getattr(_current, "ordinal", None) != fast.device.ordinal:
         make_current(fast.device)  # torch keeps its primary context current afterwards; set it once per thread
         _current.ordinal = fast.device.ordinal
