@@ -17,6 +17,7 @@ from tkc.backend import ptxas
 from tkc.compiler import compile_kernels
 from tkc.errors import TkcError
 from tkc.lang import bf16, f32, gl, load, mma_AB, rt, st, store, zeros
+from tkc.passes.util import carries_only_the_accumulator
 
 
 SHAPES = [(64, 64, 64, 64), (128, 128, 192, 64), (64, 256, 128, 256), (100, 80, 72, 64), (64, 48, 16, 16)]
@@ -276,7 +277,7 @@ def test_wgmma_in_flight_needs_the_pipeline_slack(monkeypatch: pytest.MonkeyPatc
     assert rel_err(sim[2], interp[2]) < 1e-4  # as compiled: copies two steps ahead, one wgmma in flight
     monkeypatch.setattr(insert_async_pipeline, "_wgmma_slack", lambda body, stages: 0)
     monkeypatch.setattr(lower_compute, "_accumulates_in_flight",
-                        lambda op: lower_compute._carries_only_the_accumulator(op, op.parent_op()))
+                        lambda op: carries_only_the_accumulator(op, op.parent_op()))
     with pytest.raises(TkcError, match="a wgmma or TMA store of warp .* still reads"):
         run(11)
 
@@ -294,7 +295,7 @@ def test_register_a_in_flight_is_caught(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(insert_tma_pipeline, "_may_accumulate_in_flight",  # the ring leaves room for it, too
                         lambda op, loop: isinstance(op, t.WgmmaOp))
     monkeypatch.setattr(lower_compute, "_accumulates_in_flight",
-                        lambda op: lower_compute._carries_only_the_accumulator(op, op.parent_op())
+                        lambda op: carries_only_the_accumulator(op, op.parent_op())
                         and "tkc.wgmma_in_flight" in op.parent_op().attributes)
     rng = np.random.default_rng(3)
     a, b = random_bf16(rng, 64, 200), random_bf16(rng, 200, 64)

@@ -452,25 +452,14 @@ def _accumulates_in_flight(op: t.WgmmaOp) -> bool:
     from xdsl.dialects import scf
 
     from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT
+    from tkc.passes.util import carries_only_the_accumulator
 
     loop = op.parent_op()
     if not (isinstance(loop, scf.ForOp) and WGMMA_IN_FLIGHT in loop.attributes):
         return False
     if isinstance(op.a.type, RegTileType):
         return False  # the tensor cores read A's registers until the wait, and the next step rewrites them
-    return _carries_only_the_accumulator(op, loop)
-
-
-def _carries_only_the_accumulator(op: t.WgmmaOp, loop: Any) -> bool:
-    from xdsl.dialects import scf
-    from xdsl.ir import BlockArgument
-
-    c, body = op.c, loop.body.block
-    if not (isinstance(c, BlockArgument) and c.owner is body and len(list(c.uses)) == 1):
-        return False
-    uses = list(op.result.uses)
-    return (len(uses) == 1 and isinstance(uses[0].operation, scf.YieldOp) and uses[0].operation.parent_block() is body
-            and uses[0].index == c.index - 1)
+    return carries_only_the_accumulator(op, loop)
 
 
 def _descriptors(lw: KernelLowering, addr: SSAValue, templates: list[int]) -> SSAValue:

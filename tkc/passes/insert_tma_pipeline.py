@@ -47,6 +47,7 @@ from tkc.ir import tma_ops as m
 from tkc.ir.types import GlobalType, RegTileType, SharedTileType, element_bytes
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, _constant, _index_slice, kernel_stages
+from tkc.passes.util import carries_only_the_accumulator
 
 MAX_BOX_ROWS = 256  # a TMA box dimension
 
@@ -149,10 +150,8 @@ def _may_accumulate_in_flight(op: Operation, loop: scf.ForOp) -> bool:
     """Could the lowering leave this wgmma running into the next step (a loop-carried accumulator with A in shared
     memory: GEMM's K loop)? Only then must a step release its stage one step late. Attention's wgmmas are waited for
     within their step, so its steps release at once and the refill never waits on the slowest warp's last wgmma."""
-    from tkc.backend.lower_compute import _carries_only_the_accumulator
-
     return (isinstance(op, t.WgmmaOp) and not isinstance(op.a.type, RegTileType)
-            and _carries_only_the_accumulator(op, loop))
+            and carries_only_the_accumulator(op, loop))
 
 
 def _release_lags(loop: scf.ForOp) -> bool:

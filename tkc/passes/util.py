@@ -46,3 +46,18 @@ def wgmma_loops(fn: Operation, option: str) -> list[Operation]:
         raise TkcError(f"{option}: the kernel has no loop with wgmmas (mma on shared tiles, sm_90a)",
                        SourceLoc.from_attr(fn.location))
     return loops
+
+
+def carries_only_the_accumulator(op: Operation, loop: Operation) -> bool:
+    """Does this wgmma only carry the loop's accumulator from step to step: C is the loop's argument, used by
+    nothing else, and the result goes only to the yield that feeds it back (what lets the lowering leave it
+    running into the next step)?"""
+    from xdsl.dialects import scf
+    from xdsl.ir import BlockArgument
+
+    c, body = op.c, loop.body.block  # type: ignore[attr-defined]
+    if not (isinstance(c, BlockArgument) and c.owner is body and len(list(c.uses)) == 1):
+        return False
+    uses = list(op.results[0].uses)
+    return (len(uses) == 1 and isinstance(uses[0].operation, scf.YieldOp) and uses[0].operation.parent_block() is body
+            and uses[0].index == c.index - 1)
