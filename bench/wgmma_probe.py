@@ -34,7 +34,15 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--what", nargs="+", default=["gemm", "attention"])
+    parser.add_argument("--config", action="append", default=[], metavar="D:NAME=V,NAME=V",
+                        help="attention variants to time instead of the default list, e.g. 128:KEYS=128,PINGPONG=1")
     args = parser.parse_args()
+    if args.config:
+        ATTENTION_CONFIGS.clear()
+        for spec in args.config:
+            d, _, settings = spec.partition(":")
+            cfg = {"WARPS": 8, **{k: int(v) for k, v in (kv.split("=") for kv in settings.split(",") if kv)}}
+            ATTENTION_CONFIGS.setdefault(int(d), []).append(cfg)
     if "gemm" in args.what:
         gemm(args.size)
     if "attention" in args.what:
@@ -45,7 +53,7 @@ def attention(n: int) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     b, h = max(1, 16384 // n), 16
-    for d in (128, 64):
+    for d in ATTENTION_CONFIGS:
         for causal in (0, 1):
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             o = torch.empty_like(q)

@@ -408,10 +408,19 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
                                                    for kk in range(k_steps)])
         a_regs = np.arange(k_steps).reshape(k_steps, 1)
     in_flight = _accumulates_in_flight(op)
-    deferred = not in_flight and _waited_by_a_later_wgmma(op)
+    into_next_step = not in_flight and _waited_by_the_next_step(op)
+    deferred = into_next_step or (not in_flight and _waited_by_a_later_wgmma(op))
+    if in_flight or into_next_step:  # the loop waits for it after its last step
+        lw.wgmma_loops.add(op.parent_op())
     if in_flight:  # the loop's own accumulator registers, left to the tensor cores until the next step's wait
         acc = lw.value(op.c)
-        lw.wgmma_loops.add(op.parent_op())
+    elif into_next_step:
+        # straight into the registers the loop carries it in: a copy at the yield would read the accumulator while
+        # the wgmma runs (ptxas then serializes every wgmma, C7514)
+        yield_use = next(iter(op.result.uses))
+        acc = lw.values[op.parent_block().args[yield_use.index + 1]]
+        if acc is not lw.value(op.c):
+            lw.op("mov.b32", None, lw.reg(lw.value(op.c)), into=acc)
     else:
         acc = lw.op("mov.b32", "b32", lw.reg(lw.value(op.c)), n=n // 2)  # wgmma writes in place: keep C as it was
     lw.emit(ptx.WgmmaSyncOp("fence"))
@@ -443,6 +452,19 @@ def _waited_by_a_later_wgmma(op: t.WgmmaOp) -> bool:
     while later is not None and not isinstance(later, t.WgmmaOp):
         later = later.next_op
     return later is not None
+
+
+def _waited_by_the_next_step(op: t.WgmmaOp) -> bool:
+    """May this wgmma run on until the next step's first wgmma is waited for (attention's P·V; passes/util.py says
+    when)? Only where the pipeline releases stages one step late, as its B may be read until then."""
+    from xdsl.dialects import scf
+
+    from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT
+    from tkc.passes.util import waited_by_the_next_step
+
+    loop = op.parent_op()
+    return (isinstance(loop, scf.ForOp) and WGMMA_IN_FLIGHT in loop.attributes
+            and waited_by_the_next_step(op, loop))
 
 
 def _accumulates_in_flight(op: t.WgmmaOp) -> bool:

@@ -47,7 +47,7 @@ from tkc.ir import tma_ops as m
 from tkc.ir.types import GlobalType, RegTileType, SharedTileType, element_bytes
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, _constant, _index_slice, kernel_stages
-from tkc.passes.util import carries_only_the_accumulator
+from tkc.passes.util import carries_only_the_accumulator, waited_by_the_next_step
 
 MAX_BOX_ROWS = 256  # a TMA box dimension
 
@@ -147,11 +147,12 @@ def _guarded(b: Builder, cond: SSAValue, build: Callable[[Builder], None]) -> No
 
 
 def _may_accumulate_in_flight(op: Operation, loop: scf.ForOp) -> bool:
-    """Could the lowering leave this wgmma running into the next step (a loop-carried accumulator with A in shared
-    memory: GEMM's K loop)? Only then must a step release its stage one step late. Attention's wgmmas are waited for
-    within their step, so its steps release at once and the refill never waits on the slowest warp's last wgmma."""
-    return (isinstance(op, t.WgmmaOp) and not isinstance(op.a.type, RegTileType)
-            and carries_only_the_accumulator(op, loop))
+    """Could the lowering leave this wgmma running into the next step: a loop-carried accumulator with A in shared
+    memory (GEMM's K loop), or a wgmma waited for by the next step's first one (attention's P·V, so that it and
+    the next Q·Kᵀ queue up back to back)? Only then must a step release its stage one step late."""
+    return isinstance(op, t.WgmmaOp) and (
+        (not isinstance(op.a.type, RegTileType) and carries_only_the_accumulator(op, loop))
+        or waited_by_the_next_step(op, loop))
 
 
 def _release_lags(loop: scf.ForOp) -> bool:

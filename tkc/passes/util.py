@@ -61,3 +61,36 @@ def carries_only_the_accumulator(op: Operation, loop: Operation) -> bool:
     uses = list(op.results[0].uses)
     return (len(uses) == 1 and isinstance(uses[0].operation, scf.YieldOp) and uses[0].operation.parent_block() is body
             and uses[0].index == c.index - 1)
+
+
+def waited_by_the_next_step(op: Operation, loop: Operation) -> bool:
+    """May this wgmma run on into the loop's next step, until that step's first wgmma is waited for (a wait covers
+    every older group)? Attention's O += P·V: its result only goes to the yield, the first wgmma of the body (Q·Kᵀ,
+    itself waited for at once) comes before every use of the value it carries and before the A operand is
+    computed again. The loop must then release its ring stages one step late (its B may be read until then)."""
+    from xdsl.dialects import scf
+
+    from tkc.ir import ops as t
+
+    body = loop.body.block  # type: ignore[attr-defined]
+    uses = list(op.results[0].uses)
+    if not (op.parent_block() is body and len(uses) == 1 and isinstance(uses[0].operation, scf.YieldOp)
+            and uses[0].operation.parent_block() is body):
+        return False
+    order = {o: i for i, o in enumerate(body.ops)}
+    first = next(o for o in body.ops if isinstance(o, t.WgmmaOp))
+    first_uses = list(first.results[0].uses)
+    if first is op or (len(first_uses) == 1 and isinstance(first_uses[0].operation, scf.YieldOp)):
+        return False  # no wgmma before it, or the first one is itself left running (overlap-wgmma's early Q·Kᵀ)
+
+    def top(o: Operation) -> Operation:  # the op of the body that holds `o`
+        while o.parent_block() is not body:
+            o = o.parent_op()  # type: ignore[assignment]
+        return o
+
+    carried = body.args[uses[0].index + 1]
+    a_owner = op.a.owner  # type: ignore[attr-defined]
+    if defined_in(op.a, loop) and not (isinstance(a_owner, Operation) and order[top(a_owner)] > order[first]):
+        return False  # A is computed again (or carried in) before the wait: its registers would change under it
+    # the lowering accumulates straight into the carried registers: nothing may read the old value after it
+    return all(order[first] < order[top(u.operation)] <= order[op] for u in carried.uses)
