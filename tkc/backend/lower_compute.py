@@ -280,13 +280,22 @@ def _signed_lane(lw: KernelLowering, a: int, b: int) -> SSAValue:
 
 
 def _reduce_slots(lw: KernelLowering, slots: SSAValue, groups: list[list[int]], opcode: str) -> SSAValue:
-    """out[i] = op over slots[groups[i]], as a chain of table-driven ops."""
+    """out[i] = op over slots[groups[i]], as a tree of table-driven ops: pairs first, so that a warp's
+    reduction has many independent ops in flight rather than one chain of dependent ones (the row max and row
+    sum of attention's softmax, 32 values per row, wait on latency as a chain)."""
     depth = max(len(g) for g in groups)
     if min(len(g) for g in groups) != depth:
         raise TkcError("internal: uneven reduction groups")
-    acc = lw.op("mov.b32", "b32", (slots, np.array([g[0] for g in groups])), n=len(groups))
-    for j in range(1, depth):
-        acc = lw.op(opcode, "b32", acc, (slots, np.array([g[j] for g in groups])), n=len(groups))
+    bundle, index = slots, np.array(groups).reshape(len(groups), depth)
+    while index.shape[1] > 1 and index.shape[1] % 2 == 0:
+        half = index.shape[1] // 2
+        bundle = lw.op(opcode, "b32", (bundle, index[:, 0::2].reshape(-1)), (bundle, index[:, 1::2].reshape(-1)),
+                       n=len(groups) * half)
+        index = np.arange(len(groups) * half).reshape(len(groups), half)
+    acc = lw.op("mov.b32", "b32", (bundle, index[:, 0]), n=len(groups)) if bundle is slots or index.shape[1] > 1 \
+        else bundle
+    for j in range(1, index.shape[1]):  # an odd count left: a chain over it
+        acc = lw.op(opcode, "b32", acc, (bundle, index[:, j]), n=len(groups))
     return acc  # type: ignore[return-value]
 
 
