@@ -208,3 +208,36 @@ def test_overlap_attention_assembles_cleanly(constants: dict) -> None:
     (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
     assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
     assert not report.notes and not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log
+
+
+def _loop_ptx(ptx_text: str) -> tuple[str, str]:
+    """(the main loop's PTX, what follows it) of a kernel with one loop."""
+    body = ptx_text[ptx_text.index("$LOOP"):]
+    end = body.index("bra.uni $LOOP")
+    return body[:end], body[end:]
+
+
+@pytest.mark.parametrize("pingpong", [0, 1])
+def test_pv_runs_into_the_next_step(pingpong: int) -> None:
+    """attention's O += P·V is not waited for in its step: the next step's Q·Kᵀ queues up right behind it and one
+    wait covers both (a wait after P·V held the turn, and the tensor cores, for its whole run); the ring releases a
+    stage one step late; after the loop, one wait for the last P·V."""
+    constants = {"D": 64, "KEYS": 64, "WARPS": 8, "PINGPONG": pingpong}
+    compiled = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    loop, after = _loop_ptx(compiled.ptx)
+    assert loop.count("wgmma.commit_group") == 2 and loop.count("wgmma.wait_group") == 1
+    assert loop.index("wgmma.wait_group") < loop.rindex("wgmma.commit_group")  # the wait is Q·Kᵀ's, not P·V's
+    assert "wgmma.wait_group.sync.aligned 0" in after[:after.index("st.global")]
+
+
+def test_pv_running_on_needs_the_late_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated pipeline: the ring releases each stage at once though P·V still reads V from it into the next step.
+    The refill's TMA then writes shared memory a wgmma not yet waited for reads, and the simulator says so."""
+    from tkc.passes import insert_tma_pipeline
+
+    monkeypatch.setattr(insert_tma_pipeline, "_release_lags", lambda loop: False)
+    args, constants, grid = _attention(128, 64 * 6, 64, 0)
+    constants["PINGPONG"] = 0
+    module = lower_kernel(attention_sm90, "sm_90a", constants)
+    with pytest.raises(SimulationError, match="wgmma"):
+        simulate(module, "attention_sm90", args, grid, order="shuffled")

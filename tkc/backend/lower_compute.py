@@ -393,7 +393,9 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     """The warpgroup's `wgmma`s, one per 16-wide step of K, reading B (and A, unless it is in registers) through
     shared-memory descriptors (backend/wgmma.py) into a copy of C; fenced before, committed and waited for after,
     so that the result is an ordinary register tile. A loop's accumulator, where the pipeline left room, is
-    updated in place and only the previous step's group is waited for (`_accumulates_in_flight`). A warp's
+    updated in place and only the previous step's group is waited for (`_accumulates_in_flight`); attention's P·V
+    is accumulated in the loop-carried registers and waited for with the next step's Q·Kᵀ
+    (`_waited_by_the_next_step`); overlap-wgmma's early Q·Kᵀ with the P·V after it (`_waited_by_a_later_wgmma`). A warp's
     rt[f32, 16, N] (row layout) is its slice of the m64nN accumulator, register for register."""
     from tkc.backend import wgmma
 
