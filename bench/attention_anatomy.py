@@ -1,0 +1,78 @@
+"""Where attention_sm90's time goes: the kernel beside variants of itself with one part taken out (not the
+benchmark of record; the variants compute wrong answers on purpose). At B·N = 16384, H = 16, D = 128 by default.
+
+    python bench/attention_anatomy.py [--n 4096] [--d 128] [--keys 128] [-D PINGPONG=1]
+
+  full        the kernel (attention_sm90's loop)
+  no-softmax  P = S in bf16: the two wgmmas and the ring only
+  no-pv       S = Q·Kᵀ and the softmax, no P·V
+  no-exp      the softmax with exp2 taken out (max, subtract, sum): what MUFU costs
+Figures are the full kernel's FLOPs over each variant's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import time_ms  # noqa: E402
+
+import tkc  # noqa: E402
+from tkc.lang import *  # noqa: E402,F403
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", min_target="sm_90a")
+def anatomy(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float, D: const = 128,  # noqa: F405
+            KEYS: const = 128, WARPS: const = 8, STAGES: const = 3, PINGPONG: const = 0, PART: const = 0):
+    b, h, blk = block_idx()  # noqa: F405
+    q = load(load(Q, (b, h, blk, 0), st[bf16, 16 * WARPS, D]), (warpgroup_id(), 0), st[bf16, 64, D])  # noqa: F405
+    q_tile = blk * WARPS + warp_id()  # noqa: F405
+    scale_log2 = scale * LOG2E  # noqa: F405
+    m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])  # noqa: F405
+    for j in range(cdiv(K.shape[2], KEYS)):  # noqa: F405
+        k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])  # noqa: F405
+        s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))  # noqa: F405
+        if PART == 1:  # no softmax
+            p = s
+        else:
+            m_new = max(m, row_max(s))  # noqa: F405
+            if max(m_new - m) * scale_log2 > 8.0:  # noqa: F405
+                correction = exp2((m - m_new) * scale_log2)  # noqa: F405
+                l, o, m = l * correction, mul_row(o, correction), m_new  # noqa: F405
+            if PART == 3:  # no exp2
+                p = sub_row(s * scale_log2, m * scale_log2)  # noqa: F405
+            else:
+                p = exp2(sub_row(s * scale_log2, m * scale_log2))  # noqa: F405
+            l = l + row_sum(p)  # noqa: F405
+        if PART != 2:
+            o = mma_AB(p.to(bf16), v_s, o)  # noqa: F405
+    store(O, div_row(o, l + 1.0).to(bf16), (b, h, q_tile, 0))  # noqa: F405
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--d", type=int, default=128)
+    parser.add_argument("--keys", type=int, default=128)
+    parser.add_argument("-D", action="append", default=[], metavar="NAME=VALUE")
+    args = parser.parse_args()
+    extra = {k: int(v) for k, v in (kv.split("=") for kv in args.D)}
+    n, d = args.n, args.d
+    b, h = max(1, 16384 // n), 16
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    o = torch.empty_like(q)
+    flops = 4 * b * h * n * n * d
+    for part, name in enumerate(["full", "no-softmax", "no-pv", "no-exp"]):
+        run = lambda part=part: anatomy[(b, h, n // 128)](q, k, v, o, d**-0.5, D=d, KEYS=args.keys, PART=part,  # noqa: E731
+                                                          **extra, target="sm_90a")
+        ms = time_ms(run)
+        print(f"{name:11s} {ms * 1e3:8.1f} µs  {flops / ms / 1e9:5.0f} TFLOP/s  {extra or ''}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
