@@ -49,7 +49,7 @@ def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
     b, h, n, d = q.shape
     out = torch.empty_like(q)
     lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-    attention_sm90[(b, h, -(-n // 128))](q, k, v, out, lse, d**-0.5, D=d, CAUSAL=int(causal), WARPS=8, **cfg,
+    attention_sm90[(-(-n // 128), h, b)](q, k, v, out, lse, d**-0.5, D=d, CAUSAL=int(causal), WARPS=8, **cfg,
                                          target="sm_90a")
     return out
 

@@ -7,6 +7,7 @@ benchmark of record; the variants compute wrong answers on purpose). At B·N = 1
   no-softmax  P = S in bf16: the two wgmmas and the ring only
   no-pv       S = Q·Kᵀ and the softmax, no P·V
   no-exp      the softmax with exp2 taken out (max, subtract, sum): what MUFU costs
+-D QREG=1: Q·Kᵀ takes Q from registers rather than shared memory. -D BLOCKS_FIRST=1: grid (blocks, H, B).
 Figures are the full kernel's FLOPs over each variant's time.
 """
 
@@ -28,10 +29,15 @@ from tkc.lang import *  # noqa: E402,F403
 
 @tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", min_target="sm_90a")
 def anatomy(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float, D: const = 128,  # noqa: F405
-            KEYS: const = 128, WARPS: const = 8, STAGES: const = 3, PINGPONG: const = 0, PART: const = 0):
-    b, h, blk = block_idx()  # noqa: F405
+            KEYS: const = 128, WARPS: const = 8, STAGES: const = 3, PINGPONG: const = 0, PART: const = 0, QREG: const = 0, BLOCKS_FIRST: const = 0):
+    if BLOCKS_FIRST:  # grid (blocks, H, B): the blocks running at once share a few heads' K and V (in L2)
+        blk, h, b = block_idx()  # noqa: F405
+    else:
+        b, h, blk = block_idx()  # noqa: F405
     q = load(load(Q, (b, h, blk, 0), st[bf16, 16 * WARPS, D]), (warpgroup_id(), 0), st[bf16, 64, D])  # noqa: F405
     q_tile = blk * WARPS + warp_id()  # noqa: F405
+    if QREG:  # Q·Kᵀ with A from registers (each warp its 16 rows), not from shared memory
+        q = load(Q, (b, h, q_tile, 0), rt[bf16, 16, D])  # noqa: F405
     scale_log2 = scale * LOG2E  # noqa: F405
     m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])  # noqa: F405
     for j in range(cdiv(K.shape[2], KEYS)):  # noqa: F405
@@ -51,7 +57,9 @@ def anatomy(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scal
             l = l + row_sum(p)  # noqa: F405
         if PART != 2:
             o = mma_AB(p.to(bf16), v_s, o)  # noqa: F405
-    store(O, div_row(o, l + 1.0).to(bf16), (b, h, q_tile, 0))  # noqa: F405
+    if PART == 1:
+        l = l + 1.0
+    store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))  # noqa: F405
 
 
 def main() -> None:
@@ -68,10 +76,15 @@ def main() -> None:
     o = torch.empty_like(q)
     flops = 4 * b * h * n * n * d
     for part, name in enumerate(["full", "no-softmax", "no-pv", "no-exp"]):
-        run = lambda part=part: anatomy[(b, h, n // 128)](q, k, v, o, d**-0.5, D=d, KEYS=args.keys, PART=part,  # noqa: E731
+        grid = (n // 128, h, b) if extra.get("BLOCKS_FIRST") else (b, h, n // 128)
+        run = lambda part=part: anatomy[grid](q, k, v, o, d**-0.5, D=d, KEYS=args.keys, PART=part,  # noqa: E731
                                                           **extra, target="sm_90a")
         ms = time_ms(run)
-        print(f"{name:11s} {ms * 1e3:8.1f} µs  {flops / ms / 1e9:5.0f} TFLOP/s  {extra or ''}", flush=True)
+        check = ""
+        if part == 0:  # the full kernel computes attention: say how close
+            ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+            check = f"  err {((o.float() - ref).norm() / ref.norm()).item():.1e}"
+        print(f"{name:11s} {ms * 1e3:8.1f} µs  {flops / ms / 1e9:5.0f} TFLOP/s  {extra or ''}{check}", flush=True)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ else:
     q, k, v = (torch.randn(16384 // n, 16, n, d, device="cuda", dtype=bf) for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(1, 1, 1, device="cuda")  # LSE=0: not written
-    grid = (q.shape[0], 16, -(-n // (16 * warps)))
+    grid = (-(-n // (16 * warps)), 16, q.shape[0])
     for _ in range(2):
         attention_sm90[grid](q, k, v, o, lse, d ** -0.5, D=d, CAUSAL=causal, KEYS=keys, WARPS=warps, PINGPONG=pingpong,
                              target="sm_90a")

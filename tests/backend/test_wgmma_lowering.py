@@ -250,7 +250,7 @@ def test_hopper_attention_simulated(d: int, causal: int, warps: int, n: int) -> 
 
     rng = np.random.default_rng(d + causal + n)
     q, k, v = (random_bf16(rng, 1, 1, n, d) for _ in range(3))
-    grid = (1, 1, n // (16 * warps))
+    grid = (n // (16 * warps), 1, 1)
     interp, sim = run_both(attention_sm90, [q, k, v, poisoned(1, 1, n, d), poisoned(1, 1, 1, dtype=np.float32),
                                             d**-0.5], grid,
                            {"D": d, "CAUSAL": causal, "WARPS": warps}, target="sm_90a", order="shuffled")

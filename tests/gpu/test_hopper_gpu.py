@@ -104,7 +104,7 @@ def test_hopper_attention(b: int, h: int, n: int, d: int, warps: int, causal: in
     q, k, v = (torch.randn(b, h, n, d, device="cuda").to(torch.bfloat16) for _ in range(3))
     o = torch.full_like(q, float("nan"))
     lse = torch.empty(1, 1, 1, device="cuda")
-    attention_sm90[(b, h, n // (16 * warps))](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, WARPS=warps, target="sm_90a")
+    attention_sm90[(n // (16 * warps), h, b)](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, WARPS=warps, target="sm_90a")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
 
@@ -122,7 +122,7 @@ def test_hopper_attention_any_length(b: int, h: int, nq: int, nk: int, d: int, c
     k, v = (torch.randn(b, h, nk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
     o = torch.full_like(q, float("nan"))
     lse = torch.empty(1, 1, 1, device="cuda")
-    attention_sm90[(b, h, -(-nq // 128))](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, WARPS=8, target="sm_90a")
+    attention_sm90[(-(-nq // 128), h, b)](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, WARPS=8, target="sm_90a")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert not o.isnan().any()
     assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
@@ -191,7 +191,7 @@ def test_hopper_attention_scheduling_variants(config: dict, causal: int, nq: int
     q = torch.randn(2, 3, nq, d, device="cuda").to(torch.bfloat16)
     k, v = (torch.randn(2, 3, nk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
     o, lse = torch.full_like(q, float("nan")), torch.full((2, 3, nq), float("nan"), device="cuda")
-    attention_sm90[(2, 3, -(-nq // 128))](q, k, v, o, lse, d**-0.5, CAUSAL=causal, WARPS=8, LSE=1, **config,
+    attention_sm90[(-(-nq // 128), 3, 2)](q, k, v, o, lse, d**-0.5, CAUSAL=causal, WARPS=8, LSE=1, **config,
                                           target="sm_90a")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert not o.isnan().any() and not lse.isnan().any()

@@ -28,7 +28,7 @@ def _attention(nq: int, nk: int, d: int, causal: int, keys: int = 64, order: str
     k, v = random_bf16(rng, 1, 2, nk, d), random_bf16(rng, 1, 2, nk, d)
     args = [q, k, v, poisoned(1, 2, nq, d), poisoned(1, 2, nq, dtype=np.float32), d**-0.5]
     constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": 8, "LSE": 1, "PINGPONG": 1}
-    return args, constants, (1, 2, -(-nq // 128))
+    return args, constants, (-(-nq // 128), 2, 1)
 
 
 @pytest.mark.parametrize("nq, nk, d, causal, keys", [(256, 320, 64, 0, 64), (200, 200, 64, 1, 64),
@@ -156,7 +156,7 @@ def test_overlap_issues_the_next_scores_early_and_agrees(nq: int, nk: int, d: in
     args = [q, k, v, poisoned(1, 2, nq, d), poisoned(1, 2, nq, dtype=np.float32), d**-0.5]
     constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": warps, "LSE": 1, "OVERLAP": 1, "STAGES": stages,
                  "PINGPONG": pingpong}
-    interp, sim = run_both(attention_sm90, args, (1, 2, -(-nq // (16 * warps))), constants, target="sm_90a",
+    interp, sim = run_both(attention_sm90, args, (-(-nq // (16 * warps)), 2, 1), constants, target="sm_90a",
                            order="shuffled")
     ref, ref_lse = attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5, lse=True)
     assert rel_err(interp[3], ref) < 2e-2 and rel_err(sim[3], interp[3]) < 2e-3

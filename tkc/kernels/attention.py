@@ -66,7 +66,8 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0):
-    """attention_fwd on Hopper's wgmma. Grid: (B, H, cdiv(Nq, 16·WARPS)); any Nq, Nk ≥ 1. With LSE, L (B, H, Nq)
+    """attention_fwd on Hopper's wgmma. Grid: (cdiv(Nq, 16·WARPS), H, B), the query blocks first, so that the blocks
+    running at once share a few heads' K and V (read from L2, not HBM); any Nq, Nk ≥ 1. With LSE, L (B, H, Nq)
     gets each row's log-sum-exp, ln Σ_j exp(scale · q·k_j), for the backward pass.
 
     The block's queries wait in shared memory; each warpgroup takes its 64 rows of them (a view) and each warp
@@ -77,9 +78,9 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
-    b, h, blk = block_idx()
+    blk, h, b = block_idx()
     if CAUSAL:
-        blk = num_blocks()[2] - 1 - blk                      # the longest rows start first rather than end last
+        blk = num_blocks()[0] - 1 - blk                      # the longest rows start first rather than end last
     BLOCK_ROWS = 16 * WARPS
     q = load(load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D]), (warpgroup_id(), 0), st[bf16, 64, D])
     q_tile = blk * WARPS + warp_id()                         # this warp's 16 rows, in tiles of 16
@@ -172,7 +173,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             if lse is None:
                 lse = _NO_LSE[device] = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
         cfg = CONFIG_SM90[d]
-        attention_sm90[(batch, heads, -(-nq // (16 * cfg["WARPS"])))](
+        attention_sm90[(-(-nq // (16 * cfg["WARPS"])), heads, batch)](
             q, k, v, out, lse, scale, D=d, CAUSAL=int(causal), LSE=int(return_lse), **cfg, target="sm_90a")
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
