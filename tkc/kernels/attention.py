@@ -67,7 +67,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0):
     """attention_fwd on Hopper's wgmma. Grid: (cdiv(Nq, 16·WARPS), H, B), the query blocks first, so that the blocks
-    running at once share a few heads' K and V (read from L2, not HBM); any Nq, Nk ≥ 1. With LSE, L (B, H, Nq)
+    running at once share a few heads' K and V (read from L2, not HBM); causal takes them longest first within
+    groups of 8 heads. Any Nq, Nk ≥ 1. With LSE, L (B, H, Nq)
     gets each row's log-sum-exp, ln Σ_j exp(scale · q·k_j), for the backward pass.
 
     The block's queries wait in shared memory; each warpgroup takes its 64 rows of them (a view) and each warp
@@ -79,8 +80,14 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
     blk, h, b = block_idx()
-    if CAUSAL:
-        blk = num_blocks()[0] - 1 - blk                      # the longest rows start first rather than end last
+    if CAUSAL:  # the longest rows first (not last), over groups of 8 heads whose K and V stay in L2 together
+        n_blk, heads = num_blocks()[0], num_blocks()[1]
+        linear = blk + n_blk * (h + heads * b)
+        first_head = linear // (8 * n_blk) * 8
+        group = min(8, heads * num_blocks()[2] - first_head)
+        blk = n_blk - 1 - (linear - first_head * n_blk) // group
+        head = first_head + (linear - first_head * n_blk) % group
+        h, b = head % heads, head // heads
     BLOCK_ROWS = 16 * WARPS
     q = load(load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D]), (warpgroup_id(), 0), st[bf16, 64, D])
     q_tile = blk * WARPS + warp_id()                         # this warp's 16 rows, in tiles of 16
@@ -117,9 +124,10 @@ CONFIG = {64: (32, 64, 0), 128: (32, 32, 1)}
 FALLBACK = (16, 64, 0)
 
 
-# attention_sm90's configuration per head dim (bench/wgmma_probe.py --what attention on the H200, N = 4096: with
-# PINGPONG=1 it ran 0.86x as fast at D=128, 0.88x at D=64)
-CONFIG_SM90 = {64: {"KEYS": 64, "WARPS": 8, "PINGPONG": 0}, 128: {"KEYS": 128, "WARPS": 8, "PINGPONG": 0}}
+# attention_sm90's configuration per (head dim, causal), from bench/wgmma_probe.py --what attention on the H200
+# (N = 4096): ping-pong gains nothing since P·V runs into the next step (D=128: 536 vs 550 TFLOP/s, causal 455 vs
+# 460; D=64 equal), OVERLAP=1 is slower (496 at D=128, 225-313 at D=64).
+CONFIG_SM90 = {(d, causal): {"KEYS": d, "WARPS": 8, "PINGPONG": 0} for d in (64, 128) for causal in (0, 1)}
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
 
 
@@ -172,7 +180,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             lse = _NO_LSE.get(device)
             if lse is None:
                 lse = _NO_LSE[device] = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-        cfg = CONFIG_SM90[d]
+        cfg = CONFIG_SM90[d, int(causal)]
         attention_sm90[(-(-nq // (16 * cfg["WARPS"])), heads, batch)](
             q, k, v, out, lse, scale, D=d, CAUSAL=int(causal), LSE=int(return_lse), **cfg, target="sm_90a")
         return (out, lse) if return_lse else out
