@@ -28,9 +28,8 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTEN
 
 
 def sdpa(backend: SDPBackend, q, k, v, causal: bool):
-    """torch's SDPA through one backend. Timed calls go straight to the backend's op (the ones SDPA dispatches
-    to): entering `sdpa_kernel` on every call cost cuDNN ~15% at N = 4096 (577 vs 680 TFLOP/s on the H200), which
-    flattered every ratio to it. The float32 reference (mem-efficient) goes through SDPA itself."""
+    """torch's SDPA through one backend: bf16 calls go straight to the op SDPA dispatches to for it (no backend
+    selection or context manager inside the timing); the float32 reference (mem-efficient) goes through SDPA."""
     ops = torch.ops.aten
     if q.dtype == torch.bfloat16 and backend == SDPBackend.CUDNN_ATTENTION:
         return ops._scaled_dot_product_cudnn_attention(q, k, v, None, False, 0.0, causal, False)[0]
