@@ -90,3 +90,24 @@ def test_mma_operands_arrive_where_the_tensor_cores_read_them(name: str, constan
     moves = sum(1 for line in among if re.search(r"\b(IMAD\.MOV\.U32|MOV)\b", line))
     # a few moves merge the branches of attention's conditional rescale; a wrong order costs two per HMMA
     assert len(hmma) >= 64 and moves <= len(hmma) // 8, f"{moves} register moves among {len(hmma)} HMMAs"
+
+
+def _longest_chain(ptx: str, opcode: str) -> int:
+    """The longest run of `opcode` instructions each reading the one before (register dependencies only)."""
+    depth: dict[str, int] = {}
+    longest = 0
+    for m in re.finditer(rf"{re.escape(opcode)}\s+(%\w+),\s*(%\w+),\s*(%\w+);", ptx):
+        dst, a, b = m.groups()
+        depth[dst] = 1 + max(depth.get(a, 0), depth.get(b, 0))
+        longest = max(longest, depth[dst])
+    return longest
+
+
+def test_row_reductions_are_trees() -> None:
+    """row_max / row_sum over a warp's 16×128 tile (32 values per row per thread) reduce as trees of pairs: 5 levels
+    in the thread and 2 across the quad, not a chain of 31 dependent ops (attention's softmax stalled on it)."""
+    from kernels.row_softmax import row_softmax
+
+    ptx = compile_kernels([row_softmax], "sm_80", {"N": 128})
+    assert _longest_chain(ptx, "max.f32") <= 5 + 2
+    assert _longest_chain(ptx, "add.f32") <= 5 + 2
