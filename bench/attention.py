@@ -31,12 +31,13 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
     """torch's SDPA through one backend: bf16 calls go straight to the op SDPA dispatches to for it (no backend
     selection or context manager inside the timing); the float32 reference (mem-efficient) goes through SDPA."""
     ops = torch.ops.aten
-    if q.dtype == torch.bfloat16 and backend == SDPBackend.CUDNN_ATTENTION:
-        return ops._scaled_dot_product_cudnn_attention(q, k, v, None, False, 0.0, causal, False)[0]
-    if q.dtype == torch.bfloat16 and backend == SDPBackend.FLASH_ATTENTION:
-        return ops._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[0]
-    if q.dtype == torch.bfloat16 and backend == SDPBackend.EFFICIENT_ATTENTION:
-        return ops._scaled_dot_product_efficient_attention(q, k, v, None, False, 0.0, causal)[0]
+    if q.dtype == torch.bfloat16:  # plain branches: this is inside the timed call
+        if backend == SDPBackend.CUDNN_ATTENTION:
+            return ops._scaled_dot_product_cudnn_attention(q, k, v, None, False, 0.0, causal)[0]
+        if backend == SDPBackend.FLASH_ATTENTION:
+            return ops._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[0]
+        if backend == SDPBackend.EFFICIENT_ATTENTION:
+            return ops._scaled_dot_product_efficient_attention(q, k, v, None, False, 0.0, causal)[0]
     with sdpa_kernel(backend):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 

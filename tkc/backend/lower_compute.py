@@ -292,8 +292,9 @@ def _reduce_slots(lw: KernelLowering, slots: SSAValue, groups: list[list[int]], 
         bundle = lw.op(opcode, "b32", (bundle, index[:, 0::2].reshape(-1)), (bundle, index[:, 1::2].reshape(-1)),
                        n=len(groups) * half)
         index = np.arange(len(groups) * half).reshape(len(groups), half)
-    acc = lw.op("mov.b32", "b32", (bundle, index[:, 0]), n=len(groups)) if bundle is slots or index.shape[1] > 1 \
-        else bundle
+    if index.shape[1] == 1 and bundle is not slots:
+        return bundle  # the tree's last level: one register per group, in order
+    acc = lw.op("mov.b32", "b32", (bundle, index[:, 0]), n=len(groups))
     for j in range(1, index.shape[1]):  # an odd count left: a chain over it
         acc = lw.op(opcode, "b32", acc, (bundle, index[:, j]), n=len(groups))
     return acc  # type: ignore[return-value]
@@ -428,8 +429,9 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     elif into_next_step:
         # straight into the registers the loop carries it in: a copy at the yield would read the accumulator while
         # the wgmma runs (ptxas then serializes every wgmma, C7514)
-        yield_use = next(iter(op.result.uses))
-        acc = lw.values[op.parent_block().args[yield_use.index + 1]]
+        from tkc.passes.util import yielded_at
+
+        acc = lw.values[op.parent_block().args[yielded_at(op, op.parent_block()) + 1]]
         if acc is not lw.value(op.c):
             lw.op("mov.b32", None, lw.reg(lw.value(op.c)), into=acc)
     else:
@@ -453,11 +455,9 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
 def _waited_by_a_later_wgmma(op: t.WgmmaOp) -> bool:
     """May this wgmma run on until a later wgmma of its block waits (which waits for every older group)? When its
     result only goes to the loop's next step (overlap-wgmma's early Q·Kᵀ): nothing reads it before that wait."""
-    from xdsl.dialects import scf
+    from tkc.passes.util import yielded_at
 
-    uses = list(op.result.uses)
-    if not (len(uses) == 1 and isinstance(uses[0].operation, scf.YieldOp)
-            and uses[0].operation.parent_block() is op.parent_block()):
+    if yielded_at(op, op.parent_block()) is None:
         return False
     later = op.next_op
     while later is not None and not isinstance(later, t.WgmmaOp):

@@ -85,8 +85,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
         linear = blk + n_blk * (h + heads * b)
         first_head = linear // (8 * n_blk) * 8
         group = min(8, heads * num_blocks()[2] - first_head)
-        blk = n_blk - 1 - (linear - first_head * n_blk) // group
-        head = first_head + (linear - first_head * n_blk) % group
+        rank = linear - first_head * n_blk                   # within the group: longest blocks of all its heads first
+        blk, head = n_blk - 1 - rank // group, first_head + rank % group
         h, b = head % heads, head // heads
     BLOCK_ROWS = 16 * WARPS
     q = load(load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D]), (warpgroup_id(), 0), st[bf16, 64, D])

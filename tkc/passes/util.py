@@ -48,19 +48,26 @@ def wgmma_loops(fn: Operation, option: str) -> list[Operation]:
     return loops
 
 
+def yielded_at(op: Operation, body: Block) -> int | None:
+    """Where in `body`'s yield the op's only result goes, when that yield is its one use; else None."""
+    from xdsl.dialects import scf
+
+    uses = list(op.results[0].uses)
+    if len(uses) == 1 and isinstance(uses[0].operation, scf.YieldOp) and uses[0].operation.parent_block() is body:
+        return uses[0].index
+    return None
+
+
 def carries_only_the_accumulator(op: Operation, loop: Operation) -> bool:
     """Does this wgmma only carry the loop's accumulator from step to step: C is the loop's argument, used by
     nothing else, and the result goes only to the yield that feeds it back (what lets the lowering leave it
     running into the next step)?"""
-    from xdsl.dialects import scf
     from xdsl.ir import BlockArgument
 
     c, body = op.c, loop.body.block  # type: ignore[attr-defined]
     if not (isinstance(c, BlockArgument) and c.owner is body and len(list(c.uses)) == 1):
         return False
-    uses = list(op.results[0].uses)
-    return (len(uses) == 1 and isinstance(uses[0].operation, scf.YieldOp) and uses[0].operation.parent_block() is body
-            and uses[0].index == c.index - 1)
+    return yielded_at(op, body) == c.index - 1
 
 
 def waited_by_the_next_step(op: Operation, loop: Operation) -> bool:
@@ -68,19 +75,15 @@ def waited_by_the_next_step(op: Operation, loop: Operation) -> bool:
     every older group)? Attention's O += P·V: its result only goes to the yield, the first wgmma of the body (Q·Kᵀ,
     itself waited for at once) comes before every use of the value it carries and before the A operand is
     computed again. The loop must then release its ring stages one step late (its B may be read until then)."""
-    from xdsl.dialects import scf
-
     from tkc.ir import ops as t
 
     body = loop.body.block  # type: ignore[attr-defined]
-    uses = list(op.results[0].uses)
-    if not (op.parent_block() is body and len(uses) == 1 and isinstance(uses[0].operation, scf.YieldOp)
-            and uses[0].operation.parent_block() is body):
+    index = yielded_at(op, body)
+    if op.parent_block() is not body or index is None:
         return False
     order = {o: i for i, o in enumerate(body.ops)}
     first = next(o for o in body.ops if isinstance(o, t.WgmmaOp))
-    first_uses = list(first.results[0].uses)
-    if first is op or (len(first_uses) == 1 and isinstance(first_uses[0].operation, scf.YieldOp)):
+    if first is op or yielded_at(first, body) is not None:
         return False  # no wgmma before it, or the first one is itself left running (overlap-wgmma's early Q·Kᵀ)
 
     def top(o: Operation) -> Operation:  # the op of the body that holds `o`
@@ -88,7 +91,7 @@ def waited_by_the_next_step(op: Operation, loop: Operation) -> bool:
             o = o.parent_op()  # type: ignore[assignment]
         return o
 
-    carried = body.args[uses[0].index + 1]
+    carried = body.args[index + 1]
     a_owner = op.a.owner  # type: ignore[attr-defined]
     if defined_in(op.a, loop) and not (isinstance(a_owner, Operation) and order[top(a_owner)] > order[first]):
         return False  # A is computed again (or carried in) before the wait: its registers would change under it
