@@ -152,6 +152,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
         "cse",
         "overlap-wgmma",
         "insert-tma-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
+        "defer-wgmma",
         "specialize-warps",
         "insert-tma-stores",
         "verify-tma-pipeline",

@@ -188,6 +188,7 @@ def _op_cases() -> dict[str, str]:
                       "tile.copy_async %g2[%i, %i], %r[%i] : !tile.gl<?x?xbf16> -> !tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>",
         "commit_group": "tile.commit_group\ntile.commit_group {tkc.note}",
         "wait_group": "tile.wait_group 0\ntile.wait_group 2 {tkc.note}",
+        "wgmma_wait": "tile.wgmma_wait 0\ntile.wgmma_wait 1 {tkc.note}",
         "ring_read": "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>\n"
                      "%s = tile.ring_read %r[%i] : !tile.ring<3, !tile.st<64x64xbf16>> -> !tile.st<64x64xbf16>",
         "stage_barriers": "%b = tile.stage_barriers : !tile.stage_barriers<3, 128>\n"

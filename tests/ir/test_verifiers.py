@@ -163,6 +163,8 @@ OTHER_CASES = [
         "block_idx: dimension must be 0, 1 or 2 (x, y or z), got 3"),
     Bad("tile.num_blocks", '%x = "tile.num_blocks"() <{dim = -1 : i64}> : () -> i32',
         "num_blocks: dimension must be 0, 1 or 2 (x, y or z), got -1"),
+    Bad("tile.wgmma_wait", '"tile.wgmma_wait"() <{pending = -1 : i64}> : () -> ()',
+        "wgmma_wait needs a non-negative count"),
     Bad("tile.dim", "%n = tile.dim %g2[2] : !tile.gl<?x?xbf16>",
         "dim: index 2 is out of range for gl[bf16, 2], which has dimensions 0 to 1"),
     Bad("tile.dim", '%n = "tile.dim"(%g4) <{index = -1 : i64}> : (!tile.gl<?x?x?x?xf32>) -> i32',

@@ -419,12 +419,17 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
         a_bundle = _descriptors(lw, a_value.addr, [wgmma.operand_descriptor(op.a.type, 0, kk, "K", a_value.panel_rows)
                                                    for kk in range(k_steps)])
         a_regs = np.arange(k_steps).reshape(k_steps, 1)
-    in_flight = _accumulates_in_flight(op)
-    into_next_step = not in_flight and _waited_by_the_next_step(op)
-    deferred = into_next_step or (not in_flight and _waited_by_a_later_wgmma(op))
+    from tkc.passes.defer_wgmma import DEFERRED
+
+    waited_by_an_op = DEFERRED in op.attributes  # defer-wgmma placed tile.wgmma_waits for it
+    in_flight = not waited_by_an_op and _accumulates_in_flight(op)
+    into_next_step = not (in_flight or waited_by_an_op) and _waited_by_the_next_step(op)
+    deferred = waited_by_an_op or into_next_step or (not in_flight and _waited_by_a_later_wgmma(op))
     if in_flight or into_next_step:  # the loop waits for it after its last step
         lw.wgmma_loops.add(op.parent_op())
-    if in_flight:  # the loop's own accumulator registers, left to the tensor cores until the next step's wait
+    if waited_by_an_op and _only_use_of_a_loop_argument(op):
+        acc = lw.value(op.c)  # the carried registers, in place: nothing else reads them before the wait
+    elif in_flight:  # the loop's own accumulator registers, left to the tensor cores until the next step's wait
         acc = lw.value(op.c)
     elif into_next_step:
         # straight into the registers the loop carries it in: a copy at the yield would read the accumulator while
@@ -450,6 +455,13 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     if not deferred:
         lw.emit(ptx.WgmmaSyncOp("wait", 1 if in_flight else 0))
     return [acc]
+
+
+def _only_use_of_a_loop_argument(op: t.WgmmaOp) -> bool:
+    from xdsl.ir import BlockArgument
+
+    c = op.c
+    return isinstance(c, BlockArgument) and c.owner is op.parent_block() and len(list(c.uses)) == 1
 
 
 def _waited_by_a_later_wgmma(op: t.WgmmaOp) -> bool:

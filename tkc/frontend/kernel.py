@@ -105,7 +105,7 @@ class Kernel:
     def __init__(self, fn: Callable[..., Any], warps: int | str, min_target: str, stages: int | str | None = None,
                  blocks_per_sm: int | str | None = None, producer: int | str | None = None,
                  tma_store: int | str | None = None, pingpong: int | str | None = None,
-                 overlap: int | str | None = None):
+                 overlap: int | str | None = None, defer: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -125,6 +125,7 @@ class Kernel:
         self.tma_store = tma_store
         self.pingpong = pingpong
         self.overlap = overlap
+        self.defer = defer
         self._check_count("warps", warps, 1, 32)
         if producer is not None:
             self._check_count("producer", producer, 0, 1)
@@ -134,6 +135,8 @@ class Kernel:
             self._check_count("pingpong", pingpong, 0, 1)
         if overlap is not None:
             self._check_count("overlap", overlap, 0, 1)
+        if defer is not None:
+            self._check_count("defer", defer, 0, 1)
         if stages is not None:
             self._check_count("stages", stages, 1, 8)
         if blocks_per_sm is not None:
@@ -306,6 +309,8 @@ class Kernel:
             fn.attributes["tkc.pingpong"] = UnitAttr()
         if self.overlap is not None and self._resolve_count("overlap", self.overlap, values, 0, 1):
             fn.attributes["tkc.overlap"] = UnitAttr()
+        if self.defer is not None and self._resolve_count("defer", self.defer, values, 0, 1):
+            fn.attributes["tkc.defer"] = UnitAttr()
         fn.attributes["tkc.min_target"] = StringAttr(self.min_target.name)
         if values:
             fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
@@ -363,7 +368,7 @@ def build_module(kernels: list[Kernel], target: str | Target, constants: Mapping
 def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_target: str = "sm_80",
            stages: int | str | None = None, blocks_per_sm: int | str | None = None, producer: int | str | None = None,
            tma_store: int | str | None = None, pingpong: int | str | None = None, overlap: int | str | None = None,
-           **unknown: Any) -> Any:
+           defer: int | str | None = None, **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
@@ -374,17 +379,19 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     (`specialize-warps`, sm_90a); `tma_store=1` stores register tiles to aligned 2-D tensors through shared memory
     and TMA (`insert-tma-stores`, sm_90a); `pingpong=1` has two warpgroups take turns at the tensor cores, one's
     wgmmas running while the other computes (`pingpong-warpgroups`, sm_90a); `overlap=1` issues a loop's first
-    wgmma one step early, so that it runs while the step works on the previous result (`overlap-wgmma`, sm_90a).
+    wgmma one step early, so that it runs while the step works on the previous result (`overlap-wgmma`, sm_90a);
+    `defer=1` issues a loop's last wgmma in the next step, right behind its first, so that it runs while the step
+    works on the first one's result (`defer-wgmma`, sm_90a: FlashAttention-3's overlap of P·V with the softmax).
     These options may name a const parameter instead, e.g. `warps="WARPS"`.
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=... and overlap=..., not "
+            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=... and defer=..., not "
             f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
     if fn is not None and not callable(fn):
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
-        return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap)
-    return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap)
+        return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer)
+    return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer)

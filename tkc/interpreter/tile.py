@@ -312,6 +312,10 @@ class TileFunctions(InterpreterFunctions):
     def run_turn_wait(self, interpreter: Interpreter, op: t.TurnWaitOp, args: PythonValues) -> PythonValues:
         return ()  # scheduling only: which warpgroup's wgmmas go first changes no value
 
+    @impl(t.WgmmaWaitOp)
+    def run_wgmma_wait(self, interpreter: Interpreter, op: t.WgmmaWaitOp, args: PythonValues) -> PythonValues:
+        return ()  # the interpreter's wgmmas are done when issued
+
     @impl(t.TurnPassOp)
     def run_turn_pass(self, interpreter: Interpreter, op: t.TurnPassOp, args: PythonValues) -> PythonValues:
         return ()

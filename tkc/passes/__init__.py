@@ -52,6 +52,7 @@ def _load_tkc_passes() -> None:
         allocate_shared,
         assign_layouts,
         assign_swizzles,
+        defer_wgmma,
         insert_async_pipeline,
         insert_barriers,
         insert_tma_pipeline,

@@ -57,6 +57,12 @@ def _constant(b: Builder, value: int) -> SSAValue:
 def _index_slice(load: t.LoadOp, loop: scf.ForOp) -> list[Operation] | None:
     """The ops of the loop body that compute the load's indices, in order, or None if some index depends on
     anything but the loop index and values from outside the loop."""
+    return value_slice(list(load.indices), loop)
+
+
+def value_slice(values: list[SSAValue], loop: scf.ForOp) -> list[Operation] | None:
+    """The ops of the loop body that compute `values`, in order, or None if one depends on anything but the loop
+    index and values from outside the loop (what can be computed again for another value of the index)."""
     body = loop.body.block
     iv = body.args[0]
     needed: list[Operation] = []
@@ -80,7 +86,7 @@ def _index_slice(load: t.LoadOp, loop: scf.ForOp) -> list[Operation] | None:
         needed.append(owner)
         return True
 
-    if not all(visit(i) for i in load.indices):
+    if not all(visit(v) for v in values):
         return None
     order = {op: n for n, op in enumerate(body.ops)}
     return sorted(needed, key=order.__getitem__)

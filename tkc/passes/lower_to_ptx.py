@@ -567,6 +567,26 @@ def _lower_turn_wait(lw: KernelLowering, op: Operation) -> None:
     lw.emit(ptx.BarSyncOp(barrier, 256))
 
 
+def _lower_wgmma_wait(lw: KernelLowering, op: t.WgmmaWaitOp) -> None:
+    """`wgmma.wait_group N`. One with work between it and the last wgmma (defer-wgmma's wait for P·V, after the
+    softmax) starts a basic block of its own: ptxas moves a wgmma wait up to the top of its block, ahead of the
+    work it should overlap (bench/sass_order.py shows it). A branch on a warp-uniform value ptxas cannot fold
+    (whether this is block 0), with the same wait on both sides, keeps it where it is."""
+    pending = op.pending.value.data
+    if op.prev_op is None or isinstance(op.prev_op, t.WgmmaOp | t.TurnPassOp):
+        lw.emit(ptx.WgmmaSyncOp("wait", pending))
+        return
+    first_block = lw.at_entry("first_block", lambda: lw.op("setp.eq.u32", "pred", lw.emit(
+        ptx.SpecialOp("%ctaid.x")).results[0], Imm(0)))
+    other, waited = lw.label("WAIT"), lw.label("WAITED")
+    lw.emit(ptx.BraOp(other, first_block))
+    lw.emit(ptx.WgmmaSyncOp("wait", pending))
+    lw.emit(ptx.BraOp(waited))
+    lw.emit(ptx.LabelOp(other))
+    lw.emit(ptx.WgmmaSyncOp("wait", pending))
+    lw.emit(ptx.LabelOp(waited))
+
+
 def _zero_from(lw: KernelLowering, bundle: SSAValue) -> SSAValue:
     """0, computed from every register of `bundle` so that ptxas cannot see it is: the popc of their OR is at most
     32, and 32 >> 6 is 0."""
@@ -783,6 +803,7 @@ _HANDLERS: dict[type, Callable[..., Any]] = {
     t.BarrierOp: _lower_barrier,
     t.TurnWaitOp: _lower_turn_wait,
     t.TurnPassOp: _lower_turn_pass,
+    t.WgmmaWaitOp: _lower_wgmma_wait,
     scf.ForOp: _lower_for,
     scf.IfOp: _lower_if,
     func.ReturnOp: _lower_return,

@@ -47,6 +47,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from tkc.errors import SourceLoc, TkcError
+from tkc.ir import async_ops as a
 from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.passes import register
@@ -59,6 +60,22 @@ WARPGROUPS = 2
 
 def _wgmmas(block: Block) -> list[Operation]:
     return [op for op in block.ops if isinstance(op, t.WgmmaOp)]
+
+
+def _back_to_back(gemms: list[Operation]) -> list[list[Operation]]:
+    """The wgmmas in runs that share one turn: those with only index arithmetic and ring reads between them
+    (defer-wgmma's S_j and P_{j-1}·V_{j-1})."""
+    groups = [[gemms[0]]]
+    for gemm in gemms[1:]:
+        between, op = [], groups[-1][-1].next_op
+        while op is not gemm:
+            between.append(op)
+            op = op.next_op  # type: ignore[union-attr]
+        if all(o.name.startswith("arith.") or isinstance(o, a.RingReadOp) for o in between):
+            groups[-1].append(gemm)
+        else:
+            groups.append([gemm])
+    return groups
 
 
 def _varies_by_warp(value: SSAValue) -> bool:
@@ -98,17 +115,18 @@ def _take_turns(loop: scf.ForOp) -> None:
         raise TkcError("pingpong=1: every wgmma of the loop must be at its top level (not in an if or an inner loop), "
                        "so that both warpgroups take the same turns", SourceLoc.from_attr(nested[0].location))
     iv = body.args[0]
-    for i, gemm in enumerate(gemms):
-        if i == 0 and len(gemms) > 1:  # the first turn of step j + 1 is the last one of step j, but at step 0
-            Rewriter.insert_op(_guarded(arith.CmpiOp(iv, loop.lb, "eq"), t.TurnWaitOp()), InsertPoint.before(gemm))
+    groups = _back_to_back(gemms)
+    for i, group in enumerate(groups):
+        if i == 0 and len(groups) > 1:  # the first turn of step j + 1 is the last one of step j, but at step 0
+            Rewriter.insert_op(_guarded(arith.CmpiOp(iv, loop.lb, "eq"), t.TurnWaitOp()), InsertPoint.before(group[0]))
         else:
-            Rewriter.insert_op(t.TurnWaitOp(), InsertPoint.before(gemm))
-        if i == len(gemms) - 1 and len(gemms) > 1:  # ...and at the last step, the last turn is its own
+            Rewriter.insert_op(t.TurnWaitOp(), InsertPoint.before(group[0]))
+        if i == len(groups) - 1 and len(groups) > 1:  # ...and at the last step, the last turn is its own
             following = arith.AddiOp(iv, loop.step)
             Rewriter.insert_op([following, *_guarded(arith.CmpiOp(following, loop.ub, "sge"), t.TurnPassOp())],
-                               InsertPoint.after(gemm))
+                               InsertPoint.after(group[-1]))
         else:
-            Rewriter.insert_op(t.TurnPassOp(), InsertPoint.after(gemm))
+            Rewriter.insert_op(t.TurnPassOp(), InsertPoint.after(group[-1]))
     Rewriter.insert_op(_on_warpgroup(1, t.TurnPassOp()), InsertPoint.before(loop))
     Rewriter.insert_op(_on_warpgroup(0, t.TurnWaitOp()), InsertPoint.after(loop))
 

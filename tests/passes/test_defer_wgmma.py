@@ -1,0 +1,154 @@
+"""defer-wgmma: attention's P·V runs in the next step, under that step's softmax (FlashAttention-3's overlap within a
+warpgroup). The pass keeps the kernel's meaning (the interpreter agrees before and after it, on random inputs);
+the PTX simulation, which poisons a wgmma's accumulator until a wait covers it and checks that nothing rewrites its
+A registers or the shared memory it reads before then, agrees with the interpreter with and without a producer
+warpgroup and ping-pong; waits one group short are caught; ptxas keeps the wait for P·V after the softmax."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import attention_ref, poisoned, random_bf16, rel_err
+from xdsl.dialects import scf
+
+from backend.test_simulate import run_both
+from tkc.backend import ptxas
+from tkc.backend.simulator import SimulationError, simulate
+from tkc.compiler import Dumps, PassTimer, compile_for_launch, lower_kernel, parse_pipeline, run_passes
+from tkc.errors import TkcError
+from tkc.frontend.kernel import build_module
+from tkc.ir import ops as t
+from tkc.kernels import attention_sm90
+from tkc.passes import defer_wgmma
+
+from .helpers import before_and_after
+
+PREFIX = "canonicalize,cse,insert-tma-pipeline"
+ALIGNS = {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}
+
+
+def _inputs(nq: int, nk: int, d: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed + nq + nk + d)
+    q, k, v = random_bf16(rng, 1, 2, nq, d), random_bf16(rng, 1, 2, nk, d), random_bf16(rng, 1, 2, nk, d)
+    return [q, k, v, poisoned(1, 2, nq, d), poisoned(1, 2, nq, dtype=np.float32), d**-0.5]
+
+
+@given(nq=st.integers(1, 200), nk=st.integers(1, 400), causal=st.integers(0, 1), seed=st.integers(0, 2**31))
+@settings(max_examples=6, deadline=None)
+def test_the_interpreter_agrees_before_and_after(nq: int, nk: int, causal: int, seed: int) -> None:
+    args = _inputs(nq, nk, 64, seed)
+    constants = {"D": 64, "KEYS": 64, "WARPS": 4, "CAUSAL": causal, "LSE": 1, "DEFER": 1}
+    before, after, _ = before_and_after(attention_sm90, "defer-wgmma", args, (-(-nq // 64), 2, 1), constants,
+                                        target="sm_90a", prefix=PREFIX)
+    assert np.array_equal(before[3].astype(np.float32), after[3].astype(np.float32), equal_nan=True)
+    assert np.array_equal(before[4], after[4], equal_nan=True)
+
+
+@pytest.mark.parametrize("nq, nk, d, causal, keys, warps, extra", [
+    (256, 320, 64, 0, 64, 8, {}), (200, 200, 64, 1, 64, 4, {}), (128, 520, 128, 0, 128, 8, {"STAGES": 2}),
+    (1, 1, 64, 0, 64, 4, {}), (130, 300, 128, 0, 128, 8, {"PRODUCER": 1}), (200, 260, 64, 1, 64, 8, {"PRODUCER": 1}),
+    (256, 320, 64, 1, 64, 8, {"PINGPONG": 1})])
+def test_simulation_agrees(nq: int, nk: int, d: int, causal: int, keys: int, warps: int, extra: dict) -> None:
+    """More key blocks than stages (and one), causal, ragged lengths, with a producer warpgroup and with ping-pong:
+    the PTX simulated with the warps in shuffled order agrees with the interpreter, which agrees with float64."""
+    args = _inputs(nq, nk, d)
+    constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": warps, "LSE": 1, "DEFER": 1, **extra}
+    interp, sim = run_both(attention_sm90, args, (-(-nq // (16 * warps)), 2, 1), constants, target="sm_90a",
+                           order="shuffled")
+    ref, ref_lse = attention_ref(*args[:3], causal=bool(causal), scale=d**-0.5, lse=True)
+    assert rel_err(interp[3], ref) < 2e-2 and rel_err(sim[3], interp[3]) < 2e-3
+    assert rel_err(sim[4], ref_lse) < 1e-4
+
+
+def test_the_loop_issues_scores_then_the_previous_pv() -> None:
+    """The IR after the pass: in the loop Q·Kᵀ, then P·V on the previous stage (both deferred), wait 1 (the
+    scores), the softmax, wait 0 before the stage release; the loop carries P in bf16; the last P·V after it."""
+    module = build_module([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "DEFER": 1})
+    run_passes(module, parse_pipeline(PREFIX + ",defer-wgmma"), Dumps(None), PassTimer(False))
+    loop = next(op for op in module.walk() if isinstance(op, scf.ForOp))
+    body = list(loop.body.block.ops)
+    marks = [op.name.removeprefix("tile.") + (f" {op.pending.value.data}" if isinstance(op, t.WgmmaWaitOp) else "")
+             for op in body if isinstance(op, t.WgmmaOp | t.WgmmaWaitOp) or op.name == "tile.ring_read"
+             or any(o.name == "tile.stage_release" for o in op.walk())]
+    assert marks == ["ring_read", "wgmma_ABt", "ring_read", "wgmma_AB", "wgmma_wait 1", "wgmma_wait 0", "scf.if"], marks
+    assert all(defer_wgmma.DEFERRED in op.attributes for op in body if isinstance(op, t.WgmmaOp))
+    assert str(loop.body.block.args[-1].type) == "!tile.rt<16x64xbf16>"
+    after = list(loop.parent_block().ops)[list(loop.parent_block().ops).index(loop) + 1:]
+    assert any(isinstance(o, t.WgmmaOp) for op in after for o in op.walk())
+    # the softmax (its exp2) runs between the two waits, the conversion of P after the second
+    waits = [body.index(op) for op in body if isinstance(op, t.WgmmaWaitOp)]
+    exp2 = [body.index(op) for op in body if op.name == "tile.exp2"]
+    convert = [body.index(op) for op in body if op.name == "tile.convert"]
+    assert waits[0] < min(exp2) and max(exp2) < waits[1] < min(convert)
+
+
+def _mutated_waits(monkeypatch: pytest.MonkeyPatch, which: int) -> None:
+    """The pass's wait `which` (1: for the scores, 0: for P·V) leaves one more group running."""
+    real = t.WgmmaWaitOp
+    monkeypatch.setattr(defer_wgmma.t, "WgmmaWaitOp", lambda n: real(n + 1 if n == which else n))
+
+
+def test_a_wait_that_misses_the_scores_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated pass: the softmax waits for all but two groups (not for S). It reads S while the simulated tensor
+    cores still hold it (NaN): the output is wrong."""
+    _mutated_waits(monkeypatch, 1)
+    args = _inputs(128, 320, 64)
+    module = lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "LSE": 1, "DEFER": 1},
+                          aligns=ALIGNS)
+    simulate(module, "attention_sm90", args, (1, 2, 1), order="shuffled")
+    assert not np.isfinite(args[3].astype(np.float32)).all()
+
+
+def test_a_release_before_pv_is_done_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated pass: the stage is released (and refilled) while P·V may still read it: the simulator reports the
+    TMA write into shared memory a wgmma not yet waited for reads."""
+    _mutated_waits(monkeypatch, 0)
+    args = _inputs(128, 64 * 6, 64)
+    module = lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "LSE": 1, "DEFER": 1},
+                          aligns=ALIGNS)
+    with pytest.raises(SimulationError, match="wgmma"):
+        simulate(module, "attention_sm90", args, (1, 2, 1), order="shuffled")
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("constants", [{"D": 128, "KEYS": 128, "PRODUCER": 1}, {"D": 128, "KEYS": 128, "CAUSAL": 1},
+                                       {"D": 64, "KEYS": 64}, {"D": 128, "KEYS": 128, "PINGPONG": 1}])
+def test_deferred_attention_assembles_cleanly(constants: dict) -> None:
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {**constants, "WARPS": 8, "LSE": 1, "DEFER": 1}, ALIGNS)
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
+    assert not report.notes and not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log
+
+
+def _order(constants: dict) -> str:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import sass_order
+
+    compiled = compile_for_launch(attention_sm90, "sm_90a", constants, ALIGNS)
+    return sass_order.run_length(sass_order.key_instructions(ptxas.disassemble(compiled.ptx, "sm_90a")))
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None or ptxas.find_nvdisasm() is None, reason="ptxas/nvdisasm not installed")
+def test_the_wait_for_pv_stays_after_the_softmax(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the SASS, the wait for P·V comes after the step's exp2s (the softmax runs while P·V does). Lowered as a
+    plain wait, ptxas moves it up to the top of its block, ahead of them: the branch around it is what keeps it."""
+    constants = {"D": 128, "KEYS": 128, "WARPS": 8, "DEFER": 1}
+    assert re.search(r"HGMMA×16 DEPBAR EX2×6\d DEPBAR", _order(constants)), _order(constants)
+    from tkc.backend import ptx
+    from tkc.passes import lower_to_ptx
+
+    monkeypatch.setitem(lower_to_ptx._HANDLERS, t.WgmmaWaitOp,
+                        lambda lw, op: lw.emit(ptx.WgmmaSyncOp("wait", op.pending.value.data)) and None)
+    assert not re.search(r"HGMMA×16 DEPBAR EX2×6\d DEPBAR", _order(constants)), _order(constants)
+
+
+def test_defer_with_overlap_is_one_clear_error() -> None:
+    with pytest.raises(TkcError, match="defer=1 and overlap=1"):
+        lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "DEFER": 1, "OVERLAP": 1})

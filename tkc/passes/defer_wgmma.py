@@ -1,0 +1,277 @@
+"""defer-wgmma: issue a loop's last wgmma in the next step, right behind the step's first (kernels with `defer=1`,
+sm_90a): FlashAttention-3's overlap of P·V with the softmax inside one warpgroup.
+
+In attention, step j computes S_j = Q·K_jᵀ, the softmax on S_j, then O += P_j·V_j. A warpgroup's tensor-core work
+and its softmax alternate, and the tensor cores idle whenever every warpgroup is in its softmax. Here step j
+issues S_j, then O += P_{j-1}·V_{j-1} (P carried from the step before, V read again from the previous step's ring
+stage), waits for S_j alone (`tile.wgmma_wait 1`), runs the softmax while that P·V runs, and waits for it
+(`tile.wgmma_wait 0`) just before the ring stage it reads is released and before its result is read. Step 0
+multiplies a zero P by its own stage (adds 0); the last P·V runs after the loop, if the loop ran.
+
+Both wgmmas are marked `tkc.deferred`: the lowering leaves them running and the explicit waits cover them. What
+reads the deferred result moves to the end of the step, after the wait: an scf.if that updates it together with
+other values (attention's rescale of O, l and m) is split in two, the ops the moved part needs cloned into it.
+The ring must release a step one iteration late (`insert-tma-pipeline` does, for a wgmma that may run on).
+
+    scf.for %j = %lb to %ub step %c1 iter_args(%o = %o0) {
+      tile.stage_wait %bars[%k]
+      %k_s = tile.ring_read %K_ring[%stage]
+      %v_s = tile.ring_read %V_ring[%stage]
+      %s = tile.wgmma_ABt %q, %k_s, %zero
+      ... softmax on %s: %p ...  %o1 = (%o rescaled)
+      %o2 = tile.wgmma_AB %p, %v_s, %o1
+      scf.if (%k > 0) { tile.stage_release %bars[%k - 1] }
+      scf.yield %o2
+    }
+becomes
+    scf.for %j = %lb to %ub step %c1 iter_args(%o = %o0, %p_prev = %zero_p) {
+      tile.stage_wait %bars[%k]
+      %k_s = tile.ring_read %K_ring[%stage]
+      %s = tile.wgmma_ABt %q, %k_s, %zero {tkc.deferred}
+      %v_prev = tile.ring_read %V_ring[(%k > 0 ? %k - 1 : %k) mod 3]
+      %o_acc = tile.wgmma_AB %p_prev, %v_prev, %o {tkc.deferred}
+      tile.wgmma_wait 1
+      ... softmax on %s: %p ...
+      tile.wgmma_wait 0
+      scf.if (%k > 0) { tile.stage_release %bars[%k - 1] }
+      %o1 = (%o_acc rescaled)
+      scf.yield %o1, %p
+    }
+    %o_end = scf.if (trips > 0) { tile.wgmma_AB %p_last, (ring_read of the last step's stage), %o_res } else { %o_res }
+"""
+
+from __future__ import annotations
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i32
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.traits import is_side_effect_free
+
+from tkc.errors import SourceLoc, TkcError
+from tkc.ir import async_ops as a
+from tkc.ir import ops as t
+from tkc.ir import tma_ops as m
+from tkc.ir.types import RegTileType
+from tkc.passes import register
+from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, value_slice
+from tkc.passes.insert_tma_pipeline import _top_level, step_index
+from tkc.passes.overlap_wgmma import _clone_at
+from tkc.passes.util import wgmma_loops, yielded_at
+
+DEFER_ATTR = "tkc.defer"
+DEFERRED = "tkc.deferred"  # on a wgmma that does not wait for itself: a tile.wgmma_wait after it does
+
+
+def _fail(message: str, op: Operation) -> TkcError:
+    return TkcError(f"defer=1: {message}", SourceLoc.from_attr(op.location))
+
+
+def _reads(op: Operation, value: SSAValue) -> bool:
+    """Whether `op` or an op nested in it uses `value`."""
+    return any(value in o.operands for o in op.walk())
+
+
+def _depends_on(value: SSAValue, source: SSAValue, region: Region) -> bool:
+    """Whether `value` is `source` or computed from it by ops of `region`."""
+    if value is source:
+        return True
+    owner = value.owner
+    if not isinstance(owner, Operation) or owner.parent_region() is not region:
+        return False
+    return any(_reads(owner, source) or _depends_on(v, source, region) for v in owner.operands)
+
+
+def _split_if(op: scf.IfOp, source: SSAValue) -> scf.IfOp | None:
+    """Split an if whose results are some computed from `source` and some not: the ones from `source` go to a new
+    if (with the same condition, right after, with clones of the ops they need); the old one keeps the rest."""
+    regions = [op.true_region, op.false_region]
+    if not all(r.blocks for r in regions):
+        return None
+    yields = [r.block.last_op for r in regions]
+    moved = [i for i in range(len(op.results))
+             if any(_depends_on(y.operands[i], source, r) for y, r in zip(yields, regions))]  # type: ignore[union-attr]
+    if not moved or len(moved) == len(op.results):
+        return None
+    blocks = []
+    for region, y in zip(regions, yields):
+        needed: set[Operation] = set()
+
+        def need(value: SSAValue, region: Region = region) -> None:
+            owner = value.owner
+            if isinstance(owner, Operation) and owner.parent_region() is region and owner not in needed:
+                needed.add(owner)
+                for v in owner.operands:
+                    need(v)
+
+        for i in moved:
+            need(y.operands[i])  # type: ignore[union-attr]
+        block, mapping = Block(), {}
+        for o in region.block.ops:
+            if o in needed:
+                clone = o.clone(value_mapper=mapping)
+                block.add_op(clone)
+                mapping.update(zip(o.results, clone.results))
+        block.add_op(scf.YieldOp(*[mapping.get(y.operands[i], y.operands[i]) for i in moved]))  # type: ignore[union-attr]
+        blocks.append(block)
+    split = scf.IfOp(op.cond, [op.results[i].type for i in moved], Region(blocks[0]), Region(blocks[1]))
+    Rewriter.insert_op(split, InsertPoint.after(op))
+    for i, new in zip(moved, split.results):
+        op.results[i].replace_all_uses_with(new)
+    # the old if keeps the other results
+    kept = [i for i in range(len(op.results)) if i not in moved]
+    for y in yields:
+        y.operands = [y.operands[i] for i in kept]  # type: ignore[union-attr]
+    then_region, else_region = op.true_region, op.false_region
+    rest = scf.IfOp(op.cond, [op.results[i].type for i in kept], op.detach_region(then_region),
+                    op.detach_region(else_region))
+    rest.location = split.location = op.location
+    Rewriter.insert_op(rest, InsertPoint.before(op))
+    for i, new in zip(kept, rest.results):
+        op.results[i].replace_all_uses_with(new)
+    op.detach()
+    op.erase()
+    for region in (rest.true_region, rest.false_region):  # what only the moved results needed
+        for o in reversed(list(region.block.ops)):
+            if not any(r.uses for r in o.results) and o.results and is_side_effect_free(o):
+                o.detach()
+                o.erase()
+    return split
+
+
+def _defer(loop: scf.ForOp) -> scf.ForOp:
+    body = loop.body.block
+    gemms = [op for op in body.ops if isinstance(op, t.WgmmaOp)]
+    if len(gemms) < 2:
+        raise _fail("the loop needs two wgmmas (the first is waited for, the last is deferred)", loop)
+    first, last = gemms[0], gemms[-1]
+    index = yielded_at(last, body)
+    if index is None:
+        raise _fail("the loop's last wgmma must only feed the loop's next step (its result goes to the yield)", last)
+    if not isinstance(last.a.type, RegTileType):
+        raise _fail("the loop's last wgmma must take A from registers (carried to the next step)", last)
+    read = last.b.owner
+    stage = read.stage.owner if isinstance(read, a.RingReadOp) else None
+    if not (isinstance(read, a.RingReadOp) and read.parent_block() is body and isinstance(stage, arith.RemUIOp)):
+        raise _fail("the last wgmma's B must be a ring stage of a pipelined loop (insert-tma-pipeline)", last)
+    if WGMMA_IN_FLIGHT not in loop.attributes:
+        raise _fail("the loop's ring must release each step one iteration late", loop)
+    k = step_index(loop)
+    carried = body.args[index + 1]
+    order = {op: n for n, op in enumerate(body.ops)}
+    if k is None or any(order[_top_level(u.operation, body)] <= order[first] for u in carried.uses):
+        raise _fail("the value the last wgmma accumulates is read before the loop's first wgmma", loop)
+
+    # this step's P·V is the previous step's: A carried, B the previous stage (step 0: its own, times zero)
+    zero_a = t.FillOp(0.0, last.a.type)
+    Rewriter.insert_op(zero_a, InsertPoint.before(loop))
+    a_prev = body.insert_arg(last.a.type, len(body.args))
+    ring_step, stages = stage.lhs, stage.rhs
+    c0, c1 = arith.ConstantOp(IntegerAttr(0, i32)), arith.ConstantOp(IntegerAttr(1, i32))
+    has_prev = arith.CmpiOp(k, c0, "sgt")
+    back = arith.SubiOp(ring_step, c1)
+    prev_step = arith.SelectOp(has_prev, back, ring_step)
+    prev_stage = arith.RemUIOp(prev_step, stages)
+    v_prev = a.RingReadOp(read.ring, prev_stage)
+    v_prev.location = read.location
+    pv = last.clone()
+    pv.operands = [a_prev, v_prev.result, carried]
+    pv.attributes[DEFERRED] = UnitAttr()
+    first.attributes[DEFERRED] = UnitAttr()
+    carried.replace_all_uses_with(pv.result)
+    pv.operands = [a_prev, v_prev.result, carried]
+    wait_first = t.WgmmaWaitOp(1)
+    Rewriter.insert_op([c0, c1, has_prev, back, prev_step, prev_stage, v_prev, pv, wait_first], InsertPoint.after(first))
+
+    yield_op = body.last_op
+    assert isinstance(yield_op, scf.YieldOp)
+    yield_op.operands = [*(last.c if i == index else v for i, v in enumerate(yield_op.operands)), last.a]
+    next_a = last.a.owner  # written only after the wait (ptxas would put it in the registers the P·V reads)
+    last.detach()
+    last.erase()
+    if not read.result.uses:
+        read.detach()
+        read.erase()
+
+    # what reads the P·V result, and the next P, wait for it: at the end of the step
+    for op in list(body.ops):
+        if isinstance(op, scf.IfOp) and _reads(op, pv.result):
+            _split_if(op, pv.result)
+    dependent: set[SSAValue] = {pv.result}
+    late = []
+    for op in list(body.ops):
+        if op is yield_op or op is pv or not (op is next_a or any(_reads(op, v) for v in dependent)):
+            continue
+        if not (is_side_effect_free(op) or (isinstance(op, scf.IfOp) and all(
+                is_side_effect_free(o) for o in op.walk() if o is not op and not isinstance(o, scf.YieldOp)))):
+            raise _fail("an op with side effects reads the deferred wgmma's result", op)
+        late.append(op)
+        dependent.update(op.results)
+    for op in late:
+        op.detach()
+        Rewriter.insert_op(op, InsertPoint.before(yield_op))
+    releases = [_top_level(op, body) for op in body.walk() if isinstance(op, m.StageReleaseOp)]
+    order = {op: n for n, op in enumerate(body.ops)}
+    wait_at = min([*late, *releases, yield_op], key=order.__getitem__)
+    Rewriter.insert_op(t.WgmmaWaitOp(0), InsertPoint.before(wait_at))
+
+    # the loop carries P; the last P·V after it
+    region = loop.detach_region(loop.body)
+    deferred = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, zero_a.result], region)
+    deferred.attributes |= loop.attributes
+    deferred.location = loop.location
+    Rewriter.insert_op(deferred, InsertPoint.before(loop))
+    for old, new in zip(loop.results, deferred.results):
+        old.replace_all_uses_with(new)
+    loop.detach()
+    loop.erase()
+    _last_step(deferred, index, read.ring, ring_step, stages, last)
+    return deferred
+
+
+def _last_step(loop: scf.ForOp, index: int, ring: SSAValue, ring_step: SSAValue, stages: SSAValue,
+               gemm: Operation) -> None:
+    """After the loop: O += P_last · V_last on the last step's stage, if the loop ran."""
+    pre = [span := arith.SubiOp(loop.ub, loop.lb), trips := arith.CeilDivSIOp(span, loop.step),
+           c0 := arith.ConstantOp(IntegerAttr(0, i32)), c1 := arith.ConstantOp(IntegerAttr(1, i32)),
+           ran := arith.CmpiOp(trips, c0, "sgt"), last_k := arith.SubiOp(trips, c1),
+           offset := arith.MuliOp(last_k, loop.step), last_iv := arith.AddiOp(loop.lb, offset)]
+    Rewriter.insert_op(pre, InsertPoint.after(loop))
+    stage_ops = value_slice([ring_step, stages], loop)
+    assert stage_ops is not None
+    then = Block()
+    mapping = _clone_at(stage_ops, loop.body.block.args[0], last_iv.result, InsertPoint.at_end(then))
+    last_stage = arith.RemUIOp(mapping.get(ring_step, ring_step), mapping.get(stages, stages))
+    v_last = a.RingReadOp(ring, last_stage)
+    result = loop.results[index]
+    pv = gemm.clone()
+    pv.operands = [loop.results[-1], v_last.result, result]
+    for op in (last_stage, v_last, pv, scf.YieldOp(pv.results[0])):
+        then.add_op(op)
+    done = scf.IfOp(ran, [result.type], Region(then), Region(Block([scf.YieldOp(result)])))
+    done.location = gemm.location
+    Rewriter.insert_op(done, InsertPoint.after(last_iv))
+    for use in list(result.uses):
+        if use.operation is not pv and use.operation.parent_op() is not done:
+            use.operation.operands[use.index] = done.results[0]
+
+
+def defer_wgmma(module: ModuleOp) -> None:
+    for fn in module.walk():
+        if not (isinstance(fn, func.FuncOp) and DEFER_ATTR in fn.attributes):
+            continue
+        if "tkc.overlap" in fn.attributes:
+            raise TkcError("defer=1 and overlap=1 move the same loop's wgmmas two ways: choose one",
+                           SourceLoc.from_attr(fn.location))
+        for loop in wgmma_loops(fn, "defer=1"):
+            _defer(loop)  # type: ignore[arg-type]
+
+
+@register("defer-wgmma", "issue a loop's last wgmma in the next step, behind its first (defer=1, FA3's overlap)")
+class DeferWgmma(ModulePass):
+    name = "defer-wgmma"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        defer_wgmma(op)
