@@ -5,8 +5,8 @@ causal. Every output is checked against the mem-efficient backend run in float32
 
     python bench/attention.py [--seqlens 512 1024 ...] [--dims 64 128] [--launches 30] [--rounds 3] [--variants]
 
-With --variants, attention_sm90's scheduling options run beside attention() (same wrapper work, the kernel
-launched directly): `tkc pp` (pingpong=1), `tkc ov` (overlap=1), `tkc pp+ov` (both).
+With --variants, attention_sm90's variants run beside attention() (same wrapper work, the kernel launched
+directly): see `variant_configs`.
 """
 
 from __future__ import annotations
@@ -42,14 +42,17 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-VARIANTS = ("tkc pp", "tkc ov", "tkc pp+ov")
+VARIANTS = ("tkc eager", "tkc e+defer", "tkc e+d+producer", "tkc e+d+pp")
 
 
 def variant_configs(d: int) -> dict[str, dict[str, int]]:
+    """Eager: O and l rescaled every step (LAZY=0); defer: P·V in the next step (defer-wgmma); producer: a TMA
+    producer warpgroup; pp: ping-pong."""
     keys = 128 if d == 128 else 64
-    return {"tkc pp": {"KEYS": keys, "PINGPONG": 1},
-            "tkc ov": {"KEYS": keys, "OVERLAP": 1, "STAGES": 2 if d == 128 else 3},
-            "tkc pp+ov": {"KEYS": 64, "PINGPONG": 1, "OVERLAP": 1}}
+    return {"tkc eager": {"KEYS": keys, "LAZY": 0},
+            "tkc e+defer": {"KEYS": keys, "LAZY": 0, "DEFER": 1},
+            "tkc e+d+producer": {"KEYS": keys, "LAZY": 0, "DEFER": 1, "PRODUCER": 1},
+            "tkc e+d+pp": {"KEYS": keys, "LAZY": 0, "DEFER": 1, "PINGPONG": 1}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
@@ -71,7 +74,7 @@ def main() -> None:
     parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--variants", action="store_true", help="also attention_sm90 with ping-pong / overlap")
+    parser.add_argument("--variants", action="store_true", help="also attention_sm90's variants (variant_configs)")
     add_timing_options(parser)
     args = parser.parse_args()
     triton_kernels = triton_peer()

@@ -2,7 +2,7 @@
 # ncu on an sm_90a kernel (bench/profile_sm90.py): summary metrics, stall reasons, and the SASS lines where warps
 # stall most (source page of a SourceCounters report). Run on the GPU machine; logs under $OUT.
 #   bash scripts/profile_sm90.sh gemm ["PRODUCER STAGES GRID" ...]
-#   bash scripts/profile_sm90.sh attention ["D CAUSAL KEYS WARPS PINGPONG" ...]
+#   bash scripts/profile_sm90.sh attention ["D CAUSAL KEYS WARPS PINGPONG DEFER PRODUCER" ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
@@ -17,9 +17,9 @@ for cfg in "${@:-}"; do
     tag=$what-${cfg// /-}
     echo "== $what $cfg"
     timeout 200 ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:$kernel \
-        --section SourceCounters --section WarpStateStats --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \
+        --section SourceCounters --section WarpStateStats --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_issued.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \
         -o "$OUT/rep-$tag" -f python3 bench/profile_sm90.py $what $cfg > "$OUT/ncu-$tag.log" 2>&1
-    ncu -i "$OUT/rep-$tag.ncu-rep" --page details --print-units base 2>/dev/null | grep -E "duration|hmma|gmma|pipe_xu|Stall|stall" | head -16
+    ncu -i "$OUT/rep-$tag.ncu-rep" --page details --print-units base 2>/dev/null | grep -E "duration|hmma|gmma|pipe_xu|issued|Stall|stall" | head -18
     ncu -i "$OUT/rep-$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/sass-$tag.csv" 2>/dev/null
     python3 - "$OUT/sass-$tag.csv" <<'PY'
 import csv, sys

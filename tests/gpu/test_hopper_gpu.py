@@ -176,13 +176,16 @@ def test_attention_entry_point_strided_heads() -> None:
 
 
 @pytest.mark.parametrize("config", [{"D": 128, "KEYS": 128, "PINGPONG": 1}, {"D": 64, "KEYS": 64, "PINGPONG": 1},
-                                    {"D": 128, "KEYS": 128, "OVERLAP": 1, "STAGES": 2},
+                                    {"D": 128, "KEYS": 64, "OVERLAP": 1, "STAGES": 2},
                                     {"D": 64, "KEYS": 64, "OVERLAP": 1},
-                                    {"D": 128, "KEYS": 64, "OVERLAP": 1, "PINGPONG": 1}])
+                                    {"D": 128, "KEYS": 64, "OVERLAP": 1, "PINGPONG": 1},
+                                    {"D": 128, "KEYS": 128, "DEFER": 1, "PRODUCER": 1}, {"D": 64, "KEYS": 64, "DEFER": 1},
+                                    {"D": 128, "KEYS": 128, "DEFER": 1, "PINGPONG": 1}])
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("nq, nk", [(1000, 1000), (257, 4097), (4096, 4096)])
 def test_hopper_attention_scheduling_variants(config: dict, causal: int, nq: int, nk: int) -> None:
-    """attention_sm90 with ping-pong warpgroups and/or the early Q·Kᵀ (overlap) on the H200: same answers."""
+    """attention_sm90 with ping-pong warpgroups, the early Q·Kᵀ (overlap) or P·V deferred (with a producer
+    warpgroup) on the H200: same answers."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU")
     from tkc.kernels import attention_sm90

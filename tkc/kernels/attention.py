@@ -62,10 +62,11 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", defer="DEFER", producer="PRODUCER",
+            min_target="sm_90a")
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
-                   STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0):
+                   STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0):
     """attention_fwd on Hopper's wgmma. Grid: (cdiv(Nq, 16·WARPS), H, B), the query blocks first, so that the blocks
     running at once share a few heads' K and V (read from L2, not HBM); causal takes them longest first within
     groups of 8 heads. Any Nq, Nk ≥ 1. With LSE, L (B, H, Nq)
@@ -75,7 +76,12 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     keeps the softmax state of its 16 rows. Per block of KEYS keys: S = Q·Kᵀ by wgmma from shared memory, the
     online softmax in registers (as attention_fwd), and O += P·V by wgmma with P straight from registers. Keys
     past Nk (in the last block) are masked; queries past Nq are computed and not stored. Causal keeps key j for
-    query i when j ≤ i (torch's convention, also for Nq ≠ Nk).
+    query i when j ≤ i (torch's convention, also for Nq ≠ Nk). The first step's block holds key 0, which every query
+    sees, so m is finite from then on (no -inf - -inf in the correction).
+
+    Scheduling is the compiler's: DEFER=1 runs each P·V in the next step under the softmax (`defer-wgmma`),
+    PRODUCER=1 adds a warpgroup that issues the TMA loads, PINGPONG=1 has the two warpgroups take turns at the
+    tensor cores, OVERLAP=1 issues the next Q·Kᵀ before the softmax.
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
@@ -92,7 +98,6 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     q = load(load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D]), (warpgroup_id(), 0), st[bf16, 64, D])
     q_tile = blk * WARPS + warp_id()                         # this warp's 16 rows, in tiles of 16
     scale_log2 = scale * LOG2E
-    RESCALE_LOG2 = 8.0
     m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
     last_row = (blk + 1) * BLOCK_ROWS
     key_blocks = cdiv(K.shape[2], KEYS)
@@ -107,9 +112,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
             if j >= first_masked:
                 s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
         m_new = max(m, row_max(s))
-        if max(m_new - m) * scale_log2 > RESCALE_LOG2:
-            correction = exp2((m - m_new) * scale_log2)
-            l, o, m = l * correction, mul_row(o, correction), m_new
+        correction = exp2((m - m_new) * scale_log2)
+        l, o, m = l * correction, mul_row(o, correction), m_new
         p = exp2(sub_row(s * scale_log2, m * scale_log2))
         l = l + row_sum(p)
         o = mma_AB(p.to(bf16), v_s, o)
@@ -124,10 +128,12 @@ CONFIG = {64: (32, 64, 0), 128: (32, 32, 1)}
 FALLBACK = (16, 64, 0)
 
 
-# attention_sm90's configuration per (head dim, causal), from bench/wgmma_probe.py --what attention on the H200
-# (N = 4096): ping-pong gains nothing since P·V runs into the next step (D=128: 536 vs 550 TFLOP/s, causal 455 vs
-# 460; D=64 equal), OVERLAP=1 is slower (496 at D=128, 225-313 at D=64).
-CONFIG_SM90 = {(d, causal): {"KEYS": d, "WARPS": 8, "PINGPONG": 0} for d in (64, 128) for causal in (0, 1)}
+# attention_sm90's configuration per (head dim, causal), from bench/attention.py --variants on the H200 (interleaved,
+# N = 1024-16384): at D=128 P·V deferred into the next step with a producer warpgroup is the fastest (tkc/cuDNN
+# 1.00 / 0.93 / 1.00 not causal at N = 4096 / 8192 / 16384, vs 0.97 / 0.90 / 0.98 without); at D=64 (two blocks per
+# SM) both slow it down (0.82-0.91 and 0.59-0.74 vs 0.85-0.96). Ping-pong and OVERLAP=1 gain nothing.
+CONFIG_SM90 = {(d, causal): {"KEYS": d, "WARPS": 8, **({"DEFER": 1, "PRODUCER": 1} if d == 128 else {})}
+               for d in (64, 128) for causal in (0, 1)}
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
 
 
