@@ -136,3 +136,21 @@ def test_producer_needs_a_tma_loop() -> None:
     with pytest.raises(TkcError, match="exactly one TMA-pipelined loop"):
         run_passes(module, parse_pipeline(SPLIT), Dumps(), PassTimer())
 
+
+
+@pytest.mark.parametrize("defer", [0, 1])
+def test_a_plain_load_in_the_consumer_role_is_shared_by_the_consumers(defer: int) -> None:
+    """A persistent attention whose consumer warps load each tile's queries into shared memory themselves: the copy
+    is spread over the 256 consumer threads (spread over the block's 384, a third of the tile was never loaded and
+    two warps' rows came out NaN). Simulated with the producer, against the interpreter, across tiles."""
+    from backend.test_simulate import run_both
+    from kernels.persistent_attention import persistent_attention
+    from reference import attention_ref, poisoned, rel_err
+
+    rng = np.random.default_rng(defer)
+    q, k, v = random_bf16(rng, 1, 2, 256, 64), random_bf16(rng, 1, 2, 320, 64), random_bf16(rng, 1, 2, 320, 64)
+    args = [q, k, v, poisoned(1, 2, 256, 64), 0.125]
+    interp, sim = run_both(persistent_attention, args, (3,), {"PRODUCER": 1, "DEFER": defer}, target="sm_90a",
+                           order="shuffled")
+    assert rel_err(interp[3], attention_ref(q, k, v, causal=False, scale=0.125)) < 2e-2
+    assert rel_err(sim[3], interp[3]) < 2e-3

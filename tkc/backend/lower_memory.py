@@ -546,14 +546,14 @@ def _chunk_plan(lw: KernelLowering, shape: tuple[int, ...], e: int, align: int) 
     per_row = row_bytes // chunk
     rows = shape[0] if len(shape) == 2 else 1
     total = rows * per_row
-    return chunk, per_row, total, -(-total // lw.threads)
+    return chunk, per_row, total, -(-total // lw.copy_threads)
 
 
 def _collective_exprs(lw: KernelLowering, shape: tuple[int, ...], chunk: int, e: int, per_row: int, iters: int):
     """Row and column (in elements, within the tile) of chunk tid + j·threads, for each j."""
     rows_exprs, cols_exprs = [], []
     for j in range(iters):
-        k_ = TID + j * lw.threads
+        k_ = TID + j * lw.copy_threads
         rows_exprs.append(k_ // per_row if len(shape) == 2 else Const(0))
         cols_exprs.append(k_ % per_row * (chunk // e))
     return rows_exprs, cols_exprs
@@ -583,9 +583,9 @@ def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape:
     rank = g.type.rank
     lead, tile_coords = coords[:-k], coords[-k:]
     rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
-    steps = [_static_steps(cols_e, lw.threads)] + ([_static_steps(rows_e, lw.threads)] if k == 2 else [])
+    steps = [_static_steps(cols_e, lw.copy_threads)] + ([_static_steps(rows_e, lw.copy_threads)] if k == 2 else [])
     if any(s is None for s in steps):
-        raise TkcError(f"internal: a copy of {shape} in {chunk}-byte chunks over {lw.threads} threads has no regular pattern")
+        raise TkcError(f"internal: a copy of {shape} in {chunk}-byte chunks over {lw.copy_threads} threads has no regular pattern")
     axes = [(cols_e[0], rank - 1, shape[-1], tile_coords[-1], steps[0])]
     if k == 2:
         axes.append((rows_e[0], rank - 2, shape[0], tile_coords[0], steps[1]))
@@ -631,9 +631,9 @@ def _inside_tile(lw: KernelLowering, total: int, iters: int) -> SSAValue | None:
     """Which of this thread's chunks to copy: those that exist (when a tile's chunks do not divide evenly among
     the threads), and none where an if-converted branch is not taken (lw.guard)."""
     inside = None
-    if total % lw.threads:
+    if total % lw.copy_threads:
         inside = lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)),
-                       ptx.PerInstr([total - j * lw.threads for j in range(iters)]), n=iters)
+                       ptx.PerInstr([total - j * lw.copy_threads for j in range(iters)]), n=iters)
     if lw.guard is not None:
         inside = lw.op("mov.pred", "pred", lw.guard, n=iters) if inside is None else \
             lw.op("and.pred", "pred", inside, lw.guard, n=iters)
@@ -650,7 +650,7 @@ def _copy_global_to_shared(lw: KernelLowering, g: GlobalRef, coords: list[Any], 
         return
     rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
     exprs = [_subtile_exprs(dst.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
-    shared = share_bases(exprs, {"tid": np.arange(lw.threads)})
+    shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
     dst_bases = _bundle(lw, [_add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
     srcs, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
     srcs = lw.op("selp.b64", "b64", srcs, g.ptr, ok, n=iters)  # a chunk that reads nothing points at the tensor
@@ -669,7 +669,7 @@ def _copy_global_to_shared_sync(lw: KernelLowering, g: GlobalRef, coords: list[A
     chunk, per_row, total, iters = _chunk_plan(lw, shape, e, e)
     rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
     exprs = [_subtile_exprs(dst.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
-    shared = share_bases(exprs, {"tid": np.arange(lw.threads)})
+    shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
     dst_bases = _bundle(lw, [_add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
     srcs, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
     kind = f"b{8 * e}"
@@ -688,7 +688,7 @@ def _copy_shared_to_global(lw: KernelLowering, src: SharedRef, g: GlobalRef, coo
     chunk, per_row, total, iters = _chunk_plan(lw, shape, e, max(g.align, e))
     rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
     exprs = [_subtile_exprs(src.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
-    shared = share_bases(exprs, {"tid": np.arange(lw.threads)})
+    shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
     src_bases = _bundle(lw, [_add_address(lw, src.addr, lw.expr(b)) for b in shared.bases], "b32")
     word = min(chunk, 4)
     words = chunk // word
@@ -793,13 +793,13 @@ def lower_shared_fill(lw: KernelLowering, op: t.FillOp) -> list[Any]:
         pattern = Imm(float(op.fill_value))
     words = lw.op("mov.b32", "b32", pattern, n=4)
     total = type_.nbytes // 16
-    iters = -(-total // lw.threads)
-    exprs = [(TID + j * lw.threads) * 16 for j in range(iters)]
-    shared = share_bases(exprs, {"tid": np.arange(lw.threads)})
+    iters = -(-total // lw.copy_threads)
+    exprs = [(TID + j * lw.copy_threads) * 16 for j in range(iters)]
+    shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
     bases = _bundle(lw, [_add_address(lw, ref.addr, lw.expr(b)) for b in shared.bases], "b32")
     guard = None
-    if total % lw.threads:
-        guard = lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)), ptx.PerInstr([total - j * lw.threads for j in range(iters)]), n=iters)
+    if total % lw.copy_threads:
+        guard = lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)), ptx.PerInstr([total - j * lw.copy_threads for j in range(iters)]), n=iters)
     lw.emit(ptx.StoreOp("shared", "b32", 4, bases, shared.base, shared.offset, words, np.zeros(iters, dtype=np.int64),
                         guard, np.arange(iters) if guard is not None else None))
     return [ref]

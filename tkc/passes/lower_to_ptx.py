@@ -88,6 +88,12 @@ class KernelLowering:
     role_threads: int | None = None  # inside one role of a warp-specialized kernel: the threads of that role
     tma_stores: bool = False  # TMA stores were issued: wait for them before exiting
 
+    @property
+    def copy_threads(self) -> int:
+        """The threads that share a cooperative copy here: the block's, or inside the consumer role of a
+        warp-specialized kernel (warps 0 .. consumer_warps - 1) that role's."""
+        return self.role_threads or self.threads
+
     # --------------------------------------------------------------------------------------------------------
     # Emission
 
