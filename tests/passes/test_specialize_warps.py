@@ -154,3 +154,16 @@ def test_a_plain_load_in_the_consumer_role_is_shared_by_the_consumers(defer: int
                            order="shuffled")
     assert rel_err(interp[3], attention_ref(q, k, v, causal=False, scale=0.125)) < 2e-2
     assert rel_err(sim[3], interp[3]) < 2e-3
+
+
+def test_loads_only_the_consumers_read_move_into_their_branch() -> None:
+    """attention_sm90's queries (a global→shared load before the loop, and its warpgroup view) move into the
+    consumers' branch: the producer starts streaming K and V at once, not after the queries and a block barrier."""
+    from tkc.ir import ops as t
+    from tkc.kernels import attention_sm90
+
+    module = build_module([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "DEFER": 1, "PRODUCER": 1})
+    run_passes(module, parse_pipeline(SPLIT), Dumps(None), PassTimer(False))
+    split = next(op for op in module.walk() if isinstance(op, scf.IfOp) and ROLE_ATTR in op.attributes)
+    loads = [op for op in module.walk() if isinstance(op, t.LoadOp) and op.source.type.name == "tile.gl"]
+    assert loads and all(op.parent_region() is split.false_region for op in loads)

@@ -121,6 +121,29 @@ def _prune(top: scf.ForOp, keep: Operation) -> None:
             _erase(op)
 
 
+def _consumers_only_loads(top: Operation, producer: Operation) -> list[Operation]:
+    """The global→shared loads before the loop nest (attention's queries), with the ops that read their tiles:
+    only the consumers need them, so they move into the consumers' branch and the producer starts its TMA loads
+    at once instead of after them (and the block barrier that follows them)."""
+    from xdsl.traits import is_side_effect_free
+
+    from tkc.ir.types import GlobalType, SharedTileType
+
+    tiles: set[SSAValue] = set()
+    moved: list[Operation] = []
+    op = top.parent_block().first_op  # type: ignore[union-attr]
+    while op is not top:
+        assert op is not None
+        load = (isinstance(op, t.LoadOp) and isinstance(op.source.type, GlobalType)
+                and isinstance(op.result.type, SharedTileType))
+        if load or (is_side_effect_free(op) and not op.regions and any(v in tiles for v in op.operands)):
+            tiles.update(op.results)
+            moved.append(op)
+        op = op.next_op
+    producer_reads = {v for o in producer.walk() for v in o.operands}
+    return [] if tiles & producer_reads else moved
+
+
 def specialize(fn: func.FuncOp) -> None:
     loops = [op for op in fn.walk() if isinstance(op, scf.ForOp)
              and any(isinstance(o, m.StageWaitOp) for o in op.body.block.ops)]
@@ -165,7 +188,7 @@ def specialize(fn: func.FuncOp) -> None:
     role = before.insert(arith.CmpiOp(before.insert(t.WarpgroupIdOp()).result,
                                       before.insert(arith.ConstantOp(IntegerAttr(warps // 4, i32))).result, "eq")).result
     consumer = Block()
-    tail = []
+    tail = _consumers_only_loads(top, producer)
     ret = top
     while ret is not None and not isinstance(ret, func.ReturnOp):
         tail.append(ret)
