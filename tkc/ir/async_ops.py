@@ -125,11 +125,10 @@ class CommitGroupOp(IRDLOperation):
     assembly_format = "attr-dict"
 
 
-@irdl_op_definition
-class WaitGroupOp(IRDLOperation):
-    """`tile.wait_group N`: wait until at most N committed groups are still in flight; older groups have landed."""
+class GroupWaitOp(IRDLOperation):
+    """Base of the waits for groups of asynchronous work (`tile.wait_group N`, `tile.wgmma_wait N`): at most N of
+    the most recent groups may still be running."""
 
-    name = "tile.wait_group"
     pending = prop_def(IntegerAttr[IntegerType])
     traits = traits_def(MemoryWriteEffect())
 
@@ -138,17 +137,24 @@ class WaitGroupOp(IRDLOperation):
 
     def verify_(self) -> None:
         if self.pending.value.data < 0:
-            raise VerifyException("wait_group needs a non-negative count")
+            raise VerifyException(f"{self.name.removeprefix('tile.')} needs a non-negative count")
 
     def print(self, printer: Printer) -> None:
         printer.print_string(f" {self.pending.value.data}")
         printer.print_op_attributes(self.attributes)
 
     @classmethod
-    def parse(cls, parser: Parser) -> WaitGroupOp:
+    def parse(cls, parser: Parser) -> GroupWaitOp:
         op = cls(parser.parse_integer(allow_boolean=False, allow_negative=False))
         op.attributes |= parser.parse_optional_attr_dict()
         return op
+
+
+@irdl_op_definition
+class WaitGroupOp(GroupWaitOp):
+    """`tile.wait_group N`: wait until at most N committed groups are still in flight; older groups have landed."""
+
+    name = "tile.wait_group"
 
 
 @irdl_op_definition

@@ -49,6 +49,7 @@ from xdsl.printer import Printer
 from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind, MemoryWriteEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from tkc.ir.async_ops import GroupWaitOp
 from tkc.ir.types import (
     GlobalType,
     RegTileType,
@@ -958,31 +959,12 @@ class TurnPassOp(IRDLOperation):
 
 
 @irdl_op_definition
-class WgmmaWaitOp(IRDLOperation):
+class WgmmaWaitOp(GroupWaitOp):
     """`tile.wgmma_wait 1`: wait until at most N of this warpgroup's most recent wgmmas are still running
     (`wgmma.wait_group N`). Placed by `defer-wgmma` after wgmmas it marked `tkc.deferred` (those do not wait for
     themselves); a deferred wgmma's result is read only after a wait that covers it. No effect on values."""
 
     name = "tile.wgmma_wait"
-    pending = prop_def(IntegerAttr[IntegerType])
-    traits = traits_def(MemoryWriteEffect())
-
-    def __init__(self, pending: int):
-        super().__init__(properties={"pending": IntegerAttr(pending, 64)})
-
-    def verify_(self) -> None:
-        if self.pending.value.data < 0:
-            raise VerifyException("wgmma_wait needs a non-negative count")
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(f" {self.pending.value.data}")
-        printer.print_op_attributes(self.attributes)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> WgmmaWaitOp:
-        op = cls(parser.parse_integer(allow_boolean=False, allow_negative=False))
-        op.attributes |= parser.parse_optional_attr_dict()
-        return op
 
 
 TILE_OPS: list[type[IRDLOperation]] = [
