@@ -427,9 +427,8 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     deferred = waited_by_an_op or into_next_step or (not in_flight and _waited_by_a_later_wgmma(op))
     if in_flight or into_next_step:  # the loop waits for it after its last step
         lw.wgmma_loops.add(op.parent_op())
-    if waited_by_an_op and _only_use_of_a_loop_argument(op):
-        acc = lw.value(op.c)  # the carried registers, in place: nothing else reads them before the wait
-    elif in_flight:  # the loop's own accumulator registers, left to the tensor cores until the next step's wait
+    if in_flight or (waited_by_an_op and _only_use_of_a_loop_argument(op)):
+        # the loop's own accumulator registers, in place: nothing else reads them before the wait covers it
         acc = lw.value(op.c)
     elif into_next_step:
         # straight into the registers the loop carries it in: a copy at the yield would read the accumulator while

@@ -59,7 +59,7 @@ from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, value_slice
 from tkc.passes.insert_tma_pipeline import _top_level, step_index
 from tkc.passes.overlap_wgmma import _clone_at
-from tkc.passes.util import wgmma_loops, yielded_at
+from tkc.passes.util import wgmma_loops, with_one_more_carried, yielded_at
 
 DEFER_ATTR = "tkc.defer"
 DEFERRED = "tkc.deferred"  # on a wgmma that does not wait for itself: a tile.wgmma_wait after it does
@@ -141,7 +141,7 @@ def _split_if(op: scf.IfOp, source: SSAValue) -> scf.IfOp | None:
     return split
 
 
-def _defer(loop: scf.ForOp) -> scf.ForOp:
+def _defer(loop: scf.ForOp) -> None:
     body = loop.body.block
     gemms = [op for op in body.ops if isinstance(op, t.WgmmaOp)]
     if len(gemms) < 2:
@@ -177,10 +177,9 @@ def _defer(loop: scf.ForOp) -> scf.ForOp:
     v_prev = a.RingReadOp(read.ring, prev_stage)
     v_prev.location = read.location
     pv = last.clone()
-    pv.operands = [a_prev, v_prev.result, carried]
     pv.attributes[DEFERRED] = UnitAttr()
     first.attributes[DEFERRED] = UnitAttr()
-    carried.replace_all_uses_with(pv.result)
+    carried.replace_all_uses_with(pv.result)  # what read the carried value now reads it with this P·V added
     pv.operands = [a_prev, v_prev.result, carried]
     wait_first = t.WgmmaWaitOp(1)
     Rewriter.insert_op([c0, c1, has_prev, back, prev_step, prev_stage, v_prev, pv, wait_first], InsertPoint.after(first))
@@ -218,17 +217,8 @@ def _defer(loop: scf.ForOp) -> scf.ForOp:
     Rewriter.insert_op(t.WgmmaWaitOp(0), InsertPoint.before(wait_at))
 
     # the loop carries P; the last P·V after it
-    region = loop.detach_region(loop.body)
-    deferred = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, zero_a.result], region)
-    deferred.attributes |= loop.attributes
-    deferred.location = loop.location
-    Rewriter.insert_op(deferred, InsertPoint.before(loop))
-    for old, new in zip(loop.results, deferred.results):
-        old.replace_all_uses_with(new)
-    loop.detach()
-    loop.erase()
-    _last_step(deferred, index, read.ring, ring_step, stages, last)
-    return deferred
+    deferred = with_one_more_carried(loop, zero_a.result)
+    _last_step(deferred, index, read.ring, ring_step, stages, last)  # type: ignore[arg-type]
 
 
 def _last_step(loop: scf.ForOp, index: int, ring: SSAValue, ring_step: SSAValue, stages: SSAValue,

@@ -47,7 +47,7 @@ from tkc.ir import tma_ops as m
 from tkc.ir.types import GlobalType, RegTileType, SharedTileType, element_bytes
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, _constant, _index_slice, kernel_stages
-from tkc.passes.util import carries_only_the_accumulator, waited_by_the_next_step
+from tkc.passes.util import carries_only_the_accumulator, waited_by_the_next_step, with_one_more_carried
 
 MAX_BOX_ROWS = 256  # a TMA box dimension
 
@@ -175,20 +175,12 @@ def _enclosing_loops(loop: scf.ForOp) -> list[scf.ForOp] | None:
 def _with_base(outer: scf.ForOp, init: SSAValue) -> tuple[scf.ForOp, SSAValue]:
     """`outer` rebuilt with one more loop-carried value (initially `init`, passed through unchanged until the
     caller sets what the body yields); the new op and its block argument."""
-    body = outer.detach_region(outer.body)
-    arg = body.block.insert_arg(i32, len(body.block.args))
-    yield_op = body.block.last_op
+    body = outer.body.block
+    arg = body.insert_arg(i32, len(body.args))
+    yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
     yield_op.operands = [*yield_op.operands, arg]
-    rebuilt = scf.ForOp(outer.lb, outer.ub, outer.step, [*outer.iter_args, init], body)
-    rebuilt.attributes |= outer.attributes
-    rebuilt.location = outer.location
-    Builder(InsertPoint.before(outer)).insert(rebuilt)
-    for old, new in zip(outer.results, rebuilt.results):
-        old.replace_all_uses_with(new)
-    outer.detach()
-    outer.erase()
-    return rebuilt, arg
+    return with_one_more_carried(outer, init), arg  # type: ignore[return-value]
 
 
 def _thread_base(chain: list[scf.ForOp]) -> tuple[SSAValue | None, list[scf.ForOp]]:

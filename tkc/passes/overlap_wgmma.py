@@ -42,7 +42,7 @@ from tkc.ir import ops as t
 from tkc.ir.types import SharedTileType
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import _index_slice
-from tkc.passes.util import defined_in, wgmma_loops
+from tkc.passes.util import defined_in, wgmma_loops, with_one_more_carried
 
 OVERLAP_ATTR = "tkc.overlap"
 
@@ -103,15 +103,7 @@ def _rotate(loop: scf.ForOp) -> None:
         if op in (gemm, load) or not any(r.uses for r in op.results):
             op.detach()
             op.erase()
-    region = loop.detach_region(loop.body)
-    rotated = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, first[gemm.result]], region)
-    rotated.attributes |= loop.attributes
-    rotated.location = loop.location
-    Rewriter.insert_op(rotated, InsertPoint.before(loop))
-    for old, new in zip(loop.results, rotated.results):
-        old.replace_all_uses_with(new)
-    loop.detach()
-    loop.erase()
+    with_one_more_carried(loop, first[gemm.result])
 
 
 def overlap_wgmma(module: ModuleOp) -> None:

@@ -97,3 +97,22 @@ def waited_by_the_next_step(op: Operation, loop: Operation) -> bool:
         return False  # A is computed again (or carried in) before the wait: its registers would change under it
     # the lowering accumulates straight into the carried registers: nothing may read the old value after it
     return all(order[first] < order[top(u.operation)] <= order[op] for u in carried.uses)
+
+
+def with_one_more_carried(loop: Operation, init: SSAValue) -> Operation:
+    """`loop` (an scf.for whose body already has one more block argument and yields one more value) rebuilt with
+    `init` as that value's start; uses of the old loop's results go to the new one's, whose last result is new."""
+    from xdsl.dialects import scf
+    from xdsl.rewriter import InsertPoint, Rewriter
+
+    assert isinstance(loop, scf.ForOp)
+    region = loop.detach_region(loop.body)
+    rebuilt = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, init], region)
+    rebuilt.attributes |= loop.attributes
+    rebuilt.location = loop.location
+    Rewriter.insert_op(rebuilt, InsertPoint.before(loop))
+    for old, new in zip(loop.results, rebuilt.results):
+        old.replace_all_uses_with(new)
+    loop.detach()
+    loop.erase()
+    return rebuilt
