@@ -206,6 +206,9 @@ def execute(opcode: str, operands: list[np.ndarray]) -> np.ndarray:
                 r = x[0] + x[1]
             elif name == "sub":
                 r = x[0] - x[1]
+            elif name == "mul" and "hi" in mods:
+                wide = x[0].astype(np.uint64) * x[1].astype(np.uint64)  # exact below 2^64
+                r = (wide >> np.uint64(32)).astype(np.int64) if kind == "u32" else (x[0] * x[1]) >> 32
             elif name == "mul":
                 r = x[0] * x[1]
             elif name == "mad":
@@ -679,6 +682,9 @@ class BlockSimulator:
             x, dist = operands[0], np.asarray(operands[1])[0]
             partner = np.arange(LANES)[:, None] ^ dist[None, :]
             result = np.take_along_axis(x, partner, axis=0)
+        elif opcode.startswith("shfl.sync.idx"):  # from a lane given by an immediate (a broadcast)
+            source = np.asarray(operands[1])[0]
+            result = operands[0][source, np.arange(op.n)][None, :]
         elif opcode.startswith("movmatrix"):
             x = operands[0]
             result = np.stack([movmatrix_trans(x[:, i]) for i in range(x.shape[1])], axis=1)

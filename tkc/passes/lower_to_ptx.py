@@ -182,11 +182,10 @@ class KernelLowering:
 
             return Imm(int(_NUMPY[e.op](np.int64(lhs.value), np.int64(rhs.value))))
         op = e.op
-        shift = _log2(rhs.value) if isinstance(rhs, Imm) else None
-        if op == "//" and shift is not None:
-            result = self.op("shr.u32", "b32", lhs, Imm(shift))
-        elif op == "%" and shift is not None:
-            result = self.op("and.b32", "b32", lhs, Imm(rhs.value - 1))
+        divided = (_udiv_by_constant(self, self.reg(lhs), rhs.value, remainder=op == "%")
+                   if op in ("//", "%") and isinstance(rhs, Imm) else None)
+        if divided is not None:
+            result = divided
         else:
             opcode = {"+": "add.s32", "-": "sub.s32", "*": "mul.lo.s32", "//": "div.u32", "%": "rem.u32",
                       "^": "xor.b32", "&": "and.b32", "<<": "shl.b32", ">>": "shr.u32"}[op]
@@ -204,7 +203,7 @@ class KernelLowering:
         consumers = fn.attributes.get("tkc.consumer_warps")
         self.consumer_warps = consumers.value.data if isinstance(consumers, IntegerAttr) else warps
         self.producer_warp = self.consumer_warps if self.consumer_warps != warps else 0
-        if "tkc.pingpong" in fn.attributes:
+        if "tkc.pingpong" in fn.attributes and self.consumer_warps == warps:
             # warpgroups in ping-pong: the one that goes second refills the ring. Its wait for a stage's release
             # then never waits on the first warpgroup's turn that is waiting on it (pingpong_warpgroups.py)
             self.producer_warp = 4
@@ -214,7 +213,7 @@ class KernelLowering:
         tid = self.emit_entry(ptx.SpecialOp("%tid.x")).results[0]
         self.thread_env: dict[str, Any] = {"tid": tid}
         self.thread_env["lane"] = self._entry_op("and.b32", tid, Imm(31))
-        self.thread_env["warp"] = self._entry_op("shr.u32", tid, Imm(5))
+        self.thread_env["warp"] = self._warp_index(tid)
         smem_bytes = fn.attributes.get(TOTAL_ATTR)
         self.smem_bytes = smem_bytes.value.data if isinstance(smem_bytes, IntegerAttr) else 0
         if self.smem_bytes:
@@ -238,6 +237,15 @@ class KernelLowering:
         if blocks is None and any(isinstance(op, ptx.SetmaxnregOp) for op in block.ops):
             blocks = 1  # ptxas honours setmaxnreg only when it knows the registers at entry (.minnctapersm)
         return ptx.KernelOp(fn.sym_name.data, params, self.threads, block, min_blocks=blocks)
+
+    def _warp_index(self, tid: SSAValue) -> SSAValue:
+        """tid / 32. With wgmmas, broadcast from lane 0: the same value, but ptxas then knows it is warp-uniform and
+        keeps what derives from it (a warpgroup's wgmma descriptors) in uniform registers, instead of a 64-bit add
+        and two R2UR per wgmma ahead of it."""
+        warp = self._entry_op("shr.u32", tid, Imm(5))
+        if not self.async_proxy_reads:
+            return warp
+        return self._entry_op("shfl.sync.idx.b32", warp, Imm(0), Imm(31), Imm(-1))
 
     def _entry_op(self, opcode: str, *operands: Any) -> SSAValue:
         saved, self.body = self.body, self.prologue
@@ -448,11 +456,39 @@ def _lower_int(lw: KernelLowering, op: Operation) -> list[Any]:
             return [_floordiv(lw, shifted, b)]
         neg = lw.op("neg.s32", "b32", lw.reg(a))
         return [lw.op("neg.s32", "b32", _floordiv(lw, neg, b))]
-    if isinstance(op, arith.DivUIOp | arith.RemUIOp) and isinstance(b, Imm) and _log2(b.value) is not None:
-        if isinstance(op, arith.DivUIOp):
-            return [lw.op("shr.u32", "b32", lw.reg(a), Imm(_log2(b.value)))]
-        return [lw.op("and.b32", "b32", lw.reg(a), Imm(b.value - 1))]
+    if isinstance(op, arith.DivUIOp | arith.RemUIOp) and isinstance(b, Imm):
+        divided = _udiv_by_constant(lw, lw.reg(a), b.value, remainder=isinstance(op, arith.RemUIOp))
+        if divided is not None:
+            return [divided]
     return [lw.op(_INT_OPS[type(op)], "b32", lw.reg(a), b)]
+
+
+def _division_magic(divisor: int) -> tuple[int, int] | None:
+    """(m, l) with x // divisor == (x · m) >> (32 + l) for every u32 x and m < 2^32, or None (then div.u32)."""
+    if not isinstance(divisor, int) or isinstance(divisor, bool) or divisor <= 1:
+        return None
+    for extra in range(divisor.bit_length()):
+        m = -(-(1 << (32 + extra)) // divisor)
+        if m < 1 << 32 and m * divisor - (1 << (32 + extra)) <= 1 << extra:
+            return m, extra
+    return None
+
+
+def _udiv_by_constant(lw: KernelLowering, a: SSAValue, divisor: int, remainder: bool = False) -> SSAValue | None:
+    """a // divisor (or a % divisor) for u32 a without a division: a shift or mask, or a multiply-high by a magic
+    number (ptxas divides a ring index by 3 through a float reciprocal, ~15 instructions before each mbarrier wait).
+    None when neither applies."""
+    shift = _log2(divisor)
+    if shift is not None:
+        return lw.op("and.b32", "b32", a, Imm(divisor - 1)) if remainder else lw.op("shr.u32", "b32", a, Imm(shift))
+    magic = _division_magic(divisor)
+    if magic is None:
+        return None
+    m, extra = magic
+    quotient = lw.op("mul.hi.u32", "b32", a, Imm(m))
+    if extra:
+        quotient = lw.op("shr.u32", "b32", quotient, Imm(extra))
+    return lw.op("mad.lo.s32", "b32", quotient, Imm(-divisor), a) if remainder else quotient
 
 
 def _floordiv(lw: KernelLowering, a: SSAValue, b: Any) -> SSAValue:
@@ -534,7 +570,7 @@ def _lower_warp_id(lw: KernelLowering, op: Operation) -> list[Any]:
 
 
 def _lower_warpgroup_id(lw: KernelLowering, op: Operation) -> list[Any]:
-    return [lw.expr(Leaf("tid") >> 7)]
+    return [lw.expr(Leaf("warp") >> 2)]  # from the broadcast warp index: warp-uniform to ptxas
 
 
 def _lower_dim(lw: KernelLowering, op: t.DimOp) -> list[Any]:
@@ -558,7 +594,7 @@ TURN_BARRIER = 3  # warpgroup 0 waits for its turn at named barrier 3, warpgroup
 
 def _turn_barriers(lw: KernelLowering) -> tuple[Any, Any]:
     """(the barrier this warpgroup waits at for its turn, the one the other warpgroup waits at)."""
-    mine = lw.op("add.u32", "b32", lw.op("and.b32", "b32", lw.expr(Leaf("tid") >> 7), Imm(1)), Imm(TURN_BARRIER))
+    mine = lw.op("add.u32", "b32", lw.op("and.b32", "b32", lw.expr(Leaf("warp") >> 2), Imm(1)), Imm(TURN_BARRIER))
     return mine, lw.op("xor.b32", "b32", mine, Imm(TURN_BARRIER ^ (TURN_BARRIER + 1)))
 
 

@@ -1,0 +1,63 @@
+"""Unsigned division and remainder by a constant lower to a multiply-high and a shift (ring stages: k // 3, k % 3),
+not to `div.u32`, which ptxas expands through a float reciprocal. The magic numbers are exact for every u32; the
+simulator runs `mul.hi.u32`; a wrong magic number breaks the TMA ring, and the PTX simulation catches it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import attention_ref, poisoned, random_bf16, rel_err
+
+from backend.test_simulate import run_both
+from tkc.backend.simulator import SimulationError, execute
+from tkc.compiler import compile_kernels
+from tkc.kernels import attention_sm90
+from tkc.passes import lower_to_ptx
+
+
+@given(divisor=st.integers(2, 5000), x=st.integers(0, 2**32 - 1))
+@settings(max_examples=400, deadline=None)
+def test_magic_division_is_exact(divisor: int, x: int) -> None:
+    magic = lower_to_ptx._division_magic(divisor)
+    if magic is None:
+        return
+    m, extra = magic
+    assert m < 2**32
+    for value in (x, 2**32 - 1, divisor * (x // divisor), divisor * (x // divisor) - 1 if x >= divisor else 0):
+        assert (value * m) >> (32 + extra) == value // divisor
+        high = execute("mul.hi.u32", [np.array([value], dtype=np.uint32), np.array([m], dtype=np.uint32)])
+        assert int(high[0]) >> extra == value // divisor
+
+
+def test_most_small_divisors_avoid_div() -> None:
+    assert [d for d in range(2, 17) if lower_to_ptx._division_magic(d) is None] == [7, 14]
+    ptx = compile_kernels([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "STAGES": 3})
+    assert "div.u32" not in ptx and "rem.u32" not in ptx and "mul.hi.u32" in ptx
+
+
+def _attention_simulated() -> tuple:
+    rng = np.random.default_rng(3)
+    nq, nk, d = 64, 520, 64  # 9 key blocks through a 3-stage ring
+    args = [random_bf16(rng, 1, 1, nq, d), random_bf16(rng, 1, 1, nk, d), random_bf16(rng, 1, 1, nk, d),
+            poisoned(1, 1, nq, d), poisoned(1, 1, nq, dtype=np.float32), d**-0.5]
+    constants = {"D": d, "KEYS": 64, "WARPS": 4, "STAGES": 3, "LSE": 1}
+    interp, sim = run_both(attention_sm90, args, (1, 1, 1), constants, target="sm_90a", order="shuffled")
+    return args, interp, sim
+
+
+def test_ring_with_three_stages_agrees() -> None:
+    args, interp, sim = _attention_simulated()
+    assert rel_err(interp[3], attention_ref(*args[:3], scale=64**-0.5)) < 2e-2
+    assert rel_err(sim[3], interp[3]) < 2e-3
+
+
+def test_a_wrong_magic_number_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = lower_to_ptx._division_magic
+    monkeypatch.setattr(lower_to_ptx, "_division_magic", lambda d: (real(d)[0] - 1, real(d)[1]) if real(d) else None)
+    try:
+        _, interp, sim = _attention_simulated()
+    except SimulationError:
+        return
+    assert not rel_err(sim[3], interp[3]) < 2e-3
