@@ -42,17 +42,18 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-VARIANTS = ("tkc eager", "tkc e+defer", "tkc e+d+producer", "tkc e+d+pp")
+VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc alt")
 
 
 def variant_configs(d: int) -> dict[str, dict[str, int]]:
-    """Eager: O and l rescaled every step (LAZY=0); defer: P·V in the next step (defer-wgmma); producer: a TMA
-    producer warpgroup; pp: ping-pong."""
-    keys = 128 if d == 128 else 64
-    return {"tkc eager": {"KEYS": keys, "LAZY": 0},
-            "tkc e+defer": {"KEYS": keys, "LAZY": 0, "DEFER": 1},
-            "tkc e+d+producer": {"KEYS": keys, "LAZY": 0, "DEFER": 1, "PRODUCER": 1},
-            "tkc e+d+pp": {"KEYS": keys, "LAZY": 0, "DEFER": 1, "PINGPONG": 1}}
+    """attention() picks sm90_config(d, Nk): the short-key configuration below LONG_KEYS, the long one from there.
+    Both run at every length here, with an alternative: at D=128 the queries in registers without ping-pong, at
+    D=64 three consumer warpgroups without defer."""
+    from tkc.kernels.attention import LONG_KEYS, sm90_config
+
+    short, long = sm90_config(d, 1), sm90_config(d, LONG_KEYS)
+    alt = {**long, "PINGPONG": 0} if d == 128 else {**long, "DEFER": 0}
+    return {"tkc short cfg": short, "tkc long cfg": long, "tkc alt": alt}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
@@ -62,8 +63,8 @@ def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
     b, h, n, d = q.shape
     out = torch.empty_like(q)
     lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-    attention_sm90[(-(-n // 128), h, b)](q, k, v, out, lse, d**-0.5, D=d, CAUSAL=int(causal), WARPS=8, **cfg,
-                                         target="sm_90a")
+    attention_sm90[(-(-n // (16 * cfg["WARPS"])), h, b)](q, k, v, out, lse, d**-0.5, D=d, CAUSAL=int(causal), **cfg,
+                                                         target="sm_90a")
     return out
 
 

@@ -4,6 +4,8 @@ shapes; ptxas takes the PTX without serializing the wgmmas; a mutated descriptor
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import Phase, example, given, settings
@@ -329,15 +331,16 @@ def test_hopper_gemm_random_shapes(m: int, n: int, k: int, trans_b: int, warps: 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [0, 1])
-def test_attention_sm90_assembles_cleanly(d: int, causal: int) -> None:
+@pytest.mark.parametrize("nk", [1024, 4096])
+def test_attention_sm90_assembles_cleanly(d: int, causal: int, nk: int) -> None:
     """attention_sm90 as attention() launches it: no spills, no stack, no wgmma-serialized notes, and no
     instruction with a slow-path subroutine (rcp.rn / div.rn / sqrt.rn): the driver's JIT compiles those as calls,
     and a call serializes every wgmma of the kernel (C7509; ptxas 13.0.88 does not say so, the JIT did)."""
     from tkc.compiler import compile_for_launch
     from tkc.kernels import attention_sm90
-    from tkc.kernels.attention import CONFIG_SM90
+    from tkc.kernels.attention import sm90_config
 
-    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, **CONFIG_SM90[d, causal], "CAUSAL": causal,
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, **sm90_config(d, nk), "CAUSAL": causal,
                                                              "LSE": 1}, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
     slow = [line.strip() for line in compiled.ptx.splitlines() if any(f"{op}.rn.f" in line for op in ("rcp", "div", "sqrt"))]
     assert not slow, slow[:3]
@@ -360,3 +363,68 @@ def test_causal_blocks_go_longest_first_over_groups_of_heads() -> None:
     attention_sm90.interpret(q, k, v, out, poisoned(1, 1, 1, dtype=np.float32), 0.125, grid=(2, 3, 4),
                              target="sm_90a", D=64, CAUSAL=1, WARPS=4)
     assert rel_err(out, attention_ref(q, k, v, causal=True, scale=0.125)) < 2e-2
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None or ptxas.find_nvdisasm() is None, reason="ptxas/nvdisasm not installed")
+def test_warpgroup_descriptors_stay_uniform(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each consumer warpgroup reads its own queries: their wgmma descriptors derive from the warp index. Broadcast
+    from lane 0, ptxas knows it is warp-uniform and the Q·Kᵀ wgmmas issue back to back with uniform adds between
+    them; from tid / 32 alone each one waits on a 64-bit add and two R2UR."""
+    from tkc.compiler import compile_for_launch
+    from tkc.kernels.attention import attention_sm90, sm90_config
+    from tkc.passes.lower_to_ptx import Imm, KernelLowering
+
+    def between_first_wgmmas() -> list[str]:
+        constants = {"D": 128, **sm90_config(128, 1024)}
+        ptx = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}).ptx
+        ops = re.findall(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9._]+)", ptxas.disassemble(ptx, "sm_90a"))
+        start = ops.index(next(op for op in ops if op.startswith("HGMMA")))
+        return ops[start:start + 40]
+
+    assert not any(op.startswith("R2UR") for op in between_first_wgmmas())
+    monkeypatch.setattr(KernelLowering, "_warp_index", lambda lw, tid: lw._entry_op("shr.u32", tid, Imm(5)))
+    assert any(op.startswith("R2UR") for op in between_first_wgmmas())
+
+
+
+def _queries_overwritten(sass: str) -> list[str]:
+    """The instructions inside the loop around the first wgmma that write a register an LDSM filled before that
+    loop (the queries of Q_REGS=1, read by every step's Q·Kᵀ)."""
+    lines = [ln.split(";")[0] for ln in sass.splitlines()]
+    label_at = {m.group(1): i for i, ln in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", ln.strip()))}
+    first = next(i for i, ln in enumerate(lines) if "HGMMA" in ln)
+    back = next(i for i, ln in enumerate(lines) if i > first and (m := re.search(r"BRA `\((\.L_x_\d+)\)", ln))
+                and label_at[m.group(1)] < first)
+    top = label_at[re.search(r"BRA `\((\.L_x_\d+)\)", lines[back]).group(1)]
+    loaded = set()
+    for ln in lines[:top]:
+        if m := re.search(r"LDSM\.16\.M88\.4 R(\d+),", ln):
+            loaded |= set(range(int(m.group(1)), int(m.group(1)) + 4))
+    assert loaded, "no LDSM before the loop"
+    written = []
+    for ln in lines[top:back]:
+        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9._]*)\s+R(\d+)", ln)
+        if m and not m.group(1).startswith(("ST", "HGMMA", "RED", "SYNCS")) and int(m.group(2)) in loaded:
+            written.append(ln.strip())
+    return written
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None or ptxas.find_nvdisasm() is None, reason="ptxas/nvdisasm not installed")
+def test_queries_in_registers_survive_the_loop() -> None:
+    """With Q_REGS=1 the queries are loaded into registers once and every step's Q·Kᵀ reads them: in the SASS no
+    instruction in the loop may write those registers. (Without DEFER, ptxas 13.0 gave P the queries' registers
+    while P·V ran on into the next step, a wrong answer the PTX simulation cannot see; the kernel refuses that.)
+    The check itself finds a write planted in the loop."""
+    from tkc.compiler import compile_for_launch
+    from tkc.kernels.attention import attention_sm90, sm90_config
+
+    constants = {"D": 128, **sm90_config(128, 8192), "CAUSAL": 1}
+    assert constants["Q_REGS"] == 1
+    ptx = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}).ptx
+    sass = ptxas.disassemble(ptx, "sm_90a")
+    assert not _queries_overwritten(sass)
+    reg = re.search(r"LDSM\.16\.M88\.4 R(\d+),", sass).group(1)
+    planted = re.sub(r"(\n\s+/\*[0-9a-f]+\*/\s+)(HGMMA[^\n]*)", rf"\1\2\n        /*0000*/                   FMUL R{reg}, R{reg}, R{reg} ;", sass, count=1)
+    assert _queries_overwritten(planted)
+    with pytest.raises(TkcError, match="Q_REGS=1 needs DEFER=1"):
+        compile_for_launch(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "Q_REGS": 1}, {})

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from tkc.kernels import attention, gemm, layernorm
+from tkc.kernels import attention, attention_sm90, gemm, layernorm
+from tkc.kernels.attention import LONG_KEYS, sm90_config
 
 
 def main() -> None:
@@ -34,6 +35,10 @@ def main() -> None:
             if torch.cuda.get_device_capability() == (9, 0):  # attention_sm90: 9 key blocks of 64 or 5 of 128
                 q, k, v = (torch.randn(2, 2, n, d, device="cuda", dtype=bf) for n in (600, 550, 550))
                 attention(q, k, v, causal=causal, return_lse=True)
+                cfg = sm90_config(d, LONG_KEYS)  # the long-key configuration at a short length
+                out, lse = torch.empty_like(q), torch.empty(2, 2, 600, device="cuda")
+                attention_sm90[(-(-600 // (16 * cfg["WARPS"])), 2, 2)](q, k, v, out, lse, d**-0.5, D=d,
+                                                                      CAUSAL=int(causal), LSE=1, **cfg, target="sm_90a")
     x = torch.randn(300, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)
     layernorm(x, x, w, w, target="sm_80")

@@ -51,9 +51,11 @@ def test_the_interpreter_agrees_before_and_after(nq: int, nk: int, causal: int, 
 @pytest.mark.parametrize("nq, nk, d, causal, keys, warps, extra", [
     (256, 320, 64, 0, 64, 8, {}), (200, 200, 64, 1, 64, 4, {}), (128, 520, 128, 0, 128, 8, {"STAGES": 2}),
     (1, 1, 64, 0, 64, 4, {}), (130, 300, 128, 0, 128, 8, {"PRODUCER": 1}), (200, 260, 64, 1, 64, 8, {"PRODUCER": 1}),
-    (256, 320, 64, 1, 64, 8, {"PINGPONG": 1})])
+    (256, 320, 64, 1, 64, 8, {"PINGPONG": 1}), (130, 300, 128, 0, 128, 8, {"PINGPONG": 1, "PRODUCER": 1, "Q_REGS": 1}),
+    (100, 333, 64, 1, 128, 12, {"PRODUCER": 1})])
 def test_simulation_agrees(nq: int, nk: int, d: int, causal: int, keys: int, warps: int, extra: dict) -> None:
-    """More key blocks than stages (and one), causal, ragged lengths, with a producer warpgroup and with ping-pong:
+    """More key blocks than stages (and one), causal, ragged lengths, with a producer warpgroup, ping-pong, the
+    queries in registers, three consumer warpgroups:
     the PTX simulated with the warps in shuffled order agrees with the interpreter, which agrees with float64."""
     args = _inputs(nq, nk, d)
     constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": warps, "LSE": 1, "DEFER": 1, **extra}

@@ -22,21 +22,23 @@ from tkc.passes import pingpong_warpgroups
 from xdsl.dialects import scf
 
 
-def _attention(nq: int, nk: int, d: int, causal: int, keys: int = 64, order: str = "shuffled"):
+def _attention(nq: int, nk: int, d: int, causal: int, keys: int = 64, order: str = "shuffled", producer: int = 0):
     rng = np.random.default_rng(nq + nk + d + causal)
     q = random_bf16(rng, 1, 2, nq, d)
     k, v = random_bf16(rng, 1, 2, nk, d), random_bf16(rng, 1, 2, nk, d)
     args = [q, k, v, poisoned(1, 2, nq, d), poisoned(1, 2, nq, dtype=np.float32), d**-0.5]
-    constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": 8, "LSE": 1, "PINGPONG": 1}
+    constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": 8, "LSE": 1, "PINGPONG": 1, "PRODUCER": producer}
     return args, constants, (-(-nq // 128), 2, 1)
 
 
-@pytest.mark.parametrize("nq, nk, d, causal, keys", [(256, 320, 64, 0, 64), (200, 200, 64, 1, 64),
-                                                      (128, 520, 128, 0, 128), (1, 1, 64, 0, 64)])
-def test_attention_takes_turns_and_agrees(nq: int, nk: int, d: int, causal: int, keys: int) -> None:
-    """attention_sm90 with pingpong=1: more key blocks than stages (and one), causal, ragged lengths; simulated
-    with the warps in shuffled order against the interpreter, which agrees with float64."""
-    args, constants, grid = _attention(nq, nk, d, causal, keys)
+@pytest.mark.parametrize("nq, nk, d, causal, keys, producer", [
+    (256, 320, 64, 0, 64, 0), (200, 200, 64, 1, 64, 0), (128, 520, 128, 0, 128, 0), (1, 1, 64, 0, 64, 0),
+    (200, 520, 64, 1, 64, 1)])
+def test_attention_takes_turns_and_agrees(nq: int, nk: int, d: int, causal: int, keys: int, producer: int) -> None:
+    """attention_sm90 with pingpong=1: more key blocks than stages (and one), causal, ragged lengths, with a
+    producer warpgroup (which then refills the ring); simulated with the warps in shuffled order against the
+    interpreter, which agrees with float64."""
+    args, constants, grid = _attention(nq, nk, d, causal, keys, producer=producer)
     module = lower_kernel(attention_sm90, "sm_90a", constants)
     bars = [op for op in module.walk() if isinstance(op, ptx.BarSyncOp) and op.barrier_reg is not None]
     assert {op.arrives for op in bars} == {False, True} and {op.threads.data for op in bars} == {256}

@@ -66,7 +66,8 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
             min_target="sm_90a")
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
-                   STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0):
+                   STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
+                   Q_REGS: const = 0):
     """attention_fwd on Hopper's wgmma. Grid: (cdiv(Nq, 16·WARPS), H, B), the query blocks first, so that the blocks
     running at once share a few heads' K and V (read from L2, not HBM); causal takes them longest first within
     groups of 8 heads. Any Nq, Nk ≥ 1. With LSE, L (B, H, Nq)
@@ -79,12 +80,15 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     query i when j ≤ i (torch's convention, also for Nq ≠ Nk). The first step's block holds key 0, which every query
     sees, so m is finite from then on (no -inf - -inf in the correction).
 
-    Scheduling is the compiler's: DEFER=1 runs each P·V in the next step under the softmax (`defer-wgmma`),
+    With Q_REGS each warp keeps its 16 rows of queries in registers (the A operand of Q·Kᵀ from registers: half
+    the shared-memory reads of that wgmma). Scheduling is the compiler's: DEFER=1 runs each P·V in the next step under the softmax (`defer-wgmma`),
     PRODUCER=1 adds a warpgroup that issues the TMA loads, PINGPONG=1 has the two warpgroups take turns at the
     tensor cores, OVERLAP=1 issues the next Q·Kᵀ before the softmax.
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
+    static_assert(DEFER or not Q_REGS, "Q_REGS=1 needs DEFER=1: with P·V running on into the next step, ptxas gives "
+                  "P the registers of Q that the next Q·Kᵀ reads (wrong results)")
     blk, h, b = block_idx()
     if CAUSAL:  # the longest rows first (not last), over groups of 8 heads whose K and V stay in L2 together
         n_blk, heads = num_blocks()[0], num_blocks()[1]
@@ -95,7 +99,11 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
         blk, head = n_blk - 1 - rank // group, first_head + rank % group
         h, b = head % heads, head // heads
     BLOCK_ROWS = 16 * WARPS
-    q = load(load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D]), (warpgroup_id(), 0), st[bf16, 64, D])
+    q_block = load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D])
+    if Q_REGS:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
+        q = load(q_block, (warp_id(), 0), rt[bf16, 16, D])
+    else:
+        q = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D])
     q_tile = blk * WARPS + warp_id()                         # this warp's 16 rows, in tiles of 16
     scale_log2 = scale * LOG2E
     m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
@@ -128,12 +136,22 @@ CONFIG = {64: (32, 64, 0), 128: (32, 32, 1)}
 FALLBACK = (16, 64, 0)
 
 
-# attention_sm90's configuration per (head dim, causal), from bench/attention.py --variants on the H200 (interleaved,
-# N = 1024-16384): at D=128 P·V deferred into the next step with a producer warpgroup is the fastest (tkc/cuDNN
-# 1.00 / 0.93 / 1.00 not causal at N = 4096 / 8192 / 16384, vs 0.97 / 0.90 / 0.98 without); at D=64 (two blocks per
-# SM) both slow it down (0.82-0.91 and 0.59-0.74 vs 0.85-0.96). Ping-pong and OVERLAP=1 gain nothing.
-CONFIG_SM90 = {(d, causal): {"KEYS": d, "WARPS": 8, **({"DEFER": 1, "PRODUCER": 1} if d == 128 else {})}
-               for d in (64, 128) for causal in (0, 1)}
+# attention_sm90's configuration per head dim and key length, from bench/wgmma_probe.py and bench/attention.py
+# --variants on the H200 (RESULTS 2026-12-03). Short keys (fewer than LONG_KEYS): at D=128 P·V deferred with a
+# producer warpgroup (1.49x flash at N=1024; ping-pong and Q in registers lose there), at D=64 two blocks of two
+# warpgroups per SM. Long keys: at D=128 ping-pong and the queries in registers on top (N=4096: 631 vs 590
+# TFLOP/s); at D=64 three consumer warpgroups of 128-key steps with a producer (1.00-1.07x cuDNN vs 0.92).
+LONG_KEYS = 4096
+
+
+def sm90_config(d: int, nk: int) -> dict[str, int]:
+    """The constants attention() launches attention_sm90 with (WARPS: consumer warps, 16 query rows each)."""
+    long = nk >= LONG_KEYS
+    if d == 128:
+        return {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, **({"PINGPONG": 1, "Q_REGS": 1} if long else {})}
+    return {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1} if long else {"KEYS": 64, "WARPS": 8}
+
+
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
 
 
@@ -186,7 +204,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             lse = _NO_LSE.get(device)
             if lse is None:
                 lse = _NO_LSE[device] = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-        cfg = CONFIG_SM90[d, int(causal)]
+        cfg = sm90_config(d, nk)
         attention_sm90[(-(-nq // (16 * cfg["WARPS"])), heads, batch)](
             q, k, v, out, lse, scale, D=d, CAUSAL=int(causal), LSE=int(return_lse), **cfg, target="sm_90a")
         return (out, lse) if return_lse else out

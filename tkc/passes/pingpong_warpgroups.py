@@ -52,6 +52,7 @@ from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import kernel_stages
+from tkc.passes.specialize_warps import CONSUMER_WARPS
 from tkc.passes.util import wgmma_loops
 
 PINGPONG_ATTR = "tkc.pingpong"
@@ -136,12 +137,13 @@ def pingpong_warpgroups(module: ModuleOp) -> None:
         if not (isinstance(fn, func.FuncOp) and PINGPONG_ATTR in fn.attributes):
             continue
         loc = SourceLoc.from_attr(fn.location)
-        warps = fn.attributes["tkc.warps"].value.data  # type: ignore[attr-defined]
-        if warps != 4 * WARPGROUPS or "tkc.producer" in fn.attributes:
-            raise TkcError(f"pingpong=1 takes turns between two warpgroups: the kernel needs warps=8 and no producer "
-                           f"warpgroup, got warps={warps}{' and producer=1' if 'tkc.producer' in fn.attributes else ''}",
-                           loc)
-        if any(isinstance(o, m.StageBarriersOp) for o in fn.walk()) and kernel_stages(fn, None) < 3:
+        consumers = fn.attributes.get(CONSUMER_WARPS, fn.attributes["tkc.warps"])
+        warps = consumers.value.data  # type: ignore[attr-defined]
+        if warps != 4 * WARPGROUPS:
+            raise TkcError(f"pingpong=1 takes turns between two warpgroups: the kernel needs warps=8 (besides a "
+                           f"producer warpgroup), got {warps}", loc)
+        producer = CONSUMER_WARPS in fn.attributes  # then the producer refills the rings, not warpgroup 1
+        if not producer and any(isinstance(o, m.StageBarriersOp) for o in fn.walk()) and kernel_stages(fn, None) < 3:
             raise TkcError("pingpong=1 with a TMA ring needs stages >= 3: warpgroup 1 refills the ring inside its "
                            "turn, so a refill must run two steps ahead of warpgroup 0's wait (with 2 it waits for "
                            "a refill that comes after its own turn: a hang)", loc)
