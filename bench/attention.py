@@ -128,7 +128,7 @@ def main() -> None:
     text = table(rows, cols)
     print(text)
     record("attention", env, f"TFLOP/s (4·B·H·N²·D, halved when causal), B·N = {args.tokens}, H = {args.heads}, bf16; "
-           f"median of {args.launches} back-to-back launches × {args.rounds} interleaved rounds through each public entry point; "
+           f"median of {args.launches} back-to-back launches × {args.rounds} interleaved rounds (each in a new order) through each public entry point; "
            "errors against the mem-efficient backend in float32.\n\n" + text, rows)
 
 

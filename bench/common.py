@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import random
 import statistics
 import subprocess
 import time
@@ -93,10 +94,14 @@ def checked_time(run: Callable[[], Any], out: torch.Tensor, ref: torch.Tensor) -
 
 
 def compare(impls: dict[str, Callable[[], Any]], rounds: int = 3, launches: int = 30) -> dict[str, float]:
-    """Median over `rounds` interleaved rounds of each implementation's median time (ms); failing ones are NaN."""
+    """Median over `rounds` interleaved rounds of each implementation's median time (ms); failing ones are NaN.
+    Each round takes the implementations in a new order: the GPU's clocks depend on what ran just before (the
+    same kernel timed twice in one fixed order differed by up to 8%), so no one gets the same place every round."""
     per_round: dict[str, list[float]] = {name: [] for name in impls}
+    order = random.Random(0)
     for _ in range(rounds):
-        for name, fn in impls.items():
+        for name in order.sample(list(impls), len(impls)):
+            fn = impls[name]
             try:
                 per_round[name].append(time_ms(fn, launches))
             except Exception as e:  # a peer that cannot run this case (e.g. a backend that refuses it)

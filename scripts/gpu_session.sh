@@ -21,9 +21,9 @@ for step in ${*:-tests probe bench sanitize}; do
     bench)
         timeout 260 python3 bench/gemm.py > "$OUT/bench-gemm.log" 2>&1; tail -10 "$OUT/bench-gemm.log" ;;
     bench-attention)
-        timeout 400 python3 bench/attention.py > "$OUT/bench-attention.log" 2>&1; tail -28 "$OUT/bench-attention.log" ;;
+        timeout 400 python3 bench/attention.py --rounds 5 > "$OUT/bench-attention.log" 2>&1; tail -28 "$OUT/bench-attention.log" ;;
     bench-attention-variants)  # attention() beside attention_sm90 with ping-pong / overlap, at the sizes
-        timeout 500 python3 bench/attention.py --variants --seqlens 1024 4096 8192 16384 > "$OUT/bench-attention.log" 2>&1
+        timeout 500 python3 bench/attention.py --variants --rounds 5 > "$OUT/bench-attention.log" 2>&1
         tail -20 "$OUT/bench-attention.log" ;;
     bench-layernorm)
         timeout 200 python3 bench/layernorm.py > "$OUT/bench-layernorm.log" 2>&1; tail -7 "$OUT/bench-layernorm.log" ;;
