@@ -8,7 +8,10 @@ index and values from outside the loop. Each load gets a ring of N stages; one s
 waits for its bytes, reads stage k mod N, releases the stage after its last use, and refills for step k+N-1. A
 loop whose wgmma may run on into the next step (a loop-carried accumulator, A in shared memory: GEMM's K loop)
 releases step k-1 after step k's wgmma instead (marked `tkc.wgmma_in_flight`: the lowering waits for the
-previous step's wgmma only there), so the refill never overwrites what a running wgmma reads. Loops that do not qualify are left to `insert-async-pipeline`.
+previous step's wgmma only there), so the refill never overwrites what a running wgmma reads. A tile loop (one
+around another pipelined loop) whose tiles are read only before that inner loop (queries moved into registers)
+gets one stage: released at the tile's start, it is refilled for the next tile while the inner loop runs. Loops
+that do not qualify are left to `insert-async-pipeline`.
 
     scf.for %j = %lb to %ub step %c1 {
       %a = tile.load %A[%i, %j] : !tile.gl<?x?xbf16> -> !tile.st<128x64xbf16>
@@ -196,11 +199,26 @@ def _thread_base(chain: list[scf.ForOp]) -> tuple[SSAValue | None, list[scf.ForO
     return init, rebuilt[::-1]
 
 
+def _read_before_inner_loops(loop: scf.ForOp, loads: list[t.LoadOp]) -> bool:
+    """Whether a tile loop's tiles are read only before its first inner loop with loads (attention's queries, moved
+    into registers at the start of the tile): one stage then prefetches the next tile during this one's loop."""
+    body = loop.body.block
+    inner = next((op for op in body.ops if isinstance(op, scf.ForOp) and any(
+        _shared_loads(o.body.block) for o in op.walk() if isinstance(o, scf.ForOp))), None)
+    if inner is None:
+        return False
+    order = {op: n for n, op in enumerate(body.ops)}
+    readers = stage_readers(body, [op.result for op in loads])
+    return bool(readers) and max(order[r] for r in readers) < order[inner]
+
+
 def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads: int) -> bool:
     body = loop.body.block
     candidates = _shared_loads(body)
     if stages < 2 or not candidates or not all(tma_loadable(op, aligned) for op in candidates):
         return False
+    if _read_before_inner_loops(loop, candidates):
+        stages = 1
     chain = _enclosing_loops(loop)
     if chain is None:
         return False
@@ -232,7 +250,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
 
     pre = Builder(InsertPoint.before(loop))
     trips = pre.insert(arith.CeilDivSIOp(pre.insert(arith.SubiOp(loop.ub, loop.lb)).result, _constant(pre, step))).result
-    for s in range(stages - 1):
+    for s in range(max(stages - 1, 1)):  # (one stage: step 0, and each step refills the next after its release)
         c_s = _constant(pre, s)
         j = pre.insert(arith.AddiOp(loop.lb, _constant(pre, s * step))).result
         g = step_at(pre, c_s)
@@ -264,6 +282,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
         loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
     after = Builder(InsertPoint.after(last if last is not None else wait))
     lags = _release_lags(loop)
+    ahead = max(stages - 1, 1)  # the step the refill fills, after this one
     if lags:
         has_previous = after.insert(arith.CmpiOp(k, _constant(after, 0), "sgt")).result
         previous = after.insert(arith.SubiOp(g, _constant(after, 1))).result
@@ -271,10 +290,11 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
         refill = after
     else:
         after.insert(m.StageReleaseOp(bars, g))
-        refill = Builder(InsertPoint.after(wait))  # step k - 1 released its stage: refill it before this step's work
-    k_next = refill.insert(arith.AddiOp(k, _constant(refill, stages - 1))).result
-    g_next = k_next if base is None else refill.insert(arith.AddiOp(g, _constant(refill, stages - 1))).result
-    j_next = refill.insert(arith.AddiOp(iv, _constant(refill, (stages - 1) * step))).result
+        # step k - 1 released its stage: refill it before this step's work (one stage: the one just released)
+        refill = after if stages == 1 else Builder(InsertPoint.after(wait))
+    k_next = refill.insert(arith.AddiOp(k, _constant(refill, ahead))).result
+    g_next = k_next if base is None else refill.insert(arith.AddiOp(g, _constant(refill, ahead))).result
+    j_next = refill.insert(arith.AddiOp(iv, _constant(refill, ahead * step))).result
     _guarded(refill, refill.insert(arith.CmpiOp(k_next, trips, "slt")).result,
              lambda b: _fill(b, loads, iv, j_next, bars, g_next, acquire=True))
 

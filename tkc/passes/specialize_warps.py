@@ -100,12 +100,12 @@ def _drop_refill(loop: scf.ForOp, refill: scf.IfOp) -> None:
                 changed = True
 
 
-def _prune(top: scf.ForOp, keep: Operation) -> None:
+def _prune(top: scf.ForOp, keep: list[Operation]) -> None:
     """Keep of `top`'s body only `keep`, the yield, and what they compute from (the producer's copy of a tile
     loop: its index arithmetic and the step count, none of the consumers' work)."""
     body = top.body.block
     needed: set[Operation] = set()
-    pending = [keep, body.last_op]
+    pending = [*keep, body.last_op]
     while pending:
         op = pending.pop()
         if op is None or op in needed:
@@ -144,13 +144,40 @@ def _consumers_only_loads(top: Operation, producer: Operation) -> list[Operation
     return [] if tiles & producer_reads else moved
 
 
+def _fill_this_step(tile_loop: scf.ForOp, refill: scf.IfOp) -> list[Operation]:
+    """In the producer's copy of a pipelined tile loop: the ops that fill step t at iteration t (the refill,
+    which fills step t + stages - 1, with its step and loop index mapped back), put where the step's wait was."""
+    body = tile_loop.body.block
+    wait = next(op for op in body.ops if isinstance(op, m.StageWaitOp))
+    expect = next(op for op in refill.walk() if isinstance(op, m.StageExpectOp))
+    iv = body.args[0]
+    j_next = next((op.result for op in body.ops if isinstance(op, arith.AddiOp) and op.lhs is iv
+                   and op.result in {o for x in refill.walk() for o in x.operands}), None)
+    mapping: dict[SSAValue, SSAValue] = {expect.step: wait.step, **({j_next: iv} if j_next is not None else {})}
+    fill = []
+    at = Builder(InsertPoint.before(wait))
+    for op in refill.true_region.block.ops:
+        if isinstance(op, scf.YieldOp):
+            continue
+        clone = op.clone(value_mapper=mapping)
+        at.insert(clone)
+        fill.append(clone)
+        for old, new in zip(op.results, clone.results):
+            mapping[old] = new
+    _erase(refill)
+    return fill
+
+
 def specialize(fn: func.FuncOp) -> None:
     loops = [op for op in fn.walk() if isinstance(op, scf.ForOp)
              and any(isinstance(o, m.StageWaitOp) for o in op.body.block.ops)]
-    if len(loops) != 1:
-        raise TkcError(f"producer=1 needs exactly one TMA-pipelined loop (found {len(loops)}; its loads must be "
-                       "16-byte aligned 2-D tiles)", SourceLoc.from_attr(fn.location))
-    loop = loops[0]
+    # one pipelined loop, or a pipelined tile loop (the queries' ring) right around it (the keys' ring)
+    nested = len(loops) == 2 and loops[1].parent_op() is loops[0] and isinstance(loops[0].parent_op(), func.FuncOp)
+    if len(loops) != 1 and not nested:
+        raise TkcError(f"producer=1 needs one TMA-pipelined loop, or two with one right inside the other (found "
+                       f"{len(loops)}; the loads must be 16-byte aligned 2-D tiles)", SourceLoc.from_attr(fn.location))
+    loop = loops[-1]
+    tile_loop = loops[0] if nested else None
     refill = next((op for op in loop.body.block.ops if isinstance(op, scf.IfOp) and _holds(op, m.StageAcquireOp)), None)
     if refill is None or step_index(loop) is None:
         raise TkcError("internal: specialize-warps expects insert-tma-pipeline's loop", SourceLoc.from_attr(loop.location))
@@ -160,12 +187,22 @@ def specialize(fn: func.FuncOp) -> None:
         if not isinstance(top, scf.ForOp):
             raise TkcError("producer=1: the pipelined loop may sit in loops, not in ifs", SourceLoc.from_attr(loop.location))
 
+    tile_refill = None
+    if tile_loop is not None:  # the tile loop's own ring: the if that acquires one of its stages
+        tile_bars = next(op for op in tile_loop.body.block.ops if isinstance(op, m.StageWaitOp)).bars
+        tile_refill = next(op for op in tile_loop.body.block.ops if isinstance(op, scf.IfOp)
+                           and any(isinstance(o, m.StageAcquireOp) and o.bars is tile_bars for o in op.walk()))
     producer_loop = _producer_loop(loop, refill)
     _drop_refill(loop, refill)
+    for op in _fills(loop.parent_block()):  # type: ignore[arg-type]
+        if op is not tile_refill:
+            _erase(op)  # the consumers' steps before the loop: the producer fills them now
     if top is loop:
         producer: Operation = producer_loop
     else:
         # the producer walks the same tiles: a copy of the loops around, keeping only what its loads need
+        if tile_refill is not None:  # found again in the copy by its position
+            position = list(tile_loop.body.block.ops).index(tile_refill)  # type: ignore[union-attr]
         Builder(InsertPoint.after(loop)).insert(producer_loop)
         producer = top.clone()
         producer_loop.detach()
@@ -175,9 +212,15 @@ def specialize(fn: func.FuncOp) -> None:
         if copy.parent_op() is not producer:
             raise TkcError("producer=1: the pipelined loop may sit in one tile loop, not deeper",
                            SourceLoc.from_attr(loop.location))
-        _prune(producer, copy)  # type: ignore[arg-type]
-    for op in _fills(loop.parent_block()):  # type: ignore[arg-type]
-        _erase(op)  # the consumers' steps before the loop: the producer fills them now
+        keep: list[Operation] = [copy]
+        if tile_refill is not None:
+            # tile t's queries: loaded by the producer at the start of its tile t, as many tiles ahead as the
+            # keys' ring runs ahead of the consumers; the consumers only wait for them and release them
+            keep += _fill_this_step(producer, list(producer.body.block.ops)[position])  # type: ignore[arg-type]
+            _drop_refill(tile_loop, tile_refill)  # type: ignore[arg-type]
+            for op in _fills(tile_loop.parent_block()):  # type: ignore[arg-type]
+                _erase(op)
+        _prune(producer, keep)  # type: ignore[arg-type]
 
     # split the block: producer (then) and consumers (else: the loop nest and everything after it)
     warps = fn.attributes["tkc.warps"].value.data  # type: ignore[attr-defined]

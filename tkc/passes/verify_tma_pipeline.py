@@ -184,6 +184,15 @@ def _same(x: SSAValue, y: SSAValue, depth: int = 0) -> bool:
     return False
 
 
+def _released_before_inner_loops(loop: scf.ForOp, bars: SSAValue) -> bool:
+    """Whether the loop releases its stage before any loop nested in it: the producer then refills it while the
+    consumers run that loop (a tile loop's queries)."""
+    ops = list(loop.body.block.ops)
+    release = next((n for n, op in enumerate(ops) if isinstance(op, m.StageReleaseOp) and op.bars is bars), None)
+    inner = next((n for n, op in enumerate(ops) if isinstance(op, scf.ForOp)), None)
+    return release is not None and inner is not None and release < inner
+
+
 def _check_producer_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: list[int]) -> bool:
     """A warp-specialized ring: a producer loop over the same steps fills step k at its step k (acquiring
     first); nothing is filled before the loops."""
@@ -202,8 +211,9 @@ def _check_producer_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: l
             raise _fail("the producer loop and the consumer loop run different steps", other)
         if before:
             raise _fail("with a producer loop nothing may be filled before the loops", fills[0])
-        if stages < 2:
-            raise _fail("a producer ring needs at least two stages", other)
+        if stages < 2 and not _released_before_inner_loops(loop, bars):
+            raise _fail("a producer ring needs at least two stages (one only on a tile loop whose stage is "
+                        "released before its inner loop)", other)
         return True
     raise _fail("a pipelined loop waits for steps that nothing fills", loop)
 
