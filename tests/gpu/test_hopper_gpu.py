@@ -182,7 +182,9 @@ def test_attention_entry_point_strided_heads() -> None:
                                     {"D": 128, "KEYS": 128, "DEFER": 1, "PRODUCER": 1}, {"D": 64, "KEYS": 64, "DEFER": 1},
                                     {"D": 128, "KEYS": 128, "DEFER": 1, "PINGPONG": 1},
                                     {"D": 128, "KEYS": 128, "DEFER": 1, "PRODUCER": 1, "PINGPONG": 1, "Q_REGS": 1},
-                                    {"D": 64, "KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1}])
+                                    {"D": 64, "KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1},
+                                    {"D": 128, "KEYS": 128, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1, "TILES": 2},
+                                    {"D": 64, "KEYS": 64, "TILES": 3}])
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("nq, nk", [(1000, 1000), (257, 4097), (4096, 4096)])
 def test_hopper_attention_scheduling_variants(config: dict, causal: int, nq: int, nk: int) -> None:
@@ -196,9 +198,9 @@ def test_hopper_attention_scheduling_variants(config: dict, causal: int, nq: int
     q = torch.randn(2, 3, nq, d, device="cuda").to(torch.bfloat16)
     k, v = (torch.randn(2, 3, nk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
     o, lse = torch.full_like(q, float("nan")), torch.full((2, 3, nq), float("nan"), device="cuda")
-    config = {"WARPS": 8, **config}
-    attention_sm90[(-(-nq // (16 * config["WARPS"])), 3, 2)](q, k, v, o, lse, d**-0.5, CAUSAL=causal, LSE=1, **config,
-                                                             target="sm_90a")
+    config = {"WARPS": 8, "TILES": 1, **config}
+    grid = (-(-nq // (16 * config["WARPS"] * config["TILES"])), 3, 2)
+    attention_sm90[grid](q, k, v, o, lse, d**-0.5, CAUSAL=causal, LSE=1, **config, target="sm_90a")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert not o.isnan().any() and not lse.isnan().any()
     assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2

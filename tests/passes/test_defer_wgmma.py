@@ -52,14 +52,16 @@ def test_the_interpreter_agrees_before_and_after(nq: int, nk: int, causal: int, 
     (256, 320, 64, 0, 64, 8, {}), (200, 200, 64, 1, 64, 4, {}), (128, 520, 128, 0, 128, 8, {"STAGES": 2}),
     (1, 1, 64, 0, 64, 4, {}), (130, 300, 128, 0, 128, 8, {"PRODUCER": 1}), (200, 260, 64, 1, 64, 8, {"PRODUCER": 1}),
     (256, 320, 64, 1, 64, 8, {"PINGPONG": 1}), (130, 300, 128, 0, 128, 8, {"PINGPONG": 1, "PRODUCER": 1, "Q_REGS": 1}),
-    (100, 333, 64, 1, 128, 12, {"PRODUCER": 1})])
+    (100, 333, 64, 1, 128, 12, {"PRODUCER": 1}), (300, 260, 128, 1, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 2}),
+    (300, 333, 64, 0, 64, 8, {"TILES": 3})])
 def test_simulation_agrees(nq: int, nk: int, d: int, causal: int, keys: int, warps: int, extra: dict) -> None:
     """More key blocks than stages (and one), causal, ragged lengths, with a producer warpgroup, ping-pong, the
-    queries in registers, three consumer warpgroups:
+    queries in registers, three consumer warpgroups, several query blocks per block:
     the PTX simulated with the warps in shuffled order agrees with the interpreter, which agrees with float64."""
     args = _inputs(nq, nk, d)
     constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": warps, "LSE": 1, "DEFER": 1, **extra}
-    interp, sim = run_both(attention_sm90, args, (-(-nq // (16 * warps)), 2, 1), constants, target="sm_90a",
+    interp, sim = run_both(attention_sm90, args, (-(-nq // (16 * warps * extra.get("TILES", 1))), 2, 1), constants,
+                           target="sm_90a",
                            order="shuffled")
     ref, ref_lse = attention_ref(*args[:3], causal=bool(causal), scale=d**-0.5, lse=True)
     assert rel_err(interp[3], ref) < 2e-2 and rel_err(sim[3], interp[3]) < 2e-3

@@ -67,67 +67,71 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
-                   Q_REGS: const = 0):
-    """attention_fwd on Hopper's wgmma. Grid: (cdiv(Nq, 16·WARPS), H, B), the query blocks first, so that the blocks
-    running at once share a few heads' K and V (read from L2, not HBM); causal takes them longest first within
-    groups of 8 heads. Any Nq, Nk ≥ 1. With LSE, L (B, H, Nq)
-    gets each row's log-sum-exp, ln Σ_j exp(scale · q·k_j), for the backward pass.
+                   Q_REGS: const = 0, TILES: const = 1):
+    """attention_fwd on Hopper's wgmma. Grid: (cdiv(Nq, 16·WARPS·TILES), H, B), the query blocks first, so that
+    the blocks running at once share a few heads' K and V (read from L2, not HBM); causal takes them longest first
+    within groups of 8 heads. Any Nq, Nk ≥ 1. With LSE, L (B, H, Nq) gets each row's log-sum-exp,
+    ln Σ_j exp(scale · q·k_j), for the backward pass.
 
     The block's queries wait in shared memory; each warpgroup takes its 64 rows of them (a view) and each warp
     keeps the softmax state of its 16 rows. Per block of KEYS keys: S = Q·Kᵀ by wgmma from shared memory, the
     online softmax in registers (as attention_fwd), and O += P·V by wgmma with P straight from registers. Keys
     past Nk (in the last block) are masked; queries past Nq are computed and not stored. Causal keeps key j for
-    query i when j ≤ i (torch's convention, also for Nq ≠ Nk). The first step's block holds key 0, which every query
-    sees, so m is finite from then on (no -inf - -inf in the correction).
+    query i when j ≤ i (torch's convention, also for Nq ≠ Nk). The first step's block holds key 0, which every
+    query sees, so m is finite from then on (no -inf - -inf in the correction).
 
-    With Q_REGS each warp keeps its 16 rows of queries in registers (the A operand of Q·Kᵀ from registers: half
-    the shared-memory reads of that wgmma). Scheduling is the compiler's: DEFER=1 runs each P·V in the next step under the softmax (`defer-wgmma`),
-    PRODUCER=1 adds a warpgroup that issues the TMA loads, PINGPONG=1 has the two warpgroups take turns at the
-    tensor cores, OVERLAP=1 issues the next Q·Kᵀ before the softmax.
+    With Q_REGS each warp keeps its 16 rows of queries in registers (Q·Kᵀ then reads only K from shared memory).
+    With TILES > 1 a block takes that many query blocks in turn, and the queries get a ring on that loop: the next
+    block's load while this one runs (one stage with Q_REGS). Scheduling is the compiler's: DEFER=1 runs each P·V
+    in the next step under the softmax (`defer-wgmma`), PRODUCER=1 adds a warpgroup that issues the TMA loads,
+    PINGPONG=1 has the two warpgroups take turns at the tensor cores, OVERLAP=1 issues the next Q·Kᵀ before the
+    softmax.
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
     static_assert(DEFER or not Q_REGS, "Q_REGS=1 needs DEFER=1: with P·V running on into the next step, ptxas gives "
                   "P the registers of Q that the next Q·Kᵀ reads (wrong results)")
-    blk, h, b = block_idx()
+    blk0, h, b = block_idx()
     if CAUSAL:  # the longest rows first (not last), over groups of 8 heads whose K and V stay in L2 together
         n_blk, heads = num_blocks()[0], num_blocks()[1]
-        linear = blk + n_blk * (h + heads * b)
+        linear = blk0 + n_blk * (h + heads * b)
         first_head = linear // (8 * n_blk) * 8
         group = min(8, heads * num_blocks()[2] - first_head)
         rank = linear - first_head * n_blk                   # within the group: longest blocks of all its heads first
-        blk, head = n_blk - 1 - rank // group, first_head + rank % group
+        blk0, head = n_blk - 1 - rank // group, first_head + rank % group
         h, b = head % heads, head // heads
     BLOCK_ROWS = 16 * WARPS
-    q_block = load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D])
-    if Q_REGS:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
-        q = load(q_block, (warp_id(), 0), rt[bf16, 16, D])
-    else:
-        q = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D])
-    q_tile = blk * WARPS + warp_id()                         # this warp's 16 rows, in tiles of 16
     scale_log2 = scale * LOG2E
-    m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
-    last_row = (blk + 1) * BLOCK_ROWS
     key_blocks = cdiv(K.shape[2], KEYS)
-    n_blocks = min(cdiv(last_row, KEYS), key_blocks) if CAUSAL else key_blocks
-    first_masked = blk * BLOCK_ROWS // KEYS
-    for j in range(n_blocks):
-        k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
-        s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
-        if j == key_blocks - 1:
-            s = keep_cols(s, K.shape[2] - j * KEYS)  # keys past the end (TMA read them as zeros)
-        if CAUSAL:
-            if j >= first_masked:
-                s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
-        m_new = max(m, row_max(s))
-        correction = exp2((m - m_new) * scale_log2)
-        l, o, m = l * correction, mul_row(o, correction), m_new
-        p = exp2(sub_row(s * scale_log2, m * scale_log2))
-        l = l + row_sum(p)
-        o = mma_AB(p.to(bf16), v_s, o)
-    store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
-    if LSE:
-        store(L, m * scale + log(l), (b, h, q_tile))  # the p were taken against m: Σ exp = exp(scale·m) · l
+    for tile in runtime_range(TILES):  # query blocks in turn: the next one's queries load while this one runs
+        blk = blk0 * TILES + tile
+        q_block = load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D])
+        if Q_REGS:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
+            q = load(q_block, (warp_id(), 0), rt[bf16, 16, D])
+        else:
+            q = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D])
+        q_tile = blk * WARPS + warp_id()                     # this warp's 16 rows, in tiles of 16
+        m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
+        last_row = (blk + 1) * BLOCK_ROWS
+        n_blocks = min(cdiv(last_row, KEYS), key_blocks) if CAUSAL else key_blocks
+        first_masked = blk * BLOCK_ROWS // KEYS
+        for j in range(n_blocks):
+            k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
+            s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
+            if j == key_blocks - 1:
+                s = keep_cols(s, K.shape[2] - j * KEYS)  # keys past the end (TMA read them as zeros)
+            if CAUSAL:
+                if j >= first_masked:
+                    s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
+            m_new = max(m, row_max(s))
+            correction = exp2((m - m_new) * scale_log2)
+            l, o, m = l * correction, mul_row(o, correction), m_new
+            p = exp2(sub_row(s * scale_log2, m * scale_log2))
+            l = l + row_sum(p)
+            o = mma_AB(p.to(bf16), v_s, o)
+        store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
+        if LSE:
+            store(L, m * scale + log(l), (b, h, q_tile))  # the p were taken against m: Σ exp = exp(scale·m) · l
 
 
 # (ROWS, KEYS, Q_IN_SHARED) per head dim, from bench/sweep.py on the H200 (N = 4096, causal and not); FALLBACK
