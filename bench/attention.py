@@ -42,18 +42,20 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc alt")
+VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc tiles 2", "tkc tiles 4")
 
 
 def variant_configs(d: int) -> dict[str, dict[str, int]]:
     """attention() picks sm90_config(d, Nk): the short-key configuration below LONG_KEYS, the long one from there.
-    Both run at every length here, with an alternative: at D=128 the queries in registers without ping-pong, at
-    D=64 three consumer warpgroups without defer."""
+    Both run at every length here, with blocks that take 2 or 4 query blocks in turn (TILES: the next block's
+    queries load while this one runs) on the short configuration (at D=128 with the queries in registers, whose
+    ring then needs one stage of shared memory)."""
     from tkc.kernels.attention import LONG_KEYS, sm90_config
 
     short, long = sm90_config(d, 1), sm90_config(d, LONG_KEYS)
-    alt = {**long, "PINGPONG": 0} if d == 128 else {**long, "DEFER": 0}
-    return {"tkc short cfg": short, "tkc long cfg": long, "tkc alt": alt}
+    tiled = {**short, "Q_REGS": 1} if d == 128 else short
+    return {"tkc short cfg": short, "tkc long cfg": long, "tkc tiles 2": {**tiled, "TILES": 2},
+            "tkc tiles 4": {**tiled, "TILES": 4}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
@@ -63,8 +65,8 @@ def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
     b, h, n, d = q.shape
     out = torch.empty_like(q)
     lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-    attention_sm90[(-(-n // (16 * cfg["WARPS"])), h, b)](q, k, v, out, lse, d**-0.5, D=d, CAUSAL=int(causal), **cfg,
-                                                         target="sm_90a")
+    rows = 16 * cfg["WARPS"] * cfg.get("TILES", 1)
+    attention_sm90[(-(-n // rows), h, b)](q, k, v, out, lse, d**-0.5, D=d, CAUSAL=int(causal), **cfg, target="sm_90a")
     return out
 
 
