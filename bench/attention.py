@@ -42,20 +42,17 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc tiles 2", "tkc tiles 4")
+VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc short 1 tile", "tkc short 4 tiles")
 
 
-def variant_configs(d: int) -> dict[str, dict[str, int]]:
-    """attention() picks sm90_config(d, Nk): the short-key configuration below LONG_KEYS, the long one from there.
-    Both run at every length here, with blocks that take 2 or 4 query blocks in turn (TILES: the next block's
-    queries load while this one runs) on the short configuration (at D=128 with the queries in registers, whose
-    ring then needs one stage of shared memory)."""
+def variant_configs(d: int, n: int) -> dict[str, dict[str, int]]:
+    """attention() picks sm90_config(d, Nq, Nk): the short-key configuration below LONG_KEYS, the long one from
+    there. Both run at every length here, and the short one with 1 and 4 query blocks per block (TILES)."""
     from tkc.kernels.attention import LONG_KEYS, sm90_config
 
-    short, long = sm90_config(d, 1), sm90_config(d, LONG_KEYS)
-    tiled = {**short, "Q_REGS": 1} if d == 128 else short
-    return {"tkc short cfg": short, "tkc long cfg": long, "tkc tiles 2": {**tiled, "TILES": 2},
-            "tkc tiles 4": {**tiled, "TILES": 4}}
+    short, long = sm90_config(d, n, 1), sm90_config(d, n, LONG_KEYS)
+    return {"tkc short cfg": short, "tkc long cfg": long, "tkc short 1 tile": {**short, "TILES": 1},
+            "tkc short 4 tiles": {**short, "TILES": 4}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
@@ -98,7 +95,7 @@ def main() -> None:
                 if triton_kernels is not None:
                     impls["triton"] = lambda: triton_kernels.attention(q, k, v, causal=causal)
                 if args.variants:
-                    for name, cfg in variant_configs(d).items():
+                    for name, cfg in variant_configs(d, n).items():
                         impls[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
                 errors = {}
                 for name, fn in list(impls.items()):

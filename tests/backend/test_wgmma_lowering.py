@@ -331,8 +331,8 @@ def test_hopper_gemm_random_shapes(m: int, n: int, k: int, trans_b: int, warps: 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [0, 1])
-@pytest.mark.parametrize("nk", [1024, 4096])
-def test_attention_sm90_assembles_cleanly(d: int, causal: int, nk: int) -> None:
+@pytest.mark.parametrize("nq, nk", [(100, 1024), (1024, 1024), (4096, 4096)])
+def test_attention_sm90_assembles_cleanly(d: int, causal: int, nq: int, nk: int) -> None:
     """attention_sm90 as attention() launches it: no spills, no stack, no wgmma-serialized notes, and no
     instruction with a slow-path subroutine (rcp.rn / div.rn / sqrt.rn): the driver's JIT compiles those as calls,
     and a call serializes every wgmma of the kernel (C7509; ptxas 13.0.88 does not say so, the JIT did)."""
@@ -340,7 +340,7 @@ def test_attention_sm90_assembles_cleanly(d: int, causal: int, nk: int) -> None:
     from tkc.kernels import attention_sm90
     from tkc.kernels.attention import sm90_config
 
-    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, **sm90_config(d, nk), "CAUSAL": causal,
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, **sm90_config(d, nq, nk), "CAUSAL": causal,
                                                              "LSE": 1}, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
     slow = [line.strip() for line in compiled.ptx.splitlines() if any(f"{op}.rn.f" in line for op in ("rcp", "div", "sqrt"))]
     assert not slow, slow[:3]
@@ -375,7 +375,7 @@ def test_warpgroup_descriptors_stay_uniform(monkeypatch: pytest.MonkeyPatch) -> 
     from tkc.passes.lower_to_ptx import Imm, KernelLowering
 
     def between_first_wgmmas() -> list[str]:
-        constants = {"D": 128, **sm90_config(128, 1024)}
+        constants = {"D": 128, "KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1}  # queries in shared memory
         ptx = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}).ptx
         ops = re.findall(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9._]+)", ptxas.disassemble(ptx, "sm_90a"))
         start = ops.index(next(op for op in ops if op.startswith("HGMMA")))
@@ -418,7 +418,7 @@ def test_queries_in_registers_survive_the_loop() -> None:
     from tkc.compiler import compile_for_launch
     from tkc.kernels.attention import attention_sm90, sm90_config
 
-    constants = {"D": 128, **sm90_config(128, 8192), "CAUSAL": 1}
+    constants = {"D": 128, **sm90_config(128, 8192, 8192), "CAUSAL": 1}
     assert constants["Q_REGS"] == 1
     ptx = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}).ptx
     sass = ptxas.disassemble(ptx, "sm_90a")

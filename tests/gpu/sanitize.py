@@ -35,8 +35,8 @@ def main() -> None:
             if torch.cuda.get_device_capability() == (9, 0):  # attention_sm90: 9 key blocks of 64 or 5 of 128
                 q, k, v = (torch.randn(2, 2, n, d, device="cuda", dtype=bf) for n in (600, 550, 550))
                 attention(q, k, v, causal=causal, return_lse=True)
-                tiled = {**sm90_config(d, 1), "TILES": 2, **({"Q_REGS": 1} if d == 128 else {})}
-                for cfg in (sm90_config(d, LONG_KEYS), tiled):  # the long-key configuration; two query blocks a block
+                tiled = {**sm90_config(d, 600, 1), "TILES": 2, **({"Q_REGS": 1} if d == 128 else {})}
+                for cfg in (sm90_config(d, 600, LONG_KEYS), tiled):  # the long-key configuration; two query blocks a block
                     out, lse = torch.empty_like(q), torch.empty(2, 2, 600, device="cuda")
                     grid = (-(-600 // (16 * cfg["WARPS"] * cfg.get("TILES", 1))), 2, 2)
                     attention_sm90[grid](q, k, v, out, lse, d**-0.5, D=d, CAUSAL=int(causal), LSE=1, **cfg,

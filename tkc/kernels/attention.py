@@ -140,19 +140,22 @@ CONFIG = {64: (32, 64, 0), 128: (32, 32, 1)}
 FALLBACK = (16, 64, 0)
 
 
-# attention_sm90's configuration per head dim and key length, from bench/wgmma_probe.py and bench/attention.py
-# --variants on the H200 (RESULTS 2026-12-03). Short keys (fewer than LONG_KEYS): at D=128 P·V deferred with a
-# producer warpgroup (1.49x flash at N=1024; ping-pong and Q in registers lose there), at D=64 two blocks of two
-# warpgroups per SM. Long keys: at D=128 ping-pong and the queries in registers on top (N=4096: 631 vs 590
-# TFLOP/s); at D=64 three consumer warpgroups of 128-key steps with a producer (1.00-1.07x cuDNN vs 0.92).
+# attention_sm90's configuration per head dim and length, from bench/attention.py --variants on the H200 (RESULTS
+# 2026-12-03 08:19, each round in a new order). D=128: P·V deferred with a producer warpgroup and the queries in
+# registers; below LONG_KEYS keys two query blocks per block (the second one's queries load during the first:
+# 1.52x flash at N=1024 vs 1.46-1.48x with one block of queries in shared memory), from there ping-pong instead
+# (two query blocks per block measure the same there, 1.00-1.07x cuDNN). D=64:
+# short keys, two blocks of two warpgroups per SM; long keys, three consumer warpgroups of 128-key steps with a
+# producer (1.03-1.12x cuDNN vs 0.95-0.97).
 LONG_KEYS = 4096
 
 
-def sm90_config(d: int, nk: int) -> dict[str, int]:
+def sm90_config(d: int, nq: int, nk: int) -> dict[str, int]:
     """The constants attention() launches attention_sm90 with (WARPS: consumer warps, 16 query rows each)."""
     long = nk >= LONG_KEYS
     if d == 128:
-        return {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, **({"PINGPONG": 1, "Q_REGS": 1} if long else {})}
+        cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
+        return {**cfg, "PINGPONG": 1} if long else {**cfg, "TILES": 2 if nq > 128 else 1}
     return {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1} if long else {"KEYS": 64, "WARPS": 8}
 
 
@@ -208,8 +211,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             lse = _NO_LSE.get(device)
             if lse is None:
                 lse = _NO_LSE[device] = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-        cfg = sm90_config(d, nk)
-        attention_sm90[(-(-nq // (16 * cfg["WARPS"])), heads, batch)](
+        cfg = sm90_config(d, nq, nk)
+        attention_sm90[(-(-nq // (16 * cfg["WARPS"] * cfg.get("TILES", 1))), heads, batch)](
             q, k, v, out, lse, scale, D=d, CAUSAL=int(causal), LSE=int(return_lse), **cfg, target="sm_90a")
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
