@@ -141,12 +141,12 @@ FALLBACK = (16, 64, 0)
 
 
 # attention_sm90's configuration per head dim and length, from bench/attention.py --variants on the H200 (RESULTS
-# 2026-12-03 08:19, each round in a new order; through attention() 08:41). D=128: P·V deferred with a producer warpgroup and the queries in
-# registers; below LONG_KEYS keys two query blocks per block (the second one's queries load during the first:
-# 1.52x flash at N=1024 vs 1.46-1.48x with one block of queries in shared memory), from there ping-pong instead
-# (two query blocks per block measure the same there, 1.00-1.07x cuDNN). D=64:
-# short keys, two blocks of two warpgroups per SM; long keys, three consumer warpgroups of 128-key steps with a
-# producer (1.03-1.12x cuDNN vs 0.95-0.97).
+# 2026-12-03 08:19 and, through attention(), 08:41; each round in a new order). D=128: P·V deferred with a
+# producer warpgroup and the queries in registers; below LONG_KEYS keys two query blocks per block (the second
+# one's queries load during the first: 1.48-1.52x flash at N=1024 vs 1.46x with one block of queries in shared
+# memory), from there ping-pong instead (two query blocks per block measure the same there, 1.00-1.07x cuDNN).
+# D=64: short keys, two blocks of two warpgroups per SM; long keys, three consumer warpgroups of 128-key steps with
+# a producer (1.00-1.12x cuDNN vs 0.94-0.97).
 LONG_KEYS = 4096
 
 
