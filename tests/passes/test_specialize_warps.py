@@ -171,29 +171,31 @@ def test_loads_only_the_consumers_read_move_into_their_branch() -> None:
 
 @pytest.mark.parametrize("tiles, defer, stages, q_regs", [(2, 0, 2, 0), (3, 1, 3, 0), (2, 1, 2, 0), (3, 1, 3, 1)])
 def test_the_producer_fills_a_tile_loop_ring_too(tiles: int, defer: int, stages: int, q_regs: int) -> None:
-    """A tile loop with a ring of its own (each block's queries, tile after tile) around the keys' ring: the producer
-    loads tile t's queries at the start of its tile t, then its keys; the consumers only wait for and release
-    them. With the queries moved into registers at the tile's start, the ring has one stage (released before the
-    key loop, refilled during it). Simulated in shuffled warp order against the interpreter, which agrees with
-    float64."""
+    """attention_sm90 with TILES query blocks per block: a tile loop with a ring of its own (the queries, tile after
+    tile) around the keys' ring. The producer loads tile t's queries at the start of its tile t, then its keys;
+    the consumers only wait for and release them. With the queries moved into registers at the tile's start, the
+    ring has one stage (released before the key loop, refilled during it). Simulated in shuffled warp order against
+    the interpreter, which agrees with float64."""
     from backend.test_simulate import run_both
-    from kernels.tiled_attention import tiled_attention
     from reference import attention_ref, poisoned, rel_err
+
+    from tkc.kernels import attention_sm90
 
     rng = np.random.default_rng(tiles)
     nq, nk = 300, 200
     q, k, v = random_bf16(rng, 1, 2, nq, 64), random_bf16(rng, 1, 2, nk, 64), random_bf16(rng, 1, 2, nk, 64)
     constants = {"D": 64, "KEYS": 64, "WARPS": 8, "STAGES": stages, "PRODUCER": 1, "DEFER": defer, "TILES": tiles,
-                 "Q_REGS": q_regs}
-    module = build_module([tiled_attention], "sm_90a", constants)
+                 "Q_REGS": q_regs, "LSE": 1}
+    module = build_module([attention_sm90], "sm_90a", constants)
     run_passes(module, parse_pipeline(SPLIT), Dumps(None), PassTimer(False))
     split = next(op for op in module.walk() if isinstance(op, scf.IfOp) and ROLE_ATTR in op.attributes)
     assert sum(isinstance(op, m.TmaLoadOp) for op in split.true_region.walk()) == 3  # Q, K, V: all the producer's
     assert not any(isinstance(op, m.TmaLoadOp) for op in split.false_region.walk())
     rings = [op.result.type for op in module.walk() if op.name == "tile.ring_alloc"]
     assert sorted(r.stages.data for r in rings) == sorted([1 if q_regs else stages, stages, stages])
-    args = [q, k, v, poisoned(1, 2, nq, 64), 0.125]
-    interp, sim = run_both(tiled_attention, args, (-(-nq // (128 * tiles)), 2, 1), constants, target="sm_90a",
+    args = [q, k, v, poisoned(1, 2, nq, 64), poisoned(1, 2, nq, dtype=np.float32), 0.125]
+    interp, sim = run_both(attention_sm90, args, (-(-nq // (128 * tiles)), 2, 1), constants, target="sm_90a",
                            order="shuffled")
-    assert rel_err(interp[3], attention_ref(q, k, v, causal=False, scale=0.125)) < 2e-2
-    assert rel_err(sim[3], interp[3]) < 2e-3
+    ref, ref_lse = attention_ref(q, k, v, causal=False, scale=0.125, lse=True)
+    assert rel_err(interp[3], ref) < 2e-2
+    assert rel_err(sim[3], interp[3]) < 2e-3 and rel_err(sim[4], ref_lse) < 1e-4
