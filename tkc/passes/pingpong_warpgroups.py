@@ -13,10 +13,11 @@ The lowering (lower_to_ptx.py) makes this work on the GPU: a pass right after a 
 its wait (the other warpgroup's wgmmas queue up behind the running ones); P·V is not waited for within its step,
 so the turn that issues it goes straight on to the next Q·Kᵀ; a wait before a wgmma with a register
 operand takes a barrier number computed from those registers (+0, but ptxas cannot tell), or ptxas sinks the
-work that computes them (the softmax) past the bar.sync, into the turn; and warpgroup 1 refills TMA rings. A
-refill waits for both warpgroups to release a stage: issued from warpgroup 0 inside its turn, it could need a
-release that warpgroup 1 makes only in its next turn, which waits for warpgroup 0 (a hang). For the same reason
-a ring needs 3 stages or more: warpgroup 0 must not wait for a refill warpgroup 1 issues in its next turn.
+work that computes them (the softmax) past the bar.sync, into the turn; and, without a producer warpgroup,
+warpgroup 1 refills TMA rings. A refill waits for both warpgroups to release a stage: issued from warpgroup 0
+inside its turn, it could need a release that warpgroup 1 makes only in its next turn, which waits for
+warpgroup 0 (a hang). For the same reason such a ring needs 3 stages or more: warpgroup 0 must not wait for a
+refill warpgroup 1 issues in its next turn. A producer warpgroup (producer=1) takes no turns and refills.
 
     scf.for %j = %lb to %ub step %c1 {
       %s = tile.wgmma_ABt %q, %k, %z          // S_j

@@ -5,7 +5,10 @@ warpgroup, the producer, placed after the kernel's warps so that their `warp_id(
 `warpgroup_id()` (marked `tkc.warp_role`) splits the block: the producer runs a loop of its own over the same
 steps, acquiring, announcing and loading each (the first `stages` acquires pass at once); the kernel's warps,
 the consumers, run the original loop without its refills, then the rest of the kernel. The producer never waits
-for the consumers except through the ring's empty barriers, so it runs up to `stages` steps ahead. The lowering
+for the consumers except through the ring's empty barriers, so it runs up to `stages` steps ahead. A pipelined
+loop inside a tile loop gets a pruned copy of the tile loop around the producer's loop; when the tile loop has a
+ring of its own (attention's queries, TILES per block), that copy loads tile t's tiles before tile t's steps, so
+they land while the consumers finish tile t - 1. The lowering
 then moves registers from the producer to the consumers (`setmaxnreg`) and gives consumer-only barriers a
 thread count.
 
