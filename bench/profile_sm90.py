@@ -1,7 +1,7 @@
 """One sm_90a kernel launched twice for a profiler (ncu --launch-skip 1 looks at the second launch):
 
     python3 bench/profile_sm90.py gemm [PRODUCER STAGES GRID]        # gemm_sm90_kernel at 4096³
-    python3 bench/profile_sm90.py attention [D CAUSAL KEYS WARPS PINGPONG DEFER PRODUCER Q_REGS]  # attention_sm90,
+    python3 bench/profile_sm90.py attention [D CAUSAL KEYS WARPS PINGPONG DEFER PRODUCER Q_REGS TILES]  # attention_sm90,
                                                                             # B·N = 16384, H = 16, N = 4096
 """
 
@@ -23,14 +23,14 @@ if what == "gemm":
     for _ in range(2):  # the first compiles and loads
         gemm_sm90_kernel[(grid,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=stages, PRODUCER=producer, target="sm_90a")
 else:
-    d, causal, keys, warps, pingpong, defer, producer, q_regs = ((numbers + [0] * 4)[:8] if numbers
-                                                                 else [128, 0, 128, 8, 0, 0, 0, 0])
+    defaults = [128, 0, 128, 8, 0, 0, 0, 0, 1]  # the ones not given
+    d, causal, keys, warps, pingpong, defer, producer, q_regs, tiles = (numbers + defaults[len(numbers):])[:9]
     n = 4096
     q, k, v = (torch.randn(16384 // n, 16, n, d, device="cuda", dtype=bf) for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(1, 1, 1, device="cuda")  # LSE=0: not written
-    grid = (-(-n // (16 * warps)), 16, q.shape[0])
+    grid = (-(-n // (16 * warps * tiles)), 16, q.shape[0])
     for _ in range(2):
         attention_sm90[grid](q, k, v, o, lse, d ** -0.5, D=d, CAUSAL=causal, KEYS=keys, WARPS=warps, PINGPONG=pingpong,
-                             DEFER=defer, PRODUCER=producer, Q_REGS=q_regs, target="sm_90a")
+                             DEFER=defer, PRODUCER=producer, Q_REGS=q_regs, TILES=tiles, target="sm_90a")
 torch.cuda.synchronize()

@@ -67,7 +67,8 @@ def attention(n: int) -> None:
             print(f"D={d} causal={causal}: flash {flops / peers['flash'] / 1e9:.0f}, cuDNN {flops / peers['cuDNN'] / 1e9:.0f} TFLOP/s")
             for cfg in ATTENTION_CONFIGS[d]:
                 label = f"  D={d} causal={causal} " + " ".join(f"{k}={v}" for k, v in cfg.items())
-                run = lambda cfg=cfg: attention_sm90[(-(-n // (16 * cfg["WARPS"])), h, b)](  # noqa: E731
+                rows = 16 * cfg["WARPS"] * cfg.get("TILES", 1)
+                run = lambda cfg=cfg, rows=rows: attention_sm90[(-(-n // rows), h, b)](  # noqa: E731
                     q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, **cfg, target="sm_90a")
                 try:
                     ms, err = checked_time(run, o, ref)

@@ -2,7 +2,7 @@
 # ncu on an sm_90a kernel (bench/profile_sm90.py): summary metrics, stall reasons, and the SASS lines where warps
 # stall most (source page of a SourceCounters report). Run on the GPU machine; logs under $OUT.
 #   bash scripts/profile_sm90.sh gemm ["PRODUCER STAGES GRID" ...]
-#   bash scripts/profile_sm90.sh attention ["D CAUSAL KEYS WARPS PINGPONG DEFER PRODUCER Q_REGS" ...]
+#   bash scripts/profile_sm90.sh attention ["D CAUSAL KEYS WARPS PINGPONG DEFER PRODUCER Q_REGS TILES" ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
