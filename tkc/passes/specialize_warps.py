@@ -59,14 +59,33 @@ def _fills(block: Block) -> list[Operation]:
     return [op for op in block.ops if isinstance(op, scf.IfOp) and _holds(op, m.StageExpectOp)]
 
 
+def _refill_as_this_step(loop: scf.ForOp, refill: scf.IfOp, step: SSAValue, iv: SSAValue,
+                         at: Builder) -> list[Operation]:
+    """Insert at `at` what `refill` does (acquire, expect, TMA loads for step k + stages - 1 at loop index
+    iv + (stages - 1)·step), but for ring step `step` at loop index `iv`: a producer's fill of the step it is at."""
+    body = loop.body.block
+    expect = next(op for op in refill.walk() if isinstance(op, m.StageExpectOp))
+    refill_reads = {o for x in refill.walk() for o in x.operands}
+    j_next = next((op.result for op in body.ops if isinstance(op, arith.AddiOp) and op.lhs is body.args[0]
+                   and op.result in refill_reads), None)
+    mapping: dict[SSAValue, SSAValue] = {expect.step: step, **({j_next: iv} if j_next is not None else {})}
+    fill = []
+    for op in refill.true_region.block.ops:
+        if isinstance(op, scf.YieldOp):
+            continue
+        clone = op.clone(value_mapper=mapping)
+        at.insert(clone)
+        fill.append(clone)
+        for old, new in zip(op.results, clone.results):
+            mapping[old] = new
+    return fill
+
+
 def _producer_loop(loop: scf.ForOp, refill: scf.IfOp) -> scf.ForOp:
     """A loop over the same steps as `loop` that does, at step k, what `refill` does for step k + stages - 1."""
     body = loop.body.block
     wait = next(op for op in body.ops if isinstance(op, m.StageWaitOp))
-    expect = next(op for op in refill.walk() if isinstance(op, m.StageExpectOp))
     k = step_index(loop)
-    j_next = next(op.result for op in body.ops if isinstance(op, arith.AddiOp) and op.lhs is body.args[0]
-                  and op.result in {o for x in refill.walk() for o in x.operands})
     producer_body = Block(arg_types=[i32])
     pb = Builder(InsertPoint.at_end(producer_body))
     iv = producer_body.args[0]
@@ -75,14 +94,7 @@ def _producer_loop(loop: scf.ForOp, refill: scf.IfOp) -> scf.ForOp:
     if wait.step is not k:
         base = wait.step.owner.lhs  # type: ignore[union-attr]
         step_g = pb.insert(arith.AddiOp(base, step_k)).result
-    mapping: dict[SSAValue, SSAValue] = {expect.step: step_g, j_next: iv}
-    for op in refill.true_region.block.ops:
-        if isinstance(op, scf.YieldOp):
-            continue
-        clone = op.clone(value_mapper=mapping)
-        pb.insert(clone)
-        for old, new in zip(op.results, clone.results):
-            mapping[old] = new
+    _refill_as_this_step(loop, refill, step_g, iv, pb)
     pb.insert(scf.YieldOp())
     producer = scf.ForOp(loop.lb, loop.ub, loop.step, [], Region(producer_body))
     producer.location = loop.location
@@ -148,25 +160,11 @@ def _consumers_only_loads(top: Operation, producer: Operation) -> list[Operation
 
 
 def _fill_this_step(tile_loop: scf.ForOp, refill: scf.IfOp) -> list[Operation]:
-    """In the producer's copy of a pipelined tile loop: the ops that fill step t at iteration t (the refill,
-    which fills step t + stages - 1, with its step and loop index mapped back), put where the step's wait was."""
+    """In the producer's copy of a pipelined tile loop: the refill turned into the fill of step t at iteration t,
+    put where the step's wait was (the refill itself goes)."""
     body = tile_loop.body.block
     wait = next(op for op in body.ops if isinstance(op, m.StageWaitOp))
-    expect = next(op for op in refill.walk() if isinstance(op, m.StageExpectOp))
-    iv = body.args[0]
-    j_next = next((op.result for op in body.ops if isinstance(op, arith.AddiOp) and op.lhs is iv
-                   and op.result in {o for x in refill.walk() for o in x.operands}), None)
-    mapping: dict[SSAValue, SSAValue] = {expect.step: wait.step, **({j_next: iv} if j_next is not None else {})}
-    fill = []
-    at = Builder(InsertPoint.before(wait))
-    for op in refill.true_region.block.ops:
-        if isinstance(op, scf.YieldOp):
-            continue
-        clone = op.clone(value_mapper=mapping)
-        at.insert(clone)
-        fill.append(clone)
-        for old, new in zip(op.results, clone.results):
-            mapping[old] = new
+    fill = _refill_as_this_step(tile_loop, refill, wait.step, body.args[0], Builder(InsertPoint.before(wait)))
     _erase(refill)
     return fill
 
