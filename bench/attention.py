@@ -42,28 +42,26 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc short 1 tile", "tkc short 4 tiles")
+VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc short persistent", "tkc long persistent")
 
 
 def variant_configs(d: int, n: int) -> dict[str, dict[str, int]]:
     """attention() picks sm90_config(d, Nq, Nk): the short-key configuration below LONG_KEYS, the long one from
-    there. Both run at every length here, and the short one with 1 and 4 query blocks per block (TILES)."""
+    there. Both run at every length here, each also on a persistent grid."""
     from tkc.kernels.attention import LONG_KEYS, sm90_config
 
     short, long = sm90_config(d, n, 1), sm90_config(d, n, LONG_KEYS)
-    return {"tkc short cfg": short, "tkc long cfg": long, "tkc short 1 tile": {**short, "TILES": 1},
-            "tkc short 4 tiles": {**short, "TILES": 4}}
+    return {"tkc short cfg": short, "tkc long cfg": long, "tkc short persistent": {**short, "PERSISTENT": 1},
+            "tkc long persistent": {**long, "PERSISTENT": 1}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
     """attention_sm90 with a scheduling variant, allocated and launched as attention() does."""
-    from tkc.kernels import attention_sm90
+    from tkc.kernels.attention import launch_sm90
 
-    b, h, n, d = q.shape
     out = torch.empty_like(q)
     lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-    rows = 16 * cfg["WARPS"] * cfg.get("TILES", 1)
-    attention_sm90[(-(-n // rows), h, b)](q, k, v, out, lse, d**-0.5, D=d, CAUSAL=int(causal), **cfg, target="sm_90a")
+    launch_sm90(q, k, v, out, lse, q.shape[3] ** -0.5, cfg, causal=causal)
     return out
 
 

@@ -63,10 +63,10 @@ ATTENTION_CONFIGS = {  # (ROWS, KEYS, Q_IN_SHARED) per head dim
 }
 
 
-def attention(n: int) -> None:
+def attention(n: int, dims: list[int]) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    for d, causal in itertools.product((64, 128), (0, 1)):
+    for d, causal in itertools.product(dims, (0, 1)):
         b, h = max(1, 16384 // n), 16
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         o = torch.empty_like(q)
@@ -75,7 +75,7 @@ def attention(n: int) -> None:
             ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         for rows, keys, q_in_shared in ATTENTION_CONFIGS[d]:
-            run = lambda: attention_fwd[(b, h, n // (4 * rows))](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, ROWS=rows,  # noqa: E731
+            run = lambda: attention_fwd[(n // (4 * rows), h, b)](q, k, v, o, d**-0.5, D=d, CAUSAL=causal, ROWS=rows,  # noqa: E731
                                                                KEYS=keys, Q_IN_SHARED=q_in_shared, target="sm_80")
             try:
                 ms, err = checked_time(run, o, ref)
@@ -129,5 +129,6 @@ if __name__ == "__main__":
     parser.add_argument("what", choices=["gemm", "attention", "layernorm"])
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--d", type=int, nargs="*", default=[64, 128], help="attention head dims")
     args = parser.parse_args()
-    {"gemm": lambda: gemm(args.size), "attention": lambda: attention(args.n), "layernorm": layernorm_sweep}[args.what]()
+    {"gemm": lambda: gemm(args.size), "attention": lambda: attention(args.n, args.d), "layernorm": layernorm_sweep}[args.what]()

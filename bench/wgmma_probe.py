@@ -16,7 +16,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import checked_time, time_ms  # noqa: E402
 
-from tkc.kernels import attention_sm90, gemm_sm90_kernel  # noqa: E402
+from tkc.kernels import gemm_sm90_kernel  # noqa: E402
+from tkc.kernels.attention import launch_sm90  # noqa: E402
 
 
 # attention_sm90 variants the probe compares: the shipped one, ping-pong, the early Q·Kᵀ (overlap), both
@@ -67,9 +68,7 @@ def attention(n: int) -> None:
             print(f"D={d} causal={causal}: flash {flops / peers['flash'] / 1e9:.0f}, cuDNN {flops / peers['cuDNN'] / 1e9:.0f} TFLOP/s")
             for cfg in ATTENTION_CONFIGS[d]:
                 label = f"  D={d} causal={causal} " + " ".join(f"{k}={v}" for k, v in cfg.items())
-                rows = 16 * cfg["WARPS"] * cfg.get("TILES", 1)
-                run = lambda cfg=cfg, rows=rows: attention_sm90[(-(-n // rows), h, b)](  # noqa: E731
-                    q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, **cfg, target="sm_90a")
+                run = lambda cfg=cfg: launch_sm90(q, k, v, o, lse, d**-0.5, cfg, causal=bool(causal))  # noqa: E731
                 try:
                     ms, err = checked_time(run, o, ref)
                     print(f"{label}: {flops / ms / 1e9:.0f} TFLOP/s ({peers['flash'] / ms:.2f}x flash, "

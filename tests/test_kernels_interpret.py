@@ -47,7 +47,7 @@ def test_attention(d: int, causal: int, batch: int, heads: int, blocks: int, see
     q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))
     o = poisoned(batch, heads, n, d)
     scale = float(rng.uniform(0.05, 0.3))
-    attention_fwd.interpret(q, k, v, o, scale, grid=(batch, heads, blocks), D=d, CAUSAL=causal)
+    attention_fwd.interpret(q, k, v, o, scale, grid=(blocks, heads, batch), D=d, CAUSAL=causal)
     assert rel_err(o, attention_ref(q, k, v, causal=bool(causal), scale=scale)) < TOL
 
 

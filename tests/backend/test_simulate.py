@@ -81,7 +81,7 @@ def test_gemm(m: int, n: int, k: int, trans_b: int, order: str) -> None:
 def test_attention(d: int, causal: int, order: str) -> None:
     rng = np.random.default_rng(d + causal)
     q, k, v = (random_bf16(rng, 1, 2, 128, d) for _ in range(3))
-    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 2, 128, d), d**-0.5], (1, 2, 2), {"D": d, "CAUSAL": causal},
+    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 2, 128, d), d**-0.5], (2, 2, 1), {"D": d, "CAUSAL": causal},
                            order=order)
     assert rel_err(sim[3], interp[3]) < 2e-3
 
@@ -91,7 +91,7 @@ def test_attention_queries_in_shared(d: int, causal: int, rows: int, keys: int) 
     rng = np.random.default_rng(rows + keys)
     n = 4 * rows * 2
     q, k, v = (random_bf16(rng, 1, 1, n, d) for _ in range(3))
-    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 1, n, d), d**-0.5], (1, 1, 2),
+    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 1, n, d), d**-0.5], (2, 1, 1),
                            {"D": d, "CAUSAL": causal, "ROWS": rows, "KEYS": keys, "Q_IN_SHARED": 1}, order="shuffled")
     assert rel_err(sim[3], interp[3]) < 2e-3
     assert rel_err(interp[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
@@ -100,7 +100,7 @@ def test_attention_queries_in_shared(d: int, causal: int, rows: int, keys: int) 
 def test_attention_pipeline_runs_more_iterations_than_stages() -> None:
     rng = np.random.default_rng(5)
     q, k, v = (random_bf16(rng, 1, 1, 320, 64) for _ in range(3))  # 5 key blocks, 3 stages
-    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 1, 320, 64), 0.125], (1, 1, 5), {"D": 64, "CAUSAL": 0},
+    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 1, 320, 64), 0.125], (5, 1, 1), {"D": 64, "CAUSAL": 0},
                            order="shuffled")
     assert rel_err(sim[3], interp[3]) < 2e-3
 

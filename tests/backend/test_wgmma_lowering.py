@@ -338,9 +338,9 @@ def test_attention_sm90_assembles_cleanly(d: int, causal: int, nq: int, nk: int)
     and a call serializes every wgmma of the kernel (C7509; ptxas 13.0.88 does not say so, the JIT did)."""
     from tkc.compiler import compile_for_launch
     from tkc.kernels import attention_sm90
-    from tkc.kernels.attention import sm90_config
+    from tkc.kernels.attention import sm90_config, sm90_constants
 
-    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, **sm90_config(d, nq, nk), "CAUSAL": causal,
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, **sm90_constants(sm90_config(d, nq, nk)), "CAUSAL": causal,
                                                              "LSE": 1}, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
     slow = [line.strip() for line in compiled.ptx.splitlines() if any(f"{op}.rn.f" in line for op in ("rcp", "div", "sqrt"))]
     assert not slow, slow[:3]

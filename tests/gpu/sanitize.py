@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from tkc.kernels import attention, attention_sm90, gemm, layernorm
-from tkc.kernels.attention import LONG_KEYS, sm90_config
+from tkc.kernels import attention, gemm, layernorm
+from tkc.kernels.attention import LONG_KEYS, launch_sm90, sm90_config
 
 
 def main() -> None:
@@ -35,12 +35,11 @@ def main() -> None:
             if torch.cuda.get_device_capability() == (9, 0):  # attention_sm90: 9 key blocks of 64 or 5 of 128
                 q, k, v = (torch.randn(2, 2, n, d, device="cuda", dtype=bf) for n in (600, 550, 550))
                 attention(q, k, v, causal=causal, return_lse=True)
+                long = sm90_config(d, 600, LONG_KEYS)
                 tiled = {**sm90_config(d, 600, 1), "TILES": 2, **({"Q_REGS": 1} if d == 128 else {})}
-                for cfg in (sm90_config(d, 600, LONG_KEYS), tiled):  # the long-key configuration; two query blocks a block
+                for cfg in (long, tiled, {**long, "PERSISTENT": 1}):  # two query blocks a block; a persistent grid
                     out, lse = torch.empty_like(q), torch.empty(2, 2, 600, device="cuda")
-                    grid = (-(-600 // (16 * cfg["WARPS"] * cfg.get("TILES", 1))), 2, 2)
-                    attention_sm90[grid](q, k, v, out, lse, d**-0.5, D=d, CAUSAL=int(causal), LSE=1, **cfg,
-                                         target="sm_90a")
+                    launch_sm90(q, k, v, out, lse, d**-0.5, cfg, causal=causal, return_lse=True)
     x = torch.randn(300, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)
     layernorm(x, x, w, w, target="sm_80")

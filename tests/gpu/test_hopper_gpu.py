@@ -100,11 +100,12 @@ def test_hopper_attention(b: int, h: int, n: int, d: int, warps: int, causal: in
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU")
     from tkc.kernels import attention_sm90
+    from tkc.kernels.attention import sm90_blocks
 
     q, k, v = (torch.randn(b, h, n, d, device="cuda").to(torch.bfloat16) for _ in range(3))
     o = torch.full_like(q, float("nan"))
     lse = torch.empty(1, 1, 1, device="cuda")
-    attention_sm90[(n // (16 * warps), h, b)](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, WARPS=warps, target="sm_90a")
+    attention_sm90[(sm90_blocks(b, h, n, warps),)](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, WARPS=warps, target="sm_90a")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
 
@@ -117,12 +118,13 @@ def test_hopper_attention_any_length(b: int, h: int, nq: int, nk: int, d: int, c
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU")
     from tkc.kernels import attention_sm90
+    from tkc.kernels.attention import sm90_blocks
 
     q = torch.randn(b, h, nq, d, device="cuda").to(torch.bfloat16)
     k, v = (torch.randn(b, h, nk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
     o = torch.full_like(q, float("nan"))
     lse = torch.empty(1, 1, 1, device="cuda")
-    attention_sm90[(-(-nq // 128), h, b)](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, WARPS=8, target="sm_90a")
+    attention_sm90[(sm90_blocks(b, h, nq, 8),)](q, k, v, o, lse, d**-0.5, D=d, CAUSAL=causal, WARPS=8, target="sm_90a")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert not o.isnan().any()
     assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
@@ -184,23 +186,25 @@ def test_attention_entry_point_strided_heads() -> None:
                                     {"D": 128, "KEYS": 128, "DEFER": 1, "PRODUCER": 1, "PINGPONG": 1, "Q_REGS": 1},
                                     {"D": 64, "KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1},
                                     {"D": 128, "KEYS": 128, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1, "TILES": 2},
-                                    {"D": 64, "KEYS": 64, "TILES": 3}])
+                                    {"D": 64, "KEYS": 64, "TILES": 3},
+                                    {"D": 128, "KEYS": 128, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1, "PINGPONG": 1,
+                                     "PERSISTENT": 1},
+                                    {"D": 64, "KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1, "PERSISTENT": 1},
+                                    {"D": 64, "KEYS": 64, "PERSISTENT": 1}])
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("nq, nk", [(1000, 1000), (257, 4097), (4096, 4096)])
 def test_hopper_attention_scheduling_variants(config: dict, causal: int, nq: int, nk: int) -> None:
     """attention_sm90 with ping-pong warpgroups, the early Q·Kᵀ (overlap) or P·V deferred (with a producer
-    warpgroup) on the H200: same answers."""
+    warpgroup), several query blocks per block or a persistent grid on the H200: same answers."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU")
-    from tkc.kernels import attention_sm90
+    from tkc.kernels.attention import launch_sm90
 
     d = config["D"]
     q = torch.randn(2, 3, nq, d, device="cuda").to(torch.bfloat16)
     k, v = (torch.randn(2, 3, nk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
     o, lse = torch.full_like(q, float("nan")), torch.full((2, 3, nq), float("nan"), device="cuda")
-    config = {"WARPS": 8, "TILES": 1, **config}
-    grid = (-(-nq // (16 * config["WARPS"] * config["TILES"])), 3, 2)
-    attention_sm90[grid](q, k, v, o, lse, d**-0.5, CAUSAL=causal, LSE=1, **config, target="sm_90a")
+    launch_sm90(q, k, v, o, lse, d**-0.5, {"WARPS": 8, **config}, causal=bool(causal), return_lse=True)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert not o.isnan().any() and not lse.isnan().any()
     assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2

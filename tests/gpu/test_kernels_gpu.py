@@ -87,7 +87,7 @@ def test_attention_configurations(d: int, rows: int, keys: int, q_in_shared: int
     b, h, n = 2, 3, 512
     q, k, v = (randn(b, h, n, d) for _ in range(3))
     out = poisoned_like((b, h, n, d))
-    attention_fwd[(b, h, n // (4 * rows))](q, k, v, out, d**-0.5, D=d, CAUSAL=causal, ROWS=rows, KEYS=keys,
+    attention_fwd[(n // (4 * rows), h, b)](q, k, v, out, d**-0.5, D=d, CAUSAL=causal, ROWS=rows, KEYS=keys,
                                            Q_IN_SHARED=q_in_shared, target="sm_80")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
     assert rel_err(out, ref) < 1e-2

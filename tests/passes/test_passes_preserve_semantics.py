@@ -40,7 +40,7 @@ def test_attention(pipeline: str, blocks: int, causal: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = 64 * blocks
     q, k, v = (random_bf16(rng, 1, 2, n, 64) for _ in range(3))
-    before, after, _ = before_and_after(attention_fwd, pipeline, [q, k, v, poisoned(1, 2, n, 64), 0.125], (1, 2, blocks),
+    before, after, _ = before_and_after(attention_fwd, pipeline, [q, k, v, poisoned(1, 2, n, 64), 0.125], (blocks, 2, 1),
                                         {"D": 64, "CAUSAL": causal})
     assert _same(before[3], after[3])
 

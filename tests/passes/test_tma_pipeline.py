@@ -236,9 +236,9 @@ def test_attention_over_stacked_tensor_maps(kernel_name: str, d: int, causal: in
     rng = np.random.default_rng(d + causal + b)
     q, k, v = (random_bf16(rng, b, h, n, d) for _ in range(3))
     if kernel_name == "attention_fwd":
-        grid, constants = (b, h, n // 64), {"D": d, "CAUSAL": causal}
+        grid, constants = (n // 64, h, b), {"D": d, "CAUSAL": causal}
     else:
-        grid, constants = (n // 64, h, b), {"D": d, "CAUSAL": causal, "WARPS": 4}
+        grid, constants = (n // 64 * h * b,), {"D": d, "CAUSAL": causal, "WARPS": 4}
     module = lower_kernel(kernel, "sm_90a", constants)
     assert any(isinstance(op, ptx.TmaLoadOp) for op in module.walk())
     assert any(name.startswith("K_tmapn_") for name, kind in next(
@@ -263,7 +263,7 @@ def test_hopper_attention_any_length(nq: int, nk: int, causal: int, d: int) -> N
     rng = np.random.default_rng(nq + nk + causal)
     q = random_bf16(rng, 1, 2, nq, d)
     k, v = random_bf16(rng, 1, 2, nk, d), random_bf16(rng, 1, 2, nk, d)
-    grid = (-(-nq // 64), 2, 1)
+    grid = (2 * -(-nq // 64),)
     lse = poisoned(1, 2, nq, dtype=np.float32)
     interp, sim = run_both(attention_sm90, [q, k, v, poisoned(1, 2, nq, d), lse, d**-0.5], grid,
                            {"D": d, "CAUSAL": causal, "WARPS": 4, "LSE": 1}, target="sm_90a", order="shuffled")

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 @tkc.kernel(warps=4, min_target="sm_80")
 def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float,
                   D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0):
-    """q: (B, H, Nq, D), k and v: (B, H, Nk, D), o like q. Grid: (B, H, Nq / (4·ROWS)).
+    """q: (B, H, Nq, D), k and v: (B, H, Nk, D), o like q. Grid: (Nq / (4·ROWS), H, B): the query blocks first, so
+    that the blocks running at once share a few heads' K and V in L2 (causal: the longest first).
 
     Each of the 4 warps owns ROWS query rows; the block streams K and V through shared memory KEYS rows at a time
     and keeps the running row maximum m, the running sum l and the unnormalized output o in registers. With
@@ -32,7 +33,9 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     static_assert(KEYS in (32, 64), f"KEYS (keys per step) must be 32 or 64, got {KEYS}")
     static_assert(Q_IN_SHARED or ROWS * D <= 2048,
                   f"ROWS={ROWS} with D={D} needs more than 255 registers per thread; use ROWS=16 or Q_IN_SHARED=1")
-    b, h, blk = block_idx()
+    blk, h, b = block_idx()
+    if CAUSAL:
+        blk = num_blocks()[0] - 1 - blk
     q_tile = blk * 4 + warp_id()                             # this warp's rows, in tiles of ROWS
     if Q_IN_SHARED:
         q_s = load(Q, (b, h, blk, 0), st[bf16, 4 * ROWS, D])
@@ -67,10 +70,11 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
-                   Q_REGS: const = 0, TILES: const = 1):
-    """attention_fwd on Hopper's wgmma. Grid: (cdiv(Nq, 16·WARPS·TILES), H, B), the query blocks first, so that
-    the blocks running at once share a few heads' K and V (read from L2, not HBM); causal takes them longest first
-    within groups of 8 heads. Any Nq, Nk ≥ 1. With LSE, L (B, H, Nq) gets each row's log-sum-exp,
+                   Q_REGS: const = 0):
+    """attention_fwd on Hopper's wgmma. Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of a head
+    next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
+    causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,
+    i + 2G, ... (G = the number of tiles: one each; G = the blocks the GPU holds at once: persistent). Any Nq, Nk ≥ 1. With LSE, L (B, H, Nq) gets each row's log-sum-exp,
     ln Σ_j exp(scale · q·k_j), for the backward pass.
 
     The block's queries wait in shared memory; each warpgroup takes its 64 rows of them (a view) and each warp
@@ -81,8 +85,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     query sees, so m is finite from then on (no -inf - -inf in the correction).
 
     With Q_REGS each warp keeps its 16 rows of queries in registers (Q·Kᵀ then reads only K from shared memory).
-    With TILES > 1 a block takes that many query blocks in turn, and the queries get a ring on that loop: the next
-    block's load while this one runs (one stage with Q_REGS). Scheduling is the compiler's: DEFER=1 runs each P·V
+    A block with several tiles gets a ring for the queries on the tile loop: the next tile's load while this one
+    runs (one stage with Q_REGS). Scheduling is the compiler's: DEFER=1 runs each P·V
     in the next step under the softmax (`defer-wgmma`), PRODUCER=1 adds a warpgroup that issues the TMA loads,
     PINGPONG=1 has the two warpgroups take turns at the tensor cores, OVERLAP=1 issues the next Q·Kᵀ before the
     softmax.
@@ -91,20 +95,20 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
     static_assert(DEFER or not Q_REGS, "Q_REGS=1 needs DEFER=1: with P·V running on into the next step, ptxas gives "
                   "P the registers of Q that the next Q·Kᵀ reads (wrong results)")
-    blk0, h, b = block_idx()
-    if CAUSAL:  # the longest rows first (not last), over groups of 8 heads whose K and V stay in L2 together
-        n_blk, heads = num_blocks()[0], num_blocks()[1]
-        linear = blk0 + n_blk * (h + heads * b)
-        first_head = linear // (8 * n_blk) * 8
-        group = min(8, heads * num_blocks()[2] - first_head)
-        rank = linear - first_head * n_blk                   # within the group: longest blocks of all its heads first
-        blk0, head = n_blk - 1 - rank // group, first_head + rank % group
-        h, b = head % heads, head // heads
     BLOCK_ROWS = 16 * WARPS
     scale_log2 = scale * LOG2E
     key_blocks = cdiv(K.shape[2], KEYS)
-    for tile in runtime_range(TILES):  # query blocks in turn: the next one's queries load while this one runs
-        blk = blk0 * TILES + tile
+    q_blocks, heads = cdiv(Q.shape[2], BLOCK_ROWS), Q.shape[1]
+    # The grid's blocks take the tiles (query blocks, those of a head next to each other) in turn; the next tile's
+    # queries load while this one runs.
+    for tile in range(block_idx()[0], q_blocks * heads * Q.shape[0], num_blocks()[0]):
+        blk, head = tile % q_blocks, tile // q_blocks
+        if CAUSAL:  # the longest rows first (not last), over groups of 8 heads whose K and V stay in L2 together
+            first_head = head // 8 * 8
+            group = min(8, heads * Q.shape[0] - first_head)
+            rank = tile - first_head * q_blocks              # within the group: longest blocks of all its heads first
+            blk, head = q_blocks - 1 - rank // group, first_head + rank % group
+        h, b = head % heads, head // heads
         q_block = load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D])
         if Q_REGS:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
             q = load(q_block, (warp_id(), 0), rt[bf16, 16, D])
@@ -151,12 +155,44 @@ LONG_KEYS = 4096
 
 
 def sm90_config(d: int, nq: int, nk: int) -> dict[str, int]:
-    """The constants attention() launches attention_sm90 with (WARPS: consumer warps, 16 query rows each)."""
+    """The constants attention() launches attention_sm90 with (WARPS: consumer warps, 16 query rows each) and its
+    grid: TILES query blocks per block (default 1), or PERSISTENT=1, one block per slot the GPU holds at once."""
     long = nk >= LONG_KEYS
     if d == 128:
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
-        return {**cfg, "PINGPONG": 1} if long else {**cfg, "TILES": 2 if nq > 128 else 1}
+        return {**cfg, "PINGPONG": 1} if long else {**cfg, "TILES": 2}
     return {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1} if long else {"KEYS": 64, "WARPS": 8}
+
+
+GRID_KEYS = ("TILES", "PERSISTENT")  # in a configuration: how attention_sm90's grid is sized, not constants
+
+
+def sm90_constants(cfg: dict[str, int]) -> dict[str, int]:
+    """A configuration's kernel constants (without its GRID_KEYS)."""
+    return {key: value for key, value in cfg.items() if key not in GRID_KEYS}
+
+
+def sm90_blocks(batch: int, heads: int, nq: int, warps: int, tiles: int = 1) -> int:
+    """attention_sm90's grid for `tiles` query blocks (of 16·warps rows) per block."""
+    return -(-(-(-nq // (16 * warps)) * heads * batch) // tiles)
+
+
+def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                scale: float, cfg: dict[str, int], *, causal: bool = False, return_lse: bool = False) -> None:
+    """attention_sm90 on checked tensors with configuration `cfg` (constants and GRID_KEYS)."""
+    batch, heads, nq, d = q.shape
+    constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg)}
+    blocks = sm90_blocks(batch, heads, nq, cfg["WARPS"], cfg.get("TILES", 1))
+    if cfg.get("PERSISTENT"):
+        resident = _RESIDENT.get((q.device, *constants.items()))
+        if resident is None:
+            resident = _RESIDENT[(q.device, *constants.items())] = attention_sm90.resident_blocks(
+                q, k, v, out, lse, scale, **constants, target="sm_90a")
+        blocks = min(blocks, resident)
+    attention_sm90[(blocks,)](q, k, v, out, lse, scale, **constants, target="sm_90a")
+
+
+_RESIDENT: dict[tuple, int] = {}  # (device, constants) → blocks of attention_sm90 the GPU holds at once
 
 
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
@@ -211,9 +247,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             lse = _NO_LSE.get(device)
             if lse is None:
                 lse = _NO_LSE[device] = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-        cfg = sm90_config(d, nq, nk)
-        attention_sm90[(-(-nq // (16 * cfg["WARPS"] * cfg.get("TILES", 1))), heads, batch)](
-            q, k, v, out, lse, scale, D=d, CAUSAL=int(causal), LSE=int(return_lse), **cfg, target="sm_90a")
+        launch_sm90(q, k, v, out, lse, scale, sm90_config(d, nq, nk), causal=causal, return_lse=return_lse)
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
         fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
@@ -226,6 +260,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     rows, keys, q_in_shared = CONFIG[d]
     if nq % (4 * rows) or nk % keys:
         rows, keys, q_in_shared = FALLBACK
-    attention_fwd[(batch, heads, nq // (4 * rows))](q, k, v, out, scale, D=d, CAUSAL=int(causal), ROWS=rows,
+    attention_fwd[(nq // (4 * rows), heads, batch)](q, k, v, out, scale, D=d, CAUSAL=int(causal), ROWS=rows,
                                                     KEYS=keys, Q_IN_SHARED=q_in_shared, target=target)
     return out

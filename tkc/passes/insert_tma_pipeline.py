@@ -9,9 +9,9 @@ waits for its bytes, reads stage k mod N, releases the stage after its last use,
 loop whose wgmma may run on into the next step (a loop-carried accumulator, A in shared memory: GEMM's K loop)
 releases step k-1 after step k's wgmma instead (marked `tkc.wgmma_in_flight`: the lowering waits for the
 previous step's wgmma only there), so the refill never overwrites what a running wgmma reads. A tile loop (one
-around another pipelined loop) whose tiles are read only before that inner loop (queries moved into registers)
-gets one stage: released at the tile's start, it is refilled for the next tile while the inner loop runs. Loops
-that do not qualify are left to `insert-async-pipeline`.
+around another pipelined loop: a persistent kernel's, attention's over query blocks) gets one stage, released
+after the tile's last read (queries moved into registers at the tile's start: released then and refilled for the
+next tile while the inner loop runs). Loops that do not qualify are left to `insert-async-pipeline`.
 
     scf.for %j = %lb to %ub step %c1 {
       %a = tile.load %A[%i, %j] : !tile.gl<?x?xbf16> -> !tile.st<128x64xbf16>
@@ -199,17 +199,13 @@ def _thread_base(chain: list[scf.ForOp]) -> tuple[SSAValue | None, list[scf.ForO
     return init, rebuilt[::-1]
 
 
-def _read_before_inner_loops(loop: scf.ForOp, loads: list[t.LoadOp]) -> bool:
-    """Whether a tile loop's tiles are read only before its first inner loop with loads (attention's queries, moved
-    into registers at the start of the tile): one stage then prefetches the next tile during this one's loop."""
-    body = loop.body.block
-    inner = next((op for op in body.ops if isinstance(op, scf.ForOp) and any(
-        _shared_loads(o.body.block) for o in op.walk() if isinstance(o, scf.ForOp))), None)
-    if inner is None:
-        return False
-    order = {op: n for n, op in enumerate(body.ops)}
-    readers = stage_readers(body, [op.result for op in loads])
-    return bool(readers) and max(order[r] for r in readers) < order[inner]
+def _tile_loop(loop: scf.ForOp) -> bool:
+    """Whether the loop is a tile loop: one around an inner loop that loads tiles (attention's loop over query blocks
+    around its key loop). Its loads get one stage, released after the tile's last read of it: where that is before
+    the inner loop (queries moved into registers), the stage is refilled for the next tile while the inner loop
+    runs; otherwise at the tile's end. (Two stages would not fit beside the inner ring at D = 128: 64 + 192 KB.)"""
+    return any(isinstance(op, scf.ForOp) and _shared_loads(op.body.block)
+               for inner in loop.body.block.ops for op in inner.walk())
 
 
 def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads: int) -> bool:
@@ -217,7 +213,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     candidates = _shared_loads(body)
     if stages < 2 or not candidates or not all(tma_loadable(op, aligned) for op in candidates):
         return False
-    if _read_before_inner_loops(loop, candidates):
+    if _tile_loop(loop):
         stages = 1
     chain = _enclosing_loops(loop)
     if chain is None:
@@ -228,10 +224,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
         if sl is None:
             return False
         loads.append(_Load(op, sl))
-    step_op = loop.step.owner
-    if not (isinstance(step_op, arith.ConstantOp) and isinstance(step_op.value, IntegerAttr)):
-        return False  # a run-time step (a persistent kernel's tile loop): its loads stay plain loads
-    step = step_op.value.value.data
+    step = loop.step  # a run-time step too: a persistent kernel's tile loop (the grid's size)
     iv = body.args[0]
 
     # rings and barriers live for the whole kernel, before the loops around this one
@@ -249,10 +242,10 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
         return k if base is None else b.insert(arith.AddiOp(base, k)).result
 
     pre = Builder(InsertPoint.before(loop))
-    trips = pre.insert(arith.CeilDivSIOp(pre.insert(arith.SubiOp(loop.ub, loop.lb)).result, _constant(pre, step))).result
+    trips = pre.insert(arith.CeilDivSIOp(pre.insert(arith.SubiOp(loop.ub, loop.lb)).result, step)).result
     for s in range(max(stages - 1, 1)):  # (one stage: step 0, and each step refills the next after its release)
         c_s = _constant(pre, s)
-        j = pre.insert(arith.AddiOp(loop.lb, _constant(pre, s * step))).result
+        j = pre.insert(arith.AddiOp(loop.lb, _times(pre, step, s))).result
         g = step_at(pre, c_s)
         _guarded(pre, pre.insert(arith.CmpiOp(c_s, trips, "slt")).result,
                  lambda b, j=j, g=g: _fill(b, loads, iv, j, bars, g, acquire=base is not None))
@@ -261,7 +254,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     first = body.first_op
     assert first is not None
     inb = Builder(InsertPoint.before(first))
-    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, _constant(inb, step))).result
+    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, step)).result
     g = step_at(inb, k)
     stage = inb.insert(arith.RemUIOp(g, _constant(inb, stages))).result
     wait = inb.insert(m.StageWaitOp(bars, g))
@@ -294,7 +287,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
         refill = after if stages == 1 else Builder(InsertPoint.after(wait))
     k_next = refill.insert(arith.AddiOp(k, _constant(refill, ahead))).result
     g_next = k_next if base is None else refill.insert(arith.AddiOp(g, _constant(refill, ahead))).result
-    j_next = refill.insert(arith.AddiOp(iv, _constant(refill, ahead * step))).result
+    j_next = refill.insert(arith.AddiOp(iv, _times(refill, step, ahead))).result
     _guarded(refill, refill.insert(arith.CmpiOp(k_next, trips, "slt")).result,
              lambda b: _fill(b, loads, iv, j_next, bars, g_next, acquire=True))
 
@@ -310,6 +303,14 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
             yield_op = outer.body.block.last_op
             yield_op.operands = [*yield_op.operands[:-1], inner]  # type: ignore[union-attr]
     return True
+
+
+def _times(b: Builder, step: SSAValue, n: int) -> SSAValue:
+    """n · step (folded when the step is a constant)."""
+    owner = step.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return _constant(b, n * owner.value.value.data)
+    return step if n == 1 else b.insert(arith.MuliOp(step, _constant(b, n))).result
 
 
 def insert_tma_pipeline(module: ModuleOp, stages: int | None) -> None:

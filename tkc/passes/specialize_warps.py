@@ -202,9 +202,9 @@ def specialize(fn: func.FuncOp) -> None:
         producer: Operation = producer_loop
     else:
         # the producer walks the same tiles: a copy of the loops around, keeping only what its loads need
+        Builder(InsertPoint.after(loop)).insert(producer_loop)
         if tile_refill is not None:  # found again in the copy by its position
             position = list(tile_loop.body.block.ops).index(tile_refill)  # type: ignore[union-attr]
-        Builder(InsertPoint.after(loop)).insert(producer_loop)
         producer = top.clone()
         producer_loop.detach()
         producer_loop.erase()

@@ -33,15 +33,19 @@ def defined_in(value: SSAValue, loop: Operation) -> bool:
 
 
 def wgmma_loops(fn: Operation, option: str) -> list[Operation]:
-    """The loops of a kernel with wgmmas at the top level of their body, for a pass that kernel option `option`
-    (e.g. "pingpong=1") asked for; none is one clear error at the kernel."""
+    """The innermost loops of a kernel with wgmmas at the top level of their body (not a tile loop around one, which
+    may hold a wgmma the inner loop's rotation hoisted), for a pass that kernel option `option` (e.g. "pingpong=1")
+    asked for; none is one clear error at the kernel."""
     from xdsl.dialects import scf
 
     from tkc.errors import SourceLoc, TkcError
     from tkc.ir import ops as t
 
-    loops = [op for op in fn.walk() if isinstance(op, scf.ForOp)
-             and any(isinstance(o, t.WgmmaOp) for o in op.body.block.ops)]
+    def has_wgmmas(loop: Operation) -> bool:
+        return any(isinstance(o, t.WgmmaOp) for o in loop.body.block.ops)  # type: ignore[attr-defined]
+
+    loops = [op for op in fn.walk() if isinstance(op, scf.ForOp) and has_wgmmas(op)
+             and not any(isinstance(o, scf.ForOp) and o is not op and has_wgmmas(o) for o in op.walk())]
     if not loops:
         raise TkcError(f"{option}: the kernel has no loop with wgmmas (mma on shared tiles, sm_90a)",
                        SourceLoc.from_attr(fn.location))

@@ -184,13 +184,10 @@ def _same(x: SSAValue, y: SSAValue, depth: int = 0) -> bool:
     return False
 
 
-def _released_before_inner_loops(loop: scf.ForOp, bars: SSAValue) -> bool:
-    """Whether the loop releases its stage before any loop nested in it: the producer then refills it while the
-    consumers run that loop (a tile loop's queries)."""
-    ops = list(loop.body.block.ops)
-    release = next((n for n, op in enumerate(ops) if isinstance(op, m.StageReleaseOp) and op.bars is bars), None)
-    inner = next((n for n, op in enumerate(ops) if isinstance(op, scf.ForOp)), None)
-    return release is not None and inner is not None and release < inner
+def _tile_loop(loop: scf.ForOp) -> bool:
+    """Whether a loop is nested in it (a tile loop's ring: the consumers release its one stage within the tile,
+    needing nothing more from it, and the producer refills it for the next tile)."""
+    return any(isinstance(op, scf.ForOp) for op in loop.body.block.ops)
 
 
 def _check_producer_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: list[int]) -> bool:
@@ -211,9 +208,8 @@ def _check_producer_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: l
             raise _fail("the producer loop and the consumer loop run different steps", other)
         if before:
             raise _fail("with a producer loop nothing may be filled before the loops", fills[0])
-        if stages < 2 and not _released_before_inner_loops(loop, bars):
-            raise _fail("a producer ring needs at least two stages (one only on a tile loop whose stage is "
-                        "released before its inner loop)", other)
+        if stages < 2 and not _tile_loop(loop):
+            raise _fail("a producer ring needs at least two stages (one only on a tile loop)", other)
         return True
     raise _fail("a pipelined loop waits for steps that nothing fills", loop)
 
