@@ -42,17 +42,21 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc short persistent", "tkc long persistent")
+VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc alt A", "tkc alt B")
 
 
-def variant_configs(d: int, n: int) -> dict[str, dict[str, int]]:
-    """attention() picks sm90_config(d, Nq, Nk): the short-key configuration below LONG_KEYS, the long one from
-    there. Both run at every length here, each also on a persistent grid."""
-    from tkc.kernels.attention import LONG_KEYS, sm90_config
-
-    short, long = sm90_config(d, n, 1), sm90_config(d, n, LONG_KEYS)
-    return {"tkc short cfg": short, "tkc long cfg": long, "tkc short persistent": {**short, "PERSISTENT": 1},
-            "tkc long persistent": {**long, "PERSISTENT": 1}}
+def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
+    """Beside attention()'s sm90_config(d, Nq, Nk, causal): the configurations it took before the persistent grid
+    (short: below LONG_KEYS keys, long: from there), both at every length, and two alternatives: A = D=128 ping-pong
+    on a persistent grid, D=64 three warpgroups of 64-key steps with a producer; B = D=128 ping-pong with two query
+    blocks per block, D=64 two warpgroups of 128-key steps with a producer."""
+    d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
+    if d == 128:
+        return {"tkc short cfg": {**d128, "TILES": 2}, "tkc long cfg": {**d128, "PINGPONG": 1},
+                "tkc alt A": {**d128, "PINGPONG": 1, "PERSISTENT": 1}, "tkc alt B": {**d128, "PINGPONG": 1, "TILES": 2}}
+    return {"tkc short cfg": {"KEYS": 64, "WARPS": 8}, "tkc long cfg": {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1},
+            "tkc alt A": {"KEYS": 64, "WARPS": 12, "DEFER": 1, "PRODUCER": 1},
+            "tkc alt B": {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
@@ -93,7 +97,7 @@ def main() -> None:
                 if triton_kernels is not None:
                     impls["triton"] = lambda: triton_kernels.attention(q, k, v, causal=causal)
                 if args.variants:
-                    for name, cfg in variant_configs(d, n).items():
+                    for name, cfg in variant_configs(d, n, bool(causal)).items():
                         impls[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
                 errors = {}
                 for name, fn in list(impls.items()):

@@ -340,7 +340,7 @@ def test_attention_sm90_assembles_cleanly(d: int, causal: int, nq: int, nk: int)
     from tkc.kernels import attention_sm90
     from tkc.kernels.attention import sm90_config, sm90_constants
 
-    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, **sm90_constants(sm90_config(d, nq, nk)), "CAUSAL": causal,
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {"D": d, **sm90_constants(sm90_config(d, nq, nk, bool(causal))), "CAUSAL": causal,
                                                              "LSE": 1}, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
     slow = [line.strip() for line in compiled.ptx.splitlines() if any(f"{op}.rn.f" in line for op in ("rcp", "div", "sqrt"))]
     assert not slow, slow[:3]
@@ -418,7 +418,7 @@ def test_queries_in_registers_survive_the_loop() -> None:
     from tkc.compiler import compile_for_launch
     from tkc.kernels.attention import attention_sm90, sm90_config
 
-    constants = {"D": 128, **sm90_config(128, 8192, 8192), "CAUSAL": 1}
+    constants = {"D": 128, **sm90_config(128, 8192, 8192, causal=True), "CAUSAL": 1}
     assert constants["Q_REGS"] == 1
     ptx = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}).ptx
     sass = ptxas.disassemble(ptx, "sm_90a")

@@ -35,8 +35,8 @@ def main() -> None:
             if torch.cuda.get_device_capability() == (9, 0):  # attention_sm90: 9 key blocks of 64 or 5 of 128
                 q, k, v = (torch.randn(2, 2, n, d, device="cuda", dtype=bf) for n in (600, 550, 550))
                 attention(q, k, v, causal=causal, return_lse=True)
-                long = sm90_config(d, 600, LONG_KEYS)
-                tiled = {**sm90_config(d, 600, 1), "TILES": 2, **({"Q_REGS": 1} if d == 128 else {})}
+                long = sm90_config(d, 600, LONG_KEYS, causal)
+                tiled = {**sm90_config(d, 600, 1, causal), "TILES": 2, **({"Q_REGS": 1} if d == 128 else {})}
                 for cfg in (long, tiled, {**long, "PERSISTENT": 1}):  # two query blocks a block; a persistent grid
                     out, lse = torch.empty_like(q), torch.empty(2, 2, 600, device="cuda")
                     launch_sm90(q, k, v, out, lse, d**-0.5, cfg, causal=causal, return_lse=True)

@@ -144,24 +144,29 @@ CONFIG = {64: (32, 64, 0), 128: (32, 32, 1)}
 FALLBACK = (16, 64, 0)
 
 
-# attention_sm90's configuration per head dim and length, from bench/attention.py --variants on the H200 (RESULTS
-# 2026-12-03 08:19 and, through attention(), 08:41; each round in a new order). D=128: P·V deferred with a
-# producer warpgroup and the queries in registers; below LONG_KEYS keys two query blocks per block (the second
-# one's queries load during the first: 1.48-1.52x flash at N=1024 vs 1.46x with one block of queries in shared
-# memory), from there ping-pong instead (two query blocks per block measure the same there, 1.00-1.07x cuDNN).
-# D=64: short keys, two blocks of two warpgroups per SM; long keys, three consumer warpgroups of 128-key steps with
-# a producer (1.00-1.12x cuDNN vs 0.94-0.97).
+# attention_sm90's configuration per head dim, length and mask, from bench/attention.py --variants on the H200
+# (RESULTS 2026-12-03 08:19, 08:41 and 10:01; each round in a new order). D=128: P·V deferred with a producer
+# warpgroup and the queries in registers. Not causal, on a persistent grid: each block's next queries and keys
+# load during its current tile (N=1024: 0.92x cuDNN vs 0.88 with two tiles a block; N=4096 1.02 vs 0.98). Causal
+# (tiles of different lengths, which a static round robin leaves unbalanced: 0.78-0.99 persistent): below LONG_KEYS
+# keys two query blocks per block, from there ping-pong (1.03-1.09x cuDNN). D=64: short keys, two blocks of two
+# warpgroups per SM; long keys, three consumer warpgroups of 128-key steps with a producer, not causal from 2048
+# keys on a persistent grid (N=2048: 0.99x cuDNN vs 0.89).
 LONG_KEYS = 4096
 
 
-def sm90_config(d: int, nq: int, nk: int) -> dict[str, int]:
+def sm90_config(d: int, nq: int, nk: int, causal: bool = False) -> dict[str, int]:
     """The constants attention() launches attention_sm90 with (WARPS: consumer warps, 16 query rows each) and its
     grid: TILES query blocks per block (default 1), or PERSISTENT=1, one block per slot the GPU holds at once."""
-    long = nk >= LONG_KEYS
     if d == 128:
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
-        return {**cfg, "PINGPONG": 1} if long else {**cfg, "TILES": 2}
-    return {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1} if long else {"KEYS": 64, "WARPS": 8}
+        if not causal:
+            return {**cfg, "PERSISTENT": 1}
+        return {**cfg, "PINGPONG": 1} if nk >= LONG_KEYS else {**cfg, "TILES": 2}
+    long = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1}
+    if not causal and nk >= LONG_KEYS // 2:
+        return {**long, "PERSISTENT": 1}
+    return long if nk >= LONG_KEYS else {"KEYS": 64, "WARPS": 8}
 
 
 GRID_KEYS = ("TILES", "PERSISTENT")  # in a configuration: how attention_sm90's grid is sized, not constants
@@ -247,7 +252,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             lse = _NO_LSE.get(device)
             if lse is None:
                 lse = _NO_LSE[device] = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-        launch_sm90(q, k, v, out, lse, scale, sm90_config(d, nq, nk), causal=causal, return_lse=return_lse)
+        launch_sm90(q, k, v, out, lse, scale, sm90_config(d, nq, nk, causal), causal=causal, return_lse=return_lse)
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
         fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
