@@ -33,6 +33,14 @@ def test_magic_division_is_exact(divisor: int, x: int) -> None:
         assert int(high[0]) >> extra == value // divisor
 
 
+def test_tile_indices_divide_unsigned() -> None:
+    """attention_sm90's tile loop splits its index (from block_idx by num_blocks) into query block, head and batch by
+    floor divisions by tensor sizes: all non-negative, so one div.u32 each, without the signed fix-ups; only the
+    ring's trip count (ub - lb, which may be negative) stays signed."""
+    ptx = compile_kernels([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "STAGES": 3})
+    assert ptx.count("div.s32") == 1 and ptx.count("rem.s32") == 1 and ptx.count("div.u32") >= 4
+
+
 def test_most_small_divisors_avoid_div() -> None:
     assert [d for d in range(2, 17) if lower_to_ptx._division_magic(d) is None] == [7, 14]
     ptx = compile_kernels([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "STAGES": 3})

@@ -446,6 +446,8 @@ def _lower_int(lw: KernelLowering, op: Operation) -> list[Any]:
         shift = _log2(b.value) if isinstance(b, Imm) else None
         if shift is not None:
             return [lw.op("shr.s32", "b32", lw.reg(a), Imm(shift))]
+        if not isinstance(b, Imm) and non_negative(op.operands[0]) and non_negative(op.operands[1]):
+            return [lw.op("div.u32", "b32", lw.reg(a), b)]  # a tile index by a count: no sign fix-ups
         return [_floordiv(lw, lw.reg(a), b)]
     if isinstance(op, arith.CeilDivSIOp):
         if isinstance(b, Imm) and b.value > 0:
@@ -461,6 +463,38 @@ def _lower_int(lw: KernelLowering, op: Operation) -> list[Any]:
         if divided is not None:
             return [divided]
     return [lw.op(_INT_OPS[type(op)], "b32", lw.reg(a), b)]
+
+
+_NON_NEGATIVE_OPS = (t.BlockIdxOp, t.NumBlocksOp, t.DimOp, t.WarpIdOp, t.WarpgroupIdOp)
+_CLOSED_OPS = (arith.AddiOp, arith.MuliOp, arith.FloorDivSIOp, arith.CeilDivSIOp, arith.DivUIOp, arith.RemUIOp,
+               arith.MinSIOp)  # non-negative when all their operands are
+
+
+def non_negative(value: SSAValue, depth: int = 0) -> bool:
+    """Is this i32 value never negative: built from grid indices and counts, tensor sizes and non-negative
+    constants by +, ·, division and min, or the index of a loop from a non-negative start by a positive step? Then
+    Python's floor division by it is an unsigned one (a persistent kernel's tile index by its query blocks)."""
+    if depth > 32:
+        return False
+    owner = value.owner
+    if isinstance(owner, Block):
+        loop = owner.parent_op()
+        return (isinstance(loop, scf.ForOp) and value is owner.args[0] and non_negative(loop.lb, depth + 1)
+                and non_negative(loop.step, depth + 1))
+    if isinstance(owner, arith.ConstantOp):
+        return (_constant_int(value) or 0) >= 0
+    if isinstance(owner, _NON_NEGATIVE_OPS):
+        return True
+    if isinstance(owner, arith.MaxSIOp):
+        return any(non_negative(v, depth + 1) for v in owner.operands)
+    return isinstance(owner, _CLOSED_OPS) and all(non_negative(v, depth + 1) for v in owner.operands)
+
+
+def _constant_int(value: SSAValue) -> int | None:
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return int(owner.value.value.data)
+    return None
 
 
 def _division_magic(divisor: int) -> tuple[int, int] | None:
