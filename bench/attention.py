@@ -42,25 +42,21 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-VARIANTS = ("tkc lazy", "tkc alt A", "tkc alt B", "tkc alt C")
+VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc alt A", "tkc alt B")
 
 
 def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
-    """Beside attention()'s sm90_config(d, N, N, causal): "lazy" = the same with LAZY=1 (O and l rescaled only when
-    a row's maximum grew by more than 2^8); at D=128 with LAZY: A = ping-pong on a persistent grid, B = ping-pong,
-    C = two query blocks per block; at D=64: A = four consumer warpgroups of 64-key steps with a producer, B = A with
-    LAZY, C = three warpgroups of 128-key steps with LAZY (A-C on a persistent grid when not causal)."""
-    from tkc.kernels.attention import sm90_config
-
-    lazy = {**sm90_config(d, n, n, causal), "LAZY": 1}
+    """Beside attention()'s sm90_config(d, Nq, Nk, causal): the configurations it took before the persistent grid
+    (short: below LONG_KEYS keys, long: from there), both at every length, and two alternatives: A = D=128 ping-pong
+    on a persistent grid, D=64 three warpgroups of 64-key steps with a producer; B = D=128 ping-pong with two query
+    blocks per block, D=64 two warpgroups of 128-key steps with a producer."""
+    d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
     if d == 128:
-        d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1, "LAZY": 1}
-        return {"tkc lazy": lazy, "tkc alt A": {**d128, "PINGPONG": 1, "PERSISTENT": 1},
-                "tkc alt B": {**d128, "PINGPONG": 1}, "tkc alt C": {**d128, "TILES": 2}}
-    grid = {} if causal else {"PERSISTENT": 1}
-    w16 = {"KEYS": 64, "WARPS": 16, "DEFER": 1, "PRODUCER": 1, **grid}
-    return {"tkc lazy": lazy, "tkc alt A": w16, "tkc alt B": {**w16, "LAZY": 1},
-            "tkc alt C": {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1, "LAZY": 1, **grid}}
+        return {"tkc short cfg": {**d128, "TILES": 2}, "tkc long cfg": {**d128, "PINGPONG": 1},
+                "tkc alt A": {**d128, "PINGPONG": 1, "PERSISTENT": 1}, "tkc alt B": {**d128, "PINGPONG": 1, "TILES": 2}}
+    return {"tkc short cfg": {"KEYS": 64, "WARPS": 8}, "tkc long cfg": {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1},
+            "tkc alt A": {"KEYS": 64, "WARPS": 12, "DEFER": 1, "PRODUCER": 1},
+            "tkc alt B": {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):

@@ -65,19 +65,12 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
 
 
-@tkc.func
-def _rescale(l, o, m, m_new, scale_log2):
-    """The running sum and output scaled to the new row maximum (the online softmax's correction)."""
-    correction = exp2((m - m_new) * scale_log2)
-    return l * correction, mul_row(o, correction), m_new
-
-
 @tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", defer="DEFER", producer="PRODUCER",
             min_target="sm_90a")
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
-                   Q_REGS: const = 0, LAZY: const = 0):
+                   Q_REGS: const = 0):
     """attention_fwd on Hopper's wgmma. Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of a head
     next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
     causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,
@@ -135,11 +128,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
                 if j >= first_masked:
                     s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
             m_new = max(m, row_max(s))
-            if LAZY:  # as attention_fwd: rescale only when some row's maximum grew by more than 2^8
-                if max(m_new - m) * scale_log2 > 8.0:
-                    l, o, m = _rescale(l, o, m, m_new, scale_log2)
-            else:
-                l, o, m = _rescale(l, o, m, m_new, scale_log2)
+            correction = exp2((m - m_new) * scale_log2)
+            l, o, m = l * correction, mul_row(o, correction), m_new
             p = exp2(sub_row(s * scale_log2, m * scale_log2))
             l = l + row_sum(p)
             o = mma_AB(p.to(bf16), v_s, o)
