@@ -42,21 +42,20 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-VARIANTS = ("tkc short cfg", "tkc long cfg", "tkc alt A", "tkc alt B")
+VARIANTS = ("tkc alt A", "tkc alt B", "tkc alt C")
 
 
 def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
-    """Beside attention()'s sm90_config(d, Nq, Nk, causal): the configurations it took before the persistent grid
-    (short: below LONG_KEYS keys, long: from there), both at every length, and two alternatives: A = D=128 ping-pong
-    on a persistent grid, D=64 three warpgroups of 64-key steps with a producer; B = D=128 ping-pong with two query
-    blocks per block, D=64 two warpgroups of 128-key steps with a producer."""
-    d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
+    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly with: at D=128 (defer, a
+    producer, queries in registers) A = ping-pong on a persistent grid, B = two query blocks per block, C =
+    ping-pong; at D=64 A = three consumer warpgroups of 128-key steps with a producer, two query blocks per block,
+    B = the same with one, C = two warpgroups of 64-key steps (two blocks per multiprocessor)."""
     if d == 128:
-        return {"tkc short cfg": {**d128, "TILES": 2}, "tkc long cfg": {**d128, "PINGPONG": 1},
-                "tkc alt A": {**d128, "PINGPONG": 1, "PERSISTENT": 1}, "tkc alt B": {**d128, "PINGPONG": 1, "TILES": 2}}
-    return {"tkc short cfg": {"KEYS": 64, "WARPS": 8}, "tkc long cfg": {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1},
-            "tkc alt A": {"KEYS": 64, "WARPS": 12, "DEFER": 1, "PRODUCER": 1},
-            "tkc alt B": {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1}}
+        d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
+        return {"tkc alt A": {**d128, "PINGPONG": 1, "PERSISTENT": 1}, "tkc alt B": {**d128, "TILES": 2},
+                "tkc alt C": {**d128, "PINGPONG": 1}}
+    w12 = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1}
+    return {"tkc alt A": {**w12, "TILES": 2}, "tkc alt B": w12, "tkc alt C": {"KEYS": 64, "WARPS": 8}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
