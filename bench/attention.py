@@ -42,20 +42,23 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-VARIANTS = ("tkc alt A", "tkc alt B", "tkc alt C")
+VARIANTS = ("tkc peel", "tkc alt A", "tkc alt B")
 
 
 def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
-    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly with: at D=128 (defer, a
-    producer, queries in registers) A = ping-pong on a persistent grid, B = two query blocks per block, C =
-    ping-pong; at D=64 A = three consumer warpgroups of 128-key steps with a producer, two query blocks per block,
-    B = the same with one, C = two warpgroups of 64-key steps (two blocks per multiprocessor)."""
+    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly: "peel" = the same with
+    DEFER=2 (step 0 before the key loop, without its P·V of a zero P); at D=128 (defer, a producer, queries in
+    registers) A = ping-pong on a persistent grid, B = two query blocks per block; at D=64 A = three consumer
+    warpgroups of 128-key steps with a producer and two query blocks per block, B = A with DEFER=2."""
+    from tkc.kernels.attention import sm90_config
+
+    peel = {**sm90_config(d, n, n, causal), "DEFER": 2}
     if d == 128:
         d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
-        return {"tkc alt A": {**d128, "PINGPONG": 1, "PERSISTENT": 1}, "tkc alt B": {**d128, "TILES": 2},
-                "tkc alt C": {**d128, "PINGPONG": 1}}
-    w12 = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1}
-    return {"tkc alt A": {**w12, "TILES": 2}, "tkc alt B": w12, "tkc alt C": {"KEYS": 64, "WARPS": 8}}
+        return {"tkc peel": peel, "tkc alt A": {**d128, "PINGPONG": 1, "PERSISTENT": 1},
+                "tkc alt B": {**d128, "TILES": 2}}
+    w12 = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1, "TILES": 2}
+    return {"tkc peel": peel, "tkc alt A": w12, "tkc alt B": {**w12, "DEFER": 2}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):

@@ -155,6 +155,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
         "defer-wgmma",
         "specialize-warps",
         "insert-tma-stores",
+        "peel-deferred-step",
         "verify-tma-pipeline",
         "pingpong-warpgroups",
         "insert-async-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),

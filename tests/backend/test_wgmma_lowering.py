@@ -387,15 +387,20 @@ def test_warpgroup_descriptors_stay_uniform(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 
-def _queries_overwritten(sass: str) -> list[str]:
-    """The instructions inside the loop around the first wgmma that write a register an LDSM filled before that
-    loop (the queries of Q_REGS=1, read by every step's Q·Kᵀ)."""
-    lines = [ln.split(";")[0] for ln in sass.splitlines()]
+def _key_loop(lines: list[str]) -> tuple[int, int]:
+    """(first, last) line of the innermost SASS loop with wgmmas: from its label to the branch back to it."""
     label_at = {m.group(1): i for i, ln in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", ln.strip()))}
-    first = next(i for i, ln in enumerate(lines) if "HGMMA" in ln)
-    back = next(i for i, ln in enumerate(lines) if i > first and (m := re.search(r"BRA `\((\.L_x_\d+)\)", ln))
-                and label_at[m.group(1)] < first)
-    top = label_at[re.search(r"BRA `\((\.L_x_\d+)\)", lines[back]).group(1)]
+    loops = [(label_at[m.group(1)], i) for i, ln in enumerate(lines)
+             if (m := re.search(r"BRA `\((\.L_x_\d+)\)", ln)) and label_at[m.group(1)] < i]
+    gemms = [i for i, ln in enumerate(lines) if "HGMMA" in ln]
+    return max((lp for lp in loops if any(lp[0] < g < lp[1] for g in gemms)), key=lambda lp: lp[0])
+
+
+def _queries_overwritten(sass: str) -> list[str]:
+    """The instructions inside the innermost loop with wgmmas (the key loop; step 0's Q·Kᵀ runs before it) that write
+    a register an LDSM filled before that loop (the queries of Q_REGS=1, read by every step's Q·Kᵀ)."""
+    lines = [ln.split(";")[0] for ln in sass.splitlines()]
+    top, back = _key_loop(lines)
     loaded = set()
     for ln in lines[:top]:
         if m := re.search(r"LDSM\.16\.M88\.4 R(\d+),", ln):
@@ -410,7 +415,8 @@ def _queries_overwritten(sass: str) -> list[str]:
 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None or ptxas.find_nvdisasm() is None, reason="ptxas/nvdisasm not installed")
-def test_queries_in_registers_survive_the_loop() -> None:
+@pytest.mark.parametrize("defer", [1, 2])
+def test_queries_in_registers_survive_the_loop(defer: int) -> None:
     """With Q_REGS=1 the queries are loaded into registers once and every step's Q·Kᵀ reads them: in the SASS no
     instruction in the loop may write those registers. (Without DEFER, ptxas 13.0 gave P the queries' registers
     while P·V ran on into the next step, a wrong answer the PTX simulation cannot see; the kernel refuses that.)
@@ -418,13 +424,17 @@ def test_queries_in_registers_survive_the_loop() -> None:
     from tkc.compiler import compile_for_launch
     from tkc.kernels.attention import attention_sm90, sm90_config
 
-    constants = {"D": 128, **sm90_config(128, 8192, 8192, causal=True), "CAUSAL": 1}
+    constants = {"D": 128, **sm90_config(128, 8192, 8192, causal=True), "CAUSAL": 1, "DEFER": defer}
     assert constants["Q_REGS"] == 1
     ptx = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}).ptx
     sass = ptxas.disassemble(ptx, "sm_90a")
     assert not _queries_overwritten(sass)
     reg = re.search(r"LDSM\.16\.M88\.4 R(\d+),", sass).group(1)
-    planted = re.sub(r"(\n\s+/\*[0-9a-f]+\*/\s+)(HGMMA[^\n]*)", rf"\1\2\n        /*0000*/                   FMUL R{reg}, R{reg}, R{reg} ;", sass, count=1)
+    lines = sass.splitlines()
+    top, back = _key_loop([ln.split(";")[0] for ln in lines])
+    at = next(i for i in range(top, back) if "HGMMA" in lines[i])
+    planted = "\n".join([*lines[:at + 1], f"        /*0000*/                   FMUL R{reg}, R{reg}, R{reg} ;",
+                          *lines[at + 1:]])
     assert _queries_overwritten(planted)
     with pytest.raises(TkcError, match="Q_REGS=1 needs DEFER=1"):
         compile_for_launch(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "Q_REGS": 1}, {})

@@ -54,10 +54,12 @@ def test_the_interpreter_agrees_before_and_after(nq: int, nk: int, causal: int, 
     (1, 1, 64, 0, 64, 4, {}), (130, 300, 128, 0, 128, 8, {"PRODUCER": 1}), (200, 260, 64, 1, 64, 8, {"PRODUCER": 1}),
     (256, 320, 64, 1, 64, 8, {"PINGPONG": 1}), (130, 300, 128, 0, 128, 8, {"PINGPONG": 1, "PRODUCER": 1, "Q_REGS": 1}),
     (100, 333, 64, 1, 128, 12, {"PRODUCER": 1}), (300, 260, 128, 1, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 2}),
-    (300, 333, 64, 0, 64, 8, {"TILES": 3})])
+    (300, 333, 64, 0, 64, 8, {"TILES": 3}), (130, 300, 128, 0, 128, 8, {"PINGPONG": 1, "PRODUCER": 1, "Q_REGS": 1, "DEFER": 2}),
+    (300, 260, 128, 1, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 2, "DEFER": 2}), (100, 333, 64, 1, 128, 12, {"PRODUCER": 1, "DEFER": 2}),
+    (200, 200, 64, 1, 64, 4, {"DEFER": 2}), (1, 1, 64, 0, 64, 4, {"DEFER": 2}), (300, 600, 128, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 3, "DEFER": 2})])
 def test_simulation_agrees(nq: int, nk: int, d: int, causal: int, keys: int, warps: int, extra: dict) -> None:
     """More key blocks than stages (and one), causal, ragged lengths, with a producer warpgroup, ping-pong, the
-    queries in registers, three consumer warpgroups, several query blocks per block:
+    queries in registers, three consumer warpgroups, several query blocks per block, step 0 peeled (DEFER=2):
     the PTX simulated with the warps in shuffled order agrees with the interpreter, which agrees with float64."""
     args = _inputs(nq, nk, d)
     constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": warps, "LSE": 1, "DEFER": 1, **sm90_constants(extra)}
@@ -157,3 +159,44 @@ def test_the_wait_for_pv_stays_after_the_softmax(monkeypatch: pytest.MonkeyPatch
 def test_defer_with_overlap_is_one_clear_error() -> None:
     with pytest.raises(TkcError, match="defer=1 and overlap=1"):
         lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "DEFER": 1, "OVERLAP": 1})
+
+
+def test_the_first_step_runs_before_the_loop_without_pv() -> None:
+    """peel-deferred-step: step 0's Q·Kᵀ (no P·V: its P is zero) runs before the key loop, waited for alone; the
+    loop starts at step 1, its step index still counted from 0; one P·V per later step and one after the loop."""
+    from tkc.passes.peel_deferred_step import PEELED
+
+    module = build_module([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "DEFER": 2})
+    run_passes(module, parse_pipeline(PREFIX + ",defer-wgmma,peel-deferred-step"), Dumps(None), PassTimer(False))
+    peeled = next(op for op in module.walk() if PEELED in op.attributes)
+    marks = [op.name.removeprefix("tile.") + (f" {op.pending.value.data}" if isinstance(op, t.WgmmaWaitOp) else "")
+             for op in peeled.true_region.walk() if isinstance(op, t.WgmmaOp | t.WgmmaWaitOp)]
+    assert marks == ["wgmma_ABt", "wgmma_wait 0", "wgmma_wait 0"], marks
+    loop = peeled.next_op.next_op
+    assert isinstance(loop, scf.ForOp) and loop.lb.owner.rhs is loop.step
+    assert sum(isinstance(op, t.WgmmaOp) for op in loop.body.block.ops) == 2
+
+
+@given(nq=st.integers(1, 200), nk=st.integers(1, 400), causal=st.integers(0, 1), seed=st.integers(0, 2**31))
+@settings(max_examples=5, deadline=None)
+def test_peeling_changes_no_bit(nq: int, nk: int, causal: int, seed: int) -> None:
+    """The interpreter before and after peel-deferred-step: the same bits (O + 0·V = O), one key block or many."""
+    args = _inputs(nq, nk, 64, seed)
+    constants = {"D": 64, "KEYS": 64, "WARPS": 4, "CAUSAL": causal, "LSE": 1, "DEFER": 2}
+    before, after, _ = before_and_after(attention_sm90, "peel-deferred-step", args, (2 * -(-nq // 64),), constants,
+                                        target="sm_90a", prefix=PREFIX + ",defer-wgmma")
+    assert np.array_equal(before[3].astype(np.float32), after[3].astype(np.float32), equal_nan=True)
+    assert np.array_equal(before[4], after[4], equal_nan=True)
+
+
+def test_a_peeled_step_that_does_not_wait_for_its_scores_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated pass: the peeled step keeps the loop's `wait 1`, which lets its only wgmma (S_0) run on: the softmax
+    reads scores the simulated tensor cores still hold (NaN), and the output is wrong."""
+    from tkc.passes import peel_deferred_step
+
+    monkeypatch.setattr(peel_deferred_step, "_wait_for_all", lambda wait: type(wait)(1))
+    args = _inputs(128, 320, 64)
+    module = lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "LSE": 1, "DEFER": 2},
+                          aligns=ALIGNS)
+    simulate(module, "attention_sm90", args, (2,), order="shuffled")
+    assert not np.isfinite(args[3].astype(np.float32)).all()

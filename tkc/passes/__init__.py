@@ -59,6 +59,7 @@ def _load_tkc_passes() -> None:
         insert_tma_stores,
         lower_to_ptx,
         overlap_wgmma,
+        peel_deferred_step,
         pingpong_warpgroups,
         specialize_warps,
         verify_tma_pipeline,

@@ -120,6 +120,34 @@ def _before_loop(loop: scf.ForOp, bars: SSAValue, base: SSAValue | None) -> list
     return steps
 
 
+def _counted_from(loop: scf.ForOp) -> SSAValue:
+    """The start the loop's step index counts from: (iv - start) / step."""
+    k = step_index(loop)
+    assert k is not None
+    return k.owner.lhs.owner.rhs  # type: ignore[union-attr]
+
+
+def _first_step(loop: scf.ForOp) -> int:
+    """The step index of the loop's first iteration: 0, or 1 after peel-deferred-step."""
+    start = _counted_from(loop)
+    if loop.lb is start:
+        return 0
+    owner = loop.lb.owner
+    if isinstance(owner, arith.AddiOp) and owner.lhs is start and owner.rhs is loop.step:
+        return 1
+    raise _fail("a pipelined loop starts neither where its step index counts from nor one step after", loop)
+
+
+def _peeled(op: Operation) -> bool:
+    """Whether the op belongs to a step peel-deferred-step ran before its loop."""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, func.FuncOp):
+        if "tkc.peeled_step" in parent.attributes:
+            return True
+        parent = parent.parent_op()
+    return False
+
+
 def _innermost_loop(op: Operation) -> Operation | None:
     parent = op.parent_op()
     while parent is not None and not isinstance(parent, scf.ForOp):
@@ -130,7 +158,7 @@ def _innermost_loop(op: Operation) -> Operation | None:
 def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int) -> None:
     body = loop.body.block
     k = step_index(loop)
-    waits = [op for op in body.walk() if isinstance(op, m.StageWaitOp) and op.bars is bars]
+    waits = [op for op in body.walk() if isinstance(op, m.StageWaitOp) and op.bars is bars and not _peeled(op)]
     if not waits or all(_innermost_loop(w) is not loop for w in waits):
         return  # a loop around the pipelined one
     marker = _ring_step(loop, waits[0].step)
@@ -158,9 +186,10 @@ def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int) -> None:
     d = _offset_from(refill.step, k)
     if d is None or d < 1:
         raise _fail("the loop refills a step that is not its step index plus a constant", refill)
-    if sorted(before) != list(range(d)):
-        raise _fail(f"the loop refills step k + {d}, so steps 0..{d - 1} must be filled before it, got {sorted(before)}",
-                    loop)
+    first = _first_step(loop)  # 1 when peel-deferred-step ran step 0 (and its refill) before the loop
+    if sorted(before) != list(range(first + d)):
+        raise _fail(f"the loop refills step k + {d} from step {first}, so steps 0..{first + d - 1} must be filled "
+                    f"before it, got {sorted(before)}", loop)
 
     _check_releases(loop, bars, k, reads, order, (refill, d), stages)
 
@@ -204,7 +233,8 @@ def _check_producer_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: l
             continue
         if len(fills) != 1 or _ring_step(other, fills[0].step) is None:
             raise _fail("a producer loop must fill its own step index, once per iteration", fills[0])
-        if not all(_same(x, y) for x, y in zip((other.lb, other.ub, other.step), (loop.lb, loop.ub, loop.step))):
+        if not all(_same(x, y) for x, y in zip((other.lb, other.ub, other.step),
+                                               (_counted_from(loop), loop.ub, loop.step))):
             raise _fail("the producer loop and the consumer loop run different steps", other)
         if before:
             raise _fail("with a producer loop nothing may be filled before the loops", fills[0])
