@@ -7,10 +7,9 @@ steps, acquiring, announcing and loading each (the first `stages` acquires pass 
 the consumers, run the original loop without its refills, then the rest of the kernel. The producer never waits
 for the consumers except through the ring's empty barriers, so it runs up to `stages` steps ahead. A pipelined
 loop inside a tile loop gets a pruned copy of the tile loop around the producer's loop; when the tile loop has a
-ring of its own (attention's queries, TILES per block), that copy loads tile t's tiles before tile t's steps, so
-they land while the consumers finish tile t - 1. The lowering
-then moves registers from the producer to the consumers (`setmaxnreg`) and gives consumer-only barriers a
-thread count.
+ring of its own (attention's queries, on its loop over query blocks), that copy loads tile t's tiles before tile
+t's steps, so they land while the consumers finish tile t - 1. The lowering then moves registers from the
+producer to the consumers (`setmaxnreg`) and gives consumer-only barriers a thread count.
 
     scf.if (0 < trips) { tile.stage_expect %bars[0] ... }          // steps filled before the loop
     scf.for %j ... { tile.stage_wait %bars[%k] ... scf.if (%k + 3 < trips) { tile.stage_acquire ... } }
