@@ -28,7 +28,7 @@ for step in ${*:-tests probe bench sanitize}; do
     bench-layernorm)
         timeout 200 python3 bench/layernorm.py > "$OUT/bench-layernorm.log" 2>&1; tail -7 "$OUT/bench-layernorm.log" ;;
     host)
-        timeout 200 python3 bench/host_breakdown.py --profile > "$OUT/host.log" 2>&1; head -26 "$OUT/host.log" ;;
+        timeout 200 python3 bench/host_breakdown.py --profile gemm attention layernorm > "$OUT/host.log" 2>&1; head -26 "$OUT/host.log" ;;
     layernorm-probe)
         timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
         sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;
