@@ -200,3 +200,16 @@ def test_a_peeled_step_that_does_not_wait_for_its_scores_is_caught(monkeypatch: 
                           aligns=ALIGNS)
     simulate(module, "attention_sm90", args, (2,), order="shuffled")
     assert not np.isfinite(args[3].astype(np.float32)).all()
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+def test_the_last_pv_accumulates_in_place() -> None:
+    """The P·V after the loop (`if ran { O + P·V } else { O }`) writes O's own registers, as the loop's P·V does: no
+    copy of the 64 accumulator registers on the way (ptxas had kept 64 IMAD.MOV per tile for it)."""
+    constants = {"D": 128, "KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
+    ptx = compile_for_launch(attention_sm90, "sm_90a", constants, ALIGNS).ptx
+    accumulators = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 (\{[^}]*\})", ptx)
+    loop_pv, last_pv = accumulators[8], accumulators[-1]  # after the loop's 8 Q·Kᵀ wgmmas; the drain's last one
+    assert last_pv == loop_pv
+    (report,) = ptxas.assemble(ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and not report.notes

@@ -427,8 +427,8 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     deferred = waited_by_an_op or into_next_step or (not in_flight and _waited_by_a_later_wgmma(op))
     if in_flight or into_next_step:  # the loop waits for it after its last step
         lw.wgmma_loops.add(op.parent_op())
-    if in_flight or (waited_by_an_op and _only_use_of_a_loop_argument(op)):
-        # the loop's own accumulator registers, in place: nothing else reads them before the wait covers it
+    if in_flight or (waited_by_an_op and _only_use_of_a_loop_argument(op)) or _last_use_in_its_branch(op):
+        # the accumulator's own registers, in place: nothing else reads them before the wait covers it (or ever)
         acc = lw.value(op.c)
     elif into_next_step:
         # straight into the registers the loop carries it in: a copy at the yield would read the accumulator while
@@ -454,6 +454,23 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     if not deferred:
         lw.emit(ptx.WgmmaSyncOp("wait", 1 if in_flight else 0))
     return [acc]
+
+
+def _last_use_in_its_branch(op: t.WgmmaOp) -> bool:
+    """Is the wgmma, in one branch of an if, the only reader of its accumulator there, the other branch only yielding
+    it (defer-wgmma's last P·V after the loop: `if ran { O + P·V } else { O }`)? Then it may write C in place."""
+    from xdsl.dialects import scf
+
+    branch, parent = op.parent_region(), op.parent_op()
+    if not isinstance(parent, scf.IfOp) or op.c.owner is parent or branch is None:
+        return False
+    other = parent.false_region if branch is parent.true_region else parent.true_region
+    for use in op.c.uses:
+        if use.operation is op:
+            continue
+        if not (isinstance(use.operation, scf.YieldOp) and use.operation.parent_region() is other):
+            return False
+    return True
 
 
 def _only_use_of_a_loop_argument(op: t.WgmmaOp) -> bool:
