@@ -56,5 +56,17 @@ def fail(message: str) -> None:
     raise KernelArgumentError(message)
 
 
+def resident_blocks(kernel: Any, key: tuple, *args: Any, **constants: Any) -> int:
+    """`kernel.resident_blocks(*args, **constants)` (the grid of a persistent launch), asked once per `key` (device
+    and configuration): that call reads every argument again, and a launch should cost one launch."""
+    blocks = _RESIDENT.get((kernel, *key))
+    if blocks is None:
+        blocks = _RESIDENT[(kernel, *key)] = kernel.resident_blocks(*args, **constants)
+    return blocks
+
+
+_RESIDENT: dict[tuple, int] = {}  # (kernel, device, configuration) → blocks the GPU holds at once
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)

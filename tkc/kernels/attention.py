@@ -6,7 +6,8 @@ import math
 from typing import TYPE_CHECKING
 
 import tkc
-from tkc.kernels._checks import check_tensor, fail, wgmma_path
+from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
+from tkc.kernels._checks import check_tensor, fail, resident_blocks, wgmma_path
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ def sm90_constants(cfg: dict[str, int]) -> dict[str, int]:
 
 def sm90_blocks(batch: int, heads: int, nq: int, warps: int, tiles: int = 1) -> int:
     """attention_sm90's grid for `tiles` query blocks (of 16·warps rows) per block."""
-    return -(-(-(-nq // (16 * warps)) * heads * batch) // tiles)
+    return ceil_div(ceil_div(nq, 16 * warps) * heads * batch, tiles)
 
 
 def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
@@ -189,15 +190,9 @@ def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
     constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg)}
     blocks = sm90_blocks(batch, heads, nq, cfg["WARPS"], cfg.get("TILES", 1))
     if cfg.get("PERSISTENT"):
-        resident = _RESIDENT.get((q.device, *constants.items()))
-        if resident is None:
-            resident = _RESIDENT[(q.device, *constants.items())] = attention_sm90.resident_blocks(
-                q, k, v, out, lse, scale, **constants, target="sm_90a")
-        blocks = min(blocks, resident)
+        blocks = min(blocks, resident_blocks(attention_sm90, (q.device, *constants.items()), q, k, v, out, lse, scale,
+                                             **constants, target="sm_90a"))
     attention_sm90[(blocks,)](q, k, v, out, lse, scale, **constants, target="sm_90a")
-
-
-_RESIDENT: dict[tuple, int] = {}  # (device, constants) → blocks of attention_sm90 the GPU holds at once
 
 
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp

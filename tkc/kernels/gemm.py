@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, fail, wgmma_path
+from tkc.kernels._checks import check_tensor, fail, resident_blocks, wgmma_path
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -77,7 +77,6 @@ CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2,
 CONFIG_SM90 = {0: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 3, "PRODUCER": 0, "TMA_STORE": 1},
                1: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 3, "PRODUCER": 0, "TMA_STORE": 1}}
 PERSISTENT = True  # gemm_sm90_kernel on at most as many blocks as the GPU holds at once, each walking its tiles
-_RESIDENT: dict[tuple, int] = {}  # (device index, configuration) → blocks of gemm_sm90_kernel the GPU holds at once
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str | None = None,
@@ -119,10 +118,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             cfg.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
         grid = ceil_div(m, 16 * cfg["WARPS"]) * ceil_div(n, cfg["BN"])
         if PERSISTENT:
-            key = (a.get_device(), *cfg.values())
-            if key not in _RESIDENT:  # asked once per device and variant: a launch should cost one launch
-                _RESIDENT[key] = gemm_sm90_kernel.resident_blocks(a, b, out, target="sm_90a", **cfg)
-            grid = min(grid, _RESIDENT[key])
+            grid = min(grid, resident_blocks(gemm_sm90_kernel, (a.get_device(), *cfg.values()), a, b, out,
+                                             target="sm_90a", **cfg))
         gemm_sm90_kernel[(grid,)](a, b, out, target="sm_90a", **cfg)
     else:
         grid = ceil_div(m, CONFIG["BM"]) * ceil_div(n, CONFIG["BN"])

@@ -50,7 +50,7 @@ from tkc.ir import tma_ops as m
 from tkc.ir.types import GlobalType, RegTileType, SharedTileType, element_bytes
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, _constant, _index_slice, kernel_stages
-from tkc.passes.util import carries_only_the_accumulator, waited_by_the_next_step, with_one_more_carried
+from tkc.passes.util import carries_only_the_accumulator, constant_int, waited_by_the_next_step, with_one_more_carried
 
 MAX_BOX_ROWS = 256  # a TMA box dimension
 
@@ -101,6 +101,14 @@ def step_index(loop: scf.ForOp) -> SSAValue | None:
         if isinstance(op, arith.DivUIOp) and isinstance(op.lhs.owner, arith.SubiOp) and op.lhs.owner.lhs is iv:
             return op.result
     return None
+
+
+def step_start(loop: scf.ForOp) -> SSAValue:
+    """Where the loop's step index counts from: `start` in k = (iv - start) / step (the loop's lower bound, or the one
+    before peel-deferred-step moved it a step on)."""
+    k = step_index(loop)
+    assert k is not None
+    return k.owner.lhs.owner.rhs  # type: ignore[union-attr]
 
 
 def stage_readers(body: Block, values: list[SSAValue]) -> set[Operation]:
@@ -307,9 +315,9 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
 
 def _times(b: Builder, step: SSAValue, n: int) -> SSAValue:
     """n · step (folded when the step is a constant)."""
-    owner = step.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        return _constant(b, n * owner.value.value.data)
+    value = constant_int(step)
+    if value is not None:
+        return _constant(b, n * value)
     return step if n == 1 else b.insert(arith.MuliOp(step, _constant(b, n))).result
 
 

@@ -32,6 +32,7 @@ from tkc.ir import ops as t
 from tkc.ir.types import GlobalType, RegTileType, element_bytes
 from tkc.passes import register
 from tkc.passes.allocate_shared import TOTAL_ATTR
+from tkc.passes.util import constant_int
 from tkc.targets import get_target
 
 ALIGN_ATTR = "tkc.arg_align"  # per argument: bytes that divide a tensor's address, strides and row length
@@ -482,19 +483,12 @@ def non_negative(value: SSAValue, depth: int = 0) -> bool:
         return (isinstance(loop, scf.ForOp) and value is owner.args[0] and non_negative(loop.lb, depth + 1)
                 and non_negative(loop.step, depth + 1))
     if isinstance(owner, arith.ConstantOp):
-        return (_constant_int(value) or 0) >= 0
+        return (constant_int(value) or 0) >= 0
     if isinstance(owner, _NON_NEGATIVE_OPS):
         return True
     if isinstance(owner, arith.MaxSIOp):
         return any(non_negative(v, depth + 1) for v in owner.operands)
     return isinstance(owner, _CLOSED_OPS) and all(non_negative(v, depth + 1) for v in owner.operands)
-
-
-def _constant_int(value: SSAValue) -> int | None:
-    owner = value.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        return int(owner.value.value.data)
-    return None
 
 
 def _division_magic(divisor: int) -> tuple[int, int] | None:

@@ -38,7 +38,8 @@ from xdsl.traits import is_side_effect_free
 from tkc.ir import ops as t
 from tkc.passes import register
 from tkc.passes.defer_wgmma import DEFERRED
-from tkc.passes.insert_tma_pipeline import step_index
+from tkc.passes.insert_tma_pipeline import step_index, step_start
+from tkc.passes.util import constant_int as _constant
 
 PEEL_ATTR = "tkc.peel"  # on a kernel with defer=2
 PEELED = "tkc.peeled_step"  # on the if that runs a loop's step 0 before it
@@ -52,13 +53,6 @@ _FOLD = {
 }
 _COMPARE = {"slt": lambda a, b: a < b, "sgt": lambda a, b: a > b, "eq": lambda a, b: a == b,
             "sge": lambda a, b: a >= b, "sle": lambda a, b: a <= b, "ne": lambda a, b: a != b}
-
-
-def _constant(value: SSAValue) -> int | None:
-    owner = value.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        return int(owner.value.value.data)
-    return None
 
 
 def _folded(op: Operation) -> Operation | None:
@@ -80,9 +74,7 @@ def _folded(op: Operation) -> Operation | None:
 
 def _peel(loop: scf.ForOp) -> None:
     body = loop.body.block
-    k = step_index(loop)
-    assert k is not None
-    start = k.owner.lhs.owner.rhs  # the loop index k counts from  # type: ignore[union-attr]
+    start = step_start(loop)
     deferred = [op for op in body.ops if isinstance(op, t.WgmmaOp) and DEFERRED in op.attributes]
     pv = deferred[-1]  # P·V of the step before: its A is the carried P
 

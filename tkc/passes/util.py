@@ -16,6 +16,17 @@ def sync_function_types(module: ModuleOp) -> None:
                 op.function_type = FunctionType.from_lists(inputs, list(op.function_type.outputs.data))
 
 
+def constant_int(value: SSAValue) -> int | None:
+    """The value of an integer `arith.constant`, or None for anything else."""
+    from xdsl.dialects import arith
+    from xdsl.dialects.builtin import IntegerAttr
+
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return int(owner.value.value.data)
+    return None
+
+
 def within(block: Block | None, outer: Block) -> bool:
     """Whether `block` is `outer` or nested inside one of its ops."""
     while block is not None:

@@ -32,19 +32,13 @@ from tkc.errors import SourceLoc, TkcError
 from tkc.ir import async_ops as a
 from tkc.ir import tma_ops as m
 from tkc.passes import register
-from tkc.passes.insert_tma_pipeline import stage_readers, step_index
+from tkc.passes.insert_tma_pipeline import stage_readers, step_index, step_start
+from tkc.passes.util import constant_int as _constant
 from tkc.passes.util import defined_in
 
 
 def _fail(message: str, op: Operation) -> TkcError:
     return TkcError(f"verify-tma-pipeline: {message}", SourceLoc.from_attr(op.location))
-
-
-def _constant(value: SSAValue) -> int | None:
-    owner = value.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        return owner.value.value.data
-    return None
 
 
 def _offset_from(value: SSAValue, k: SSAValue) -> int | None:
@@ -120,16 +114,9 @@ def _before_loop(loop: scf.ForOp, bars: SSAValue, base: SSAValue | None) -> list
     return steps
 
 
-def _counted_from(loop: scf.ForOp) -> SSAValue:
-    """The start the loop's step index counts from: (iv - start) / step."""
-    k = step_index(loop)
-    assert k is not None
-    return k.owner.lhs.owner.rhs  # type: ignore[union-attr]
-
-
 def _first_step(loop: scf.ForOp) -> int:
     """The step index of the loop's first iteration: 0, or 1 after peel-deferred-step."""
-    start = _counted_from(loop)
+    start = step_start(loop)
     if loop.lb is start:
         return 0
     owner = loop.lb.owner
@@ -234,7 +221,7 @@ def _check_producer_loop(loop: scf.ForOp, bars: SSAValue, stages: int, before: l
         if len(fills) != 1 or _ring_step(other, fills[0].step) is None:
             raise _fail("a producer loop must fill its own step index, once per iteration", fills[0])
         if not all(_same(x, y) for x, y in zip((other.lb, other.ub, other.step),
-                                               (_counted_from(loop), loop.ub, loop.step))):
+                                               (step_start(loop), loop.ub, loop.step))):
             raise _fail("the producer loop and the consumer loop run different steps", other)
         if before:
             raise _fail("with a producer loop nothing may be filled before the loops", fills[0])
