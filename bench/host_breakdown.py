@@ -25,6 +25,7 @@ from common import graph_time_ms, time_ms  # noqa: E402
 from tkc.kernels import attention, gemm, layernorm, layernorm_kernel  # noqa: E402
 from tkc.kernels._checks import check_tensor  # noqa: E402
 from tkc.runtime import launch as L  # noqa: E402
+from tkc.runtime import driver as driver_module  # noqa: E402
 from tkc.runtime.driver import driver  # noqa: E402
 
 
@@ -56,16 +57,26 @@ def big_shape(rows: int, cols: int) -> None:
     o, ro = torch.empty_like(x), torch.empty_like(x)
     moved = 8 * rows * cols
     print(f"\n{rows}×{cols}: 8 bytes per element moved = {moved / 1e6:.0f} MB")
-    calls = {"layernorm()": lambda: layernorm(x, r, w, w),
+    src = torch.empty(moved // 2, device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    warps = 2 if cols >= 1024 else 1
+    calls = {"copy of as many bytes": lambda: dst.copy_(src),
+             "layernorm()": lambda: layernorm(x, r, w, w),
              "layernorm() with out=": lambda: layernorm(x, r, w, w, out=o, residual_out=ro)}
-    for blocks in (rows, 132 * 32, 132 * 8):
+    for blocks in (rows, 132 * 32):
         calls[f"layernorm_kernel[{blocks}]"] = (
-            lambda blocks=blocks: layernorm_kernel[(blocks,)](x, r, w, w, o, ro, 1e-5, D=cols, WARPS=1))
-    for name, fn in calls.items():
-        host, wall = host_and_wall_us(fn, 300)
-        timed, graph = time_ms(fn, 30) * 1e3, graph_time_ms(fn, 30) * 1e3
-        print(f"{name:26s} host {host:6.1f} µs, drained {wall:6.1f} µs, time_ms {timed:6.1f} µs "
-              f"({moved / timed / 1e3:.0f} GB/s), graph {graph:6.1f} µs", flush=True)
+            lambda blocks=blocks: layernorm_kernel[(blocks,)](x, r, w, w, o, ro, 1e-5, D=cols, WARPS=warps))
+    for dependent in (True, False):  # sm_90 kernels with and without programmatic dependent launch
+        driver_module.DEPENDENT_LAUNCH = dependent
+        print(f"programmatic dependent launch {'on' if dependent else 'off'}:")
+        for name, fn in calls.items():
+            if name.startswith("copy") and not dependent:
+                continue
+            host, wall = host_and_wall_us(fn, 300)
+            timed, graph = time_ms(fn, 30) * 1e3, graph_time_ms(fn, 30) * 1e3
+            print(f"  {name:26s} host {host:6.1f} µs, drained {wall:6.1f} µs, time_ms {timed:6.1f} µs "
+                  f"({moved / timed / 1e3:.0f} GB/s), graph {graph:6.1f} µs", flush=True)
+    driver_module.DEPENDENT_LAUNCH = True
 
 
 def main() -> None:

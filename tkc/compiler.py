@@ -168,7 +168,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
 
 
 def emit_ptx_text(module: ModuleOp, target: str, dumps: Dumps, timer: PassTimer) -> str:
-    from tkc.backend.ptx import KernelOp
+    from tkc.backend.ptx import GridDependencyOp, KernelOp
     from tkc.backend.ptx_printer import emit_ptx
 
     if not any(isinstance(op, KernelOp) for op in module.ops):
@@ -234,15 +234,17 @@ class CompiledKernel:
     params: list[tuple[str, str]]  # (name, PTX type) in order
     threads: int
     shared_bytes: int  # dynamic shared memory to request (the kernel's buffers + 1 KB to align them)
+    dependent_launch: bool = False  # it waits for the kernels before it itself (griddepcontrol.wait, sm_90)
 
     def meta(self) -> dict[str, Any]:
-        return {"name": self.name, "params": self.params, "threads": self.threads, "shared_bytes": self.shared_bytes}
+        return {"name": self.name, "params": self.params, "threads": self.threads, "shared_bytes": self.shared_bytes,
+                "dependent_launch": self.dependent_launch}
 
 
 def compile_for_launch(kernel: Any, target: str, constants: Mapping[str, Any], aligns: Mapping[str, int],
                        pipeline: str | None = None) -> CompiledKernel:
     """Frontend → PTX for one kernel, specialized to its tensors' alignment."""
-    from tkc.backend.ptx import KernelOp
+    from tkc.backend.ptx import GridDependencyOp, KernelOp
     from tkc.backend.ptx_printer import emit_ptx
 
     module = lower_kernel(kernel, target, constants, pipeline, aligns)
@@ -255,4 +257,5 @@ def compile_for_launch(kernel: Any, target: str, constants: Mapping[str, Any], a
         params=[tuple(p) for p in ptx_kernel.param_list],  # type: ignore[misc]
         threads=ptx_kernel.threads.data,
         shared_bytes=shared + 1024 if shared else 0,
+        dependent_launch=any(isinstance(op, GridDependencyOp) for op in ptx_kernel.body.block.ops),
     )

@@ -120,3 +120,21 @@ def test_a_wait_for_a_phase_nothing_completes_is_a_hang() -> None:
     expect.properties["count"] = IntAttr(2 * 64 * 64 * 2 + 16)  # 16 bytes more than the boxes bring
     with pytest.raises(SimulationError, match="every warp waits"):
         _simulated_product(module)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_sm90_kernels_wait_for_their_predecessors_first(target: str) -> None:
+    """sm_90 kernels are launched with programmatic dependent launch: each must release the next kernel and wait
+    for the previous one before its first memory access; sm_80 code has neither instruction and is launched
+    plainly."""
+    from tkc.compiler import compile_for_launch
+    from tkc.kernels import layernorm_kernel
+
+    compiled = compile_for_launch(layernorm_kernel, target, {"D": 1024, "WARPS": 2}, {}, None)
+    body = [line.strip() for line in compiled.ptx.split("{", 1)[1].splitlines()]
+    code = [line for line in body if line and not line.startswith((".reg", "}"))]
+    if target == "sm_80":
+        assert not any("griddepcontrol" in line for line in code) and not compiled.meta()["dependent_launch"]
+        return
+    assert code[:2] == ["griddepcontrol.launch_dependents;", "griddepcontrol.wait;"], code[:4]
+    assert compiled.meta()["dependent_launch"]

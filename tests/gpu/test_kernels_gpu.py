@@ -113,17 +113,43 @@ LAYERNORM_SHAPES = [(1, 16), (7, 48), (1000, 1024), (4096, 4096), (3, 5, 768), (
                     (257, 2048), (64, 4096), (2, 12288)]
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("shape", LAYERNORM_SHAPES)
-def test_layernorm(shape: tuple[int, ...]) -> None:
+def test_layernorm(shape: tuple[int, ...], target: str | None) -> None:
     d = shape[-1]
     x, r = randn(*shape), randn(*shape)
     w, b = randn(d), randn(d)
     out, out_resid = poisoned_like(shape), poisoned_like(shape)
-    layernorm(x, r, w, b, eps=1e-5, out=out, residual_out=out_resid, target="sm_80")
+    layernorm(x, r, w, b, eps=1e-5, out=out, residual_out=out_resid, target=target)
     s = x.float() + r.float()
     ref = torch.nn.functional.layer_norm(s, (d,), w.float(), b.float(), eps=1e-5)
     assert rel_err(out_resid, s) < 1e-2
     assert rel_err(out, ref) < 1e-2
+
+
+def test_back_to_back_kernels_read_what_the_one_before_wrote() -> None:
+    """A chain of calls, each reading the outputs of the one before, queued without a pause: on Hopper they are
+    launched with programmatic dependent launch, so a kernel that read before its predecessor finished would read
+    the NaN the outputs were poisoned with. Each step is checked against torch on that step's own inputs."""
+    d = 1024
+    w, b = randn(d), randn(d)
+    x, r = randn(4096, d), randn(4096, d)
+    steps = [(x, r)]
+    for _ in range(24):
+        out, out_resid = poisoned_like((4096, d)), poisoned_like((4096, d))
+        steps.append(layernorm(*steps[-1], w, b, out=out, residual_out=out_resid))
+    q = randn(2, 16, 1024, 128)
+    chain = [q]
+    for _ in range(8):
+        chain.append(attention(chain[-1], chain[-1], chain[-1], causal=True))
+    torch.cuda.synchronize()
+    for (x, r), (out, out_resid) in zip(steps, steps[1:]):
+        s = x.float() + r.float()
+        assert rel_err(out_resid, s) < 1e-2
+        assert rel_err(out, torch.nn.functional.layer_norm(s, (d,), w.float(), b.float(), eps=1e-5)) < 1e-2
+    for q, out in zip(chain, chain[1:]):
+        ref = torch.nn.functional.scaled_dot_product_attention(q.float(), q.float(), q.float(), is_causal=True)
+        assert rel_err(out, ref) < 1e-2
 
 
 def test_kernels_never_call_torch_compute(monkeypatch: pytest.MonkeyPatch) -> None:

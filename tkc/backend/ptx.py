@@ -828,6 +828,25 @@ class SetmaxnregOp(IRDLOperation):
 
 
 @irdl_op_definition
+class GridDependencyOp(IRDLOperation):
+    """`griddepcontrol.KIND;` (sm_90): `launch_dependents` lets the next kernel in the stream start its blocks on
+    multiprocessors this grid leaves free; `wait` holds this thread until the grids it depends on have finished and
+    their memory writes are visible. A no-op where the kernel was launched without programmatic dependence."""
+
+    name = "ptx.griddepcontrol"
+    kind = prop_def(StringAttr)
+    traits = traits_def(MemoryWriteEffect())
+    KINDS: ClassVar[tuple[str, ...]] = ("launch_dependents", "wait")
+
+    def __init__(self, kind: str):
+        super().__init__(properties={"kind": StringAttr(kind)})
+
+    def verify_(self) -> None:
+        if self.kind.data not in self.KINDS:
+            raise VerifyException(f"griddepcontrol: kind must be one of {self.KINDS}, got {self.kind.data!r}")
+
+
+@irdl_op_definition
 class ElectOp(IRDLOperation):
     """`elect.sync _|%p, 0xffffffff;`: true in exactly one lane of the warp."""
 
@@ -840,5 +859,5 @@ class ElectOp(IRDLOperation):
 
 PTX_OPS = [KernelOp, ParamOp, SpecialOp, RegsOp, InstrOp, LoadOp, StoreOp, CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp,
            LdmatrixOp, MmaOp, BarSyncOp, LabelOp, BraOp, RetOp, ParamAddrOp, WgmmaOp, WgmmaSyncOp, FenceOp,
-           MbarrierOp, TmaLoadOp, TmaStoreOp, BulkGroupOp, WarpSyncOp, SetmaxnregOp, ElectOp]
+           MbarrierOp, TmaLoadOp, TmaStoreOp, BulkGroupOp, WarpSyncOp, SetmaxnregOp, GridDependencyOp, ElectOp]
 Ptx = Dialect("ptx", PTX_OPS, [RegsType])

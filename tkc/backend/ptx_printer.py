@@ -217,6 +217,8 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         return ["bar.warp.sync -1;"]
     if isinstance(op, ptx.SetmaxnregOp):
         return [f"setmaxnreg.{'inc' if op.increase.value.data else 'dec'}.sync.aligned.u32 {op.count.data};"]
+    if isinstance(op, ptx.GridDependencyOp):
+        return [f"griddepcontrol.{op.kind.data};"]
     if isinstance(op, ptx.ElectOp):
         return [f"elect.sync _|{names(op.result, 0)}, 0xffffffff;"]
     raise NotImplementedError(f"no PTX for {op.name}")

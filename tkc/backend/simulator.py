@@ -640,8 +640,8 @@ class BlockSimulator:
             self.tma_store(warp, op)
         elif isinstance(op, ptx.BulkGroupOp):
             self.bulk_group(warp, op)
-        elif isinstance(op, ptx.FenceOp | ptx.SetmaxnregOp | ptx.WarpSyncOp):
-            pass  # ordering only; the simulation is sequentially consistent
+        elif isinstance(op, ptx.FenceOp | ptx.SetmaxnregOp | ptx.WarpSyncOp | ptx.GridDependencyOp):
+            pass  # ordering only; the simulation is sequentially consistent and runs one grid
         elif isinstance(op, ptx.ElectOp):
             warp.regs[op.result] = (np.arange(LANES) == 0).reshape(LANES, 1)
         elif isinstance(op, ptx.LabelOp):

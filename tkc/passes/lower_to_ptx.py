@@ -211,6 +211,12 @@ class KernelLowering:
         self.async_proxy_reads = any(isinstance(op, t.WgmmaOp) for op in fn.walk())
         aligns = _aligns(fn)
         params: list[tuple[str, str]] = []
+        if get_target(self.target).sm >= 90:
+            # programmatic dependent launch (runtime/driver.py launches sm_90 kernels with it): the next kernel's
+            # blocks may start as this grid's last blocks run, and each of them first waits here for the kernels
+            # before it to finish; this hides the launch gap between back-to-back kernels
+            self.emit_entry(ptx.GridDependencyOp("launch_dependents"))
+            self.emit_entry(ptx.GridDependencyOp("wait"))
         tid = self.emit_entry(ptx.SpecialOp("%tid.x")).results[0]
         self.thread_env: dict[str, Any] = {"tid": tid}
         self.thread_env["lane"] = self._entry_op("and.b32", tid, Imm(31))

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import ctypes
+import os
 import re
+import threading
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -119,9 +121,10 @@ class LoadedKernel:
     function: Any
     threads: int
     shared_bytes: int  # dynamic shared memory per launch
+    dependent_launch: bool = False  # launched with programmatic stream serialization (it waits itself)
 
 
-def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int) -> LoadedKernel:
+def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int, dependent_launch: bool = False) -> LoadedKernel:
     """Load PTX with the driver's JIT as one whole program (`cuModuleLoadDataEx`; the driver keeps the machine code
     in its compute cache, so a later load of the same PTX is quick). Not through a linker (cuLink*, nvJitLink):
     those compile each input as a separate compilation unit, which ignores `setmaxnreg` (C7504) and allocates
@@ -143,7 +146,7 @@ def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int) -> LoadedKern
     if shared_bytes > 48 * 1024:
         check(cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     shared_bytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
-    return LoadedKernel(module, function, threads, shared_bytes)
+    return LoadedKernel(module, function, threads, shared_bytes, dependent_launch)
 
 
 _SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
@@ -181,15 +184,47 @@ def blocks_per_multiprocessor(kernel: LoadedKernel) -> int:
                  "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 
 
+# Programmatic dependent launch for the kernels that wait for their predecessors themselves (sm_90 code:
+# lower_to_ptx.py); TKC_DEPENDENT_LAUNCH=0 (or setting this to False) launches them plainly.
+DEPENDENT_LAUNCH = os.environ.get("TKC_DEPENDENT_LAUNCH", "1") != "0"
+_configs = threading.local()  # per thread: LoadedKernel id → its reusable CUlaunchConfig
+
+
 def launch(kernel: LoadedKernel, grid: tuple[int, int, int], stream: int, params: int) -> None:
     """Launch with `params` the address of the kernel parameters' pointer table (`void**`)."""
     cu = driver()
     handle = _streams.get(stream)
     if handle is None:
         handle = _streams[stream] = cu.CUstream(stream)
+    if kernel.dependent_launch and DEPENDENT_LAUNCH:
+        config = _dependent_config(cu, kernel)
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.hStream = handle
+        err, = cu.cuLaunchKernelEx(config, kernel.function, params, 0)
+        if err:
+            raise TkcRuntimeError(f"cuLaunchKernelEx failed: {_name(cu, err)}")
+        return
     err, = cu.cuLaunchKernel(kernel.function, *grid, kernel.threads, 1, 1, kernel.shared_bytes, handle, params, 0)
     if err:  # CUDA_SUCCESS is 0
         raise TkcRuntimeError(f"cuLaunchKernel failed: {_name(cu, err)}")
+
+
+def _dependent_config(cu: Any, kernel: LoadedKernel) -> Any:
+    """The kernel's launch configuration with programmatic stream serialization allowed, made once per thread
+    (a launch then only sets the grid and the stream)."""
+    configs = _configs.__dict__
+    config = configs.get(id(kernel))
+    if config is None:
+        attribute = cu.CUlaunchAttribute()
+        attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attribute.value.programmaticStreamSerializationAllowed = 1
+        config = cu.CUlaunchConfig()
+        config.blockDimX, config.blockDimY, config.blockDimZ = kernel.threads, 1, 1
+        config.sharedMemBytes = kernel.shared_bytes
+        config.attrs = [attribute]
+        config.numAttrs = 1
+        configs[id(kernel)] = config
+    return config
 
 
 _streams: dict[int, Any] = {}  # a stream's handle object, made once (a training loop launches on few streams)

@@ -150,7 +150,7 @@ def _compiled(kernel: Kernel, target: str, constants: dict[str, Any], aligns: di
         compiled = compile_for_launch(kernel, target, constants, aligns, pipeline)
         meta, ptx = compiled.meta(), compiled.ptx
     make_current(dev)
-    loaded = load_ptx(ptx, meta["name"], meta["threads"], meta["shared_bytes"])
+    loaded = load_ptx(ptx, meta["name"], meta["threads"], meta["shared_bytes"], meta.get("dependent_launch", False))
     if hit is None:  # stored once the driver took it: a PTX it rejects is not cached
         cache.put(key, meta, {"kernel.ptx": ptx.encode()})
     loaded.params = [tuple(p) for p in meta["params"]]  # type: ignore[attr-defined]
