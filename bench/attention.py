@@ -42,24 +42,20 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-VARIANTS = ("tkc peel", "tkc alt A", "tkc alt B")
+VARIANTS = ("tkc alt A", "tkc alt B", "tkc alt C")
 
 
 def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
-    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly: "peel" = the same with
-    DEFER=2 (step 0 before the key loop, without its P·V of a zero P); at D=128 (defer, a producer, queries in
-    registers) A = ping-pong on a persistent grid, B = two query blocks per block; at D=64 A = two consumer
-    warpgroups of 128-key steps with a producer (128-row tiles: none half empty, as 192-row ones are at N = 4096),
-    two query blocks per block when causal, else persistent; B = A with the queries in registers."""
-    from tkc.kernels.attention import sm90_config
-
-    peel = {**sm90_config(d, n, n, causal), "DEFER": 2}
+    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly. D=128 (defer, a
+    producer, queries in registers): A = ping-pong (persistent when not causal), B = two query blocks per block,
+    C = three. D=64: A = three consumer warpgroups of 128-key steps with a producer, two query blocks per block;
+    B = the same with 64-key steps; C = A with four stages."""
     if d == 128:
         d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
-        return {"tkc peel": peel, "tkc alt A": {**d128, "PINGPONG": 1, "PERSISTENT": 1},
-                "tkc alt B": {**d128, "TILES": 2}}
-    w8 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, **({"TILES": 2} if causal else {"PERSISTENT": 1})}
-    return {"tkc peel": peel, "tkc alt A": w8, "tkc alt B": {**w8, "Q_REGS": 1}}
+        return {"tkc alt A": {**d128, "PINGPONG": 1, **({} if causal else {"PERSISTENT": 1})},
+                "tkc alt B": {**d128, "TILES": 2}, "tkc alt C": {**d128, "TILES": 3}}
+    w12 = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1, "TILES": 2}
+    return {"tkc alt A": w12, "tkc alt B": {**w12, "KEYS": 64}, "tkc alt C": {**w12, "STAGES": 4}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):

@@ -499,6 +499,13 @@ def load(src, index=None, spec=None):
 
 
 @_op
+def rows(n):
+    """An index that counts rows rather than tiles, in the row place of a global load or store of a 2-D tile:
+    `load(Q, (b, h, rows(r), 0), st[bf16, 192, 64])` takes rows r .. r+191 (r may be negative or unaligned: rows
+    outside the tensor read zeros and are not written)."""
+
+
+@_op
 def store(dst, src, index=None):
     """Store `src` into `dst` at `index` (in tiles, as for `load`).
 

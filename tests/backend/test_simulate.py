@@ -13,7 +13,8 @@ import tkc
 from tkc.backend.simulator import simulate
 from tkc.compiler import lower_kernel, tensor_alignment
 from tkc.kernels import attention_fwd, gemm_kernel, layernorm_kernel
-from tkc.lang import bf16, const, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rt, st, store, warp_id, zeros
+from tkc.lang import (bf16, block_idx, const, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rows, rt, st,
+                      store, warp_id, zeros)
 
 ORDERS = ["ascending", "descending", "shuffled"]
 
@@ -162,3 +163,32 @@ def test_keep_cols_simulated(n: int) -> None:
         kept = np.broadcast_to(j < n - 5 * w, (16, 64))
         rows = interp[1][16 * w:16 * w + 16]
         assert np.isneginf(rows[~kept]).all() and (rows[kept] == x[16 * w:16 * w + 16][kept]).all()
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def rows_shifted_copy(X: gl[bf16, 2], Y: gl[bf16, 2], Z: gl[f32, 2], shift: int):
+    """Block i copies rows 64·i − shift .. 64·i − shift + 63 of X (through shared memory, `rows(r)`) into Y at the
+    same rows, and each warp its 16 of them straight from registers into Z: rows outside the tensors read zeros and
+    are not written."""
+    first = block_idx()[0] * 64 - shift
+    tile = load(X, (rows(first), 0), st[bf16, 64, 64])
+    store(Y, load(tile, (warp_id(), 0), rt[bf16, 16, 64]), (rows(first + 16 * warp_id()), 0))
+    store(Z, load(X, (rows(first + 16 * warp_id()), 0), rt[f32, 16, 64]), (rows(first + 16 * warp_id()), 0))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("m, shift", [(100, 0), (100, 28), (128, 64), (70, 3), (64, -5)])
+def test_row_index_in_rows(m: int, shift: int, target: str) -> None:
+    """`rows(r)`: tiles at any row, also partly before row 0 or past the end, in the interpreter (against numpy)
+    and in the simulated PTX."""
+    rng = np.random.default_rng(m + shift)
+    x = random_bf16(rng, m, 64)
+    blocks = -(-(m + max(shift, 0)) // 64)
+    args = [x, poisoned(m, 64), poisoned(m, 64).astype(np.float32), shift]
+    interp, sim = run_both(rows_shifted_copy, args, (blocks,), target=target, order="shuffled")
+    covered = np.zeros(m, dtype=bool)
+    covered[max(0, -shift + 0): min(m, blocks * 64 - shift)] = True
+    want = np.where(covered[:, None], x, np.nan)
+    for result in (interp, sim):
+        np.testing.assert_array_equal(result[1], want)
+        np.testing.assert_array_equal(result[2], want)

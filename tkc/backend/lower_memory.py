@@ -483,7 +483,25 @@ def _bounds(lw: KernelLowering, base: Any, deltas: list[int], limit: SSAValue) -
     return lw.op("setp.lt.u32", "pred", idx, limit, n=len(deltas))  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class InRows:
+    """A tile coordinate that already counts rows (`rows(r)` in the DSL): `_mul_imm` leaves it as it is."""
+
+    value: Any
+
+
+def global_coords(lw: KernelLowering, op: Any, tile_rank: int) -> list[Any]:
+    """The index values of a global load/store (or a copy made of one), the row index marked InRows where it
+    counts rows (t.ROWS_ATTR)."""
+    coords = [lw.value(i) for i in op.indices]
+    if t.ROWS_ATTR in op.attributes and tile_rank == 2:
+        coords[-2] = InRows(coords[-2])
+    return coords
+
+
 def _mul_imm(lw: KernelLowering, value: Any, factor: int) -> Any:
+    if isinstance(value, InRows):
+        return value.value
     if isinstance(value, Imm):
         return Imm(int(value.value) * factor)
     return lw.op("mul.lo.s32", "b32", value, Imm(factor), n=1)
@@ -513,7 +531,7 @@ def _mad64(lw: KernelLowering, index: Any, stride: SSAValue, base: SSAValue) -> 
 
 def _load_global_registers(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     g: GlobalRef = lw.value(op.source)
-    coords = [lw.value(i) for i in op.indices]
+    coords = global_coords(lw, op, len(op.result.type.shape))  # type: ignore[attr-defined]
     reg_type = op.result.type
     mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords)
     regs = _load_runs(lw, "global", mem_type, runs, addr, base_of, offset, guard, np.arange(len(runs)))
@@ -524,7 +542,7 @@ def _load_global_registers(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
 
 def _store_global_registers(lw: KernelLowering, op: t.StoreOp) -> None:
     g: GlobalRef = lw.value(op.dest)
-    coords = [lw.value(i) for i in op.indices]
+    coords = global_coords(lw, op, len(op.value.type.shape))  # type: ignore[attr-defined]
     reg_type = op.value.type
     value = lw.reg(lw.value(op.value))
     mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords)
@@ -609,7 +627,12 @@ def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape:
         room = lw.op("sub.s32", "b32", g.dims[dim], lw.reg(origin), n=1)
         rooms = lw.op("sub.s32", "b32", room, ptx.PerInstr(distinct), n=len(distinct))
         inside = lw.op("setp.lt.s32", "pred", lw.reg(lw.expr(first)), rooms, n=len(distinct))
-        if not isinstance(origin, Imm):
+        if isinstance(coord, InRows):  # a tile at any row may start before row 0: first + step ≥ −origin
+            before = lw.op("sub.s32", "b32", Imm(0), lw.reg(origin), n=1)
+            lows = lw.op("sub.s32", "b32", before, ptx.PerInstr(distinct), n=len(distinct))
+            inside = lw.op("and.pred", "pred", inside,
+                           lw.op("setp.ge.s32", "pred", lw.reg(lw.expr(first)), lows, n=len(distinct)), n=len(distinct))
+        elif not isinstance(origin, Imm):
             inside = lw.op("and.pred", "pred", inside, lw.op("setp.ge.s32", "pred", origin, Imm(0), n=1), n=len(distinct))
         inside = lw.op("mov.pred", "pred", (inside, np.array([distinct.index(x) for x in step])), n=iters)
         ok = inside if ok is None else lw.op("and.pred", "pred", inside, ok, n=iters)
@@ -714,7 +737,7 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
         return _load_global_registers(lw, op)
     if isinstance(src_type, GlobalType):
         dst = SharedRef(shared_base(lw, _offset_of(op)), dst_type)
-        _copy_global_to_shared(lw, lw.value(op.source), [lw.value(i) for i in op.indices], dst)
+        _copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op, 2), dst)
         lw.emit(ptx.CpAsyncCommitOp())
         lw.emit(ptx.CpAsyncWaitOp(0))
         return [dst]
@@ -764,8 +787,7 @@ def lower_store(lw: KernelLowering, op: t.StoreOp) -> None:
         lower_tma_store(lw, op)
         return
     if isinstance(op.value.type, SharedTileType | SharedVecType):
-        _copy_shared_to_global(lw, _plain(lw.value(op.value), "storing"), lw.value(op.dest),
-                               [lw.value(i) for i in op.indices])
+        _copy_shared_to_global(lw, _plain(lw.value(op.value), "storing"), lw.value(op.dest), global_coords(lw, op, 2))
         return
     _store_global_registers(lw, op)
 
@@ -826,7 +848,7 @@ def _stage_address(lw: KernelLowering, ring: RingRef, stage: Any) -> SSAValue:
 def lower_copy_async(lw: KernelLowering, op: a.CopyAsyncOp) -> None:
     ring: RingRef = lw.value(op.ring)
     dst = SharedRef(_stage_address(lw, ring, lw.value(op.stage)), ring.type.buffer)
-    _copy_global_to_shared(lw, lw.value(op.source), [lw.value(i) for i in op.indices], dst)
+    _copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op, 2), dst)
 
 
 @handles(a.CommitGroupOp)

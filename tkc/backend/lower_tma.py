@@ -21,7 +21,7 @@ from xdsl.ir import SSAValue
 
 from tkc.backend import ptx
 from tkc.backend.index import Leaf
-from tkc.backend.lower_memory import _mul_imm, _offset_of, shared_base
+from tkc.backend.lower_memory import _mul_imm, _offset_of, global_coords, shared_base
 from tkc.errors import TkcError
 from tkc.ir import tma_ops as m
 from tkc.ir.types import element_bytes
@@ -141,7 +141,7 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
         dst = lw.op("mad.lo.s32", "b32", lw.expr(Leaf("k") % ring.type.stages.data, {"k": step}), Imm(stage_bytes),
                     ring.addr, n=1)
         dst_offset = 0
-    coords, where = _box_coordinates(lw, op.indices, rows, cols, panel_cols, panels)
+    coords, where = _box_coordinates(lw, global_coords(lw, op, 2), rows, cols, panel_cols, panels)
     guard = _guard(lw, _producer_thread(lw))
     for p in range(panels):
         lw.emit(ptx.TmaLoadOp(dst, 0, dst_offset + p * rows * swizzle, tmap, coords, [p, *where], addr, 0, offset,
@@ -153,7 +153,7 @@ def _box_coordinates(lw: KernelLowering, indices: Any, rows: int, cols: int, pan
     """The TMA coordinates of a tile's boxes, innermost first: panel p at column col·cols + p·panel_cols (registers
     0..panels-1), all at row row·rows, then the leading indices (innermost first); and the registers after the
     panel's own that every box uses."""
-    *leading, row_index, col_index = (lw.value(i) for i in indices)
+    *leading, row_index, col_index = indices
     coords = lw.emit(ptx.RegsOp("b32", panels + 1 + len(leading))).results[0]
     lw.op("add.s32", None, lw.reg(_mul_imm(lw, col_index, cols)), ptx.PerInstr([p * panel_cols for p in range(panels)]),
           into=coords, dest=list(range(panels)), n=panels)
@@ -207,7 +207,7 @@ def lower_tma_store(lw: KernelLowering, op: Any) -> None:
     lw.emit(ptx.FenceOp("proxy.async.shared::cta"))  # the lanes' writes, visible to TMA
     lw.emit(ptx.WarpSyncOp())
     tmap = _tensor_map(lw, f"{name}_tmap_{rows}x{panel_cols}_sw{swizzle}")
-    coords, where = _box_coordinates(lw, op.indices, rows, cols, panel_cols, panels)
+    coords, where = _box_coordinates(lw, global_coords(lw, op, 2), rows, cols, panel_cols, panels)
     lane0 = lw.at_entry("lane==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["lane"], Imm(0), n=1))
     guard = _guard(lw, lane0)
     for p in range(panels):

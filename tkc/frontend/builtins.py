@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import i32
+from xdsl.dialects.builtin import UnitAttr, i32
 from xdsl.ir import SSAValue
 
 from tkc import lang
@@ -515,14 +515,44 @@ for _name in t.MMA_OPS:
 # Memory
 
 
-def _indices(cg: CodeGen, index: Any, count: int, what: str) -> list[SSAValue]:
+class _RowsIndex:
+    """`rows(r)`: a row index in rows, not tiles (only in the row place of a global load or store)."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+@implements(lang.rows)
+def _rows(cg: CodeGen, n: Any) -> _RowsIndex:
+    return _RowsIndex(n)
+
+
+def _indices(cg: CodeGen, index: Any, count: int, what: str, rows_place: int | None = None) -> list[SSAValue]:
+    """The i32 index values; `rows(r)` is accepted at `rows_place` (a global tensor's row dimension) only."""
     if index is None:
         raise TkcError(f"{what} needs an index with {count} entries")
     if not isinstance(index, tuple | list):
         index = (index,)
     if len(index) != count:
         raise TkcError(f"{what} takes {count} indices, got {len(index)}")
-    return [cg.as_i32(i, f"{what}'s index") for i in index]
+    for place, i in enumerate(index):
+        if isinstance(i, _RowsIndex) and place != rows_place:
+            raise TkcError(f"{what}: rows(...) goes in the row place of a global tensor's index (index {rows_place}) "
+                           "of a 2-D tile" if rows_place is not None else f"{what}: rows(...) is for global tensors' "
+                           "row index of a 2-D tile")
+    return [cg.as_i32(i.value if isinstance(i, _RowsIndex) else i, f"{what}'s index") for i in index]
+
+
+def _global_transfer(cg: CodeGen, op: Any, index: Any) -> Any:
+    """Mark a global load/store whose row index is rows(r)."""
+    index = index if isinstance(index, tuple | list) else (index,)
+    if any(isinstance(i, _RowsIndex) for i in index):
+        op.attributes[t.ROWS_ATTR] = UnitAttr()
+    return op
+
+
+def _rows_place(gtype: GlobalType, tile: Any) -> int | None:
+    return gtype.rank - 2 if len(tile.shape) == 2 else None
 
 
 @implements(lang.load)
@@ -535,7 +565,8 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None) -> SSAValu
         spec = _spec(spec, "load's type (its third argument)")
         gtype: GlobalType = src.type
         what = f"load from {gtype.spec()}"
-        return cg.emit_value(t.LoadOp(src, _indices(cg, index, gtype.rank, what), spec.ir))
+        indices = _indices(cg, index, gtype.rank, what, _rows_place(gtype, spec.ir))
+        return cg.emit_value(_global_transfer(cg, t.LoadOp(src, indices, spec.ir), index))
     if is_shared(src):
         stype = src.type
         reg_kind = "rt" if isinstance(stype, SharedTileType) else "rv"
@@ -561,7 +592,8 @@ def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None) -> SSAValue | Non
         if not (is_register(src) or is_shared(src)):
             raise TkcError(f"store's source must be a tile or vector, got {describe(src)}")
         gtype: GlobalType = dst.type
-        cg.emit(t.StoreOp(src, dst, _indices(cg, index, gtype.rank, f"store into {gtype.spec()}")))
+        indices = _indices(cg, index, gtype.rank, f"store into {gtype.spec()}", _rows_place(gtype, src.type))
+        cg.emit(_global_transfer(cg, t.StoreOp(src, dst, indices), index))
         return None
     if is_shared(dst):
         src = _register(src, "the value stored into shared memory")

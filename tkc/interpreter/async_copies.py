@@ -16,14 +16,17 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, im
 from tkc.interpreter.control import lane_state
 from tkc.interpreter.lanes import block_uniform, round_to
 from tkc.ir import async_ops as a
+from tkc.ir.ops import index_units
 
 
-def gather_global(source: object, coords: list[np.ndarray], tile: tuple[int, ...]) -> np.ndarray:
-    """The tile at tile coordinates `coords` of a global tensor, zeros past its end (as `tile.load` reads it)."""
+def gather_global(source: object, coords: list[np.ndarray], tile: tuple[int, ...],
+                  units: list[int] | None = None) -> np.ndarray:
+    """The tile at tile coordinates `coords` (steps of `units`, default the tile's extent) of a global tensor, zeros
+    past its end (as `tile.load` reads it)."""
     from tkc.interpreter.tile import _element_indices
 
     data = source.data  # type: ignore[attr-defined]
-    idx, valid = _element_indices(coords, tile, data.shape)
+    idx, valid = _element_indices(coords, tile, data.shape, units)
     if data.size == 0:
         return np.zeros(valid.shape, dtype=np.float32)
     clipped = [np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, data.shape)]
@@ -82,7 +85,7 @@ class AsyncFunctions(InterpreterFunctions):
         issued = _active_blocks(interpreter, "an asynchronous copy")
         coords = [block_uniform(np.asarray(i), "the index of an asynchronous copy") for i in indices]
         buffer = op.ring.type.buffer
-        values = gather_global(source, coords, buffer.shape)
+        values = gather_global(source, coords, buffer.shape, index_units(op, buffer.shape))
         values = round_to(np.broadcast_to(values[:, 0], (blocks, *buffer.shape)), buffer.element_type)
         copy = Copy(ring, _per_block(stage, blocks, "a ring stage"), values.copy(), issued,
                     np.full(blocks, -1, dtype=np.int64), np.zeros(blocks, dtype=bool))

@@ -4,7 +4,7 @@ the end of a tensor read zeros, stores past the end are dropped, empty shared ti
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
@@ -61,16 +61,17 @@ _REDUCE: dict[str, tuple[Callable[..., np.ndarray], Callable[[np.ndarray, np.nda
 
 
 def _element_indices(
-    coords: list[np.ndarray], tile: tuple[int, ...], shape: tuple[int, ...]
+    coords: list[np.ndarray], tile: tuple[int, ...], shape: tuple[int, ...], units: Sequence[int] | None = None
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Element indices of a tile at tile coordinates `coords` in a tensor of `shape`, broadcast to
-    (B, W, *tile), and which of them are in bounds."""
+    (B, W, *tile), and which of them are in bounds. `units`: what one step of each tile coordinate moves (default:
+    the tile's extent; `t.index_units`)."""
     k = len(tile)
     trailing = (1,) * k
     idx = [np.asarray(c, dtype=np.int64).reshape(np.shape(c) + trailing) for c in coords[:-k]]
-    for d, (c, n) in enumerate(zip(coords[-k:], tile)):
+    for d, (c, n, unit) in enumerate(zip(coords[-k:], tile, units or tile)):
         along = np.arange(n, dtype=np.int64).reshape([n if i == d else 1 for i in range(k)])
-        idx.append(np.asarray(c, dtype=np.int64).reshape(np.shape(c) + trailing) * n + along)
+        idx.append(np.asarray(c, dtype=np.int64).reshape(np.shape(c) + trailing) * unit + along)
     idx = list(np.broadcast_arrays(*idx))
     valid = np.ones(idx[0].shape, dtype=bool)
     for i, size in zip(idx, shape):
@@ -251,7 +252,7 @@ class TileFunctions(InterpreterFunctions):
             if isinstance(rtype, SharedTileType | SharedVecType):
                 state.require_block_uniform("a load into shared memory")
                 coords = [block_uniform(c, "the index of a load into shared memory") for c in coords]
-            idx, valid = _element_indices(coords, tile, source.data.shape)
+            idx, valid = _element_indices(coords, tile, source.data.shape, t.index_units(op, tile))
             clipped = [np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, source.data.shape)]
             if source.data.size == 0:
                 value = np.zeros(valid.shape, dtype=np.float32)
@@ -271,7 +272,7 @@ class TileFunctions(InterpreterFunctions):
         if isinstance(vtype, SharedTileType | SharedVecType):
             state.require_block_uniform("a store from shared memory")
             coords = [block_uniform(c, "the index of a store from shared memory") for c in coords]
-        idx, valid = _element_indices(coords, _tile_shape(vtype), dest.data.shape)
+        idx, valid = _element_indices(coords, _tile_shape(vtype), dest.data.shape, t.index_units(op, _tile_shape(vtype)))
         active = expand_to(state.active(), valid)
         # the value, the index and the mask may each vary over different lanes (a per-warp value stored at one
         # index by one warp): broadcast all three to the lanes of any of them

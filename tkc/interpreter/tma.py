@@ -18,6 +18,7 @@ from tkc.interpreter.async_copies import Ring, _active_blocks, _per_block, gathe
 from tkc.interpreter.control import lane_state
 from tkc.interpreter.lanes import block_uniform, round_to
 from tkc.ir import tma_ops as m
+from tkc.ir.ops import index_units
 
 
 @dataclass
@@ -82,8 +83,8 @@ class TmaFunctions(InterpreterFunctions):
         blocks = len(bars.blocks)
         coords = [block_uniform(np.asarray(i), "the index of a TMA load") for i in indices]
         tile = op.tile
-        values = round_to(np.broadcast_to(gather_global(source, coords, tile.shape)[:, 0], (blocks, *tile.shape)),
-                          tile.element_type)
+        gathered = gather_global(source, coords, tile.shape, index_units(op, tile.shape))
+        values = round_to(np.broadcast_to(gathered[:, 0], (blocks, *tile.shape)), tile.element_type)
         ordered = not lane_state(interpreter).in_role()
         for b, state, k in _steps(interpreter, op, bars, step, "a TMA load"):
             if (ordered and not _free(state, k, bars.stages)) or (k >= bars.stages and k not in state.acquired):

@@ -850,6 +850,30 @@ def _verify_transfer(what: str, src: Attribute, dst: Attribute, indexed: Attribu
                 raise VerifyException(f"{what}: {spec(tile)} does not tile {spec(indexed)} evenly")
 
 
+ROWS_ATTR = "tile.index_in_rows"  # on a global load/store of a 2-D tile: its row index counts rows, not tiles
+
+
+def index_units(op: Operation, tile_shape: Sequence[int]) -> list[int]:
+    """What one step of each tile index of a global load/store (or the TMA copy made of it) moves, in elements:
+    a tile's extent, or one row where the row index counts rows (`rows(r)` in the DSL, ROWS_ATTR)."""
+    units = list(tile_shape)
+    if ROWS_ATTR in op.attributes and len(units) == 2:
+        units[0] = 1
+    return units
+
+
+def keep_index_units(source: Operation, made: Operation) -> Operation:
+    """`made` (a copy that a pass made of the global load/store `source`) counts its indices as `source` does."""
+    if ROWS_ATTR in source.attributes:
+        made.attributes[ROWS_ATTR] = source.attributes[ROWS_ATTR]
+    return made
+
+
+def _verify_rows_index(op: Operation, indexed: Attribute, tile: Attribute) -> None:
+    if ROWS_ATTR in op.attributes and not (isinstance(indexed, GlobalType) and len(tile.shape) == 2):  # type: ignore[attr-defined]
+        raise VerifyException(f"{op.name}: a row index that counts rows ({ROWS_ATTR}) needs a 2-D tile in global memory")
+
+
 @irdl_op_definition
 class LoadOp(IRDLOperation):
     """`%t = tile.load %src[%i, ...] : SRC -> DST`: gl→rt/st/rv/sv, st→rt (a sub-tile), st→st (a view of whole
@@ -871,6 +895,7 @@ class LoadOp(IRDLOperation):
 
     def verify_(self) -> None:
         _verify_transfer("load", self.source.type, self.result.type, self.source.type, len(self.indices), LOAD_PAIRS)
+        _verify_rows_index(self, self.source.type, self.result.type)
         src, dst = self.source.type, self.result.type
         if isinstance(src, SharedTileType) and isinstance(dst, SharedTileType):
             if dst.shape[1] != src.shape[1] or dst.element_type != src.element_type:
@@ -897,6 +922,7 @@ class StoreOp(IRDLOperation):
 
     def verify_(self) -> None:
         _verify_transfer("store", self.value.type, self.dest.type, self.dest.type, len(self.indices), STORE_PAIRS)
+        _verify_rows_index(self, self.dest.type, self.value.type)
 
 
 @irdl_op_definition

@@ -82,8 +82,9 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     keeps the softmax state of its 16 rows. Per block of KEYS keys: S = Q·Kᵀ by wgmma from shared memory, the
     online softmax in registers (as attention_fwd), and O += P·V by wgmma with P straight from registers. Keys
     past Nk (in the last block) are masked; queries past Nq are computed and not stored. Causal keeps key j for
-    query i when j ≤ i (torch's convention, also for Nq ≠ Nk). The first step's block holds key 0, which every
-    query sees, so m is finite from then on (no -inf - -inf in the correction).
+    query i when j ≤ i (torch's convention, also for Nq ≠ Nk); its query blocks end at the last row, the first one
+    reaching before row 0 (those rows see no key: their NaN stays in them, and they are not stored). The first step's
+    block holds key 0, which every real query sees, so m is finite from then on (no -inf - -inf in the correction).
 
     With Q_REGS each warp keeps its 16 rows of queries in registers (Q·Kᵀ then reads only K from shared memory).
     A block with several tiles gets a ring for the queries on the tile loop: the next tile's load while this one
@@ -110,16 +111,18 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
             rank = tile - first_head * q_blocks              # within the group: longest blocks of all its heads first
             blk, head = q_blocks - 1 - rank // group, first_head + rank % group
         h, b = head % heads, head // heads
-        q_block = load(Q, (b, h, blk, 0), st[bf16, BLOCK_ROWS, D])
+        # Causal: the query blocks end at the last row, so that the one left partly empty is the first, the
+        # shortest (not the last, the longest: 1/18 of the work at N = 4096 in blocks of 192), in whole warp tiles
+        first_row = blk * BLOCK_ROWS - ((q_blocks * BLOCK_ROWS - Q.shape[2]) // 16 * 16 if CAUSAL else 0)
+        q_block = load(Q, (b, h, rows(first_row), 0), st[bf16, BLOCK_ROWS, D])
         if Q_REGS:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
             q = load(q_block, (warp_id(), 0), rt[bf16, 16, D])
         else:
             q = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D])
-        q_tile = blk * WARPS + warp_id()                     # this warp's 16 rows, in tiles of 16
+        q_tile = first_row // 16 + warp_id()                 # this warp's 16 rows, in tiles of 16
         m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
-        last_row = (blk + 1) * BLOCK_ROWS
-        n_blocks = min(cdiv(last_row, KEYS), key_blocks) if CAUSAL else key_blocks
-        first_masked = blk * BLOCK_ROWS // KEYS
+        n_blocks = min(cdiv(first_row + BLOCK_ROWS, KEYS), key_blocks) if CAUSAL else key_blocks
+        first_masked = max(first_row, 0) // KEYS
         for j in range(n_blocks):
             k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
             s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))

@@ -109,7 +109,7 @@ def _issue(b: Builder, loads: list[_Pipelined], iv: SSAValue, j: SSAValue, stage
             for old, new in zip(op.results, clone.results):
                 mapping[old] = new
         indices = [mapping.get(i, i) for i in p.load.indices]
-        copy = a.CopyAsyncOp(p.load.source, indices, p.ring, stage)  # type: ignore[arg-type]
+        copy = t.keep_index_units(p.load, a.CopyAsyncOp(p.load.source, indices, p.ring, stage))  # type: ignore[arg-type]
         copy.location = p.load.location
         b.insert(copy)
 

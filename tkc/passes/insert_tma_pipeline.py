@@ -145,7 +145,7 @@ def _fill(b: Builder, loads: list[_Load], iv: SSAValue, j: SSAValue, bars: SSAVa
             b.insert(clone)
             for old, new in zip(op.results, clone.results):
                 mapping[old] = new
-        copy = m.TmaLoadOp(p.op.source, [mapping.get(i, i) for i in p.op.indices], p.ring, bars, k)  # type: ignore[arg-type]
+        copy = t.keep_index_units(p.op, m.TmaLoadOp(p.op.source, [mapping.get(i, i) for i in p.op.indices], p.ring, bars, k))  # type: ignore[arg-type]
         copy.location = p.op.location
         b.insert(copy)
 
