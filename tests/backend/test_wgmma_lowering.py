@@ -422,9 +422,9 @@ def test_queries_in_registers_survive_the_loop(defer: int) -> None:
     while P·V ran on into the next step, a wrong answer the PTX simulation cannot see; the kernel refuses that.)
     The check itself finds a write planted in the loop."""
     from tkc.compiler import compile_for_launch
-    from tkc.kernels.attention import attention_sm90, sm90_config
+    from tkc.kernels.attention import attention_sm90, sm90_config, sm90_constants
 
-    constants = {"D": 128, **sm90_config(128, 8192, 8192, causal=True), "CAUSAL": 1, "DEFER": defer}
+    constants = {"D": 128, **sm90_constants(sm90_config(128, 8192, 8192, causal=True)), "CAUSAL": 1, "DEFER": defer}
     assert constants["Q_REGS"] == 1
     ptx = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}).ptx
     sass = ptxas.disassemble(ptx, "sm_90a")

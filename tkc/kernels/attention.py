@@ -152,8 +152,9 @@ FALLBACK = (16, 64, 0)
 # (RESULTS 2026-12-03 08:19, 08:41 and 10:01; each round in a new order). D=128: P·V deferred with a producer
 # warpgroup and the queries in registers. Not causal, on a persistent grid: each block's next queries and keys
 # load during its current tile (N=1024: 0.92x cuDNN vs 0.88 with two tiles a block; N=4096 1.02 vs 0.98). Causal
-# (tiles of different lengths, which a static round robin leaves unbalanced: 0.78-0.99 persistent): below LONG_KEYS
-# keys two query blocks per block, from there ping-pong (1.03-1.09x cuDNN). D=64: short keys, two blocks of two
+# (tiles of different lengths, which a static round robin leaves unbalanced: 0.78-0.99 persistent): two query
+# blocks per block (RESULTS 12:36: 1.05/1.08/1.07x cuDNN at N = 4096/8192/16384 vs ping-pong's 1.03/1.04/1.06,
+# with programmatic dependent launch). D=64: short keys, two blocks of two
 # warpgroups per SM; long keys, three consumer warpgroups of 128-key steps with a producer, not causal from 2048
 # keys on a persistent grid (N=2048: 0.99x cuDNN vs 0.89).
 LONG_KEYS = 4096
@@ -164,9 +165,7 @@ def sm90_config(d: int, nq: int, nk: int, causal: bool = False) -> dict[str, int
     grid: TILES query blocks per block (default 1), or PERSISTENT=1, one block per slot the GPU holds at once."""
     if d == 128:
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
-        if not causal:
-            return {**cfg, "PERSISTENT": 1}
-        return {**cfg, "PINGPONG": 1} if nk >= LONG_KEYS else {**cfg, "TILES": 2}
+        return {**cfg, "TILES": 2} if causal else {**cfg, "PERSISTENT": 1}
     long = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1}
     if not causal and nk >= LONG_KEYS // 2:
         return {**long, "PERSISTENT": 1}
