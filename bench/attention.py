@@ -47,13 +47,16 @@ VARIANTS = ("tkc alt A", "tkc alt B", "tkc alt C")
 
 def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
     """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly. D=128 (defer, a
-    producer, queries in registers): A = ping-pong (persistent when not causal), B = two query blocks per block,
-    C = three. D=64: A = three consumer warpgroups of 128-key steps with a producer, two query blocks per block;
+    producer, queries in registers), not causal on a persistent grid: A = 64-key steps, B = two stages, C =
+    ping-pong; causal: A = ping-pong, B = two query blocks per block, C = three. D=64: A = three consumer warpgroups of 128-key steps with a producer, two query blocks per block;
     B = the same with 64-key steps; C = A with four stages."""
     if d == 128:
         d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
-        return {"tkc alt A": {**d128, "PINGPONG": 1, **({} if causal else {"PERSISTENT": 1})},
-                "tkc alt B": {**d128, "TILES": 2}, "tkc alt C": {**d128, "TILES": 3}}
+        if not causal:
+            persistent = {**d128, "PERSISTENT": 1}
+            return {"tkc alt A": {**persistent, "KEYS": 64}, "tkc alt B": {**persistent, "STAGES": 2},
+                    "tkc alt C": {**persistent, "PINGPONG": 1}}
+        return {"tkc alt A": {**d128, "PINGPONG": 1}, "tkc alt B": {**d128, "TILES": 2}, "tkc alt C": {**d128, "TILES": 3}}
     w12 = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1, "TILES": 2}
     return {"tkc alt A": w12, "tkc alt B": {**w12, "KEYS": 64}, "tkc alt C": {**w12, "STAGES": 4}}
 
