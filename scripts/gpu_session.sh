@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
-# steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-layernorm host
+# steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
+#        bench-layernorm host
 #        layernorm-probe sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,9 @@ for step in ${*:-tests probe bench sanitize}; do
     bench-attention-variants)  # attention() beside attention_sm90 with ping-pong / overlap, at the issue's sizes
         timeout 500 python3 bench/attention.py --variants --rounds 5 > "$OUT/bench-attention.log" 2>&1
         tail -20 "$OUT/bench-attention.log" ;;
+    bench-attention-focus)  # attention() and its variants at chosen sizes, more rounds: FOCUS="--dims 128 --causal 0 --seqlens 4096"
+        timeout 300 python3 bench/attention.py --variants --rounds 9 ${FOCUS:-} > "$OUT/bench-attention-focus.log" 2>&1
+        tail -8 "$OUT/bench-attention-focus.log" ;;
     bench-layernorm)
         timeout 200 python3 bench/layernorm.py > "$OUT/bench-layernorm.log" 2>&1; tail -7 "$OUT/bench-layernorm.log" ;;
     host)
