@@ -66,6 +66,7 @@ def big_shape(rows: int, cols: int) -> None:
     for blocks in (rows, 132 * 32):
         calls[f"layernorm_kernel[{blocks}]"] = (
             lambda blocks=blocks: layernorm_kernel[(blocks,)](x, r, w, w, o, ro, 1e-5, D=cols, WARPS=warps))
+    default = driver_module.DEPENDENT_LAUNCH
     for dependent in (True, False):  # sm_90 kernels with and without programmatic dependent launch
         driver_module.DEPENDENT_LAUNCH = dependent
         print(f"programmatic dependent launch {'on' if dependent else 'off'}:")
@@ -76,7 +77,7 @@ def big_shape(rows: int, cols: int) -> None:
             timed, graph = time_ms(fn, 30) * 1e3, graph_time_ms(fn, 30) * 1e3
             print(f"  {name:26s} host {host:6.1f} µs, drained {wall:6.1f} µs, time_ms {timed:6.1f} µs "
                   f"({moved / timed / 1e3:.0f} GB/s), graph {graph:6.1f} µs", flush=True)
-    driver_module.DEPENDENT_LAUNCH = True
+    driver_module.DEPENDENT_LAUNCH = default
 
 
 def main() -> None:

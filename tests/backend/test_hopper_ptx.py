@@ -124,9 +124,9 @@ def test_a_wait_for_a_phase_nothing_completes_is_a_hang() -> None:
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_sm90_kernels_wait_for_their_predecessors_first(target: str) -> None:
-    """sm_90 kernels are launched with programmatic dependent launch: each must release the next kernel and wait
-    for the previous one before its first memory access; sm_80 code has neither instruction and is launched
-    plainly."""
+    """sm_90 kernels may be launched with programmatic dependent launch (TKC_DEPENDENT_LAUNCH=1): each must release
+    the next kernel and wait for the previous one before its first memory access; sm_80 code has neither
+    instruction and is launched plainly."""
     from tkc.compiler import compile_for_launch
     from tkc.kernels import layernorm_kernel
 

@@ -127,10 +127,15 @@ def test_layernorm(shape: tuple[int, ...], target: str | None) -> None:
     assert rel_err(out, ref) < 1e-2
 
 
-def test_back_to_back_kernels_read_what_the_one_before_wrote() -> None:
-    """A chain of calls, each reading the outputs of the one before, queued without a pause: on Hopper they are
-    launched with programmatic dependent launch, so a kernel that read before its predecessor finished would read
-    the NaN the outputs were poisoned with. Each step is checked against torch on that step's own inputs."""
+@pytest.mark.parametrize("dependent_launch", [False, True])
+def test_back_to_back_kernels_read_what_the_one_before_wrote(dependent_launch: bool,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain of calls, each reading the outputs of the one before, queued without a pause, also with programmatic
+    dependent launch (TKC_DEPENDENT_LAUNCH=1 on Hopper): a kernel that read before its predecessor finished would
+    read the NaN the outputs were poisoned with. Each step is checked against torch on that step's own inputs."""
+    from tkc.runtime import driver
+
+    monkeypatch.setattr(driver, "DEPENDENT_LAUNCH", dependent_launch)
     d = 1024
     w, b = randn(d), randn(d)
     x, r = randn(4096, d), randn(4096, d)

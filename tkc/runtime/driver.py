@@ -185,8 +185,10 @@ def blocks_per_multiprocessor(kernel: LoadedKernel) -> int:
 
 
 # Programmatic dependent launch for the kernels that wait for their predecessors themselves (sm_90 code:
-# lower_to_ptx.py); TKC_DEPENDENT_LAUNCH=0 (or setting this to False) launches them plainly.
-DEPENDENT_LAUNCH = os.environ.get("TKC_DEPENDENT_LAUNCH", "1") != "0"
+# lower_to_ptx.py), with TKC_DEPENDENT_LAUNCH=1 (or setting this to True). Off by default: on the H200 it hid
+# layernorm's launch gap (34.6 vs 36.4 µs a call queued back to back) but cost the 2048³ GEMM 7-17% (0.76 and
+# 0.84x cuBLAS vs 0.91 in the same session), and gained nothing measurable for attention (RESULTS 2026-12-03 13:1x).
+DEPENDENT_LAUNCH = os.environ.get("TKC_DEPENDENT_LAUNCH", "0") == "1"
 _configs = threading.local()  # per thread: LoadedKernel id → its reusable CUlaunchConfig
 
 
