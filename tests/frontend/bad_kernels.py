@@ -769,3 +769,11 @@ def compile_time_division_by_zero():
         x = 64 // D  # ERROR
 
     return k
+
+
+def rows_index_in_the_column_place():
+    @tkc.kernel
+    def k(X: gl[bf16, 2], Y: gl[bf16, 2]):
+        store(Y, load(X, (0, rows(3)), rt[bf16, 16, 16]), (0, 0))  # ERROR
+
+    return k

@@ -295,6 +295,7 @@ def test_language_outside_a_kernel(case: Case) -> None:
     Case(bad.failed_static_assert, ["D must be 64 or 128, got 96"], at="static_assert("),
     Case(bad.constant_does_not_fit_int32, ["1099511627776 does not fit in a 32-bit int"], at="n + 2**40"),
     Case(bad.compile_time_division_by_zero, ["64 (a compile-time int) // 0", "division"], at="64 // D"),
+    Case(bad.rows_index_in_the_column_place, ["rows(...) goes in the row place of a global tensor's index (index 0)"]),
 )
 def test_other_misuse(case: Case) -> None:
     check(case)
@@ -315,3 +316,4 @@ def test_every_case_is_tested() -> None:
                 if f"{prefix}.{name}(" not in source:
                     untested.append(f"{prefix}.{name}")
     assert not untested, f"cases without a test: {untested}"
+

@@ -194,6 +194,10 @@ OTHER_CASES = [
     Bad("tile.transpose", "%x = tile.transpose %rt : !tile.rt<16x32xf32> -> !tile.rt<32x16xbf16>",
         "transpose of rt[f32, 16, 32] is rt[f32, 32, 16], not rt[bf16, 32, 16]"),
     # loads
+    Bad("tile.load", "%x = tile.load %st[%i, %i] {tile.index_in_rows} : !tile.st<64x64xbf16> -> !tile.rt<16x64xf32>",
+        "load: a row index that counts rows (rows(r), tile.index_in_rows) needs a 2-D tile in global memory"),
+    Bad("tile.store", "tile.store %rv, %g2[%i, %i] {tile.index_in_rows} : !tile.rv<16xf32> -> !tile.gl<?x?xbf16>",
+        "store: a row index that counts rows (rows(r), tile.index_in_rows) needs a 2-D tile in global memory"),
     Bad("tile.load", "%x = tile.load %g2[%i] : !tile.gl<?x?xbf16> -> !tile.rt<16x32xbf16>",
         "load from gl[bf16, 2] takes 2 indices, got 1"),
     Bad("tile.load", "%x = tile.load %g4[%i, %i, %i] : !tile.gl<?x?x?x?xf32> -> !tile.st<64x64xf32>",

@@ -871,7 +871,8 @@ def keep_index_units(source: Operation, made: Operation) -> Operation:
 
 def _verify_rows_index(op: Operation, indexed: Attribute, tile: Attribute) -> None:
     if ROWS_ATTR in op.attributes and not (isinstance(indexed, GlobalType) and len(tile.shape) == 2):  # type: ignore[attr-defined]
-        raise VerifyException(f"{op.name}: a row index that counts rows ({ROWS_ATTR}) needs a 2-D tile in global memory")
+        raise VerifyException(f"{op.name.removeprefix('tile.')}: a row index that counts rows (rows(r), {ROWS_ATTR}) "
+                              "needs a 2-D tile in global memory")
 
 
 @irdl_op_definition
