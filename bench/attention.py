@@ -46,19 +46,24 @@ VARIANTS = ("tkc alt A", "tkc alt B", "tkc alt C")
 
 
 def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
-    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly. D=128 (defer, a
-    producer, queries in registers), not causal on a persistent grid: A = 64-key steps, B = two stages, C =
-    ping-pong; causal: A = ping-pong, B = two query blocks per block, C = three. D=64: A = three consumer warpgroups of 128-key steps with a producer, two query blocks per block;
-    B = the same with 64-key steps; C = A with four stages."""
+    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly, aimed at short sequences
+    (where the per-tile cost weighs most). D=128 (defer, a producer, queries in registers): not causal, A = 64-key
+    steps on a persistent grid, B = one query block per block, C = ping-pong on a persistent grid; causal, A =
+    64-key steps with two query blocks per block, B = four query blocks per block, C = ping-pong. D=64: A = 64-key
+    steps with defer and a producer (persistent when not causal, else two query blocks per block), B = three
+    consumer warpgroups of 128-key steps likewise, C = two of 128-key steps likewise."""
+    grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
     if d == 128:
         d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
         if not causal:
             persistent = {**d128, "PERSISTENT": 1}
-            return {"tkc alt A": {**persistent, "KEYS": 64}, "tkc alt B": {**persistent, "STAGES": 2},
+            return {"tkc alt A": {**persistent, "KEYS": 64}, "tkc alt B": d128,
                     "tkc alt C": {**persistent, "PINGPONG": 1}}
-        return {"tkc alt A": {**d128, "PINGPONG": 1}, "tkc alt B": {**d128, "TILES": 2}, "tkc alt C": {**d128, "TILES": 3}}
-    w12 = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1, "TILES": 2}
-    return {"tkc alt A": w12, "tkc alt B": {**w12, "KEYS": 64}, "tkc alt C": {**w12, "STAGES": 4}}
+        return {"tkc alt A": {**d128, "KEYS": 64, "TILES": 2}, "tkc alt B": {**d128, "TILES": 4},
+                "tkc alt C": {**d128, "PINGPONG": 1}}
+    producer = {"DEFER": 1, "PRODUCER": 1, **grid}
+    return {"tkc alt A": {"KEYS": 64, "WARPS": 8, **producer}, "tkc alt B": {"KEYS": 128, "WARPS": 12, **producer},
+            "tkc alt C": {"KEYS": 128, "WARPS": 8, **producer}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
