@@ -192,3 +192,16 @@ def test_row_index_in_rows(m: int, shift: int, target: str) -> None:
     for result in (interp, sim):
         np.testing.assert_array_equal(result[1], want)
         np.testing.assert_array_equal(result[2], want)
+
+
+def test_rows_index_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering that forgets that a row index counts rows (the mutation: it multiplies by the tile's height as for
+    a tile index) writes other rows than the interpreter: caught."""
+    from tkc.backend import lower_memory
+
+    monkeypatch.setattr(lower_memory, "global_coords", lambda lw, op, rank: [lw.value(i) for i in op.indices])
+    rng = np.random.default_rng(5)
+    x = random_bf16(rng, 100, 64)
+    args = [x, poisoned(100, 64), poisoned(100, 64).astype(np.float32), 28]
+    interp, sim = run_both(rows_shifted_copy, args, (3,), target="sm_80")
+    assert not np.array_equal(sim[1], interp[1], equal_nan=True)
