@@ -187,7 +187,7 @@ def test_row_index_in_rows(m: int, shift: int, target: str) -> None:
     args = [x, poisoned(m, 64), poisoned(m, 64).astype(np.float32), shift]
     interp, sim = run_both(rows_shifted_copy, args, (blocks,), target=target, order="shuffled")
     covered = np.zeros(m, dtype=bool)
-    covered[max(0, -shift + 0): min(m, blocks * 64 - shift)] = True
+    covered[max(0, -shift): min(m, blocks * 64 - shift)] = True
     want = np.where(covered[:, None], x, np.nan)
     for result in (interp, sim):
         np.testing.assert_array_equal(result[1], want)
@@ -199,7 +199,7 @@ def test_rows_index_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     a tile index) writes other rows than the interpreter: caught."""
     from tkc.backend import lower_memory
 
-    monkeypatch.setattr(lower_memory, "global_coords", lambda lw, op, rank: [lw.value(i) for i in op.indices])
+    monkeypatch.setattr(lower_memory, "global_coords", lambda lw, op: [lw.value(i) for i in op.indices])
     rng = np.random.default_rng(5)
     x = random_bf16(rng, 100, 64)
     args = [x, poisoned(100, 64), poisoned(100, 64).astype(np.float32), 28]

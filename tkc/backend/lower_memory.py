@@ -490,11 +490,11 @@ class InRows:
     value: Any
 
 
-def global_coords(lw: KernelLowering, op: Any, tile_rank: int) -> list[Any]:
+def global_coords(lw: KernelLowering, op: Any) -> list[Any]:
     """The index values of a global load/store (or a copy made of one), the row index marked InRows where it
-    counts rows (t.ROWS_ATTR)."""
+    counts rows (t.ROWS_ATTR, which the verifier allows on 2-D tiles only)."""
     coords = [lw.value(i) for i in op.indices]
-    if t.ROWS_ATTR in op.attributes and tile_rank == 2:
+    if t.ROWS_ATTR in op.attributes:
         coords[-2] = InRows(coords[-2])
     return coords
 
@@ -531,7 +531,7 @@ def _mad64(lw: KernelLowering, index: Any, stride: SSAValue, base: SSAValue) -> 
 
 def _load_global_registers(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     g: GlobalRef = lw.value(op.source)
-    coords = global_coords(lw, op, len(op.result.type.shape))  # type: ignore[attr-defined]
+    coords = global_coords(lw, op)
     reg_type = op.result.type
     mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords)
     regs = _load_runs(lw, "global", mem_type, runs, addr, base_of, offset, guard, np.arange(len(runs)))
@@ -542,7 +542,7 @@ def _load_global_registers(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
 
 def _store_global_registers(lw: KernelLowering, op: t.StoreOp) -> None:
     g: GlobalRef = lw.value(op.dest)
-    coords = global_coords(lw, op, len(op.value.type.shape))  # type: ignore[attr-defined]
+    coords = global_coords(lw, op)
     reg_type = op.value.type
     value = lw.reg(lw.value(op.value))
     mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords)
@@ -737,7 +737,7 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
         return _load_global_registers(lw, op)
     if isinstance(src_type, GlobalType):
         dst = SharedRef(shared_base(lw, _offset_of(op)), dst_type)
-        _copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op, 2), dst)
+        _copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst)
         lw.emit(ptx.CpAsyncCommitOp())
         lw.emit(ptx.CpAsyncWaitOp(0))
         return [dst]
@@ -787,7 +787,7 @@ def lower_store(lw: KernelLowering, op: t.StoreOp) -> None:
         lower_tma_store(lw, op)
         return
     if isinstance(op.value.type, SharedTileType | SharedVecType):
-        _copy_shared_to_global(lw, _plain(lw.value(op.value), "storing"), lw.value(op.dest), global_coords(lw, op, 2))
+        _copy_shared_to_global(lw, _plain(lw.value(op.value), "storing"), lw.value(op.dest), global_coords(lw, op))
         return
     _store_global_registers(lw, op)
 
@@ -848,7 +848,7 @@ def _stage_address(lw: KernelLowering, ring: RingRef, stage: Any) -> SSAValue:
 def lower_copy_async(lw: KernelLowering, op: a.CopyAsyncOp) -> None:
     ring: RingRef = lw.value(op.ring)
     dst = SharedRef(_stage_address(lw, ring, lw.value(op.stage)), ring.type.buffer)
-    _copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op, 2), dst)
+    _copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst)
 
 
 @handles(a.CommitGroupOp)

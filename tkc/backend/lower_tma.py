@@ -141,7 +141,7 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
         dst = lw.op("mad.lo.s32", "b32", lw.expr(Leaf("k") % ring.type.stages.data, {"k": step}), Imm(stage_bytes),
                     ring.addr, n=1)
         dst_offset = 0
-    coords, where = _box_coordinates(lw, global_coords(lw, op, 2), rows, cols, panel_cols, panels)
+    coords, where = _box_coordinates(lw, global_coords(lw, op), rows, cols, panel_cols, panels)
     guard = _guard(lw, _producer_thread(lw))
     for p in range(panels):
         lw.emit(ptx.TmaLoadOp(dst, 0, dst_offset + p * rows * swizzle, tmap, coords, [p, *where], addr, 0, offset,
@@ -207,7 +207,7 @@ def lower_tma_store(lw: KernelLowering, op: Any) -> None:
     lw.emit(ptx.FenceOp("proxy.async.shared::cta"))  # the lanes' writes, visible to TMA
     lw.emit(ptx.WarpSyncOp())
     tmap = _tensor_map(lw, f"{name}_tmap_{rows}x{panel_cols}_sw{swizzle}")
-    coords, where = _box_coordinates(lw, global_coords(lw, op, 2), rows, cols, panel_cols, panels)
+    coords, where = _box_coordinates(lw, global_coords(lw, op), rows, cols, panel_cols, panels)
     lane0 = lw.at_entry("lane==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["lane"], Imm(0), n=1))
     guard = _guard(lw, lane0)
     for p in range(panels):

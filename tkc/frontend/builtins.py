@@ -527,32 +527,35 @@ def _rows(cg: CodeGen, n: Any) -> _RowsIndex:
     return _RowsIndex(n)
 
 
-def _indices(cg: CodeGen, index: Any, count: int, what: str, rows_place: int | None = None) -> list[SSAValue]:
-    """The i32 index values; `rows(r)` is accepted at `rows_place` (a global tensor's row dimension) only."""
+def _indices(cg: CodeGen, index: Any, count: int, what: str) -> list[SSAValue]:
     if index is None:
         raise TkcError(f"{what} needs an index with {count} entries")
     if not isinstance(index, tuple | list):
         index = (index,)
     if len(index) != count:
         raise TkcError(f"{what} takes {count} indices, got {len(index)}")
-    for place, i in enumerate(index):
-        if isinstance(i, _RowsIndex) and place != rows_place:
-            raise TkcError(f"{what}: rows(...) goes in the row place of a global tensor's index (index {rows_place}) "
-                           "of a 2-D tile" if rows_place is not None else f"{what}: rows(...) is for global tensors' "
-                           "row index of a 2-D tile")
-    return [cg.as_i32(i.value if isinstance(i, _RowsIndex) else i, f"{what}'s index") for i in index]
-
-
-def _global_transfer(cg: CodeGen, op: Any, index: Any) -> Any:
-    """Mark a global load/store whose row index is rows(r)."""
-    index = index if isinstance(index, tuple | list) else (index,)
     if any(isinstance(i, _RowsIndex) for i in index):
+        raise TkcError(f"{what}: rows(...) is for a global tensor's row index of a 2-D tile")
+    return [cg.as_i32(i, f"{what}'s index") for i in index]
+
+
+def _global_indices(cg: CodeGen, index: Any, gtype: GlobalType, tile: Any, what: str) -> tuple[list[SSAValue], bool]:
+    """A global load/store's index values, and whether its row index is rows(r) (allowed in the row place, the
+    second-to-last, of a 2-D tile's index only)."""
+    rows_place = gtype.rank - 2 if len(tile.shape) == 2 else None
+    entries = list(index) if isinstance(index, tuple | list) else [index]
+    in_rows = rows_place is not None and len(entries) == gtype.rank and isinstance(entries[rows_place], _RowsIndex)
+    if in_rows:
+        entries[rows_place] = entries[rows_place].value
+    elif any(isinstance(i, _RowsIndex) for i in entries) and rows_place is not None:
+        raise TkcError(f"{what}: rows(...) goes in the row place of a global tensor's index (index {rows_place})")
+    return _indices(cg, None if index is None else entries, gtype.rank, what), in_rows
+
+
+def _marked(op: Any, in_rows: bool) -> Any:
+    if in_rows:
         op.attributes[t.ROWS_ATTR] = UnitAttr()
     return op
-
-
-def _rows_place(gtype: GlobalType, tile: Any) -> int | None:
-    return gtype.rank - 2 if len(tile.shape) == 2 else None
 
 
 @implements(lang.load)
@@ -565,8 +568,8 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None) -> SSAValu
         spec = _spec(spec, "load's type (its third argument)")
         gtype: GlobalType = src.type
         what = f"load from {gtype.spec()}"
-        indices = _indices(cg, index, gtype.rank, what, _rows_place(gtype, spec.ir))
-        return cg.emit_value(_global_transfer(cg, t.LoadOp(src, indices, spec.ir), index))
+        indices, in_rows = _global_indices(cg, index, gtype, spec.ir, what)
+        return cg.emit_value(_marked(t.LoadOp(src, indices, spec.ir), in_rows))
     if is_shared(src):
         stype = src.type
         reg_kind = "rt" if isinstance(stype, SharedTileType) else "rv"
@@ -592,8 +595,8 @@ def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None) -> SSAValue | Non
         if not (is_register(src) or is_shared(src)):
             raise TkcError(f"store's source must be a tile or vector, got {describe(src)}")
         gtype: GlobalType = dst.type
-        indices = _indices(cg, index, gtype.rank, f"store into {gtype.spec()}", _rows_place(gtype, src.type))
-        cg.emit(_global_transfer(cg, t.StoreOp(src, dst, indices), index))
+        indices, in_rows = _global_indices(cg, index, gtype, src.type, f"store into {gtype.spec()}")
+        cg.emit(_marked(t.StoreOp(src, dst, indices), in_rows))
         return None
     if is_shared(dst):
         src = _register(src, "the value stored into shared memory")
