@@ -49,10 +49,10 @@ def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
     """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly, aimed at short sequences
     (where the per-tile cost weighs most). D=128 (defer, a producer, queries in registers): not causal, A = 64-key
     steps on a persistent grid, B = one query block per block, C = ping-pong on a persistent grid; causal, A =
-    64-key steps with two query blocks per block, B = four query blocks per block, C = ping-pong. D=64: A = 64-key
-    steps with defer and a producer (persistent when not causal, else two query blocks per block), B = three
-    consumer warpgroups of 128-key steps likewise, C = two of 128-key steps likewise."""
-    grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
+    64-key steps with two query blocks per block, B = four query blocks per block, C = ping-pong. D=64: A = 64-key steps,
+    two blocks per SM (the short-key configuration before 2026-12-03 14:30); two consumer warpgroups of 128-key
+    steps with a producer and the queries in registers, B = P·V deferred on a persistent grid, C = step 0 peeled
+    with two query blocks per block."""
     if d == 128:
         d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
         if not causal:
@@ -61,9 +61,9 @@ def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
                     "tkc alt C": {**persistent, "PINGPONG": 1}}
         return {"tkc alt A": {**d128, "KEYS": 64, "TILES": 2}, "tkc alt B": {**d128, "TILES": 4},
                 "tkc alt C": {**d128, "PINGPONG": 1}}
-    producer = {"DEFER": 1, "PRODUCER": 1, **grid}
-    return {"tkc alt A": {"KEYS": 64, "WARPS": 8, **producer}, "tkc alt B": {"KEYS": 128, "WARPS": 12, **producer},
-            "tkc alt C": {"KEYS": 128, "WARPS": 8, **producer}}
+    d64 = {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1}
+    return {"tkc alt A": {"KEYS": 64, "WARPS": 8}, "tkc alt B": {**d64, "DEFER": 1, "PERSISTENT": 1},
+            "tkc alt C": {**d64, "TILES": 2}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):

@@ -415,8 +415,9 @@ def _queries_overwritten(sass: str) -> list[str]:
 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None or ptxas.find_nvdisasm() is None, reason="ptxas/nvdisasm not installed")
-@pytest.mark.parametrize("defer", [1, 2])
-def test_queries_in_registers_survive_the_loop(defer: int) -> None:
+@pytest.mark.parametrize("d, n, causal, defer", [(128, 8192, 1, 1), (128, 8192, 1, 2), (64, 1024, 0, 2),
+                                                     (64, 1024, 1, 2)])
+def test_queries_in_registers_survive_the_loop(d: int, n: int, causal: int, defer: int) -> None:
     """With Q_REGS=1 the queries are loaded into registers once and every step's Q·Kᵀ reads them: in the SASS no
     instruction in the loop may write those registers. (Without DEFER, ptxas 13.0 gave P the queries' registers
     while P·V ran on into the next step, a wrong answer the PTX simulation cannot see; the kernel refuses that.)
@@ -424,7 +425,7 @@ def test_queries_in_registers_survive_the_loop(defer: int) -> None:
     from tkc.compiler import compile_for_launch
     from tkc.kernels.attention import attention_sm90, sm90_config, sm90_constants
 
-    constants = {"D": 128, **sm90_constants(sm90_config(128, 8192, 8192, causal=True)), "CAUSAL": 1, "DEFER": defer}
+    constants = {"D": d, **sm90_constants(sm90_config(d, n, n, causal=bool(causal))), "CAUSAL": causal, "DEFER": defer}
     assert constants["Q_REGS"] == 1
     ptx = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}).ptx
     sass = ptxas.disassemble(ptx, "sm_90a")

@@ -56,7 +56,8 @@ def test_the_interpreter_agrees_before_and_after(nq: int, nk: int, causal: int, 
     (100, 333, 64, 1, 128, 12, {"PRODUCER": 1}), (300, 260, 128, 1, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 2}),
     (300, 333, 64, 0, 64, 8, {"TILES": 3}), (130, 300, 128, 0, 128, 8, {"PINGPONG": 1, "PRODUCER": 1, "Q_REGS": 1, "DEFER": 2}),
     (300, 260, 128, 1, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 2, "DEFER": 2}), (100, 333, 64, 1, 128, 12, {"PRODUCER": 1, "DEFER": 2}),
-    (200, 200, 64, 1, 64, 4, {"DEFER": 2}), (1, 1, 64, 0, 64, 4, {"DEFER": 2}), (300, 600, 128, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 3, "DEFER": 2})])
+    (200, 200, 64, 1, 64, 4, {"DEFER": 2}), (1, 1, 64, 0, 64, 4, {"DEFER": 2}), (300, 600, 128, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 3, "DEFER": 2}),
+    (300, 700, 64, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 3, "DEFER": 2})])
 def test_simulation_agrees(nq: int, nk: int, d: int, causal: int, keys: int, warps: int, extra: dict) -> None:
     """More key blocks than stages (and one), causal, ragged lengths, with a producer warpgroup, ping-pong, the
     queries in registers, three consumer warpgroups, several query blocks per block, step 0 peeled (DEFER=2):

@@ -154,9 +154,11 @@ FALLBACK = (16, 64, 0)
 # load during its current tile (N=1024: 0.92x cuDNN vs 0.88 with two tiles a block; N=4096 1.02 vs 0.98). Causal
 # (tiles of different lengths, which a static round robin leaves unbalanced: 0.78-0.99 persistent): two query
 # blocks per block (RESULTS 12:36: 1.05/1.08/1.07x cuDNN at N = 4096/8192/16384 vs ping-pong's 1.03/1.04/1.06,
-# with programmatic dependent launch). D=64: short keys, two blocks of two
-# warpgroups per SM; long keys, three consumer warpgroups of 128-key steps with a producer, not causal from 2048
-# keys on a persistent grid (N=2048: 0.99x cuDNN vs 0.89).
+# with programmatic dependent launch). D=64: under 2048 keys, two consumer warpgroups of 128-key steps with a
+# producer and the queries in registers, step 0 peeled, on a persistent grid (RESULTS 2026-12-03 14:30: N=1024
+# 0.93x cuDNN vs 0.89 not causal, 0.88 vs 0.83 causal); from 2048 keys three consumer warpgroups of 128-key steps
+# with a producer, not causal on a persistent grid (N=2048: 0.99x cuDNN vs 0.89), causal below 4096 keys two
+# blocks of two warpgroups per SM.
 LONG_KEYS = 4096
 
 
@@ -166,8 +168,10 @@ def sm90_config(d: int, nq: int, nk: int, causal: bool = False) -> dict[str, int
     if d == 128:
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
         return {**cfg, "TILES": 2} if causal else {**cfg, "PERSISTENT": 1}
+    if nk < LONG_KEYS // 2:  # short keys: two consumer warpgroups with the queries in registers, step 0 peeled
+        return {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "PERSISTENT": 1}
     long = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1}
-    if not causal and nk >= LONG_KEYS // 2:
+    if not causal:
         return {**long, "PERSISTENT": 1}
     return long if nk >= LONG_KEYS else {"KEYS": 64, "WARPS": 8}
 
