@@ -46,24 +46,22 @@ VARIANTS = ("tkc alt A", "tkc alt B", "tkc alt C")
 
 
 def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
-    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly, aimed at short sequences
-    (where the per-tile cost weighs most). D=128 (defer, a producer, queries in registers): not causal, A = 64-key
-    steps on a persistent grid, B = one query block per block, C = ping-pong on a persistent grid; causal, A =
-    64-key steps with two query blocks per block, B = four query blocks per block, C = ping-pong. D=64: A = 64-key steps,
-    two blocks per SM (the short-key configuration before 2026-12-03 14:30); two consumer warpgroups of 128-key
-    steps with a producer and the queries in registers, B = P·V deferred on a persistent grid, C = step 0 peeled
-    with two query blocks per block."""
+    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly: the tile loop rotated
+    (DEFER=3: the next tile's first Q·Kᵀ under this tile's epilogue) against step 0 peeled alone (DEFER=2), all
+    with a producer and the queries in registers. D=128: not causal, A = rotated on a persistent grid, B = peeled
+    on a persistent grid, C = rotated with two query blocks per block; causal, A = rotated with two query blocks
+    per block, B = peeled with two, C = rotated with four. D=64 (two consumer warpgroups of 128-key steps): A =
+    rotated, persistent (not causal) / two per block (causal); B = 64-key steps two blocks per SM (no producer);
+    C = peeled with two query blocks per block."""
+    regs = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
     if d == 128:
-        d128 = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
         if not causal:
-            persistent = {**d128, "PERSISTENT": 1}
-            return {"tkc alt A": {**persistent, "KEYS": 64}, "tkc alt B": d128,
-                    "tkc alt C": {**persistent, "PINGPONG": 1}}
-        return {"tkc alt A": {**d128, "KEYS": 64, "TILES": 2}, "tkc alt B": {**d128, "TILES": 4},
-                "tkc alt C": {**d128, "PINGPONG": 1}}
-    d64 = {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1}
-    return {"tkc alt A": {"KEYS": 64, "WARPS": 8}, "tkc alt B": {**d64, "DEFER": 1, "PERSISTENT": 1},
-            "tkc alt C": {**d64, "TILES": 2}}
+            return {"tkc alt A": {**regs, "PERSISTENT": 1}, "tkc alt B": {**regs, "DEFER": 2, "PERSISTENT": 1},
+                    "tkc alt C": {**regs, "TILES": 2}}
+        return {"tkc alt A": {**regs, "TILES": 2}, "tkc alt B": {**regs, "DEFER": 2, "TILES": 2},
+                "tkc alt C": {**regs, "TILES": 4}}
+    return {"tkc alt A": {**regs, **({"TILES": 2} if causal else {"PERSISTENT": 1})},
+            "tkc alt B": {"KEYS": 64, "WARPS": 8}, "tkc alt C": {**regs, "DEFER": 2, "TILES": 2}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):

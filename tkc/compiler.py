@@ -156,6 +156,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
         "specialize-warps",
         "insert-tma-stores",
         "peel-deferred-step",
+        "rotate-tile-loop",
         "verify-tma-pipeline",
         "pingpong-warpgroups",
         "insert-async-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),

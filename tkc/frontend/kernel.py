@@ -136,7 +136,7 @@ class Kernel:
         if overlap is not None:
             self._check_count("overlap", overlap, 0, 1)
         if defer is not None:
-            self._check_count("defer", defer, 0, 2)
+            self._check_count("defer", defer, 0, 3)
         if stages is not None:
             self._check_count("stages", stages, 1, 8)
         if blocks_per_sm is not None:
@@ -309,11 +309,13 @@ class Kernel:
             fn.attributes["tkc.pingpong"] = UnitAttr()
         if self.overlap is not None and self._resolve_count("overlap", self.overlap, values, 0, 1):
             fn.attributes["tkc.overlap"] = UnitAttr()
-        defer = 0 if self.defer is None else self._resolve_count("defer", self.defer, values, 0, 2)
+        defer = 0 if self.defer is None else self._resolve_count("defer", self.defer, values, 0, 3)
         if defer:
             fn.attributes["tkc.defer"] = UnitAttr()
-        if defer == 2:
+        if defer >= 2:
             fn.attributes["tkc.peel"] = UnitAttr()
+        if defer == 3:
+            fn.attributes["tkc.rotate"] = UnitAttr()
         fn.attributes["tkc.min_target"] = StringAttr(self.min_target.name)
         if values:
             fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
@@ -385,8 +387,9 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     wgmma one step early, so that it runs while the step works on the previous result (`overlap-wgmma`, sm_90a);
     `defer=1` issues a loop's last wgmma in the next step, right behind its first, so that it runs while the step
     works on the first one's result (`defer-wgmma`, sm_90a: FlashAttention-3's overlap of P·V with the softmax);
-    `defer=2` also runs the loop's step 0 before it, without that step's P·V of a zero P (`peel-deferred-step`).
-    These options may name a const parameter instead, e.g. `warps="WARPS"`.
+    `defer=2` also runs the loop's step 0 before it, without that step's P·V of a zero P (`peel-deferred-step`);
+    `defer=3` also reads a tile loop's next queries and starts their first Q·Kᵀ under this tile's epilogue
+    (`rotate-tile-loop`; the queries in registers). These options may name a const parameter instead, e.g. `warps="WARPS"`.
     """
     if unknown:
         raise TkcError(

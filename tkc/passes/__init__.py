@@ -61,6 +61,7 @@ def _load_tkc_passes() -> None:
         overlap_wgmma,
         peel_deferred_step,
         pingpong_warpgroups,
+        rotate_tile_loop,
         specialize_warps,
         verify_tma_pipeline,
     )

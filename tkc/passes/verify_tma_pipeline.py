@@ -126,10 +126,10 @@ def _first_step(loop: scf.ForOp) -> int:
 
 
 def _peeled(op: Operation) -> bool:
-    """Whether the op belongs to a step peel-deferred-step ran before its loop."""
+    """Whether the op belongs to a step peel-deferred-step ran before its loop (or rotate-tile-loop a tile ahead)."""
     parent = op.parent_op()
     while parent is not None and not isinstance(parent, func.FuncOp):
-        if "tkc.peeled_step" in parent.attributes:
+        if "tkc.peeled_step" in parent.attributes or "tkc.rotated_step" in parent.attributes:
             return True
         parent = parent.parent_op()
     return False
