@@ -56,7 +56,6 @@ from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.ir.types import RegTileType
 from tkc.passes import register
-from tkc.passes.defer_wgmma import DEFERRED
 from tkc.passes.peel_deferred_step import PEELED
 from tkc.passes.util import with_one_more_carried
 
