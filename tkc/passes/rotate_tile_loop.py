@@ -41,6 +41,7 @@ becomes
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
@@ -75,6 +76,17 @@ def _computes(op: Operation) -> bool:
     return not op.regions and (is_side_effect_free(op) or op.name.startswith("arith."))
 
 
+def _defined_within(value: SSAValue, op: Operation) -> bool:
+    """Whether the value is defined inside the op (by an op nested in it, or as an argument of one of its blocks)."""
+    owner = value.owner
+    holder = owner.parent_op() if isinstance(owner, Block) else owner
+    while holder is not None:
+        if holder is op:
+            return True
+        holder = holder.parent_op()
+    return False
+
+
 def _inside(op: Operation, block: Block) -> bool:
     """Whether the op is in the block or nested in one of its ops."""
     while op is not None:
@@ -103,8 +115,10 @@ class _Cloner:
         return self.mapping[v]
 
     def op(self, op: Operation) -> Operation:
-        for v in op.operands:
-            self.value(v)
+        for inner in op.walk():  # an if's branches read values of the body too: the other tile's
+            for v in inner.operands:
+                if not _defined_within(v, op):
+                    self.value(v)
         clone = op.clone(value_mapper=self.mapping)
         self.block.add_op(clone)
         self.mapping.update(zip(op.results, clone.results))
@@ -177,25 +191,41 @@ def _clone_into(ops: list[Operation], block: Block) -> None:
         mapping.update(zip(op.results, clone.results))
 
 
-def _rotate(loop: scf.ForOp) -> None:
+@dataclass
+class _Tile:
+    """The parts of a consumers' tile loop body after peel-deferred-step."""
+
+    body: Block
+    peeled: scf.IfOp  # step 0
+    s0: t.WgmmaOp  # its Q·Kᵀ
+    q: SSAValue  # the queries in registers
+    query_ops: list[Operation]  # the tile ring's wait, read, load, release
+    wait_k: Operation  # step 0's wait for its stage
+    read_k: Operation
+    yield_op: scf.YieldOp
+    tail: list[Operation]  # after step 0, before the yield: key loop, last P·V, release, epilogue
+    epilogue: list[Operation]
+
+
+def _tile(loop: scf.ForOp, option: str) -> _Tile | None:
     body = loop.body.block
     peeled = next((op for op in body.ops if isinstance(op, scf.IfOp) and PEELED in op.attributes), None)
     if peeled is None:
-        return
+        return None
     step0 = peeled.true_region.block
     s0 = next((op for op in step0.ops if isinstance(op, t.WgmmaOp)), None)
     if s0 is None:
-        return
+        return None
     q = s0.a
     if not isinstance(q.type, RegTileType) or not isinstance(q.owner, Operation) or q.owner.parent_block() is not body:
-        raise _fail("defer=3 carries each tile's queries into the tile before it: keep them in registers "
+        raise _fail(f"{option} carries each tile's queries into the tile before it: keep them in registers "
                     "(Q_REGS=1)", loop)
     order = {op: i for i, op in enumerate(body.ops)}
     prefix = [op for op in body.ops if order[op] < order[peeled]]
     query_ops = [op for op in prefix if isinstance(op, _QUERY_EFFECTS)]
     for op in prefix:
         if not (op in query_ops or _computes(op)):
-            raise _fail(f"a tile starts with {op.name}, which defer=3 cannot run a tile ahead", op)
+            raise _fail(f"a tile starts with {op.name}, which {option} cannot run a tile ahead", op)
     wait_k = next((op for op in step0.ops if isinstance(op, m.StageWaitOp)), None)
     read_k = s0.b.owner
     if wait_k is None or not isinstance(read_k, a.RingReadOp) or read_k.parent_block() is not step0:
@@ -210,6 +240,25 @@ def _rotate(loop: scf.ForOp) -> None:
     for op in epilogue:
         if any(use.operation is yield_op for r in op.results for use in r.uses):
             raise _fail("the loop carries a value of the epilogue on", op)
+    return _Tile(body, peeled, s0, q, query_ops, wait_k, read_k, yield_op, tail, epilogue)
+
+
+def _condition(body: Block, mapping: dict[SSAValue, SSAValue], value: SSAValue, at: InsertPoint) -> SSAValue:
+    """`value` (a pure function of the tile) for the tile `mapping` describes, computed at `at`."""
+    cloner = _Cloner(body, mapping, Block())
+    result = cloner.value(value)
+    for op in list(cloner.block.ops):
+        op.detach()
+        Rewriter.insert_op(op, at)
+    return result
+
+
+def _rotate(loop: scf.ForOp) -> None:
+    parts = _tile(loop, "defer=3")
+    if parts is None:
+        return
+    body, peeled, s0, q, query_ops = parts.body, parts.peeled, parts.s0, parts.q, parts.query_ops
+    wait_k, read_k, yield_op, epilogue = parts.wait_k, parts.read_k, parts.yield_op, parts.epilogue
 
     # tile t reads tile t+1's queries and starts its S_0 after its own last P·V, under its epilogue
     iv, args = body.args[0], body.args[1:]
@@ -218,11 +267,7 @@ def _rotate(loop: scf.ForOp) -> None:
     at = InsertPoint.before(yield_op)
     Rewriter.insert_op([next_tile, more], at)
     ahead = _ahead(loop, next_tile.result)
-    keys_next = _Cloner(body, ahead, Block())
-    has_keys_next = keys_next.value(peeled.cond)
-    for op in list(keys_next.block.ops):
-        op.detach()
-        Rewriter.insert_op(op, at)
+    has_keys_next = _condition(body, ahead, peeled.cond, at)
     q_arg = body.insert_arg(q.type, len(body.args))
     s_arg = body.insert_arg(s0.results[0].type, len(body.args))
     q_next, s_next = _read_ahead(body, ahead, more.result, query_ops, q, q_arg, [wait_k, read_k, s0], s0,
@@ -237,11 +282,7 @@ def _rotate(loop: scf.ForOp) -> None:
     before = InsertPoint.before(loop)
     runs = arith.CmpiOp(loop.lb, loop.ub, "slt")
     Rewriter.insert_op(runs, before)
-    keys_first = _Cloner(body, first, Block())
-    has_keys_first = keys_first.value(peeled.cond)
-    for op in list(keys_first.block.ops):
-        op.detach()
-        Rewriter.insert_op(op, before)
+    has_keys_first = _condition(body, first, peeled.cond, before)
     zero_q = t.FillOp(0.0, q.type)
     Rewriter.insert_op(zero_q, before)
     q_first, s_first = _read_ahead(body, first, runs.result, query_ops, q, zero_q.result, [wait_k, read_k, s0], s0,
