@@ -46,22 +46,23 @@ VARIANTS = ("tkc alt A", "tkc alt B", "tkc alt C")
 
 
 def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
-    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly: the tile loop rotated
-    (DEFER=3: the next tile's first Q·Kᵀ under this tile's epilogue) against step 0 peeled alone (DEFER=2), all
-    with a producer and the queries in registers. D=128: not causal, A = rotated on a persistent grid, B = peeled
-    on a persistent grid, C = rotated with two query blocks per block; causal, A = rotated with two query blocks
-    per block, B = peeled with two, C = rotated with four. D=64 (two consumer warpgroups of 128-key steps): A =
-    rotated, persistent (not causal) / two per block (causal); B = 64-key steps two blocks per SM (no producer);
-    C = peeled with two query blocks per block."""
-    regs = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
+    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly with the tile loop
+    rotated: DEFER=4 (all of the next tile's step 0 under this tile's last P·V) and DEFER=3 (only its first Q·Kᵀ,
+    under the epilogue), with a producer and the queries in registers. D=128: not causal, A = DEFER=4 on a
+    persistent grid, B = DEFER=3 likewise, C = DEFER=4 with two query blocks per block; causal, A = DEFER=4 with
+    two query blocks per block, B = DEFER=3 likewise, C = DEFER=4 with four. D=64 (two consumer warpgroups of
+    128-key steps; persistent not causal, two query blocks per block causal): A = DEFER=4, B = DEFER=3, C = 64-key
+    steps two blocks per SM (no producer)."""
+    regs = {"KEYS": 128, "WARPS": 8, "DEFER": 4, "PRODUCER": 1, "Q_REGS": 1}
     if d == 128:
         if not causal:
-            return {"tkc alt A": {**regs, "PERSISTENT": 1}, "tkc alt B": {**regs, "DEFER": 2, "PERSISTENT": 1},
+            return {"tkc alt A": {**regs, "PERSISTENT": 1}, "tkc alt B": {**regs, "DEFER": 3, "PERSISTENT": 1},
                     "tkc alt C": {**regs, "TILES": 2}}
-        return {"tkc alt A": {**regs, "TILES": 2}, "tkc alt B": {**regs, "DEFER": 2, "TILES": 2},
+        return {"tkc alt A": {**regs, "TILES": 2}, "tkc alt B": {**regs, "DEFER": 3, "TILES": 2},
                 "tkc alt C": {**regs, "TILES": 4}}
-    return {"tkc alt A": {**regs, **({"TILES": 2} if causal else {"PERSISTENT": 1})},
-            "tkc alt B": {"KEYS": 64, "WARPS": 8}, "tkc alt C": {**regs, "DEFER": 2, "TILES": 2}}
+    grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
+    return {"tkc alt A": {**regs, **grid}, "tkc alt B": {**regs, "DEFER": 3, **grid},
+            "tkc alt C": {"KEYS": 64, "WARPS": 8}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):

@@ -37,15 +37,16 @@ def _inputs(nq: int, nk: int, d: int, seed: int = 0, heads: int = 2) -> list:
     return [q, k, v, poisoned(1, heads, nq, d), poisoned(1, heads, nq, dtype=np.float32), d**-0.5]
 
 
+@pytest.mark.parametrize("defer", [3, 4])
 @pytest.mark.parametrize("nq, nk, causal, grid, d", [
     (130, 300, 0, {}, 128), (300, 600, 0, {"TILES": 3}, 128), (300, 260, 1, {"TILES": 2}, 128),
     (400, 200, 0, {"TILES": 2}, 128), (17, 113, 1, {"TILES": 2}, 128), (1, 1, 0, {"TILES": 2}, 128),
     (300, 700, 1, {"TILES": 3}, 64)])
-def test_simulation_agrees(nq: int, nk: int, causal: int, grid: dict, d: int) -> None:
+def test_simulation_agrees(nq: int, nk: int, causal: int, grid: dict, d: int, defer: int) -> None:
     """One tile per block (nothing to read ahead), several (the last tile of a block reads none), ragged lengths,
     causal (tiles of different lengths): the simulated PTX agrees with the interpreter, which agrees with float64."""
     args = _inputs(nq, nk, d)
-    constants = {**ROTATING, "D": d, "CAUSAL": causal, "LSE": 1, **sm90_constants(grid)}
+    constants = {**ROTATING, "D": d, "CAUSAL": causal, "LSE": 1, "DEFER": defer, **sm90_constants(grid)}
     blocks = (sm90_blocks(1, 2, nq, 8, grid.get("TILES", 1)),)
     interp, sim = run_both(attention_sm90, args, blocks, constants, target="sm_90a", order="shuffled")
     ref, ref_lse = attention_ref(*args[:3], causal=bool(causal), scale=d**-0.5, lse=True)
@@ -54,13 +55,14 @@ def test_simulation_agrees(nq: int, nk: int, causal: int, grid: dict, d: int) ->
 
 
 @given(nq=st.integers(1, 400), nk=st.integers(1, 300), causal=st.integers(0, 1), blocks=st.integers(1, 3),
-       seed=st.integers(0, 2**31))
-@settings(max_examples=5, deadline=None)
-def test_the_interpreter_agrees_before_and_after(nq: int, nk: int, causal: int, blocks: int, seed: int) -> None:
+       defer=st.integers(3, 4), seed=st.integers(0, 2**31))
+@settings(max_examples=8, deadline=None)
+def test_the_interpreter_agrees_before_and_after(nq: int, nk: int, causal: int, blocks: int, defer: int,
+                                                 seed: int) -> None:
     """Bit for bit: S_0 is computed from the same queries and keys, a tile earlier (grids of 1-3 blocks, so that
     blocks take several tiles, the last of them reading none ahead)."""
     args = _inputs(nq, nk, 128, seed)
-    constants = {**ROTATING, "CAUSAL": causal, "LSE": 1}
+    constants = {**ROTATING, "CAUSAL": causal, "LSE": 1, "DEFER": defer}
     before, after, _ = before_and_after(attention_sm90, "rotate-tile-loop", args, (blocks,), constants,
                                         target="sm_90a", prefix=PREFIX)
     assert np.array_equal(before[3].astype(np.float32), after[3].astype(np.float32), equal_nan=True)
@@ -84,9 +86,9 @@ def test_the_next_scores_start_before_the_store() -> None:
     assert not any(isinstance(op, t.WgmmaOp) for op in step0.walk())
 
 
-def _simulate_mutant(nq: int = 300, nk: int = 600) -> None:
+def _simulate_mutant(nq: int = 300, nk: int = 600, defer: int = 3) -> None:
     args = _inputs(nq, nk, 128)
-    constants = {**ROTATING, "LSE": 1, **sm90_constants({"TILES": 3})}
+    constants = {**ROTATING, "LSE": 1, "DEFER": defer, **sm90_constants({"TILES": 3})}
     module = lower_kernel(attention_sm90, "sm_90a", constants, aligns=ALIGNS)
     simulate(module, "attention_sm90", args, (sm90_blocks(1, 2, nq, 8, 3),), order="shuffled")
     ref = attention_ref(*args[:3], causal=False, scale=128**-0.5)
@@ -112,11 +114,12 @@ def test_scores_from_the_wrong_ring_step_are_caught(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
-@pytest.mark.parametrize("causal, lse", [(0, 0), (1, 1)])
-def test_the_rotated_kernel_assembles_cleanly(causal: int, lse: int) -> None:
+@pytest.mark.parametrize("causal, lse, defer", [(0, 0, 3), (1, 1, 3), (0, 0, 4), (1, 1, 4)])
+def test_the_rotated_kernel_assembles_cleanly(causal: int, lse: int, defer: int) -> None:
     """No spills, no stack, and none of ptxas's wgmma serialization notes (S_0's registers cross the loop only
     after their wait)."""
-    compiled = compile_for_launch(attention_sm90, "sm_90a", {**ROTATING, "CAUSAL": causal, "LSE": lse}, ALIGNS)
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {**ROTATING, "CAUSAL": causal, "LSE": lse, "DEFER": defer},
+                                  ALIGNS)
     (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
     assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
     assert not report.notes and not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log
@@ -125,3 +128,26 @@ def test_the_rotated_kernel_assembles_cleanly(causal: int, lse: int) -> None:
 def test_rotation_without_queries_in_registers_is_one_clear_error() -> None:
     with pytest.raises(TkcError, match="Q_REGS=1"):
         lower_kernel(attention_sm90, "sm_90a", {**ROTATING, "Q_REGS": 0})
+
+
+def test_next_scores_read_before_their_wait_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated pass (defer=4): `wait 2` after S_0′ and the last P·V leaves both running while S_0′'s softmax reads
+    it: the simulation reads the poisoned accumulator."""
+    monkeypatch.setattr(rotate_tile_loop, "_wait_for_next_scores", lambda: t.WgmmaWaitOp(2))
+    with pytest.raises((SimulationError, AssertionError)):
+        _simulate_mutant(defer=4)
+
+
+def test_the_whole_step_ahead_runs_its_softmax_under_the_last_pv() -> None:
+    """defer=4: after the key loop, one if issues S_0′, then the last P·V, waits for one group, runs the softmax,
+    waits for the other, stores O, and gives back the queries' stage; the tile's own step 0 is gone."""
+    module = build_module([attention_sm90], "sm_90a", {**ROTATING, "DEFER": 4})
+    run_passes(module, parse_pipeline(PREFIX + ",rotate-tile-loop"), Dumps(None), PassTimer(False))
+    loop = next(op for op in module.walk() if isinstance(op, scf.ForOp) and rotate_tile_loop.ROTATE_ATTR in op.attributes)
+    assert not any("tkc.peeled_step" in op.attributes for op in loop.body.block.ops)
+    fast = [op for op in loop.body.block.ops if rotate_tile_loop.ROTATED in op.attributes][-1]
+    kinds = [op.name for op in fast.true_region.block.ops
+             if op.name in ("tile.wgmma_ABt", "tile.wgmma_AB", "tile.wgmma_wait", "tile.row_max", "tile.store")]
+    assert kinds == ["tile.wgmma_ABt", "tile.wgmma_AB", "tile.wgmma_wait", "tile.row_max", "tile.wgmma_wait",
+                     "tile.store"]
+    assert [op.pending.value.data for op in fast.true_region.block.ops if isinstance(op, t.WgmmaWaitOp)] == [1, 0]

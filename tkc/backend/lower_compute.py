@@ -457,8 +457,9 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
 
 
 def _last_use_in_its_branch(op: t.WgmmaOp) -> bool:
-    """Is the wgmma, in one branch of an if, the only reader of its accumulator there, the other branch only yielding
-    it (defer-wgmma's last P·V after the loop: `if ran { O + P·V } else { O }`)? Then it may write C in place."""
+    """Is the wgmma, in one branch of an if, the only reader of its accumulator there, the other branch the only
+    other reader (defer-wgmma's last P·V after the loop: `if ran { O + P·V } else { O }`; rotate-tile-loop's
+    last P·V beside the next tile's step 0, or in order in the other branch)? Then it may write C in place."""
     from xdsl.dialects import scf
 
     branch, parent = op.parent_region(), op.parent_op()
@@ -468,7 +469,10 @@ def _last_use_in_its_branch(op: t.WgmmaOp) -> bool:
     for use in op.c.uses:
         if use.operation is op:
             continue
-        if not (isinstance(use.operation, scf.YieldOp) and use.operation.parent_region() is other):
+        holder = use.operation
+        while holder is not None and holder.parent_region() is not other:
+            holder = holder.parent_op()
+        if holder is None:
             return False
     return True
 

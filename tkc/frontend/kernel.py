@@ -136,7 +136,7 @@ class Kernel:
         if overlap is not None:
             self._check_count("overlap", overlap, 0, 1)
         if defer is not None:
-            self._check_count("defer", defer, 0, 3)
+            self._check_count("defer", defer, 0, 4)
         if stages is not None:
             self._check_count("stages", stages, 1, 8)
         if blocks_per_sm is not None:
@@ -309,13 +309,15 @@ class Kernel:
             fn.attributes["tkc.pingpong"] = UnitAttr()
         if self.overlap is not None and self._resolve_count("overlap", self.overlap, values, 0, 1):
             fn.attributes["tkc.overlap"] = UnitAttr()
-        defer = 0 if self.defer is None else self._resolve_count("defer", self.defer, values, 0, 3)
+        defer = 0 if self.defer is None else self._resolve_count("defer", self.defer, values, 0, 4)
         if defer:
             fn.attributes["tkc.defer"] = UnitAttr()
         if defer >= 2:
             fn.attributes["tkc.peel"] = UnitAttr()
-        if defer == 3:
+        if defer >= 3:
             fn.attributes["tkc.rotate"] = UnitAttr()
+        if defer == 4:
+            fn.attributes["tkc.rotate_step"] = UnitAttr()
         fn.attributes["tkc.min_target"] = StringAttr(self.min_target.name)
         if values:
             fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
@@ -389,7 +391,8 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     works on the first one's result (`defer-wgmma`, sm_90a: FlashAttention-3's overlap of P·V with the softmax);
     `defer=2` also runs the loop's step 0 before it, without that step's P·V of a zero P (`peel-deferred-step`);
     `defer=3` also reads a tile loop's next queries and starts their first Q·Kᵀ under this tile's epilogue
-    (`rotate-tile-loop`; the queries in registers). These options may name a const parameter instead, e.g. `warps="WARPS"`.
+    (`rotate-tile-loop`; the queries in registers); `defer=4` runs all of the next tile's step 0 there, its softmax
+    under this tile's last P·V. These options may name a const parameter instead, e.g. `warps="WARPS"`.
     """
     if unknown:
         raise TkcError(

@@ -91,7 +91,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     runs (one stage with Q_REGS). Scheduling is the compiler's: DEFER=1 runs each P·V
     in the next step under the softmax (`defer-wgmma`), DEFER=2 also runs step 0 before the key loop without its
     zero P·V (`peel-deferred-step`), DEFER=3 also reads the next tile's queries and starts its first Q·Kᵀ under
-    this tile's epilogue (`rotate-tile-loop`, with Q_REGS), PRODUCER=1 adds a warpgroup that issues the TMA loads,
+    this tile's epilogue (`rotate-tile-loop`, with Q_REGS), DEFER=4 all of its step 0, the softmax under this tile's
+    last P·V, PRODUCER=1 adds a warpgroup that issues the TMA loads,
     PINGPONG=1 has the two warpgroups take turns at the tensor cores, OVERLAP=1 issues the next Q·Kᵀ before the
     softmax.
     """

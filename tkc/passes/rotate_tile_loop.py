@@ -1,4 +1,4 @@
-"""rotate-tile-loop: start the next tile's first Q·Kᵀ before this tile's epilogue (kernels with `defer=3`, sm_90a).
+"""rotate-tile-loop: start the next tile's step 0 in this tile's tail (kernels with `defer=3` or `4`, sm_90a).
 
 After `peel-deferred-step` a consumer's tile loop runs, per tile: read its queries into registers (wait for the
 tile ring's stage, load, release), step 0 (S_0 = Q·K_0ᵀ waited for alone, its softmax), the key loop, the last
@@ -9,6 +9,9 @@ when tile t read its own, K_0 is the ring step after tile t's last); the epilogu
 loop carries the queries and S_0 into the next tile, whose step 0 starts at the softmax. The first tile's are read
 before the loop. The ring steps do not change (tile t+1's S_0 reads the step its step 0 read), nor does the
 producer. Semantics do not change: S_0 is computed from the same registers and stage, only earlier.
+
+With `defer=4` all of the next tile's step 0 runs there, its softmax under this tile's last P·V (`_rotate_step`
+shows the IR); the loop then carries step 0's l, m, O and P, and a tile starts at its key loop.
 
 The queries' stage is given back after S_0's wait, not right after their load as at the top of a tile: released
 early, D=64 with 128-key steps, three tiles a block, causal answered wrong on the H200 (whole tiles, timing
@@ -57,10 +60,12 @@ from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.ir.types import RegTileType
 from tkc.passes import register
+from tkc.passes.defer_wgmma import DEFERRED
 from tkc.passes.peel_deferred_step import PEELED
 from tkc.passes.util import with_one_more_carried
 
-ROTATE_ATTR = "tkc.rotate"  # on a kernel with defer=3
+ROTATE_ATTR = "tkc.rotate"  # on a kernel with defer=3 (and 4)
+STEP_ATTR = "tkc.rotate_step"  # on a kernel with defer=4: all of step 0 a tile ahead
 ROTATED = "tkc.rotated_step"  # on the ifs that read a tile's queries and start its S_0 ahead of it
 
 # what reading a tile's queries into registers may do besides computing: the tile ring's wait, read and release
@@ -176,15 +181,20 @@ def _wait_for_scores() -> Operation:
     return t.WgmmaWaitOp(0)
 
 
+def _wait_for_next_scores() -> Operation:
+    """defer=4, after S_0′ and the last P·V: S_0′ done, the P·V runs on under S_0′'s softmax."""
+    return t.WgmmaWaitOp(1)
+
+
 def _ahead(loop: scf.ForOp, next_tile: SSAValue) -> dict[SSAValue, SSAValue]:
     """The next iteration's values of the tile loop's arguments: its tile, and the ring steps this one yields."""
     body = loop.body.block
     return {body.args[0]: next_tile, **dict(zip(body.args[1:], body.last_op.operands))}  # type: ignore[union-attr]
 
 
-def _clone_into(ops: list[Operation], block: Block) -> None:
-    """Clones of the ops, in order, at the end of the block (each reading the clones before it)."""
-    mapping: dict[SSAValue, SSAValue] = {}
+def _clone_into(ops: list[Operation], block: Block, mapping: dict[SSAValue, SSAValue] | None = None) -> None:
+    """Clones of the ops, in order, at the end of the block (each reading the clones before it, and `mapping`)."""
+    mapping = dict(mapping or {})
     for op in ops:
         clone = op.clone(value_mapper=mapping)
         block.add_op(clone)
@@ -299,6 +309,137 @@ def _rotate(loop: scf.ForOp) -> None:
     rotated.attributes[ROTATE_ATTR] = UnitAttr()
 
 
+def _rotate_step(loop: scf.ForOp) -> None:
+    """defer=4: tile t runs all of tile t+1's step 0 under its own last P·V. After the last key step it issues
+    S_0′ (the next queries and first K stage), then its last P·V, waits for S_0′ alone and runs S_0′'s softmax
+    while the P·V runs, waits for it, releases its stage and stores O; the loop carries the queries and step 0's
+    l, m, O and P into the next tile, which starts at its key loop. One if holds all of it (no running wgmma's
+    registers cross a yield); where this tile ran no key step or no tile follows, the same in order, waited.
+
+        %q1 = scf.if (%more) { (the next queries) } else { %q }
+        %q2, %l1, %m1, %o1, %p1 = scf.if (%more and 0 < %n(next) and %n > 0) {
+          tile.stage_wait %bars[%base + %n]   %s' = tile.wgmma_ABt %q1, %k_s', %z {tkc.deferred}
+          %o_end = tile.wgmma_AB %p_last, %v_s, %o {tkc.deferred}   tile.wgmma_wait 1
+          ... softmax on %s' ...   tile.wgmma_wait 0   (release)   tile.store (%o_end / %l), %O[...]
+          (the next queries again, their stage released)   scf.yield %q', %l', %m', %o', %p'
+        } else { (last P·V, release, store, then step 0 of the next tile, in order) }
+    """
+    parts = _tile(loop, "defer=4")
+    if parts is None:
+        return
+    body, peeled, q, yield_op, epilogue = parts.body, parts.peeled, parts.q, parts.yield_op, parts.epilogue
+    last_pv = [op for op in parts.tail if isinstance(op, scf.IfOp) and any(isinstance(o, t.WgmmaOp) for o in op.walk())]
+    releases_after = [op for op in parts.tail if isinstance(op, scf.IfOp)
+                      and any(isinstance(o, m.StageReleaseOp) for o in op.walk()) and not last_pv[-1:] == [op]]
+    if len(last_pv) != 1 or len(releases_after) != 1:
+        raise _fail("defer=4 expects one last P·V and one release after the key loop", loop)
+    last_pv_if, release_if = last_pv[0], releases_after[0]
+    pv = next(op for op in last_pv_if.true_region.block.ops if isinstance(op, t.WgmmaOp))
+    step0 = peeled.true_region.block
+    first_wait = next(op for op in step0.ops if isinstance(op, t.WgmmaWaitOp))
+    ops0 = [op for op in step0.ops if not isinstance(op, scf.YieldOp)]
+    head, rest = ops0[:ops0.index(first_wait)], ops0[ops0.index(first_wait) + 1:]
+    step0_results = list(step0.last_op.operands)  # type: ignore[union-attr]
+    empty = list(peeled.false_region.block.last_op.operands)  # type: ignore[union-attr]
+    state_types = [r.type for r in peeled.results]
+    q_release = [op for op in parts.query_ops if isinstance(op, m.StageReleaseOp)]
+    q_read = [op for op in parts.query_ops if op not in q_release]
+
+    iv = body.args[0]
+    next_tile = arith.AddiOp(iv, loop.step)
+    more = arith.CmpiOp(next_tile.result, loop.ub, "slt")
+    at = InsertPoint.before(yield_op)
+    Rewriter.insert_op([next_tile, more], at)
+    ahead = _ahead(loop, next_tile.result)
+    has_keys_next = _condition(body, ahead, peeled.cond, at)
+    q_arg = body.insert_arg(q.type, len(body.args))
+    state_args = [body.insert_arg(ty, len(body.args)) for ty in state_types]
+
+    # the next queries, into registers (their stage is released at the end)
+    reader = _Cloner(body, ahead, Block())
+    reader.ops(q_read)
+    reader.block.add_op(scf.YieldOp(reader.mapping[q]))
+    q_next = _guarded(more.result, reader.block, Block([scf.YieldOp(q_arg)]), [q.type], at).results[0]
+
+    # fast: S_0′, the last P·V, S_0′'s softmax under it, the epilogue
+    both = arith.AndIOp(more.result, has_keys_next)
+    fast_cond = arith.AndIOp(both.result, last_pv_if.cond)
+    Rewriter.insert_op([both, fast_cond], at)
+    fast = _Cloner(body, {**ahead, q: q_next}, Block())
+    fast.ops(head)  # S_0′, deferred
+    pv_map: dict[SSAValue, SSAValue] = {}
+    for op in last_pv_if.true_region.block.ops:
+        if isinstance(op, scf.YieldOp):
+            continue
+        clone = op.clone(value_mapper=pv_map)
+        fast.block.add_op(clone)
+        pv_map.update(zip(op.results, clone.results))
+    pv_map[pv.results[0]].owner.attributes[DEFERRED] = UnitAttr()  # type: ignore[union-attr]
+    fast.block.add_op(_wait_for_next_scores())
+    fast.ops(rest)  # its second wait covers the P·V
+    o_end = {last_pv_if.results[0]: pv_map[pv.results[0]]}
+    _clone_into([release_if, *epilogue], fast.block, o_end)
+    # the queries read again for the next tile (their stage is still held): not kept through the softmax, where
+    # S_0′, P, O and the P·V's A take the registers
+    again = _Cloner(body, ahead, fast.block)
+    again.ops(q_read)
+    again.ops(q_release)
+    fast.block.add_op(scf.YieldOp(again.mapping[q], *[fast.value(v) for v in step0_results]))
+
+    # slow: in order (no key step in this tile, or no next tile / no keys in it)
+    slow = Block()
+    _clone_into([last_pv_if, release_if, *epilogue], slow)
+    nxt = _Cloner(body, {**ahead, q: q_next}, Block())
+    nxt.op(peeled)
+    nxt.ops(q_release)
+    nxt.block.add_op(scf.YieldOp(*[nxt.mapping[r] for r in peeled.results]))
+    idle = _Cloner(body, {}, Block())
+    idle.block.add_op(scf.YieldOp(*[idle.value(v) for v in empty]))
+    state_slow = scf.IfOp(more.result, state_types, Region(nxt.block), Region(idle.block))
+    state_slow.attributes[ROTATED] = UnitAttr()
+    slow.add_op(state_slow)
+    slow.add_op(scf.YieldOp(q_next, *state_slow.results))
+    q_and_state = _guarded(fast_cond.result, fast.block, slow, [q.type, *state_types], at).results
+
+    for op in reversed([last_pv_if, release_if, *epilogue]):
+        op.detach()
+        op.erase()
+    yield_op.operands = [*yield_op.operands, *q_and_state]
+
+    # the first tile's queries and step 0, before the loop
+    first = {iv: loop.lb, **dict(zip(body.args[1:], loop.iter_args))}
+    before = InsertPoint.before(loop)
+    runs = arith.CmpiOp(loop.lb, loop.ub, "slt")
+    zero_q = t.FillOp(0.0, q.type)
+    Rewriter.insert_op([runs, zero_q], before)
+    reader = _Cloner(body, first, Block())
+    reader.ops(q_read)
+    reader.block.add_op(scf.YieldOp(reader.mapping[q]))
+    q_first = _guarded(runs.result, reader.block, Block([scf.YieldOp(zero_q.result)]), [q.type], before).results[0]
+    start = _Cloner(body, {**first, q: q_first}, Block())
+    start.op(peeled)
+    start.ops(q_release)
+    start.block.add_op(scf.YieldOp(*[start.mapping[r] for r in peeled.results]))
+    idle = _Cloner(body, {}, Block())
+    idle.block.add_op(scf.YieldOp(*[idle.value(v) for v in empty]))
+    state_first = _guarded(runs.result, start.block, idle.block, state_types, before).results
+
+    # this tile's queries and step 0 are the carried ones
+    for old, new in zip(peeled.results, state_args):
+        old.replace_all_uses_with(new)
+    q.replace_all_uses_with(q_arg)
+    peeled.detach()
+    peeled.erase()
+    for op in reversed(parts.query_ops):
+        op.detach()
+        op.erase()
+    _drop_dead(body)
+    rotated = with_one_more_carried(loop, q_first)
+    for init in state_first:
+        rotated = with_one_more_carried(rotated, init)
+    rotated.attributes[ROTATE_ATTR] = UnitAttr()
+
+
 def _drop_dead(block: Block) -> None:
     """Remove the pure ops (and reads) whose results nothing uses any more."""
     changed = True
@@ -316,9 +457,10 @@ def rotate_tile_loops(module: ModuleOp) -> None:
     for fn in module.walk():
         if not (isinstance(fn, func.FuncOp) and ROTATE_ATTR in fn.attributes):
             continue
+        rotate = _rotate_step if STEP_ATTR in fn.attributes else _rotate
         for loop in [op for op in fn.walk() if isinstance(op, scf.ForOp)]:
             if any(isinstance(op, scf.IfOp) and PEELED in op.attributes for op in loop.body.block.ops):
-                _rotate(loop)
+                rotate(loop)
 
 
 @register("rotate-tile-loop", "start the next tile's first Q·Kᵀ under this tile's epilogue")
