@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from tkc.backend import ptx
 from tkc.backend.index import Leaf
 from tkc.backend.lower_memory import _mul_imm, _offset_of, global_coords, shared_base
 from tkc.errors import TkcError
+from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.ir.types import element_bytes
 from tkc.passes.lower_to_ptx import Imm, KernelLowering, handles
@@ -178,7 +179,38 @@ def lower_stage_wait(lw: KernelLowering, op: m.StageWaitOp) -> None:
 @handles(m.StageReleaseOp)
 def lower_stage_release(lw: KernelLowering, op: m.StageReleaseOp) -> None:
     addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=True)
+    if op.bars in _read_by_generic_loads(lw.fn):
+        # the stage was read by ldmatrix/ld.shared (the generic proxy) and the next TMA load into it writes through
+        # the async proxy: the mbarrier alone does not order them (seen on the H200), the proxy fence does
+        lw.emit(ptx.FenceOp("proxy.async.shared::cta"))
     lw.emit(ptx.MbarrierOp("arrive", addr, offset=offset, guard=lw.guard))
+
+
+def _read_by_generic_loads(fn: Operation) -> set[SSAValue]:
+    """The stage barriers of the rings whose stages some `tile.load` reads into registers (a view of a stage is a
+    load too: followed to the loads from it)."""
+    from tkc.ir import async_ops as a
+    from tkc.ir.types import RegTileType
+
+    bars_of = {op.ring: op.bars for op in fn.walk() if isinstance(op, m.TmaLoadOp)}
+    read: set[SSAValue] = set()
+    for op in fn.walk():
+        if not isinstance(op, a.RingReadOp) or op.ring not in bars_of:
+            continue
+        pending, seen = [op.result], set()
+        while pending:
+            value = pending.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            for use in value.uses:
+                user = use.operation
+                if isinstance(user, t.LoadOp) and user.source is value:
+                    if isinstance(user.result.type, RegTileType):
+                        read.add(bars_of[op.ring])
+                    else:
+                        pending.append(user.result)  # a view of the stage
+    return read
 
 
 def lower_tma_store(lw: KernelLowering, op: Any) -> None:

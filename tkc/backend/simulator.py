@@ -8,7 +8,10 @@ the lowering: the mma.m16n8k16 and ldmatrix fragment layouts below are the ISA's
 * `cp.async` reads its source when issued, but its bytes land in shared memory only at the issuing thread's
   `cp.async.wait_group` that covers its group; until then the destination keeps its old (poisoned) bytes.
 * Warps run one at a time up to the next `bar.sync`, in an order that tests vary (ascending, descending,
-  shuffled), so a missing barrier shows up as a read of data another warp has not written yet.
+  shuffled; "sliced" also hands over every 1-47 instructions), so a missing barrier shows up as a read of data
+  another warp has not written yet.
+* An ldmatrix reads shared memory when it runs, but until something reads its registers (or its warp runs
+  `fence.proxy.async`) the hardware may not have: a TMA load issued into those bytes meanwhile is reported.
 * Branches must be uniform across a warp; all warps must meet at every `bar.sync`.
 * sm_90a: an mbarrier completes its phase when its arrivals and its transaction bytes are all in; a TMA load's
   bytes count (and its box lands in shared memory, swizzled) only when a thread waits on the barrier. A warp at an `mbarrier.try_wait` of a phase not yet complete
@@ -405,6 +408,9 @@ class Warp:
     # TMA stores: (2-byte units of shared memory it reads, completion) per store, in bulk groups
     bulk_groups: list[list[tuple[np.ndarray, Any]]] = field(default_factory=list)
     bulk_open: list[tuple[np.ndarray, Any]] = field(default_factory=list)
+    # (registers, 2-byte units of shared memory) per ldmatrix whose registers nothing has read yet: the hardware
+    # may not have read its shared memory yet either (an LDSM completes at the first use of its registers)
+    ldmatrix_pending: list[tuple[SSAValue, np.ndarray]] = field(default_factory=list)
 
 
 @dataclass
@@ -468,12 +474,13 @@ class BlockSimulator:
             order = list(live)
             if self.launch.order == "descending":
                 order.reverse()
-            elif self.launch.order == "shuffled":
+            elif self.launch.order in ("shuffled", "sliced"):
                 self.rng.shuffle(order)
             progress = False
             for warp in order:
                 if not warp.at_barrier:
-                    progress |= self.run_warp(warp)
+                    budget = int(self.rng.integers(1, 48)) if self.launch.order == "sliced" else None
+                    progress |= self.run_warp(warp, budget)
             progress |= self._pass_barriers()
             waiting = [w for w in self.warps if not w.done]
             if waiting and not progress:
@@ -531,11 +538,15 @@ class BlockSimulator:
                 w.pc += 1
             self.arrivals[barrier] = 0
 
-    def run_warp(self, warp: Warp) -> bool:
-        """Run until the warp reaches a barrier, returns, or waits on an mbarrier phase that is not complete;
-        whether it got anywhere."""
+    def run_warp(self, warp: Warp, budget: int | None = None) -> bool:
+        """Run until the warp reaches a barrier, returns, or waits on an mbarrier phase that is not complete (or,
+        in order "sliced", has run `budget` instructions); whether it got anywhere."""
         moved = False
         while True:
+            if budget is not None:
+                if budget == 0:
+                    return True
+                budget -= 1
             if warp.pc >= len(self.ops):
                 warp.done = True
                 return True
@@ -569,6 +580,8 @@ class BlockSimulator:
     # ---------------------------------------------------------------------------------------------------------
 
     def get(self, warp: Warp, value: SSAValue) -> np.ndarray:
+        if warp.ldmatrix_pending:
+            warp.ldmatrix_pending = [(regs, units) for regs, units in warp.ldmatrix_pending if regs is not value]
         if value not in warp.regs:
             raise SimulationError(f"a register bundle is read before it is written ({value.owner.name})")  # type: ignore[union-attr]
         return warp.regs[value]
@@ -640,6 +653,8 @@ class BlockSimulator:
             self.tma_store(warp, op)
         elif isinstance(op, ptx.BulkGroupOp):
             self.bulk_group(warp, op)
+        elif isinstance(op, ptx.FenceOp) and op.kind.data.startswith("proxy.async"):
+            warp.ldmatrix_pending = []  # its generic-proxy reads are ordered before what the async proxy does next
         elif isinstance(op, ptx.FenceOp | ptx.SetmaxnregOp | ptx.WarpSyncOp | ptx.GridDependencyOp):
             pass  # ordering only; the simulation is sequentially consistent and runs one grid
         elif isinstance(op, ptx.ElectOp):
@@ -784,6 +799,8 @@ class BlockSimulator:
             rows = self.shared.read(addrs[:, i], 16, "ldmatrix")
             out[:, dest[i]] = ldmatrix_x4(rows, op.trans.value.data)
         warp.regs[op.result] = out
+        units = (addrs.reshape(-1)[:, None] + np.arange(0, 16, 2)[None, :]).reshape(-1) // 2
+        warp.ldmatrix_pending.append((op.result, np.unique(units)))
 
     def mma(self, warp: Warp, op: ptx.MmaOp) -> None:
         dtype = "bf16" if ".bf16." in op.shape.data else "f16"
@@ -902,6 +919,7 @@ class BlockSimulator:
             bar = self._barrier(int(bar_addrs[0]))
             self.shared._check(linear, 16, "TMA destination")
             self._check_wgmma_reads(wg.swizzled(linear, tmap.swizzle), 16, "a TMA load")
+            self._check_unread_ldmatrix(wg.swizzled(linear, tmap.swizzle), 16)
             bar.in_flight.append((wg.swizzled(linear, tmap.swizzle), chunks, box.nbytes))
 
     def tma_store(self, warp: Warp, op: ptx.TmaStoreOp) -> None:
@@ -1018,6 +1036,19 @@ class BlockSimulator:
             if np.intersect1d(reads, halves, assume_unique=True).size:
                 raise SimulationError(f"{what} writes shared memory that a wgmma or TMA store of warp {other.index} "
                                       f"still reads (not yet waited for)")
+
+    def _check_unread_ldmatrix(self, addresses: np.ndarray, nbytes: int) -> None:
+        """A TMA load (the async proxy) issued into shared memory that an ldmatrix (the generic proxy) of some warp
+        may not have read yet, as nothing has used its registers: the mbarrier handing the stage over does not
+        order the two (seen on the H200: a stage released right after its ldmatrix, refilled, read wrong)."""
+        unread = [(other, units) for other in self.warps for _, units in other.ldmatrix_pending]
+        if not unread:
+            return
+        halves = np.unique((addresses.reshape(-1)[:, None] + np.arange(0, nbytes, 2)[None, :]).reshape(-1) // 2)
+        for other, units in unread:
+            if np.intersect1d(units, halves, assume_unique=True).size:
+                raise SimulationError(f"a TMA load writes shared memory that an ldmatrix of warp {other.index} may "
+                                      "not have read yet (nothing has used its registers)")
 
     def wgmma_sync(self, warp: Warp, op: ptx.WgmmaSyncOp) -> None:
         kind = op.kind.data
