@@ -141,17 +141,22 @@ def _guarded(cond: SSAValue, then: Block, otherwise: Block, result_types: list, 
     return branch
 
 
+def _queries(body: Block, mapping: dict[SSAValue, SSAValue], runs: SSAValue, reads: list[Operation], q: SSAValue,
+             otherwise: SSAValue, at: InsertPoint) -> SSAValue:
+    """The queries of the tile `mapping` describes, read into registers where `runs` (else `otherwise`)."""
+    reader = _Cloner(body, mapping, Block())
+    reader.ops(reads)
+    reader.block.add_op(scf.YieldOp(reader.mapping[q]))
+    return _guarded(runs, reader.block, Block([scf.YieldOp(otherwise)]), [q.type], at).results[0]
+
+
 def _read_ahead(body: Block, mapping: dict[SSAValue, SSAValue], runs: SSAValue, query_ops: list[Operation],
                 q: SSAValue, q_otherwise: SSAValue, scores_ops: list[Operation], s0: t.WgmmaOp,
                 has_keys: SSAValue, epilogue: list[Operation], at: InsertPoint) -> tuple[SSAValue, SSAValue]:
     """The ifs that read the queries of the tile `mapping` describes (when `runs`) and start its S_0 (when it also
     has keys), the epilogue (if any) under it, waited for at the end. Returns the queries and S_0."""
     releases = [op for op in query_ops if isinstance(op, m.StageReleaseOp)]
-    then = Block()
-    reader = _Cloner(body, mapping, then)
-    reader.ops([op for op in query_ops if op not in releases])
-    then.add_op(scf.YieldOp(reader.mapping[q]))
-    queries = _guarded(runs, then, Block([scf.YieldOp(q_otherwise)]), [q.type], at).results[0]
+    queries = _queries(body, mapping, runs, [op for op in query_ops if op not in releases], q, q_otherwise, at)
 
     both = arith.AndIOp(runs, has_keys)
     Rewriter.insert_op(both, at)
@@ -356,10 +361,7 @@ def _rotate_step(loop: scf.ForOp) -> None:
     state_args = [body.insert_arg(ty, len(body.args)) for ty in state_types]
 
     # the next queries, into registers (their stage is released at the end)
-    reader = _Cloner(body, ahead, Block())
-    reader.ops(q_read)
-    reader.block.add_op(scf.YieldOp(reader.mapping[q]))
-    q_next = _guarded(more.result, reader.block, Block([scf.YieldOp(q_arg)]), [q.type], at).results[0]
+    q_next = _queries(body, ahead, more.result, q_read, q, q_arg, at)
 
     # fast: S_0′, the last P·V, S_0′'s softmax under it, the epilogue
     both = arith.AndIOp(more.result, has_keys_next)
@@ -412,10 +414,7 @@ def _rotate_step(loop: scf.ForOp) -> None:
     runs = arith.CmpiOp(loop.lb, loop.ub, "slt")
     zero_q = t.FillOp(0.0, q.type)
     Rewriter.insert_op([runs, zero_q], before)
-    reader = _Cloner(body, first, Block())
-    reader.ops(q_read)
-    reader.block.add_op(scf.YieldOp(reader.mapping[q]))
-    q_first = _guarded(runs.result, reader.block, Block([scf.YieldOp(zero_q.result)]), [q.type], before).results[0]
+    q_first = _queries(body, first, runs.result, q_read, q, zero_q.result, before)
     start = _Cloner(body, {**first, q: q_first}, Block())
     start.op(peeled)
     start.ops(q_release)
