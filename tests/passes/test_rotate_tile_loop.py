@@ -41,10 +41,11 @@ def _inputs(nq: int, nk: int, d: int, seed: int = 0, heads: int = 2) -> list:
 @pytest.mark.parametrize("nq, nk, causal, grid, d", [
     (130, 300, 0, {}, 128), (300, 600, 0, {"TILES": 3}, 128), (300, 260, 1, {"TILES": 2}, 128),
     (400, 200, 0, {"TILES": 2}, 128), (17, 113, 1, {"TILES": 2}, 128), (1, 1, 0, {"TILES": 2}, 128),
-    (300, 700, 1, {"TILES": 3}, 64)])
+    (300, 700, 1, {"TILES": 3}, 64), (300, 260, 1, {"TILES": 6}, 128)])
 def test_simulation_agrees(nq: int, nk: int, causal: int, grid: dict, d: int, defer: int) -> None:
-    """One tile per block (nothing to read ahead), several (the last tile of a block reads none), ragged lengths,
-    causal (tiles of different lengths): the simulated PTX agrees with the interpreter, which agrees with float64."""
+    """One tile per block (nothing to read ahead), several (the last tile of a block reads none), one block taking
+    every tile, ragged lengths, causal (tiles of different lengths): the simulated PTX agrees with the interpreter,
+    which agrees with float64."""
     args = _inputs(nq, nk, d)
     constants = {**ROTATING, "D": d, "CAUSAL": causal, "LSE": 1, "DEFER": defer, **sm90_constants(grid)}
     blocks = (sm90_blocks(1, 2, nq, 8, grid.get("TILES", 1)),)
