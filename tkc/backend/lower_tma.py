@@ -180,8 +180,9 @@ def lower_stage_wait(lw: KernelLowering, op: m.StageWaitOp) -> None:
 def lower_stage_release(lw: KernelLowering, op: m.StageReleaseOp) -> None:
     addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=True)
     if op.bars in _read_by_generic_loads(lw.fn):
-        # the stage was read by ldmatrix/ld.shared (the generic proxy) and the next TMA load into it writes through
-        # the async proxy: the mbarrier alone does not order them (seen on the H200), the proxy fence does
+        # the stage was read by ldmatrix (the generic proxy) and the next TMA load into it writes through the async
+        # proxy: the mbarrier alone did not order them on the H200 (a stage released right after its ldmatrix was
+        # refilled under it); the proxy fence is the PTX memory model's ordering between the two
         lw.emit(ptx.FenceOp("proxy.async.shared::cta"))
     lw.emit(ptx.MbarrierOp("arrive", addr, offset=offset, guard=lw.guard))
 
