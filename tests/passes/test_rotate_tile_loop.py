@@ -104,13 +104,29 @@ def test_scores_carried_on_before_their_wait_are_caught(monkeypatch: pytest.Monk
         _simulate_mutant()
 
 
-def test_scores_from_the_wrong_ring_step_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("defer", [3, 4])
+def test_scores_from_the_wrong_ring_step_are_caught(monkeypatch: pytest.MonkeyPatch, defer: int) -> None:
     """Mutated pass: the next tile's S_0 waits for and reads this tile's ring step 0 (the ring's base not advanced),
-    a stage refilled long since: the simulation fails (a wait that never ends, or wrong scores)."""
+    a stage refilled long since: verify-tma-pipeline says so (and without it the simulation fails: a wait that
+    never ends, or wrong scores)."""
+    from tkc.passes import verify_tma_pipeline
+
     original = rotate_tile_loop._ahead
     monkeypatch.setattr(rotate_tile_loop, "_ahead",
                         lambda loop, nxt: {k: v for k, v in original(loop, nxt).items() if k is loop.body.block.args[0]})
+    with pytest.raises(TkcError, match="ring step other than the next tile's first"):
+        _simulate_mutant(defer=defer)
+    monkeypatch.setattr(verify_tma_pipeline, "_check_rotated", lambda loop: None)
     with pytest.raises((SimulationError, AssertionError)):
+        _simulate_mutant(defer=defer)
+
+
+def test_a_tile_ring_read_ahead_for_the_wrong_tile_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated pass: the queries read ahead are the current tile's (its index for the tile ring's wait)."""
+    original = rotate_tile_loop._ahead
+    monkeypatch.setattr(rotate_tile_loop, "_ahead",
+                        lambda loop, nxt: {**original(loop, nxt), loop.body.block.args[0]: loop.body.block.args[0]})
+    with pytest.raises(TkcError, match="tile ring other than the next tile's"):
         _simulate_mutant()
 
 

@@ -13,6 +13,10 @@ For every `tile.stage_barriers` of a kernel:
   acquires a stage whose previous step the program has released by then (d ≤ the last released step + stages
   - k).
 
+* rotate-tile-loop's reads a tile ahead (a tile loop marked `tkc.rotate`): a wait on a ring of the key loop is
+  for the ring step the tile loop carries into its next iteration, a wait on the tile ring for the next tile's
+  index; before the loop, for the first tile's.
+
 A violation is a TkcError naming the op: on the GPU it would hang or read a stage before (or while) it is filled.
 
     scf.for ... { tile.stage_wait %bars[%k] ... scf.if (%k + 3 < trips) { tile.stage_acquire %bars[%k + 3] ... } }
@@ -282,6 +286,51 @@ def verify_tma_pipeline(module: ModuleOp) -> None:
                     _check_producer_block(block, bars, stages)
             for loop in [o for o in fn.walk() if isinstance(o, scf.ForOp)]:
                 _check_loop(loop, bars, stages)
+        for loop in [o for o in fn.walk() if isinstance(o, scf.ForOp) and "tkc.rotate" in o.attributes]:
+            _check_rotated(loop)
+
+
+def _rotated_waits(ops: list[Operation]) -> list[m.StageWaitOp]:
+    return [w for op in ops if isinstance(op, scf.IfOp) and "tkc.rotated_step" in op.attributes
+            for w in op.walk() if isinstance(w, m.StageWaitOp)]
+
+
+def _next_index(step: SSAValue, loop: scf.ForOp, tile: SSAValue) -> bool:
+    """Whether `step` is the tile loop's step index of tile `tile`: (tile - lb) / step."""
+    owner = step.owner
+    if not isinstance(owner, arith.DivUIOp) or owner.rhs is not loop.step:
+        return False
+    diff = owner.lhs.owner
+    return isinstance(diff, arith.SubiOp) and diff.lhs is tile and diff.rhs is loop.lb
+
+
+def _check_rotated(loop: scf.ForOp) -> None:
+    """rotate-tile-loop's reads a tile ahead: in the loop, a wait on a ring of the key loop is for the ring step the
+    loop carries into its next iteration, a wait on the tile ring for the next tile's index (tile + step); before
+    the loop, for the carried step's start and the first tile's index. (What the waits guard, the simulator runs.)"""
+    body = loop.body.block
+    yielded = dict(zip(body.args[1:], body.last_op.operands))  # type: ignore[union-attr]
+    started = dict(zip(body.args[1:], loop.iter_args))
+    key_bases: dict[SSAValue, SSAValue] = {}  # ring barriers of a loop inside -> the tile loop's argument it counts from
+    for inner in body.walk():
+        if isinstance(inner, scf.ForOp):
+            for wait in inner.body.block.walk():
+                if isinstance(wait, m.StageWaitOp) and not _peeled(wait):
+                    base = _ring_step(inner, wait.step)
+                    if base is not None and base in yielded:
+                        key_bases[wait.bars] = base
+    before = [op for op in loop.parent_block().ops]  # type: ignore[union-attr]
+    before = before[:before.index(loop)]
+    nxt = next((op for op in body.ops if isinstance(op, arith.AddiOp) and op.lhs is body.args[0]
+                and op.rhs is loop.step), None)
+    for waits, steps, tile in ((_rotated_waits(list(body.ops)), yielded, nxt.result if nxt else None),
+                               (_rotated_waits(before), started, loop.lb)):
+        for wait in waits:
+            if wait.bars in key_bases:
+                if wait.step is not steps[key_bases[wait.bars]]:
+                    raise _fail("a read a tile ahead waits for a ring step other than the next tile's first", wait)
+            elif tile is None or not _next_index(wait.step, loop, tile):
+                raise _fail("a read a tile ahead waits for a stage of the tile ring other than the next tile's", wait)
 
 
 @register("verify-tma-pipeline", "check the stage-barrier protocol of TMA rings statically (bytes, arrivals, order)")
