@@ -268,6 +268,17 @@ def _condition(body: Block, mapping: dict[SSAValue, SSAValue], value: SSAValue, 
     return result
 
 
+def _next_tile(loop: scf.ForOp, parts: _Tile, at: InsertPoint) -> tuple[arith.CmpiOp, dict[SSAValue, SSAValue],
+                                                                           SSAValue]:
+    """At `at` in the tile body: whether a next tile follows, the loop arguments' values for it, and whether it has
+    keys (runs a step 0)."""
+    next_tile = arith.AddiOp(parts.body.args[0], loop.step)
+    more = arith.CmpiOp(next_tile.result, loop.ub, "slt")
+    Rewriter.insert_op([next_tile, more], at)
+    ahead = _ahead(loop, next_tile.result)
+    return more, ahead, _condition(parts.body, ahead, parts.peeled.cond, at)
+
+
 def _rotate(loop: scf.ForOp) -> None:
     parts = _tile(loop, "defer=3")
     if parts is None:
@@ -277,12 +288,8 @@ def _rotate(loop: scf.ForOp) -> None:
 
     # tile t reads tile t+1's queries and starts its S_0 after its own last P·V, under its epilogue
     iv, args = body.args[0], body.args[1:]
-    next_tile = arith.AddiOp(iv, loop.step)
-    more = arith.CmpiOp(next_tile.result, loop.ub, "slt")
     at = InsertPoint.before(yield_op)
-    Rewriter.insert_op([next_tile, more], at)
-    ahead = _ahead(loop, next_tile.result)
-    has_keys_next = _condition(body, ahead, peeled.cond, at)
+    more, ahead, has_keys_next = _next_tile(loop, parts, at)
     q_arg = body.insert_arg(q.type, len(body.args))
     s_arg = body.insert_arg(s0.results[0].type, len(body.args))
     q_next, s_next = _read_ahead(body, ahead, more.result, query_ops, q, q_arg, [wait_k, read_k, s0], s0,
@@ -335,7 +342,7 @@ def _rotate_step(loop: scf.ForOp) -> None:
     body, peeled, q, yield_op, epilogue = parts.body, parts.peeled, parts.q, parts.yield_op, parts.epilogue
     last_pv = [op for op in parts.tail if isinstance(op, scf.IfOp) and any(isinstance(o, t.WgmmaOp) for o in op.walk())]
     releases_after = [op for op in parts.tail if isinstance(op, scf.IfOp)
-                      and any(isinstance(o, m.StageReleaseOp) for o in op.walk()) and not last_pv[-1:] == [op]]
+                      and any(isinstance(o, m.StageReleaseOp) for o in op.walk())]
     if len(last_pv) != 1 or len(releases_after) != 1:
         raise _fail("defer=4 expects one last P·V and one release after the key loop", loop)
     last_pv_if, release_if = last_pv[0], releases_after[0]
@@ -351,12 +358,8 @@ def _rotate_step(loop: scf.ForOp) -> None:
     q_read = [op for op in parts.query_ops if op not in q_release]
 
     iv = body.args[0]
-    next_tile = arith.AddiOp(iv, loop.step)
-    more = arith.CmpiOp(next_tile.result, loop.ub, "slt")
     at = InsertPoint.before(yield_op)
-    Rewriter.insert_op([next_tile, more], at)
-    ahead = _ahead(loop, next_tile.result)
-    has_keys_next = _condition(body, ahead, peeled.cond, at)
+    more, ahead, has_keys_next = _next_tile(loop, parts, at)
     q_arg = body.insert_arg(q.type, len(body.args))
     state_args = [body.insert_arg(ty, len(body.args)) for ty in state_types]
 
