@@ -188,30 +188,15 @@ def lower_stage_release(lw: KernelLowering, op: m.StageReleaseOp) -> None:
 
 
 def _read_by_generic_loads(fn: Operation) -> set[SSAValue]:
-    """The stage barriers of the rings whose stages some `tile.load` reads into registers (a view of a stage is a
-    load too: followed to the loads from it)."""
+    """The stage barriers of the rings whose stages some `tile.load` reads into registers (through views too)."""
     from tkc.ir import async_ops as a
     from tkc.ir.types import RegTileType
+    from tkc.passes.insert_tma_pipeline import stage_uses
 
     bars_of = {op.ring: op.bars for op in fn.walk() if isinstance(op, m.TmaLoadOp)}
-    read: set[SSAValue] = set()
-    for op in fn.walk():
-        if not isinstance(op, a.RingReadOp) or op.ring not in bars_of:
-            continue
-        pending, seen = [op.result], set()
-        while pending:
-            value = pending.pop()
-            if value in seen:
-                continue
-            seen.add(value)
-            for use in value.uses:
-                user = use.operation
-                if isinstance(user, t.LoadOp) and user.source is value:
-                    if isinstance(user.result.type, RegTileType):
-                        read.add(bars_of[op.ring])
-                    else:
-                        pending.append(user.result)  # a view of the stage
-    return read
+    return {bars_of[op.ring] for op in fn.walk() if isinstance(op, a.RingReadOp) and op.ring in bars_of
+            and any(isinstance(user, t.LoadOp) and isinstance(user.result.type, RegTileType)
+                    for user in stage_uses([op.result]))}
 
 
 def lower_tma_store(lw: KernelLowering, op: Any) -> None:

@@ -111,8 +111,8 @@ def step_start(loop: scf.ForOp) -> SSAValue:
     return k.owner.lhs.owner.rhs  # type: ignore[union-attr]
 
 
-def stage_readers(body: Block, values: list[SSAValue]) -> set[Operation]:
-    """The ops of the body (at its top level) that read any of the values, directly or through row views."""
+def stage_uses(values: list[SSAValue]) -> set[Operation]:
+    """The ops that use any of the values (stages), directly or through row views of them."""
     pending, seen, users = list(values), set(), set()
     while pending:
         value = pending.pop()
@@ -120,9 +120,15 @@ def stage_readers(body: Block, values: list[SSAValue]) -> set[Operation]:
             continue
         seen.add(value)
         for use in value.uses:
-            users.add(_top_level(use.operation, body))
+            users.add(use.operation)
             if isinstance(use.operation, t.LoadOp) and isinstance(use.operation.result.type, SharedTileType):
                 pending.append(use.operation.result)  # a view: its readers read the stage too
+    return users
+
+
+def stage_readers(body: Block, values: list[SSAValue]) -> set[Operation]:
+    """The ops of the body (at its top level) that read any of the values, directly or through row views."""
+    users = {_top_level(user, body) for user in stage_uses(values)}
     return {u for u in users if not isinstance(u, scf.YieldOp)}
 
 
