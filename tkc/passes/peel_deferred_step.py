@@ -40,6 +40,7 @@ from tkc.passes import register
 from tkc.passes.defer_wgmma import DEFERRED
 from tkc.passes.insert_tma_pipeline import step_index, step_start
 from tkc.passes.util import constant_int as _constant
+from tkc.passes.util import erase_while, unused
 
 PEEL_ATTR = "tkc.peel"  # on a kernel with defer=2
 PEELED = "tkc.peeled_step"  # on the if that runs a loop's step 0 before it
@@ -122,18 +123,8 @@ def _wait_for_all(wait: Operation) -> Operation:
 
 def _drop_dead(block: Block) -> None:
     """Remove what the peeled step computes and does not use (the previous stage's V, the release of step -1)."""
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed(list(block.ops)):
-            if isinstance(op, scf.IfOp) and _constant(op.cond) == 0 and not op.results:
-                op.detach()
-                op.erase()
-                changed = True
-            elif op.results and not any(r.uses for r in op.results) and is_side_effect_free(op):
-                op.detach()
-                op.erase()
-                changed = True
+    erase_while(block, lambda op: (isinstance(op, scf.IfOp) and _constant(op.cond) == 0 and not op.results)
+                or (unused(op) and is_side_effect_free(op)))
 
 
 def peel_deferred_steps(module: ModuleOp) -> None:

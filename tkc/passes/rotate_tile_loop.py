@@ -62,7 +62,7 @@ from tkc.ir.types import RegTileType
 from tkc.passes import register
 from tkc.passes.defer_wgmma import DEFERRED
 from tkc.passes.peel_deferred_step import PEELED
-from tkc.passes.util import with_one_more_carried
+from tkc.passes.util import erase_while, unused, with_one_more_carried
 
 ROTATE_ATTR = "tkc.rotate"  # on a kernel with defer=3 (and 4)
 STEP_ATTR = "tkc.rotate_step"  # on a kernel with defer=4: all of step 0 a tile ahead
@@ -444,15 +444,8 @@ def _rotate_step(loop: scf.ForOp) -> None:
 
 def _drop_dead(block: Block) -> None:
     """Remove the pure ops (and reads) whose results nothing uses any more."""
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed(list(block.walk())):
-            if op.results and not any(r.uses for r in op.results) and (
-                    _computes(op) or isinstance(op, a.RingReadOp | t.LoadOp)):
-                op.detach()
-                op.erase()
-                changed = True
+    erase_while(block, lambda op: unused(op) and (_computes(op) or isinstance(op, a.RingReadOp | t.LoadOp)),
+                nested=True)
 
 
 def rotate_tile_loops(module: ModuleOp) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
@@ -131,3 +133,21 @@ def with_one_more_carried(loop: Operation, init: SSAValue) -> Operation:
     loop.detach()
     loop.erase()
     return rebuilt
+
+
+def erase_while(block: Block, removable: Callable[[Operation], bool], nested: bool = False) -> None:
+    """Erase the block's ops (with `nested`, also those inside its ops) that are `removable`, last first, until
+    none is (erasing one can make the ops computing its operands removable)."""
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.walk() if nested else block.ops)):
+            if removable(op):
+                op.detach()
+                op.erase()
+                changed = True
+
+
+def unused(op: Operation) -> bool:
+    """Whether the op has results and nothing uses them."""
+    return bool(op.results) and not any(r.uses for r in op.results)
