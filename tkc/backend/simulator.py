@@ -413,6 +413,11 @@ class Warp:
     ldmatrix_pending: list[tuple[SSAValue, np.ndarray]] = field(default_factory=list)
 
 
+def _halves(addresses: np.ndarray, nbytes: int) -> np.ndarray:
+    """The 2-byte units of shared memory that accesses of `nbytes` at the addresses touch (sorted, once each)."""
+    return np.unique((addresses.reshape(-1)[:, None] + np.arange(0, nbytes, 2)[None, :]).reshape(-1) // 2)
+
+
 @dataclass
 class TensorMap:
     """What the simulator needs of a TMA descriptor: a row-major array (2-D, or more: boxes one matrix of the last
@@ -799,8 +804,7 @@ class BlockSimulator:
             rows = self.shared.read(addrs[:, i], 16, "ldmatrix")
             out[:, dest[i]] = ldmatrix_x4(rows, op.trans.value.data)
         warp.regs[op.result] = out
-        units = (addrs.reshape(-1)[:, None] + np.arange(0, 16, 2)[None, :]).reshape(-1) // 2
-        warp.ldmatrix_pending.append((op.result, np.unique(units)))
+        warp.ldmatrix_pending.append((op.result, _halves(addrs, 16)))
 
     def mma(self, warp: Warp, op: ptx.MmaOp) -> None:
         dtype = "bf16" if ".bf16." in op.shape.data else "f16"
@@ -946,7 +950,7 @@ class BlockSimulator:
                         piece = data[r - y, (c0 - x) * e:(c1 - x) * e]
                         self.launch.global_memory.write_span(addr, piece, "TMA store")
 
-            reads = np.unique((chunks[:, None] + np.arange(0, 16, 2)[None, :]).reshape(-1) // 2)
+            reads = _halves(chunks, 16)
             warp.bulk_open.append((reads, complete))
 
     def bulk_group(self, warp: Warp, op: ptx.BulkGroupOp) -> None:
@@ -1031,7 +1035,7 @@ class BlockSimulator:
                     for reads, _ in group]
         if not pending:
             return
-        halves = np.unique((addresses.reshape(-1)[:, None] + np.arange(0, nbytes, 2)[None, :]).reshape(-1) // 2)
+        halves = _halves(addresses, nbytes)
         for other, reads in pending:
             if np.intersect1d(reads, halves, assume_unique=True).size:
                 raise SimulationError(f"{what} writes shared memory that a wgmma or TMA store of warp {other.index} "
@@ -1044,7 +1048,7 @@ class BlockSimulator:
         unread = [(other, units) for other in self.warps for _, units in other.ldmatrix_pending]
         if not unread:
             return
-        halves = np.unique((addresses.reshape(-1)[:, None] + np.arange(0, nbytes, 2)[None, :]).reshape(-1) // 2)
+        halves = _halves(addresses, nbytes)
         for other, units in unread:
             if np.intersect1d(units, halves, assume_unique=True).size:
                 raise SimulationError(f"a TMA load writes shared memory that an ldmatrix of warp {other.index} may "
