@@ -205,3 +205,46 @@ def test_rows_index_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     args = [x, poisoned(100, 64), poisoned(100, 64).astype(np.float32), 28]
     interp, sim = run_both(rows_shifted_copy, args, (3,), target="sm_80")
     assert not np.array_equal(sim[1], interp[1], equal_nan=True)
+
+
+@tkc.kernel(warps=2, min_target="sm_80")
+def bf16_tile_out(X: gl[f32, 2], Y: gl[bf16, 2]):
+    """Each warp converts its 32×96 rows to bf16 and stores them from registers (the quad-transposed wide store)."""
+    store(Y, load(X, (warp_id(), 0), rt[f32, 32, 96]).to(bf16), (warp_id(), 0))
+
+
+@pytest.mark.parametrize("m", [64, 50, 33])
+def test_bf16_store_is_quad_transposed(m: int) -> None:
+    """A 16-bit row-layout tile goes to global memory 16 bytes a lane (st.global.v4, the quad's words exchanged by
+    shuffles first); the simulated PTX writes what the interpreter writes, rows past the end not at all."""
+    from tkc.compiler import compile_for_launch
+
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((m, 96)).astype(np.float32)
+    interp, sim = run_both(bf16_tile_out, [x, poisoned(m, 96)], (1,), order="shuffled")
+    np.testing.assert_array_equal(sim[1], interp[1])
+    assert np.isfinite(sim[1]).all()
+    ptx_text = compile_for_launch(bf16_tile_out, "sm_80", {}, {"X": 16, "Y": 16}).ptx
+    assert ptx_text.count("st.global.v4.b32") == 12 and "st.global.b32" not in ptx_text
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_quad_transpose_mutation_is_caught(monkeypatch: pytest.MonkeyPatch, stage: int) -> None:
+    """A quad transpose whose butterfly stage keeps the lane's own word where it should take the partner's: the
+    simulated store differs from the interpreter."""
+    from tkc.backend import lower_memory
+
+    real_op = lower_memory.KernelLowering.op
+    seen = []
+
+    def op(self, opcode, cls, *operands, **kw):
+        if opcode.startswith("shfl.sync.bfly") and operands[1].value in (2, 1):
+            seen.append(operands[1].value)
+            if seen.count(operands[1].value) == 1 and operands[1].value == 2 - stage:
+                return operands[0]  # the mutation: no exchange
+        return real_op(self, opcode, cls, *operands, **kw)
+
+    monkeypatch.setattr(lower_memory.KernelLowering, "op", op)
+    x = np.random.default_rng(7).standard_normal((64, 96)).astype(np.float32)
+    interp, sim = run_both(bf16_tile_out, [x, poisoned(64, 96)], (1,))
+    assert not np.array_equal(sim[1], interp[1], equal_nan=True)

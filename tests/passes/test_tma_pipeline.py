@@ -15,7 +15,7 @@ from xdsl.dialects import arith, scf
 from kernels.pipelined_sum import column_block_sum
 from tkc.backend import ptx
 from tkc.backend.simulator import simulate
-from tkc.compiler import Dumps, PassTimer, default_pipeline, lower_kernel, parse_pipeline, run_passes, specialize_alignment
+from tkc.compiler import Dumps, PassTimer, default_pipeline, lower_kernel, parse_pipeline, run_passes, specialize_alignment, tensor_alignment
 from tkc.errors import TkcError
 from tkc.frontend.kernel import build_module
 from tkc.ir import tma_ops as m
@@ -215,7 +215,8 @@ def test_gemm_on_tma_simulated() -> None:
     m_, n, k = 100, 130, 200
     a, b = random_bf16(rng, m_, k), random_bf16(rng, k, n)
     c = np.full((m_, n), np.nan, dtype=a.dtype)
-    module = lower_kernel(gemm_sm90_kernel, "sm_90a", {"BN": 64, "BK": 32, "STAGES": 3})
+    aligns = {"C": tensor_alignment(c)}  # C's rows (260 bytes) take 4-byte stores; A and B are taken as aligned
+    module = lower_kernel(gemm_sm90_kernel, "sm_90a", {"BN": 64, "BK": 32, "STAGES": 3}, aligns=aligns)
     assert any(isinstance(op, ptx.TmaLoadOp) for op in module.walk())
     simulate(module, "gemm_sm90_kernel", [a, b, c], (2 * 3,), order="shuffled")
     ref = a.astype(np.float64) @ b.astype(np.float64)

@@ -19,14 +19,14 @@ from xdsl.dialects.builtin import Float32Type, IntegerAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tkc.backend import ptx
-from tkc.backend.fragments import LANES, is_packed, tile_fragment, vector_fragment
+from tkc.backend.fragments import G, LANES, Q, is_packed, tile_fragment, vector_fragment
 from tkc.backend.index import LANE, TID, Const, Expr, Leaf, share_bases
 from tkc.backend.lower_compute import pack, unpack
 from tkc.backend.shared_layout import conflict_degree, tile_offset
 from tkc.errors import TkcError
 from tkc.ir import async_ops as a
 from tkc.ir import ops as t
-from tkc.ir.types import GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType, element_bytes
+from tkc.ir.types import GlobalType, Layout, RegTileType, RegVecType, SharedTileType, SharedVecType, element_bytes
 from tkc.passes.allocate_shared import OFFSET_ATTR
 from tkc.passes.lower_to_ptx import GlobalRef, Imm, KernelLowering, RingRef, SharedRef, handles
 
@@ -431,15 +431,17 @@ def _lead_pointer(lw: KernelLowering, g: Any, lead: Sequence[Any]) -> tuple[Any,
 
 
 
-def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords: list[Any]):
+def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords: list[Any],
+                   sc: np.ndarray | None = None):
     """Runs, address bundle (b64), per-run (base, offset), and guard predicates for a register tile/vector at
     tile coordinates `coords` of global tensor g. A run's row and column are this lane's part (shared by every
-    run) plus a constant: one address register per distinct row constant, the column constant an immediate."""
+    run) plus a constant: one address register per distinct row constant, the column constant an immediate.
+    `sc`: where each slot's element lies ([lane, slot, (row, col)]), if not where the fragment puts it."""
     mem_type = _register_type(reg_type, g.type.element_type)
     e = element_bytes(g.type.element_type)
     tile_shape = reg_type.shape  # type: ignore[attr-defined]
     k = len(tile_shape)
-    sc = slot_coords(mem_type)
+    sc = slot_coords(mem_type) if sc is None else sc
     runs = plan_runs(mem_type, sc, min(16, g.align))
     rank = g.type.rank
     lead, tile_coords = coords[:-k], coords[-k:]
@@ -545,10 +547,76 @@ def _store_global_registers(lw: KernelLowering, op: t.StoreOp) -> None:
     coords = global_coords(lw, op)
     reg_type = op.value.type
     value = lw.reg(lw.value(op.value))
-    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords)
+    mem_type = _register_type(reg_type, g.type.element_type)
     if mem_type != reg_type:
         value = pack(lw, unpack(lw, value, reg_type), mem_type)
-    _store_runs(lw, "global", mem_type, value, runs, addr, base_of, offset, guard, np.arange(len(runs)))
+    # The exchange holds a few more registers; with 512 threads or more (128 registers a thread at entry) the
+    # kernel has none to spare (attention_sm90 at D=64 with three consumer warpgroups would spill).
+    wide = quad_transposable(mem_type) and g.align >= 16 and lw.threads < 512
+    sc = quad_transposed_coords(mem_type) if wide else None
+    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords, sc)
+    if not wide:
+        _store_runs(lw, "global", mem_type, value, runs, addr, base_of, offset, guard, np.arange(len(runs)))
+        return
+    assert all(run.start == 8 * i and run.length == 8 for i, run in enumerate(runs))
+    # Each 16-byte run stored as soon as its quad is transposed: few registers live at once.
+    quad_transpose(lw, value, mem_type, lambda out, i: _store_runs(
+        lw, "global", mem_type, out, runs[i:i + 1], addr, base_of[i:i + 1], offset[i:i + 1], guard, np.array([i])))
+
+
+def quad_transposable(type_: Attribute) -> bool:
+    """A 16-bit row-layout tile whose rows are whole groups of 32 columns: quad_transpose applies."""
+    return (isinstance(type_, RegTileType) and type_.layout == Layout.ROW and element_bytes(type_.element_type) == 2
+            and type_.cols.data % 32 == 0)
+
+
+def quad_transposed_coords(type_: RegTileType) -> np.ndarray:
+    """[lane, slot, (row, col)] of quad_transpose's result: register 4t + j of lane (g, q), t = (sub-tile row si,
+    32-column group c, row half h) in order, holds row 16·si + g + 8·h, columns 8·(4c + q) + 2j and + 1."""
+    groups, halves = type_.cols.data // 32, np.arange(2)
+    out = [np.stack([np.broadcast_to(16 * si + G + 8 * h, (LANES,)), 8 * (4 * c + Q) + 2 * j + half], axis=-1)
+           for si in range(type_.rows.data // 16) for c in range(groups) for h in halves for j in range(4)
+           for half in halves]
+    return np.stack(out, axis=1)
+
+
+def quad_transpose(lw: KernelLowering, value: SSAValue, type_: RegTileType, each: Any) -> None:
+    """A row-layout 16-bit tile's registers exchanged within each quad of lanes so that a lane holds 8 consecutive
+    columns of a row (one 16-byte access, not four of 4 bytes: a warp's store then writes 64 bytes of each row it
+    touches). Per row of a group of 4 column chunks of 8, the quad's 4×4 matrix of 32-bit words (lane, chunk) is
+    transposed in two butterfly stages (shuffles at distance 2, then 1), each lane sending the word its partner
+    needs. Quad matrix i's words become registers 4i..4i+3 of a new bundle `out` (their elements where
+    quad_transposed_coords says), after which `each(out, i)` is called."""
+    frag = tile_fragment(type_)
+    groups = type_.cols.data // 32
+    quads = [[frag.reg(si, 2 * c + i // 2, 2 * (i % 2) + h) for i in range(4)]
+             for si in range(type_.rows.data // 16) for c in range(groups) for h in range(2)]
+    lane_bit = {d: lw.at_entry(f"lane&{d}", lambda d=d: lw.op(
+        "setp.ne.u32", "pred", lw.op("and.b32", "b32", lw.reg(lw.expr(LANE)), Imm(d), n=1), Imm(0), n=1))
+        for d in (1, 2)}
+    out = lw.emit(ptx.RegsOp("b32", 4 * len(quads))).results[0]
+
+    def exchange(lo: Any, hi: Any, d: int, into: tuple[SSAValue, np.ndarray, np.ndarray] | None = None):
+        """Words lo and hi per pair, the lanes with bit d set taking their partner's lo, the others its hi."""
+        n = len(lo[1]) if isinstance(lo, tuple) else ptx.count_of(lo)
+        p = lane_bit[d]
+        sent = lw.op("selp.b32", "b32", lo, hi, p, n=n)
+        got = lw.op("shfl.sync.bfly.b32", "b32", sent, Imm(d), Imm(0x1F), Imm(-1), n=n)
+        if into is None:
+            return lw.op("selp.b32", "b32", got, lo, p, n=n), lw.op("selp.b32", "b32", hi, got, p, n=n)
+        bundle, lo_dest, hi_dest = into
+        lw.op("selp.b32", None, got, lo, p, into=bundle, dest=lo_dest, n=n)
+        lw.op("selp.b32", None, hi, got, p, into=bundle, dest=hi_dest, n=n)
+        return None
+
+    pair = np.array([0, 1])
+    for t4, quad in zip(range(0, 4 * len(quads), 4), quads):  # one matrix at a time: few registers live at once
+        # Stage 1: words (0, 2) and (1, 3) swap across lanes q, q ^ 2 (the off-diagonal 2×2 blocks).
+        low, high = exchange((value, np.array(quad[:2])), (value, np.array(quad[2:])), 2)
+        # Stage 2: within each block, words (0, 1) and (2, 3) swap across lanes q, q ^ 1.
+        for words, base in ((low, t4), (high, t4 + 2)):
+            exchange((words, pair[:1]), (words, pair[1:]), 1, into=(out, np.array([base]), np.array([base + 1])))
+        each(out, t4 // 4)
 
 
 # --------------------------------------------------------------------------------------------------------------
