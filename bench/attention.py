@@ -46,22 +46,18 @@ VARIANTS = ("tkc alt A", "tkc alt B", "tkc alt C")
 
 
 def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
-    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly with the tile loop
-    rotated: DEFER=4 (all of the next tile's step 0 under this tile's last P·V) and DEFER=3 (only its first Q·Kᵀ,
-    under the epilogue), with a producer and the queries in registers. D=128: not causal, A = DEFER=4 on a
-    persistent grid, B = DEFER=3 likewise, C = DEFER=4 with two query blocks per block; causal, A = DEFER=4 with
-    two query blocks per block, B = DEFER=3 likewise, C = DEFER=4 with four. D=64 (two consumer warpgroups of
-    128-key steps; persistent not causal, two query blocks per block causal): A = DEFER=4, B = DEFER=3, C = 64-key
-    steps two blocks per SM (no producer)."""
-    regs = {"KEYS": 128, "WARPS": 8, "DEFER": 4, "PRODUCER": 1, "Q_REGS": 1}
+    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly with other tile-loop
+    schedules (a producer and the queries in registers, 128-key steps). D=128 (attention() rotates the tile loop,
+    DEFER=3): A = P·V deferred only (DEFER=1, the previous default), B = all of the next tile's step 0 under this
+    tile's last P·V (DEFER=4), on attention()'s grid (persistent not causal, two query blocks per block causal);
+    C = DEFER=3 on the other grid. D=64, on a persistent grid: A = DEFER=3, B = DEFER=4, C = 64-key steps two
+    blocks per SM (no producer)."""
+    regs = {"KEYS": 128, "WARPS": 8, "PRODUCER": 1, "Q_REGS": 1}
     if d == 128:
-        if not causal:
-            return {"tkc alt A": {**regs, "PERSISTENT": 1}, "tkc alt B": {**regs, "DEFER": 3, "PERSISTENT": 1},
-                    "tkc alt C": {**regs, "TILES": 2}}
-        return {"tkc alt A": {**regs, "TILES": 2}, "tkc alt B": {**regs, "DEFER": 3, "TILES": 2},
-                "tkc alt C": {**regs, "TILES": 4}}
-    grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
-    return {"tkc alt A": {**regs, **grid}, "tkc alt B": {**regs, "DEFER": 3, **grid},
+        grid, other = ({"TILES": 2}, {"PERSISTENT": 1}) if causal else ({"PERSISTENT": 1}, {"TILES": 2})
+        return {"tkc alt A": {**regs, "DEFER": 1, **grid}, "tkc alt B": {**regs, "DEFER": 4, **grid},
+                "tkc alt C": {**regs, "DEFER": 3, **other}}
+    return {"tkc alt A": {**regs, "DEFER": 3, "PERSISTENT": 1}, "tkc alt B": {**regs, "DEFER": 4, "PERSISTENT": 1},
             "tkc alt C": {"KEYS": 64, "WARPS": 8}}
 
 

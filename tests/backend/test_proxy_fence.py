@@ -19,8 +19,8 @@ from tkc.kernels.attention import sm90_blocks, sm90_config, sm90_constants
 ALIGNS = {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}
 
 
-def _run(d: int, causal: int, seed: int = 0, batch: int = 2, heads: int = 3, n: int = 300) -> None:
-    cfg = sm90_config(d, n, n, bool(causal))
+def _run(d: int, causal: int, seed: int = 0, batch: int = 2, heads: int = 3, n: int = 300, **changes: int) -> None:
+    cfg = {**sm90_config(d, n, n, bool(causal)), **changes}
     constants = {"D": d, **sm90_constants(cfg), "CAUSAL": causal, "LSE": 1}
     rng = np.random.default_rng(seed)
     q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))
@@ -36,6 +36,8 @@ def test_attention_survives_fine_interleaving(d: int, causal: int) -> None:
 
 
 def test_a_release_without_the_proxy_fence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DEFER=1 releases the queries' stage right after their ldmatrix (DEFER=3, attention()'s at D=128, only after
+    the first Q·Kᵀ has read the registers: ordered by then)."""
     monkeypatch.setattr(lower_tma, "_read_by_generic_loads", lambda fn: set())
     with pytest.raises(SimulationError, match="ldmatrix"):
-        _run(128, 0)
+        _run(128, 0, DEFER=1)

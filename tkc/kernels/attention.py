@@ -153,7 +153,9 @@ FALLBACK = (16, 64, 0)
 
 # attention_sm90's configuration per head dim, length and mask, from bench/attention.py --variants on the H200
 # (RESULTS 2026-12-03 08:19, 08:41 and 10:01; each round in a new order). D=128: P·V deferred with a producer
-# warpgroup and the queries in registers. Not causal, on a persistent grid: each block's next queries and keys
+# warpgroup and the queries in registers, the tile loop rotated (DEFER=3: the next tile's first Q·Kᵀ under this
+# one's epilogue; RESULTS 2026-12-03 16:39: 1.04/1.07/1.05x cuDNN at N = 4096/8192/16384 not causal vs 1.02/1.04/
+# 1.04 with DEFER=1, causal 1.09/1.12/1.09 vs 1.06/1.12/1.09). Not causal, on a persistent grid: each block's next queries and keys
 # load during its current tile (N=1024: 0.92x cuDNN vs 0.88 with two tiles a block; N=4096 1.02 vs 0.98). Causal
 # (tiles of different lengths, which a static round robin leaves unbalanced: 0.78-0.99 persistent): two query
 # blocks per block (RESULTS 12:36: 1.05/1.08/1.07x cuDNN at N = 4096/8192/16384 vs ping-pong's 1.03/1.04/1.06,
@@ -169,7 +171,7 @@ def sm90_config(d: int, nq: int, nk: int, causal: bool = False) -> dict[str, int
     """The constants attention() launches attention_sm90 with (WARPS: consumer warps, 16 query rows each) and its
     grid: TILES query blocks per block (default 1), or PERSISTENT=1, one block per slot the GPU holds at once."""
     if d == 128:
-        cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1}
+        cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
         return {**cfg, "TILES": 2} if causal else {**cfg, "PERSISTENT": 1}
     if nk < LONG_KEYS // 2:  # short keys: two consumer warpgroups with the queries in registers, step 0 peeled
         return {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "PERSISTENT": 1}
