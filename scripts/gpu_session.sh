@@ -2,7 +2,7 @@
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
-#        bench-layernorm host
+#        bench-layernorm host tile-cost store-cost d64
 #        layernorm-probe sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +33,12 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 200 python3 bench/layernorm.py > "$OUT/bench-layernorm.log" 2>&1; tail -7 "$OUT/bench-layernorm.log" ;;
     host)
         timeout 200 python3 bench/host_breakdown.py --profile gemm attention layernorm > "$OUT/host.log" 2>&1; head -26 "$OUT/host.log" ;;
+    tile-cost)  # what a query tile costs beyond its key steps (bench/probe_tile_cost.py)
+        timeout 300 python3 bench/probe_tile_cost.py > "$OUT/tile-cost.log" 2>&1; tail -14 "$OUT/tile-cost.log" ;;
+    store-cost)  # the same with and without the output store (bench/probe_store.py)
+        timeout 300 python3 bench/probe_store.py > "$OUT/store-cost.log" 2>&1; tail -14 "$OUT/store-cost.log" ;;
+    d64)  # attention() at D=64 N=1024 beside other pipeline depths and grids (bench/probe_d64.py)
+        timeout 200 python3 bench/probe_d64.py > "$OUT/d64.log" 2>&1; tail -22 "$OUT/d64.log" ;;
     layernorm-probe)
         timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
         sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;
