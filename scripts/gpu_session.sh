@@ -2,7 +2,7 @@
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
-#        bench-layernorm host tile-cost store-cost d64
+#        bench-layernorm host tile-cost store-cost d64 exp2
 #        layernorm-probe sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,8 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 300 python3 bench/probe_store.py > "$OUT/store-cost.log" 2>&1; tail -14 "$OUT/store-cost.log" ;;
     d64)  # attention() at D=64 N=1024 beside other pipeline depths and grids (bench/probe_d64.py)
         timeout 200 python3 bench/probe_d64.py > "$OUT/d64.log" 2>&1; tail -22 "$OUT/d64.log" ;;
+    exp2)  # attention() beside EXP2_POLY=N (every N-th exp2 on the FMA pipe): bench/probe_exp2.py
+        timeout 300 python3 bench/probe_exp2.py > "$OUT/exp2.log" 2>&1; tail -40 "$OUT/exp2.log" ;;
     layernorm-probe)
         timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
         sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;

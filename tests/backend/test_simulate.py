@@ -13,7 +13,7 @@ import tkc
 from tkc.backend.simulator import simulate
 from tkc.compiler import lower_kernel, tensor_alignment
 from tkc.kernels import attention_fwd, gemm_kernel, layernorm_kernel
-from tkc.lang import (bf16, block_idx, const, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rows, rt, st,
+from tkc.lang import (bf16, block_idx, const, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rows, rt, st,
                       store, warp_id, zeros)
 
 ORDERS = ["ascending", "descending", "shuffled"]
@@ -248,3 +248,28 @@ def test_quad_transpose_mutation_is_caught(monkeypatch: pytest.MonkeyPatch, stag
     x = np.random.default_rng(7).standard_normal((64, 96)).astype(np.float32)
     interp, sim = run_both(bf16_tile_out, [x, poisoned(64, 96)], (1,))
     assert not np.array_equal(sim[1], interp[1], equal_nan=True)
+
+
+@tkc.kernel(warps=1, min_target="sm_80", exp2_poly="EVERY")
+def exp2_tile(X: gl[f32, 2], Y: gl[f32, 2], EVERY: const = 1):
+    store(Y, exp2(load(X, (0, 0), rt[f32, 16, 64])), (0, 0))
+
+
+@pytest.mark.parametrize("every", [1, 3, 0])
+def test_exp2_on_the_fma_pipe(every: int) -> None:
+    """exp2_poly=N: every N-th slot's exp2 is a cubic on the FMA pipe (add.rm for the floor, an integer multiply-add
+    into the exponent), within 2e-4 of exp2 down to 2^-126; -inf and inputs below -127 give (about) zero."""
+    from tkc.compiler import compile_for_launch
+
+    rng = np.random.default_rng(every)
+    x = (rng.standard_normal((16, 64)) * 30).astype(np.float32)
+    x[0, :8] = [-np.inf, -200, -127, -126.5, 0, 7.99, 8, -1e-30]
+    y = np.full((16, 64), np.nan, np.float32)
+    simulate(lower_kernel(exp2_tile, "sm_80", {"EVERY": every}), "exp2_tile", [x, y], (1,))
+    ref = np.exp2(x.astype(np.float64))
+    normal = ref > 2.0**-126
+    assert (np.abs(y[normal] / ref[normal] - 1) < 2e-4).all()
+    assert (np.abs(y[~normal]) < 1e-37).all()
+    ptx_text = compile_for_launch(exp2_tile, "sm_80", {"EVERY": every}, {"X": 16, "Y": 16}).ptx
+    on_fma = 0 if every == 0 else 32 // every
+    assert ptx_text.count("add.rm.f32") == on_fma and ptx_text.count("ex2.approx") == 32 - on_fma

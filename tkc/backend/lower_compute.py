@@ -148,10 +148,46 @@ _IDENTITY = {"max": -np.inf, "min": np.inf, "sum": 0.0, "prod": 1.0}
 def lower_unary(lw: KernelLowering, op: t.UnaryOp) -> list[object]:
     type_ = op.result.type
     x = unpack(lw, lw.value(op.input), type_)
+    poly_every = lw.fn.attributes.get("tkc.exp2_poly")
     for step in _UNARY[op.name.split(".")[1]]:
         opcode, *extra = step.split()
+        if opcode == "ex2.approx.ftz.f32" and poly_every is not None and isinstance(type_, RegTileType):
+            x = _exp2_shared(lw, x, poly_every.value.data)  # type: ignore[attr-defined]
+            continue
         x = lw.op(opcode, "b32", x, *(_CONSTANTS[e] for e in extra))  # type: ignore[assignment]
     return [pack(lw, x, type_)]
+
+
+# 2^f on [0, 1) as 1 + f·(C1 + f·(C2 + f·C3)), least squares in the relative error (at most 1.7e-4)
+EXP2_CUBIC = (0.07632546, 0.22830825, 0.69503617, 1.0)
+_FLOOR_MAGIC = 12582912.0  # 1.5·2^23: x + it, rounded down, holds floor(x) in its low mantissa bits
+
+
+def _exp2_shared(lw: KernelLowering, x: SSAValue, every: int) -> SSAValue:
+    """exp2 of each slot of x: every `every`-th slot on the FMA pipe (kernel option exp2_poly), the others by
+    ex2.approx (the multi-function unit, 16 results a cycle per multiprocessor: a softmax-bound loop waits on it).
+    On the FMA pipe: x clamped at -127, t = x + 1.5·2^23 rounded down (its bits: 0x4B400000 + floor(x)), the
+    fraction x - (t - 1.5·2^23) through the cubic, and floor(x) added to the cubic's exponent as t's low bits
+    shifted up by 23 (one integer multiply-add)."""
+    n = ptx.count_of(x)
+    on_fma = np.arange(every - 1, n, every)
+    if not len(on_fma):
+        return lw.op("ex2.approx.ftz.f32", "b32", x)  # type: ignore[return-value]
+    on_mufu = np.setdiff1d(np.arange(n), on_fma)
+    out = lw.emit(ptx.RegsOp("b32", n)).results[0]
+    if len(on_mufu):
+        lw.op("ex2.approx.ftz.f32", None, (x, on_mufu), into=out, dest=on_mufu, n=len(on_mufu))
+    k = len(on_fma)
+    clamped = lw.op("max.f32", "b32", (x, on_fma), Imm(-127.0), n=k)
+    t = lw.op("add.rm.f32", "b32", clamped, Imm(_FLOOR_MAGIC), n=k)
+    whole = lw.op("sub.f32", "b32", t, Imm(_FLOOR_MAGIC), n=k)
+    frac = lw.op("sub.f32", "b32", clamped, whole, n=k)
+    c3, c2, c1, c0 = EXP2_CUBIC
+    p = lw.op("fma.rn.f32", "b32", frac, Imm(c3), Imm(c2), n=k)
+    p = lw.op("fma.rn.f32", "b32", p, frac, Imm(c1), n=k)
+    p = lw.op("fma.rn.f32", "b32", p, frac, Imm(c0), n=k)
+    lw.op("mad.lo.u32", None, t, Imm(1 << 23), p, into=out, dest=on_fma, n=k)
+    return out
 
 
 @handles(t.BinaryOp)

@@ -267,6 +267,10 @@ def execute(opcode: str, operands: list[np.ndarray]) -> np.ndarray:
         return o[0]
     if name == "cvt":
         return _convert(opcode, mods, kind, o)
+    if kind == "f32" and name in ("add", "sub") and "rm" in mods:  # rounded toward -inf (exact in f64 first)
+        wide = f32(o[0]).astype(np.float64) + (1 if name == "add" else -1) * f32(o[1]).astype(np.float64)
+        near = wide.astype(np.float32)
+        return bits32(np.where(near > wide, np.nextafter(near, np.float32(-np.inf)), near))
     if kind == "f32" or name in ("ex2", "lg2", "rsqrt", "tanh", "rcp"):
         x = [f32(v) for v in o]
         with np.errstate(all="ignore"):

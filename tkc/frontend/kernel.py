@@ -105,7 +105,8 @@ class Kernel:
     def __init__(self, fn: Callable[..., Any], warps: int | str, min_target: str, stages: int | str | None = None,
                  blocks_per_sm: int | str | None = None, producer: int | str | None = None,
                  tma_store: int | str | None = None, pingpong: int | str | None = None,
-                 overlap: int | str | None = None, defer: int | str | None = None):
+                 overlap: int | str | None = None, defer: int | str | None = None,
+                 exp2_poly: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -126,6 +127,7 @@ class Kernel:
         self.pingpong = pingpong
         self.overlap = overlap
         self.defer = defer
+        self.exp2_poly = exp2_poly
         self._check_count("warps", warps, 1, 32)
         if producer is not None:
             self._check_count("producer", producer, 0, 1)
@@ -137,6 +139,8 @@ class Kernel:
             self._check_count("overlap", overlap, 0, 1)
         if defer is not None:
             self._check_count("defer", defer, 0, 4)
+        if exp2_poly is not None:
+            self._check_count("exp2_poly", exp2_poly, 0, 64)
         if stages is not None:
             self._check_count("stages", stages, 1, 8)
         if blocks_per_sm is not None:
@@ -318,6 +322,10 @@ class Kernel:
             fn.attributes["tkc.rotate"] = UnitAttr()
         if defer == 4:
             fn.attributes["tkc.rotate_step"] = UnitAttr()
+        if self.exp2_poly is not None:
+            every = self._resolve_count("exp2_poly", self.exp2_poly, values, 0, 64)
+            if every:
+                fn.attributes["tkc.exp2_poly"] = IntegerAttr(every, 64)
         fn.attributes["tkc.min_target"] = StringAttr(self.min_target.name)
         if values:
             fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
@@ -375,7 +383,7 @@ def build_module(kernels: list[Kernel], target: str | Target, constants: Mapping
 def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_target: str = "sm_80",
            stages: int | str | None = None, blocks_per_sm: int | str | None = None, producer: int | str | None = None,
            tma_store: int | str | None = None, pingpong: int | str | None = None, overlap: int | str | None = None,
-           defer: int | str | None = None, **unknown: Any) -> Any:
+           defer: int | str | None = None, exp2_poly: int | str | None = None, **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
@@ -392,16 +400,22 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     `defer=2` also runs the loop's step 0 before it, without that step's P·V of a zero P (`peel-deferred-step`);
     `defer=3` also reads a tile loop's next queries and starts their first Q·Kᵀ under this tile's epilogue
     (`rotate-tile-loop`; the queries in registers); `defer=4` runs all of the next tile's step 0 there, its softmax
-    under this tile's last P·V. These options may name a const parameter instead, e.g. `warps="WARPS"`.
+    under this tile's last P·V. `exp2_poly=N` computes every N-th element of a register tile's exp2 on the FMA
+    pipe (a cubic in the fraction, the integer part added to the exponent; relative error ~1e-4, inputs below -127
+    give ~0, NaN and +inf are not kept) instead of the multi-function unit, which does 16 a cycle per
+    multiprocessor, so that a softmax-bound loop shares the work between both (FlashAttention-4's trick).
+    These options may name a const parameter instead, e.g. `warps="WARPS"`.
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=... and defer=..., not "
+            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=... and exp2_poly=..., not "
             f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
     if fn is not None and not callable(fn):
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
-        return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer)
-    return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer)
+        return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
+                      exp2_poly)
+    return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
+                            exp2_poly)
