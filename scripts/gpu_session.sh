@@ -2,7 +2,7 @@
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
-#        bench-layernorm host tile-cost store-cost d64 exp2
+#        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention
 #        layernorm-probe sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +41,14 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 200 python3 bench/probe_d64.py > "$OUT/d64.log" 2>&1; tail -22 "$OUT/d64.log" ;;
     exp2)  # attention() beside EXP2_POLY=N (every N-th exp2 on the FMA pipe): bench/probe_exp2.py
         timeout 300 python3 bench/probe_exp2.py > "$OUT/exp2.log" 2>&1; tail -40 "$OUT/exp2.log" ;;
+    ncu-attention)  # where attention_sm90's cycles go (stalls, pipes, issue) at D=64/128, N=1024: ncu sections
+        for dn in "64 1024" "128 1024" "64 4096"; do
+            timeout 150 ncu --kernel-name attention_sm90 --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+                --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats \
+                --section WarpStateStats python3 bench/probe_ncu.py $dn > "$OUT/ncu-${dn// /-}.txt" 2>&1
+            grep -E "Issue Slots Busy|No Eligible|Issued Warp|Warp Cycles Per Issued|Stall|Pipe|Duration" \
+                "$OUT/ncu-${dn// /-}.txt" | head -14
+        done ;;
     layernorm-probe)
         timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
         sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;
