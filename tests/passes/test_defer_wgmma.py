@@ -2,7 +2,8 @@
 warpgroup). The pass keeps the kernel's meaning (the interpreter agrees before and after it, on random inputs);
 the PTX simulation, which poisons a wgmma's accumulator until a wait covers it and checks that nothing rewrites its
 A registers or the shared memory it reads before then, agrees with the interpreter with and without a producer
-warpgroup and ping-pong; waits one group short are caught; ptxas keeps the wait for P·V after the softmax."""
+warpgroup and ping-pong; waits one group short are caught; ptxas keeps the wait for P·V after the softmax. With overlap=1 as well, both
+wgmmas (P_{j-1}·V_{j-1} and S_{j+1}) run under the softmax of S_j."""
 
 from __future__ import annotations
 
@@ -57,7 +58,11 @@ def test_the_interpreter_agrees_before_and_after(nq: int, nk: int, causal: int, 
     (300, 333, 64, 0, 64, 8, {"TILES": 3}), (130, 300, 128, 0, 128, 8, {"PINGPONG": 1, "PRODUCER": 1, "Q_REGS": 1, "DEFER": 2}),
     (300, 260, 128, 1, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 2, "DEFER": 2}), (100, 333, 64, 1, 128, 12, {"PRODUCER": 1, "DEFER": 2}),
     (200, 200, 64, 1, 64, 4, {"DEFER": 2}), (1, 1, 64, 0, 64, 4, {"DEFER": 2}), (300, 600, 128, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 3, "DEFER": 2}),
-    (300, 700, 64, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 3, "DEFER": 2})])
+    (300, 700, 64, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "TILES": 3, "DEFER": 2}),
+    (300, 333, 64, 0, 64, 8, {"OVERLAP": 1, "PRODUCER": 1, "Q_REGS": 1, "PERSISTENT": 1}),
+    (200, 200, 64, 1, 64, 8, {"OVERLAP": 1, "PRODUCER": 1, "Q_REGS": 1, "TILES": 2}),
+    (130, 300, 128, 1, 64, 8, {"OVERLAP": 1, "PRODUCER": 1, "Q_REGS": 1}), (1, 1, 64, 0, 64, 4, {"OVERLAP": 1}),
+    (256, 320, 128, 0, 64, 8, {"OVERLAP": 1, "PRODUCER": 1, "STAGES": 3})])
 def test_simulation_agrees(nq: int, nk: int, d: int, causal: int, keys: int, warps: int, extra: dict) -> None:
     """More key blocks than stages (and one), causal, ragged lengths, with a producer warpgroup, ping-pong, the
     queries in registers, three consumer warpgroups, several query blocks per block, step 0 peeled (DEFER=2):
@@ -124,7 +129,10 @@ def test_a_release_before_pv_is_done_is_caught(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("constants", [{"D": 128, "KEYS": 128, "PRODUCER": 1}, {"D": 128, "KEYS": 128, "CAUSAL": 1},
-                                       {"D": 64, "KEYS": 64}, {"D": 128, "KEYS": 128, "PINGPONG": 1}])
+                                       {"D": 64, "KEYS": 64}, {"D": 128, "KEYS": 128, "PINGPONG": 1},
+                                       {"D": 64, "KEYS": 64, "OVERLAP": 1, "PRODUCER": 1, "Q_REGS": 1},
+                                       {"D": 128, "KEYS": 64, "OVERLAP": 1, "PRODUCER": 1, "Q_REGS": 1},
+                                       {"D": 128, "KEYS": 64, "OVERLAP": 1, "PRODUCER": 1, "CAUSAL": 1}])
 def test_deferred_attention_assembles_cleanly(constants: dict) -> None:
     compiled = compile_for_launch(attention_sm90, "sm_90a", {**constants, "WARPS": 8, "LSE": 1, "DEFER": 1}, ALIGNS)
     (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
@@ -157,9 +165,40 @@ def test_the_wait_for_pv_stays_after_the_softmax(monkeypatch: pytest.MonkeyPatch
     assert not re.search(r"HGMMA×16 DEPBAR EX2×6\d DEPBAR", _order(constants)), _order(constants)
 
 
-def test_defer_with_overlap_is_one_clear_error() -> None:
-    with pytest.raises(TkcError, match="defer=1 and overlap=1"):
-        lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "DEFER": 1, "OVERLAP": 1})
+def test_a_peeled_loop_with_overlap_is_one_clear_error() -> None:
+    with pytest.raises(TkcError, match="overlap=1 goes with defer=1 only"):
+        lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "DEFER": 2, "OVERLAP": 1})
+
+
+OVERLAPPED = {"D": 64, "KEYS": 64, "WARPS": 8, "DEFER": 1, "OVERLAP": 1, "PRODUCER": 1, "Q_REGS": 1}
+
+
+def test_with_overlap_both_wgmmas_run_under_the_softmax() -> None:
+    """defer=1 with overlap=1 (FlashAttention-3's pipelining within a warpgroup): the step issues P_{j-1}·V_{j-1},
+    then S_{j+1} = Q·K_{j+1}ᵀ, works on S_j (carried from the step before, already complete) with nothing to wait
+    for, and waits for both at its end (before the stage release and before S_{j+1} is carried on)."""
+    module = build_module([attention_sm90], "sm_90a", OVERLAPPED)
+    run_passes(module, parse_pipeline("canonicalize,cse,overlap-wgmma,insert-tma-pipeline,defer-wgmma"), Dumps(None),
+               PassTimer(False))
+    loop = next(op for op in module.walk() if isinstance(op, scf.ForOp)
+                and sum(isinstance(o, t.WgmmaOp) for o in op.body.block.ops) == 2)
+    body = list(loop.body.block.ops)
+    marks = [op.name.removeprefix("tile.") + (f" {op.pending.value.data}" if isinstance(op, t.WgmmaWaitOp) else "")
+             for op in body if isinstance(op, t.WgmmaOp | t.WgmmaWaitOp)]
+    assert marks == ["wgmma_AB", "wgmma_ABt", "wgmma_wait 0"], marks
+    exp2 = [body.index(op) for op in body if op.name == "tile.exp2"]
+    wait = next(body.index(op) for op in body if isinstance(op, t.WgmmaWaitOp))
+    assert max(i for i, op in enumerate(body) if isinstance(op, t.WgmmaOp)) < min(exp2) and max(exp2) < wait
+
+
+def test_with_overlap_a_wait_that_lets_s_run_past_the_step_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated pass: the step's end waits for all but one group, so S_{j+1} is carried on (copied) while the
+    simulated tensor cores still hold it (NaN): the output is wrong."""
+    _mutated_waits(monkeypatch, 0)
+    args = _inputs(128, 64 * 6, 64)
+    module = lower_kernel(attention_sm90, "sm_90a", {**OVERLAPPED, "LSE": 1}, aligns=ALIGNS)
+    simulate(module, "attention_sm90", args, (2,), order="shuffled")
+    assert not np.isfinite(args[3].astype(np.float32)).all()
 
 
 def test_the_first_step_runs_before_the_loop_without_pv() -> None:

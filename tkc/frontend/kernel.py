@@ -396,7 +396,8 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     wgmmas running while the other computes (`pingpong-warpgroups`, sm_90a); `overlap=1` issues a loop's first
     wgmma one step early, so that it runs while the step works on the previous result (`overlap-wgmma`, sm_90a);
     `defer=1` issues a loop's last wgmma in the next step, right behind its first, so that it runs while the step
-    works on the first one's result (`defer-wgmma`, sm_90a: FlashAttention-3's overlap of P·V with the softmax);
+    works on the first one's result (`defer-wgmma`, sm_90a: FlashAttention-3's overlap of P·V with the softmax;
+    with `overlap=1` as well, the next step's first wgmma runs under the softmax too);
     `defer=2` also runs the loop's step 0 before it, without that step's P·V of a zero P (`peel-deferred-step`);
     `defer=3` also reads a tile loop's next queries and starts their first Q·Kᵀ under this tile's epilogue
     (`rotate-tile-loop`; the queries in registers); `defer=4` runs all of the next tile's step 0 there, its softmax

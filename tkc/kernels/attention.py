@@ -94,7 +94,7 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     this tile's epilogue (`rotate-tile-loop`, with Q_REGS), DEFER=4 all of its step 0, the softmax under this tile's
     last P·V, PRODUCER=1 adds a warpgroup that issues the TMA loads,
     PINGPONG=1 has the two warpgroups take turns at the tensor cores, OVERLAP=1 issues the next Q·Kᵀ before the
-    softmax. EXP2_POLY=N takes every N-th exponential off the multi-function unit (a cubic on the FMA pipe).
+    softmax (with DEFER=1: behind the deferred P·V, both under the softmax). EXP2_POLY=N takes every N-th exponential off the multi-function unit (a cubic on the FMA pipe).
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")

@@ -13,6 +13,13 @@ reads the deferred result moves to the end of the step, after the wait: an scf.i
 other values (attention's rescale of O, l and m) is split in two, the ops the moved part needs cloned into it.
 The ring must release a step one iteration late (`insert-tma-pipeline` does, for a wgmma that may run on).
 
+With overlap=1 too (overlap-wgmma ran first: the body's first wgmma is S_{j+1}, its result only carried, and the
+softmax works on S_j from the step before), P_{j-1}·V_{j-1} goes in front of S_{j+1}, no wait precedes the softmax
+(S_j was waited for at the end of the step before), and one `tile.wgmma_wait 0` at the end covers both: the
+tensor cores run P·V and the next Q·Kᵀ while the softmax runs (FlashAttention-3's two-stage pipelining within a
+warpgroup). The yield then copies S_{j+1} into the carried registers (S_j is still read while S_{j+1} is written).
+defer=2 and up (peeled or rotated loops) do not combine with overlap=1.
+
     scf.for %j = %lb to %ub step %c1 iter_args(%o = %o0) {
       tile.stage_wait %bars[%k]
       %k_s = tile.ring_read %K_ring[%stage]
@@ -163,6 +170,9 @@ def _defer(loop: scf.ForOp) -> None:
     order = {op: n for n, op in enumerate(body.ops)}
     if k is None or any(order[_top_level(u.operation, body)] <= order[first] for u in carried.uses):
         raise _fail("the value the last wgmma accumulates is read before the loop's first wgmma", loop)
+    # With overlap=1 the first wgmma is the next step's S (its result only carried): it and the P·V run under the
+    # whole softmax, both waited for at the step's end (the yield copies S into the carried registers)
+    rotated = yielded_at(first, body) is not None
 
     # this step's P·V is the previous step's: A carried, B the previous stage (step 0: its own, times zero)
     zero_a = t.FillOp(0.0, last.a.type)
@@ -181,8 +191,11 @@ def _defer(loop: scf.ForOp) -> None:
     first.attributes[DEFERRED] = UnitAttr()
     carried.replace_all_uses_with(pv.result)  # what read the carried value now reads it with this P·V added
     pv.operands = [a_prev, v_prev.result, carried]
-    wait_first = t.WgmmaWaitOp(1)
-    Rewriter.insert_op([c0, c1, has_prev, back, prev_step, prev_stage, v_prev, pv, wait_first], InsertPoint.after(first))
+    if rotated:  # S_j came from the step before (waited for there): the softmax waits for nothing
+        Rewriter.insert_op([c0, c1, has_prev, back, prev_step, prev_stage, v_prev, pv], InsertPoint.before(first))
+    else:
+        Rewriter.insert_op([c0, c1, has_prev, back, prev_step, prev_stage, v_prev, pv, t.WgmmaWaitOp(1)],
+                           InsertPoint.after(first))
 
     yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
@@ -214,7 +227,7 @@ def _defer(loop: scf.ForOp) -> None:
     releases = [_top_level(op, body) for op in body.walk() if isinstance(op, m.StageReleaseOp)]
     order = {op: n for n, op in enumerate(body.ops)}
     wait_at = min([*late, *releases, yield_op], key=order.__getitem__)
-    Rewriter.insert_op(t.WgmmaWaitOp(0), InsertPoint.before(wait_at))
+    Rewriter.insert_op(t.WgmmaWaitOp(0), InsertPoint.before(wait_at))  # (rotated: also S_{j+1}, before its yield)
 
     # the loop carries P; the last P·V after it
     deferred = with_one_more_carried(loop, zero_a.result)
@@ -252,8 +265,8 @@ def defer_wgmma(module: ModuleOp) -> None:
     for fn in module.walk():
         if not (isinstance(fn, func.FuncOp) and DEFER_ATTR in fn.attributes):
             continue
-        if "tkc.overlap" in fn.attributes:
-            raise TkcError("defer=1 and overlap=1 move the same loop's wgmmas two ways: choose one",
+        if "tkc.overlap" in fn.attributes and "tkc.peel" in fn.attributes:
+            raise TkcError("overlap=1 goes with defer=1 only (defer=2 and up peel or rotate the loop overlap rotates)",
                            SourceLoc.from_attr(fn.location))
         for loop in wgmma_loops(fn, "defer=1"):
             _defer(loop)  # type: ignore[arg-type]

@@ -172,6 +172,16 @@ def _may_accumulate_in_flight(op: Operation, loop: scf.ForOp) -> bool:
         or waited_by_the_next_step(op, loop))
 
 
+def _deferred_kernel(loop: scf.ForOp) -> bool:
+    """A loop with two wgmmas (S, P·V) in a kernel with defer=1 and overlap=1: defer-wgmma will leave its P·V
+    running into the next step (behind the next step's early Q·Kᵀ, which waited_by_the_next_step does not see)."""
+    fn = loop.parent_op()
+    while fn is not None and not isinstance(fn, func.FuncOp):
+        fn = fn.parent_op()
+    return (fn is not None and "tkc.defer" in fn.attributes and "tkc.overlap" in fn.attributes
+            and sum(isinstance(op, t.WgmmaOp) for op in loop.body.block.ops) >= 2)
+
+
 def _release_lags(loop: scf.ForOp) -> bool:
     """Whether step k releases its stage one iteration late: when the lowering may leave its wgmma running."""
     return WGMMA_IN_FLIGHT in loop.attributes
@@ -285,7 +295,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     # release after the last read (a wgmma's: one step later, when the next step's wgmma has been issued and
     # the lowering waited for this one), then refill the released stage for step k + stages - 1
     last = _last_use(body, reads)
-    if any(_may_accumulate_in_flight(op, loop) for op in body.ops):
+    if any(_may_accumulate_in_flight(op, loop) for op in body.ops) or _deferred_kernel(loop):
         loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
     after = Builder(InsertPoint.after(last if last is not None else wait))
     lags = _release_lags(loop)
