@@ -46,21 +46,21 @@ VARIANTS = ("tkc alt A", "tkc alt B", "tkc alt C")
 
 
 def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
-    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly with other tile-loop
-    schedules (a producer and the queries in registers, 128-key steps). D=128 (attention() rotates the tile loop,
-    DEFER=3), on attention()'s grid (persistent not causal, two query blocks per block causal): A = P·V deferred
-    only (DEFER=1, the previous default), B = all of the next tile's step 0 under this tile's last P·V (DEFER=4),
-    C = DEFER=3 with the warpgroups taking turns at the tensor cores (PINGPONG=1). D=64, on a persistent grid:
-    A = ping-pong with step 0 peeled (attention()'s short configuration + PINGPONG=1), B = ping-pong with DEFER=1,
-    C = 64-key steps two blocks per SM (no producer)."""
-    regs = {"KEYS": 128, "WARPS": 8, "PRODUCER": 1, "Q_REGS": 1}
+    """Beside attention()'s sm90_config(d, N, N, causal), attention_sm90 launched directly with other schedules
+    (a producer and the queries in registers). D=128 (attention() rotates the tile loop, DEFER=3, 128-key steps),
+    on attention()'s grid (persistent not causal, two query blocks per block causal): A = P·V deferred only
+    (DEFER=1, the previous default), B = 64-key steps with P·V deferred and the next Q·Kᵀ early (DEFER=1 +
+    OVERLAP=1: both under the softmax), C = DEFER=3 with the warpgroups taking turns at the tensor cores
+    (PINGPONG=1). D=64, on a persistent grid: A = ping-pong with step 0 peeled (attention()'s short configuration
+    + PINGPONG=1), B = DEFER=1 + OVERLAP=1 with 64-key steps, C = the same with a 5-stage ring."""
+    regs = {"WARPS": 8, "PRODUCER": 1, "Q_REGS": 1}
+    overlapped = {**regs, "KEYS": 64, "DEFER": 1, "OVERLAP": 1}
     if d == 128:
         grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
-        return {"tkc alt A": {**regs, "DEFER": 1, **grid}, "tkc alt B": {**regs, "DEFER": 4, **grid},
-                "tkc alt C": {**regs, "DEFER": 3, "PINGPONG": 1, **grid}}
-    pingpong = {**regs, "PINGPONG": 1, "PERSISTENT": 1}
-    return {"tkc alt A": {**pingpong, "DEFER": 2}, "tkc alt B": {**pingpong, "DEFER": 1},
-            "tkc alt C": {"KEYS": 64, "WARPS": 8}}
+        return {"tkc alt A": {**regs, "KEYS": 128, "DEFER": 1, **grid}, "tkc alt B": {**overlapped, **grid},
+                "tkc alt C": {**regs, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}}
+    return {"tkc alt A": {**regs, "KEYS": 128, "PINGPONG": 1, "DEFER": 2, "PERSISTENT": 1},
+            "tkc alt B": {**overlapped, "PERSISTENT": 1}, "tkc alt C": {**overlapped, "STAGES": 5, "PERSISTENT": 1}}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):

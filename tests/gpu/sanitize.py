@@ -39,8 +39,9 @@ def main() -> None:
                 tiled = {**sm90_config(d, 600, 1, causal), "TILES": 2, **({"Q_REGS": 1} if d == 128 else {})}
                 pingpong = {"KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1, "PINGPONG": 1}
                 rotated = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1, "TILES": 2}
+                overlapped = {"KEYS": 64, "WARPS": 8, "DEFER": 1, "OVERLAP": 1, "PRODUCER": 1, "Q_REGS": 1, "TILES": 2}
                 for cfg in (long, tiled, {**long, "PERSISTENT": 1, "DEFER": 2}, rotated, {**rotated, "DEFER": 4},
-                            *([pingpong] if d == 128 else [])):
+                            overlapped, *([pingpong] if d == 128 else [])):
                     out, lse = torch.empty_like(q), torch.empty(2, 2, 600, device="cuda")
                     launch_sm90(q, k, v, out, lse, d**-0.5, cfg, causal=causal, return_lse=True)
     x = torch.randn(300, 1024, device="cuda", dtype=bf)

@@ -253,3 +253,11 @@ def test_the_last_pv_accumulates_in_place() -> None:
     assert last_pv == loop_pv
     (report,) = ptxas.assemble(ptx, "sm_90a").values()
     assert report.spill_stores == 0 and not report.notes
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None or ptxas.find_nvdisasm() is None, reason="ptxas/nvdisasm not installed")
+def test_with_overlap_the_softmax_runs_between_both_wgmmas_and_the_wait() -> None:
+    """In the SASS of defer=1 with overlap=1 (D=64, 64-key steps): the step's 8 HGMMAs (P·V, then the next Q·Kᵀ),
+    the softmax's exp2s, then the wait."""
+    order = _order({**OVERLAPPED, "LSE": 0})
+    assert re.search(r"HGMMA×8 EX2×3\d DEPBAR", order), order
