@@ -2,7 +2,7 @@
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
-#        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention
+#        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention candidates
 #        layernorm-probe sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +49,8 @@ for step in ${*:-tests probe bench sanitize}; do
             grep -E "Issue Slots Busy|No Eligible|Issued Warp|Warp Cycles Per Issued|Stall|Pipe|Duration" \
                 "$OUT/ncu-${dn// /-}.txt" | head -14
         done ;;
+    candidates)  # attention() beside candidate configurations at N = 1024 and 4096 (bench/probe_candidates.py)
+        timeout 400 python3 bench/probe_candidates.py > "$OUT/candidates.log" 2>&1; grep -v "^  flash" "$OUT/candidates.log" | tail -70 ;;
     layernorm-probe)
         timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
         sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;

@@ -1,0 +1,62 @@
+"""attention() beside candidate attention_sm90 configurations (launched as attention() launches its own), cuDNN
+and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 launches × 5 interleaved rounds,
+every output checked against cuDNN first. One line per implementation.
+    python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096]"""
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import time_ms  # noqa: E402
+
+from attention import BACKENDS, sdpa, sm90_variant  # noqa: E402
+from tkc.kernels import attention  # noqa: E402
+
+REGS = {"WARPS": 8, "PRODUCER": 1, "Q_REGS": 1}
+OVERLAPPED = {**REGS, "KEYS": 64, "DEFER": 1, "OVERLAP": 1}
+
+
+def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
+    grid = {"TILES": 2} if causal and d == 128 else {"PERSISTENT": 1}
+    found = {"overlap K64": {**OVERLAPPED, **grid}, "overlap K64 S5": {**OVERLAPPED, "STAGES": 5, **grid},
+             "overlap K64 T2": {**OVERLAPPED, "TILES": 2}, "pingpong K128": {**REGS, "KEYS": 128, "DEFER": 2,
+                                                                              "PINGPONG": 1, **grid}}
+    if d == 128:
+        found["overlap K64 Qsh"] = {**{k: v for k, v in OVERLAPPED.items() if k != "Q_REGS"}, **grid}
+    return found
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
+parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
+parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 4096])
+args = parser.parse_args()
+torch.manual_seed(0)
+for d in args.dims:
+    for causal in map(bool, args.causal):
+        for n in args.seqlens:
+            batch, heads = 16384 // n, 16
+            q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal).float()
+            fns = {"attention()": lambda: attention(q, k, v, causal=causal)}
+            for name, cfg in candidates(d, causal).items():
+                fns[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
+            fns["cuDNN"] = lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal)
+            fns["flash"] = lambda: sdpa(BACKENDS["flash"], q, k, v, causal)
+            for name, fn in fns.items():
+                out = fn().float()
+                err = ((out - ref).norm() / ref.norm()).item()
+                assert torch.isfinite(out).all() and err < 1e-2, (d, causal, n, name, err)
+            times = {name: [] for name in fns}
+            for _ in range(5):
+                for name, fn in fns.items():
+                    times[name].append(time_ms(fn, 30))
+            flops = 4 * batch * heads * n * n * d / (2 if causal else 1)
+            tf = {name: flops / (statistics.median(t) * 1e-3) / 1e12 for name, t in times.items()}
+            print(f"D={d} causal={int(causal)} N={n}", flush=True)
+            for name, value in tf.items():
+                print(f"  {name:16s} {value:6.0f} TFLOP/s  /cuDNN {value / tf['cuDNN']:.3f}  /flash {value / tf['flash']:.3f}",
+                      flush=True)
