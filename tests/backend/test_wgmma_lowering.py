@@ -349,6 +349,33 @@ def test_attention_sm90_assembles_cleanly(d: int, causal: int, nq: int, nk: int)
     assert not report.notes and not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log
 
 
+def _bench_variants() -> list[tuple[int, int, str, dict]]:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from attention import variant_configs
+
+    return [(d, causal, name, cfg) for d in (64, 128) for causal in (0, 1)
+            for name, cfg in variant_configs(d, 1024, bool(causal)).items()]
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("d, causal, name, cfg", _bench_variants())
+def test_bench_variants_assemble_cleanly(d: int, causal: int, name: str, cfg: dict) -> None:
+    """The configurations bench/attention.py --variants launches beside attention(): clean on the CPU, so that GPU
+    time is not spent on one that spills or does not fit."""
+    from tkc.compiler import compile_for_launch
+    from tkc.kernels import attention_sm90
+    from tkc.kernels.attention import sm90_constants
+
+    constants = {"D": d, "CAUSAL": causal, "LSE": 0, **sm90_constants(cfg)}
+    compiled = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
+    assert not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log
+
+
 def test_causal_blocks_go_longest_first_over_groups_of_heads() -> None:
     """attention_sm90 causal with 12 heads (B=4, H=3): its blocks are renumbered longest first within groups of 8
     heads (a group of 8, then one of 4); every block of every head is still computed once (the interpreter agrees
