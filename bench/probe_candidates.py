@@ -1,6 +1,6 @@
 """attention() beside candidate attention_sm90 configurations (launched as attention() launches its own), cuDNN
 and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 launches × 5 interleaved rounds,
-every output checked against cuDNN first. One line per implementation.
+every output checked against cuDNN first. One line per implementation. TMA-st: O stored by TMA.
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096]"""
 import argparse
 import statistics
@@ -24,8 +24,11 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
     found = {"overlap K64": {**OVERLAPPED, **grid}, "overlap K64 S5": {**OVERLAPPED, "STAGES": 5, **grid},
              "overlap K64 T2": {**OVERLAPPED, "TILES": 2}, "pingpong K128": {**REGS, "KEYS": 128, "DEFER": 2,
                                                                               "PINGPONG": 1, **grid}}
+    found["overlap K64 TMA-st"] = {**OVERLAPPED, "TMA_STORE": 1, **grid}
     if d == 128:
         found["overlap K64 Qsh"] = {**{k: v for k, v in OVERLAPPED.items() if k != "Q_REGS"}, **grid}
+    else:  # attention()'s short configuration with O stored by TMA
+        found["K128 peeled TMA-st"] = {**REGS, "KEYS": 128, "DEFER": 2, "TMA_STORE": 1, "PERSISTENT": 1}
     return found
 
 

@@ -224,7 +224,8 @@ def lower_tma_store(lw: KernelLowering, op: Any) -> None:
     _store_runs(lw, "shared", mem_type, value, runs, bundle, base_of, offset, guard, np.arange(len(runs)))
     lw.emit(ptx.FenceOp("proxy.async.shared::cta"))  # the lanes' writes, visible to TMA
     lw.emit(ptx.WarpSyncOp())
-    tmap = _tensor_map(lw, f"{name}_tmap_{rows}x{panel_cols}_sw{swizzle}")
+    stacked = "n" if op.dest.type.rank > 2 else ""  # boxes one matrix deep: they stop at its last row
+    tmap = _tensor_map(lw, f"{name}_tmap{stacked}_{rows}x{panel_cols}_sw{swizzle}")
     coords, where = _box_coordinates(lw, global_coords(lw, op), rows, cols, panel_cols, panels)
     lane0 = lw.at_entry("lane==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["lane"], Imm(0), n=1))
     guard = _guard(lw, lane0)

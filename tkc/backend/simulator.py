@@ -934,8 +934,14 @@ class BlockSimulator:
         """Issue: which shared bytes the box comes from is fixed now; they are read (and the box written to
         global memory, clipped to the tensor) when a `cp.async.bulk.wait_group.read` covers the store."""
         for lane in self._active(warp, op):
-            tmap, (x, y) = self._box(warp, op, lane)
+            tmap, (x, y, *outer) = self._box(warp, op, lane)
+            if len(outer) != tmap.array.ndim - 2:
+                raise SimulationError(f"a {tmap.array.ndim}-D tensor map takes {tmap.array.ndim} coordinates")
             e = tmap.array.dtype.itemsize
+            shape = tmap.array.shape
+            inside = all(0 <= i < n for i, n in zip(outer[::-1], shape[:-2]))  # else the box writes nothing
+            strides = np.cumprod((1, *shape[::-1]))[::-1][1:]  # elements, row-major: the outer dimensions' first
+            matrix = tmap.address + e * sum(i * int(st) for i, st in zip(outer[::-1], strides[:-2]))
             row_bytes = tmap.box_cols * e
             src = int(s32(self.get(warp, op.src)[lane:lane + 1, op.src_index.data])[0]) + op.src_offset.data
             if src % max(128, 8 * tmap.swizzle):
@@ -944,13 +950,14 @@ class BlockSimulator:
             chunks = wg.swizzled(linear, tmap.swizzle)
             self.shared._check(chunks, 16, "TMA store source")
 
-            def complete(tmap: TensorMap = tmap, chunks: np.ndarray = chunks, x: int = x, y: int = y) -> None:
+            def complete(tmap: TensorMap = tmap, chunks: np.ndarray = chunks, x: int = x, y: int = y,
+                         matrix: int = matrix, inside: bool = inside) -> None:
                 data = self.shared.read(chunks, 16, "TMA store source").reshape(tmap.box_rows, row_bytes)
-                rows, cols = tmap.array.shape
+                rows, cols = tmap.array.shape[-2:]
                 r0, r1, c0, c1 = max(y, 0), min(y + tmap.box_rows, rows), max(x, 0), min(x + tmap.box_cols, cols)
-                for r in range(r0, r1):
+                for r in range(r0, r1 if inside else r0):
                     if c0 < c1:
-                        addr = tmap.address + (r * cols + c0) * e
+                        addr = matrix + (r * cols + c0) * e
                         piece = data[r - y, (c0 - x) * e:(c1 - x) * e]
                         self.launch.global_memory.write_span(addr, piece, "TMA store")
 

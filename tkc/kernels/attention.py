@@ -67,11 +67,11 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", defer="DEFER", producer="PRODUCER",
-            exp2_poly="EXP2_POLY", min_target="sm_90a")
+            exp2_poly="EXP2_POLY", tma_store="TMA_STORE", min_target="sm_90a")
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
-                   Q_REGS: const = 0, EXP2_POLY: const = 0):
+                   Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0):
     """attention_fwd on Hopper's wgmma. Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of a head
     next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
     causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,
@@ -94,7 +94,9 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     this tile's epilogue (`rotate-tile-loop`, with Q_REGS), DEFER=4 all of its step 0, the softmax under this tile's
     last P·V, PRODUCER=1 adds a warpgroup that issues the TMA loads,
     PINGPONG=1 has the two warpgroups take turns at the tensor cores, OVERLAP=1 issues the next Q·Kᵀ before the
-    softmax (with DEFER=1: behind the deferred P·V, both under the softmax). EXP2_POLY=N takes every N-th exponential off the multi-function unit (a cubic on the FMA pipe).
+    softmax (with DEFER=1: behind the deferred P·V, both under the softmax). EXP2_POLY=N takes every N-th
+    exponential off the multi-function unit (a cubic on the FMA pipe). TMA_STORE=1 stores O through a staging tile
+    per warp and TMA (where shared memory has room for it).
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")

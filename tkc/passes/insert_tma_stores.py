@@ -1,6 +1,7 @@
 """insert-tma-stores: on sm_90a, in kernels with `tma_store=1`, store register tiles to global memory by TMA.
 
-A `tile.store` of a warp's register tile of 2-byte elements into a 16-byte aligned 2-D tensor, the tile's rows
+A `tile.store` of a warp's register tile of 2-byte elements into a 16-byte aligned tensor (2-D, or up to 5-D:
+a box one matrix of the last two dimensions deep, as TMA loads of such tensors), the tile's rows
 whole 32/64/128-byte swizzle panels and at most 256 of them, is marked `tkc.tma_store`. The lowering then gives
 each warp a swizzled staging tile in shared memory (allocate-shared reserves one per computing warp): the warp
 waits until its previous TMA store has read the staging tile, writes its registers there, fences them toward the
@@ -37,7 +38,7 @@ def tma_storable(op: t.StoreOp, fn: func.FuncOp) -> bool:
     from tkc.passes.insert_tma_pipeline import MAX_BOX_ROWS, _aligned_args
 
     value, dest = op.value.type, op.dest.type
-    if not (isinstance(value, RegTileType) and isinstance(dest, GlobalType) and dest.rank == 2):
+    if not (isinstance(value, RegTileType) and isinstance(dest, GlobalType) and 2 <= dest.rank <= 5):
         return False
     e = element_bytes(value.element_type)
     return (e == 2 and value.element_type == dest.element_type and value.rows.data <= MAX_BOX_ROWS
