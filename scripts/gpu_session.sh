@@ -12,7 +12,7 @@ export PYTHONPATH=/tmp/site:$PWD TKC_CACHE_DIR=/tmp/tkc-cache PYTHONUNBUFFERED=1
 for step in ${*:-tests probe bench sanitize}; do
     case $step in
     tests)
-        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu > "$OUT/tests.log" 2>&1
+        timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu > "$OUT/tests.log" 2>&1
         grep -E "^FAILED|Error" "$OUT/tests.log" | head -10; echo "tests: $(tail -1 "$OUT/tests.log")" ;;
     probe)
         timeout 200 python3 bench/wgmma_probe.py --what gemm > "$OUT/probe.log" 2>&1; tail -25 "$OUT/probe.log" ;;
