@@ -164,6 +164,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
         "assign-swizzles",
         "allocate-shared",
         "insert-barriers",
+        "unroll-overlapped-loop",
         "lower-to-ptx",
     ])
 

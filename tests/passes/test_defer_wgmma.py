@@ -264,3 +264,34 @@ def test_with_overlap_the_softmax_runs_between_both_wgmmas_and_the_wait() -> Non
     the softmax's exp2s, then the wait."""
     order = _order({**OVERLAPPED, "LSE": 0})
     assert re.search(r"HGMMA×8 EX2×3\d DEPBAR", order), order
+
+
+@given(nq=st.integers(1, 200), nk=st.integers(1, 400), causal=st.integers(0, 1), seed=st.integers(0, 2**31))
+@settings(max_examples=6, deadline=None)
+def test_unrolling_the_overlapped_loop_changes_no_bit(nq: int, nk: int, causal: int, seed: int) -> None:
+    """unroll-overlapped-loop (two steps an iteration, an odd last step after the loop): the interpreter gives the
+    same bits before and after it, for even and odd numbers of key blocks."""
+    args = _inputs(nq, nk, 64, seed)
+    constants = {**OVERLAPPED, "CAUSAL": causal, "LSE": 1}
+    before, after, _ = before_and_after(attention_sm90, "unroll-overlapped-loop", args, (2 * -(-nq // 128),),
+                                        constants, target="sm_90a",
+                                        prefix="canonicalize,cse,overlap-wgmma,insert-tma-pipeline,defer-wgmma")
+    assert np.array_equal(before[3].astype(np.float32), after[3].astype(np.float32), equal_nan=True)
+    assert np.array_equal(before[4], after[4], equal_nan=True)
+
+
+def test_the_overlapped_loop_runs_two_steps_an_iteration() -> None:
+    """After unroll-overlapped-loop: the key loop steps by two with both steps' wgmmas in it (S_{j+1} of the first
+    feeds the second's softmax: no copy between them), and one more step in an if after it."""
+    module = build_module([attention_sm90], "sm_90a", OVERLAPPED)
+    run_passes(module, parse_pipeline("canonicalize,cse,overlap-wgmma,insert-tma-pipeline,defer-wgmma,"
+                                      "unroll-overlapped-loop"), Dumps(None), PassTimer(False))
+    loop = next(op for op in module.walk() if isinstance(op, scf.ForOp)
+                and sum(isinstance(o, t.WgmmaOp) for o in op.body.block.ops) == 4)
+    names = [op.name.removeprefix("tile.") for op in loop.body.block.ops if isinstance(op, t.WgmmaOp | t.WgmmaWaitOp)]
+    assert names == ["wgmma_AB", "wgmma_ABt", "wgmma_wait", "wgmma_AB", "wgmma_ABt", "wgmma_wait"], names
+    odd = loop.next_op
+    while not isinstance(odd, scf.IfOp):
+        odd = odd.next_op
+    assert sum(isinstance(o, t.WgmmaOp) for o in odd.true_region.walk()) == 2
+    assert [r.type for r in odd.results] == [r.type for r in loop.results]

@@ -17,7 +17,8 @@ With overlap=1 too (overlap-wgmma ran first: the body's first wgmma is S_{j+1}, 
 softmax works on S_j from the step before), P_{j-1}·V_{j-1} goes in front of S_{j+1}, no wait precedes the softmax
 (S_j was waited for at the end of the step before), and one `tile.wgmma_wait 0` at the end covers both: the
 tensor cores run P·V and the next Q·Kᵀ while the softmax runs (FlashAttention-3's two-stage pipelining within a
-warpgroup). The yield then copies S_{j+1} into the carried registers (S_j is still read while S_{j+1} is written).
+warpgroup). The yield would copy S_{j+1} into the carried registers (S_j is still read while S_{j+1} is written):
+the loop is marked for `unroll-overlapped-loop`, which runs two steps an iteration so that the two alternate.
 defer=2 and up (peeled or rotated loops) do not combine with overlap=1.
 
     scf.for %j = %lb to %ub step %c1 iter_args(%o = %o0) {
@@ -66,6 +67,7 @@ from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, value_slice
 from tkc.passes.insert_tma_pipeline import _top_level, step_index
 from tkc.passes.overlap_wgmma import _clone_at
+from tkc.passes.unroll_overlapped_loop import UNROLL2
 from tkc.passes.util import wgmma_loops, with_one_more_carried, yielded_at
 
 DEFER_ATTR = "tkc.defer"
@@ -231,6 +233,8 @@ def _defer(loop: scf.ForOp) -> None:
 
     # the loop carries P; the last P·V after it
     deferred = with_one_more_carried(loop, zero_a.result)
+    if rotated:  # S_{j+1} is carried too: two steps an iteration spare its copy (unroll-overlapped-loop)
+        deferred.attributes[UNROLL2] = UnitAttr()
     _last_step(deferred, index, read.ring, ring_step, stages, last)  # type: ignore[arg-type]
 
 
