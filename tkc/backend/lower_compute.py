@@ -152,7 +152,7 @@ def lower_unary(lw: KernelLowering, op: t.UnaryOp) -> list[object]:
     for step in _UNARY[op.name.split(".")[1]]:
         opcode, *extra = step.split()
         if opcode == "ex2.approx.ftz.f32" and poly_every is not None and isinstance(type_, RegTileType):
-            x = _exp2_shared(lw, x, poly_every.value.data)  # type: ignore[attr-defined]
+            x = _exp2_split(lw, x, poly_every.value.data)  # type: ignore[attr-defined]
             continue
         x = lw.op(opcode, "b32", x, *(_CONSTANTS[e] for e in extra))  # type: ignore[assignment]
     return [pack(lw, x, type_)]
@@ -163,7 +163,7 @@ EXP2_CUBIC = (0.07632546, 0.22830825, 0.69503617, 1.0)
 _FLOOR_MAGIC = 12582912.0  # 1.5·2^23: x + it, rounded down, holds floor(x) in its low mantissa bits
 
 
-def _exp2_shared(lw: KernelLowering, x: SSAValue, every: int) -> SSAValue:
+def _exp2_split(lw: KernelLowering, x: SSAValue, every: int) -> SSAValue:
     """exp2 of each slot of x: every `every`-th slot on the FMA pipe (kernel option exp2_poly), the others by
     ex2.approx (the multi-function unit, 16 results a cycle per multiprocessor: a softmax-bound loop waits on it).
     On the FMA pipe: x clamped at -127, t = x + 1.5·2^23 rounded down (its bits: 0x4B400000 + floor(x)), the
