@@ -1,6 +1,7 @@
 """attention() beside candidate attention_sm90 configurations (launched as attention() launches its own), cuDNN
 and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 launches × 5 interleaved rounds,
-every output checked against cuDNN first. One line per implementation. TMA-st: O stored by TMA.
+every output checked against cuDNN first. One line per implementation. TMA-st: O stored by TMA; skip: O's
+rescale skipped in steps where no row's maximum moved.
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096]"""
 import argparse
 import statistics
@@ -27,8 +28,10 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
     found["overlap K64 TMA-st"] = {**OVERLAPPED, "TMA_STORE": 1, **grid}
     if d == 128:
         found["overlap K64 Qsh"] = {**{k: v for k, v in OVERLAPPED.items() if k != "Q_REGS"}, **grid}
-    else:  # attention()'s short configuration with O stored by TMA
+    else:  # attention()'s short configuration with O stored by TMA, or O's rescale skipped when no maximum moved
         found["K128 peeled TMA-st"] = {**REGS, "KEYS": 128, "DEFER": 2, "TMA_STORE": 1, "PERSISTENT": 1}
+        found["K128 peeled skip"] = {**REGS, "KEYS": 128, "DEFER": 2, "SKIP_RESCALE": 1, "PERSISTENT": 1}
+    found["overlap K64 skip"] = {**OVERLAPPED, "SKIP_RESCALE": 1, **grid}
     return found
 
 

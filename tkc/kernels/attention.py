@@ -71,7 +71,7 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
-                   Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0):
+                   Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0, SKIP_RESCALE: const = 0):
     """attention_fwd on Hopper's wgmma. Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of a head
     next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
     causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,
@@ -96,7 +96,9 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     PINGPONG=1 has the two warpgroups take turns at the tensor cores, OVERLAP=1 issues the next Q·Kᵀ before the
     softmax (with DEFER=1: behind the deferred P·V, both under the softmax). EXP2_POLY=N takes every N-th
     exponential off the multi-function unit (a cubic on the FMA pipe). TMA_STORE=1 stores O through a staging tile
-    per warp and TMA (where shared memory has room for it).
+    per warp and TMA (where shared memory has room for it). SKIP_RESCALE=1 multiplies O by the correction only
+    when some row of the warp has a new maximum (exact: the others' corrections are 1), which most steps of a
+    long row do not.
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
@@ -138,7 +140,12 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
                     s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
             m_new = max(m, row_max(s))
             correction = exp2((m - m_new) * scale_log2)
-            l, o, m = l * correction, mul_row(o, correction), m_new
+            if SKIP_RESCALE:  # O only when some row's maximum moved (else every correction is exactly 1)
+                if max(m_new - m) > 0.0:
+                    o = mul_row(o, correction)
+            else:
+                o = mul_row(o, correction)
+            l, m = l * correction, m_new
             p = exp2(sub_row(s * scale_log2, m * scale_log2))
             l = l + row_sum(p)
             o = mma_AB(p.to(bf16), v_s, o)
