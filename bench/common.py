@@ -110,6 +110,23 @@ def compare(impls: dict[str, Callable[[], Any]], rounds: int = 3, launches: int 
     return {name: statistics.median(t) for name, t in per_round.items()}
 
 
+def check_outputs(impls: dict[str, Callable[[], Any]], ref: torch.Tensor, tol: float = 1e-2, where: str = "") -> None:
+    """Run each implementation once: its output must be finite and within `tol` (relative) of `ref` (probes check
+    before they time)."""
+    for name, fn in impls.items():
+        err = rel_err(fn(), ref)
+        assert err < tol, f"{where} {name}: relative error {err}"
+
+
+def print_rates(title: str, times: dict[str, float], flops: float, peers: tuple[str, ...] = ("cuDNN", "flash")) -> None:
+    """A probe's lines: each implementation's TFLOP/s from its median ms, and its ratio to each peer."""
+    rates = {name: flops / (ms * 1e-3) / 1e12 for name, ms in times.items()}
+    print(title, flush=True)
+    for name, rate in rates.items():
+        ratios = "  ".join(f"/{peer} {rate / rates[peer]:.3f}" for peer in peers)
+        print(f"  {name:18s} {rate:6.0f} TFLOP/s  {ratios}", flush=True)
+
+
 def environment() -> dict[str, str]:
     props = torch.cuda.get_device_properties(0)
     try:

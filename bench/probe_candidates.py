@@ -4,14 +4,13 @@ every output checked against cuDNN first. One line per implementation. TMA-st: O
 rescale skipped in steps where no row's maximum moved.
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096]"""
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import time_ms  # noqa: E402
+from common import check_outputs, compare, print_rates  # noqa: E402
 
 from attention import BACKENDS, sdpa, sm90_variant  # noqa: E402
 from tkc.kernels import attention  # noqa: E402
@@ -46,23 +45,12 @@ for d in args.dims:
         for n in args.seqlens:
             batch, heads = 16384 // n, 16
             q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal).float()
+            ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal)
             fns = {"attention()": lambda: attention(q, k, v, causal=causal)}
             for name, cfg in candidates(d, causal).items():
                 fns[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
             fns["cuDNN"] = lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal)
             fns["flash"] = lambda: sdpa(BACKENDS["flash"], q, k, v, causal)
-            for name, fn in fns.items():
-                out = fn().float()
-                err = ((out - ref).norm() / ref.norm()).item()
-                assert torch.isfinite(out).all() and err < 1e-2, (d, causal, n, name, err)
-            times = {name: [] for name in fns}
-            for _ in range(5):
-                for name, fn in fns.items():
-                    times[name].append(time_ms(fn, 30))
-            flops = 4 * batch * heads * n * n * d / (2 if causal else 1)
-            tf = {name: flops / (statistics.median(t) * 1e-3) / 1e12 for name, t in times.items()}
-            print(f"D={d} causal={int(causal)} N={n}", flush=True)
-            for name, value in tf.items():
-                print(f"  {name:16s} {value:6.0f} TFLOP/s  /cuDNN {value / tf['cuDNN']:.3f}  /flash {value / tf['flash']:.3f}",
-                      flush=True)
+            check_outputs(fns, ref, where=f"D={d} causal={int(causal)} N={n}")
+            print_rates(f"D={d} causal={int(causal)} N={n}", compare(fns, rounds=5),
+                        4 * batch * heads * n * n * d / (2 if causal else 1))

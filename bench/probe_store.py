@@ -1,5 +1,4 @@
 """Per-tile cost (bench/probe_tile_cost.py's fit) of attention_sm90 with and without its output store."""
-import statistics
 import sys
 from pathlib import Path
 
@@ -7,7 +6,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import time_ms  # noqa: E402
+from common import compare  # noqa: E402
 
 
 def _probe_kernel():
@@ -55,11 +54,10 @@ for d, defer, stages in [(128, 3, 3), (128, 3, 2), (128, 1, 3), (64, 2, 3)]:
                                                 **c, target="sm_90a"))
             fns[f"store={1 - no_store}"] = (lambda c=c, blocks=blocks, k=k, v=v:
                                            attention_probe[(blocks,)](q, k, v, out, lse, d ** -0.5, **c, target="sm_90a"))
-        for _ in range(5):
-            for name, fn in fns.items():
-                times.setdefault(name, {}).setdefault(nk, []).append(time_ms(fn, 20))
+        for name, ms in compare(fns, 5, 20).items():
+            times.setdefault(name, {})[nk] = ms
     print(f"D={d} DEFER={defer} STAGES={stages}: µs at Nk = {nks}; fit a + b·steps")
     for name, per in times.items():
-        med = [statistics.median(per[nk]) * 1e3 for nk in nks]
+        med = [per[nk] * 1e3 for nk in nks]
         b, a = np.polyfit(np.array(nks) / 128, med, 1)
         print(f"  {name} " + " ".join(f"{t:7.1f}" for t in med) + f" | a={a:5.1f} b={b:5.2f} a/b={a / b:4.2f}")

@@ -3,7 +3,6 @@
 key steps of 128. cuDNN beside it (same fit). Prints one line per configuration.
     python bench/probe_tile_cost.py [--dims 64 128]"""
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import time_ms  # noqa: E402
+from common import check_outputs, compare  # noqa: E402
 
 from attention import BACKENDS, sdpa, sm90_variant  # noqa: E402
 
@@ -30,21 +29,17 @@ batch, heads, nq = 16, 16, 1024
 nks = [128, 256, 512, 1024, 2048, 4096]
 for d in args.dims:
     q = torch.randn(batch, heads, nq, d, device="cuda", dtype=torch.bfloat16)
-    times: dict[str, dict[int, list[float]]] = {}
+    times: dict[str, dict[int, float]] = {}
     for nk in nks:
         k, v = (torch.randn(batch, heads, nk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         fns = {name: (lambda cfg=cfg, k=k, v=v: sm90_variant(q, k, v, False, cfg)) for name, cfg in CONFIGS[d].items()}
         fns["cuDNN"] = lambda k=k, v=v: sdpa(BACKENDS["cuDNN"], q, k, v, False)
-        ref = sdpa(BACKENDS["cuDNN"], q, k, v, False).float()
-        for name, fn in fns.items():
-            err = ((fn().float() - ref).norm() / ref.norm()).item()
-            assert err < 2e-2, (d, nk, name, err)
-        for _ in range(args.rounds):
-            for name, fn in fns.items():
-                times.setdefault(name, {}).setdefault(nk, []).append(time_ms(fn, 20))
+        check_outputs(fns, sdpa(BACKENDS["cuDNN"], q, k, v, False), 2e-2, f"D={d} Nk={nk}")
+        for name, ms in compare(fns, args.rounds, 20).items():
+            times.setdefault(name, {})[nk] = ms
     print(f"D={d} B·H={batch * heads} Nq={nq}: µs per kernel at Nk = {nks}; fit a + b·steps (steps of 128 keys)")
     for name, per_nk in times.items():
-        med = [statistics.median(per_nk[nk]) * 1e3 for nk in nks]
+        med = [per_nk[nk] * 1e3 for nk in nks]
         steps = np.array(nks) / 128
         b, a = np.polyfit(steps, med, 1)
         tflops = 4 * batch * heads * nq * nks[-1] * d / (med[-1] * 1e-6) / 1e12
