@@ -62,7 +62,7 @@ from tkc.ir.types import RegTileType
 from tkc.passes import register
 from tkc.passes.defer_wgmma import DEFERRED
 from tkc.passes.peel_deferred_step import PEELED
-from tkc.passes.util import erase_while, unused, with_one_more_carried
+from tkc.passes.util import clone_into, erase_while, unused, with_one_more_carried
 
 ROTATE_ATTR = "tkc.rotate"  # on a kernel with defer=3 (and 4)
 STEP_ATTR = "tkc.rotate_step"  # on a kernel with defer=4: all of step 0 a tile ahead
@@ -164,11 +164,11 @@ def _read_ahead(body: Block, mapping: dict[SSAValue, SSAValue], runs: SSAValue, 
     starter = _Cloner(body, {**mapping, q: queries}, then)
     starter.ops(scores_ops)
     scores = starter.mapping[s0.results[0]]  # deferred (as S_0 in the loop): the wait is after the epilogue
-    _clone_into(epilogue, then)
+    clone_into(epilogue, then)
     then.add_op(_wait_for_scores())
     then.add_op(scf.YieldOp(scores))
     otherwise = Block()
-    _clone_into(epilogue, otherwise)
+    clone_into(epilogue, otherwise)
     zero = t.FillOp(0.0, s0.results[0].type)
     otherwise.add_op(zero)
     otherwise.add_op(scf.YieldOp(zero.result))
@@ -195,15 +195,6 @@ def _ahead(loop: scf.ForOp, next_tile: SSAValue) -> dict[SSAValue, SSAValue]:
     """The next iteration's values of the tile loop's arguments: its tile, and the ring steps this one yields."""
     body = loop.body.block
     return {body.args[0]: next_tile, **dict(zip(body.args[1:], body.last_op.operands))}  # type: ignore[union-attr]
-
-
-def _clone_into(ops: list[Operation], block: Block, mapping: dict[SSAValue, SSAValue] | None = None) -> None:
-    """Clones of the ops, in order, at the end of the block (each reading the clones before it, and `mapping`)."""
-    mapping = dict(mapping or {})
-    for op in ops:
-        clone = op.clone(value_mapper=mapping)
-        block.add_op(clone)
-        mapping.update(zip(op.results, clone.results))
 
 
 @dataclass
@@ -383,7 +374,7 @@ def _rotate_step(loop: scf.ForOp) -> None:
     fast.block.add_op(_wait_for_next_scores())
     fast.ops(rest)  # its second wait covers the P·V
     o_end = {last_pv_if.results[0]: pv_map[pv.results[0]]}
-    _clone_into([release_if, *epilogue], fast.block, o_end)
+    clone_into([release_if, *epilogue], fast.block, o_end)
     # the queries read again for the next tile (their stage is still held): not kept through the softmax, where
     # S_0′, P, O and the P·V's A take the registers
     again = _Cloner(body, ahead, fast.block)
@@ -393,7 +384,7 @@ def _rotate_step(loop: scf.ForOp) -> None:
 
     # slow: in order (no key step in this tile, or no next tile / no keys in it)
     slow = Block()
-    _clone_into([last_pv_if, release_if, *epilogue], slow)
+    clone_into([last_pv_if, release_if, *epilogue], slow)
     nxt = _Cloner(body, {**ahead, q: q_next}, Block())
     nxt.op(peeled)
     nxt.ops(q_release)

@@ -27,6 +27,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from tkc.passes import register
+from tkc.passes.util import clone_into
 
 UNROLL2 = "tkc.unroll2"  # on a loop that defer-wgmma left carrying a wgmma result issued in the step
 
@@ -34,15 +35,9 @@ UNROLL2 = "tkc.unroll2"  # on a loop that defer-wgmma left carrying a wgmma resu
 def _clone_body(body: Block, iv: SSAValue, args: list[SSAValue], into: Block) -> list[SSAValue]:
     """The body's ops cloned at the end of `into` with the induction variable `iv` and the carried values `args`;
     returns what the clone yields."""
-    mapping: dict[SSAValue, SSAValue] = {body.args[0]: iv, **dict(zip(body.args[1:], args))}
     yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
-    for op in body.ops:
-        if op is yield_op:
-            break
-        clone = op.clone(value_mapper=mapping)
-        into.add_op(clone)
-        mapping.update(zip(op.results, clone.results))
+    mapping = clone_into(list(body.ops)[:-1], into, {body.args[0]: iv, **dict(zip(body.args[1:], args))})
     return [mapping.get(v, v) for v in yield_op.operands]
 
 

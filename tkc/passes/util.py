@@ -151,3 +151,15 @@ def erase_while(block: Block, removable: Callable[[Operation], bool], nested: bo
 def unused(op: Operation) -> bool:
     """Whether the op has results and nothing uses them."""
     return bool(op.results) and not any(r.uses for r in op.results)
+
+
+def clone_into(ops: list[Operation], block: Block,
+               mapping: dict[SSAValue, SSAValue] | None = None) -> dict[SSAValue, SSAValue]:
+    """Clones of the ops, in order, at the end of the block (each reading the clones before it, and `mapping`);
+    the mapping from the originals' values to the clones'."""
+    mapping = dict(mapping or {})
+    for op in ops:
+        clone = op.clone(value_mapper=mapping)
+        block.add_op(clone)
+        mapping.update(zip(op.results, clone.results))
+    return mapping
