@@ -173,12 +173,12 @@ def _may_accumulate_in_flight(op: Operation, loop: scf.ForOp) -> bool:
 
 
 def _deferred_kernel(loop: scf.ForOp) -> bool:
-    """A loop with two wgmmas (S, P·V) in a kernel with defer=1 and overlap=1: defer-wgmma will leave its P·V
-    running into the next step (behind the next step's early Q·Kᵀ, which waited_by_the_next_step does not see)."""
+    """A loop with two wgmmas (S, P·V) in a kernel with defer=1: defer-wgmma will leave its last one running into
+    the next step (also behind overlap=1's early Q·Kᵀ, where waited_by_the_next_step sees none)."""
     fn = loop.parent_op()
     while fn is not None and not isinstance(fn, func.FuncOp):
         fn = fn.parent_op()
-    return (fn is not None and "tkc.defer" in fn.attributes and "tkc.overlap" in fn.attributes
+    return (fn is not None and "tkc.defer" in fn.attributes
             and sum(isinstance(op, t.WgmmaOp) for op in loop.body.block.ops) >= 2)
 
 
