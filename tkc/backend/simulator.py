@@ -417,6 +417,15 @@ class Warp:
     ldmatrix_pending: list[tuple[SSAValue, np.ndarray]] = field(default_factory=list)
 
 
+def _first_reader(readers: list[tuple[Any, np.ndarray]], addresses: np.ndarray, nbytes: int) -> Any:
+    """The first of (warp, 2-byte units it reads) pairs whose units the accesses of `nbytes` at `addresses` touch,
+    or None."""
+    if not readers:
+        return None
+    halves = _halves(addresses, nbytes)
+    return next((who for who, units in readers if np.intersect1d(units, halves, assume_unique=True).size), None)
+
+
 def _halves(addresses: np.ndarray, nbytes: int) -> np.ndarray:
     """The 2-byte units of shared memory that accesses of `nbytes` at the addresses touch (sorted, once each)."""
     return np.unique((addresses.reshape(-1)[:, None] + np.arange(0, nbytes, 2)[None, :]).reshape(-1) // 2)
@@ -1044,26 +1053,20 @@ class BlockSimulator:
                    for *_, reads in group]
         pending += [(other, reads) for other in self.warps for group in [*other.bulk_groups, other.bulk_open]
                     for reads, _ in group]
-        if not pending:
-            return
-        halves = _halves(addresses, nbytes)
-        for other, reads in pending:
-            if np.intersect1d(reads, halves, assume_unique=True).size:
-                raise SimulationError(f"{what} writes shared memory that a wgmma or TMA store of warp {other.index} "
-                                      f"still reads (not yet waited for)")
+        other = _first_reader(pending, addresses, nbytes)
+        if other is not None:
+            raise SimulationError(f"{what} writes shared memory that a wgmma or TMA store of warp {other.index} "
+                                  f"still reads (not yet waited for)")
 
     def _check_unread_ldmatrix(self, addresses: np.ndarray, nbytes: int) -> None:
         """A TMA load (the async proxy) issued into shared memory that an ldmatrix (the generic proxy) of some warp
         may not have read yet, as nothing has used its registers: the mbarrier handing the stage over does not
         order the two (seen on the H200: a stage released right after its ldmatrix, refilled, read wrong)."""
         unread = [(other, units) for other in self.warps for _, units in other.ldmatrix_pending]
-        if not unread:
-            return
-        halves = _halves(addresses, nbytes)
-        for other, units in unread:
-            if np.intersect1d(units, halves, assume_unique=True).size:
-                raise SimulationError(f"a TMA load writes shared memory that an ldmatrix of warp {other.index} may "
-                                      "not have read yet (nothing has used its registers)")
+        other = _first_reader(unread, addresses, nbytes)
+        if other is not None:
+            raise SimulationError(f"a TMA load writes shared memory that an ldmatrix of warp {other.index} may "
+                                  "not have read yet (nothing has used its registers)")
 
     def wgmma_sync(self, warp: Warp, op: ptx.WgmmaSyncOp) -> None:
         kind = op.kind.data
