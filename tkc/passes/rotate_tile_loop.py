@@ -134,6 +134,19 @@ class _Cloner:
             self.op(op)
 
 
+def _step0_or_empty(body: Block, mapping: dict[SSAValue, SSAValue], peeled: scf.IfOp, q_release: list[Operation],
+                    empty: list[SSAValue]) -> tuple[Block, Block]:
+    """The two arms of a tile's step 0: the peeled step run with `mapping` (a tile's queries and index) and its
+    queries' stage released, yielding step 0's state; or the state of no step."""
+    run = _Cloner(body, mapping, Block())
+    run.op(peeled)
+    run.ops(q_release)
+    run.block.add_op(scf.YieldOp(*[run.mapping[r] for r in peeled.results]))
+    idle = _Cloner(body, {}, Block())
+    idle.block.add_op(scf.YieldOp(*[idle.value(v) for v in empty]))
+    return run.block, idle.block
+
+
 def _guarded(cond: SSAValue, then: Block, otherwise: Block, result_types: list, at: InsertPoint) -> scf.IfOp:
     branch = scf.IfOp(cond, result_types, Region(then), Region(otherwise))
     branch.attributes[ROTATED] = UnitAttr()
@@ -363,13 +376,7 @@ def _rotate_step(loop: scf.ForOp) -> None:
     Rewriter.insert_op([both, fast_cond], at)
     fast = _Cloner(body, {**ahead, q: q_next}, Block())
     fast.ops(head)  # S_0′, deferred
-    pv_map: dict[SSAValue, SSAValue] = {}
-    for op in last_pv_if.true_region.block.ops:
-        if isinstance(op, scf.YieldOp):
-            continue
-        clone = op.clone(value_mapper=pv_map)
-        fast.block.add_op(clone)
-        pv_map.update(zip(op.results, clone.results))
+    pv_map = clone_into([op for op in last_pv_if.true_region.block.ops if not isinstance(op, scf.YieldOp)], fast.block)
     pv_map[pv.results[0]].owner.attributes[DEFERRED] = UnitAttr()  # type: ignore[union-attr]
     fast.block.add_op(_wait_for_next_scores())
     fast.ops(rest)  # its second wait covers the P·V
@@ -385,13 +392,8 @@ def _rotate_step(loop: scf.ForOp) -> None:
     # slow: in order (no key step in this tile, or no next tile / no keys in it)
     slow = Block()
     clone_into([last_pv_if, release_if, *epilogue], slow)
-    nxt = _Cloner(body, {**ahead, q: q_next}, Block())
-    nxt.op(peeled)
-    nxt.ops(q_release)
-    nxt.block.add_op(scf.YieldOp(*[nxt.mapping[r] for r in peeled.results]))
-    idle = _Cloner(body, {}, Block())
-    idle.block.add_op(scf.YieldOp(*[idle.value(v) for v in empty]))
-    state_slow = scf.IfOp(more.result, state_types, Region(nxt.block), Region(idle.block))
+    nxt, idle = _step0_or_empty(body, {**ahead, q: q_next}, peeled, q_release, empty)
+    state_slow = scf.IfOp(more.result, state_types, Region(nxt), Region(idle))
     state_slow.attributes[ROTATED] = UnitAttr()
     slow.add_op(state_slow)
     slow.add_op(scf.YieldOp(q_next, *state_slow.results))
@@ -409,13 +411,8 @@ def _rotate_step(loop: scf.ForOp) -> None:
     zero_q = t.FillOp(0.0, q.type)
     Rewriter.insert_op([runs, zero_q], before)
     q_first = _queries(body, first, runs.result, q_read, q, zero_q.result, before)
-    start = _Cloner(body, {**first, q: q_first}, Block())
-    start.op(peeled)
-    start.ops(q_release)
-    start.block.add_op(scf.YieldOp(*[start.mapping[r] for r in peeled.results]))
-    idle = _Cloner(body, {}, Block())
-    idle.block.add_op(scf.YieldOp(*[idle.value(v) for v in empty]))
-    state_first = _guarded(runs.result, start.block, idle.block, state_types, before).results
+    start, idle = _step0_or_empty(body, {**first, q: q_first}, peeled, q_release, empty)
+    state_first = _guarded(runs.result, start, idle, state_types, before).results
 
     # this tile's queries and step 0 are the carried ones
     for old, new in zip(peeled.results, state_args):
