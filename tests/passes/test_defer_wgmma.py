@@ -297,3 +297,17 @@ def test_the_overlapped_loop_runs_two_steps_an_iteration() -> None:
         odd = odd.next_op
     assert sum(isinstance(o, t.WgmmaOp) for o in odd.true_region.walk()) == 2
     assert [r.type for r in odd.results] == [r.type for r in loop.results]
+
+
+def test_a_tma_store_before_row_0_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated lowering: the TMA stores of warps whose query rows all lie before row 0 (causal, Nq not a multiple
+    of the query blocks) are not skipped. The simulator stops at the first (the H200 raised an illegal
+    instruction there)."""
+    from tkc.backend import lower_tma
+
+    monkeypatch.setattr(lower_tma, "_skip_boxes_before_row0", lambda lw, guard, first_row, rows: guard)
+    constants = {"D": 64, "CAUSAL": 1, "KEYS": 128, "WARPS": 8, "LSE": 1, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1,
+                 "TMA_STORE": 1}
+    module = lower_kernel(attention_sm90, "sm_90a", constants, aligns=ALIGNS)
+    with pytest.raises(TkcError, match="wholly before row 0"):
+        simulate(module, "attention_sm90", _inputs(100, 100, 64), (1,), order="shuffled")

@@ -199,6 +199,16 @@ def _read_by_generic_loads(fn: Operation) -> set[SSAValue]:
                     for user in stage_uses([op.result]))}
 
 
+def _skip_boxes_before_row0(lw: KernelLowering, guard: SSAValue, first_row: Any, rows: int) -> SSAValue:
+    """`guard` and "the box has a row at or after row 0": a box wholly before row 0 stores nothing, and a TMA
+    store of one stops the H200 with an illegal instruction (causal attention's warps whose 16 query rows lie
+    before row 0, where Nq is not a multiple of its query blocks)."""
+    if isinstance(first_row, Imm) and int(first_row.value) > -rows:
+        return guard
+    some_row = lw.op("setp.gt.s32", "pred", lw.reg(first_row), Imm(-rows), n=1)
+    return lw.op("and.pred", "pred", guard, some_row, n=1)  # type: ignore[return-value]
+
+
 def lower_tma_store(lw: KernelLowering, op: Any) -> None:
     """A warp's register tile to global memory through its staging tile and TMA (insert-tma-stores)."""
     from tkc.backend.lower_memory import _register_type, _shared_run_access, _store_runs
@@ -226,9 +236,11 @@ def lower_tma_store(lw: KernelLowering, op: Any) -> None:
     lw.emit(ptx.WarpSyncOp())
     stacked = "n" if op.dest.type.rank > 2 else ""  # boxes one matrix deep: they stop at its last row
     tmap = _tensor_map(lw, f"{name}_tmap{stacked}_{rows}x{panel_cols}_sw{swizzle}")
-    coords, where = _box_coordinates(lw, global_coords(lw, op), rows, cols, panel_cols, panels)
+    indices = global_coords(lw, op)
+    coords, where = _box_coordinates(lw, indices, rows, cols, panel_cols, panels)
     lane0 = lw.at_entry("lane==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["lane"], Imm(0), n=1))
     guard = _guard(lw, lane0)
+    guard = _skip_boxes_before_row0(lw, guard, _mul_imm(lw, indices[-2], rows), rows)
     for p in range(panels):
         lw.emit(ptx.TmaStoreOp(staging, 0, p * rows * swizzle, tmap, coords, [p, *where], guard=guard))
     lw.emit(ptx.BulkGroupOp("commit"))

@@ -946,6 +946,8 @@ class BlockSimulator:
             tmap, (x, y, *outer) = self._box(warp, op, lane)
             if len(outer) != tmap.array.ndim - 2:
                 raise SimulationError(f"a {tmap.array.ndim}-D tensor map takes {tmap.array.ndim} coordinates")
+            if y + tmap.box_rows <= 0:  # the H200 stops with an illegal instruction (no clipping to nothing)
+                raise SimulationError(f"TMA store of a box wholly before row 0 (rows {y}..{y + tmap.box_rows - 1})")
             e = tmap.array.dtype.itemsize
             shape = tmap.array.shape
             inside = all(0 <= i < n for i, n in zip(outer[::-1], shape[:-2]))  # else the box writes nothing
