@@ -45,7 +45,10 @@ for step in ${*:-tests probe bench sanitize}; do
         for dn in "64 1024" "128 1024" "64 4096"; do
             timeout 150 ncu --kernel-name attention_sm90 --launch-skip 2 --launch-count 1 --section SpeedOfLight \
                 --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats \
-                --section WarpStateStats python3 bench/probe_ncu.py $dn > "$OUT/ncu-${dn// /-}.txt" 2>&1
+                --section WarpStateStats --metrics "regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active$" \
+                --metrics "regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active$" \
+                --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$" \
+                python3 bench/probe_ncu.py $dn > "$OUT/ncu-${dn// /-}.txt" 2>&1
             grep -E "Issue Slots Busy|No Eligible|Issued Warp|Warp Cycles Per Issued|Stall|Pipe|Duration" \
                 "$OUT/ncu-${dn// /-}.txt" | head -14
         done ;;

@@ -18,7 +18,7 @@ from tkc.compiler import Dumps, PassTimer, compile_for_launch, default_pipeline,
 from tkc.errors import TkcError
 from tkc.frontend.kernel import build_module
 from tkc.ir import tma_ops as m
-from tkc.kernels import gemm_sm90_kernel
+from tkc.kernels import attention_sm90, gemm_sm90_kernel
 from tkc.passes.specialize_warps import CONSUMER_WARPS, ROLE_ATTR
 from tkc.passes.verify_tma_pipeline import verify_tma_pipeline
 
@@ -128,6 +128,18 @@ def test_specialized_gemm_gets_registers() -> None:
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in compiled.ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in compiled.ptx
     (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
     assert report.registers == 168 and report.spill_stores == 0 and not report.notes, report.log
+
+
+def test_a_lean_producer_leaves_the_consumers_more_registers() -> None:
+    """producer=2: the producer warpgroup keeps 24 registers, the two consumer warpgroups get 240 (FlashAttention-3's
+    two-stage pipelining at D=64 with 128-key steps fits without spills only so)."""
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not installed")
+    constants = {"D": 64, "KEYS": 128, "WARPS": 8, "DEFER": 1, "OVERLAP": 1, "PRODUCER": 2}
+    compiled = compile_for_launch(attention_sm90, "sm_90a", constants, {p.name: 16 for p in attention_sm90.runtime_params if p.kind == "tensor"})
+    assert "setmaxnreg.dec.sync.aligned.u32 24;" in compiled.ptx and "setmaxnreg.inc.sync.aligned.u32 240;" in compiled.ptx
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and not report.notes, report.log
 
 
 def test_producer_needs_a_tma_loop() -> None:

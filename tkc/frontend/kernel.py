@@ -130,7 +130,7 @@ class Kernel:
         self.exp2_poly = exp2_poly
         self._check_count("warps", warps, 1, 32)
         if producer is not None:
-            self._check_count("producer", producer, 0, 1)
+            self._check_count("producer", producer, 0, 2)
         if tma_store is not None:
             self._check_count("tma_store", tma_store, 0, 1)
         if pingpong is not None:
@@ -305,8 +305,11 @@ class Kernel:
         if self.blocks_per_sm is not None:
             fn.attributes["tkc.blocks_per_sm"] = IntegerAttr(
                 self._resolve_count("blocks_per_sm", self.blocks_per_sm, values, 1, 32), 64)
-        if self.producer is not None and self._resolve_count("producer", self.producer, values, 0, 1):
+        producer = 0 if self.producer is None else self._resolve_count("producer", self.producer, values, 0, 2)
+        if producer:
             fn.attributes["tkc.producer"] = UnitAttr()
+        if producer == 2:
+            fn.attributes["tkc.lean_producer"] = UnitAttr()
         if self.tma_store is not None and self._resolve_count("tma_store", self.tma_store, values, 0, 1):
             fn.attributes["tkc.tma_store"] = UnitAttr()
         if self.pingpong is not None and self._resolve_count("pingpong", self.pingpong, values, 0, 1):
@@ -391,7 +394,8 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     the depth of the asynchronous pipelines of its loops (default: the pass's); `blocks_per_sm` asks ptxas to fit
     that many blocks on a multiprocessor (`.minnctapersm`: it caps the registers per thread); `producer=1` adds a
     producer warpgroup that issues the TMA loads of the pipelined loop while the kernel's warps compute
-    (`specialize-warps`, sm_90a); `tma_store=1` stores register tiles to aligned 2-D tensors through shared memory
+    (`specialize-warps`, sm_90a; it keeps 40 registers a thread, `producer=2` only 24, the rest going to the
+    computing warps); `tma_store=1` stores register tiles to aligned 2-D tensors through shared memory
     and TMA (`insert-tma-stores`, sm_90a); `pingpong=1` has two warpgroups take turns at the tensor cores, one's
     wgmmas running while the other computes (`pingpong-warpgroups`, sm_90a); `overlap=1` issues a loop's first
     wgmma one step early, so that it runs while the step works on the previous result (`overlap-wgmma`, sm_90a);

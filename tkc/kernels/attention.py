@@ -92,7 +92,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     in the next step under the softmax (`defer-wgmma`), DEFER=2 also runs step 0 before the key loop without its
     zero P·V (`peel-deferred-step`), DEFER=3 also reads the next tile's queries and starts its first Q·Kᵀ under
     this tile's epilogue (`rotate-tile-loop`, with Q_REGS), DEFER=4 all of its step 0, the softmax under this tile's
-    last P·V, PRODUCER=1 adds a warpgroup that issues the TMA loads,
+    last P·V, PRODUCER=1 adds a warpgroup that issues the TMA loads (PRODUCER=2: one of 24 registers a thread,
+    which leaves the consumers room for DEFER=1 with OVERLAP=1 at D=64 with 128-key steps),
     PINGPONG=1 has the two warpgroups take turns at the tensor cores, OVERLAP=1 issues the next Q·Kᵀ before the
     softmax (with DEFER=1: behind the deferred P·V, both under the softmax). EXP2_POLY=N takes every N-th
     exponential off the multi-function unit (a cubic on the FMA pipe). TMA_STORE=1 stores O through a staging tile

@@ -686,6 +686,7 @@ def lower_turn_pass_now(lw: KernelLowering) -> None:
 
 
 PRODUCER_REGISTERS = 40  # per thread, after setmaxnreg.dec: address arithmetic and the TMA issue only
+LEAN_PRODUCER_REGISTERS = 24  # setmaxnreg's least
 
 
 def _role_registers(lw: KernelLowering) -> tuple[int, int] | None:
@@ -696,7 +697,9 @@ def _role_registers(lw: KernelLowering) -> tuple[int, int] | None:
         return None
     entry = 65536 // lw.threads // 8 * 8
     consumers = lw.threads - 128
-    producer = PRODUCER_REGISTERS if lw.threads <= 384 else 24  # three consumer warpgroups need every register
+    # three consumer warpgroups need every register; two may ask for them (producer=2)
+    lean = lw.threads > 384 or "tkc.lean_producer" in lw.fn.attributes
+    producer = LEAN_PRODUCER_REGISTERS if lean else PRODUCER_REGISTERS
     grown = min(256, entry + (entry - producer) * 128 // consumers) // 8 * 8
     return producer, grown
 
