@@ -25,18 +25,22 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
     from tkc.kernels.attention import sm90_config
 
     own = sm90_config(d, 1024, 1024, causal)  # attention()'s configuration at N = 1024
-    found = {"attention() lean": {**own, "PRODUCER": 2}}
+    found = {}
     if d == 128:
+        found["attention() lean"] = {**own, "PRODUCER": 2}
         grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
         found["pingpong K128"] = {**REGS, "KEYS": 128, "DEFER": 2, "PINGPONG": 1, **grid}
         found["pingpong K128 D3"] = {**REGS, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}
         found["pingpong K128 lean"] = {**REGS, "KEYS": 128, "DEFER": 2, "PINGPONG": 1, "PRODUCER": 2, **grid}
         return found
-    found["overlap K128"] = {**OVERLAPPED, "PERSISTENT": 1}
-    found["overlap K128 S4"] = {**OVERLAPPED, "STAGES": 4, "PERSISTENT": 1}
-    found["overlap K128 T2"] = {**OVERLAPPED, "TILES": 2}
-    found["overlap K128 TMA-st"] = {**OVERLAPPED, "TMA_STORE": 1, "PERSISTENT": 1}
-    found["K128 peeled TMA-st"] = {**own, "TMA_STORE": 1}
+    # four consumer warpgroups (query blocks of 256 rows, 64-key steps): twice the warps per scheduler to hide the
+    # softmax's latencies (ncu at D=64 N=1024: 2.4 warps per scheduler, most stalls on fixed-latency dependencies)
+    four = {"KEYS": 64, "WARPS": 16}
+    found["W16 D2 producer"] = {**four, "DEFER": 2, "PRODUCER": 1, "PERSISTENT": 1}
+    found["W16 D1 producer"] = {**four, "DEFER": 1, "PRODUCER": 1, "PERSISTENT": 1}
+    found["W16 D2 Q regs"] = {**four, "DEFER": 2, "Q_REGS": 1, "PERSISTENT": 1}
+    found["W16 D2 producer T1"] = {**four, "DEFER": 2, "PRODUCER": 1}
+    found["W12 K128"] = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1, "PERSISTENT": 1}
     return found
 
 

@@ -45,15 +45,19 @@ for step in ${*:-tests probe bench sanitize}; do
         for dn in "64 1024" "128 1024" "64 4096"; do
             timeout 150 ncu --kernel-name attention_sm90 --launch-skip 2 --launch-count 1 --section SpeedOfLight \
                 --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats \
-                --section WarpStateStats --metrics "regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active$" \
-                --metrics "regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active$" \
-                --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$" \
+                --section WarpStateStats --metrics "regex:^(sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active|sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active|smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio)$" \
                 python3 bench/probe_ncu.py $dn > "$OUT/ncu-${dn// /-}.txt" 2>&1
+            if grep -q "==ERROR==" "$OUT/ncu-${dn// /-}.txt"; then  # this ncu refuses the metric regex: sections only
+                head -3 "$OUT/ncu-${dn// /-}.txt"
+                timeout 150 ncu --kernel-name attention_sm90 --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+                    --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats \
+                    --section WarpStateStats python3 bench/probe_ncu.py $dn > "$OUT/ncu-${dn// /-}.txt" 2>&1
+            fi
             grep -E "Issue Slots Busy|No Eligible|Issued Warp|Warp Cycles Per Issued|Stall|Pipe|Duration" \
                 "$OUT/ncu-${dn// /-}.txt" | head -14
         done ;;
-    candidates)  # attention() beside candidate configurations at N = 1024 and 4096 (bench/probe_candidates.py)
-        timeout 400 python3 bench/probe_candidates.py > "$OUT/candidates.log" 2>&1; grep -v "^  flash" "$OUT/candidates.log" | tail -70 ;;
+    candidates)  # attention() beside candidate configurations at N = 1024 and 4096 (bench/probe_candidates.py; its arguments: CANDIDATES="--dims 64")
+        timeout 400 python3 bench/probe_candidates.py ${CANDIDATES:-} > "$OUT/candidates.log" 2>&1; grep -v "^  flash" "$OUT/candidates.log" | tail -70 ;;
     layernorm-probe)
         timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
         sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;
