@@ -33,14 +33,11 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
         found["pingpong K128 D3"] = {**REGS, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}
         found["pingpong K128 lean"] = {**REGS, "KEYS": 128, "DEFER": 2, "PINGPONG": 1, "PRODUCER": 2, **grid}
         return found
-    # four consumer warpgroups (query blocks of 256 rows, 64-key steps): twice the warps per scheduler to hide the
-    # softmax's latencies (ncu at D=64 N=1024: 2.4 warps per scheduler, most stalls on fixed-latency dependencies)
-    four = {"KEYS": 64, "WARPS": 16}
-    found["W16 D2 producer"] = {**four, "DEFER": 2, "PRODUCER": 1, "PERSISTENT": 1}
-    found["W16 D1 producer"] = {**four, "DEFER": 1, "PRODUCER": 1, "PERSISTENT": 1}
-    found["W16 D2 Q regs"] = {**four, "DEFER": 2, "Q_REGS": 1, "PERSISTENT": 1}
-    found["W16 D2 producer T1"] = {**four, "DEFER": 2, "PRODUCER": 1}
     found["W12 K128"] = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1, "PERSISTENT": 1}
+    # two-stage pipelining: a stage holds K_{j+1} and V_j; step j reads stages j-1 and j, so that with three
+    # stages the next keys are asked for a step ahead, with five three steps ahead
+    for stages in (3, 5):
+        found[f"overlap K128 S{stages}"] = {**OVERLAPPED, "STAGES": stages, "PERSISTENT": 1}
     return found
 
 

@@ -2,7 +2,7 @@
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
-#        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention candidates
+#        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant candidates
 #        layernorm-probe sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +56,13 @@ for step in ${*:-tests probe bench sanitize}; do
             grep -E "Issue Slots Busy|No Eligible|Issued Warp|Warp Cycles Per Issued|Stall|Pipe|Duration" \
                 "$OUT/ncu-${dn// /-}.txt" | head -14
         done ;;
+    ncu-variant)  # the same ncu sections for attention_sm90 with NCU_CFG (JSON) at D=64 N=1024 not causal
+        timeout 150 ncu --kernel-name attention_sm90 --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+            --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+            --metrics "regex:^(sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active|sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active|smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio)$" \
+            python3 bench/probe_ncu.py 64 1024 0 "$NCU_CFG" > "$OUT/ncu-variant.txt" 2>&1
+        grep -E "Duration|Issue Slots Busy|Eligible Warps|pipe_(xu|tensor_cycles)|stalled_(wait|long|gmma|barrier|short|mio|dispatch)" \
+            "$OUT/ncu-variant.txt" | head -20 ;;
     candidates)  # attention() beside candidate configurations at N = 1024 and 4096 (bench/probe_candidates.py; its arguments: CANDIDATES="--dims 64")
         timeout 400 python3 bench/probe_candidates.py ${CANDIDATES:-} > "$OUT/candidates.log" 2>&1; grep -v "^  flash" "$OUT/candidates.log" | tail -70 ;;
     layernorm-probe)
