@@ -33,11 +33,11 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
         found["pingpong K128 D3"] = {**REGS, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}
         found["pingpong K128 lean"] = {**REGS, "KEYS": 128, "DEFER": 2, "PINGPONG": 1, "PRODUCER": 2, **grid}
         return found
-    found["W12 K128"] = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1, "PERSISTENT": 1}
-    # two-stage pipelining: a stage holds K_{j+1} and V_j; step j reads stages j-1 and j, so that with three
-    # stages the next keys are asked for a step ahead, with five three steps ahead
-    for stages in (3, 5):
-        found[f"overlap K128 S{stages}"] = {**OVERLAPPED, "STAGES": stages, "PERSISTENT": 1}
+    # what the queries in shared memory cost attention()'s short configuration (Q·Kᵀ then reads both operands
+    # from shared memory), and two-stage pipelining with them there or in registers (which spills ~100 bytes)
+    found["short, Q shared"] = {k: v for k, v in own.items() if k != "Q_REGS"}
+    found["overlap K128"] = {**OVERLAPPED, "PERSISTENT": 1}
+    found["overlap K128 Q regs"] = {**OVERLAPPED, "Q_REGS": 1, "PERSISTENT": 1}
     return found
 
 
