@@ -33,11 +33,11 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
         found["pingpong K128 D3"] = {**REGS, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}
         found["pingpong K128 lean"] = {**REGS, "KEYS": 128, "DEFER": 2, "PINGPONG": 1, "PRODUCER": 2, **grid}
         return found
-    # what the queries in shared memory cost attention()'s short configuration (Q·Kᵀ then reads both operands
-    # from shared memory), and two-stage pipelining with them there or in registers (which spills ~100 bytes)
+    # the queries in shared memory (a two-stage ring on the tile loop since 2026-12-03 19:34: the next tile's
+    # queries load during this one): attention()'s short configuration so, and two-stage pipelining
     found["short, Q shared"] = {k: v for k, v in own.items() if k != "Q_REGS"}
     found["overlap K128"] = {**OVERLAPPED, "PERSISTENT": 1}
-    found["overlap K128 Q regs"] = {**OVERLAPPED, "Q_REGS": 1, "PERSISTENT": 1}
+    found["overlap K128 TMA-st"] = {**OVERLAPPED, "TMA_STORE": 1, "PERSISTENT": 1}
     return found
 
 

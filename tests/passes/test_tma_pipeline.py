@@ -272,3 +272,24 @@ def test_hopper_attention_any_length(nq: int, nk: int, causal: int, d: int) -> N
     assert rel_err(interp[3], ref) < 2e-2
     assert rel_err(sim[3], interp[3]) < 2e-3
     assert rel_err(interp[4], ref_lse) < 1e-4 and rel_err(sim[4], interp[4]) < 1e-5  # the row log-sum-exp
+
+
+@pytest.mark.parametrize("d, keys, warps, q_regs, stages", [(64, 128, 8, 0, 2), (64, 128, 8, 1, 1), (128, 64, 8, 0, 2),
+                                                            (128, 128, 8, 0, 1), (64, 128, 12, 0, 1)])
+def test_tile_loop_ring_stages(d: int, keys: int, warps: int, q_regs: int, stages: int) -> None:
+    """attention_sm90's tile loop: queries read from shared memory to the tile's end get two stages (the next tile's
+    load runs during this one) where they fit beside the key ring, one where it does not (D=128, 128-key steps:
+    64 + 192 KB), where the queries move to registers at the tile's start (released then, refilled meanwhile) or
+    with three consumer warpgroups (no registers to spare)."""
+    from tkc.ir import async_ops as a
+    from tkc.kernels import attention_sm90
+
+    constants = {"D": d, "KEYS": keys, "WARPS": warps, "DEFER": 1, "PRODUCER": 1, "Q_REGS": q_regs}
+    module = build_module([attention_sm90], "sm_90a", constants)
+    specialize_alignment(module, {p.name: 16 for p in attention_sm90.runtime_params if p.kind == "tensor"})
+    run_passes(module, parse_pipeline("insert-tma-pipeline"), Dumps(None), PassTimer(False))
+    tile_loop = next(op for op in module.walk() if isinstance(op, scf.ForOp))
+    rings = {op.result.type.stages.data for op in module.walk() if isinstance(op, a.RingAllocOp)
+             and any(isinstance(u.operation, a.RingReadOp) and u.operation.parent_block() is tile_loop.body.block
+                     for u in op.result.uses)}
+    assert rings == {stages}

@@ -11,7 +11,8 @@ releases step k-1 after step k's wgmma instead (marked `tkc.wgmma_in_flight`: th
 previous step's wgmma only there), so the refill never overwrites what a running wgmma reads. A tile loop (one
 around another pipelined loop: a persistent kernel's, attention's over query blocks) gets one stage, released
 after the tile's last read (queries moved into registers at the tile's start: released then and refilled for the
-next tile while the inner loop runs). Loops that do not qualify are left to `insert-async-pipeline`.
+next tile while the inner loop runs), or two where the tile reads it to its end and shared memory has room (the
+next tile's load then runs during this one). Loops that do not qualify are left to `insert-async-pipeline`.
 
     scf.for %j = %lb to %ub step %c1 {
       %a = tile.load %A[%i, %j] : !tile.gl<?x?xbf16> -> !tile.st<128x64xbf16>
@@ -51,6 +52,7 @@ from tkc.ir.types import GlobalType, RegTileType, SharedTileType, element_bytes
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, _constant, _index_slice, kernel_stages
 from tkc.passes.util import carries_only_the_accumulator, constant_int, waited_by_the_next_step, with_one_more_carried
+from tkc.targets import SM_90A
 
 MAX_BOX_ROWS = 256  # a TMA box dimension
 
@@ -223,22 +225,48 @@ def _thread_base(chain: list[scf.ForOp]) -> tuple[SSAValue | None, list[scf.ForO
     return init, rebuilt[::-1]
 
 
+def _inner_loops(loop: scf.ForOp) -> list[tuple[Operation, scf.ForOp]]:
+    """(top-level op of the body, loop in it) for each loop in the body that loads tiles."""
+    return [(inner, op) for inner in loop.body.block.ops for op in inner.walk()
+            if isinstance(op, scf.ForOp) and _shared_loads(op.body.block)]
+
+
 def _tile_loop(loop: scf.ForOp) -> bool:
     """Whether the loop is a tile loop: one around an inner loop that loads tiles (attention's loop over query blocks
-    around its key loop). Its loads get one stage, released after the tile's last read of it: where that is before
-    the inner loop (queries moved into registers), the stage is refilled for the next tile while the inner loop
-    runs; otherwise at the tile's end. (Two stages would not fit beside the inner ring at D = 128: 64 + 192 KB.)"""
-    return any(isinstance(op, scf.ForOp) and _shared_loads(op.body.block)
-               for inner in loop.body.block.ops for op in inner.walk())
+    around its key loop)."""
+    return bool(_inner_loops(loop))
 
 
-def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads: int) -> bool:
+TILE_RING_SPARE = 32 * 1024  # shared memory left for what is not a ring (staging tiles, barriers, scratch)
+
+
+def _tile_ring_stages(loop: scf.ForOp, loads: list[t.LoadOp], depth: int, shared_bytes: int, threads: int) -> int:
+    """A tile loop's stages. Its stage is released after the tile's last read of it: where that is before the inner
+    loop (queries moved into registers), one stage is refilled for the next tile while the inner loop runs. Where
+    the tile reads it to its end (queries read from shared memory by every Q·Kᵀ), a second stage lets the next
+    tile's load run during this one (else it starts at the tile's end, its latency in every tile: 9% of attention
+    at D=64, N=1024), if it fits beside the inner ring (not at D = 128 with 128-key steps: 64 + 192 KB) and the
+    block has at most two warpgroups of its own (with three, the second stage's bookkeeping made ptxas spill
+    8 bytes at D=64 causal)."""
+    body = loop.body.block
+    order = {op: n for n, op in enumerate(body.ops)}
+    readers = stage_readers(body, [op.result for op in loads])
+    inner = _inner_loops(loop)
+    held = bool(readers) and max(order[r] for r in readers) >= min(order[top] for top, _ in inner)
+    tile_bytes = sum(op.result.type.nbytes for op in loads)
+    inner_bytes = sum(op.result.type.nbytes for _, l in inner for op in _shared_loads(l.body.block))
+    fits = 2 * tile_bytes + depth * inner_bytes + TILE_RING_SPARE <= shared_bytes
+    return 2 if held and fits and threads <= 256 else 1
+
+
+def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads: int,
+                  shared_bytes: int = SM_90A.shared_bytes) -> bool:
     body = loop.body.block
     candidates = _shared_loads(body)
     if stages < 2 or not candidates or not all(tma_loadable(op, aligned) for op in candidates):
         return False
     if _tile_loop(loop):
-        stages = 1
+        stages = _tile_ring_stages(loop, candidates, stages, shared_bytes, threads)
     chain = _enclosing_loops(loop)
     if chain is None:
         return False
