@@ -1,0 +1,76 @@
+"""What each part of the softmax costs attention_sm90: the kernel as attention() launches it beside copies of it
+with one part replaced by something almost free (timing only: those outputs are wrong). 0 = intact, 1 = no row
+sum (l + 1), 2 = no row max (the running maximum stays 0: the inputs keep exp2 finite), 3 = no exp2 (P = the
+scaled scores), 4 = no rescale of O. B·N = 16384, H = 16, not causal; TFLOP/s, median of 30 launches × 5 rounds.
+    python bench/probe_softmax.py"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import compare  # noqa: E402
+
+PARTS = {0: "intact", 1: "no row sum", 2: "no row max", 3: "no exp2", 4: "no O rescale"}
+
+
+def _probe_kernel():
+    """attention_sm90 with a const PART choosing the part left out, written from the kernel's own source into a
+    module of its own (as bench/probe_store.py)."""
+    import importlib.util
+    import tempfile
+
+    source = Path(importlib.util.find_spec("tkc.kernels.attention").origin).read_text()
+    start, end = source.index('@tkc.kernel(warps="WARPS"'), source.index("# (ROWS, KEYS, Q_IN_SHARED) per head dim")
+    kernel = source[start:end].replace("def attention_sm90(", "def attention_probe(")
+    kernel = kernel.replace("Q_REGS: const = 0,", "Q_REGS: const = 0, PART: const = 0,", 1)
+    pad = " " * 12
+    swaps = {
+        f"{pad}m_new = max(m, row_max(s))\n":
+            f"{pad}if PART == 2:\n{pad}    m_new = max(m, zeros(rv[f32, 16]))\n{pad}else:\n{pad}    m_new = max(m, row_max(s))\n",
+        f"{pad}p = exp2(sub_row(s * scale_log2, m * scale_log2))\n":
+            f"{pad}if PART == 3:\n{pad}    p = sub_row(s * scale_log2, m * scale_log2)\n{pad}else:\n"
+            f"{pad}    p = exp2(sub_row(s * scale_log2, m * scale_log2))\n",
+        f"{pad}l = l + row_sum(p)\n": f"{pad}if PART == 1:\n{pad}    l = l + 1.0\n{pad}else:\n{pad}    l = l + row_sum(p)\n",
+        f"{pad}else:\n{pad}    o = mul_row(o, correction)\n":
+            f"{pad}elif PART != 4:\n{pad}    o = mul_row(o, correction)\n",
+    }
+    for old, new in swaps.items():
+        assert kernel.count(old) == 1, f"attention_sm90 changed: update the probe ({old.strip()})"
+        kernel = kernel.replace(old, new)
+    path = Path(tempfile.mkdtemp()) / "probe_softmax_kernel.py"
+    path.write_text("import math\nimport tkc\nfrom tkc.lang import *  # noqa: F403\n\n\n" + kernel)
+    spec = importlib.util.spec_from_file_location("probe_softmax_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.attention_probe
+
+
+attention_probe = _probe_kernel()
+
+if __name__ == "__main__":
+    from tkc.kernels._checks import resident_blocks
+    from tkc.kernels.attention import sm90_config, sm90_constants
+
+    torch.manual_seed(0)
+    for d, n in [(64, 1024), (64, 4096), (128, 1024)]:
+        batch, heads = 16384 // n, 16
+        q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        out = torch.empty_like(q)
+        lse = torch.empty((1, 1, 1), dtype=torch.float32, device="cuda")
+        cfg = sm90_config(d, n, n)
+        warps = cfg["WARPS"]
+        fns = {}
+        for part, name in PARTS.items():
+            c = {"D": d, "CAUSAL": 0, "LSE": 0, **sm90_constants(cfg), "PART": part}
+            blocks = -(-n // (16 * warps)) * heads * batch // cfg.get("TILES", 1)
+            if cfg.get("PERSISTENT"):
+                blocks = min(blocks, resident_blocks(attention_probe, ("cuda", *c.items()), q, k, v, out, lse,
+                                                     d ** -0.5, **c, target="sm_90a"))
+            fns[name] = (lambda c=c, blocks=blocks:
+                         attention_probe[(blocks,)](q, k, v, out, lse, d ** -0.5, **c, target="sm_90a"))
+        times = compare(fns, 5, 30)
+        flops = 4 * batch * heads * n * n * d
+        print(f"D={d} N={n} {cfg}", flush=True)
+        for name, ms in times.items():
+            print(f"  {name:14s} {flops / (ms * 1e-3) / 1e12:6.0f} TFLOP/s  {times['intact'] / ms:5.3f}x", flush=True)
