@@ -33,11 +33,13 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
         found["pingpong K128 D3"] = {**REGS, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}
         found["pingpong K128 lean"] = {**REGS, "KEYS": 128, "DEFER": 2, "PINGPONG": 1, "PRODUCER": 2, **grid}
         return found
-    # the queries in shared memory (a two-stage ring on the tile loop since 2026-12-03 19:34: the next tile's
-    # queries load during this one): attention()'s short configuration so, and two-stage pipelining
-    found["short, Q shared"] = {k: v for k, v in own.items() if k != "Q_REGS"}
-    found["overlap K128"] = {**OVERLAPPED, "PERSISTENT": 1}
-    found["overlap K128 TMA-st"] = {**OVERLAPPED, "TMA_STORE": 1, "PERSISTENT": 1}
+    # row sums on the tensor cores (ROWSUM_MMA: P·1 beside P·V, 64 FADD + 4 shuffles a step off the softmax):
+    # attention()'s short configuration, with DEFER=1 or 3 (three consumer warpgroups have no registers for its
+    # P·1 accumulators: 48 bytes spilled)
+    found["short rowsum"] = {**own, "ROWSUM_MMA": 1}
+    found["short D1 rowsum"] = {**own, "DEFER": 1, "ROWSUM_MMA": 1}
+    found["short D3 rowsum"] = {**own, "DEFER": 3, "ROWSUM_MMA": 1}
+    found["short rowsum TMA-st"] = {**own, "ROWSUM_MMA": 1, "TMA_STORE": 1}
     return found
 
 

@@ -70,12 +70,16 @@ def test_the_interpreter_agrees_before_and_after(nq: int, nk: int, causal: int, 
     (300, 333, 64, 1, 128, 8, {"OVERLAP": 1, "PRODUCER": 2, "TMA_STORE": 1, "PERSISTENT": 1}),
     (200, 460, 64, 0, 128, 8, {"OVERLAP": 1, "PRODUCER": 2, "TILES": 2}),
     (400, 260, 64, 0, 128, 8, {"PRODUCER": 1, "DEFER": 2, "TILES": 3}),
-    (300, 200, 128, 0, 64, 8, {"OVERLAP": 1, "PRODUCER": 1, "TILES": 2})])
+    (300, 200, 128, 0, 64, 8, {"OVERLAP": 1, "PRODUCER": 1, "TILES": 2}),
+    (300, 333, 64, 1, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "DEFER": 2, "ROWSUM_MMA": 1, "TILES": 2}),
+    (200, 460, 64, 0, 64, 8, {"PRODUCER": 1, "Q_REGS": 1, "ROWSUM_MMA": 1, "PERSISTENT": 1}),
+    (300, 333, 64, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "DEFER": 3, "ROWSUM_MMA": 1, "TILES": 2})])
 def test_simulation_agrees(nq: int, nk: int, d: int, causal: int, keys: int, warps: int, extra: dict) -> None:
     """More key blocks than stages (and one), causal, ragged lengths, with a producer warpgroup, ping-pong, the
     queries in registers, three consumer warpgroups, several query blocks per block, step 0 peeled (DEFER=2), O
     stored by TMA (4-D tensor maps, boxes one head's matrix deep), O's rescale skipped where no maximum moved:
-    the PTX simulated with the warps in shuffled order agrees with the interpreter, which agrees with float64."""
+    the PTX simulated with the warps in shuffled order agrees with the interpreter, which agrees with float64.
+    ROWSUM_MMA: the row sums by P·1 beside P·V, both deferred (sums of the bf16 P: the LSE to ~5e-5)."""
     args = _inputs(nq, nk, d)
     constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": warps, "LSE": 1, "DEFER": 1, **sm90_constants(extra)}
     grid = (sm90_blocks(1, 2, nq, warps, extra.get("TILES", 1)),)
@@ -121,6 +125,17 @@ def test_a_wait_that_misses_the_scores_is_caught(monkeypatch: pytest.MonkeyPatch
     args = _inputs(128, 320, 64)
     module = lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "LSE": 1, "DEFER": 1},
                           aligns=ALIGNS)
+    simulate(module, "attention_sm90", args, (2,), order="shuffled")
+    assert not np.isfinite(args[3].astype(np.float32)).all()
+
+
+def test_a_wait_that_counts_one_deferred_wgmma_of_two_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated pass with ROWSUM_MMA (P·V and P·1 deferred): the softmax's wait leaves three groups running, as if
+    one wgmma were deferred too many. S is read while the simulated tensor cores still hold it: the output is wrong."""
+    _mutated_waits(monkeypatch, 2)
+    args = _inputs(128, 320, 64)
+    module = lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "LSE": 1, "DEFER": 1,
+                                                     "ROWSUM_MMA": 1}, aligns=ALIGNS)
     simulate(module, "attention_sm90", args, (2,), order="shuffled")
     assert not np.isfinite(args[3].astype(np.float32)).all()
 
@@ -315,3 +330,16 @@ def test_a_tma_store_before_row_0_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
     module = lower_kernel(attention_sm90, "sm_90a", constants, aligns=ALIGNS)
     with pytest.raises(TkcError, match="wholly before row 0"):
         simulate(module, "attention_sm90", _inputs(100, 100, 64), (1,), order="shuffled")
+
+
+def test_row_sums_by_the_tensor_cores_run_under_the_softmax() -> None:
+    """ROWSUM_MMA with defer=1: P·V and P·1 of the step before both issued behind Q·Kᵀ and left running under the
+    softmax (one wait for Q·Kᵀ alone, then the exp2, one wait 0); ptxas serializes none of them, no spills."""
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not installed")
+    constants = {"D": 64, "KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1, "Q_REGS": 1, "ROWSUM_MMA": 1}
+    compiled = compile_for_launch(attention_sm90, "sm_90a", constants, ALIGNS)
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and not report.notes, report.log
+    order = _order(constants)
+    assert "HGMMA×20 DEPBAR EX2×66 DEPBAR×2" in order, order

@@ -71,7 +71,8 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
-                   Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0, SKIP_RESCALE: const = 0):
+                   Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0, SKIP_RESCALE: const = 0,
+                   ROWSUM_MMA: const = 0):
     """attention_fwd on Hopper's wgmma. Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of a head
     next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
     causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,
@@ -99,7 +100,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     exponential off the multi-function unit (a cubic on the FMA pipe). TMA_STORE=1 stores O through a staging tile
     per warp and TMA (where shared memory has room for it). SKIP_RESCALE=1 multiplies O by the correction only
     when some row of the warp has a new maximum (exact: the others' corrections are 1), which most steps of a
-    long row do not.
+    long row do not. ROWSUM_MMA=1 takes the row sums off the softmax: the tensor cores add P·1 (a shared tile of
+    ones, 16 columns, each the row's sum of the bf16 P that P·V uses) beside P·V.
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
@@ -111,6 +113,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     q_blocks, heads = cdiv(Q.shape[2], BLOCK_ROWS), Q.shape[1]
     # The grid's blocks take the tiles (query blocks, those of a head next to each other) in turn; the next tile's
     # queries load while this one runs.
+    if ROWSUM_MMA:  # every warp writes 16 rows of ones (the same rows twice where KEYS < 16·WARPS)
+        ones_s = store(empty(st[bf16, KEYS, 16]), ones(rt[bf16, 16, 16]), (warp_id() % (KEYS // 16), 0))
     for tile in range(block_idx()[0], q_blocks * heads * Q.shape[0], num_blocks()[0]):
         blk, head = tile % q_blocks, tile // q_blocks
         if CAUSAL:  # the longest rows first (not last), over groups of 8 heads whose K and V stay in L2 together
@@ -129,6 +133,7 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
             q = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D])
         q_tile = first_row // 16 + warp_id()                 # this warp's 16 rows, in tiles of 16
         m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
+        l_cols = zeros(rt[f32, 16, 16])                      # ROWSUM_MMA: P·1, each column the row sums
         n_blocks = min(cdiv(first_row + BLOCK_ROWS, KEYS), key_blocks) if CAUSAL else key_blocks
         first_masked = max(first_row, 0) // KEYS
         for j in range(n_blocks):
@@ -148,8 +153,15 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
                 o = mul_row(o, correction)
             l, m = l * correction, m_new
             p = exp2(sub_row(s * scale_log2, m * scale_log2))
-            l = l + row_sum(p)
-            o = mma_AB(p.to(bf16), v_s, o)
+            if ROWSUM_MMA:
+                p_bf16 = p.to(bf16)
+                l_cols = mma_AB(p_bf16, ones_s, mul_row(l_cols, correction))
+                o = mma_AB(p_bf16, v_s, o)
+            else:
+                l = l + row_sum(p)
+                o = mma_AB(p.to(bf16), v_s, o)
+        if ROWSUM_MMA:
+            l = row_max(l_cols)                              # (its columns are equal)
         store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
         if LSE:
             store(L, m * scale + log(l), (b, h, q_tile))  # the p were taken against m: Σ exp = exp(scale·m) · l

@@ -8,7 +8,9 @@ stage), waits for S_j alone (`tile.wgmma_wait 1`), runs the softmax while that P
 (`tile.wgmma_wait 0`) just before the ring stage it reads is released and before its result is read. Step 0
 multiplies a zero P by its own stage (adds 0); the last P·V runs after the loop, if the loop ran.
 
-Both wgmmas are marked `tkc.deferred`: the lowering leaves them running and the explicit waits cover them. What
+Every wgmma after the first that takes the same P is deferred alike (attention's ROWSUM_MMA: P·1 for the row
+sums beside P·V, its B a tile from outside the loop); the wait before the softmax then leaves them all running.
+All of them are marked `tkc.deferred`: the lowering leaves them running and the explicit waits cover them. What
 reads the deferred result moves to the end of the step, after the wait: an scf.if that updates it together with
 other values (attention's rescale of O, l and m) is split in two, the ops the moved part needs cloned into it.
 The ring must release a step one iteration late (`insert-tma-pipeline` does, for a wgmma that may run on).
@@ -155,22 +157,29 @@ def _defer(loop: scf.ForOp) -> None:
     gemms = [op for op in body.ops if isinstance(op, t.WgmmaOp)]
     if len(gemms) < 2:
         raise _fail("the loop needs two wgmmas (the first is waited for, the last is deferred)", loop)
-    first, last = gemms[0], gemms[-1]
-    index = yielded_at(last, body)
-    if index is None:
-        raise _fail("the loop's last wgmma must only feed the loop's next step (its result goes to the yield)", last)
-    if not isinstance(last.a.type, RegTileType):
-        raise _fail("the loop's last wgmma must take A from registers (carried to the next step)", last)
+    first, tails = gemms[0], gemms[1:]  # the tails (P·V; also P·1 for row sums) all take the same P
+    last = tails[-1]
+    indices = [yielded_at(tail, body) for tail in tails]
+    for tail, index in zip(tails, indices):
+        if index is None:
+            raise _fail("the loop's last wgmma must only feed the loop's next step (its result goes to the yield)",
+                        tail)
+        if not isinstance(tail.a.type, RegTileType) or tail.a is not last.a:
+            raise _fail("the loop's last wgmmas must take one A from registers (carried to the next step)", tail)
     read = last.b.owner
     stage = read.stage.owner if isinstance(read, a.RingReadOp) else None
     if not (isinstance(read, a.RingReadOp) and read.parent_block() is body and isinstance(stage, arith.RemUIOp)):
         raise _fail("the last wgmma's B must be a ring stage of a pipelined loop (insert-tma-pipeline)", last)
+    for tail in tails[:-1]:  # the others read a tile from outside the loop (a constant one: P·1)
+        if isinstance(tail.b.owner, Operation) and tail.b.owner.parent_block() is body:
+            raise _fail("a deferred wgmma's B must be the last one's ring stage or a tile from outside the loop",
+                        tail)
     if WGMMA_IN_FLIGHT not in loop.attributes:
         raise _fail("the loop's ring must release each step one iteration late", loop)
     k = step_index(loop)
-    carried = body.args[index + 1]
+    carried = [body.args[index + 1] for index in indices]  # type: ignore[operator]
     order = {op: n for n, op in enumerate(body.ops)}
-    if k is None or any(order[_top_level(u.operation, body)] <= order[first] for u in carried.uses):
+    if k is None or any(order[_top_level(u.operation, body)] <= order[first] for c in carried for u in c.uses):
         raise _fail("the value the last wgmma accumulates is read before the loop's first wgmma", loop)
     # With overlap=1 the first wgmma is the next step's S (its result only carried): it and the P·V run under the
     # whole softmax, both waited for at the step's end (the yield copies S into the carried registers)
@@ -188,35 +197,41 @@ def _defer(loop: scf.ForOp) -> None:
     prev_stage = arith.RemUIOp(prev_step, stages)
     v_prev = a.RingReadOp(read.ring, prev_stage)
     v_prev.location = read.location
-    pv = last.clone()
-    pv.attributes[DEFERRED] = UnitAttr()
+    deferred = []
+    for tail, acc in zip(tails, carried):
+        pv = tail.clone()
+        pv.attributes[DEFERRED] = UnitAttr()
+        acc.replace_all_uses_with(pv.result)  # what read the carried value now reads it with this P·V added
+        pv.operands = [a_prev, v_prev.result if tail is last else tail.b, acc]
+        deferred.append(pv)
     first.attributes[DEFERRED] = UnitAttr()
-    carried.replace_all_uses_with(pv.result)  # what read the carried value now reads it with this P·V added
-    pv.operands = [a_prev, v_prev.result, carried]
+    prologue = [c0, c1, has_prev, back, prev_step, prev_stage, v_prev, *deferred]
     if rotated:  # S_j came from the step before (waited for there): the softmax waits for nothing
-        Rewriter.insert_op([c0, c1, has_prev, back, prev_step, prev_stage, v_prev, pv], InsertPoint.before(first))
-    else:
-        Rewriter.insert_op([c0, c1, has_prev, back, prev_step, prev_stage, v_prev, pv, t.WgmmaWaitOp(1)],
-                           InsertPoint.after(first))
+        Rewriter.insert_op(prologue, InsertPoint.before(first))
+    else:  # wait for S_j alone: each wgmma is a group of its own, the deferred ones issued after it
+        Rewriter.insert_op([*prologue, t.WgmmaWaitOp(len(deferred))], InsertPoint.after(first))
 
     yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
-    yield_op.operands = [*(last.c if i == index else v for i, v in enumerate(yield_op.operands)), last.a]
+    finals = {index: tail.c for tail, index in zip(tails, indices)}
+    yield_op.operands = [*(finals.get(i, v) for i, v in enumerate(yield_op.operands)), last.a]
     next_a = last.a.owner  # written only after the wait (ptxas would put it in the registers the P·V reads)
-    last.detach()
-    last.erase()
+    for tail in tails:
+        tail.detach()
+        tail.erase()
     if not read.result.uses:
         read.detach()
         read.erase()
 
-    # what reads the P·V result, and the next P, wait for it: at the end of the step
-    for op in list(body.ops):
-        if isinstance(op, scf.IfOp) and _reads(op, pv.result):
-            _split_if(op, pv.result)
-    dependent: set[SSAValue] = {pv.result}
+    # what reads the P·V results, and the next P, wait for them: at the end of the step
+    for pv in deferred:
+        for op in list(body.ops):
+            if isinstance(op, scf.IfOp) and _reads(op, pv.result):
+                _split_if(op, pv.result)
+    dependent: set[SSAValue] = {pv.result for pv in deferred}
     late = []
     for op in list(body.ops):
-        if op is yield_op or op is pv or not (op is next_a or any(_reads(op, v) for v in dependent)):
+        if op is yield_op or op in deferred or not (op is next_a or any(_reads(op, v) for v in dependent)):
             continue
         if not (is_side_effect_free(op) or (isinstance(op, scf.IfOp) and all(
                 is_side_effect_free(o) for o in op.walk() if o is not op and not isinstance(o, scf.YieldOp)))):
@@ -232,15 +247,16 @@ def _defer(loop: scf.ForOp) -> None:
     Rewriter.insert_op(t.WgmmaWaitOp(0), InsertPoint.before(wait_at))  # (rotated: also S_{j+1}, before its yield)
 
     # the loop carries P; the last P·V after it
-    deferred = with_one_more_carried(loop, zero_a.result)
+    rebuilt = with_one_more_carried(loop, zero_a.result)
     if rotated:  # S_{j+1} is carried too: two steps an iteration spare its copy (unroll-overlapped-loop)
-        deferred.attributes[UNROLL2] = UnitAttr()
-    _last_step(deferred, index, read.ring, ring_step, stages, last)  # type: ignore[arg-type]
+        rebuilt.attributes[UNROLL2] = UnitAttr()
+    _last_step(rebuilt, indices, read.ring, ring_step, stages, tails)  # type: ignore[arg-type]
 
 
-def _last_step(loop: scf.ForOp, index: int, ring: SSAValue, ring_step: SSAValue, stages: SSAValue,
-               gemm: Operation) -> None:
-    """After the loop: O += P_last · V_last on the last step's stage, if the loop ran."""
+def _last_step(loop: scf.ForOp, indices: list[int], ring: SSAValue, ring_step: SSAValue, stages: SSAValue,
+               gemms: list[Operation]) -> None:
+    """After the loop: O += P_last · V_last on the last step's stage (and the other deferred wgmmas on their B),
+    if the loop ran."""
     pre = [span := arith.SubiOp(loop.ub, loop.lb), trips := arith.CeilDivSIOp(span, loop.step),
            c0 := arith.ConstantOp(IntegerAttr(0, i32)), c1 := arith.ConstantOp(IntegerAttr(1, i32)),
            ran := arith.CmpiOp(trips, c0, "sgt"), last_k := arith.SubiOp(trips, c1),
@@ -252,17 +268,23 @@ def _last_step(loop: scf.ForOp, index: int, ring: SSAValue, ring_step: SSAValue,
     mapping = _clone_at(stage_ops, loop.body.block.args[0], last_iv.result, InsertPoint.at_end(then))
     last_stage = arith.RemUIOp(mapping.get(ring_step, ring_step), mapping.get(stages, stages))
     v_last = a.RingReadOp(ring, last_stage)
-    result = loop.results[index]
-    pv = gemm.clone()
-    pv.operands = [loop.results[-1], v_last.result, result]
-    for op in (last_stage, v_last, pv, scf.YieldOp(pv.results[0])):
+    for op in (last_stage, v_last):
         then.add_op(op)
-    done = scf.IfOp(ran, [result.type], Region(then), Region(Block([scf.YieldOp(result)])))
-    done.location = gemm.location
+    results = [loop.results[index] for index in indices]
+    pvs = []
+    for gemm, result in zip(gemms, results):
+        pv = gemm.clone()
+        pv.operands = [loop.results[-1], v_last.result if gemm is gemms[-1] else gemm.b, result]
+        then.add_op(pv)
+        pvs.append(pv)
+    then.add_op(scf.YieldOp(*[pv.results[0] for pv in pvs]))
+    done = scf.IfOp(ran, [r.type for r in results], Region(then), Region(Block([scf.YieldOp(*results)])))
+    done.location = gemms[-1].location
     Rewriter.insert_op(done, InsertPoint.after(last_iv))
-    for use in list(result.uses):
-        if use.operation is not pv and use.operation.parent_op() is not done:
-            use.operation.operands[use.index] = done.results[0]
+    for result, new in zip(results, done.results):
+        for use in list(result.uses):
+            if use.operation not in pvs and use.operation.parent_op() is not done:
+                use.operation.operands[use.index] = new
 
 
 def defer_wgmma(module: ModuleOp) -> None:
