@@ -26,6 +26,28 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def attention_sm90_variant(const: str, swaps: dict[str, str]) -> Any:
+    """attention_sm90 rebuilt from its own source as `attention_probe`, with one more const parameter `const`
+    (default 0) and each key of `swaps` (found exactly once) replaced by its value, loaded as a module of its own:
+    a probe's copy of the kernel, timed beside it (bench/probe_store.py, bench/probe_softmax.py)."""
+    import importlib.util
+    import tempfile
+
+    source = Path(importlib.util.find_spec("tkc.kernels.attention").origin).read_text()
+    start, end = source.index('@tkc.kernel(warps="WARPS"'), source.index("# (ROWS, KEYS, Q_IN_SHARED) per head dim")
+    kernel = source[start:end].replace("def attention_sm90(", "def attention_probe(")
+    kernel = kernel.replace("Q_REGS: const = 0,", f"Q_REGS: const = 0, {const}: const = 0,", 1)
+    for old, new in swaps.items():
+        assert kernel.count(old) == 1, f"attention_sm90 changed: update the probe ({old.strip()})"
+        kernel = kernel.replace(old, new)
+    path = Path(tempfile.mkdtemp()) / "attention_probe.py"
+    path.write_text("import math\nimport tkc\nfrom tkc.lang import *  # noqa: F403\n\n\n" + kernel)
+    spec = importlib.util.spec_from_file_location("attention_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.attention_probe
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     if not torch.isfinite(out).all():

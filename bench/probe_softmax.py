@@ -9,44 +9,20 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import compare  # noqa: E402
+from common import attention_sm90_variant, compare  # noqa: E402
 
 PARTS = {0: "intact", 1: "no row sum", 2: "no row max", 3: "no exp2", 4: "no O rescale"}
-
-
-def _probe_kernel():
-    """attention_sm90 with a const PART choosing the part left out, written from the kernel's own source into a
-    module of its own (as bench/probe_store.py)."""
-    import importlib.util
-    import tempfile
-
-    source = Path(importlib.util.find_spec("tkc.kernels.attention").origin).read_text()
-    start, end = source.index('@tkc.kernel(warps="WARPS"'), source.index("# (ROWS, KEYS, Q_IN_SHARED) per head dim")
-    kernel = source[start:end].replace("def attention_sm90(", "def attention_probe(")
-    kernel = kernel.replace("Q_REGS: const = 0,", "Q_REGS: const = 0, PART: const = 0,", 1)
-    pad = " " * 12
-    swaps = {
-        f"{pad}m_new = max(m, row_max(s))\n":
-            f"{pad}if PART == 2:\n{pad}    m_new = max(m, zeros(rv[f32, 16]))\n{pad}else:\n{pad}    m_new = max(m, row_max(s))\n",
-        f"{pad}p = exp2(sub_row(s * scale_log2, m * scale_log2))\n":
-            f"{pad}if PART == 3:\n{pad}    p = sub_row(s * scale_log2, m * scale_log2)\n{pad}else:\n"
-            f"{pad}    p = exp2(sub_row(s * scale_log2, m * scale_log2))\n",
-        f"{pad}l = l + row_sum(p)\n": f"{pad}if PART == 1:\n{pad}    l = l + 1.0\n{pad}else:\n{pad}    l = l + row_sum(p)\n",
-        f"{pad}else:\n{pad}    o = mul_row(o, correction)\n":
-            f"{pad}elif PART != 4:\n{pad}    o = mul_row(o, correction)\n",
-    }
-    for old, new in swaps.items():
-        assert kernel.count(old) == 1, f"attention_sm90 changed: update the probe ({old.strip()})"
-        kernel = kernel.replace(old, new)
-    path = Path(tempfile.mkdtemp()) / "probe_softmax_kernel.py"
-    path.write_text("import math\nimport tkc\nfrom tkc.lang import *  # noqa: F403\n\n\n" + kernel)
-    spec = importlib.util.spec_from_file_location("probe_softmax_kernel", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.attention_probe
-
-
-attention_probe = _probe_kernel()
+PAD, PAD2 = "\n" + " " * 12, "\n" + " " * 16  # line starts in the key loop's body (the row sum: in an else)
+SWAPS = {
+    f"{PAD}m_new = max(m, row_max(s))\n":
+        f"{PAD}if PART == 2:{PAD}    m_new = max(m, zeros(rv[f32, 16])){PAD}else:{PAD}    m_new = max(m, row_max(s))\n",
+    f"{PAD}p = exp2(sub_row(s * scale_log2, m * scale_log2))\n":
+        f"{PAD}if PART == 3:{PAD}    p = sub_row(s * scale_log2, m * scale_log2){PAD}else:"
+        f"{PAD}    p = exp2(sub_row(s * scale_log2, m * scale_log2))\n",
+    f"{PAD2}l = l + row_sum(p)\n": f"{PAD2}if PART == 1:{PAD2}    l = l + 1.0{PAD2}else:{PAD2}    l = l + row_sum(p)\n",
+    f"{PAD}else:{PAD}    o = mul_row(o, correction)\n": f"{PAD}elif PART != 4:{PAD}    o = mul_row(o, correction)\n",
+}
+attention_probe = attention_sm90_variant("PART", SWAPS)  # a const PART: the part left out
 
 if __name__ == "__main__":
     from tkc.kernels._checks import resident_blocks

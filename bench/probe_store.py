@@ -6,32 +6,12 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import compare  # noqa: E402
+from common import attention_sm90_variant, compare  # noqa: E402
 
-
-def _probe_kernel():
-    """attention_sm90 with its output store skippable at run time (NO_STORE=1: stored only when first_row < -10^9,
-    never), written from the kernel's own source into a module of its own."""
-    import importlib.util
-    import tempfile
-
-    source = Path(importlib.util.find_spec("tkc.kernels.attention").origin).read_text()
-    start, end = source.index('@tkc.kernel(warps="WARPS"'), source.index("# (ROWS, KEYS, Q_IN_SHARED) per head dim")
-    kernel = source[start:end].replace("def attention_sm90(", "def attention_probe(")
-    kernel = kernel.replace("Q_REGS: const = 0,", "Q_REGS: const = 0, NO_STORE: const = 0,", 1)
-    store = "        store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))\n"
-    assert store in kernel and "NO_STORE: const" in kernel, "attention_sm90 changed: update the probe"
-    kernel = kernel.replace(store, "        if NO_STORE:\n            if first_row < -1000000000:\n        " + store
-                            + "        else:\n    " + store)
-    path = Path(tempfile.mkdtemp()) / "probe_store_kernel.py"
-    path.write_text("import math\nimport tkc\nfrom tkc.lang import *  # noqa: F403\n\n\n" + kernel)
-    spec = importlib.util.spec_from_file_location("probe_store_kernel", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.attention_probe
-
-
-attention_probe = _probe_kernel()
+STORE = "        store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))\n"
+# the output store skippable at run time (NO_STORE=1: stored only when first_row < -10^9, never)
+attention_probe = attention_sm90_variant("NO_STORE", {
+    STORE: "        if NO_STORE:\n            if first_row < -1000000000:\n        " + STORE + "        else:\n    " + STORE})
 
 from tkc.kernels._checks import resident_blocks  # noqa: E402
 

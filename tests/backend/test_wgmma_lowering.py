@@ -376,6 +376,27 @@ def test_bench_variants_assemble_cleanly(d: int, causal: int, name: str, cfg: di
     assert not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log
 
 
+def test_softmax_probe_copies_the_kernel() -> None:
+    """bench/probe_softmax.py rebuilds attention_sm90 from its source with parts of the softmax left out: its
+    intact copy's PTX is attention()'s (so that the GPU times what attention() runs), the others differ."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import probe_softmax
+
+    from tkc.compiler import compile_for_launch
+    from tkc.kernels import attention_sm90
+    from tkc.kernels.attention import sm90_config, sm90_constants
+
+    aligns = {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4}
+    constants = {"D": 64, "CAUSAL": 0, "LSE": 0, **sm90_constants(sm90_config(64, 1024, 1024))}
+    own = compile_for_launch(attention_sm90, "sm_90a", constants, aligns).ptx
+    copies = [compile_for_launch(probe_softmax.attention_probe, "sm_90a", {**constants, "PART": part}, aligns).ptx
+              .replace("attention_probe", "attention_sm90") for part in probe_softmax.PARTS]
+    assert copies[0] == own and all(copy != own for copy in copies[1:])
+
+
 def test_causal_blocks_go_longest_first_over_groups_of_heads() -> None:
     """attention_sm90 causal with 12 heads (B=4, H=3): its blocks are renumbered longest first within groups of 8
     heads (a group of 8, then one of 4); every block of every head is still computed once (the interpreter agrees
