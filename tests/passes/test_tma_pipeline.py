@@ -293,3 +293,17 @@ def test_tile_loop_ring_stages(d: int, keys: int, warps: int, q_regs: int, stage
              and any(isinstance(u.operation, a.RingReadOp) and u.operation.parent_block() is tile_loop.body.block
                      for u in op.result.uses)}
     assert rings == {stages}
+
+
+@pytest.mark.parametrize("constants", [
+    {"D": 128, "KEYS": 64, "DEFER": 2, "PRODUCER": 1, "TMA_STORE": 1, "STAGES": 4, "ROWSUM_MMA": 1},
+    {"D": 128, "KEYS": 128, "DEFER": 1, "PRODUCER": 1, "TMA_STORE": 1, "STAGES": 2, "ROWSUM_MMA": 1}])
+def test_a_second_tile_stage_is_taken_only_where_it_fits(constants: dict) -> None:
+    """The tile loop's second stage counts what else lives in shared memory (TMA stores' staging tiles, the ones
+    tile of ROWSUM_MMA): configurations that fit with one stage still compile (they get one)."""
+    from tkc.compiler import compile_for_launch
+    from tkc.kernels import attention_sm90
+
+    aligns = {p.name: 16 for p in attention_sm90.runtime_params if p.kind == "tensor"}
+    compiled = compile_for_launch(attention_sm90, "sm_90a", {"WARPS": 8, "LSE": 1, **constants}, aligns)
+    assert compiled.ptx

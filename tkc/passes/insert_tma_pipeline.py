@@ -237,7 +237,18 @@ def _tile_loop(loop: scf.ForOp) -> bool:
     return bool(_inner_loops(loop))
 
 
-TILE_RING_SPARE = 32 * 1024  # shared memory left for what is not a ring (staging tiles, barriers, scratch)
+TILE_RING_SPARE = 8 * 1024  # shared memory left for barriers and alignment
+
+
+def _other_shared_bytes(fn: Operation, threads: int) -> int:
+    """What else the kernel will hold in shared memory: its own shared tiles (`empty`) and, with tma_store=1, a
+    staging tile per computing warp for the largest register tile it stores."""
+    tiles = sum(op.result.type.nbytes for op in fn.walk()
+                if isinstance(op, t.EmptyOp) and isinstance(op.result.type, SharedTileType))
+    staged = [op.value.type.nbytes for op in fn.walk()
+              if isinstance(op, t.StoreOp) and isinstance(op.value.type, RegTileType)]
+    staging = threads // 32 * max(staged, default=0) if "tkc.tma_store" in fn.attributes else 0
+    return tiles + staging
 
 
 def _tile_ring_stages(loop: scf.ForOp, loads: list[t.LoadOp], depth: int, shared_bytes: int, threads: int) -> int:
@@ -255,7 +266,11 @@ def _tile_ring_stages(loop: scf.ForOp, loads: list[t.LoadOp], depth: int, shared
     held = bool(readers) and max(order[r] for r in readers) >= min(order[top] for top, _ in inner)
     tile_bytes = sum(op.result.type.nbytes for op in loads)
     inner_bytes = sum(op.result.type.nbytes for _, l in inner for op in _shared_loads(l.body.block))
-    fits = 2 * tile_bytes + depth * inner_bytes + TILE_RING_SPARE <= shared_bytes
+    fn = loop.parent_op()
+    while not isinstance(fn, func.FuncOp):
+        fn = fn.parent_op()
+    need = 2 * tile_bytes + depth * inner_bytes + _other_shared_bytes(fn, threads)
+    fits = need + TILE_RING_SPARE <= shared_bytes
     return 2 if held and fits and threads <= 256 else 1
 
 
