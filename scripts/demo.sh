@@ -18,7 +18,7 @@ from tkc.kernels import attention_fwd
 rng = np.random.default_rng(0)
 q, k, v = (rng.standard_normal((1, 2, 128, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
 o = np.full(q.shape, np.nan, dtype=ml_dtypes.bfloat16)
-attention_fwd.interpret(q, k, v, o, 0.125, grid=(1, 2, 2), D=64, CAUSAL=1)
+attention_fwd.interpret(q, k, v, o, 0.125, grid=(2, 2, 1), D=64, CAUSAL=1)  # (Nq / 64 query blocks, H, B)
 qf, kf, vf = (x.astype(np.float64) for x in (q, k, v))
 s = np.where(np.tril(np.ones((128, 128), bool)), qf @ kf.swapaxes(-1, -2) / 8.0, -np.inf)
 p = np.exp(s - s.max(-1, keepdims=True)); ref = (p / p.sum(-1, keepdims=True)) @ vf
