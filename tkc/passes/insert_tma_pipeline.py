@@ -174,12 +174,17 @@ def _may_accumulate_in_flight(op: Operation, loop: scf.ForOp) -> bool:
         or waited_by_the_next_step(op, loop))
 
 
+def _kernel_of(op: Operation) -> func.FuncOp | None:
+    fn = op.parent_op()
+    while fn is not None and not isinstance(fn, func.FuncOp):
+        fn = fn.parent_op()
+    return fn
+
+
 def _deferred_kernel(loop: scf.ForOp) -> bool:
     """A loop with two wgmmas (S, P·V) in a kernel with defer=1: defer-wgmma will leave its last one running into
     the next step (also behind overlap=1's early Q·Kᵀ, where waited_by_the_next_step sees none)."""
-    fn = loop.parent_op()
-    while fn is not None and not isinstance(fn, func.FuncOp):
-        fn = fn.parent_op()
+    fn = _kernel_of(loop)
     return (fn is not None and "tkc.defer" in fn.attributes
             and sum(isinstance(op, t.WgmmaOp) for op in loop.body.block.ops) >= 2)
 
@@ -251,7 +256,7 @@ def _other_shared_bytes(fn: Operation, threads: int) -> int:
     return tiles + staging
 
 
-def _tile_ring_stages(loop: scf.ForOp, loads: list[t.LoadOp], depth: int, shared_bytes: int, threads: int) -> int:
+def _tile_ring_stages(loop: scf.ForOp, loads: list[t.LoadOp], depth: int, threads: int) -> int:
     """A tile loop's stages. Its stage is released after the tile's last read of it: where that is before the inner
     loop (queries moved into registers), one stage is refilled for the next tile while the inner loop runs. Where
     the tile reads it to its end (queries read from shared memory by every Q·Kᵀ), a second stage lets the next
@@ -266,22 +271,20 @@ def _tile_ring_stages(loop: scf.ForOp, loads: list[t.LoadOp], depth: int, shared
     held = bool(readers) and max(order[r] for r in readers) >= min(order[top] for top, _ in inner)
     tile_bytes = sum(op.result.type.nbytes for op in loads)
     inner_bytes = sum(op.result.type.nbytes for _, l in inner for op in _shared_loads(l.body.block))
-    fn = loop.parent_op()
-    while not isinstance(fn, func.FuncOp):
-        fn = fn.parent_op()
+    fn = _kernel_of(loop)
+    assert fn is not None
     need = 2 * tile_bytes + depth * inner_bytes + _other_shared_bytes(fn, threads)
-    fits = need + TILE_RING_SPARE <= shared_bytes
+    fits = need + TILE_RING_SPARE <= SM_90A.shared_bytes  # (the pass runs for sm_90a only)
     return 2 if held and fits and threads <= 256 else 1
 
 
-def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads: int,
-                  shared_bytes: int = SM_90A.shared_bytes) -> bool:
+def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads: int) -> bool:
     body = loop.body.block
     candidates = _shared_loads(body)
     if stages < 2 or not candidates or not all(tma_loadable(op, aligned) for op in candidates):
         return False
     if _tile_loop(loop):
-        stages = _tile_ring_stages(loop, candidates, stages, shared_bytes, threads)
+        stages = _tile_ring_stages(loop, candidates, stages, threads)
     chain = _enclosing_loops(loop)
     if chain is None:
         return False
