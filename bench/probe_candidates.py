@@ -35,12 +35,10 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
         return found
     # the exponentials against the running maximum, before this block's row max is known (STALE_MAX: the row max
     # off the path from Q·Kᵀ's wait to the exponentials; redone where a row's maximum grew by more than 2^8)
-    # (a 24-register producer: with 8 more a thread the consumers do not spill)
-    lean = {**own, "PRODUCER": 2, "STALE_MAX": 1}
-    found["short stale lean"] = lean
-    found["short D1 stale lean"] = {**lean, "DEFER": 1}
-    found["short D3 stale lean"] = {**lean, "DEFER": 3}
-    found["short lean"] = {**own, "PRODUCER": 2}
+    found["short stale"] = {**own, "STALE_MAX": 1}
+    found["short D1 stale"] = {**own, "DEFER": 1, "STALE_MAX": 1}
+    found["short D3 stale"] = {**own, "DEFER": 3, "STALE_MAX": 1}
+    found["short stale lean"] = {**own, "PRODUCER": 2, "STALE_MAX": 1}
     return found
 
 

@@ -145,17 +145,13 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
             if CAUSAL:
                 if j >= first_masked:
                     s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
-            if STALE_MAX:  # the softmax does not wait for this block's row max: against m, redone where it grew
-                if j == 0:  # (but the first block's, against m = -inf)
-                    m = row_max(s)
+            if STALE_MAX:  # the exponentials do not wait for this block's row max: against m, redone where it grew
                 p = exp2(sub_row(s * scale_log2, m * scale_log2))
-                m_new, l_new, p_bf16 = max(m, row_max(s)), l + row_sum(p), p.to(bf16)
+                m_new = max(m, row_max(s))
                 if max(m_new - m) * scale_log2 > RESCALE_LOG2:
                     correction = exp2((m - m_new) * scale_log2)
-                    p = exp2(sub_row(s, m_new) * scale_log2)  # (not s·scale_log2: the fast path's FMA keeps its own)
-                    l_new, p_bf16 = l * correction + row_sum(p), p.to(bf16)
-                    o, m = mul_row(o, correction), m_new
-                l = l_new
+                    l, o, m = l * correction, mul_row(o, correction), m_new
+                    p = exp2(sub_row(s * scale_log2, m * scale_log2))
             else:
                 m_new = max(m, row_max(s))
                 correction = exp2((m - m_new) * scale_log2)
@@ -169,9 +165,10 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
             if ROWSUM_MMA:
                 p_bf16 = p.to(bf16)
                 l_cols = mma_AB(p_bf16, ones_s, mul_row(l_cols, correction))
-            elif not STALE_MAX:
-                l, p_bf16 = l + row_sum(p), p.to(bf16)
-            o = mma_AB(p_bf16, v_s, o)
+                o = mma_AB(p_bf16, v_s, o)
+            else:
+                l = l + row_sum(p)
+                o = mma_AB(p.to(bf16), v_s, o)
         if ROWSUM_MMA:
             l = row_max(l_cols)                              # (its columns are equal)
         store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
