@@ -72,7 +72,7 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
                    Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0, SKIP_RESCALE: const = 0,
-                   ROWSUM_MMA: const = 0, STALE_MAX: const = 0):
+                   ROWSUM_MMA: const = 0):
     """attention_fwd on Hopper's wgmma. Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of a head
     next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
     causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,
@@ -109,7 +109,6 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
                   "P the registers of Q that the next Q·Kᵀ reads (wrong results)")
     BLOCK_ROWS = 16 * WARPS
     scale_log2 = scale * LOG2E
-    RESCALE_LOG2 = 8.0  # STALE_MAX: the probabilities may reach 2^8 before m moves
     key_blocks = cdiv(K.shape[2], KEYS)
     q_blocks, heads = cdiv(Q.shape[2], BLOCK_ROWS), Q.shape[1]
     # The grid's blocks take the tiles (query blocks, those of a head next to each other) in turn; the next tile's
@@ -145,23 +144,15 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
             if CAUSAL:
                 if j >= first_masked:
                     s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
-            if STALE_MAX:  # the exponentials do not wait for this block's row max: against m, redone where it grew
-                p = exp2(sub_row(s * scale_log2, m * scale_log2))
-                m_new = max(m, row_max(s))
-                if max(m_new - m) * scale_log2 > RESCALE_LOG2:
-                    correction = exp2((m - m_new) * scale_log2)
-                    l, o, m = l * correction, mul_row(o, correction), m_new
-                    p = exp2(sub_row(s * scale_log2, m * scale_log2))
-            else:
-                m_new = max(m, row_max(s))
-                correction = exp2((m - m_new) * scale_log2)
-                if SKIP_RESCALE:  # O only when some row's maximum moved (else every correction is exactly 1)
-                    if max(m_new - m) > 0.0:
-                        o = mul_row(o, correction)
-                else:
+            m_new = max(m, row_max(s))
+            correction = exp2((m - m_new) * scale_log2)
+            if SKIP_RESCALE:  # O only when some row's maximum moved (else every correction is exactly 1)
+                if max(m_new - m) > 0.0:
                     o = mul_row(o, correction)
-                l, m = l * correction, m_new
-                p = exp2(sub_row(s * scale_log2, m * scale_log2))
+            else:
+                o = mul_row(o, correction)
+            l, m = l * correction, m_new
+            p = exp2(sub_row(s * scale_log2, m * scale_log2))
             if ROWSUM_MMA:
                 p_bf16 = p.to(bf16)
                 l_cols = mma_AB(p_bf16, ones_s, mul_row(l_cols, correction))
