@@ -2,7 +2,7 @@
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
-#        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant softmax-parts candidates
+#        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant softmax-parts fold candidates
 #        layernorm-probe sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -65,6 +65,8 @@ for step in ${*:-tests probe bench sanitize}; do
             "$OUT/ncu-variant.txt" | head -20 ;;
     softmax-parts)  # what the row sum, row max, exp2 and O's rescale each cost attention() (bench/probe_softmax.py)
         timeout 200 python3 bench/probe_softmax.py > "$OUT/softmax-parts.log" 2>&1; tail -20 "$OUT/softmax-parts.log" ;;
+    fold)  # row sums folded into P·V (P·[V | 1]) beside attention() at D=64 N=1024 (bench/probe_fold.py)
+        timeout 200 python3 bench/probe_fold.py > "$OUT/fold.log" 2>&1; tail -16 "$OUT/fold.log" ;;
     candidates)  # attention() beside candidate configurations at N = 1024 and 4096 (bench/probe_candidates.py; its arguments: CANDIDATES="--dims 64")
         timeout 400 python3 bench/probe_candidates.py ${CANDIDATES:-} > "$OUT/candidates.log" 2>&1; grep -v "^  flash" "$OUT/candidates.log" | tail -70 ;;
     layernorm-probe)
