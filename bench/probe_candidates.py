@@ -33,12 +33,12 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
         found["pingpong K128 D3"] = {**REGS, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}
         found["pingpong K128 lean"] = {**REGS, "KEYS": 128, "DEFER": 2, "PINGPONG": 1, "PRODUCER": 2, **grid}
         return found
-    # attention()'s short configuration with a 24-register producer (lean), O's rescale skipped in steps where no
-    # row's maximum moved (skip), the next tile's first Q·Kᵀ under this one's epilogue (D3)
-    found["short lean"] = {**own, "PRODUCER": 2}
+    # attention()'s short configuration (a 24-register producer) with a full producer warpgroup (its own until
+    # 2026-12-03 22:00), O's rescale skipped in steps where no row's maximum moved (skip), the next tile's first
+    # Q·Kᵀ under this one's epilogue (D3)
+    found["short full producer"] = {**own, "PRODUCER": 1}
     found["short skip"] = {**own, "SKIP_RESCALE": 1}
-    found["short lean skip"] = {**own, "PRODUCER": 2, "SKIP_RESCALE": 1}
-    found["short lean D3"] = {**own, "PRODUCER": 2, "DEFER": 3}
+    found["short D3"] = {**own, "DEFER": 3}
     return found
 
 
