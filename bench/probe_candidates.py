@@ -33,12 +33,13 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
         found["pingpong K128 D3"] = {**REGS, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}
         found["pingpong K128 lean"] = {**REGS, "KEYS": 128, "DEFER": 2, "PINGPONG": 1, "PRODUCER": 2, **grid}
         return found
-    # attention()'s short configuration (a 24-register producer) with a full producer warpgroup (its own until
-    # 2026-12-03 22:00), O's rescale skipped in steps where no row's maximum moved (skip), the next tile's first
-    # Q·Kᵀ under this one's epilogue (D3)
-    found["short full producer"] = {**own, "PRODUCER": 1}
-    found["short skip"] = {**own, "SKIP_RESCALE": 1}
-    found["short D3"] = {**own, "DEFER": 3}
+    # two blocks an SM, each one consumer warpgroup (64-row tiles) and a 24-register producer: the blocks' phases
+    # (softmax, tensor cores, epilogue) independent of each other; persistent or one tile a block (hardware-scheduled)
+    two = {**own, "WARPS": 4, "BLOCKS": 2}
+    found["W4 2/SM"] = two
+    found["W4 2/SM D1"] = {**two, "DEFER": 1}
+    found["W4 2/SM D3"] = {**two, "DEFER": 3}
+    found["W4 2/SM tiles"] = {key: value for key, value in two.items() if key != "PERSISTENT"}
     return found
 
 

@@ -302,9 +302,10 @@ class Kernel:
         fn.attributes["tkc.warps"] = IntegerAttr(self._resolve_count("warps", self.warps, values, 1, 32), 64)
         if self.stages is not None:
             fn.attributes["tkc.stages"] = IntegerAttr(self._resolve_count("stages", self.stages, values, 1, 8), 64)
-        if self.blocks_per_sm is not None:
-            fn.attributes["tkc.blocks_per_sm"] = IntegerAttr(
-                self._resolve_count("blocks_per_sm", self.blocks_per_sm, values, 1, 32), 64)
+        if self.blocks_per_sm is not None:  # from a constant, 0 leaves it to ptxas
+            blocks = self._resolve_count("blocks_per_sm", self.blocks_per_sm, values, 0, 32)
+            if blocks:
+                fn.attributes["tkc.blocks_per_sm"] = IntegerAttr(blocks, 64)
         producer = 0 if self.producer is None else self._resolve_count("producer", self.producer, values, 0, 2)
         if producer:
             fn.attributes["tkc.producer"] = UnitAttr()

@@ -691,11 +691,13 @@ LEAN_PRODUCER_REGISTERS = 24  # setmaxnreg's least
 
 def _role_registers(lw: KernelLowering) -> tuple[int, int] | None:
     """(producer, consumer) registers per thread for setmaxnreg, from what ptxas gives each thread at entry
-    (65536 / threads, rounded down to 8): the producer's surplus goes to the consumers. None with a single
-    consumer warpgroup (it has all the registers it may use already)."""
-    if lw.threads < 384:
+    (65536 / threads / blocks per SM, rounded down to 8): the producer's surplus goes to the consumers. None with
+    a single consumer warpgroup in a block alone on its SM (it has all the registers it may use already)."""
+    per_sm = lw.fn.attributes.get("tkc.blocks_per_sm")
+    blocks = per_sm.value.data if isinstance(per_sm, IntegerAttr) else 1
+    if lw.threads < 384 and blocks == 1:
         return None
-    entry = 65536 // lw.threads // 8 * 8
+    entry = 65536 // blocks // lw.threads // 8 * 8
     consumers = lw.threads - 128
     # three consumer warpgroups need every register; two may ask for them (producer=2)
     lean = lw.threads > 384 or "tkc.lean_producer" in lw.fn.attributes
