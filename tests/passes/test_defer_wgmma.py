@@ -73,7 +73,8 @@ def test_the_interpreter_agrees_before_and_after(nq: int, nk: int, causal: int, 
     (300, 200, 128, 0, 64, 8, {"OVERLAP": 1, "PRODUCER": 1, "TILES": 2}),
     (300, 333, 64, 1, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "DEFER": 2, "ROWSUM_MMA": 1, "TILES": 2}),
     (200, 460, 64, 0, 64, 8, {"PRODUCER": 1, "Q_REGS": 1, "ROWSUM_MMA": 1, "PERSISTENT": 1}),
-    (300, 333, 64, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "DEFER": 3, "ROWSUM_MMA": 1, "TILES": 2})])
+    (300, 333, 64, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "DEFER": 3, "ROWSUM_MMA": 1, "TILES": 2}),
+    (300, 333, 64, 1, 128, 4, {"PRODUCER": 2, "Q_REGS": 1, "DEFER": 2, "BLOCKS": 2, "TILES": 3})])
 def test_simulation_agrees(nq: int, nk: int, d: int, causal: int, keys: int, warps: int, extra: dict) -> None:
     """More key blocks than stages (and one), causal, ragged lengths, with a producer warpgroup, ping-pong, the
     queries in registers, three consumer warpgroups, several query blocks per block, step 0 peeled (DEFER=2), O

@@ -142,6 +142,23 @@ def test_a_lean_producer_leaves_the_consumers_more_registers() -> None:
     assert report.spill_stores == 0 and not report.notes, report.log
 
 
+def test_two_blocks_an_sm_split_their_registers() -> None:
+    """blocks_per_sm=2 with one consumer warpgroup and a lean producer: 128 registers a thread at entry (two blocks
+    of 256 threads fill the register file), then 24 for the producer and 232 for the consumers, which ptxas
+    honours (.minnctapersm 2); without blocks_per_sm a lone consumer warpgroup keeps what it has."""
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not installed")
+    constants = {"D": 64, "KEYS": 128, "WARPS": 4, "DEFER": 2, "PRODUCER": 2, "Q_REGS": 1, "BLOCKS": 2}
+    aligns = {p.name: 16 for p in attention_sm90.runtime_params if p.kind == "tensor"}
+    compiled = compile_for_launch(attention_sm90, "sm_90a", constants, aligns)
+    assert compiled.threads == 256 and ".minnctapersm 2" in compiled.ptx
+    assert "setmaxnreg.dec.sync.aligned.u32 24;" in compiled.ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in compiled.ptx
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.registers <= 128 and report.spill_stores == 0 and not report.notes, report.log
+    alone = compile_for_launch(attention_sm90, "sm_90a", {**constants, "BLOCKS": 0}, aligns)
+    assert "setmaxnreg" not in alone.ptx and ".minnctapersm" not in alone.ptx
+
+
 def test_producer_needs_a_tma_loop() -> None:
     module = build_module([producer_sum], "sm_90a", {})
     specialize_alignment(module, {"X": 2})  # rows not 16-byte aligned: no TMA ring to specialize
