@@ -48,6 +48,28 @@ def attention_sm90_variant(const: str, swaps: dict[str, str]) -> Any:
     return module.attention_probe
 
 
+def probe_arguments(dims: list[int], seqlens: list[int], rounds: int) -> Any:
+    """A probe's command line: --dims, --causal, --seqlens, --rounds (with these defaults; causal 0 and 1)."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dims", type=int, nargs="+", default=dims)
+    parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seqlens", type=int, nargs="+", default=seqlens)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser.parse_args()
+
+
+def probe_inputs(args: Any) -> Any:
+    """(d, causal, n, q, k, v) for each of a probe's shapes: B·N = 16384, H = 16, fresh random bf16 inputs."""
+    torch.manual_seed(0)
+    for d in args.dims:
+        for causal in map(bool, args.causal):
+            for n in args.seqlens:
+                q, k, v = (torch.randn(16384 // n, 16, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                yield d, causal, n, q, k, v
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     if not torch.isfinite(out).all():

@@ -1,16 +1,14 @@
 """attention() beside candidate attention_sm90 configurations (launched as attention() launches its own), cuDNN
 and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 launches × 5 interleaved rounds (--rounds),
 every output checked against cuDNN first. One line per implementation. TMA-st: O stored by TMA; skip: O's
-rescale skipped in steps where no row's maximum moved; lean: a 24-register producer warpgroup (producer=2).
+rescale skipped in steps where no row's maximum moved; lean: a 24-register producer warpgroup (producer=2);
+W4 2/SM: two blocks an SM of one consumer warpgroup each (BLOCKS=2).
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
-import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import check_outputs, compare, print_rates  # noqa: E402
+from common import check_outputs, compare, print_rates, probe_arguments, probe_inputs  # noqa: E402
 
 from attention import BACKENDS, sdpa, sm90_variant  # noqa: E402
 from tkc.kernels import attention  # noqa: E402
@@ -43,24 +41,15 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
     return found
 
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
-parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
-parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 4096])
-parser.add_argument("--rounds", type=int, default=5)
-args = parser.parse_args()
-torch.manual_seed(0)
-for d in args.dims:
-    for causal in map(bool, args.causal):
-        for n in args.seqlens:
-            batch, heads = 16384 // n, 16
-            q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal)
-            fns = {"attention()": lambda: attention(q, k, v, causal=causal)}
-            for name, cfg in candidates(d, causal).items():
-                fns[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
-            fns["cuDNN"] = lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal)
-            fns["flash"] = lambda: sdpa(BACKENDS["flash"], q, k, v, causal)
-            check_outputs(fns, ref, where=f"D={d} causal={int(causal)} N={n}")
-            print_rates(f"D={d} causal={int(causal)} N={n}", compare(fns, rounds=args.rounds),
-                        4 * batch * heads * n * n * d / (2 if causal else 1))
+args = probe_arguments([64, 128], [1024, 4096], 5)
+for d, causal, n, q, k, v in probe_inputs(args):
+    batch, heads = q.shape[:2]
+    ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal)
+    fns = {"attention()": lambda: attention(q, k, v, causal=causal)}
+    for name, cfg in candidates(d, causal).items():
+        fns[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
+    fns["cuDNN"] = lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal)
+    fns["flash"] = lambda: sdpa(BACKENDS["flash"], q, k, v, causal)
+    check_outputs(fns, ref, where=f"D={d} causal={int(causal)} N={n}")
+    print_rates(f"D={d} causal={int(causal)} N={n}", compare(fns, rounds=args.rounds),
+                4 * batch * heads * n * n * d / (2 if causal else 1))

@@ -4,14 +4,13 @@ FOLD=1 reads V' = [V | ones] (B, H, N, D + 16) and stores the unnormalized O' = 
 to check it): timing only, with 25% more V and O bytes than a fold in the compiler would move. Beside it
 attention() and the intact copy, cuDNN and flash; TMA-loaded V tiles of D + 16 columns take the 32-byte swizzle.
     python bench/probe_fold.py [--seqlens 1024] [--causal 0 1] [--rounds 7]"""
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import attention_sm90_variant, compare, print_rates, rel_err  # noqa: E402
+from common import attention_sm90_variant, compare, print_rates, probe_arguments, probe_inputs, rel_err  # noqa: E402
 
 from attention import BACKENDS, sdpa  # noqa: E402
 
@@ -46,31 +45,22 @@ if __name__ == "__main__":
     from tkc.kernels import attention
     from tkc.kernels.attention import sm90_config
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seqlens", type=int, nargs="+", default=[1024])
-    parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--dims", type=int, nargs="+", default=[64])
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    for d in args.dims:
-        for causal in map(bool, args.causal):
-            for n in args.seqlens:
-                batch, heads = 16384 // n, 16
-                q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-                v1 = torch.cat([v, torch.ones_like(v[..., :16])], -1).contiguous()
-                out, out1 = torch.empty_like(q), torch.empty(batch, heads, n, d + 16, device="cuda", dtype=torch.bfloat16)
-                cfg = sm90_config(d, n, n, causal)
-                ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal).float()
-                out1.fill_(float("nan"))
-                launch(q, k, v1, out1, causal, cfg, 1)
-                folded = out1[..., :d].float() / out1[..., d:d + 1].float()
-                err = rel_err(folded, ref)
-                fns = {"attention()": lambda: attention(q, k, v, causal=causal),
-                       "intact copy": lambda: launch(q, k, v, out, causal, cfg, 0),
-                       "fold P·[V|1]": lambda: launch(q, k, v1, out1, causal, cfg, 1),
-                       "cuDNN": lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal),
-                       "flash": lambda: sdpa(BACKENDS["flash"], q, k, v, causal)}
-                print(f"fold output vs cuDNN (host-normalized): {err:.2e}", flush=True)
-                print_rates(f"D={d} causal={int(causal)} N={n} {cfg}", compare(fns, rounds=args.rounds),
-                            4 * batch * heads * n * n * d / (2 if causal else 1))
+    args = probe_arguments([64], [1024], 7)
+    for d, causal, n, q, k, v in probe_inputs(args):
+        batch, heads = q.shape[:2]
+        v1 = torch.cat([v, torch.ones_like(v[..., :16])], -1).contiguous()
+        out, out1 = torch.empty_like(q), torch.empty(batch, heads, n, d + 16, device="cuda", dtype=torch.bfloat16)
+        cfg = sm90_config(d, n, n, causal)
+        ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal).float()
+        out1.fill_(float("nan"))
+        launch(q, k, v1, out1, causal, cfg, 1)
+        folded = out1[..., :d].float() / out1[..., d:d + 1].float()
+        err = rel_err(folded, ref)
+        fns = {"attention()": lambda: attention(q, k, v, causal=causal),
+               "intact copy": lambda: launch(q, k, v, out, causal, cfg, 0),
+               "fold P·[V|1]": lambda: launch(q, k, v1, out1, causal, cfg, 1),
+               "cuDNN": lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal),
+               "flash": lambda: sdpa(BACKENDS["flash"], q, k, v, causal)}
+        print(f"fold output vs cuDNN (host-normalized): {err:.2e}", flush=True)
+        print_rates(f"D={d} causal={int(causal)} N={n} {cfg}", compare(fns, rounds=args.rounds),
+                    4 * batch * heads * n * n * d / (2 if causal else 1))
