@@ -34,6 +34,18 @@ def test_kernel_entry_points_refuse_cpu_tensors() -> None:
         layernorm(a, a, a[0], a[0])
 
 
+@pytest.mark.parametrize("scale", [-0.125, 0.0, float("nan"), float("inf"), "1"])
+def test_attention_refuses_a_scale_that_is_not_positive(scale) -> None:
+    """The kernels offset each row by its largest q·k (the largest scale·q·k only for scale > 0): a zero or
+    negative scale would give NaN or wrong rows, so it is refused, naming the argument."""
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import attention
+
+    q = torch.ones(1, 1, 64, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="scale: must be a positive finite number"):
+        attention(q, q, q, scale=scale)
+
+
 def test_launch_refuses_cpu_tensors() -> None:
     torch = pytest.importorskip("torch")
     from tkc.kernels import gemm_kernel

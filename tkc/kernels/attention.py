@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import TYPE_CHECKING
 
 import tkc
@@ -237,7 +238,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               target: str | None = None, out: torch.Tensor | None = None,
               return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """softmax(scale · q·kᵀ)·v for bf16 CUDA tensors q (B, H, Nq, D), k and v (B, H, Nk, D), D ∈ {64, 128}; scale
-    defaults to 1/√D. Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for Nq ≠ Nk).
+    defaults to 1/√D (any scale > 0). Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for
+    Nq ≠ Nk).
 
     On Hopper (or with target="sm_90a"): attention_sm90, any Nq, Nk ≥ 1; the last dimension contiguous and the
     other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"): attention_fwd, Nq and Nk multiples of
@@ -245,6 +247,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     (B, H, Nq): (out, lse)."""
     import torch
 
+    if scale is not None and not (isinstance(scale, numbers.Real) and 0 < scale < math.inf):
+        fail(f"scale: must be a positive finite number, got {scale!r} (the kernels offset each row by its largest "
+             "q·k, which is the largest scale·q·k only when scale > 0)")
     check_tensor("q", q, torch.bfloat16, 4)
     check_tensor("k", k, torch.bfloat16, 4)
     check_tensor("v", v, torch.bfloat16, 4)
