@@ -2,7 +2,6 @@
 and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 launches × 5 interleaved rounds (--rounds),
 every output checked against cuDNN first. One line per implementation. TMA-st: O stored by TMA; skip: O's
 rescale skipped in steps where no row's maximum moved; lean: a 24-register producer warpgroup (producer=2);
-W4 2/SM: two blocks an SM of one consumer warpgroup each (BLOCKS=2).
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
 import sys
 from pathlib import Path
@@ -31,13 +30,11 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
         found["pingpong K128 D3"] = {**REGS, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}
         found["pingpong K128 lean"] = {**REGS, "KEYS": 128, "DEFER": 2, "PINGPONG": 1, "PRODUCER": 2, **grid}
         return found
-    # two blocks an SM, each one consumer warpgroup (64-row tiles) and a 24-register producer: the blocks' phases
-    # (softmax, tensor cores, epilogue) independent of each other; persistent or one tile a block (hardware-scheduled)
-    two = {**own, "WARPS": 4, "BLOCKS": 2}
-    found["W4 2/SM"] = two
-    found["W4 2/SM D1"] = {**two, "DEFER": 1}
-    found["W4 2/SM D3"] = {**two, "DEFER": 3}
-    found["W4 2/SM tiles"] = {key: value for key, value in two.items() if key != "PERSISTENT"}
+    # attention()'s short configuration (a 24-register producer) with the warpgroups taking turns at the tensor
+    # cores (pingpong), a 4-stage ring, the queries read from shared memory by Q·Kᵀ (Q shared)
+    found["short pingpong"] = {**own, "PINGPONG": 1}
+    found["short 4 stages"] = {**own, "STAGES": 4}
+    found["short Q shared"] = {key: value for key, value in own.items() if key != "Q_REGS"}
     return found
 
 
