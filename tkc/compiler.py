@@ -150,6 +150,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
     return ",".join([
         "canonicalize",
         "cse",
+        "sum-rows-after-loop",
         "overlap-wgmma",
         "insert-tma-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
         "defer-wgmma",

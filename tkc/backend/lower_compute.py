@@ -351,10 +351,18 @@ def lower_reduce(lw: KernelLowering, op: t.ReduceOp) -> list[object]:
     groups = [list(np.nonzero(vmap == v)[0]) for v in range(nslots(vec_type))]
     opcode = _REDUCE[op.fn]
     acc = _reduce_slots(lw, tile, groups, opcode)
-    acc = _shuffle_reduce(lw, acc, reduction_lanes(vec_type.layout), opcode)
+    if t.PARTIAL not in op.attributes:  # (a partial sum: the lanes' parts meet in a finish_row_sum after the loop)
+        acc = _shuffle_reduce(lw, acc, reduction_lanes(vec_type.layout), opcode)
     if op.acc is not None:
         acc = lw.op(opcode, "b32", acc, unpack(lw, lw.value(op.acc), vec_type))  # type: ignore[assignment]
     return [pack(lw, acc, vec_type)]
+
+
+@handles(t.FinishRowSumOp)
+def lower_finish_row_sum(lw: KernelLowering, op: t.FinishRowSumOp) -> list[object]:
+    vec_type = op.result.type
+    parts = unpack(lw, lw.value(op.input), vec_type)
+    return [pack(lw, _shuffle_reduce(lw, parts, reduction_lanes(vec_type.layout), "add.f32"), vec_type)]
 
 
 @handles(t.VectorReduceOp)

@@ -106,7 +106,7 @@ class Kernel:
                  blocks_per_sm: int | str | None = None, producer: int | str | None = None,
                  tma_store: int | str | None = None, pingpong: int | str | None = None,
                  overlap: int | str | None = None, defer: int | str | None = None,
-                 exp2_poly: int | str | None = None):
+                 exp2_poly: int | str | None = None, late_sums: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -128,6 +128,7 @@ class Kernel:
         self.overlap = overlap
         self.defer = defer
         self.exp2_poly = exp2_poly
+        self.late_sums = late_sums
         self._check_count("warps", warps, 1, 32)
         if producer is not None:
             self._check_count("producer", producer, 0, 2)
@@ -137,6 +138,8 @@ class Kernel:
             self._check_count("pingpong", pingpong, 0, 1)
         if overlap is not None:
             self._check_count("overlap", overlap, 0, 1)
+        if late_sums is not None:
+            self._check_count("late_sums", late_sums, 0, 1)
         if defer is not None:
             self._check_count("defer", defer, 0, 4)
         if exp2_poly is not None:
@@ -317,6 +320,8 @@ class Kernel:
             fn.attributes["tkc.pingpong"] = UnitAttr()
         if self.overlap is not None and self._resolve_count("overlap", self.overlap, values, 0, 1):
             fn.attributes["tkc.overlap"] = UnitAttr()
+        if self.late_sums is not None and self._resolve_count("late_sums", self.late_sums, values, 0, 1):
+            fn.attributes["tkc.late_sums"] = UnitAttr()
         defer = 0 if self.defer is None else self._resolve_count("defer", self.defer, values, 0, 4)
         if defer:
             fn.attributes["tkc.defer"] = UnitAttr()
@@ -387,7 +392,8 @@ def build_module(kernels: list[Kernel], target: str | Target, constants: Mapping
 def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_target: str = "sm_80",
            stages: int | str | None = None, blocks_per_sm: int | str | None = None, producer: int | str | None = None,
            tma_store: int | str | None = None, pingpong: int | str | None = None, overlap: int | str | None = None,
-           defer: int | str | None = None, exp2_poly: int | str | None = None, **unknown: Any) -> Any:
+           defer: int | str | None = None, exp2_poly: int | str | None = None, late_sums: int | str | None = None,
+           **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
@@ -410,11 +416,12 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     pipe (a cubic in the fraction, the integer part added to the exponent; relative error ~1e-4, inputs below -127
     give ~0, NaN and +inf are not kept) instead of the multi-function unit, which does 16 a cycle per
     multiprocessor, so that a softmax-bound loop shares the work between both (FlashAttention-4's trick).
-    These options may name a const parameter instead, e.g. `warps="WARPS"`.
+    `late_sums=1` leaves the lanes' partial row sums of a loop-carried sum (FlashAttention's l) apart until after
+    the loop: one cross-lane reduction instead of one a step (`sum-rows-after-loop`). These options may name a const parameter instead, e.g. `warps="WARPS"`.
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=... and exp2_poly=..., not "
+            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=... and late_sums=..., not "
             f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
@@ -422,6 +429,6 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
         return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                      exp2_poly)
+                      exp2_poly, late_sums)
     return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                            exp2_poly)
+                            exp2_poly, late_sums)

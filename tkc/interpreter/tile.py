@@ -190,6 +190,10 @@ class TileFunctions(InterpreterFunctions):
         with np.errstate(all="ignore"):
             return (reduce(args[0], axis=-1).astype(np.float32),)
 
+    @impl(t.FinishRowSumOp)
+    def run_finish_row_sum(self, interpreter: Interpreter, op: t.FinishRowSumOp, args: PythonValues) -> PythonValues:
+        return (args[0],)  # a partial row_sum here is the row's whole sum: the lanes' parts are the lowering's
+
     # Conversions, layout, masking ------------------------------------------------------------------------------
 
     @impl(t.ConvertOp)

@@ -508,6 +508,28 @@ REDUCE_OPS: dict[tuple[str, str], type[ReduceOp]] = {
 }
 
 
+PARTIAL = "tkc.partial"  # on a row_sum: each lane keeps its own part of the row's sum (sum-rows-after-loop)
+
+
+@irdl_op_definition
+class FinishRowSumOp(IRDLOperation):
+    """`tile.finish_row_sum`: the row sums whose parts lanes kept apart (row_sums marked `tkc.partial`, scaled and
+    added up per lane in a loop), added up across the lanes that share each row.
+
+    `%l = tile.finish_row_sum %parts : !tile.rv<16xf32>`
+    """
+
+    name = "tile.finish_row_sum"
+    T: ClassVar = VarConstraint("T", base(RegVecType))
+    input = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation):
+        super().__init__(operands=[input], result_types=[SSAValue.get(input).type])
+
+
 class VectorReduceOp(IRDLOperation):
     """Base of reductions of a whole register vector to an f32 scalar: `%s = tile.vec_sum %v : !tile.rv<1024xf32>`."""
 
@@ -1009,6 +1031,7 @@ TILE_OPS: list[type[IRDLOperation]] = [
     BroadcastColOp,
     *REDUCE_OPS.values(),
     *VECTOR_REDUCE_OPS.values(),
+    FinishRowSumOp,
     ConvertOp,
     RelayoutOp,
     TransposeOp,

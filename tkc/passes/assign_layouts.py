@@ -77,7 +77,7 @@ class Use:
 def _links(op: Operation) -> list[tuple[Use | None, SSAValue, SSAValue, int]]:
     """(use, a, b, parity): the layout of b must be that of a ^ parity; on conflict, convert at `use`."""
     links: list[tuple[Use | None, SSAValue, SSAValue, int]] = []
-    if isinstance(op, t.UnaryOp | t.ConvertOp | t.TriangleOp):
+    if isinstance(op, t.UnaryOp | t.ConvertOp | t.TriangleOp | t.FinishRowSumOp):
         links.append((Use(op, 0), op.results[0], op.operands[0], 0))
     elif isinstance(op, t.BinaryOp):
         for i, operand in enumerate(op.operands):
