@@ -30,11 +30,12 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
         found["pingpong K128 D3"] = {**REGS, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}
         found["pingpong K128 lean"] = {**REGS, "KEYS": 128, "DEFER": 2, "PINGPONG": 1, "PRODUCER": 2, **grid}
         return found
-    # attention()'s short configuration (a 24-register producer) with the warpgroups taking turns at the tensor
-    # cores (pingpong), a 4-stage ring, the queries read from shared memory by Q·Kᵀ (Q shared)
-    found["short pingpong"] = {**own, "PINGPONG": 1}
-    found["short 4 stages"] = {**own, "STAGES": 4}
-    found["short Q shared"] = {key: value for key, value in own.items() if key != "Q_REGS"}
+    # attention()'s short configuration (a 24-register producer) with the row sums' lane parts exchanged once a
+    # tile (late sums), warpgroup 1 started 1 or 2 key steps after warpgroup 0 (stagger: their tile ends apart)
+    found["short late sums"] = {**own, "LATE_SUMS": 1}
+    found["short stagger 1"] = {**own, "STAGGER": 1}
+    found["short stagger 2, 4 stages"] = {**own, "STAGGER": 2, "STAGES": 4}
+    found["short stagger 1, late sums"] = {**own, "STAGGER": 1, "LATE_SUMS": 1}
     return found
 
 

@@ -160,6 +160,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
         "rotate-tile-loop",
         "verify-tma-pipeline",
         "pingpong-warpgroups",
+        "stagger-warpgroups",
         "insert-async-pipeline" + (f"{{stages={stages}}}" if stages is not None else ""),
         "assign-layouts",
         "assign-swizzles",

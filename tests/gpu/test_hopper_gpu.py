@@ -231,7 +231,15 @@ def test_attention_entry_point_strided_heads() -> None:
                                     {"D": 64, "KEYS": 128, "WARPS": 4, "DEFER": 2, "PRODUCER": 2, "Q_REGS": 1,
                                      "BLOCKS": 2, "PERSISTENT": 1},
                                     {"D": 64, "KEYS": 128, "WARPS": 4, "DEFER": 3, "PRODUCER": 2, "Q_REGS": 1,
-                                     "BLOCKS": 2, "TILES": 2}])
+                                     "BLOCKS": 2, "TILES": 2},
+                                    {"D": 64, "KEYS": 128, "DEFER": 2, "PRODUCER": 2, "Q_REGS": 1, "LATE_SUMS": 1,
+                                     "PERSISTENT": 1},
+                                    {"D": 64, "KEYS": 128, "DEFER": 2, "PRODUCER": 2, "Q_REGS": 1, "STAGGER": 2,
+                                     "STAGES": 4, "PERSISTENT": 1},
+                                    {"D": 64, "KEYS": 128, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1, "STAGGER": 1,
+                                     "LATE_SUMS": 1, "TILES": 2},
+                                    {"D": 128, "KEYS": 128, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1,
+                                     "PERSISTENT": 1}])
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("nq, nk", [(1000, 1000), (257, 4097), (4096, 4096)])
 def test_hopper_attention_scheduling_variants(config: dict, causal: int, nq: int, nk: int) -> None:

@@ -69,12 +69,12 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
 
 @tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", defer="DEFER", producer="PRODUCER",
             exp2_poly="EXP2_POLY", tma_store="TMA_STORE", blocks_per_sm="BLOCKS", late_sums="LATE_SUMS",
-            min_target="sm_90a")
+            stagger="STAGGER", min_target="sm_90a")
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
                    Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0, SKIP_RESCALE: const = 0,
-                   ROWSUM_MMA: const = 0, BLOCKS: const = 0, LATE_SUMS: const = 0):
+                   ROWSUM_MMA: const = 0, BLOCKS: const = 0, LATE_SUMS: const = 0, STAGGER: const = 0):
     """attention_fwd on Hopper's wgmma. Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of a head
     next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
     causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,
@@ -106,6 +106,8 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     ones, 16 columns, each the row's sum of the bf16 P that P·V uses) beside P·V. BLOCKS=2 fits two blocks on an
     SM (with a producer, its registers and the consumers' are split for that). LATE_SUMS=1 leaves the row sums'
     lane parts apart until after the key loop (`sum-rows-after-loop`: one exchange a tile instead of one a step).
+    STAGGER=N starts warpgroup 1 N key steps after warpgroup 0 (`stagger-warpgroups`), so that one's epilogue and
+    step 0 run under the other's wgmmas.
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")

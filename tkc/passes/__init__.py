@@ -63,6 +63,7 @@ def _load_tkc_passes() -> None:
         pingpong_warpgroups,
         rotate_tile_loop,
         specialize_warps,
+        stagger_warpgroups,
         sum_rows_after_loop,
         unroll_overlapped_loop,
         verify_tma_pipeline,
