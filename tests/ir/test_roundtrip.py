@@ -227,6 +227,8 @@ def _op_cases() -> dict[str, str]:
         )
     for fn in VECTOR_REDUCE_OPS:
         cases[f"vec-{fn}"] = f"%a = tile.vec_{fn} %rv : !tile.rv<16xf32>\n%b = tile.vec_{fn} %rva : !tile.rv<16xf32, align>"
+    cases["finish-row-sum"] = ("%a = tile.row_sum %rt {tkc.partial} : !tile.rt<16x32xf32> -> !tile.rv<16xf32>\n"
+                               "%b = tile.finish_row_sum %a : !tile.rv<16xf32>")
     for fn in MMA_OPS:
         cases[f"{fn}-bf16"] = _mma_case(fn)
         cases[f"{fn}-f16"] = _mma_case(fn, "f16", 32, 16, 16)
