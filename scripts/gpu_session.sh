@@ -3,7 +3,7 @@
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant softmax-parts fold candidates
-#        layernorm-probe sanitize
+#        layernorm-blocks layernorm-probe sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
@@ -69,6 +69,8 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 200 python3 bench/probe_fold.py > "$OUT/fold.log" 2>&1; tail -16 "$OUT/fold.log" ;;
     candidates)  # attention() beside candidate configurations at N = 1024 and 4096 (bench/probe_candidates.py; its arguments: CANDIDATES="--dims 64")
         timeout 400 python3 bench/probe_candidates.py ${CANDIDATES:-} > "$OUT/candidates.log" 2>&1; grep -v "^  flash" "$OUT/candidates.log" | tail -70 ;;
+    layernorm-blocks)  # layernorm_kernel's register budget and warps at 16384×1024 (bench/probe_layernorm.py)
+        timeout 200 python3 bench/probe_layernorm.py > "$OUT/layernorm-blocks.log" 2>&1; tail -10 "$OUT/layernorm-blocks.log" ;;
     layernorm-probe)
         timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
         sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;

@@ -24,14 +24,16 @@ def block_sum(x, scratch, warps):
     return sum(partial) / 16
 
 
-@tkc.kernel(warps="WARPS", min_target="sm_80")
+@tkc.kernel(warps="WARPS", blocks_per_sm="BLOCKS", min_target="sm_80")
 def layernorm_kernel(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1], Bias: gl[bf16, 1],
-                     Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024, WARPS: const = 1):
+                     Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024, WARPS: const = 1,
+                     BLOCKS: const = 0):
     """Rows of length D. Writes the normalized rows to Out and x + residual to OutResidual.
 
     Grid: (blocks,): block b takes rows b, b + blocks, ... A row is spread over the block's WARPS warps, D / WARPS
     columns each, and stays in registers: x and the residual are read once, both outputs written once, and the
-    mean and the variance (of the centered row, exactly) are block-wide sums through shared memory.
+    mean and the variance (of the centered row, exactly) are block-wide sums through shared memory. BLOCKS asks
+    ptxas to fit that many blocks on a multiprocessor (it caps the registers a thread; 0: ptxas's choice).
     """
     static_assert(D % (16 * WARPS) == 0, f"D ({D}) must be a multiple of 16 · WARPS ({16 * WARPS})")
     COLS = D // WARPS
