@@ -132,3 +132,19 @@ def test_the_short_configuration_loses_its_shuffles_and_keeps_its_registers() ->
         assert report.spill_stores == 0 and report.stack_bytes == 0 and not report.notes, report.log
         counts.append(ptxas.disassemble(compiled.ptx, "sm_90a").count("SHFL.BFLY"))
     assert counts[0] - counts[1] >= 4, counts
+
+
+def test_values_holding_partial_sums_are_known() -> None:
+    """assign-layouts refuses to move these between layouts (a relayout reads a row's value from one lane): the
+    loop's carried sum, its result and the partial row_sum hold parts; the finished sum and the correction do not."""
+    from tkc.passes.sum_rows_after_loop import holds_partial_sums
+
+    module = build_module([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 4, "LATE_SUMS": 1})
+    run_passes(module, parse_pipeline(PIPELINE), Dumps(), PassTimer())
+    (finish,) = [op for op in module.walk() if isinstance(op, t.FinishRowSumOp)]
+    loop = finish.input.owner
+    carried = loop.body.block.args[1 + finish.input.index]
+    (partial,) = [op for op in loop.walk() if isinstance(op, t.ReduceOp) and t.PARTIAL in op.attributes]
+    assert holds_partial_sums(finish.input) and holds_partial_sums(carried) and holds_partial_sums(partial.result)
+    row_max = next(op for op in loop.walk() if isinstance(op, t.ReduceOp) and op.fn == "max")
+    assert not holds_partial_sums(finish.result) and not holds_partial_sums(row_max.result)

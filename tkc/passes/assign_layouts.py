@@ -27,9 +27,11 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from tkc.errors import SourceLoc, TkcError
 from tkc.ir import ops as t
 from tkc.ir.types import Layout, RegTileType, RegVecType
 from tkc.passes import register
+from tkc.passes.sum_rows_after_loop import holds_partial_sums
 from tkc.passes.util import sync_function_types
 
 TILE_LAYOUT = (Layout.ROW, Layout.COL)
@@ -174,6 +176,9 @@ def assign_layouts(module: ModuleOp) -> None:
         operand = use.op.operands[use.index]
         if operand.type.layout == layout:  # type: ignore[attr-defined]
             continue
+        if isinstance(operand.type, RegVecType) and holds_partial_sums(operand):
+            raise TkcError("late_sums=1: these row sums would change layout while their lanes hold only parts of "
+                           "them (compile without late_sums)", SourceLoc.from_attr(use.op.location))
         relayout = t.RelayoutOp(operand, operand.type.with_layout(layout))  # type: ignore[attr-defined]
         relayout.location = use.op.location
         Rewriter.insert_op(relayout, InsertPoint.before(use.op))

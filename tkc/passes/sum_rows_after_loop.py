@@ -34,7 +34,7 @@ from __future__ import annotations
 from xdsl.context import Context
 from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -74,6 +74,29 @@ def _row_sums_added(loop: scf.ForOp, index: int) -> list[t.ReduceOp] | None:
                 return None
             sums.append(reduce)
         value = user.result
+
+
+def holds_partial_sums(value: SSAValue) -> bool:
+    """Does `value` hold lanes' parts of row sums (a partial row_sum, or what a loop carries from one, before its
+    finish_row_sum)? Such a vector must not be moved between layouts: a relayout takes a row's value from one lane,
+    a part here (assign-layouts refuses it)."""
+    pending, seen = [value], set()
+    while pending:
+        v = pending.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        owner = v.owner
+        if isinstance(owner, t.ReduceOp) and t.PARTIAL in owner.attributes:
+            return True
+        if isinstance(owner, MUL | ADD):
+            pending.extend(o for o in owner.operands if isinstance(o.type, RegVecType))
+        elif isinstance(owner, scf.ForOp):
+            index = v.index  # type: ignore[attr-defined]
+            pending.append(owner.body.block.last_op.operands[index])  # type: ignore[union-attr]
+        elif isinstance(owner, Block) and isinstance(owner.parent_op(), scf.ForOp) and v.index > 0:  # type: ignore[attr-defined]
+            pending.append(owner.last_op.operands[v.index - 1])  # type: ignore[union-attr, attr-defined]
+    return False
 
 
 def _starts_at_zero(value: SSAValue) -> bool:
