@@ -53,6 +53,8 @@ CONFIGS = [
     (257, 300, 1, {"KEYS": 64, "WARPS": 8, "PRODUCER": 1, "STAGGER": 2, "STAGES": 3}, 5),
     (100, 64, 0, {"KEYS": 64, "WARPS": 8, "PRODUCER": 1, "Q_REGS": 1, "DEFER": 2, "STAGGER": 3, "STAGES": 4}, 3),
     (130, 300, 0, {"KEYS": 128, "WARPS": 8, "PRODUCER": 1, "DEFER": 1, "STAGGER": 1}, 4),
+    (300, 333, 1, {**SHORT, "STAGGER": 1, "TMA_STORE": 1, "LATE_SUMS": 1}, 3),  # O through TMA, l's parts late
+    (256, 320, 0, {"KEYS": 64, "WARPS": 8, "PRODUCER": 1, "DEFER": 1, "OVERLAP": 1, "STAGGER": 1}, 2),
 ]
 
 
