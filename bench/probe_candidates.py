@@ -29,18 +29,21 @@ def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
     found["short stagger 1"] = {**own, "STAGGER": 1}
     found["short stagger 2, 4 stages"] = {**own, "STAGGER": 2, "STAGES": 4}
     found["short stagger 1, late sums"] = {**own, "STAGGER": 1, "LATE_SUMS": 1}
+    found["short stagger 1, 4 stages, late sums"] = {**own, "STAGGER": 1, "STAGES": 4, "LATE_SUMS": 1}
+    found["short D3 stagger 1"] = {**own, "DEFER": 3, "STAGGER": 1}
     return found
 
 
-args = probe_arguments([64, 128], [1024, 4096], 5)
-for d, causal, n, q, k, v in probe_inputs(args):
-    batch, heads = q.shape[:2]
-    ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal)
-    fns = {"attention()": lambda: attention(q, k, v, causal=causal)}
-    for name, cfg in candidates(d, causal).items():
-        fns[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
-    fns["cuDNN"] = lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal)
-    fns["flash"] = lambda: sdpa(BACKENDS["flash"], q, k, v, causal)
-    check_outputs(fns, ref, where=f"D={d} causal={int(causal)} N={n}")
-    print_rates(f"D={d} causal={int(causal)} N={n}", compare(fns, rounds=args.rounds),
-                4 * batch * heads * n * n * d / (2 if causal else 1))
+if __name__ == "__main__":
+    args = probe_arguments([64, 128], [1024, 4096], 5)
+    for d, causal, n, q, k, v in probe_inputs(args):
+        batch, heads = q.shape[:2]
+        ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal)
+        fns = {"attention()": lambda: attention(q, k, v, causal=causal)}
+        for name, cfg in candidates(d, causal).items():
+            fns[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
+        fns["cuDNN"] = lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal)
+        fns["flash"] = lambda: sdpa(BACKENDS["flash"], q, k, v, causal)
+        check_outputs(fns, ref, where=f"D={d} causal={int(causal)} N={n}")
+        print_rates(f"D={d} causal={int(causal)} N={n}", compare(fns, rounds=args.rounds),
+                    4 * batch * heads * n * n * d / (2 if causal else 1))

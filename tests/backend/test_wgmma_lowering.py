@@ -376,6 +376,31 @@ def test_bench_variants_assemble_cleanly(d: int, causal: int, name: str, cfg: di
     assert not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log
 
 
+def _probe_candidates() -> list[tuple[int, int, str, dict]]:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from probe_candidates import candidates
+
+    return [(d, causal, name, cfg) for d in (64, 128) for causal in (0, 1)
+            for name, cfg in candidates(d, bool(causal)).items()]
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("d, causal, name, cfg", _probe_candidates())
+def test_probe_candidates_assemble_cleanly(d: int, causal: int, name: str, cfg: dict) -> None:
+    """The configurations bench/probe_candidates.py times next: they compile, without spills, on the CPU."""
+    from tkc.compiler import compile_for_launch
+    from tkc.kernels import attention_sm90
+    from tkc.kernels.attention import sm90_constants
+
+    constants = {"D": d, "CAUSAL": causal, "LSE": 0, **sm90_constants(cfg)}
+    compiled = compile_for_launch(attention_sm90, "sm_90a", constants, {"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
+
+
 def test_softmax_probe_copies_the_kernel() -> None:
     """bench/probe_softmax.py rebuilds attention_sm90 from its source with parts of the softmax left out: its
     intact copy's PTX is attention()'s (so that the GPU times what attention() runs), the others differ."""
