@@ -143,6 +143,22 @@ def bad_warps():
     return k
 
 
+def bad_stagger():
+    @tkc.kernel(warps=8, stagger=9)  # ERROR
+    def k(A: gl[bf16, 2]):
+        pass
+
+    return k
+
+
+def bad_late_sums():
+    @tkc.kernel(late_sums=2)  # ERROR
+    def k(A: gl[bf16, 2]):
+        pass
+
+    return k
+
+
 def unknown_decorator_argument():
     @tkc.kernel(wraps=4)  # ERROR
     def k(A: gl[bf16, 2]):

@@ -267,6 +267,8 @@ def test_unknown_constant(case: Case) -> None:
          target="sm_80"),
     Case(decl.unknown_min_target, ["min_target", "sm_80, sm_90a", "'sm_75'"], at='min_target="sm_75"'),
     Case(decl.bad_warps, ["warps", "1 to 32", "got 0"], at="warps=0"),
+    Case(decl.bad_stagger, ["stagger", "0 to 8", "got 9"], at="stagger=9"),
+    Case(decl.bad_late_sums, ["late_sums", "0 to 1", "got 2"], at="late_sums=2"),
     Case(decl.unknown_decorator_argument, ["warps=", "min_target=", "not wraps="], at="tkc.kernel("),
 )
 def test_target_and_decorator(case: Case) -> None:
