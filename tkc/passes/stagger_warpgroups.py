@@ -30,7 +30,7 @@ from __future__ import annotations
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i32
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -38,7 +38,7 @@ from tkc.errors import SourceLoc, TkcError
 from tkc.ir import ops as t
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import kernel_stages
-from tkc.passes.pingpong_warpgroups import PINGPONG_ATTR
+from tkc.passes.pingpong_warpgroups import PINGPONG_ATTR, _guarded
 from tkc.passes.specialize_warps import CONSUMER_WARPS
 from tkc.passes.util import wgmma_loops
 
@@ -47,13 +47,12 @@ STAGGER_ATTR = "tkc.stagger"
 
 def _when(conditions: list[tuple[list[Operation], SSAValue]], op: Operation) -> list[Operation]:
     """The ops that compute each condition, their conjunction, and `scf.if` it `{ op }`."""
-    ops: list[Operation] = [o for made, _ in conditions for o in made]
+    ops: list[Operation] = [o for made, _ in conditions for o in made]  # each list ends with its condition's op
     value = conditions[0][1]
     for _, other in conditions[1:]:
-        both = arith.AndIOp(value, other)
-        ops.append(both)
+        ops.append(both := arith.AndIOp(value, other))
         value = both.result
-    return [*ops, scf.IfOp(value, [], Region(Block([op, scf.YieldOp()])))]
+    return [*ops[:-1], *_guarded(ops[-1], op)]  # (ops[-1] makes `value`)
 
 
 def _is_warpgroup(index: int) -> tuple[list[Operation], SSAValue]:
@@ -68,13 +67,10 @@ def _compare(a: SSAValue, b: SSAValue, how: str) -> tuple[list[Operation], SSAVa
 
 
 def _stagger(loop: scf.ForOp, steps: int) -> None:
-    tiles = loop.parent_op()
-    while tiles is not None and not isinstance(tiles, scf.ForOp | func.FuncOp):
-        tiles = tiles.parent_op()
-    if not isinstance(tiles, scf.ForOp):
-        tiles = None
-    elif any(isinstance(op, scf.ForOp) for op in _ancestors(tiles)):
+    outer = [op for op in _ancestors(loop) if isinstance(op, scf.ForOp)]
+    if len(outer) > 1:
         raise TkcError("stagger=N: the key loop must sit in one tile loop (or none)", SourceLoc.from_attr(loop.location))
+    tiles = outer[0] if outer else None
 
     def first_tile() -> list[tuple[list[Operation], SSAValue]]:
         return [] if tiles is None else [_compare(tiles.body.block.args[0], tiles.lb, "eq")]

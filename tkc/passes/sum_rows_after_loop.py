@@ -116,13 +116,11 @@ def sum_rows_after_loop(module: ModuleOp) -> None:
                     continue
                 for reduce in sums:
                     reduce.attributes[t.PARTIAL] = UnitAttr()
-                users = [use.operation for use in result.uses]
-                if not users:
+                if not result.uses:
                     continue
                 finished = t.FinishRowSumOp(result)
                 Rewriter.insert_op(finished, InsertPoint.after(loop))
-                for user in users:
-                    user.operands = [finished.result if operand is result else operand for operand in user.operands]
+                result.replace_uses_with_if(finished.result, lambda use: use.operation is not finished)
 
 
 @register("sum-rows-after-loop", "a loop-carried sum of row sums exchanges its lanes' parts once, after the loop")
