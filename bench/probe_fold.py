@@ -27,17 +27,10 @@ attention_fold = attention_sm90_variant("FOLD", SWAPS)
 
 
 def launch(q, k, v, out, causal: bool, cfg: dict, fold: int) -> torch.Tensor:
-    from tkc.kernels._checks import resident_blocks
-    from tkc.kernels.attention import sm90_blocks, sm90_constants
+    from tkc.kernels.attention import launch_sm90
 
-    batch, heads, n, d = q.shape
     lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-    c = {"D": d, "CAUSAL": int(causal), "LSE": 0, **sm90_constants(cfg), "FOLD": fold}
-    blocks = sm90_blocks(batch, heads, n, cfg["WARPS"], cfg.get("TILES", 1))
-    if cfg.get("PERSISTENT"):
-        blocks = min(blocks, resident_blocks(attention_fold, ("fold", *c.items()), q, k, v, out, lse, d ** -0.5, **c,
-                                             target="sm_90a"))
-    attention_fold[(blocks,)](q, k, v, out, lse, d ** -0.5, **c, target="sm_90a")
+    launch_sm90(q, k, v, out, lse, q.shape[3] ** -0.5, cfg, causal=causal, kernel=attention_fold, FOLD=fold)
     return out
 
 

@@ -25,8 +25,7 @@ SWAPS = {
 attention_probe = attention_sm90_variant("PART", SWAPS)  # a const PART: the part left out
 
 if __name__ == "__main__":
-    from tkc.kernels._checks import resident_blocks
-    from tkc.kernels.attention import sm90_config, sm90_constants
+    from tkc.kernels.attention import launch_sm90, sm90_config
 
     torch.manual_seed(0)
     for d, n in [(64, 1024), (64, 4096), (128, 1024)]:
@@ -35,16 +34,9 @@ if __name__ == "__main__":
         out = torch.empty_like(q)
         lse = torch.empty((1, 1, 1), dtype=torch.float32, device="cuda")
         cfg = sm90_config(d, n, n)
-        warps = cfg["WARPS"]
-        fns = {}
-        for part, name in PARTS.items():
-            c = {"D": d, "CAUSAL": 0, "LSE": 0, **sm90_constants(cfg), "PART": part}
-            blocks = -(-n // (16 * warps)) * heads * batch // cfg.get("TILES", 1)
-            if cfg.get("PERSISTENT"):
-                blocks = min(blocks, resident_blocks(attention_probe, ("cuda", *c.items()), q, k, v, out, lse,
-                                                     d ** -0.5, **c, target="sm_90a"))
-            fns[name] = (lambda c=c, blocks=blocks:
-                         attention_probe[(blocks,)](q, k, v, out, lse, d ** -0.5, **c, target="sm_90a"))
+        fns = {name: (lambda part=part: launch_sm90(q, k, v, out, lse, d ** -0.5, cfg, kernel=attention_probe,
+                                                    PART=part))
+               for part, name in PARTS.items()}
         times = compare(fns, 5, 30)
         flops = 4 * batch * heads * n * n * d
         print(f"D={d} N={n} {cfg}", flush=True)

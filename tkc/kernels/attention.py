@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
@@ -224,15 +224,18 @@ def sm90_blocks(batch: int, heads: int, nq: int, warps: int, tiles: int = 1) -> 
 
 
 def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                scale: float, cfg: dict[str, int], *, causal: bool = False, return_lse: bool = False) -> None:
-    """attention_sm90 on checked tensors with configuration `cfg` (constants and GRID_KEYS)."""
+                scale: float, cfg: dict[str, int], *, causal: bool = False, return_lse: bool = False,
+                kernel: Any = None, **extra: int) -> None:
+    """attention_sm90 (or `kernel`, a copy of it with `extra` constants: bench's probes) on checked tensors with
+    configuration `cfg` (constants and GRID_KEYS)."""
+    kernel = attention_sm90 if kernel is None else kernel
     batch, heads, nq, d = q.shape
-    constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg)}
+    constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg), **extra}
     blocks = sm90_blocks(batch, heads, nq, cfg["WARPS"], cfg.get("TILES", 1))
     if cfg.get("PERSISTENT"):
-        blocks = min(blocks, resident_blocks(attention_sm90, (q.device, *constants.items()), q, k, v, out, lse, scale,
+        blocks = min(blocks, resident_blocks(kernel, (q.device, *constants.items()), q, k, v, out, lse, scale,
                                              **constants, target="sm_90a"))
-    attention_sm90[(blocks,)](q, k, v, out, lse, scale, **constants, target="sm_90a")
+    kernel[(blocks,)](q, k, v, out, lse, scale, **constants, target="sm_90a")
 
 
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
