@@ -1,8 +1,8 @@
 """attention() beside candidate attention_sm90 configurations (launched as attention() launches its own), cuDNN
 and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 launches × 5 interleaved rounds
 (--rounds), every output checked against cuDNN first. One line per implementation. late sums: LATE_SUMS=1 (the
-row sums' lane parts exchanged once a tile); stagger N: STAGGER=N (warpgroup 1 starts N key steps after
-warpgroup 0).
+row sums' lane parts exchanged once a tile; attention()'s at D=64 under 2048 keys); stagger N: STAGGER=N
+(warpgroup 1 starts N key steps after warpgroup 0).
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
 import sys
 from pathlib import Path
@@ -14,23 +14,20 @@ from attention import BACKENDS, sdpa, sm90_variant  # noqa: E402
 from tkc.kernels import attention  # noqa: E402
 
 
-def candidates(d: int, causal: bool) -> dict[str, dict[str, int]]:
+def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
     from tkc.kernels.attention import sm90_config
 
-    own = sm90_config(d, 1024, 1024, causal)  # attention()'s configuration at N = 1024
+    own = sm90_config(d, n, n, causal)  # attention()'s configuration at this length
     found = {}
-    if d == 128:
-        found["attention() late sums"] = {**own, "LATE_SUMS": 1}
-        found["attention() stagger 1"] = {**own, "STAGGER": 1}
+    if own.get("LATE_SUMS"):  # attention()'s short D=64 configuration: beside it the row sums exchanged each step
+        found["short, sums each step"] = {**own, "LATE_SUMS": 0}
+        found["short stagger 1"] = {**own, "STAGGER": 1}
+        found["short 4 stages"] = {**own, "STAGES": 4}
+        found["short full producer"] = {**own, "PRODUCER": 1}
         return found
-    # attention()'s short configuration (a 24-register producer) with the row sums' lane parts exchanged once a
-    # tile (late sums), warpgroup 1 started 1 or 2 key steps after warpgroup 0 (stagger: their tile ends apart)
-    found["short late sums"] = {**own, "LATE_SUMS": 1}
-    found["short stagger 1"] = {**own, "STAGGER": 1}
-    found["short stagger 2, 4 stages"] = {**own, "STAGGER": 2, "STAGES": 4}
-    found["short stagger 1, late sums"] = {**own, "STAGGER": 1, "LATE_SUMS": 1}
-    found["short stagger 1, 4 stages, late sums"] = {**own, "STAGGER": 1, "STAGES": 4, "LATE_SUMS": 1}
-    found["short D3 stagger 1"] = {**own, "DEFER": 3, "STAGGER": 1}
+    found["attention() late sums"] = {**own, "LATE_SUMS": 1}
+    if own.get("PRODUCER") and own["WARPS"] == 8:  # stagger: two consumer warpgroups beside a producer
+        found["attention() stagger 1"] = {**own, "STAGGER": 1}
     return found
 
 
@@ -40,7 +37,7 @@ if __name__ == "__main__":
         batch, heads = q.shape[:2]
         ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal)
         fns = {"attention()": lambda: attention(q, k, v, causal=causal)}
-        for name, cfg in candidates(d, causal).items():
+        for name, cfg in candidates(d, causal, n).items():
             fns[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
         fns["cuDNN"] = lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal)
         fns["flash"] = lambda: sdpa(BACKENDS["flash"], q, k, v, causal)
