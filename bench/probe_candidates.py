@@ -1,8 +1,8 @@
 """attention() beside candidate attention_sm90 configurations (launched as attention() launches its own), cuDNN
 and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 launches × 5 interleaved rounds
 (--rounds), every output checked against cuDNN first. One line per implementation. sums each step: LATE_SUMS=0
-(attention() exchanges the row sums' lane parts once a tile); at D=64 under 2048 keys the producer of full
-registers and 4 pipeline stages beside attention()'s (24 registers, 3 stages).
+(attention() exchanges the row sums' lane parts once a tile); at D=64 under 2048 keys a producer of 24 registers
+a thread (lean) and 4 pipeline stages beside attention()'s (a full producer, 3 stages).
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
 import sys
 from pathlib import Path
@@ -19,10 +19,10 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
 
     own = sm90_config(d, n, n, causal)  # attention()'s configuration at this length
     found = {"sums each step": {**own, "LATE_SUMS": 0}}
-    if own.get("PRODUCER") == 2:  # attention()'s short D=64 configuration (a 24-register producer)
-        found["full producer"] = {**own, "PRODUCER": 1}
+    if d == 64 and own.get("DEFER") == 2:  # attention()'s short D=64 configuration
+        found["lean producer"] = {**own, "PRODUCER": 2}
         found["4 stages"] = {**own, "STAGES": 4}
-        found["full producer, 4 stages"] = {**own, "PRODUCER": 1, "STAGES": 4}
+        found["lean producer, 4 stages"] = {**own, "PRODUCER": 2, "STAGES": 4}
     return found
 
 

@@ -89,6 +89,7 @@ CONFIGS = [
     (300, 333, 0, {"KEYS": 128, "WARPS": 12, "PRODUCER": 1, "DEFER": 1}, 2),
     (257, 300, 1, {"KEYS": 64, "WARPS": 4}, 5),
     (130, 300, 0, {"KEYS": 128, "WARPS": 8, "PINGPONG": 1, "PRODUCER": 1, "Q_REGS": 1, "DEFER": 2}, 2),
+    (200, 333, 1, {"KEYS": 64, "WARPS": 8, "PRODUCER": 1, "Q_REGS": 1, "DEFER": 1, "OVERLAP": 1}, 2),  # bench's B
 ]
 
 

@@ -189,8 +189,8 @@ FALLBACK = (16, 64, 0)
 # blocks per block (RESULTS 12:36: 1.05/1.08/1.07x cuDNN at N = 4096/8192/16384 vs ping-pong's 1.03/1.04/1.06,
 # with programmatic dependent launch). D=64: under 2048 keys, two consumer warpgroups of 128-key steps with a
 # producer and the queries in registers, step 0 peeled, on a persistent grid (RESULTS 2026-12-03 14:30: N=1024
-# 0.93x cuDNN vs 0.89 not causal, 0.88 vs 0.83 causal), its producer of 24 registers a thread (RESULTS 2026-12-03
-# 21:53/21:58: N=1024 407 vs 400-401 TFLOP/s not causal, 302-306 vs 296-305 causal); from 2048 keys three consumer warpgroups of 128-key steps
+# 0.93x cuDNN vs 0.89 not causal, 0.88 vs 0.83 causal; a producer of 24 registers a thread was +1-2% with the row
+# sums exchanged each step, RESULTS 2026-12-03 21:53, and -1.4% with late sums, 2026-12-04 02:4x); from 2048 keys three consumer warpgroups of 128-key steps
 # with a producer, not causal on a persistent grid (N=2048: 0.99x cuDNN vs 0.89), causal below 4096 keys two
 # blocks of two warpgroups per SM. Everywhere the row sums' lane parts are exchanged once a tile (LATE_SUMS; RESULTS
 # "attention probe — 2026-12-04": +1-2.5% at N = 1024 and 4096, D = 64 and 128, causal and not).
@@ -209,7 +209,7 @@ def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
         return {**cfg, "TILES": 2} if causal else {**cfg, "PERSISTENT": 1}
     if nk < LONG_KEYS // 2:  # short keys: two consumer warpgroups with the queries in registers, step 0 peeled
-        return {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 2, "Q_REGS": 1, "PERSISTENT": 1}
+        return {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "PERSISTENT": 1}
     long = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1}
     if not causal:
         return {**long, "PERSISTENT": 1}
