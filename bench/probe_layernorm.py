@@ -1,7 +1,6 @@
-"""layernorm_kernel at 16384×1024 (the shape short of 0.9× copy bandwidth through layernorm()) with its warps and
-grid varied: a row over two warps (layernorm()'s) on a grid of a block a row or of the blocks an SM holds (21
-at 47 registers), and a row a warp (WARP_ROWS=1, 64 registers: 32 warps an SM) on a grid of a row a warp or of one
-or two waves of resident warps. Each beside layernorm() and a same-size copy, event-timed (30 calls ×
+"""layernorm_kernel at 16384×1024 (the shape short of 0.9× copy bandwidth through layernorm()) with its grid varied:
+a block a row (layernorm()'s), or one or two waves of resident blocks each reading its next row while it reduces
+this one (PREFETCH=1), with 2 or 4 warps a row. Each beside layernorm() and a same-size copy, event-timed (30 calls ×
 5 interleaved rounds) and from a CUDA graph (the kernel alone); GB/s as a fraction of a 1 GiB copy's.
     python bench/probe_layernorm.py [--rows 16384] [--dim 1024]"""
 import argparse
@@ -32,19 +31,21 @@ nbytes = 4 * x.numel() * 2
 impls = {"layernorm()": lambda: layernorm(x, r, w, b, out=o, residual_out=ro), "same-size copy": lambda: dst.copy_(src)}
 
 
-def variant(warps: int, blocks: int = 0, warp_rows: int = 0, grid: int = 0):
-    grid = grid or (-(-m // warps) if warp_rows else m)
-    return lambda: layernorm_kernel[(grid,)](x, r, w, b, o, ro, 1e-5, D=d, WARPS=warps, BLOCKS=blocks,
-                                             WARP_ROWS=warp_rows, target="sm_90a")
+
+def variant(warps: int, prefetch: int = 0, waves: int = 0, blocks: int = 0):
+    """layernorm_kernel on a grid of a block a row, or (waves > 0) of `waves` times the blocks the GPU holds."""
+    constants = {"D": d, "WARPS": warps, "BLOCKS": blocks, "PREFETCH": prefetch}
+    args = (x, r, w, b, o, ro, 1e-5)
+    grid = waves * layernorm_kernel.resident_blocks(*args, target="sm_90a", **constants) if waves else m
+    print(f"  W{warps} PREFETCH={prefetch} BLOCKS={blocks}: grid {grid}")
+    return lambda: layernorm_kernel[(min(grid, m),)](*args, **constants, target="sm_90a")
 
 
-sms = torch.cuda.get_device_properties(0).multi_processor_count
 impls["kernel W2"] = variant(2)
-impls["kernel W2, 21 blocks/SM grid"] = variant(2, grid=21 * sms)
-for warps in (4, 8):  # a row per warp: rows of their own, a grid of one row a warp or a few resident waves
-    impls[f"warp rows W{warps}"] = variant(warps, warp_rows=1)
+for warps in (2, 4):  # the next row read during this one's sums, on grids of one or two resident waves
     for waves in (1, 2):
-        impls[f"warp rows W{warps}, {waves} wave grid"] = variant(warps, warp_rows=1, grid=waves * 32 // warps * sms)
+        impls[f"prefetch W{warps}, {waves} wave grid"] = variant(warps, 1, waves)
+impls["prefetch W2, 24 blocks/SM, 1 wave"] = variant(2, 1, 1, blocks=24)
 for name, fn in impls.items():
     if name != "same-size copy":
         o.fill_(float("nan"))

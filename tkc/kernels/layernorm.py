@@ -35,30 +35,31 @@ def row_total(x, scratch, warps):
 @tkc.kernel(warps="WARPS", blocks_per_sm="BLOCKS", min_target="sm_80")
 def layernorm_kernel(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1], Bias: gl[bf16, 1],
                      Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024, WARPS: const = 1,
-                     BLOCKS: const = 0, WARP_ROWS: const = 0):
+                     BLOCKS: const = 0, PREFETCH: const = 0):
     """Rows of length D. Writes the normalized rows to Out and x + residual to OutResidual.
 
     Grid: (blocks,): block b takes rows b, b + blocks, ... A row is spread over the block's WARPS warps, D / WARPS
     columns each, and stays in registers: x and the residual are read once, both outputs written once, and the
-    mean and the variance (of the centered row, exactly) are block-wide sums through shared memory. With
-    WARP_ROWS=1 each warp takes whole rows of its own instead (block b's warp w: rows b·WARPS + w, then a grid's
-    worth of rows further on), its sums warp shuffles, no barrier. BLOCKS asks ptxas to fit that many blocks on a
-    multiprocessor (it caps the registers a thread; 0: ptxas's choice).
+    mean and the variance (of the centered row, exactly) are block-wide sums through shared memory. PREFETCH=1
+    reads a block's next row while it reduces this one (for grids of fewer blocks than rows). BLOCKS asks ptxas to
+    fit that many blocks on a multiprocessor (it caps the registers a thread; 0: ptxas's choice).
     """
-    static_assert(D % (16 * WARPS) == 0 or WARP_ROWS, f"D ({D}) must be a multiple of 16 · WARPS ({16 * WARPS})")
-    static_assert(D % 16 == 0, f"D ({D}) must be a multiple of 16")
-    COLS = D if WARP_ROWS else D // WARPS
-    LANES = 1 if WARP_ROWS else WARPS                            # the warps a row is spread over
-    part = 0 if WARP_ROWS else warp_id()                         # this warp's columns, in units of COLS
-    first, stride = block_idx()[0], num_blocks()[0]
-    if WARP_ROWS:
-        first, stride = first * WARPS + warp_id(), stride * WARPS
+    static_assert(D % (16 * WARPS) == 0, f"D ({D}) must be a multiple of 16 · WARPS ({16 * WARPS})")
+    COLS = D // WARPS
+    part = warp_id()                                             # this warp's columns, in units of COLS
     scratch = empty(sv[f32, 16 * WARPS])
+    first, stride = block_idx()[0], num_blocks()[0]
+    if PREFETCH:
+        x, r = load(X, (first, part), rv[bf16, COLS]), load(Residual, (first, part), rv[bf16, COLS])
     for row in range(first, X.shape[0], stride):
-        s = load(X, (row, part), rv[f32, COLS]) + load(Residual, (row, part), rv[f32, COLS])
+        if PREFETCH:  # this row came in during the last one; the next one's loads go out before this one's sums
+            s = x.to(f32) + r.to(f32)
+            x, r = load(X, (row + stride, part), rv[bf16, COLS]), load(Residual, (row + stride, part), rv[bf16, COLS])
+        else:
+            s = load(X, (row, part), rv[f32, COLS]) + load(Residual, (row, part), rv[f32, COLS])
         store(OutResidual, s, (row, part))
-        centered = s - row_total(sum(s), scratch, LANES) / D
-        rstd = rsqrt(row_total(sum(centered * centered), scratch, LANES) / D + eps)
+        centered = s - row_total(sum(s), scratch, WARPS) / D
+        rstd = rsqrt(row_total(sum(centered * centered), scratch, WARPS) / D + eps)
         # weight and bias come from L1 each row (8 KB at D = 4096) rather than sitting in 2·COLS/32 registers for
         # the whole kernel: fewer registers, more warps, more of x in flight.
         w, b = load(Weight, (part,), rv[f32, COLS]), load(Bias, (part,), rv[f32, COLS])
