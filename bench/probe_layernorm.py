@@ -1,6 +1,6 @@
-"""layernorm_kernel at 16384×1024 (the shape short of 0.9× copy bandwidth through layernorm()) with its grid varied:
-a block a row (layernorm()'s), or one or two waves of resident blocks each reading its next row while it reduces
-this one (PREFETCH=1), with 2 or 4 warps a row. Each beside layernorm() and a same-size copy, event-timed (30 calls ×
+"""layernorm_kernel at 16384×1024 (the shape short of 0.9× copy bandwidth through layernorm()) with its register
+budget and warps varied: BLOCKS caps the registers so that that many blocks of 64 threads share an SM (0: ptxas's
+47 registers, 21 blocks; 24: 40 registers). Each beside layernorm() and a same-size copy, event-timed (30 calls ×
 5 interleaved rounds) and from a CUDA graph (the kernel alone); GB/s as a fraction of a 1 GiB copy's.
     python bench/probe_layernorm.py [--rows 16384] [--dim 1024]"""
 import argparse
@@ -29,23 +29,11 @@ src, dst = torch.randn(2 * m * d, device="cuda", dtype=torch.bfloat16), torch.em
 ref = torch.nn.functional.layer_norm(x.float() + r.float(), (d,), w.float(), b.float(), 1e-5)
 nbytes = 4 * x.numel() * 2
 impls = {"layernorm()": lambda: layernorm(x, r, w, b, out=o, residual_out=ro), "same-size copy": lambda: dst.copy_(src)}
-
-
-
-def variant(warps: int, prefetch: int = 0, waves: int = 0, blocks: int = 0):
-    """layernorm_kernel on a grid of a block a row, or (waves > 0) of `waves` times the blocks the GPU holds."""
-    constants = {"D": d, "WARPS": warps, "BLOCKS": blocks, "PREFETCH": prefetch}
-    args = (x, r, w, b, o, ro, 1e-5)
-    grid = waves * layernorm_kernel.resident_blocks(*args, target="sm_90a", **constants) if waves else m
-    print(f"  W{warps} PREFETCH={prefetch} BLOCKS={blocks}: grid {grid}")
-    return lambda: layernorm_kernel[(min(grid, m),)](*args, **constants, target="sm_90a")
-
-
-impls["kernel W2"] = variant(2)
-for warps in (2, 4):  # the next row read during this one's sums, on grids of one or two resident waves
-    for waves in (1, 2):
-        impls[f"prefetch W{warps}, {waves} wave grid"] = variant(warps, 1, waves)
-impls["prefetch W2, 24 blocks/SM, 1 wave"] = variant(2, 1, 1, blocks=24)
+for warps in (2, 4):
+    for blocks in (0, 24, 32):
+        name = f"kernel W{warps} BLOCKS={blocks}"
+        impls[name] = (lambda warps=warps, blocks=blocks: layernorm_kernel[(m,)](
+            x, r, w, b, o, ro, 1e-5, D=d, WARPS=warps, BLOCKS=blocks, target="sm_90a"))
 for name, fn in impls.items():
     if name != "same-size copy":
         o.fill_(float("nan"))

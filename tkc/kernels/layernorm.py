@@ -35,28 +35,22 @@ def row_total(x, scratch, warps):
 @tkc.kernel(warps="WARPS", blocks_per_sm="BLOCKS", min_target="sm_80")
 def layernorm_kernel(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1], Bias: gl[bf16, 1],
                      Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024, WARPS: const = 1,
-                     BLOCKS: const = 0, PREFETCH: const = 0):
+                     BLOCKS: const = 0):
     """Rows of length D. Writes the normalized rows to Out and x + residual to OutResidual.
 
     Grid: (blocks,): block b takes rows b, b + blocks, ... A row is spread over the block's WARPS warps, D / WARPS
     columns each, and stays in registers: x and the residual are read once, both outputs written once, and the
-    mean and the variance (of the centered row, exactly) are block-wide sums through shared memory. PREFETCH=1
-    reads a block's next row while it reduces this one (for grids of fewer blocks than rows). BLOCKS asks ptxas to
-    fit that many blocks on a multiprocessor (it caps the registers a thread; 0: ptxas's choice).
+    mean and the variance (of the centered row, exactly) are block-wide sums through shared memory (a warp's own
+    shuffles where WARPS = 1). A block a row is the fastest grid on the H200: a row a warp, or resident-sized grids
+    reading the next row during this one's sums, were slower (RESULTS "layernorm probe — 2026-12-04"). BLOCKS asks
+    ptxas to fit that many blocks on a multiprocessor (it caps the registers a thread; 0: ptxas's choice).
     """
     static_assert(D % (16 * WARPS) == 0, f"D ({D}) must be a multiple of 16 · WARPS ({16 * WARPS})")
     COLS = D // WARPS
     part = warp_id()                                             # this warp's columns, in units of COLS
     scratch = empty(sv[f32, 16 * WARPS])
-    first, stride = block_idx()[0], num_blocks()[0]
-    if PREFETCH:
-        x, r = load(X, (first, part), rv[bf16, COLS]), load(Residual, (first, part), rv[bf16, COLS])
-    for row in range(first, X.shape[0], stride):
-        if PREFETCH:  # this row came in during the last one; the next one's loads go out before this one's sums
-            s = x.to(f32) + r.to(f32)
-            x, r = load(X, (row + stride, part), rv[bf16, COLS]), load(Residual, (row + stride, part), rv[bf16, COLS])
-        else:
-            s = load(X, (row, part), rv[f32, COLS]) + load(Residual, (row, part), rv[f32, COLS])
+    for row in range(block_idx()[0], X.shape[0], num_blocks()[0]):
+        s = load(X, (row, part), rv[f32, COLS]) + load(Residual, (row, part), rv[f32, COLS])
         store(OutResidual, s, (row, part))
         centered = s - row_total(sum(s), scratch, WARPS) / D
         rstd = rsqrt(row_total(sum(centered * centered), scratch, WARPS) / D + eps)
