@@ -2,7 +2,8 @@
 and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 launches × 5 interleaved rounds
 (--rounds), every output checked against cuDNN first. One line per implementation. sums each step: LATE_SUMS=0
 (attention() exchanges the row sums' lane parts once a tile); at D=64 under 2048 keys a producer of 24 registers
-a thread (lean) and 4 pipeline stages beside attention()'s (a full producer, 3 stages).
+a thread (lean), warpgroup 1 a key step behind warpgroup 0 (stagger 1) and the next tile's first Q·Kᵀ under this
+one's epilogue (DEFER=3: tile loop rotated) beside attention()'s configuration.
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
 import sys
 from pathlib import Path
@@ -21,8 +22,9 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
     found = {"sums each step": {**own, "LATE_SUMS": 0}}
     if d == 64 and own.get("DEFER") == 2:  # attention()'s short D=64 configuration
         found["lean producer"] = {**own, "PRODUCER": 2}
-        found["4 stages"] = {**own, "STAGES": 4}
-        found["lean producer, 4 stages"] = {**own, "PRODUCER": 2, "STAGES": 4}
+        found["stagger 1"] = {**own, "STAGGER": 1}
+        found["tile loop rotated"] = {**own, "DEFER": 3}
+        found["tile loop rotated, stagger 1"] = {**own, "DEFER": 3, "STAGGER": 1}
     return found
 
 
