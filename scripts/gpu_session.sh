@@ -3,7 +3,7 @@
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe sanitize
+#        layernorm-blocks layernorm-probe ncu-source sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
@@ -63,6 +63,14 @@ for step in ${*:-tests probe bench sanitize}; do
             python3 bench/probe_ncu.py 64 1024 0 "$NCU_CFG" > "$OUT/ncu-variant.txt" 2>&1
         grep -E "Duration|Issue Slots Busy|Eligible Warps|pipe_(xu|tensor_cycles)|stalled_(wait|long|gmma|barrier|short|mio|dispatch)" \
             "$OUT/ncu-variant.txt" | head -20 ;;
+    ncu-source)  # attention() at D=64 N=1024 not causal: stall samples per SASS instruction (NCU_ARGS="128 1024" for others)
+        timeout 200 ncu --clock-control none --kernel-name attention_sm90 --launch-skip 2 --launch-count 1 \
+            --section SourceCounters --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+            -f -o "$OUT/ncu-source" python3 bench/probe_ncu.py ${NCU_ARGS:-64 1024} > "$OUT/ncu-source.log" 2>&1
+        ncu --import "$OUT/ncu-source.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-source.csv" 2>&1
+        ncu --import "$OUT/ncu-source.ncu-rep" --page details > "$OUT/ncu-details.txt" 2>&1
+        rm -f "$OUT/ncu-source.ncu-rep"; tail -2 "$OUT/ncu-source.log"; wc -l "$OUT/ncu-source.csv"
+        grep -E "Issue Slots Busy|Eligible Warps|No Eligible|Warp Cycles Per Issued" "$OUT/ncu-details.txt" | head -6 ;;
     softmax-parts)  # what the row sum, row max, exp2 and O's rescale each cost attention() (bench/probe_softmax.py)
         timeout 200 python3 bench/probe_softmax.py > "$OUT/softmax-parts.log" 2>&1; tail -20 "$OUT/softmax-parts.log" ;;
     fold)  # row sums folded into P·V (P·[V | 1]) beside attention() at D=64 N=1024 (bench/probe_fold.py)
