@@ -1,9 +1,8 @@
 """attention() beside candidate attention_sm90 configurations (launched as attention() launches its own), cuDNN
 and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 launches × 5 interleaved rounds
-(--rounds), every output checked against cuDNN first. One line per implementation. sums each step: LATE_SUMS=0
-(attention() exchanges the row sums' lane parts once a tile); at D=64 under 2048 keys a producer of 24 registers
-a thread (lean), warpgroup 1 a key step behind warpgroup 0 (stagger 1) and the next tile's first Q·Kᵀ under this
-one's epilogue (DEFER=3: tile loop rotated) beside attention()'s configuration.
+(--rounds), every output checked against cuDNN first. One line per implementation. late P·V: LATE_PV=1 (the
+deferred P·V issued after the step's row max, not right behind its Q·Kᵀ: ptxas spreads its wgmmas through the
+softmax), at D=64 (DEFER=1 or 2) also with a 24-register producer (lean) or 4 stages.
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
 import sys
 from pathlib import Path
@@ -19,12 +18,12 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
     from tkc.kernels.attention import sm90_config
 
     own = sm90_config(d, n, n, causal)  # attention()'s configuration at this length
-    found = {"sums each step": {**own, "LATE_SUMS": 0}}
+    found = {}
+    if own.get("DEFER") in (1, 2):  # P·V issued after the row max (D=64)
+        found["late P·V"] = {**own, "LATE_PV": 1}
     if d == 64 and own.get("DEFER") == 2:  # attention()'s short D=64 configuration
-        found["lean producer"] = {**own, "PRODUCER": 2}
-        found["stagger 1"] = {**own, "STAGGER": 1}
-        found["tile loop rotated"] = {**own, "DEFER": 3}
-        found["tile loop rotated, stagger 1"] = {**own, "DEFER": 3, "STAGGER": 1}
+        found["late P·V, lean producer"] = {**own, "LATE_PV": 1, "PRODUCER": 2}
+        found["late P·V, 4 stages"] = {**own, "LATE_PV": 1, "STAGES": 4}
     return found
 
 

@@ -239,7 +239,11 @@ def test_attention_entry_point_strided_heads() -> None:
                                     {"D": 64, "KEYS": 128, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1, "STAGGER": 1,
                                      "LATE_SUMS": 1, "TILES": 2},
                                     {"D": 128, "KEYS": 128, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1,
-                                     "PERSISTENT": 1}])
+                                     "PERSISTENT": 1},
+                                    {"D": 64, "KEYS": 128, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1,
+                                     "LATE_PV": 1, "PERSISTENT": 1},
+                                    {"D": 64, "KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1, "LATE_SUMS": 1,
+                                     "LATE_PV": 1, "PERSISTENT": 1}])
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("nq, nk", [(1000, 1000), (257, 4097), (4096, 4096)])
 def test_hopper_attention_scheduling_variants(config: dict, causal: int, nq: int, nk: int) -> None:

@@ -344,3 +344,39 @@ def test_row_sums_by_the_tensor_cores_run_under_the_softmax() -> None:
     assert report.spill_stores == 0 and not report.notes, report.log
     order = _order(constants)
     assert "HGMMA×20 DEPBAR EX2×66 DEPBAR×2" in order, order
+
+
+@pytest.mark.parametrize("nq, nk, d, causal, keys, warps, extra", [
+    (300, 333, 64, 0, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "DEFER": 2, "LATE_SUMS": 1, "PERSISTENT": 1}),
+    (300, 333, 64, 1, 128, 8, {"PRODUCER": 1, "Q_REGS": 1, "DEFER": 2, "LATE_SUMS": 1, "PERSISTENT": 1}),
+    (130, 300, 128, 1, 64, 4, {}), (1, 1, 64, 0, 64, 4, {"DEFER": 2})])
+def test_late_pv_simulation_agrees(nq: int, nk: int, d: int, causal: int, keys: int, warps: int, extra: dict) -> None:
+    """late_pv=1: P·V issued after the row max of S_j (S_j waited for alone before it): the PTX simulation, which
+    poisons a wgmma's accumulator until a wait covers it, agrees with the interpreter (persistent blocks, step 0
+    peeled, causal, one key)."""
+    args = _inputs(nq, nk, d)
+    constants = {"D": d, "CAUSAL": causal, "KEYS": keys, "WARPS": warps, "LSE": 1, "DEFER": 1, "LATE_PV": 1,
+                 **sm90_constants(extra)}
+    grid = (min(2, sm90_blocks(1, 2, nq, warps)),) if extra.get("PERSISTENT") else (sm90_blocks(1, 2, nq, warps),)
+    interp, sim = run_both(attention_sm90, args, grid, constants, target="sm_90a", order="shuffled")
+    ref, ref_lse = attention_ref(*args[:3], causal=bool(causal), scale=d**-0.5, lse=True)
+    assert rel_err(interp[3], ref) < 2e-2 and rel_err(sim[3], interp[3]) < 2e-3
+    assert rel_err(sim[4], ref_lse) < 1e-4
+
+
+def test_late_pv_issues_pv_after_the_row_max() -> None:
+    """The IR with late_pv=1: Q·Kᵀ, wait 0 (the scores alone), the row max, then P·V on the previous stage, the
+    wait for it before the stage release."""
+    module = build_module([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "DEFER": 1, "LATE_PV": 1})
+    run_passes(module, parse_pipeline(PREFIX + ",defer-wgmma"), Dumps(None), PassTimer(False))
+    loop = next(op for op in module.walk() if isinstance(op, scf.ForOp)
+                and any(isinstance(o, t.WgmmaOp) for o in op.body.block.ops))
+    marks = [op.name.removeprefix("tile.") + (f" {op.pending.value.data}" if isinstance(op, t.WgmmaWaitOp) else "")
+             for op in loop.body.block.ops if isinstance(op, t.WgmmaOp | t.WgmmaWaitOp) or op.name == "tile.row_max"]
+    assert marks == ["wgmma_ABt", "wgmma_wait 0", "row_max", "wgmma_AB", "wgmma_wait 0"], marks
+
+
+def test_late_pv_refuses_overlap() -> None:
+    with pytest.raises(TkcError, match="late_pv=1 goes with defer=1 or 2 only"):
+        compile_for_launch(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "DEFER": 1, "OVERLAP": 1,
+                                                      "LATE_PV": 1}, ALIGNS)

@@ -107,7 +107,7 @@ class Kernel:
                  tma_store: int | str | None = None, pingpong: int | str | None = None,
                  overlap: int | str | None = None, defer: int | str | None = None,
                  exp2_poly: int | str | None = None, late_sums: int | str | None = None,
-                 stagger: int | str | None = None):
+                 stagger: int | str | None = None, late_pv: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -131,6 +131,7 @@ class Kernel:
         self.exp2_poly = exp2_poly
         self.late_sums = late_sums
         self.stagger = stagger
+        self.late_pv = late_pv
         self._check_count("warps", warps, 1, 32)
         if producer is not None:
             self._check_count("producer", producer, 0, 2)
@@ -144,6 +145,8 @@ class Kernel:
             self._check_count("late_sums", late_sums, 0, 1)
         if stagger is not None:
             self._check_count("stagger", stagger, 0, 8)
+        if late_pv is not None:
+            self._check_count("late_pv", late_pv, 0, 1)
         if defer is not None:
             self._check_count("defer", defer, 0, 4)
         if exp2_poly is not None:
@@ -326,6 +329,8 @@ class Kernel:
             fn.attributes["tkc.overlap"] = UnitAttr()
         if self.late_sums is not None and self._resolve_count("late_sums", self.late_sums, values, 0, 1):
             fn.attributes["tkc.late_sums"] = UnitAttr()
+        if self.late_pv is not None and self._resolve_count("late_pv", self.late_pv, values, 0, 1):
+            fn.attributes["tkc.late_pv"] = UnitAttr()
         stagger = 0 if self.stagger is None else self._resolve_count("stagger", self.stagger, values, 0, 8)
         if stagger:
             fn.attributes["tkc.stagger"] = IntegerAttr(stagger, 64)
@@ -400,7 +405,7 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
            stages: int | str | None = None, blocks_per_sm: int | str | None = None, producer: int | str | None = None,
            tma_store: int | str | None = None, pingpong: int | str | None = None, overlap: int | str | None = None,
            defer: int | str | None = None, exp2_poly: int | str | None = None, late_sums: int | str | None = None,
-           stagger: int | str | None = None, **unknown: Any) -> Any:
+           stagger: int | str | None = None, late_pv: int | str | None = None, **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
@@ -426,11 +431,13 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     `late_sums=1` leaves the lanes' partial row sums of a loop-carried sum (FlashAttention's l) apart until after
     the loop: one cross-lane reduction instead of one a step (`sum-rows-after-loop`). `stagger=N` starts the second
     of two warpgroups N key steps after the first, so that their tiles' ends (epilogue, step 0) fall apart
-    (`stagger-warpgroups`, sm_90a). These options may name a const parameter instead, e.g. `warps="WARPS"`.
+    (`stagger-warpgroups`, sm_90a). `late_pv=1` (with `defer`) issues the deferred wgmma after the step's row max
+    instead of right behind the step's first. These options may name a const parameter instead, e.g.
+    `warps="WARPS"`.
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=..., late_sums=... and stagger=..., not "
+            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=..., late_sums=..., stagger=... and late_pv=..., not "
             f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
@@ -438,6 +445,6 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
         return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                      exp2_poly, late_sums, stagger)
+                      exp2_poly, late_sums, stagger, late_pv)
     return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                            exp2_poly, late_sums, stagger)
+                            exp2_poly, late_sums, stagger, late_pv)

@@ -69,12 +69,13 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
 
 @tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", defer="DEFER", producer="PRODUCER",
             exp2_poly="EXP2_POLY", tma_store="TMA_STORE", blocks_per_sm="BLOCKS", late_sums="LATE_SUMS",
-            stagger="STAGGER", min_target="sm_90a")
+            stagger="STAGGER", late_pv="LATE_PV", min_target="sm_90a")
 def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
                    Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0, SKIP_RESCALE: const = 0,
-                   ROWSUM_MMA: const = 0, BLOCKS: const = 0, LATE_SUMS: const = 0, STAGGER: const = 0):
+                   ROWSUM_MMA: const = 0, BLOCKS: const = 0, LATE_SUMS: const = 0, STAGGER: const = 0,
+                   LATE_PV: const = 0):
     """attention_fwd on Hopper's wgmma. Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of a head
     next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
     causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,

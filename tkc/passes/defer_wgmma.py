@@ -152,7 +152,20 @@ def _split_if(op: scf.IfOp, source: SSAValue) -> scf.IfOp | None:
     return split
 
 
-def _defer(loop: scf.ForOp) -> None:
+def _after_row_max(first: Operation, body: Block) -> Operation:
+    """The op of `body` (top level) that takes the row max of the first wgmma's result, masked or not (late_pv=1)."""
+    derived = {first.results[0]}  # S and what the body computes from it (masks in ifs included)
+    for op in body.ops:
+        nested = list(op.walk())
+        if any(isinstance(o, t.ReduceOp) and o.name == "tile.row_max" and o.input in derived for o in nested):
+            return op
+        if any(v in derived for o in nested for v in o.operands):
+            derived.update(op.results)
+            derived.update(r for o in nested for r in o.results)
+    raise _fail("late_pv=1: no row max of the loop's first wgmma's result to issue the deferred wgmma after", first)
+
+
+def _defer(loop: scf.ForOp, late: bool = False) -> None:
     body = loop.body.block
     gemms = [op for op in body.ops if isinstance(op, t.WgmmaOp)]
     if len(gemms) < 2:
@@ -208,6 +221,9 @@ def _defer(loop: scf.ForOp) -> None:
     prologue = [c0, c1, has_prev, back, prev_step, prev_stage, v_prev, *deferred]
     if rotated:  # S_j came from the step before (waited for there): the softmax waits for nothing
         Rewriter.insert_op(prologue, InsertPoint.before(first))
+    elif late:  # wait for S_j (nothing else runs), issue P·V once S_j's row max is taken
+        Rewriter.insert_op(t.WgmmaWaitOp(0), InsertPoint.after(first))
+        Rewriter.insert_op(prologue, InsertPoint.after(_after_row_max(first, body)))
     else:  # wait for S_j alone: each wgmma is a group of its own, the deferred ones issued after it
         Rewriter.insert_op([*prologue, t.WgmmaWaitOp(len(deferred))], InsertPoint.after(first))
 
@@ -294,8 +310,12 @@ def defer_wgmma(module: ModuleOp) -> None:
         if "tkc.overlap" in fn.attributes and "tkc.peel" in fn.attributes:
             raise TkcError("overlap=1 goes with defer=1 only (defer=2 and up peel or rotate the loop overlap rotates)",
                            SourceLoc.from_attr(fn.location))
+        late = "tkc.late_pv" in fn.attributes
+        if late and ("tkc.overlap" in fn.attributes or "tkc.rotate" in fn.attributes):
+            raise TkcError("late_pv=1 goes with defer=1 or 2 only (not with overlap=1 or defer=3 and up)",
+                           SourceLoc.from_attr(fn.location))
         for loop in wgmma_loops(fn, "defer=1"):
-            _defer(loop)  # type: ignore[arg-type]
+            _defer(loop, late)  # type: ignore[arg-type]
 
 
 @register("defer-wgmma", "issue a loop's last wgmma in the next step, behind its first (defer=1, FA3's overlap)")
