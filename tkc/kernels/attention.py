@@ -108,7 +108,7 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     SM (with a producer, its registers and the consumers' are split for that). LATE_SUMS=1 leaves the row sums'
     lane parts apart until after the key loop (`sum-rows-after-loop`: one exchange a tile instead of one a step).
     STAGGER=N starts warpgroup 1 N key steps after warpgroup 0 (`stagger-warpgroups`), so that one's epilogue and
-    step 0 run under the other's wgmmas.
+    step 0 run under the other's wgmmas. LATE_PV=1 issues the deferred P·V after the step's row max (`defer-wgmma`).
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
@@ -191,7 +191,8 @@ FALLBACK = (16, 64, 0)
 # with programmatic dependent launch). D=64: under 2048 keys, two consumer warpgroups of 128-key steps with a
 # producer and the queries in registers, step 0 peeled, on a persistent grid (RESULTS 2026-12-03 14:30: N=1024
 # 0.93x cuDNN vs 0.89 not causal, 0.88 vs 0.83 causal; a producer of 24 registers a thread was +1-2% with the row
-# sums exchanged each step, RESULTS 2026-12-03 21:53, and -1.4% with late sums, 2026-12-04 02:4x); from 2048 keys three consumer warpgroups of 128-key steps
+# sums exchanged each step, RESULTS 2026-12-03 21:53, and -1.4% with late sums, 2026-12-04 02:13), P·V issued after
+# the row max (LATE_PV; RESULTS 2026-12-04 02:58: 426 vs 418 TFLOP/s not causal, 314 vs 312 causal); from 2048 keys three consumer warpgroups of 128-key steps
 # with a producer, not causal on a persistent grid (N=2048: 0.99x cuDNN vs 0.89), causal below 4096 keys two
 # blocks of two warpgroups per SM. Everywhere the row sums' lane parts are exchanged once a tile (LATE_SUMS; RESULTS
 # "attention probe — 2026-12-04": +1-2.5% at N = 1024 and 4096, D = 64 and 128, causal and not).
@@ -210,7 +211,7 @@ def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
         return {**cfg, "TILES": 2} if causal else {**cfg, "PERSISTENT": 1}
     if nk < LONG_KEYS // 2:  # short keys: two consumer warpgroups with the queries in registers, step 0 peeled
-        return {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "PERSISTENT": 1}
+        return {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "LATE_PV": 1, "PERSISTENT": 1}
     long = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1}
     if not causal:
         return {**long, "PERSISTENT": 1}
