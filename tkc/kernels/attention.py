@@ -183,19 +183,20 @@ FALLBACK = (16, 64, 0)
 # attention_sm90's configuration per head dim, length and mask, from bench/attention.py --variants on the H200
 # (RESULTS 2026-12-03 08:19, 08:41 and 10:01; each round in a new order). D=128: P·V deferred with a producer
 # warpgroup and the queries in registers, the tile loop rotated (DEFER=3: the next tile's first Q·Kᵀ under this
-# one's epilogue; RESULTS 2026-12-03 16:39: 1.04/1.07/1.05x cuDNN at N = 4096/8192/16384 not causal vs 1.02/1.04/
-# 1.04 with DEFER=1, causal 1.09/1.12/1.09 vs 1.06/1.12/1.09). Not causal, on a persistent grid: each block's next queries and keys
-# load during its current tile (N=1024: 0.92x cuDNN vs 0.88 with two tiles a block; N=4096 1.02 vs 0.98). Causal
-# (tiles of different lengths, which a static round robin leaves unbalanced: 0.78-0.99 persistent): two query
-# blocks per block (RESULTS 12:36: 1.05/1.08/1.07x cuDNN at N = 4096/8192/16384 vs ping-pong's 1.03/1.04/1.06,
-# with programmatic dependent launch). D=64: under 2048 keys, two consumer warpgroups of 128-key steps with a
-# producer and the queries in registers, step 0 peeled, on a persistent grid (RESULTS 2026-12-03 14:30: N=1024
-# 0.93x cuDNN vs 0.89 not causal, 0.88 vs 0.83 causal; a producer of 24 registers a thread was +1-2% with the row
-# sums exchanged each step, RESULTS 2026-12-03 21:53, and -1.4% with late sums, 2026-12-04 02:13), P·V issued after
-# the row max (LATE_PV; RESULTS 2026-12-04 02:58: 426 vs 418 TFLOP/s not causal, 314 vs 312 causal); from 2048 keys three consumer warpgroups of 128-key steps
-# with a producer, not causal on a persistent grid (N=2048: 0.99x cuDNN vs 0.89), causal below 4096 keys two
-# blocks of two warpgroups per SM. Everywhere the row sums' lane parts are exchanged once a tile (LATE_SUMS; RESULTS
-# "attention probe — 2026-12-04": +1-2.5% at N = 1024 and 4096, D = 64 and 128, causal and not).
+# one's epilogue; RESULTS 2026-12-03 16:39: 1.04/1.07/1.05x cuDNN at N = 4096/8192/16384 not causal vs
+# 1.02/1.04/1.04 with DEFER=1, causal 1.09/1.12/1.09 vs 1.06/1.12/1.09). Not causal, on a persistent grid: each
+# block's next queries and keys load during its current tile (N=1024: 0.92x cuDNN vs 0.88 with two tiles a block;
+# N=4096 1.02 vs 0.98). Causal (tiles of different lengths, which a static round robin leaves unbalanced: 0.78-0.99
+# persistent): two query blocks per block (RESULTS 12:36: 1.05/1.08/1.07x cuDNN at N = 4096/8192/16384 vs
+# ping-pong's 1.03/1.04/1.06, with programmatic dependent launch). D=64: under 2048 keys, two consumer warpgroups of
+# 128-key steps with a producer and the queries in registers, step 0 peeled, on a persistent grid (RESULTS
+# 2026-12-03 14:30: N=1024 0.93x cuDNN vs 0.89 not causal, 0.88 vs 0.83 causal; a producer of 24 registers a
+# thread was +1-2% with the row sums exchanged each step, RESULTS 2026-12-03 21:53, and -1.4% with late sums,
+# 2026-12-04 02:13), P·V issued after the row max (LATE_PV; RESULTS 2026-12-04 02:53: 426 vs 418 TFLOP/s not
+# causal, 314 vs 312 causal); from 2048 keys three consumer warpgroups of 128-key steps with a producer, not causal
+# on a persistent grid (N=2048: 0.99x cuDNN vs 0.89), causal below 4096 keys two blocks of two warpgroups per SM.
+# Everywhere the row sums' lane parts are exchanged once a tile (LATE_SUMS; RESULTS "attention probe —
+# 2026-12-04": +1-2.5% at N = 1024 and 4096, D = 64 and 128, causal and not).
 LONG_KEYS = 4096
 
 

@@ -17,7 +17,7 @@ The ring must release a step one iteration late (`insert-tma-pipeline` does, for
 
 With late_pv=1 the deferred wgmmas are issued after the op that takes S_j's row max (right after the wait where
 the step takes none), S_j waited for alone (`tile.wgmma_wait 0`) before the softmax: ptxas then spreads the P·V
-wgmmas through the softmax instead of issuing them all in front of it (D=64 N=1024: +2%, RESULTS 2026-12-04 02:58).
+wgmmas through the softmax instead of issuing them all in front of it (D=64 N=1024: +2%, RESULTS 2026-12-04 02:53).
 
 With overlap=1 too (overlap-wgmma ran first: the body's first wgmma is S_{j+1}, its result only carried, and the
 softmax works on S_j from the step before), P_{j-1}·V_{j-1} goes in front of S_{j+1}, no wait precedes the softmax
