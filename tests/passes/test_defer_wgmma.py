@@ -380,3 +380,20 @@ def test_late_pv_refuses_overlap() -> None:
     with pytest.raises(TkcError, match="late_pv=1 goes with defer=1 or 2 only"):
         compile_for_launch(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "DEFER": 1, "OVERLAP": 1,
                                                       "LATE_PV": 1}, ALIGNS)
+
+
+def test_late_pv_with_a_wait_that_misses_the_scores_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated pass (late_pv=1): the wait after Q·Kᵀ leaves one group running (S itself, the only one then). The
+    softmax reads S while the simulated tensor cores still hold it (NaN): the output is wrong."""
+    real, made = t.WgmmaWaitOp, []
+
+    def first_wait_short(n: int) -> t.WgmmaWaitOp:
+        made.append(n)
+        return real(1 if len(made) == 1 else n)
+
+    monkeypatch.setattr(defer_wgmma.t, "WgmmaWaitOp", first_wait_short)
+    args = _inputs(128, 320, 64)
+    module = lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "LSE": 1, "DEFER": 1,
+                                                     "LATE_PV": 1}, aligns=ALIGNS)
+    simulate(module, "attention_sm90", args, (2,), order="shuffled")
+    assert made[0] == 0 and not np.isfinite(args[3].astype(np.float32)).all()
