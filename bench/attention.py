@@ -52,8 +52,9 @@ def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
     (DEFER=1, the previous default), B = 64-key steps with P·V deferred and the next Q·Kᵀ early (DEFER=1 +
     OVERLAP=1: both under the softmax), C = DEFER=3 with the warpgroups taking turns at the tensor cores
     (PINGPONG=1). D=64, on a persistent grid: A = attention()'s short configuration (below 2048 keys: P·V after the
-    row max) with a lean producer warpgroup (PRODUCER=2, 24 registers a thread), B = DEFER=1 + OVERLAP=1 with 64-key steps, C = the same
-    with a 5-stage ring. All with the row sums exchanged once a tile (LATE_SUMS=1), as attention()."""
+    row max) with a lean producer warpgroup (PRODUCER=2, 24 registers a thread), B = DEFER=1 + OVERLAP=1 with
+    64-key steps, C = the same with a 5-stage ring. All with the row sums exchanged once a tile (LATE_SUMS=1), as
+    attention()."""
     regs = {"WARPS": 8, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1}
     overlapped = {**regs, "KEYS": 64, "DEFER": 1, "OVERLAP": 1}
     if d == 128:

@@ -156,9 +156,9 @@ def _split_if(op: scf.IfOp, source: SSAValue) -> scf.IfOp | None:
     return split
 
 
-def _after_row_max(first: Operation, body: Block) -> Operation:
+def _after_row_max(first: Operation, body: Block) -> Operation | None:
     """The op of `body` (top level) that takes the row max of the first wgmma's result, masked or not (late_pv=1),
-    or the first wgmma itself where the step takes none."""
+    if the step takes one."""
     derived = {first.results[0]}  # S and what the body computes from it (masks in ifs included)
     for op in body.ops:
         nested = list(op.walk())
@@ -167,7 +167,7 @@ def _after_row_max(first: Operation, body: Block) -> Operation:
         if any(v in derived for o in nested for v in o.operands):
             derived.update(op.results)
             derived.update(r for o in nested for r in o.results)
-    return first
+    return None
 
 
 def _defer(loop: scf.ForOp, late: bool = False) -> None:
@@ -229,8 +229,7 @@ def _defer(loop: scf.ForOp, late: bool = False) -> None:
     elif late:  # wait for S_j (nothing else runs), issue P·V once S_j's row max is taken
         wait = t.WgmmaWaitOp(0)
         Rewriter.insert_op(wait, InsertPoint.after(first))
-        after = _after_row_max(first, body)
-        Rewriter.insert_op(prologue, InsertPoint.after(wait if after is first else after))
+        Rewriter.insert_op(prologue, InsertPoint.after(_after_row_max(first, body) or wait))
     else:  # wait for S_j alone: each wgmma is a group of its own, the deferred ones issued after it
         Rewriter.insert_op([*prologue, t.WgmmaWaitOp(len(deferred))], InsertPoint.after(first))
 
