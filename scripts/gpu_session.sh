@@ -3,7 +3,7 @@
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe ncu-source sanitize
+#        layernorm-blocks layernorm-probe cache-hints ncu-source sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
@@ -79,6 +79,8 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 400 python3 bench/probe_candidates.py ${CANDIDATES:-} > "$OUT/candidates.log" 2>&1; grep -v "^  flash" "$OUT/candidates.log" | tail -70 ;;
     layernorm-blocks)  # layernorm_kernel's register budget and warps at 16384×1024 (bench/probe_layernorm.py)
         timeout 200 python3 bench/probe_layernorm.py > "$OUT/layernorm-blocks.log" 2>&1; tail -10 "$OUT/layernorm-blocks.log" ;;
+    cache-hints)  # layernorm_kernel's PTX with cache hints on its loads and stores (bench/probe_cache_hints.py; PROBE_ARGS="--dim 2048")
+        timeout 200 python3 bench/probe_cache_hints.py ${PROBE_ARGS:-} > "$OUT/cache-hints.log" 2>&1; tail -12 "$OUT/cache-hints.log" ;;
     layernorm-probe)
         timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
         sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;
