@@ -13,8 +13,8 @@ import tkc
 from tkc.backend.simulator import simulate
 from tkc.compiler import lower_kernel, tensor_alignment
 from tkc.kernels import attention_fwd, gemm_kernel, layernorm_kernel
-from tkc.lang import (bf16, block_idx, const, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rows, rt, st,
-                      store, warp_id, zeros)
+from tkc.lang import (bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rows,
+                      rt, rv, st, store, sv, warp_id, zeros)
 
 ORDERS = ["ascending", "descending", "shuffled"]
 
@@ -273,3 +273,22 @@ def test_exp2_on_the_fma_pipe(every: int) -> None:
     ptx_text = compile_for_launch(exp2_tile, "sm_80", {"EVERY": every}, {"X": 16, "Y": 16}).ptx
     on_fma = 0 if every == 0 else 32 // every
     assert ptx_text.count("add.rm.f32") == on_fma and ptx_text.count("ex2.approx") == 32 - on_fma
+
+
+@tkc.kernel(warps=2, min_target="sm_80")
+def two_scratch_vectors(X: gl[f32, 1], Out: gl[f32, 2]):
+    """Two shared vectors of one type, both written before either is read: two buffers, not one."""
+    first, second = empty(sv[f32, 32]), empty(sv[f32, 32])
+    a = store(first, load(X, (warp_id(),), rv[f32, 16]), (warp_id(),))
+    b = store(second, load(X, (warp_id(),), rv[f32, 16]) * 2.0, (warp_id(),))
+    store(Out, load(a, (0,), rv[f32, 32]), (0, 0))
+    store(Out, load(b, (0,), rv[f32, 32]), (1, 0))
+
+
+def test_allocations_of_one_type_are_distinct_buffers() -> None:
+    """`empty` allocates: two of the same type are never merged into one buffer (CSE of a pure op did that, and the
+    second vector's stores overwrote the first's)."""
+    x = np.arange(32, dtype=np.float32) + 1
+    interp, sim = run_both(two_scratch_vectors, [x, np.full((2, 32), np.nan, np.float32)], (1,))
+    np.testing.assert_array_equal(interp[1], np.stack([x, 2 * x]))
+    np.testing.assert_array_equal(sim[1], interp[1])

@@ -46,7 +46,7 @@ from xdsl.irdl import (
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind, MemoryWriteEffect, Pure
+from xdsl.traits import EffectInstance, MemoryAllocEffect, MemoryEffect, MemoryEffectKind, MemoryWriteEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from tkc.ir.async_ops import GroupWaitOp
@@ -262,7 +262,7 @@ class EmptyOp(IRDLOperation):
 
     name = "tile.empty"
     result = result_def(base(SharedTileType) | base(SharedVecType))
-    traits = traits_def(Pure())
+    traits = traits_def(MemoryAllocEffect())  # not Pure: CSE would merge two allocations of one type into one buffer
     assembly_format = "attr-dict `:` type($result)"
 
     def __init__(self, result_type: Attribute):
