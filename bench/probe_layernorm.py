@@ -1,7 +1,11 @@
-"""layernorm_kernel at 16384×1024 (the shape short of 0.9× copy bandwidth through layernorm()) with its register
-budget and warps varied: BLOCKS caps the registers so that that many blocks of 64 threads share an SM (0: ptxas's
-47 registers, 21 blocks; 24: 40 registers). Each beside layernorm() and a same-size copy, event-timed (30 calls ×
-5 interleaved rounds) and from a CUDA graph (the kernel alone); GB/s as a fraction of a 1 GiB copy's.
+"""layernorm_kernel at 16384×1024 (the shape short of 0.9× copy bandwidth through layernorm()) beside variants that
+shorten a block's life (its last blocks are the kernel's tail): weight and bias read with x rather than after the
+sums (WB=1: one L1/L2 round trip less after the sums, 2·COLS/32 more registers), and the mean and the mean square
+exchanged at once (ONE_PASS=1: each warp's sum and squares about its own mean, combined pairwise; two barriers
+a row rather than four).
+Each beside layernorm() and a same-size copy, event-timed (30 calls × 5 interleaved rounds) and from a CUDA graph
+(the kernel alone); GB/s as a fraction of a 1 GiB copy's. Earlier variants (register caps, a row a warp, resident
+grids reading ahead): RESULTS "layernorm probe — 2026-12-04 02:02–02:20".
     python bench/probe_layernorm.py [--rows 16384] [--dim 1024]"""
 import argparse
 import sys
@@ -12,35 +16,104 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import compare, graph_time_ms, rel_err, time_ms  # noqa: E402
 
-from tkc.kernels import layernorm, layernorm_kernel  # noqa: E402
+import tkc  # noqa: E402
+from tkc.kernels import layernorm  # noqa: E402
+from tkc.kernels.layernorm import row_total  # noqa: E402
+from tkc.lang import *  # noqa: E402, F403
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--rows", type=int, default=16384)
-parser.add_argument("--dim", type=int, default=1024)
-args = parser.parse_args()
-m, d = args.rows, args.dim
-big = torch.empty(2**29, device="cuda", dtype=torch.bfloat16)
-copy_gbs = 2 * big.numel() * 2 / time_ms(lambda: big.clone()) / 1e6
-x, r = (torch.randn(m, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-w, b = (torch.randn(d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-o, ro = torch.empty_like(x), torch.empty_like(x)
-src, dst = torch.randn(2 * m * d, device="cuda", dtype=torch.bfloat16), torch.empty(2 * m * d, device="cuda",
-                                                                                     dtype=torch.bfloat16)
-ref = torch.nn.functional.layer_norm(x.float() + r.float(), (d,), w.float(), b.float(), 1e-5)
-nbytes = 4 * x.numel() * 2
-impls = {"layernorm()": lambda: layernorm(x, r, w, b, out=o, residual_out=ro), "same-size copy": lambda: dst.copy_(src)}
-for warps in (2, 4):
-    for blocks in (0, 24, 32):
-        name = f"kernel W{warps} BLOCKS={blocks}"
-        impls[name] = (lambda warps=warps, blocks=blocks: layernorm_kernel[(m,)](
-            x, r, w, b, o, ro, 1e-5, D=d, WARPS=warps, BLOCKS=blocks, target="sm_90a"))
-for name, fn in impls.items():
-    if name != "same-size copy":
-        o.fill_(float("nan"))
-        fn()
-        assert rel_err(o, ref) < 1e-2, f"{name}: relative error {rel_err(o, ref)}"
-times = compare(impls, rounds=5)
-print(f"{m}x{d}: 1 GiB copy {copy_gbs:.0f} GB/s; fractions of it, event-timed / graph")
-for name, ms in times.items():
-    print(f"  {name:24s} {nbytes / ms / 1e6 / copy_gbs:5.3f}  {nbytes / graph_time_ms(impls[name]) / 1e6 / copy_gbs:5.3f}",
-          flush=True)
+
+@tkc.func
+def row_mean_var(s, sum_slots, square_slots, warps, cols, d):
+    """The mean and variance of a row over `warps` warps of `cols` values `s` each, with one exchange through
+    shared memory: each warp's sum and the sum of squares about its own mean (Chan et al.'s pairwise combination:
+    M2 = Σ M2ᵢ + Σ colsᵢ·(meanᵢ − mean)², no E[s²] − mean² cancellation). Lane j reads warp j // 16's values."""
+    local = sum(s)
+    dev = s - local / cols
+    m2 = sum(dev * dev)
+    if warps == 1:
+        return local / d, m2 / d
+    sums = store(sum_slots, zeros(rv[f32, 16]) + local, (warp_id(),))
+    squares = store(square_slots, zeros(rv[f32, 16]) + m2, (warp_id(),))
+    chunks = 16 * warps // 32
+    total = load(sums, (0,), rv[f32, 32])
+    for i in range(1, chunks):
+        total = total + load(sums, (i,), rv[f32, 32])
+    mean = sum(total) / 16 / d
+    spread = load(sums, (0,), rv[f32, 32]) / cols - mean
+    var = spread * spread * cols + load(squares, (0,), rv[f32, 32])
+    for i in range(1, chunks):
+        spread = load(sums, (i,), rv[f32, 32]) / cols - mean
+        var = var + spread * spread * cols + load(squares, (i,), rv[f32, 32])
+    return mean, sum(var) / 16 / d
+
+
+@tkc.kernel(warps="WARPS", min_target="sm_80")
+def layernorm_probe(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1], Bias: gl[bf16, 1],
+                    Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024, WARPS: const = 2,
+                    WB: const = 0, ONE_PASS: const = 0):
+    COLS = D // WARPS
+    part = warp_id()
+    scratch = empty(sv[f32, 16 * WARPS])
+    square_slots = empty(sv[f32, 16 * WARPS])
+    for row in range(block_idx()[0], X.shape[0], num_blocks()[0]):
+        if WB == 1:
+            w, b = load(Weight, (part,), rv[f32, COLS]), load(Bias, (part,), rv[f32, COLS])
+        s = load(X, (row, part), rv[f32, COLS]) + load(Residual, (row, part), rv[f32, COLS])
+        store(OutResidual, s, (row, part))
+        if ONE_PASS == 1:
+            mean, var = row_mean_var(s, scratch, square_slots, WARPS, COLS, D)
+            centered = s - mean
+        else:
+            centered = s - row_total(sum(s), scratch, WARPS) / D
+            var = row_total(sum(centered * centered), scratch, WARPS) / D
+        rstd = rsqrt(var + eps)
+        if WB == 0:
+            w, b = load(Weight, (part,), rv[f32, COLS]), load(Bias, (part,), rv[f32, COLS])
+        store(Out, centered * rstd * w + b, (row, part))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=16384)
+    parser.add_argument("--dim", type=int, default=1024)
+    parser.add_argument("--check-only", action="store_true", help="compile each variant and print ptxas's report")
+    args = parser.parse_args()
+    m, d = args.rows, args.dim
+    variants = {f"W{warps} WB={wb} ONE_PASS={one}": {"D": d, "WARPS": warps, "WB": wb, "ONE_PASS": one}
+                for warps in (2, 4) for wb in (0, 1) for one in (0, 1)}
+    if args.check_only:
+        from tkc.backend.ptxas import assemble
+        from tkc.compiler import compile_for_launch
+        aligns = {p.name: 16 for p in layernorm_probe.runtime_params if p.kind == "tensor"}
+        for name, constants in variants.items():
+            ptx = compile_for_launch(layernorm_probe, "sm_90a", layernorm_probe.resolve_constants(constants), aligns).ptx
+            report = next(iter(assemble(ptx, "sm_90a").values()))
+            print(f"{name}: {report.registers} registers, {report.spill_stores} spill stores")
+        return
+    big = torch.empty(2**29, device="cuda", dtype=torch.bfloat16)
+    copy_gbs = 2 * big.numel() * 2 / time_ms(lambda: big.clone()) / 1e6
+    del big
+    x, r = (torch.randn(m, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    w, b = (torch.randn(d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    o, ro = torch.empty_like(x), torch.empty_like(x)
+    src, dst = (torch.empty(8 * m * d // 2, device="cuda", dtype=torch.uint8) for _ in range(2))
+    ref = torch.nn.functional.layer_norm(x.float() + r.float(), (d,), w.float(), b.float(), 1e-5)
+    nbytes = 8 * x.numel()
+    impls = {"layernorm()": lambda: layernorm(x, r, w, b, out=o, residual_out=ro),
+             "same-size copy": lambda: dst.copy_(src)}
+    for name, constants in variants.items():
+        impls[name] = (lambda constants=constants: layernorm_probe[(m,)](x, r, w, b, o, ro, 1e-5, **constants))
+    for name, fn in impls.items():
+        if name != "same-size copy":
+            o.fill_(float("nan"))
+            fn()
+            assert rel_err(o, ref) < 1e-2, f"{name}: relative error {rel_err(o, ref)}"
+    times = compare(impls, rounds=5)
+    print(f"{m}x{d}: 1 GiB copy {copy_gbs:.0f} GB/s; fractions of it, event-timed / graph")
+    for name, ms in times.items():
+        graph = nbytes / graph_time_ms(impls[name]) / 1e6 / copy_gbs
+        print(f"  {name:24s} {nbytes / ms / 1e6 / copy_gbs:5.3f}  {graph:5.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
