@@ -57,6 +57,17 @@ def test_launch_refuses_cpu_tensors() -> None:
         gemm_kernel.resident_blocks(a, a, a)
 
 
+def test_common_launch_declines_what_it_does_not_read() -> None:
+    """`kernel[grid].common(...)` launches only the common case and otherwise says so, without an error and
+    without touching the driver: the entry points then run their own checks (layernorm() names `x`)."""
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import gemm_kernel
+
+    a = torch.ones(16, 16, dtype=torch.bfloat16)
+    assert gemm_kernel[(1, 1)].common(a, a, a) is False  # CPU tensors
+    assert gemm_kernel[(1, 1)].common(a, a) is False  # too few arguments
+
+
 @pytest.mark.parametrize("grid, message", [((0,), "between 1 and"), ((1, 2, 3, 4), "1 to 3"), ((1.5,), "must be an int"),
                                            ((1, 70000), "between 1 and 65535")])
 def test_bad_grids(grid, message) -> None:

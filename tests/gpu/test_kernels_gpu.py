@@ -192,6 +192,10 @@ def test_kernels_never_call_torch_compute(monkeypatch: pytest.MonkeyPatch) -> No
     (lambda: attention(randn(1, 1, 64, 96), randn(1, 1, 64, 96), randn(1, 1, 64, 96)), ValueError, ["64 or 128"]),
     (lambda: layernorm(randn(4, 40), randn(4, 40), randn(40), randn(40)), ValueError, ["multiple of 16"]),
     (lambda: layernorm(randn(4, 64), randn(4, 64), randn(32), randn(64)), ValueError, ["weight and bias"]),
+    (lambda: layernorm(randn(4, 64), randn(4, 64).float(), randn(64), randn(64)), ValueError,
+     ["residual must be torch.bfloat16"]),  # through layernorm()'s common path, refused by the launch's reader
+    (lambda: layernorm(randn(4, 64), randn(4, 64), randn(64), randn(64), out=randn(4, 128)[:, ::2]), ValueError,
+     ["last dimension must be contiguous"]),
 ])
 def test_bad_arguments_are_clear_errors(call, error, words) -> None:
     with pytest.raises(error) as info:

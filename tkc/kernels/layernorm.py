@@ -68,6 +68,23 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     stream of a pre-norm transformer)."""
     import torch
 
+    # The common call (2-D tensors of matching shapes) checks only what the launch cannot know, the shapes, and
+    # leaves dtypes, devices and strides to the launch's argument reader: at ~35 µs a kernel at 16384×1024, a
+    # slow host's Python is what the GPU waits for. Anything else, or anything the reader refuses, takes the full
+    # checks below and their error.
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[0]:
+        shape, d = x.shape, x.shape[1]
+        try:
+            common = (residual.shape == shape and weight.shape == (d,) and bias.shape == (d,) and d % 16 == 0
+                      and (out is None or out.shape == shape) and (residual_out is None or residual_out.shape == shape))
+        except AttributeError:  # not tensors: the full checks say which
+            common = False
+        if common:
+            out = torch.empty_like(x) if out is None else out
+            residual_out = torch.empty_like(x) if residual_out is None else residual_out
+            if layernorm_kernel[(shape[0],)].common(x, residual, weight, bias, out, residual_out, float(eps), D=d,
+                                                    WARPS=_warps(d), target=target):
+                return out, residual_out
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         fail("x must be a tensor with at least one dimension")
     shape, rank = x.shape, x.dim()
@@ -100,16 +117,26 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     if rank != 2:
         tensors = tuple(_rows(name, t, d) for name, t in zip(("x", "residual", "out", "residual_out"), tensors))
     x2, r2, o2, ro2 = tensors
-    # A block per row (the GPU balances the rows over its multiprocessors), its warps splitting the row: about
-    # 1024 columns per warp, up to 8 warps (bench/sweep.py layernorm on the H200), but at least 2 from D = 1024
-    # (16384×1024 on the H200, kernel alone: 0.909 vs 0.892 of the copy bandwidth with one warp).
-    warps = 2 if d >= 1024 and d % 64 == 0 else 1
-    while warps < 8 and d // (2 * warps) >= 1024 and d % (32 * warps) == 0:
-        warps *= 2
     rows = x2.shape[0]
     if rows:
-        layernorm_kernel[(rows,)](x2, r2, weight, bias, o2, ro2, float(eps), D=d, WARPS=warps, target=target)
+        layernorm_kernel[(rows,)](x2, r2, weight, bias, o2, ro2, float(eps), D=d, WARPS=_warps(d), target=target)
     return out, residual_out
+
+
+def _warps(d: int) -> int:
+    """Warps a row: a block per row (the GPU balances the rows over its multiprocessors), its warps splitting the
+    row: about 1024 columns per warp, up to 8 warps (bench/sweep.py layernorm on the H200), but at least 2 from
+    D = 1024 (16384×1024 on the H200, kernel alone: 0.909 vs 0.892 of the copy bandwidth with one warp)."""
+    warps = _WARPS.get(d)
+    if warps is None:
+        warps = 2 if d >= 1024 and d % 64 == 0 else 1
+        while warps < 8 and d // (2 * warps) >= 1024 and d % (32 * warps) == 0:
+            warps *= 2
+        _WARPS[d] = warps
+    return warps
+
+
+_WARPS: dict[int, int] = {}
 
 
 def _rows(name: str, t: torch.Tensor, d: int) -> torch.Tensor:

@@ -239,13 +239,15 @@ def resident_blocks(kernel: Kernel, args: Sequence[Any], constants: dict[str, An
 
 
 def _fast_for(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None,
-              pipeline: str | None, values: list[Any] | None = None) -> _Fast:
+              pipeline: str | None, values: list[Any] | None = None, common_only: bool = False) -> _Fast | None:
     """The launchable variant for these arguments, found by a cheap key when they are the common case (the right
     number of arguments; CUDA tensors of the right dtype and rank on one device, last dimension contiguous;
-    numbers where numbers go); anything else takes the full check, and its error. `values` receives the
-    parameter values (pointer, sizes and strides per tensor)."""
+    numbers where numbers go); anything else takes the full check, and its error (or, with `common_only`, gives
+    None). `values` receives the parameter values (pointer, sizes and strides per tensor)."""
     fast = None
     key = _quick_key(kernel, args, constants, target, pipeline, values)
+    if key is None and common_only:
+        return None
     if key is not None:
         fast = _fast.get(key)
     if fast is None:
@@ -287,7 +289,7 @@ def _make_reader(kernel: Kernel) -> Any:
     if params:
         lines.append(f"    {', '.join(names)}{',' if len(params) == 1 else ''} = args")
     env: dict[str, Any] = {"Tensor": torch.Tensor, "current_device": torch.cuda.current_device}
-    aligns, device = [], None
+    aligns, device, values = [], None, []
     for i, (p, a) in enumerate(zip(params, names)):
         if p.kind == "tensor":
             dtype = getattr(torch, _TORCH_DTYPES[p.spec.dtype.name])
@@ -299,21 +301,25 @@ def _make_reader(kernel: Kernel) -> Any:
                 lines += [f"    device = {a}.get_device()", "    if device < 0:", "        return None"]
             else:
                 lines += [f"    if {a}.get_device() != device:", "        return None"]
-            lines += [f"    s, t, p = {a}.shape, {a}.stride(), {a}.data_ptr()", f"    if len(s) != {rank}:",
+            s, t = f"s{i}", f"t{i}"
+            lines += [f"    {s}, {t}, p{i} = {a}.shape, {a}.stride(), {a}.data_ptr()", f"    if len({s}) != {rank}:",
                       "        return None"]
             if rank:
-                lines += [f"    if t[{rank - 1}] != 1 and s[{rank - 1}] > 1:", "        return None"]
-                strides = "".join(f" | t[{d}] * {item}" for d in range(rank - 1))
-                lines.append(f"    b{i} = p | 16 | s[{rank - 1}] * {item}{strides}")  # `alignment`
+                lines += [f"    if {t}[{rank - 1}] != 1 and {s}[{rank - 1}] > 1:", "        return None"]
+                strides = "".join(f" | {t}[{d}] * {item}" for d in range(rank - 1))
+                lines.append(f"    b{i} = p{i} | 16 | {s}[{rank - 1}] * {item}{strides}")  # `alignment`
             else:
-                lines.append(f"    b{i} = p | 16 | {item}")
-            lines += ["    out.append(p)", "    out += s", "    out += t"]
+                lines.append(f"    b{i} = p{i} | 16 | {item}")
+            values += [f"p{i}", f"*{s}", f"*{t}"]
             aligns.append(f"b{i} & -b{i}")
         elif p.kind == "int":
-            lines += [f"    if type({a}) is not int:", "        return None", f"    out.append({a})"]
+            lines += [f"    if type({a}) is not int:", "        return None"]
+            values.append(a)
         else:
-            lines += [f"    if type({a}) is not float and type({a}) is not int:", "        return None",
-                      f"    out.append({a})"]
+            lines += [f"    if type({a}) is not float and type({a}) is not int:", "        return None"]
+            values.append(a)
+    if values:  # one tuple for all of them rather than three list operations a tensor
+        lines.append(f"    out += ({', '.join(values)},)")
     lines.append(f"    return {device or 'current_device()'}, ({''.join(x + ', ' for x in aligns)})")
     exec(compile("\n".join(lines), f"<tkc launch reader of {kernel.name}>", "exec"), env)
     return env["read"]
@@ -362,10 +368,14 @@ def _current_stream(ordinal: int) -> int:
 
 
 def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], constants: dict[str, Any],
-        target: str | None = None, pipeline: str | None = None) -> None:
-    """Launch on a grid already checked by `normalize_grid`."""
+        target: str | None = None, pipeline: str | None = None, common_only: bool = False) -> bool:
+    """Launch on a grid already checked by `normalize_grid`; True once launched. With `common_only`, arguments
+    outside the quick reader's common case launch nothing and give False (the caller's own checks then say what is
+    wrong, in its own words)."""
     values: list[Any] = []
-    fast = _fast_for(kernel, args, constants, target, pipeline, values)
+    fast = _fast_for(kernel, args, constants, target, pipeline, values, common_only)
+    if fast is None:
+        return False
     if fast.tensor_maps:
         values.extend(tensor_map(args[i], rows, cols, swizzle, label, stack)
                       for i, label, rows, cols, swizzle, stack in fast.tensor_maps)
@@ -378,6 +388,7 @@ def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], consta
         check_arguments(kernel, args)
         raise
     launch(fast.loaded, grid3, _current_stream(fast.device.ordinal), params)
+    return True
 
 
 class BoundLaunch:
@@ -389,3 +400,10 @@ class BoundLaunch:
 
     def __call__(self, *args: Any, target: str | None = None, pipeline: str | None = None, **constants: Any) -> None:
         run(self.kernel, self.grid, args, constants, target, pipeline)
+
+    def common(self, *args: Any, target: str | None = None, pipeline: str | None = None, **constants: Any) -> bool:
+        """Launch only if the arguments are the common case the launch path reads without the full check (CUDA
+        tensors of the right dtype and rank on one device, last dimension contiguous; numbers where numbers go),
+        and say whether it did. For entry points whose own checks cost more host time than the kernel's launch:
+        they check only what the launch cannot know, and run their full checks (for their error) on False."""
+        return run(self.kernel, self.grid, args, constants, target, pipeline, common_only=True)
