@@ -6,7 +6,9 @@ a row rather than four).
 Each beside layernorm() and a same-size copy, event-timed (30 calls × 5 interleaved rounds) and from a CUDA graph
 (the kernel alone); GB/s as a fraction of a 1 GiB copy's. Earlier variants (register caps, a row a warp, resident
 grids reading ahead): RESULTS "layernorm probe — 2026-12-04 02:02–02:20".
-    python bench/probe_layernorm.py [--rows 16384] [--dim 1024]"""
+Beside them copy_rows: the kernel's reads and writes without its arithmetic (two read and two write streams, and
+a plain copy of as many bytes on twice the rows), what any kernel with layernorm's traffic and grid can reach.
+    python bench/probe_layernorm.py [--rows 16384] [--dim 1024] [--all]"""
 import argparse
 import sys
 from pathlib import Path
@@ -72,15 +74,29 @@ def layernorm_probe(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1], 
         store(Out, centered * rstd * w + b, (row, part))
 
 
+@tkc.kernel(warps="WARPS", min_target="sm_80")
+def copy_rows(X: gl[bf16, 2], Residual: gl[bf16, 2], Out: gl[bf16, 2], OutResidual: gl[bf16, 2], D: const = 1024,
+              WARPS: const = 2, STREAMS: const = 2):
+    """layernorm_kernel's reads and writes without its arithmetic: X → Out and Residual → OutResidual (STREAMS=2,
+    its two read and two write streams) or X → Out alone (STREAMS=1, a plain copy, on twice the rows)."""
+    part = warp_id()
+    for row in range(block_idx()[0], X.shape[0], num_blocks()[0]):
+        x = load(X, (row, part), rv[bf16, D // WARPS])
+        if STREAMS == 2:  # both reads in flight before either write, as in layernorm_kernel
+            store(OutResidual, load(Residual, (row, part), rv[bf16, D // WARPS]), (row, part))
+        store(Out, x, (row, part))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=16384)
     parser.add_argument("--dim", type=int, default=1024)
+    parser.add_argument("--all", action="store_true", help="every WB / ONE_PASS / warps variant (else W2 alone)")
     parser.add_argument("--check-only", action="store_true", help="compile each variant and print ptxas's report")
     args = parser.parse_args()
     m, d = args.rows, args.dim
     variants = {f"W{warps} WB={wb} ONE_PASS={one}": {"D": d, "WARPS": warps, "WB": wb, "ONE_PASS": one}
-                for warps in (2, 4) for wb in (0, 1) for one in (0, 1)}
+                for warps in (2, 4) for wb in (0, 1) for one in (0, 1) if args.all or (warps, wb, one) == (2, 0, 0)}
     if args.check_only:
         from tkc.backend.ptxas import assemble
         from tkc.compiler import compile_for_launch
@@ -103,7 +119,17 @@ def main() -> None:
              "same-size copy": lambda: dst.copy_(src)}
     for name, constants in variants.items():
         impls[name] = (lambda constants=constants: layernorm_probe[(m,)](x, r, w, b, o, ro, 1e-5, **constants))
+    impls["copy_rows 2+2 streams"] = lambda: copy_rows[(m,)](x, r, o, ro, D=d, WARPS=2, STREAMS=2)
+    xx, oo = torch.cat([x, r]), torch.empty(2 * m, d, device="cuda", dtype=torch.bfloat16)
+    impls["copy_rows 1+1 streams"] = lambda: copy_rows[(2 * m,)](xx, xx, oo, oo, D=d, WARPS=2, STREAMS=1)
+    o.fill_(float("nan"))
+    ro.fill_(float("nan"))
+    impls["copy_rows 2+2 streams"]()
+    impls["copy_rows 1+1 streams"]()
+    assert torch.equal(o, x) and torch.equal(ro, r) and torch.equal(oo, xx), "copy_rows copied wrong"
     for name, fn in impls.items():
+        if name.startswith("copy_rows"):
+            continue
         if name != "same-size copy":
             o.fill_(float("nan"))
             fn()

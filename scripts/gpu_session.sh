@@ -77,8 +77,8 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 200 python3 bench/probe_fold.py > "$OUT/fold.log" 2>&1; tail -16 "$OUT/fold.log" ;;
     candidates)  # attention() beside candidate configurations at N = 1024 and 4096 (bench/probe_candidates.py; its arguments: CANDIDATES="--dims 64")
         timeout 400 python3 bench/probe_candidates.py ${CANDIDATES:-} > "$OUT/candidates.log" 2>&1; grep -v "^  flash" "$OUT/candidates.log" | tail -70 ;;
-    layernorm-blocks)  # layernorm_kernel's register budget and warps at 16384×1024 (bench/probe_layernorm.py)
-        timeout 200 python3 bench/probe_layernorm.py > "$OUT/layernorm-blocks.log" 2>&1; tail -10 "$OUT/layernorm-blocks.log" ;;
+    layernorm-blocks)  # layernorm_kernel beside its variants and copies of its traffic at 16384×1024 (bench/probe_layernorm.py; PROBE_ARGS="--all")
+        timeout 200 python3 bench/probe_layernorm.py ${PROBE_ARGS:-} > "$OUT/layernorm-blocks.log" 2>&1; tail -10 "$OUT/layernorm-blocks.log" ;;
     cache-hints)  # layernorm_kernel's PTX with cache hints on its loads and stores (bench/probe_cache_hints.py; PROBE_ARGS="--dim 2048")
         timeout 200 python3 bench/probe_cache_hints.py ${PROBE_ARGS:-} > "$OUT/cache-hints.log" 2>&1; tail -12 "$OUT/cache-hints.log" ;;
     layernorm-probe)
