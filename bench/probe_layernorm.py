@@ -76,15 +76,26 @@ def layernorm_probe(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1], 
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def copy_rows(X: gl[bf16, 2], Residual: gl[bf16, 2], Out: gl[bf16, 2], OutResidual: gl[bf16, 2], D: const = 1024,
-              WARPS: const = 2, STREAMS: const = 2):
+              WARPS: const = 2, STREAMS: const = 2, ROWS: const = 1):
     """layernorm_kernel's reads and writes without its arithmetic: X → Out and Residual → OutResidual (STREAMS=2,
-    its two read and two write streams) or X → Out alone (STREAMS=1, a plain copy, on twice the rows)."""
+    its two read and two write streams) or X → Out alone (STREAMS=1, a plain copy, on twice the rows); ROWS rows a
+    block (1 or 2), every read in flight before the first write."""
     part = warp_id()
-    for row in range(block_idx()[0], X.shape[0], num_blocks()[0]):
-        x = load(X, (row, part), rv[bf16, D // WARPS])
-        if STREAMS == 2:  # both reads in flight before either write, as in layernorm_kernel
-            store(OutResidual, load(Residual, (row, part), rv[bf16, D // WARPS]), (row, part))
-        store(Out, x, (row, part))
+    row = block_idx()[0] * ROWS
+    x = load(X, (row, part), rv[bf16, D // WARPS])
+    if STREAMS == 2:
+        r = load(Residual, (row, part), rv[bf16, D // WARPS])
+    if ROWS == 2:
+        x1 = load(X, (row + 1, part), rv[bf16, D // WARPS])
+        if STREAMS == 2:
+            r1 = load(Residual, (row + 1, part), rv[bf16, D // WARPS])
+    store(Out, x, (row, part))
+    if STREAMS == 2:
+        store(OutResidual, r, (row, part))
+    if ROWS == 2:
+        store(Out, x1, (row + 1, part))
+        if STREAMS == 2:
+            store(OutResidual, r1, (row + 1, part))
 
 
 def main() -> None:
@@ -119,14 +130,21 @@ def main() -> None:
              "same-size copy": lambda: dst.copy_(src)}
     for name, constants in variants.items():
         impls[name] = (lambda constants=constants: layernorm_probe[(m,)](x, r, w, b, o, ro, 1e-5, **constants))
-    impls["copy_rows 2+2 streams"] = lambda: copy_rows[(m,)](x, r, o, ro, D=d, WARPS=2, STREAMS=2)
     xx, oo = torch.cat([x, r]), torch.empty(2 * m, d, device="cuda", dtype=torch.bfloat16)
-    impls["copy_rows 1+1 streams"] = lambda: copy_rows[(2 * m,)](xx, xx, oo, oo, D=d, WARPS=2, STREAMS=1)
-    o.fill_(float("nan"))
-    ro.fill_(float("nan"))
-    impls["copy_rows 2+2 streams"]()
-    impls["copy_rows 1+1 streams"]()
-    assert torch.equal(o, x) and torch.equal(ro, r) and torch.equal(oo, xx), "copy_rows copied wrong"
+    copies = {}
+    for warps, rows in ((1, 1), (2, 1), (4, 1), (2, 2), (4, 2)):
+        copies[f"copy_rows 2+2 W{warps} ROWS={rows}"] = (lambda warps=warps, rows=rows: copy_rows[(m // rows,)](
+            x, r, o, ro, D=d, WARPS=warps, STREAMS=2, ROWS=rows))
+    for warps, rows in ((2, 1), (2, 2)):
+        copies[f"copy_rows 1+1 W{warps} ROWS={rows}"] = (lambda warps=warps, rows=rows: copy_rows[(2 * m // rows,)](
+            xx, xx, oo, oo, D=d, WARPS=warps, STREAMS=1, ROWS=rows))
+    for name, fn in copies.items():
+        o.fill_(float("nan"))
+        ro.fill_(float("nan"))
+        oo.fill_(float("nan"))
+        fn()
+        assert torch.equal(oo, xx) if "1+1" in name else (torch.equal(o, x) and torch.equal(ro, r)), name
+    impls |= copies
     for name, fn in impls.items():
         if name.startswith("copy_rows"):
             continue
@@ -138,7 +156,7 @@ def main() -> None:
     print(f"{m}x{d}: 1 GiB copy {copy_gbs:.0f} GB/s; fractions of it, event-timed / graph")
     for name, ms in times.items():
         graph = nbytes / graph_time_ms(impls[name]) / 1e6 / copy_gbs
-        print(f"  {name:24s} {nbytes / ms / 1e6 / copy_gbs:5.3f}  {graph:5.3f}", flush=True)
+        print(f"  {name:30s} {nbytes / ms / 1e6 / copy_gbs:5.3f}  {graph:5.3f}", flush=True)
 
 
 if __name__ == "__main__":
