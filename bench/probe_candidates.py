@@ -2,7 +2,8 @@
 and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 launches × 5 interleaved rounds
 (--rounds), every output checked against cuDNN first. One line per implementation. late P·V: LATE_PV=1 (the
 deferred P·V issued after the step's row max, not right behind its Q·Kᵀ: ptxas spreads its wgmmas through the
-softmax), at D=64 (DEFER=1 or 2) also with a 24-register producer (lean) or 4 stages.
+softmax), at D=64 (DEFER=1 or 2) also with a 24-register producer (lean) or 4 stages; at D=64 causal with
+2048 ≤ N < 4096 (attention()'s weakest row, ~0.93× cuDNN) the short and long configurations and variants.
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from tkc.kernels import attention  # noqa: E402
 
 
 def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
-    from tkc.kernels.attention import sm90_config
+    from tkc.kernels.attention import LONG_KEYS, sm90_config
 
     own = sm90_config(d, n, n, causal)  # attention()'s configuration at this length
     found = {}
@@ -24,6 +25,13 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
     if d == 64 and own.get("DEFER") == 2:  # attention()'s short D=64 configuration
         found["late P·V, lean producer"] = {**own, "LATE_PV": 1, "PRODUCER": 2}
         found["late P·V, 4 stages"] = {**own, "LATE_PV": 1, "STAGES": 4}
+    if d == 64 and causal and own.get("WARPS") == 8 and own.get("KEYS") == 64:  # causal 2048 <= N < 4096
+        short = sm90_config(d, 1024, 1024, causal)  # the configuration below 2048 keys
+        found["short configuration"] = short
+        found["short, two tiles a block"] = {**{k: v for k, v in short.items() if k != "PERSISTENT"}, "TILES": 2}
+        found["short, a tile a block"] = {k: v for k, v in short.items() if k != "PERSISTENT"}
+        found["W8 K64 + producer, defer 1"] = {**own, "PRODUCER": 1, "DEFER": 1}
+        found["long (W12)"] = sm90_config(d, LONG_KEYS, LONG_KEYS, causal)
     return found
 
 
