@@ -1,6 +1,7 @@
 """Bring a GPU machine's benchmark output home: each `<name>.md` section under the given folder (what
 bench/gemm.py, attention.py and layernorm.py write to $OUT) is appended to bench/RESULTS.md, each `<name>.json`
-copied to bench/results/, and the plots redrawn.
+copied to bench/results/ (unless it has fewer rows than the one there: a focused run keeps the sweep of record
+plotted), and the plots redrawn.
 
     python bench/collect.py /path/to/OUT
 """
@@ -8,6 +9,7 @@ copied to bench/results/, and the plots redrawn.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from pathlib import Path
 
@@ -28,8 +30,13 @@ def main() -> None:
         for name in found:
             f.write((args.folder / f"{name}.md").read_text())
     for name in found:
-        if (args.folder / f"{name}.json").exists():
-            shutil.copyfile(args.folder / f"{name}.json", results / f"{name}.json")
+        new, old = args.folder / f"{name}.json", results / f"{name}.json"
+        if not new.exists():
+            continue
+        if old.exists() and _rows(new) < _rows(old):  # a focused run (some sizes): the full sweep stays plotted
+            print(f"{name}.json kept: this run has {_rows(new)} rows, the sweep of record {_rows(old)}")
+            continue
+        shutil.copyfile(new, old)
     print(f"appended {', '.join(found)} to bench/RESULTS.md")
     try:
         from plot import main as plot
@@ -37,6 +44,10 @@ def main() -> None:
         print(f"plots not redrawn ({e}); pip install matplotlib, then python bench/plot.py")
         return
     plot()
+
+
+def _rows(path: Path) -> int:
+    return len(json.loads(path.read_text()).get("rows", []))
 
 
 if __name__ == "__main__":

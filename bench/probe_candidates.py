@@ -20,18 +20,16 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
 
     own = sm90_config(d, n, n, causal)  # attention()'s configuration at this length
     found = {}
-    if own.get("DEFER") in (1, 2):  # P·V issued after the row max (D=64)
+    if own.get("DEFER") in (1, 2) and not own.get("LATE_PV"):  # P·V issued after the row max (D=64)
         found["late P·V"] = {**own, "LATE_PV": 1}
-    if d == 64 and own.get("DEFER") == 2:  # attention()'s short D=64 configuration
+    if d == 64 and own.get("DEFER") == 2 and not causal:  # attention()'s short D=64 configuration
         found["late P·V, lean producer"] = {**own, "LATE_PV": 1, "PRODUCER": 2}
         found["late P·V, 4 stages"] = {**own, "LATE_PV": 1, "STAGES": 4}
-    if d == 64 and causal and own.get("WARPS") == 8 and own.get("KEYS") == 64:  # causal 2048 <= N < 4096
-        short = sm90_config(d, 1024, 1024, causal)  # the configuration below 2048 keys
-        found["short configuration"] = short
-        found["short, two tiles a block"] = {**{k: v for k, v in short.items() if k != "PERSISTENT"}, "TILES": 2}
-        found["short, a tile a block"] = {k: v for k, v in short.items() if k != "PERSISTENT"}
-        found["W8 K64 + producer, defer 1"] = {**own, "PRODUCER": 1, "DEFER": 1}
-        found["long (W12)"] = sm90_config(d, LONG_KEYS, LONG_KEYS, causal)
+    if d == 64 and causal and n < LONG_KEYS:  # causal below 4096 keys: the short configuration on tiled grids
+        short = {k: v for k, v in sm90_config(d, 1024, 1024, causal).items() if k != "PERSISTENT"}
+        for tiles in (2, 3, 4):
+            found[f"short, {tiles} tiles a block"] = {**short, "TILES": tiles}
+        found["long (W12), 2 tiles a block"] = {**sm90_config(d, LONG_KEYS, LONG_KEYS, causal), "TILES": 2}
     return found
 
 

@@ -130,11 +130,12 @@ def test_hopper_attention_any_length(b: int, h: int, nq: int, nk: int, d: int, c
     assert ((o.double() - ref.double()).norm() / ref.double().norm()).item() < 1e-2
 
 
-# (B, H, Nq, Nk, D): lengths of one row, of no whole tile, Nq ≠ Nk both ways, B·H above the SM count
+# (B, H, Nq, Nk, D): lengths of one row, of no whole tile, Nq ≠ Nk both ways, B·H above the SM count, each of
+# attention()'s configurations (D=64 causal 2048 ≤ Nk < 4096: four query blocks a block)
 ATTENTION_SHAPES = [(1, 1, 1, 1, 64), (2, 3, 17, 17, 128), (1, 2, 113, 113, 64), (1, 2, 113, 1000, 128),
                     (2, 2, 1000, 113, 64), (1, 4, 1000, 1000, 128), (1, 2, 4097, 4097, 64), (1, 2, 4097, 4097, 128),
                     (2, 16, 512, 512, 128), (1, 1, 64, 4096, 128), (3, 5, 200, 300, 64), (160, 1, 128, 128, 64),
-                    (1, 8, 2048, 1024, 128)]
+                    (1, 8, 2048, 1024, 128), (2, 3, 2100, 2100, 64), (1, 2, 1000, 3000, 64)]
 
 
 def _lse_ref(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool) -> torch.Tensor:

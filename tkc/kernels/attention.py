@@ -194,7 +194,9 @@ FALLBACK = (16, 64, 0)
 # thread was +1-2% with the row sums exchanged each step, RESULTS 2026-12-03 21:53, and -1.4% with late sums,
 # 2026-12-04 02:13), P·V issued after the row max (LATE_PV; RESULTS 2026-12-04 02:53: 426 vs 418 TFLOP/s not
 # causal, 314 vs 312 causal); from 2048 keys three consumer warpgroups of 128-key steps with a producer, not causal
-# on a persistent grid (N=2048: 0.99x cuDNN vs 0.89), causal below 4096 keys two blocks of two warpgroups per SM.
+# on a persistent grid (N=2048: 0.99x cuDNN vs 0.89); causal from 2048 to 4096 keys the short configuration on
+# four query blocks a block (RESULTS "attention probe — 2026-12-04 05:32–05:33": N=2048 361 vs 340 TFLOP/s with two
+# blocks of two 64-key warpgroups per SM, cuDNN 368; persistent 263: causal tiles unbalance a static round robin).
 # Everywhere the row sums' lane parts are exchanged once a tile (LATE_SUMS; RESULTS "attention probe —
 # 2026-12-04": +1-2.5% at N = 1024 and 4096, D = 64 and 128, causal and not).
 LONG_KEYS = 4096
@@ -211,12 +213,13 @@ def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
     if d == 128:
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
         return {**cfg, "TILES": 2} if causal else {**cfg, "PERSISTENT": 1}
+    short = {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "LATE_PV": 1}
     if nk < LONG_KEYS // 2:  # short keys: two consumer warpgroups with the queries in registers, step 0 peeled
-        return {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "LATE_PV": 1, "PERSISTENT": 1}
+        return {**short, "PERSISTENT": 1}
     long = {"KEYS": 128, "WARPS": 12, "DEFER": 1, "PRODUCER": 1}
     if not causal:
         return {**long, "PERSISTENT": 1}
-    return long if nk >= LONG_KEYS else {"KEYS": 64, "WARPS": 8}
+    return long if nk >= LONG_KEYS else {**short, "TILES": 4}
 
 
 GRID_KEYS = ("TILES", "PERSISTENT")  # in a configuration: how attention_sm90's grid is sized, not constants
