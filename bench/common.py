@@ -129,6 +129,31 @@ def graph_time_ms(fn: Callable[[], Any], launches: int = 30, replays: int = 5) -
     return statistics.median(times)
 
 
+def layernorm_setup(m: int, d: int) -> Any:
+    """What the layernorm probes time against at m×d: `copy_gbs` (a 1 GiB copy's GB/s), inputs x, r, w, b, outputs
+    o, ro, a same-size copy's `src` and `dst`, the float32 reference `ref` and the bytes a call moves."""
+    from types import SimpleNamespace
+
+    big = torch.empty(2**29, device="cuda", dtype=torch.bfloat16)
+    copy_gbs = 2 * big.numel() * 2 / time_ms(lambda: big.clone()) / 1e6  # big is freed when this returns
+    x, r = (torch.randn(m, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    w, b = (torch.randn(d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    src, dst = (torch.empty(4 * m * d, device="cuda", dtype=torch.uint8) for _ in range(2))
+    ref = torch.nn.functional.layer_norm(x.float() + r.float(), (d,), w.float(), b.float(), 1e-5)
+    return SimpleNamespace(copy_gbs=copy_gbs, x=x, r=r, w=w, b=b, o=torch.empty_like(x), ro=torch.empty_like(x),
+                           src=src, dst=dst, ref=ref, nbytes=8 * x.numel())
+
+
+def report_copy_fractions(title: str, impls: dict[str, Callable[[], Any]], nbytes: int, copy_gbs: float) -> None:
+    """Time `impls` interleaved (30 calls × 5 rounds) and print each one's GB/s as a fraction of `copy_gbs`,
+    event-timed and from a CUDA graph."""
+    times = compare(impls, rounds=5)
+    print(f"{title}: 1 GiB copy {copy_gbs:.0f} GB/s; fractions of it, event-timed / graph")
+    for name, ms in times.items():
+        graph = nbytes / graph_time_ms(impls[name]) / 1e6 / copy_gbs
+        print(f"  {name:40s} {nbytes / ms / 1e6 / copy_gbs:5.3f}  {graph:5.3f}", flush=True)
+
+
 def checked_time(run: Callable[[], Any], out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     """Poison `out`, run once and compare it with `ref`, then time `run`: (median ms, relative error)."""
     out.fill_(float("nan"))

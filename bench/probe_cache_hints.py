@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import compare, graph_time_ms, rel_err, time_ms  # noqa: E402
+from common import layernorm_setup, rel_err, report_copy_fractions  # noqa: E402
 
 from tkc.compiler import compile_for_launch  # noqa: E402
 from tkc.kernels import layernorm, layernorm_kernel  # noqa: E402
@@ -52,19 +52,12 @@ def main() -> None:
             print(f"{name}: assembles")
         return
 
-    big = torch.empty(2**29, device="cuda", dtype=torch.bfloat16)
-    copy_gbs = 2 * big.numel() * 2 / time_ms(lambda: big.clone()) / 1e6
-    del big
-    x, r = (torch.randn(m, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    w, b = (torch.randn(d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    o, ro = torch.empty_like(x), torch.empty_like(x)
-    src, dst = (torch.empty(4 * m * d, device="cuda", dtype=torch.uint8) for _ in range(2))
-    ref = torch.nn.functional.layer_norm(x.float() + r.float(), (d,), w.float(), b.float(), 1e-5)
-    nbytes = 8 * x.numel()
+    setup = layernorm_setup(m, d)
+    x, r, w, b, o, ro, ref = setup.x, setup.r, setup.w, setup.b, setup.o, setup.ro, setup.ref
     params = launch.ParamBuffer(compiled.params)
     values = launch._param_values(layernorm_kernel, (x, r, w, b, o, ro, 1e-5))
     impls = {"layernorm()": lambda: layernorm(x, r, w, b, out=o, residual_out=ro),
-             "same-size copy": lambda: dst.copy_(src)}
+             "same-size copy": lambda: setup.dst.copy_(setup.src)}
     for name, (load, store) in VARIANTS.items():
         loaded = driver.load_ptx(variant_ptx(compiled.ptx, load, store), compiled.name, compiled.threads,
                                  compiled.shared_bytes)
@@ -77,11 +70,7 @@ def main() -> None:
             fn()
             err = max(rel_err(o, ref), rel_err(ro, x.float() + r.float()))
             assert err < 1e-2, f"{name}: relative error {err}"
-    times = compare(impls, rounds=5)
-    print(f"{m}x{d} W{args.warps}: 1 GiB copy {copy_gbs:.0f} GB/s; fractions of it, event-timed / graph")
-    for name, ms in times.items():
-        graph = nbytes / graph_time_ms(impls[name]) / 1e6 / copy_gbs
-        print(f"  {name:40s} {nbytes / ms / 1e6 / copy_gbs:5.3f}  {graph:5.3f}", flush=True)
+    report_copy_fractions(f"{m}x{d} W{args.warps}", impls, setup.nbytes, setup.copy_gbs)
 
 
 if __name__ == "__main__":

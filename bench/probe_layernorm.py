@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import compare, graph_time_ms, rel_err, time_ms  # noqa: E402
+from common import layernorm_setup, rel_err, report_copy_fractions  # noqa: E402
 
 import tkc  # noqa: E402
 from tkc.kernels import layernorm  # noqa: E402
@@ -117,17 +117,10 @@ def main() -> None:
             report = next(iter(assemble(ptx, "sm_90a").values()))
             print(f"{name}: {report.registers} registers, {report.spill_stores} spill stores")
         return
-    big = torch.empty(2**29, device="cuda", dtype=torch.bfloat16)
-    copy_gbs = 2 * big.numel() * 2 / time_ms(lambda: big.clone()) / 1e6
-    del big
-    x, r = (torch.randn(m, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    w, b = (torch.randn(d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    o, ro = torch.empty_like(x), torch.empty_like(x)
-    src, dst = (torch.empty(8 * m * d // 2, device="cuda", dtype=torch.uint8) for _ in range(2))
-    ref = torch.nn.functional.layer_norm(x.float() + r.float(), (d,), w.float(), b.float(), 1e-5)
-    nbytes = 8 * x.numel()
+    setup = layernorm_setup(m, d)
+    x, r, w, b, o, ro, ref = setup.x, setup.r, setup.w, setup.b, setup.o, setup.ro, setup.ref
     impls = {"layernorm()": lambda: layernorm(x, r, w, b, out=o, residual_out=ro),
-             "same-size copy": lambda: dst.copy_(src)}
+             "same-size copy": lambda: setup.dst.copy_(setup.src)}
     for name, constants in variants.items():
         impls[name] = (lambda constants=constants: layernorm_probe[(m,)](x, r, w, b, o, ro, 1e-5, **constants))
     xx, oo = torch.cat([x, r]), torch.empty(2 * m, d, device="cuda", dtype=torch.bfloat16)
@@ -152,11 +145,7 @@ def main() -> None:
             o.fill_(float("nan"))
             fn()
             assert rel_err(o, ref) < 1e-2, f"{name}: relative error {rel_err(o, ref)}"
-    times = compare(impls, rounds=5)
-    print(f"{m}x{d}: 1 GiB copy {copy_gbs:.0f} GB/s; fractions of it, event-timed / graph")
-    for name, ms in times.items():
-        graph = nbytes / graph_time_ms(impls[name]) / 1e6 / copy_gbs
-        print(f"  {name:30s} {nbytes / ms / 1e6 / copy_gbs:5.3f}  {graph:5.3f}", flush=True)
+    report_copy_fractions(f"{m}x{d}", impls, setup.nbytes, setup.copy_gbs)
 
 
 if __name__ == "__main__":
