@@ -276,19 +276,26 @@ def test_exp2_on_the_fma_pipe(every: int) -> None:
 
 
 @tkc.kernel(warps=2, min_target="sm_80")
-def two_scratch_vectors(X: gl[f32, 1], Out: gl[f32, 2]):
-    """Two shared vectors of one type, both written before either is read: two buffers, not one."""
-    first, second = empty(sv[f32, 32]), empty(sv[f32, 32])
+def two_scratch_vectors(X: gl[f32, 1], Out: gl[f32, 2], MAKE: const = "empty"):
+    """Two shared vectors made alike (empty, zeros, or loaded from the same place), then written differently and
+    both read back: two buffers, not one."""
+    if MAKE == "empty":
+        first, second = empty(sv[f32, 32]), empty(sv[f32, 32])
+    elif MAKE == "zeros":
+        first, second = zeros(sv[f32, 32]), zeros(sv[f32, 32])
+    else:
+        first, second = load(X, (0,), sv[f32, 32]), load(X, (0,), sv[f32, 32])
     a = store(first, load(X, (warp_id(),), rv[f32, 16]), (warp_id(),))
     b = store(second, load(X, (warp_id(),), rv[f32, 16]) * 2.0, (warp_id(),))
     store(Out, load(a, (0,), rv[f32, 32]), (0, 0))
     store(Out, load(b, (0,), rv[f32, 32]), (1, 0))
 
 
-def test_allocations_of_one_type_are_distinct_buffers() -> None:
-    """`empty` allocates: two of the same type are never merged into one buffer (CSE of a pure op did that, and the
-    second vector's stores overwrote the first's)."""
+@pytest.mark.parametrize("make", ["empty", "zeros", "load"])
+def test_allocations_of_one_type_are_distinct_buffers(make: str) -> None:
+    """`empty`, `zeros` into a shared vector and a load from global memory into one allocate: two alike are never
+    merged into one buffer (CSE of ops marked pure did that, and the second vector's stores overwrote the first's)."""
     x = np.arange(32, dtype=np.float32) + 1
-    interp, sim = run_both(two_scratch_vectors, [x, np.full((2, 32), np.nan, np.float32)], (1,))
+    interp, sim = run_both(two_scratch_vectors, [x, np.full((2, 32), np.nan, np.float32)], (1,), {"MAKE": make})
     np.testing.assert_array_equal(interp[1], np.stack([x, 2 * x]))
     np.testing.assert_array_equal(sim[1], interp[1])

@@ -223,6 +223,18 @@ class DimOp(IRDLOperation):
 # Fills
 
 
+_ALLOCATES = frozenset((EffectInstance(MemoryEffectKind.ALLOC),))
+
+
+class _AllocatesWhenShared(MemoryEffect):
+    """An op whose shared result is a buffer of its own: it allocates (so CSE never merges two such ops into one
+    buffer that both then write); a register result is a plain value."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> frozenset[EffectInstance]:
+        return _ALLOCATES if isinstance(op.results[0].type, SharedTileType | SharedVecType) else frozenset()
+
+
 @irdl_op_definition
 class FillOp(IRDLOperation):
     """`%t = tile.fill -inf : !tile.rv<16xf32>`: a tile or vector with every element set to one value."""
@@ -230,7 +242,7 @@ class FillOp(IRDLOperation):
     name = "tile.fill"
     value = prop_def(FloatAttr)
     result = result_def(ANY_TILE)
-    traits = traits_def(Pure())
+    traits = traits_def(_AllocatesWhenShared())
 
     def __init__(self, value: float, result_type: Attribute):
         super().__init__(properties={"value": _f64(value)}, result_types=[result_type])
@@ -823,13 +835,20 @@ WGMMA_OPS: dict[str, type[WgmmaOp]] = {fn: _wgmma(fn, tb) for fn, tb in (("wgmma
 
 
 class _ReadsGlobalMemory(MemoryEffect):
-    """A load reads memory only when its source is a global tensor; shared and register tiles are values."""
+    """A load reads memory only when its source is a global tensor; shared and register tiles are values. A load
+    from global memory into a shared tile also allocates that tile's buffer (two such loads are two buffers)."""
 
     @classmethod
     def get_effects(cls, op: Operation) -> frozenset[EffectInstance]:
         if isinstance(op.operands[0].type, GlobalType):
-            return frozenset((EffectInstance(MemoryEffectKind.READ),))
+            if isinstance(op.results[0].type, SharedTileType | SharedVecType):
+                return _READS_INTO_NEW_BUFFER
+            return _READS
         return frozenset()
+
+
+_READS = frozenset((EffectInstance(MemoryEffectKind.READ),))
+_READS_INTO_NEW_BUFFER = _READS | _ALLOCATES
 
 
 LOAD_PAIRS = {
