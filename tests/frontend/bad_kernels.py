@@ -777,3 +777,14 @@ def rows_index_in_the_column_place():
         store(Y, load(X, (0, rows(3)), rt[bf16, 16, 16]), (0, 0))  # ERROR
 
     return k
+
+
+def shared_version_read_after_store():
+    @tkc.kernel(warps=2)
+    def k(X: gl[f32, 1], Y: gl[f32, 2]):
+        s = zeros(sv[f32, 32])
+        a = store(s, load(X, (warp_id(),), rv[f32, 16]), (warp_id(),))
+        store(s, load(X, (warp_id(),), rv[f32, 16]) * 2.0, (warp_id(),))  # overwrites a's buffer in place
+        store(Y, load(a, (0,), rv[f32, 32]), (0, 0))  # ERROR
+
+    return k

@@ -298,6 +298,7 @@ def test_language_outside_a_kernel(case: Case) -> None:
     Case(bad.constant_does_not_fit_int32, ["1099511627776 does not fit in a 32-bit int"], at="n + 2**40"),
     Case(bad.compile_time_division_by_zero, ["64 (a compile-time int) // 0", "division"], at="64 // D"),
     Case(bad.rows_index_in_the_column_place, ["rows(...) goes in the row place of a global tensor's index (index 0)"]),
+    Case(bad.shared_version_read_after_store, ["sv[f32, 32]", "already overwritten", "in place"], at="load(a"),
 )
 def test_other_misuse(case: Case) -> None:
     check(case)

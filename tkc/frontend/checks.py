@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from xdsl.dialects import func
+from xdsl.dialects import func, scf
+from xdsl.ir import Operation
 
 from tkc.errors import SourceLoc, TkcError
-from tkc.ir.ops import EmptyOp, FillOp, LoadOp
+from tkc.ir.ops import EmptyOp, FillOp, InsertOp, LoadOp
 from tkc.ir.types import SharedTileType, SharedVecType
 from tkc.targets import Target
 
@@ -31,3 +32,40 @@ def check_shared_memory(fn: func.FuncOp, target: Target) -> None:
                 f"{target.shared_bytes // 1024} KB per block",
                 SourceLoc.from_attr(op.location),  # type: ignore[attr-defined]
             )
+
+
+def check_shared_versions(fn: func.FuncOp) -> None:
+    """A store into a shared tile returns the updated tile, but the GPU updates the buffer in place: the version
+    stored into is gone. Reading it after the store (where the interpreter would still see the old contents) is an
+    error, not a silently different answer. Storing into it again reuses the buffer (a scratch vector written
+    anew each time) and is allowed, as is a loop body's earlier read in the next iteration."""
+    order = {op: i for i, op in enumerate(fn.walk())}
+    for op in fn.walk():
+        if not isinstance(op, InsertOp):
+            continue
+        for use in op.dest.uses:
+            user = use.operation
+            if not isinstance(user, InsertOp) and order.get(user, -1) > order[op] and not _exclusive(op, user):
+                here = SourceLoc.from_attr(op.location)  # type: ignore[attr-defined]
+                raise TkcError(
+                    f"this uses a shared {op.dest.type.spec()} that a store{f' (line {here.line})' if here else ''} "  # type: ignore[attr-defined]
+                    f"has already overwritten: stores into shared tiles happen in place, so use the value the "
+                    f"store returned (`s = store(s, ...)`), or make a second tile",
+                    SourceLoc.from_attr(user.location) if hasattr(user, "location") else None,  # type: ignore[attr-defined]
+                )
+
+
+def _exclusive(a: Operation, b: Operation) -> bool:
+    """Are `a` and `b` in different branches of one `if` (so that never both run)?"""
+    regions_of_a = {}
+    region = a.parent_region()
+    while region is not None:
+        regions_of_a[region.parent_op()] = region
+        region = region.parent_op().parent_region() if region.parent_op() is not None else None
+    region = b.parent_region()
+    while region is not None:
+        owner = region.parent_op()
+        if owner in regions_of_a:  # the innermost op holding both
+            return isinstance(owner, scf.IfOp) and regions_of_a[owner] is not region
+        region = owner.parent_region() if owner is not None else None
+    return False

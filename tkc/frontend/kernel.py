@@ -286,7 +286,7 @@ class Kernel:
 
     def build_func(self, target: str | Target = DEFAULT_TARGET, constants: Mapping[str, Any] | None = None) -> func.FuncOp:
         """This kernel's tile IR for one target and one set of constants, as a `func.func`."""
-        from tkc.frontend.checks import check_shared_memory
+        from tkc.frontend.checks import check_shared_memory, check_shared_versions
         from tkc.frontend.codegen import CodeGen
 
         target = get_target(target)
@@ -351,6 +351,7 @@ class Kernel:
         if values:
             fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
         check_shared_memory(fn, target)
+        check_shared_versions(fn)
         return fn
 
     def build(self, target: str | Target = DEFAULT_TARGET, **constants: Any) -> ModuleOp:
