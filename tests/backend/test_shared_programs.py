@@ -10,19 +10,48 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import random_bf16
 from test_simulate import run_both
 
-MAKERS = {"empty": "empty(sv[f32, 32])", "zeros": "zeros(sv[f32, 32])", "load": "load(X, (0,), sv[f32, 32])"}
+@dataclass(frozen=True)
+class Form:
+    """How a program's buffers look: their makers, a write (c·X into all of it, each warp its half) and a read (a
+    warp's half to the next rows of Out; the tile form reads the other warp's half, so a missing barrier shows)."""
+
+    params: str
+    makers: dict[str, str]
+    write: str  # {b}: the buffer, {c}: the scale
+    read: str  # {b}, {at}: which read this is
+    x: Callable[[np.random.Generator], np.ndarray]
+    out_rows_per_read: int
+    out_cols: int
+
+
+VECTOR = Form(
+    "X: gl[f32, 1], Out: gl[f32, 2]",
+    {"empty": "empty(sv[f32, 32])", "zeros": "zeros(sv[f32, 32])", "load": "load(X, (0,), sv[f32, 32])"},
+    "{b} = store({b}, load(X, (warp_id(),), rv[f32, 16]) * {c}, (warp_id(),))",
+    "store(Out, load({b}, (0,), rv[f32, 32]), ({at}, 0))",
+    lambda rng: rng.standard_normal(32).astype(np.float32), 1, 32)
+TILE = Form(
+    "X: gl[bf16, 2], Out: gl[f32, 2]",
+    {"empty": "empty(st[bf16, 32, 64])", "zeros": "zeros(st[bf16, 32, 64])", "load": "load(X, (0, 0), st[bf16, 32, 64])"},
+    "{b} = store({b}, load(X, (warp_id(), 0), rt[f32, 16, 64]) * {c}, (warp_id(), 0))",
+    "store(Out, load({b}, (1 - warp_id(), 0), rt[f32, 16, 64]), (({at}) * 2 + warp_id(), 0))",
+    lambda rng: random_bf16(rng, 32, 64), 32, 64)
+KINDS = ["empty", "load", "zeros"]
 _counter = itertools.count()
 
 
 @st.composite
-def programs(draw: st.DrawFn) -> tuple[list[str], list[tuple]]:
-    kind = st.sampled_from(sorted(MAKERS))
+def programs(draw: st.DrawFn) -> tuple[list[str], list[tuple], int]:
+    kind = st.sampled_from(KINDS)
     alike = st.tuples(kind, st.integers(2, 3)).map(lambda kn: [kn[0]] * kn[1])  # the buffers most at risk
     kinds = draw(st.one_of(alike, st.lists(kind, min_size=2, max_size=3)))
     steps = draw(st.lists(st.tuples(st.sampled_from(["write", "read"]), st.integers(0, len(kinds) - 1),
@@ -30,13 +59,13 @@ def programs(draw: st.DrawFn) -> tuple[list[str], list[tuple]]:
     return kinds, steps, draw(st.integers(0, 3))
 
 
-def kernel_source(name: str, kinds: list[str], steps: list[tuple], loop: int) -> str:
-    """A kernel of two warps: buffer i made by kinds[i]; ("write", i, c) stores c·X into all of buffer i (each warp
-    its half), ("read", i, _) copies buffer i to the next row of Out. An empty buffer is written before it is read.
-    With loop > 0 the steps run `loop` times in a loop (the buffers carried from one iteration to the next)."""
+def kernel_source(name: str, form: Form, kinds: list[str], steps: list[tuple], loop: int) -> str:
+    """A kernel of two warps: buffer i made by kinds[i]; ("write", i, c) writes c·X into buffer i, ("read", i, _)
+    copies buffer i out. An empty buffer is written before it is read. With loop > 0 the steps run `loop` times in
+    a loop (the buffers carried from one iteration to the next)."""
     lines = ["import tkc", "from tkc.lang import *", "", "", '@tkc.kernel(warps=2, min_target="sm_80")',
-             f"def {name}(X: gl[f32, 1], Out: gl[f32, 2]):"]
-    lines += [f"    b{i} = {MAKERS[kind]}" for i, kind in enumerate(kinds)]
+             f"def {name}({form.params}):"]
+    lines += [f"    b{i} = {form.makers[kind]}" for i, kind in enumerate(kinds)]
     reads = sum(what == "read" for what, _, _ in steps)
     pad = "    "
     if loop:
@@ -46,11 +75,10 @@ def kernel_source(name: str, kinds: list[str], steps: list[tuple], loop: int) ->
     row = 0
     for what, i, scale in steps:
         if what == "write" or i not in written:
-            lines.append(f"{pad}b{i} = store(b{i}, load(X, (warp_id(),), rv[f32, 16]) * {float(scale)}, (warp_id(),))")
+            lines.append(pad + form.write.format(b=f"b{i}", c=float(scale)))
             written.add(i)
         if what == "read":
-            at = f"it * {reads} + {row}" if loop else f"{row}"
-            lines.append(f"{pad}store(Out, load(b{i}, (0,), rv[f32, 32]), ({at}, 0))")
+            lines.append(pad + form.read.format(b=f"b{i}", at=f"it * {reads} + {row}" if loop else f"{row}"))
             row += 1
     return "\n".join(lines) + "\n"
 
@@ -64,14 +92,25 @@ def load_kernel(tmp_path, source: str, name: str):
     return getattr(module, name)
 
 
-@given(program=programs(), seed=st.integers(0, 2**31))
-@settings(max_examples=60, deadline=None)
-def test_shared_programs_lower_to_what_they_mean(tmp_path_factory, program, seed: int) -> None:
+def check(tmp_path_factory, form: Form, program, seed: int) -> None:
     kinds, steps, loop = program
     name = f"shared_program_{next(_counter)}"
-    kernel = load_kernel(tmp_path_factory.mktemp("programs"), kernel_source(name, kinds, steps, loop), name)
+    kernel = load_kernel(tmp_path_factory.mktemp("programs"), kernel_source(name, form, kinds, steps, loop), name)
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal(32).astype(np.float32)
-    rows = max(1, sum(what == "read" for what, _, _ in steps) * max(loop, 1))
-    interp, sim = run_both(kernel, [x, np.full((rows, 32), np.nan, np.float32)], (1,), order="shuffled")
+    reads = max(1, sum(what == "read" for what, _, _ in steps) * max(loop, 1))
+    out = np.full((reads * form.out_rows_per_read, form.out_cols), np.nan, np.float32)
+    interp, sim = run_both(kernel, [form.x(rng), out], (1,), order="shuffled")
     np.testing.assert_array_equal(sim[1], interp[1])
+
+
+@given(program=programs(), seed=st.integers(0, 2**31))
+@settings(max_examples=60, deadline=None)
+def test_shared_vector_programs(tmp_path_factory, program, seed: int) -> None:
+    check(tmp_path_factory, VECTOR, program, seed)
+
+
+@given(program=programs(), seed=st.integers(0, 2**31))
+@settings(max_examples=30, deadline=None)
+def test_shared_tile_programs(tmp_path_factory, program, seed: int) -> None:
+    """The same over bf16 shared tiles written from and read into register tiles (swizzled, ldmatrix)."""
+    check(tmp_path_factory, TILE, program, seed)
