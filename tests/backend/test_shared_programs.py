@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import random_bf16
@@ -114,3 +115,28 @@ def test_shared_vector_programs(tmp_path_factory, program, seed: int) -> None:
 def test_shared_tile_programs(tmp_path_factory, program, seed: int) -> None:
     """The same over bf16 shared tiles written from and read into register tiles (swizzled, ldmatrix)."""
     check(tmp_path_factory, TILE, program, seed)
+
+
+def test_merged_buffers_are_caught(tmp_path, monkeypatch) -> None:
+    """The oracle can fail: with shared fills pure again (so CSE merges two alike into one buffer), a two-buffer
+    program's simulation disagrees with the interpreter."""
+    from tkc.ir import ops
+
+    program = (["zeros", "zeros"], [("write", 0, 1), ("write", 1, 2), ("read", 0, 1), ("read", 1, 1)], 0)
+    folders = _Factory(tmp_path)
+    check(folders, TILE, program, 0)  # right as it is
+    monkeypatch.setattr(ops._AllocatesWhenShared, "get_effects", classmethod(lambda cls, op: frozenset()))
+    with pytest.raises(AssertionError):
+        check(folders, TILE, program, 0)
+
+
+class _Factory:
+    """`tmp_path_factory`'s one method, over a plain temporary folder."""
+
+    def __init__(self, base):
+        self.base, self.made = base, itertools.count()
+
+    def mktemp(self, name: str):
+        path = self.base / f"{name}{next(self.made)}"
+        path.mkdir()
+        return path
