@@ -117,26 +117,13 @@ def test_shared_tile_programs(tmp_path_factory, program, seed: int) -> None:
     check(tmp_path_factory, TILE, program, seed)
 
 
-def test_merged_buffers_are_caught(tmp_path, monkeypatch) -> None:
+def test_merged_buffers_are_caught(tmp_path_factory, monkeypatch) -> None:
     """The oracle can fail: with shared fills pure again (so CSE merges two alike into one buffer), a two-buffer
     program's simulation disagrees with the interpreter."""
     from tkc.ir import ops
 
     program = (["zeros", "zeros"], [("write", 0, 1), ("write", 1, 2), ("read", 0, 1), ("read", 1, 1)], 0)
-    folders = _Factory(tmp_path)
-    check(folders, TILE, program, 0)  # right as it is
+    check(tmp_path_factory, TILE, program, 0)  # right as it is
     monkeypatch.setattr(ops._AllocatesWhenShared, "get_effects", classmethod(lambda cls, op: frozenset()))
     with pytest.raises(AssertionError):
-        check(folders, TILE, program, 0)
-
-
-class _Factory:
-    """`tmp_path_factory`'s one method, over a plain temporary folder."""
-
-    def __init__(self, base):
-        self.base, self.made = base, itertools.count()
-
-    def mktemp(self, name: str):
-        path = self.base / f"{name}{next(self.made)}"
-        path.mkdir()
-        return path
+        check(tmp_path_factory, TILE, program, 0)

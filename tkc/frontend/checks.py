@@ -40,7 +40,7 @@ def check_shared_versions(fn: func.FuncOp) -> None:
     error, not a silently different answer. Storing into it again reuses the buffer (a scratch vector written
     anew each time) and is allowed, as is a loop body's earlier read in the next iteration."""
     order = {op: i for i, op in enumerate(fn.walk())}
-    for op in fn.walk():
+    for op in order:
         if not isinstance(op, InsertOp):
             continue
         for use in op.dest.uses:
