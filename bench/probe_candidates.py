@@ -3,7 +3,7 @@ and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 la
 (--rounds), every output checked against cuDNN first. One line per implementation. late P·V: LATE_PV=1 (the
 deferred P·V issued after the step's row max, not right behind its Q·Kᵀ: ptxas spreads its wgmmas through the
 softmax), at D=64 (DEFER=1 or 2) also with a 24-register producer (lean) or 4 stages; at D=64 causal with
-N < 4096 the short configuration on tiled grids; at D=128 causal below 2048 keys other grids and DEFER=2.
+N < 4096 the short configuration on tiled grids; at D=128 causal below 4096 keys DEFER=2 on grids of 2-4 query blocks a block.
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
 import sys
 from pathlib import Path
@@ -30,10 +30,9 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
         for tiles in (2, 3, 4):
             found[f"short, {tiles} tiles a block"] = {**short, "TILES": tiles}
         found["long (W12), 2 tiles a block"] = {**sm90_config(d, LONG_KEYS, LONG_KEYS, causal), "TILES": 2}
-    if d == 128 and causal and n < LONG_KEYS // 2:  # causal short sequences (N=512: 0.90x cuDNN, 1024: 0.95)
-        for tiles in (1, 3, 4):
-            found[f"{tiles} tiles a block"] = {**own, "TILES": tiles}
-        found["defer 2"] = {**own, "DEFER": 2}
+    if d == 128 and causal and n < LONG_KEYS:  # causal short sequences (DEFER=2 gained 4-6% at N=512/1024, 07:33)
+        for tiles in (2, 3, 4):
+            found[f"defer 2, {tiles} tiles a block"] = {**own, "DEFER": 2, "TILES": tiles}
     return found
 
 

@@ -30,7 +30,7 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 300 python3 bench/attention.py --variants --rounds 9 ${FOCUS:-} > "$OUT/bench-attention-focus.log" 2>&1
         tail -8 "$OUT/bench-attention-focus.log" ;;
     bench-layernorm)
-        timeout 200 python3 bench/layernorm.py > "$OUT/bench-layernorm.log" 2>&1; tail -7 "$OUT/bench-layernorm.log" ;;
+        timeout 200 python3 bench/layernorm.py ${LAYERNORM_ARGS:-} > "$OUT/bench-layernorm.log" 2>&1; tail -9 "$OUT/bench-layernorm.log" ;;
     host)
         timeout 200 python3 bench/host_breakdown.py --profile gemm attention layernorm > "$OUT/host.log" 2>&1; head -26 "$OUT/host.log" ;;
     tile-cost)  # what a query tile costs beyond its key steps (bench/probe_tile_cost.py)

@@ -197,8 +197,10 @@ FALLBACK = (16, 64, 0)
 # on a persistent grid (N=2048: 0.99x cuDNN vs 0.89); causal from 2048 to 4096 keys the short configuration on
 # four query blocks a block (RESULTS "attention probe — 2026-12-04 05:32–05:33": N=2048 361 vs 340 TFLOP/s with two
 # blocks of two 64-key warpgroups per SM, cuDNN 368; persistent 263: causal tiles unbalance a static round robin).
-# Everywhere the row sums' lane parts are exchanged once a tile (LATE_SUMS; RESULTS "attention probe —
-# 2026-12-04": +1-2.5% at N = 1024 and 4096, D = 64 and 128, causal and not).
+# D=128 causal under 4096 keys: P·V deferred one step less (DEFER=2; RESULTS "attention probe — 2026-12-04 07:33
+# and 07:40": N=512 0.92x cuDNN vs 0.86, N=1024 0.97 vs 0.92, N=2048 1.07 vs 1.05). Everywhere the row sums' lane
+# parts are exchanged once a tile (LATE_SUMS; RESULTS "attention probe — 2026-12-04": +1-2.5% at N = 1024 and 4096,
+# D = 64 and 128, causal and not).
 LONG_KEYS = 4096
 
 
@@ -212,7 +214,9 @@ def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
     """sm90_config's warps, key steps, passes and grid per head dim, key length and mask."""
     if d == 128:
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
-        return {**cfg, "TILES": 2} if causal else {**cfg, "PERSISTENT": 1}
+        if not causal:
+            return {**cfg, "PERSISTENT": 1}
+        return {**cfg, "TILES": 2} if nk >= LONG_KEYS else {**cfg, "DEFER": 2, "TILES": 2}
     short = {"KEYS": 128, "WARPS": 8, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "LATE_PV": 1}
     if nk < LONG_KEYS // 2:  # short keys: two consumer warpgroups with the queries in registers, step 0 peeled
         return {**short, "PERSISTENT": 1}
