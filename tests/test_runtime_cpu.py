@@ -118,3 +118,42 @@ def test_quick_key_reads_what_the_full_check_reads() -> None:
     for bad in ((x,) + args[1:6] + ("1e-5",), args[:6], (x.float(),) + args[1:], (x[None],) + args[1:],
                 (torch.empty(6, 40, dtype=torch.bfloat16),) + args[1:], (x.t(),) + args[1:]):
         assert launch._quick_key(layernorm_kernel, bad, {"D": 40}, None, None, []) is None
+
+
+@pytest.mark.parametrize("setting, prefers, waits, expected", [
+    (None, True, True, "cuLaunchKernelEx"),    # the kernel's own choice (@tkc.kernel(dependent_launch=True))
+    (None, False, True, "cuLaunchKernel"),
+    (None, True, False, "cuLaunchKernel"),     # sm_80 code does not wait for its predecessor: never dependent
+    (True, False, True, "cuLaunchKernelEx"),   # TKC_DEPENDENT_LAUNCH=1: every kernel that waits
+    (True, True, False, "cuLaunchKernel"),
+    (False, True, True, "cuLaunchKernel"),     # TKC_DEPENDENT_LAUNCH=0: none
+])
+def test_which_launches_are_dependent(setting, prefers, waits, expected, monkeypatch) -> None:
+    """Programmatic dependent launch only for kernels that wait for their predecessors themselves, where the kernel
+    asks for it or the environment turns it on for all (a stand-in driver records the call)."""
+    from types import SimpleNamespace
+
+    from tkc.runtime import driver
+
+    calls: list[str] = []
+    fake = SimpleNamespace(
+        CUstream=lambda handle: handle, CUlaunchAttribute=SimpleNamespace, CUlaunchConfig=SimpleNamespace,
+        CUlaunchAttributeID=SimpleNamespace(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION=6),
+        cuLaunchKernel=lambda *args: calls.append("cuLaunchKernel") or (0,),
+        cuLaunchKernelEx=lambda *args: calls.append("cuLaunchKernelEx") or (0,))
+    fake_attribute = SimpleNamespace(value=SimpleNamespace())
+    fake.CUlaunchAttribute = lambda: fake_attribute
+    monkeypatch.setattr(driver, "driver", lambda: fake)
+    monkeypatch.setattr(driver, "DEPENDENT_LAUNCH", setting)
+    kernel = driver.LoadedKernel(None, "f", 64, 0, dependent_launch=waits, prefers_dependent_launch=prefers)
+    driver.launch(kernel, (4, 1, 1), 7, 0)
+    assert calls == [expected]
+
+
+def test_dependent_launch_option_must_be_a_bool() -> None:
+    import tkc
+
+    with pytest.raises(TkcError, match=r"dependent_launch=\.\.\.\) must be True or False, got 1"):
+        @tkc.kernel(dependent_launch=1)
+        def k() -> None:
+            pass

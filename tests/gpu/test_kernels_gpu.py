@@ -131,14 +131,17 @@ def test_layernorm(shape: tuple[int, ...], target: str | None) -> None:
 def test_back_to_back_kernels_read_what_the_one_before_wrote(dependent_launch: bool,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A chain of calls, each reading the outputs of the one before, queued without a pause, also with programmatic
-    dependent launch (TKC_DEPENDENT_LAUNCH=1 on Hopper): a kernel that read before its predecessor finished would
-    read the NaN the outputs were poisoned with. Each step is checked against torch on that step's own inputs."""
+    dependent launch (TKC_DEPENDENT_LAUNCH=1 on Hopper; the first layernorm right behind a GEMM that lets it start
+    early): a kernel that read before its predecessor finished would read the NaN the outputs were poisoned with.
+    Each step is checked against torch on that step's own inputs."""
     from tkc.runtime import driver
 
     monkeypatch.setattr(driver, "DEPENDENT_LAUNCH", dependent_launch)
     d = 1024
     w, b = randn(d), randn(d)
-    x, r = randn(4096, d), randn(4096, d)
+    h, proj = randn(4096, 2048), randn(2048, d)
+    x, r = poisoned_like((4096, d)), randn(4096, d)
+    gemm(h, proj, out=x)
     steps = [(x, r)]
     for _ in range(24):
         out, out_resid = poisoned_like((4096, d)), poisoned_like((4096, d))
@@ -148,6 +151,7 @@ def test_back_to_back_kernels_read_what_the_one_before_wrote(dependent_launch: b
     for _ in range(8):
         chain.append(attention(chain[-1], chain[-1], chain[-1], causal=True))
     torch.cuda.synchronize()
+    assert rel_err(x, h.float() @ proj.float()) < 1e-2
     for (x, r), (out, out_resid) in zip(steps, steps[1:]):
         s = x.float() + r.float()
         assert rel_err(out_resid, s) < 1e-2

@@ -107,7 +107,7 @@ class Kernel:
                  tma_store: int | str | None = None, pingpong: int | str | None = None,
                  overlap: int | str | None = None, defer: int | str | None = None,
                  exp2_poly: int | str | None = None, late_sums: int | str | None = None,
-                 stagger: int | str | None = None, late_pv: int | str | None = None):
+                 stagger: int | str | None = None, late_pv: int | str | None = None, dependent_launch: bool = False):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -132,6 +132,10 @@ class Kernel:
         self.late_sums = late_sums
         self.stagger = stagger
         self.late_pv = late_pv
+        if not isinstance(dependent_launch, bool):
+            raise TkcError(f"@tkc.kernel(dependent_launch=...) must be True or False, got {dependent_launch!r}",
+                           self.decorator_loc("dependent_launch"))
+        self.dependent_launch = dependent_launch  # a launch-time choice: the PTX is the same either way
         self._check_count("warps", warps, 1, 32)
         if producer is not None:
             self._check_count("producer", producer, 0, 2)
@@ -406,7 +410,8 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
            stages: int | str | None = None, blocks_per_sm: int | str | None = None, producer: int | str | None = None,
            tma_store: int | str | None = None, pingpong: int | str | None = None, overlap: int | str | None = None,
            defer: int | str | None = None, exp2_poly: int | str | None = None, late_sums: int | str | None = None,
-           stagger: int | str | None = None, late_pv: int | str | None = None, **unknown: Any) -> Any:
+           stagger: int | str | None = None, late_pv: int | str | None = None, dependent_launch: bool = False,
+           **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
@@ -434,11 +439,14 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     of two warpgroups N key steps after the first, so that their tiles' ends (epilogue, step 0) fall apart
     (`stagger-warpgroups`, sm_90a). `late_pv=1` (with `defer`) issues the deferred wgmma after the step's row max
     instead of right behind the step's first. These options may name a const parameter instead, e.g.
-    `warps="WARPS"`.
+    `warps="WARPS"`. `dependent_launch=True` launches the kernel on sm_90 with programmatic dependent launch (its
+    blocks may start while the kernel before it in the stream finishes, each waiting at its entry for that kernel's
+    results: a short memory-bound kernel loses no launch gap to the one before it, though its waiting blocks may
+    slow that one: bench/probe_dependent_launch.py); TKC_DEPENDENT_LAUNCH=1 or 0 turns it on or off for every kernel.
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=..., late_sums=..., stagger=... and late_pv=..., not "
+            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=..., late_sums=..., stagger=..., late_pv=... and dependent_launch=..., not "
             f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
@@ -446,6 +454,6 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
         return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                      exp2_poly, late_sums, stagger, late_pv)
+                      exp2_poly, late_sums, stagger, late_pv, dependent_launch)
     return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                            exp2_poly, late_sums, stagger, late_pv)
+                            exp2_poly, late_sums, stagger, late_pv, dependent_launch)

@@ -121,7 +121,8 @@ class LoadedKernel:
     function: Any
     threads: int
     shared_bytes: int  # dynamic shared memory per launch
-    dependent_launch: bool = False  # launched with programmatic stream serialization (it waits itself)
+    dependent_launch: bool = False  # it waits for its predecessors itself (griddepcontrol.wait, sm_90 code)
+    prefers_dependent_launch: bool = False  # its kernel asked for programmatic dependent launch (@tkc.kernel)
 
 
 def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int, dependent_launch: bool = False) -> LoadedKernel:
@@ -185,10 +186,12 @@ def blocks_per_multiprocessor(kernel: LoadedKernel) -> int:
 
 
 # Programmatic dependent launch for the kernels that wait for their predecessors themselves (sm_90 code:
-# lower_to_ptx.py), with TKC_DEPENDENT_LAUNCH=1 (or setting this to True). Off by default: on the H200 it hid
-# layernorm's launch gap (34.6 vs 36.4 µs a call queued back to back) but cost the 2048³ GEMM 7-17% (0.76 and
-# 0.84x cuBLAS vs 0.91 in the same session), and gained nothing measurable for attention (RESULTS 2026-12-03 13:1x).
-DEPENDENT_LAUNCH = os.environ.get("TKC_DEPENDENT_LAUNCH", "0") == "1"
+# lower_to_ptx.py): for those declared @tkc.kernel(dependent_launch=True) (None: each kernel's choice), or for every
+# one with TKC_DEPENDENT_LAUNCH=1 (True), or for none with TKC_DEPENDENT_LAUNCH=0 (False). No shipped kernel asks:
+# on the H200 it hid layernorm's launch gap back to back (35.9 vs 37.1 µs a call) but cost a GEMM → layernorm
+# pair 3 µs (95.1 vs 92.2; RESULTS "dependent launch probe — 2026-12-04 08:0x"), and for every kernel it cost the
+# 2048³ GEMM 7-17% and gained nothing measurable for attention (RESULTS 2026-12-03 13:1x).
+DEPENDENT_LAUNCH: bool | None = {"1": True, "0": False}.get(os.environ.get("TKC_DEPENDENT_LAUNCH", ""))
 _configs = threading.local()  # per thread: LoadedKernel id → its reusable CUlaunchConfig
 
 
@@ -198,7 +201,7 @@ def launch(kernel: LoadedKernel, grid: tuple[int, int, int], stream: int, params
     handle = _streams.get(stream)
     if handle is None:
         handle = _streams[stream] = cu.CUstream(stream)
-    if kernel.dependent_launch and DEPENDENT_LAUNCH:
+    if kernel.dependent_launch and (kernel.prefers_dependent_launch if DEPENDENT_LAUNCH is None else DEPENDENT_LAUNCH):
         config = _dependent_config(cu, kernel)
         config.gridDimX, config.gridDimY, config.gridDimZ = grid
         config.hStream = handle
