@@ -8,7 +8,7 @@ Each beside layernorm() and a same-size copy, event-timed (30 calls × 5 interle
 grids reading ahead): RESULTS "layernorm probe — 2026-12-04 02:02–02:20".
 Beside them copy_rows: the kernel's reads and writes without its arithmetic (two read and two write streams, and
 a plain copy of as many bytes on twice the rows), what any kernel with layernorm's traffic and grid can reach.
-    python bench/probe_layernorm.py [--rows 16384] [--dim 1024] [--all]"""
+    python bench/probe_layernorm.py [--rows 16384] [--dim 1024] [--all] [--kernel-warps 2 4]"""
 import argparse
 import sys
 from pathlib import Path
@@ -98,14 +98,37 @@ def copy_rows(X: gl[bf16, 2], Residual: gl[bf16, 2], Out: gl[bf16, 2], OutResidu
             store(OutResidual, r1, (row + 1, part))
 
 
+def compare_kernel_warps(m: int, d: int, warps: list[int]) -> None:
+    """layernorm_kernel as shipped, a block a row, at each of `warps` warps a row."""
+    from tkc.kernels import layernorm_kernel
+
+    setup = layernorm_setup(m, d)
+    x, r, w, b, o, ro = setup.x, setup.r, setup.w, setup.b, setup.o, setup.ro
+    impls = {"layernorm()": lambda: layernorm(x, r, w, b, out=o, residual_out=ro),
+             "same-size copy": lambda: setup.dst.copy_(setup.src)}
+    for n in warps:
+        impls[f"layernorm_kernel W{n}"] = (lambda n=n: layernorm_kernel[(m,)](x, r, w, b, o, ro, 1e-5, D=d, WARPS=n))
+    for name, fn in impls.items():
+        if name != "same-size copy":
+            o.fill_(float("nan"))
+            fn()
+            assert rel_err(o, setup.ref) < 1e-2, f"{name}: relative error {rel_err(o, setup.ref)}"
+    report_copy_fractions(f"{m}x{d}", impls, setup.nbytes, setup.copy_gbs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=16384)
     parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--all", action="store_true", help="every WB / ONE_PASS / warps variant (else W2 alone)")
     parser.add_argument("--check-only", action="store_true", help="compile each variant and print ptxas's report")
+    parser.add_argument("--kernel-warps", type=int, nargs="*",
+                        help="only layernorm_kernel itself with these WARPS (beside layernorm() and the copy)")
     args = parser.parse_args()
     m, d = args.rows, args.dim
+    if args.kernel_warps:
+        compare_kernel_warps(m, d, args.kernel_warps)
+        return
     variants = {f"W{warps} WB={wb} ONE_PASS={one}": {"D": d, "WARPS": warps, "WB": wb, "ONE_PASS": one}
                 for warps in (2, 4) for wb in (0, 1) for one in (0, 1) if args.all or (warps, wb, one) == (2, 0, 0)}
     if args.check_only:

@@ -110,7 +110,7 @@ def test_attention_scale_and_unequal_lengths() -> None:
 
 
 LAYERNORM_SHAPES = [(1, 16), (7, 48), (1000, 1024), (4096, 4096), (3, 5, 768), (10000, 256), (128, 8192),
-                    (257, 2048), (64, 4096), (2, 12288)]
+                    (257, 2048), (64, 4096), (2, 12288), (3000, 3072)]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -126,11 +126,14 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
 def _warps(d: int) -> int:
     """Warps a row: a block per row (the GPU balances the rows over its multiprocessors), its warps splitting the
     row: about 1024 columns per warp, up to 8 warps (bench/sweep.py layernorm on the H200), but at least 2 from
-    D = 1024 (16384×1024 on the H200, kernel alone: 0.909 vs 0.892 of the copy bandwidth with one warp)."""
+    D = 1024 (16384×1024 on the H200, kernel alone: 0.909 vs 0.892 of the copy bandwidth with one warp) and 4 from
+    D = 2048 (RESULTS "layernorm probe — 2026-12-04 08:05–08:06": 0.922 vs 0.907 at 16384×2048, 0.963 vs 0.955 at
+    32768×2048; at D = 1024 four warps read 0.869 / 0.913 / 0.957 vs two's 0.867 / 0.920 / 0.964 at 16384 / 32768 /
+    65536 rows)."""
     warps = _WARPS.get(d)
     if warps is None:
         warps = 2 if d >= 1024 and d % 64 == 0 else 1
-        while warps < 8 and d // (2 * warps) >= 1024 and d % (32 * warps) == 0:
+        while warps < 8 and d % (32 * warps) == 0 and d // (2 * warps) >= (1024 if warps >= 4 else 512):
             warps *= 2
         _WARPS[d] = warps
     return warps
