@@ -93,3 +93,9 @@ for step in ${*:-tests probe bench sanitize}; do
         done ;;
     esac
 done
+# At most 8 files come back from $OUT: past that, the logs travel as one archive (the .md / .json sections that
+# bench/collect.py reads stay files).
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+    (cd "$OUT" && tar czf logs.tar.gz --remove-files ./*.log ./*.txt 2>/dev/null)
+    echo "logs packed: $OUT/logs.tar.gz"
+fi
