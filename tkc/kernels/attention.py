@@ -198,7 +198,7 @@ FALLBACK = (16, 64, 0)
 # four query blocks a block (RESULTS "attention probe — 2026-12-04 05:32–05:33": N=2048 361 vs 340 TFLOP/s with two
 # blocks of two 64-key warpgroups per SM, cuDNN 368; persistent 263: causal tiles unbalance a static round robin).
 # D=128 causal under 4096 keys: P·V deferred one step less (DEFER=2; RESULTS "attention probe — 2026-12-04 07:33
-# and 07:40": N=512 0.92x cuDNN vs 0.86, N=1024 0.97 vs 0.92, N=2048 1.07 vs 1.05). Everywhere the row sums' lane
+# and 07:37": N=512 0.92x cuDNN vs 0.86, N=1024 0.97 vs 0.92, N=2048 1.07 vs 1.05). Everywhere the row sums' lane
 # parts are exchanged once a tile (LATE_SUMS; RESULTS "attention probe — 2026-12-04": +1-2.5% at N = 1024 and 4096,
 # D = 64 and 128, causal and not).
 LONG_KEYS = 4096

@@ -189,7 +189,7 @@ def blocks_per_multiprocessor(kernel: LoadedKernel) -> int:
 # lower_to_ptx.py): for those declared @tkc.kernel(dependent_launch=True) (None: each kernel's choice), or for every
 # one with TKC_DEPENDENT_LAUNCH=1 (True), or for none with TKC_DEPENDENT_LAUNCH=0 (False). No shipped kernel asks:
 # on the H200 it hid layernorm's launch gap back to back (35.9 vs 37.1 µs a call) but cost a GEMM → layernorm
-# pair 3 µs (95.1 vs 92.2; RESULTS "dependent launch probe — 2026-12-04 08:0x"), and for every kernel it cost the
+# pair 3 µs (95.1 vs 92.2; RESULTS "dependent launch probe — 2026-12-04 08:00"), and for every kernel it cost the
 # 2048³ GEMM 7-17% and gained nothing measurable for attention (RESULTS 2026-12-03 13:1x).
 DEPENDENT_LAUNCH: bool | None = {"1": True, "0": False}.get(os.environ.get("TKC_DEPENDENT_LAUNCH", ""))
 _configs = threading.local()  # per thread: LoadedKernel id → its reusable CUlaunchConfig
