@@ -2,7 +2,7 @@
 tkc.kernels.gemm_sm90_kernel with one or two consumer warpgroups (a TMA + mbarrier ring where the operands are
 16-byte aligned), without and with a producer warpgroup (PRODUCER=1: specialize-warps, setmaxnreg).
 
-    python bench/wgmma_probe.py [--size 4096] [--n 4096] [--what gemm attention]
+    python bench/wgmma_probe.py [--size 4096] [--n 4096] [--what gemm attention]   (small GEMMs: --size 2048)
 """
 
 from __future__ import annotations
@@ -89,7 +89,10 @@ def gemm(n: int) -> None:
         for warps, bn, bk, stages, producer, persistent, tma_store in (
                 (8, 256, 64, 4, 0, 0, 0), (8, 256, 64, 3, 1, 1, 0), (8, 256, 64, 3, 1, 1, 1), (8, 256, 64, 3, 0, 1, 1),
                 (12, 256, 64, 4, 0, 1, 0), (12, 256, 64, 3, 0, 1, 0), (12, 256, 64, 4, 0, 0, 0),
-                (12, 192, 64, 4, 1, 1, 0), (8, 256, 128, 2, 1, 1, 0)):
+                (12, 192, 64, 4, 1, 1, 0), (8, 256, 128, 2, 1, 1, 0),
+                # small GEMMs (2048³: 128 tiles of 128×256 leave one wave of one block an SM): smaller tiles, two or
+                # three blocks an SM (shared memory 98 / 97 / 73 / 81 KB a block; 90, 90, 90, 154 registers a thread)
+                (8, 128, 64, 2, 0, 0, 1), (8, 128, 64, 3, 0, 0, 0), (4, 128, 64, 3, 0, 0, 0), (4, 256, 64, 2, 0, 0, 0)):
             tiles = -(-n // (16 * warps)) * -(-n // bn)
             grid = (min(tiles, sms) if persistent else tiles,)
             run = lambda: gemm_sm90_kernel[grid](a, bt if trans_b else b, c, TRANS_B=trans_b, BN=bn, BK=bk,  # noqa: E731
