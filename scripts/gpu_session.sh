@@ -15,7 +15,7 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu > "$OUT/tests.log" 2>&1
         grep -E "^FAILED|Error" "$OUT/tests.log" | head -10; echo "tests: $(tail -1 "$OUT/tests.log")" ;;
     probe)
-        timeout 200 python3 bench/wgmma_probe.py --what gemm > "$OUT/probe.log" 2>&1; tail -25 "$OUT/probe.log" ;;
+        timeout 200 python3 bench/wgmma_probe.py --what gemm --size ${GEMM_SIZE:-4096} > "$OUT/probe.log" 2>&1; tail -30 "$OUT/probe.log" ;;
     probe-attention)
         timeout 200 python3 bench/wgmma_probe.py --what attention > "$OUT/probe-attention.log" 2>&1
         tail -20 "$OUT/probe-attention.log" ;;
