@@ -8,9 +8,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.parser.core import ForwardDeclaredValue
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
@@ -38,10 +40,65 @@ def parse_pipeline(spec: str) -> list[ModulePass]:
 
 
 def verify(module: ModuleOp, stage: str) -> None:
+    check_values_in_scope(module, stage)
     try:
         module.verify()
     except VerifyException as e:
         raise TkcError(f"the IR after {stage} does not verify: {_verifier_message(e)}") from None
+
+
+def check_values_in_scope(module: ModuleOp, stage: str) -> None:
+    """Every operand is defined before its use, in the use's block or in a block around it (dominance, for regions
+    of one block), and every loop, branch and function body ends in its terminator. xDSL's verifier checks neither:
+    its parser accepts a value used above its definition in a nested region (an unresolved forward reference that
+    its verifier then trips over) and an scf.for whose scf.yield is missing."""
+    from xdsl.dialects import func, scf
+
+    terminators = {scf.ForOp: scf.YieldOp, scf.IfOp: scf.YieldOp, func.FuncOp: func.ReturnOp}
+
+    def fail(op: Operation, operand: Any) -> NoReturn:
+        name = f"%{operand.name_hint}" if operand.name_hint else "a value"
+        owner = getattr(operand, "owner", None) if not isinstance(operand, ForwardDeclaredValue) else None
+        block = owner if isinstance(owner, Block) else owner.parent_block() if owner is not None else None
+        user: Operation | None = op
+        while user is not None and user.parent_block() is not block:
+            user = user.parent_op()
+        where = ("is not defined in its scope" if owner is None else "is defined after its use"
+                 if user is not None else "is defined in a region that does not enclose its use")
+        raise TkcError(f"the IR after {stage}: {op.name} uses {name}, which {where}", SourceLoc.from_attr(op.location))
+
+    def check_block(block: Block, visible: set[SSAValue]) -> None:
+        visible = visible | set(block.args)
+        for op in block.ops:
+            for operand in op.operands:
+                if operand not in visible and not _in_multiblock_region(operand):
+                    fail(op, operand)
+            terminator = terminators.get(type(op))
+            for region in op.regions:
+                last = region.blocks[-1].last_op if region.blocks else None
+                if terminator and region.blocks and not isinstance(last, terminator):
+                    raise TkcError(f"the IR after {stage}: a region of {op.name} does not end in {terminator.name}",
+                                   SourceLoc.from_attr(op.location))
+                if isinstance(last, scf.YieldOp) and [v.type for v in last.operands] != [r.type for r in op.results]:
+                    where = SourceLoc.from_attr(last.location) or SourceLoc.from_attr(op.location)  # implicit: none
+                    raise TkcError(f"the IR after {stage}: {op.name} has {len(op.results)} results but a region of "
+                                   f"it yields {len(last.operands)} values (or of other types)", where)
+                for inner in region.blocks:
+                    check_block(inner, visible)
+            visible.update(op.results)
+
+    for block in module.body.blocks:
+        check_block(block, set())
+
+
+def _in_multiblock_region(value: SSAValue) -> bool:
+    """Defined in a region of several blocks, where dominance needs the control flow (not checked here)."""
+    if isinstance(value, ForwardDeclaredValue):
+        return False
+    owner = value.owner
+    block = owner if isinstance(owner, Block) else owner.parent_block()
+    region = block.parent_region() if block is not None else None
+    return region is not None and len(region.blocks) > 1
 
 
 def _verifier_message(e: Exception) -> str:

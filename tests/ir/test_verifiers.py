@@ -316,3 +316,33 @@ def test_messages_name_the_op_in_dsl_terms() -> None:
             message = message.splitlines()[0]
             assert not message.startswith("tile."), message
             assert "!tile." not in message, message
+
+
+def test_a_pass_that_moves_a_use_above_its_definition_is_caught() -> None:
+    """The compiler's check between passes (xDSL's verifier does not check dominance): a pass that moved an op
+    above the op defining its operand, or out of the loop defining it, is an error naming the op and the value."""
+    from xdsl.dialects import scf
+
+    from tkc.compiler import verify
+    from tkc.errors import TkcError
+    from tkc.kernels import layernorm_kernel
+
+    module = layernorm_kernel.build(D=256, WARPS=2)
+    verify(module, "the frontend")
+    loop = next(op for op in module.walk() if isinstance(op, scf.ForOp))
+    inner = next(op for op in loop.body.block.ops if op.operands and op.results)
+    user = next(use.operation for use in inner.results[0].uses)
+    user.detach()
+    loop.parent_block().insert_op_before(user, loop)  # out of the loop that defines its operand
+    with pytest.raises(TkcError, match=rf"after a broken pass: {user.name} uses .*, which is defined in a region"):
+        verify(module, "a broken pass")
+
+    module = layernorm_kernel.build(D=256, WARPS=2)
+    block = next(op for op in module.walk() if isinstance(op, scf.ForOp)).body.block
+    first, second = [op for op in block.ops if op.results][:2]
+    if first.results[0] not in second.operands:
+        second = next(use.operation for use in first.results[0].uses)
+    second.detach()
+    block.insert_op_before(second, first)  # above the op it reads
+    with pytest.raises(TkcError, match=rf"{second.name} uses .*, which is defined after its use"):
+        verify(module, "a broken pass")
