@@ -771,6 +771,38 @@ def compile_time_division_by_zero():
     return k
 
 
+def cdiv_by_zero():
+    @tkc.kernel
+    def k(A: gl[f32, 2], D: const = 0):
+        x = cdiv(64, D)  # ERROR
+
+    return k
+
+
+def runtime_cdiv_by_zero():
+    @tkc.kernel
+    def k(A: gl[f32, 2], D: const = 0):
+        x = cdiv(A.shape[0], D)  # ERROR
+
+    return k
+
+
+def comparing_a_language_function():
+    @tkc.kernel
+    def k(A: gl[f32, 2]):
+        static_assert(warp_id > 0, "never")  # ERROR
+
+    return k
+
+
+def negating_a_language_function():
+    @tkc.kernel
+    def k(A: gl[f32, 2]):
+        x = -warp_id  # ERROR
+
+    return k
+
+
 def rows_index_in_the_column_place():
     @tkc.kernel
     def k(X: gl[bf16, 2], Y: gl[bf16, 2]):

@@ -297,6 +297,10 @@ def test_language_outside_a_kernel(case: Case) -> None:
     Case(bad.failed_static_assert, ["D must be 64 or 128, got 96"], at="static_assert("),
     Case(bad.constant_does_not_fit_int32, ["1099511627776 does not fit in a 32-bit int"], at="n + 2**40"),
     Case(bad.compile_time_division_by_zero, ["64 (a compile-time int) // 0", "division"], at="64 // D"),
+    Case(bad.cdiv_by_zero, ["cdiv(64, 0): division by zero"], at="cdiv("),
+    Case(bad.runtime_cdiv_by_zero, ["cdiv(..., 0): division by zero"], at="cdiv("),
+    Case(bad.comparing_a_language_function, ["cannot compare <tkc op warp_id> and 0"], at="warp_id >"),
+    Case(bad.negating_a_language_function, ["-<tkc op warp_id>"], at="-warp_id"),
     Case(bad.rows_index_in_the_column_place, ["rows(...) goes in the row place of a global tensor's index (index 0)"]),
     Case(bad.shared_version_read_after_store, ["sv[f32, 32]", "already overwritten", "in place"], at="load(a"),
 )

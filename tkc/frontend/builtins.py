@@ -104,7 +104,11 @@ def _cdiv(cg: CodeGen, a: Any, b: Any) -> Any:
     if not is_runtime(a) and not is_runtime(b):
         if not isinstance(a, int) or not isinstance(b, int):
             raise TkcError(f"cdiv takes integers, got {describe(a)} and {describe(b)}")
+        if b == 0:
+            raise TkcError(f"cdiv({a}, 0): division by zero")
         return -(-a // b)
+    if not is_runtime(b) and b == 0:
+        raise TkcError("cdiv(..., 0): division by zero")
     return cg.emit_value(arith.CeilDivSIOp(cg.as_i32(a, "cdiv's numerator"), cg.as_i32(b, "cdiv's divisor")))
 
 

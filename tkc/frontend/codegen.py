@@ -74,6 +74,7 @@ _TILE_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
 _OP_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
                ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
                ast.MatMult: "@"}
+_UNARY_SYMBOLS = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not ", ast.Invert: "~"}
 
 
 class _Undefined:
@@ -597,9 +598,11 @@ class CodeGen(ast.NodeVisitor):
     def visit_UnaryOp(self, node: ast.UnaryOp) -> Any:
         value = self.visit(node.operand)
         if not is_runtime(value):
-            return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}[
-                type(node.op)
-            ](value)
+            fn = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
+            try:
+                return fn[type(node.op)](value)
+            except Exception as e:
+                raise TkcError(f"{_UNARY_SYMBOLS[type(node.op)]}{describe(value)}: {e}") from None
         from tkc.frontend.builtins import unary_operator
 
         return unary_operator(self, type(node.op), value)
@@ -629,7 +632,10 @@ class CodeGen(ast.NodeVisitor):
         for op, right in zip(node.ops, node.comparators):
             rhs = self.visit(right)
             if not is_runtime(lhs) and not is_runtime(rhs):
-                value: Any = _PY_CMPOPS[type(op)](lhs, rhs)
+                try:
+                    value: Any = _PY_CMPOPS[type(op)](lhs, rhs)
+                except Exception as e:
+                    raise TkcError(f"cannot compare {describe(lhs)} and {describe(rhs)}: {e}") from None
             else:
                 from tkc.frontend.builtins import compare
 
