@@ -2,7 +2,8 @@
 gains back to back, and whether it costs a GEMM it follows (the GEMM's blocks let the next kernel's blocks start
 early). Per iteration µs, median of 5 interleaved rounds: `stream` = 30 iterations between two events (as a model's
 layers run), `event` = an event between iterations (the benchmarks' protocol). Launch settings: off (none
-dependent), default (the kernels that ask: layernorm), all (TKC_DEPENDENT_LAUNCH=1). Outputs checked first.
+dependent), default (the kernels that ask: layernorm, opted in by this probe), all (TKC_DEPENDENT_LAUNCH=1).
+Outputs checked first.
     python bench/probe_dependent_launch.py [--rows 16384] [--dim 1024] [--k 1024]"""
 import argparse
 import random
@@ -15,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import rel_err, time_ms  # noqa: E402
 
-from tkc.kernels import gemm, layernorm  # noqa: E402
+from tkc.kernels import gemm, layernorm, layernorm_kernel  # noqa: E402
 from tkc.runtime import driver  # noqa: E402
 
 SETTINGS = {"off": False, "default": None, "all": True}
@@ -41,6 +42,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--k", type=int, default=1024, help="the GEMM's inner dimension (rows × k · k × dim)")
     args = parser.parse_args()
+    layernorm_kernel.dependent_launch = True  # as @tkc.kernel(dependent_launch=True) would (no shipped kernel asks)
     m, d = args.rows, args.dim
     bf = torch.bfloat16
     h, proj = torch.randn(m, args.k, device="cuda", dtype=bf), torch.randn(args.k, d, device="cuda", dtype=bf) / 32

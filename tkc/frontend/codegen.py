@@ -56,6 +56,8 @@ _PY_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.BitXor: operator.xor,
     ast.MatMult: operator.matmul,
 }
+_PY_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
 _PY_CMPOPS: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
@@ -598,9 +600,8 @@ class CodeGen(ast.NodeVisitor):
     def visit_UnaryOp(self, node: ast.UnaryOp) -> Any:
         value = self.visit(node.operand)
         if not is_runtime(value):
-            fn = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
             try:
-                return fn[type(node.op)](value)
+                return _PY_UNARY[type(node.op)](value)
             except Exception as e:
                 raise TkcError(f"{_UNARY_SYMBOLS[type(node.op)]}{describe(value)}: {e}") from None
         from tkc.frontend.builtins import unary_operator

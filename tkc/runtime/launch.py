@@ -154,7 +154,7 @@ def _compiled(kernel: Kernel, target: str, constants: dict[str, Any], aligns: di
     if hit is None:  # stored once the driver took it: a PTX it rejects is not cached
         cache.put(key, meta, {"kernel.ptx": ptx.encode()})
     loaded.params = [tuple(p) for p in meta["params"]]  # type: ignore[attr-defined]
-    loaded.prefers_dependent_launch = getattr(kernel, "dependent_launch", False)  # a launch choice, not in the key
+    loaded.prefers_dependent_launch = kernel.dependent_launch  # a launch choice, not in the cache key
     _loaded[memo] = loaded
     return loaded
 
