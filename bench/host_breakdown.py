@@ -93,10 +93,12 @@ def main() -> None:
     a, b = torch.randn(64, 64, device="cuda", dtype=bf), torch.randn(64, 64, device="cuda", dtype=bf)
     q = torch.randn(1, 1, 128, 64, device="cuda", dtype=bf)
     launch_args, constants = (x, x, w, w, o, ro, 1e-5), {"D": 1024, "WARPS": 1}
+    spec = layernorm_kernel.specialize(**constants)
     values: list = []
-    fast = L._fast_for(layernorm_kernel, launch_args, constants, None, None, values)
+    fast = spec.variant(launch_args, values)
     cu, stream = driver(), L._current_stream(0)
-    params = fast.params.address(values)
+    packed = fast.params.pack(values)
+    params = fast.params.address(packed)
     event = torch.cuda.Event(enable_timing=True)
     stream_object = torch.cuda.current_stream()
     pieces = {
@@ -105,14 +107,16 @@ def main() -> None:
         "torch.empty_like": lambda: torch.empty_like(x),
         "check_tensor": lambda: check_tensor("x", x, bf, 2),
         "kernel[grid]": lambda: layernorm_kernel[(4,)],
-        "launch: _quick_key": lambda: L._quick_key(layernorm_kernel, launch_args, constants, None, None, []),
-        "launch: params.address": lambda: fast.params.address(values),
+        "launch: argument reader": lambda: spec.read(launch_args, []),
+        "launch: saved parameters": lambda: fast.parameters(layernorm_kernel, launch_args, values[:]),
+        "launch: params.address": lambda: fast.params.address(packed),
         "launch: _current_stream": lambda: L._current_stream(0),
         "cuLaunchKernel (cuda-bindings)": lambda: cu.cuLaunchKernel(
             fast.loaded.function, 4, 1, 1, fast.loaded.threads, 1, 1, fast.loaded.shared_bytes, cu.CUstream(stream),
             params, 0),
         "launch: driver.launch": lambda: L.launch(fast.loaded, (4, 1, 1), stream, params),
         "launch: run()": lambda: L.run(layernorm_kernel, (4, 1, 1), launch_args, constants),
+        "launch: specialized": lambda: spec.launch((4, 1, 1), launch_args),
         "layernorm_kernel[grid](...)": lambda: layernorm_kernel[(4,)](*launch_args, **constants),
         "layernorm()": lambda: layernorm(x, x, w, w),
         "gemm() 64³": lambda: gemm(a, b),

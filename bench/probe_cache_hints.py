@@ -55,14 +55,14 @@ def main() -> None:
     setup = layernorm_setup(m, d)
     x, r, w, b, o, ro, ref = setup.x, setup.r, setup.w, setup.b, setup.o, setup.ro, setup.ref
     params = launch.ParamBuffer(compiled.params)
-    values = launch._param_values(layernorm_kernel, (x, r, w, b, o, ro, 1e-5))
+    packed = params.pack(launch._param_values(layernorm_kernel, (x, r, w, b, o, ro, 1e-5)))
     impls = {"layernorm()": lambda: layernorm(x, r, w, b, out=o, residual_out=ro),
              "same-size copy": lambda: setup.dst.copy_(setup.src)}
     for name, (load, store) in VARIANTS.items():
         loaded = driver.load_ptx(variant_ptx(compiled.ptx, load, store), compiled.name, compiled.threads,
                                  compiled.shared_bytes)
         impls[name] = (lambda loaded=loaded: driver.launch(loaded, (m, 1, 1), torch.cuda.current_stream().cuda_stream,
-                                                           params.address(values)))  # the stream a graph captures
+                                                           params.address(packed)))  # the stream a graph captures
     for name, fn in impls.items():
         if name != "same-size copy":
             o.fill_(float("nan"))

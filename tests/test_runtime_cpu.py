@@ -157,3 +157,94 @@ def test_dependent_launch_option_must_be_a_bool() -> None:
         @tkc.kernel(dependent_launch=1)
         def k() -> None:
             pass
+
+
+def _fake_gpu(monkeypatch):
+    """CPU tensors the launch path takes for CUDA tensors on device 0, and a launch path that compiles for real but
+    records its launches instead of calling the driver: (tensor maker, recorded launches)."""
+    import ctypes
+    import types
+
+    torch = pytest.importorskip("torch")
+    from tkc.compiler import compile_for_launch
+    from tkc.runtime import launch
+
+    class OnGpu0(torch.Tensor):
+        is_cuda = True
+
+        def get_device(self) -> int:
+            return 0
+
+    def prepare(kernel, args, constants, target=None, pipeline=None):
+        aligns = {p.name: launch.alignment(v) for p, v in zip(kernel.runtime_params, args) if p.kind == "tensor"}
+        compiled = compile_for_launch(kernel, target or "sm_80", kernel.resolve_constants(constants), aligns, pipeline)
+        loaded = types.SimpleNamespace(params=[tuple(p) for p in compiled.meta()["params"]])
+        return loaded, None, types.SimpleNamespace(ordinal=0, multiprocessors=132)
+
+    launches = []
+
+    def record(loaded, grid, stream, params):  # the bytes the driver would read through the pointer table
+        table = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        size = launch.ParamBuffer(loaded.params).struct.size
+        launches.append((loaded, grid, ctypes.string_at(table[0], size)))
+
+    monkeypatch.setattr(launch, "prepare", prepare)
+    monkeypatch.setattr(launch, "launch", record)
+    monkeypatch.setattr(launch, "make_current", lambda dev: None)
+    monkeypatch.setattr(launch, "_current_stream", lambda ordinal: 0)
+    monkeypatch.setattr(launch._current, "ordinal", None, raising=False)
+
+    def cuda(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape).to(dtype).as_subclass(OnGpu0)
+
+    return cuda, launches
+
+
+def test_specialized_launches_pack_each_parameter_set_once(monkeypatch) -> None:
+    """A specialized kernel's launches reuse the packed parameters of values seen before and pack new ones
+    exactly as the parameter list says."""
+    from tkc.kernels import gemm_kernel
+    from tkc.runtime import launch
+
+    cuda, launches = _fake_gpu(monkeypatch)
+    spec = gemm_kernel.specialize(TRANS_B=0, target="sm_80")
+    assert spec is gemm_kernel.specialize(TRANS_B=0, target="sm_80")
+    a, b, c, c2 = cuda(64, 32), cuda(32, 48), cuda(64, 48), cuda(64, 48)
+    for out in (c, c, c2, c):
+        spec[(3,)](a, b, out)
+    (fast,) = spec.variants.values()
+    assert len(fast.params.saved) == 2  # c and c2
+    for (_, grid, packed), out in zip(launches, (c, c, c2, c)):
+        assert grid == (3, 1, 1)
+        assert packed == fast.params.struct.pack(*launch._param_values(gemm_kernel, (a, b, out)))
+    with pytest.raises(TkcError, match="has no constant named NOPE"):
+        gemm_kernel.specialize(NOPE=1)
+
+
+def test_gemm_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:
+    """gemm()'s common call (no checks of its own) launches the kernel, grid and arguments of the fully checked
+    first call; what it cannot take (other dtypes, out=, column-major b) still meets the full checks."""
+    import importlib
+
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import gemm
+    from tkc.runtime import launch
+
+    gemm_module = importlib.import_module("tkc.kernels.gemm")
+    cuda, launches = _fake_gpu(monkeypatch)
+    monkeypatch.setattr(gemm_module, "_PLANS", {})
+    a, b = cuda(300, 40), cuda(40, 200)
+    first = gemm(a, b, target="sm_80")
+    assert first.shape == (300, 200) and launches[-1][1] == (3 * 2, 1, 1)
+    checked, launch_check_tensor = [], gemm_module.check_tensor
+    monkeypatch.setattr(gemm_module, "check_tensor", lambda *args: checked.append(args[0]))
+    out = gemm(a, b, target="sm_80")
+    assert not checked and len(launches) == 2 and launches[1][0] is launches[0][0] and launches[1][1] == (6, 1, 1)
+    assert launches[1][2] == launch.ParamBuffer(launches[1][0].params).struct.pack(
+        *launch._param_values(gemm_module.gemm_kernel, (a, b, out)))
+    gemm(a, cuda(200, 40).t(), target="sm_80")  # column-major b: the full path
+    gemm(a, b, target="sm_80", out=cuda(300, 200))
+    assert checked == ["a", "b", "a", "b", "out"]
+    monkeypatch.setattr(gemm_module, "check_tensor", launch_check_tensor)
+    with pytest.raises(ValueError, match="a must be torch.bfloat16"):
+        gemm(cuda(300, 40, dtype=torch.float32), b, target="sm_80")

@@ -31,7 +31,7 @@ def test_tma_mbarrier_wgmma_compute_a_times_b_transposed() -> None:
 
     maps = [tensor_map(t, 64, 64, 128) for t in (a, b)]  # the launcher's path: shape, strides and cache from torch
     params = ParamBuffer([("tA", "tensormap"), ("tB", "tensormap"), ("out", "u64")])
-    launch(kernel, (1, 1, 1), torch.cuda.current_stream().cuda_stream, params.address([*maps, out.data_ptr()]))
+    launch(kernel, (1, 1, 1), torch.cuda.current_stream().cuda_stream, params.address(params.pack([*maps, out.data_ptr()])))
     torch.cuda.synchronize()
     rows, cols = wgmma.accumulator_fragment(64)
     d = torch.empty(64, 64, device="cuda")

@@ -205,6 +205,13 @@ class Kernel:
             from tkc.runtime.launch import BoundLaunch as _BoundLaunch
         return _BoundLaunch(self, grid)
 
+    def specialize(self, *, target: str | None = None, pipeline: str | None = None, **constants: Any) -> Any:
+        """This kernel with its constants (and target, pipeline) given once: `spec = kernel.specialize(D=128)`,
+        then `spec[grid](*args)`. Launches then skip reading and hashing the constants (hot loops, entry points)."""
+        from tkc.runtime.launch import specialize
+
+        return specialize(self, constants, target, pipeline)
+
     def resident_blocks(self, *args: Any, target: str | None = None, **constants: Any) -> int:
         """How many blocks of this kernel (for these arguments and constants) the GPU holds at once: the grid of a
         persistent kernel that strides over its work (`for i in range(block_idx()[0], n, num_blocks()[0])`)."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, fail, resident_blocks, wgmma_path
+from tkc.kernels._checks import check_tensor, fail, wgmma_path
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -89,6 +89,25 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
 
     from tkc.runtime.launch import alignment
 
+    # The common call (2-D row-major a and b of matching sizes, no out=) checks only what the launch cannot know and
+    # takes its launch plan from the first such call: at 2048³ the kernel runs ~27 µs, and the GPU should not wait
+    # for Python. Dtypes and devices are the launch's argument reader's to check; anything else takes the full
+    # checks below and their error.
+    if out is None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 == b.dim():
+        (m, k), (b0, b1) = a.shape, b.shape
+        n, kb = (b0, b1) if trans_b else (b1, b0)
+        sa, sb = a.stride(), b.stride()
+        if k == kb and m and n and sa[1] == 1 and sb[1] == 1:
+            # 16-byte aligned rows (TMA's condition): addresses, row pitches and row lengths
+            aligned = not (a.data_ptr() | b.data_ptr() | (sa[0] | sb[0] | k | b1) * 2) & 15
+            plan = _PLANS.get((a.get_device(), trans_b, aligned, target))
+            if plan is not None:
+                spec, bm, bn, most = plan
+                out = a.new_empty((m, n))
+                if spec.launch((min(ceil_div(m, bm) * ceil_div(n, bn), most), 1, 1), (a, b, out), common_only=True):
+                    return out
+            out = None
+
     check_tensor("a", a, torch.bfloat16, 2)
     check_tensor("b", b, torch.bfloat16, 2)
     if a.get_device() != b.get_device():
@@ -103,7 +122,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     if a.stride(-1) != 1 and a.shape[-1] > 1:
         fail(f"a: its last dimension must be contiguous, got strides {tuple(a.stride())}")
     if out is None:
-        out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
+        out = a.new_empty((m, n))
     else:
         check_tensor("out", out, torch.bfloat16, 2)
         if out.shape != (m, n):
@@ -112,16 +131,23 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         return out
     # wgmma on Hopper: with a TMA ring and a producer warpgroup where the operands' rows are 16-byte aligned,
     # else with a cp.async ring (any alignment)
-    if wgmma_path(a.get_device(), target):
+    device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
+    if wgmma_path(device, target):
         cfg = {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b)}
-        if not alignment(a) == alignment(b) == 16:
+        if not aligned:
             cfg.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
-        grid = ceil_div(m, 16 * cfg["WARPS"]) * ceil_div(n, cfg["BN"])
-        if PERSISTENT:
-            grid = min(grid, resident_blocks(gemm_sm90_kernel, (a.get_device(), *cfg.values()), a, b, out,
-                                             target="sm_90a", **cfg))
-        gemm_sm90_kernel[(grid,)](a, b, out, target="sm_90a", **cfg)
+        spec = gemm_sm90_kernel.specialize(target="sm_90a", **cfg)
+        bm, bn = 16 * cfg["WARPS"], cfg["BN"]
+        most = spec.resident_blocks(a, b, out) if PERSISTENT else GRID_LIMIT
     else:
-        grid = ceil_div(m, CONFIG["BM"]) * ceil_div(n, CONFIG["BN"])
-        gemm_kernel[(grid,)](a, b, out, TRANS_B=int(trans_b), target=target, **CONFIG)
+        spec = gemm_kernel.specialize(TRANS_B=int(trans_b), target=target, **CONFIG)
+        bm, bn, most = CONFIG["BM"], CONFIG["BN"], GRID_LIMIT
+    spec[(min(ceil_div(m, bm) * ceil_div(n, bn), most),)](a, b, out)
+    _PLANS[(device, trans_b, aligned, target)] = (spec, bm, bn, most)  # for the common call above
     return out
+
+
+GRID_LIMIT = 2**31 - 1
+# (device, trans_b, 16-byte aligned rows, target) → (the specialized kernel, its tile's rows and columns, its largest
+# grid): what gemm()'s common call launches
+_PLANS: dict[tuple[int, bool, bool, str | None], tuple[Any, int, int, int]] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import check_tensor, fail
@@ -82,8 +82,8 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
         if common:
             out = torch.empty_like(x) if out is None else out
             residual_out = torch.empty_like(x) if residual_out is None else residual_out
-            if layernorm_kernel[(shape[0],)].common(x, residual, weight, bias, out, residual_out, float(eps), D=d,
-                                                    WARPS=_warps(d), target=target):
+            if _specialized(d, target).launch((shape[0], 1, 1), (x, residual, weight, bias, out, residual_out,
+                                                                 float(eps)), common_only=True):
                 return out, residual_out
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         fail("x must be a tensor with at least one dimension")
@@ -119,8 +119,19 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     x2, r2, o2, ro2 = tensors
     rows = x2.shape[0]
     if rows:
-        layernorm_kernel[(rows,)](x2, r2, weight, bias, o2, ro2, float(eps), D=d, WARPS=_warps(d), target=target)
+        _specialized(d, target)[(rows,)](x2, r2, weight, bias, o2, ro2, float(eps))
     return out, residual_out
+
+
+def _specialized(d: int, target: str | None) -> Any:
+    """layernorm_kernel for rows of `d` columns (and `target`), made once."""
+    spec = _SPECIALIZED.get((d, target))
+    if spec is None:
+        spec = _SPECIALIZED[(d, target)] = layernorm_kernel.specialize(D=d, WARPS=_warps(d), target=target)
+    return spec
+
+
+_SPECIALIZED: dict[tuple[int, str | None], Any] = {}
 
 
 def _warps(d: int) -> int:

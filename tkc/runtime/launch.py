@@ -184,9 +184,13 @@ _FIELD = {"u64": ("Q", 8, 8), "s64": ("q", 8, 8), "s32": ("i", 4, 4), "u32": ("I
 
 
 class ParamBuffer:
-    """The kernel parameters of one compiled kernel, packed in one buffer with the pointer table the driver reads
-    (`kernelParams` as a `void**`): a launch is one `struct.pack_into` and one `cuLaunchKernel`. One buffer per
-    thread; the driver copies the values during the call, so the buffer is free again when the call returns."""
+    """The kernel parameters of one compiled kernel as the driver reads them (`kernelParams`, a `void**` table
+    pointing into one packed buffer). Launches with the same parameter values (a training loop's, on tensors the
+    caching allocator hands out again) reuse their packed bytes, tensor maps included: a launch is then one dict
+    lookup, one `memmove` into this thread's buffer and one `cuLaunchKernel`. The driver copies the values during
+    the call, so the buffer is free again when the call returns."""
+
+    SAVED = 4096  # packed parameter sets kept per compiled kernel (~0.5 KB each); all dropped when full
 
     def __init__(self, params: Sequence[tuple[str, str]]):
         fmt, offsets, offset = "<", [], 0
@@ -200,23 +204,31 @@ class ParamBuffer:
         self.struct = struct.Struct(fmt)
         self.offsets = offsets
         self.local = threading.local()
+        self.saved: dict[tuple[Any, ...], bytes] = {}
 
-    def address(self, values: Sequence[Any]) -> int:
+    def pack(self, values: Sequence[Any]) -> bytes:
+        """The packed bytes of `values` (struct.error for a value no parameter holds)."""
+        return self.struct.pack(*values)
+
+    def address(self, packed: bytes) -> int:
+        """Copy `packed` into this thread's buffer; the address of its pointer table."""
         local = self.local
-        if not hasattr(local, "buffer"):
-            storage = ctypes.create_string_buffer(max(self.struct.size, 1) + 64)
+        table = getattr(local, "table", None)
+        if table is None:
+            size = max(self.struct.size, 1)
+            storage = ctypes.create_string_buffer(size + 64)
             skip = -ctypes.addressof(storage) % 64  # tensor maps want 64-byte alignment
             local.storage = storage
-            local.buffer = (ctypes.c_char * max(self.struct.size, 1)).from_buffer(storage, skip)
-            base = ctypes.addressof(local.buffer)
-            local.pointers = (ctypes.c_void_p * max(len(self.offsets), 1))(*(base + o for o in self.offsets))
-        self.struct.pack_into(local.buffer, 0, *values)
-        return ctypes.addressof(local.pointers)
+            local.base = ctypes.addressof(storage) + skip
+            local.pointers = (ctypes.c_void_p * max(len(self.offsets), 1))(*(local.base + o for o in self.offsets))
+            table = local.table = ctypes.addressof(local.pointers)
+        ctypes.memmove(local.base, packed, len(packed))
+        return table
 
 
 @dataclass
 class _Fast:
-    """What a repeated launch of one kernel variant needs, found by a cheap key."""
+    """A compiled, loaded variant of a kernel and what its repeated launches need."""
 
     loaded: LoadedKernel
     params: ParamBuffer
@@ -224,52 +236,146 @@ class _Fast:
     resident: int | None = None  # blocks the GPU holds at once, once asked for
     tensor_maps: tuple[tuple[int, str, int, int, int, bool], ...] = ()  # (argument, its label, box rows, cols, swizzle, stacked)
 
+    @classmethod
+    def make(cls, kernel: Kernel, prepared: tuple[LoadedKernel, Any, Device]) -> _Fast:
+        loaded, _, dev = prepared
+        return cls(loaded, ParamBuffer(loaded.params), dev, tensor_maps=_tensor_map_params(kernel, loaded.params))  # type: ignore[attr-defined]
 
-_fast: dict[tuple[Any, ...], _Fast] = {}
+    def parameters(self, kernel: Kernel, args: Sequence[Any], values: list[Any]) -> int:
+        """The address of the parameter table for these arguments (`values`: what the reader read off them)."""
+        saved = self.params.saved
+        key = tuple(values)
+        packed = saved.get(key)
+        if packed is None:
+            if self.tensor_maps:
+                values.extend(tensor_map(args[i], rows, cols, swizzle, label, stack)
+                              for i, label, rows, cols, swizzle, stack in self.tensor_maps)
+            try:
+                packed = self.params.pack(values)
+            except struct.error:  # a size the reader let through that no 32-bit parameter holds: the check says which
+                check_arguments(kernel, args)
+                raise
+            if len(saved) >= ParamBuffer.SAVED:
+                saved.clear()
+            saved[key] = packed
+        return self.params.address(packed)
+
+
 _current = threading.local()
+
+
+class Specialized:
+    """A kernel with its constants, target and pipeline fixed (`kernel.specialize(D=128)`): its launches skip
+    reading and hashing them. `spec[grid](*args)` launches; each compiled variant (per device and the arguments'
+    alignments) is found by what the kernel's argument reader returns."""
+
+    def __init__(self, kernel: Kernel, constants: dict[str, Any], target: str | None, pipeline: str | None):
+        self.kernel, self.constants, self.target, self.pipeline = kernel, constants, target, pipeline
+        self.variants: dict[Any, _Fast] = {}
+        self.read = _reader(kernel)
+
+    def __getitem__(self, grid: Any) -> _BoundSpecialized:
+        return _BoundSpecialized(self, normalize_grid(grid))
+
+    def __repr__(self) -> str:
+        settings = [f"{k}={v!r}" for k, v in self.constants.items()]
+        settings += [f"{k}={v!r}" for k, v in (("target", self.target), ("pipeline", self.pipeline)) if v is not None]
+        return f"<{self.kernel.name} specialized {', '.join(settings)}>"
+
+    def variant(self, args: Sequence[Any], values: list[Any], common_only: bool = False) -> _Fast | None:
+        """The launchable variant for `args`, its parameter values appended to `values`. Arguments outside the
+        reader's common case (the right number; CUDA tensors of the right dtype and rank on one device, last
+        dimension contiguous; numbers where numbers go) take the full check and its error, or with `common_only`
+        give None."""
+        got = self.read(args, values)
+        if got is not None:
+            fast = self.variants.get(got)
+            if fast is None:
+                fast = self.variants[got] = _Fast.make(self.kernel, prepare(self.kernel, args, self.constants,
+                                                                            self.target, self.pipeline))
+            return fast
+        if common_only:
+            return None
+        fast = _Fast.make(self.kernel, prepare(self.kernel, args, self.constants, self.target, self.pipeline))
+        values[:] = _param_values(self.kernel, args)
+        return fast
+
+    def launch(self, grid: Any, args: Sequence[Any], common_only: bool = False) -> bool:
+        """Launch on `grid`; True once launched. With `common_only`, arguments outside the reader's common case
+        launch nothing and give False (the caller's own checks then say what is wrong, in its own words)."""
+        grid3 = grid if type(grid) is tuple and len(grid) == 3 and _valid_grid3(grid) else normalize_grid(grid)
+        values: list[Any] = []
+        fast = self.variant(args, values, common_only)
+        if fast is None:
+            return False
+        params = fast.parameters(self.kernel, args, values)
+        if getattr(_current, "ordinal", None) != fast.device.ordinal:
+            make_current(fast.device)  # torch keeps its primary context current afterwards; set it once per thread
+            _current.ordinal = fast.device.ordinal
+        launch(fast.loaded, grid3, _current_stream(fast.device.ordinal), params)
+        return True
+
+    def resident_blocks(self, *args: Any) -> int:
+        """How many blocks of this variant the GPU holds at once (multiprocessors × blocks per multiprocessor):
+        the grid of a persistent kernel that loops over its work."""
+        fast = self.variant(args, [])
+        if fast.resident is None:
+            fast.resident = fast.device.multiprocessors * max(1, blocks_per_multiprocessor(fast.loaded))
+        return fast.resident
+
+
+def _valid_grid3(grid: tuple[Any, ...]) -> bool:
+    x, y, z = grid
+    return (type(x) is int and type(y) is int and type(z) is int and 0 < x <= GRID_LIMITS[0]
+            and 0 < y <= GRID_LIMITS[1] and 0 < z <= GRID_LIMITS[2])
+
+
+class _BoundSpecialized:
+    """`spec[grid]`: call it with the kernel's run-time arguments."""
+
+    def __init__(self, spec: Specialized, grid: tuple[int, int, int]):
+        self.spec, self.grid = spec, grid
+
+    def __call__(self, *args: Any) -> None:
+        self.spec.launch(self.grid, args)
+
+    def common(self, *args: Any) -> bool:
+        """As `kernel[grid].common`: launch only the common case, and say whether it did."""
+        return self.spec.launch(self.grid, args, common_only=True)
+
+
+_specialized: dict[tuple[Any, ...], Specialized] = {}
+
+
+def specialize(kernel: Kernel, constants: dict[str, Any], target: str | None = None,
+               pipeline: str | None = None) -> Specialized:
+    """The kernel with these constants, target and pipeline (one object per distinct set; constants checked)."""
+    key = (kernel, tuple(constants.items()), target, pipeline)
+    spec = _specialized.get(key)
+    if spec is None:
+        kernel.resolve_constants(constants)  # an unknown or missing constant: its error now, not at the launch
+        spec = _specialized[key] = Specialized(kernel, dict(constants), target, pipeline)
+    return spec
 
 
 def resident_blocks(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None = None,
                     pipeline: str | None = None) -> int:
-    """How many blocks of this kernel variant the GPU holds at once (multiprocessors × blocks per multiprocessor):
-    the grid of a persistent kernel that loops over its work."""
-    fast = _fast_for(kernel, args, constants, target, pipeline)
-    if fast.resident is None:
-        fast.resident = fast.device.multiprocessors * max(1, blocks_per_multiprocessor(fast.loaded))
-    return fast.resident
+    """How many blocks of this kernel variant the GPU holds at once (see Specialized.resident_blocks)."""
+    return specialize(kernel, constants, target, pipeline).resident_blocks(*args)
 
 
-def _fast_for(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None,
-              pipeline: str | None, values: list[Any] | None = None, common_only: bool = False) -> _Fast | None:
-    """The launchable variant for these arguments, found by a cheap key when they are the common case (the right
-    number of arguments; CUDA tensors of the right dtype and rank on one device, last dimension contiguous;
-    numbers where numbers go); anything else takes the full check, and its error (or, with `common_only`, gives
-    None). `values` receives the parameter values (pointer, sizes and strides per tensor)."""
-    fast = None
-    key = _quick_key(kernel, args, constants, target, pipeline, values)
-    if key is None and common_only:
-        return None
-    if key is not None:
-        fast = _fast.get(key)
-    if fast is None:
-        loaded, checked, dev = prepare(kernel, args, constants, target, pipeline)
-        fast = _Fast(loaded, ParamBuffer(loaded.params), dev, tensor_maps=_tensor_map_params(kernel, loaded.params))  # type: ignore[attr-defined]
-        if key is not None:
-            _fast[key] = fast
-        if values is not None and key is None:
-            values.clear()
-            values.extend(_param_values(kernel, args))
-    return fast
+def _reader(kernel: Kernel) -> Any:
+    reader = _readers.get(kernel)
+    if reader is None:
+        reader = _readers[kernel] = _make_reader(kernel)
+    return reader
 
 
 def _quick_key(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None,
                pipeline: str | None, values: list[Any] | None) -> tuple[Any, ...] | None:
     """The variant's key read straight off the arguments, or None where they need the full check. The hot path of
     every launch: a reader made for the kernel reads each argument once (bench/host_breakdown.py)."""
-    reader = _readers.get(kernel)
-    if reader is None:
-        reader = _readers[kernel] = _make_reader(kernel)
-    got = reader(args, values if values is not None else [])
+    got = _reader(kernel)(args, values if values is not None else [])
     if got is None:
         return None
     return (kernel, tuple(constants.items()), target, pipeline, *got)
@@ -370,26 +476,8 @@ def _current_stream(ordinal: int) -> int:
 
 def run(kernel: Kernel, grid3: tuple[int, int, int], args: Sequence[Any], constants: dict[str, Any],
         target: str | None = None, pipeline: str | None = None, common_only: bool = False) -> bool:
-    """Launch on a grid already checked by `normalize_grid`; True once launched. With `common_only`, arguments
-    outside the quick reader's common case launch nothing and give False (the caller's own checks then say what is
-    wrong, in its own words)."""
-    values: list[Any] = []
-    fast = _fast_for(kernel, args, constants, target, pipeline, values, common_only)
-    if fast is None:
-        return False
-    if fast.tensor_maps:
-        values.extend(tensor_map(args[i], rows, cols, swizzle, label, stack)
-                      for i, label, rows, cols, swizzle, stack in fast.tensor_maps)
-    if getattr(_current, "ordinal", None) != fast.device.ordinal:
-        make_current(fast.device)  # torch keeps its primary context current afterwards; set it once per thread
-        _current.ordinal = fast.device.ordinal
-    try:
-        params = fast.params.address(values)
-    except struct.error:  # a size the quick key let through that no 32-bit parameter holds: the full check says which
-        check_arguments(kernel, args)
-        raise
-    launch(fast.loaded, grid3, _current_stream(fast.device.ordinal), params)
-    return True
+    """Launch on a grid already checked by `normalize_grid`; True once launched (see Specialized.launch)."""
+    return specialize(kernel, constants, target, pipeline).launch(grid3, args, common_only)
 
 
 class BoundLaunch:
