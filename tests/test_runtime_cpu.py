@@ -223,7 +223,8 @@ def test_specialized_launches_pack_each_parameter_set_once(monkeypatch) -> None:
 
 def test_gemm_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:
     """gemm()'s common call (no checks of its own) launches the kernel, grid and arguments of the fully checked
-    first call; what it cannot take (other dtypes, out=, column-major b) still meets the full checks."""
+    first call (also into a given out); what it cannot take (other dtypes, a column-major b or out) still meets the
+    full checks."""
     import importlib
 
     torch = pytest.importorskip("torch")
@@ -242,8 +243,12 @@ def test_gemm_common_call_launches_what_the_checked_call_did(monkeypatch) -> Non
     assert not checked and len(launches) == 2 and launches[1][0] is launches[0][0] and launches[1][1] == (6, 1, 1)
     assert launches[1][2] == launch.ParamBuffer(launches[1][0].params).struct.pack(
         *launch._param_values(gemm_module.gemm_kernel, (a, b, out)))
+    given = cuda(300, 200)
+    assert gemm(a, b, target="sm_80", out=given) is given and not checked
+    assert launches[-1][2] == launch.ParamBuffer(launches[1][0].params).struct.pack(
+        *launch._param_values(gemm_module.gemm_kernel, (a, b, given)))
     gemm(a, cuda(200, 40).t(), target="sm_80")  # column-major b: the full path
-    gemm(a, b, target="sm_80", out=cuda(300, 200))
+    gemm(a, b, target="sm_80", out=cuda(300, 200).t().contiguous().t())  # a column-major out: the full path
     assert checked == ["a", "b", "a", "b", "out"]
     monkeypatch.setattr(gemm_module, "check_tensor", launch_check_tensor)
     with pytest.raises(ValueError, match="a must be torch.bfloat16"):

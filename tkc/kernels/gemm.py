@@ -89,11 +89,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
 
     from tkc.runtime.launch import alignment
 
-    # The common call (2-D row-major a and b of matching sizes, no out=) checks only what the launch cannot know and
-    # takes its launch plan from the first such call: at 2048³ the kernel runs ~27 µs, and the GPU should not wait
-    # for Python. Dtypes and devices are the launch's argument reader's to check; anything else takes the full
-    # checks below and their error.
-    if out is None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 == b.dim():
+    # The common call (2-D row-major a and b of matching sizes; out, if given, of the product's shape) checks only
+    # what the launch cannot know and takes its launch plan from the first such call: at 2048³ the kernel runs
+    # ~27 µs, and the GPU should not wait for Python. Dtypes, devices and out's strides are the launch's argument
+    # reader's to check; anything else takes the full checks below and their error.
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 == b.dim():
         (m, k), (b0, b1) = a.shape, b.shape
         n, kb = (b0, b1) if trans_b else (b1, b0)
         sa, sb = a.stride(), b.stride()
@@ -101,12 +101,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             # 16-byte aligned rows (TMA's condition): addresses, row pitches and row lengths
             aligned = not (a.data_ptr() | b.data_ptr() | (sa[0] | sb[0] | k | b1) * 2) & 15
             plan = _PLANS.get((a.get_device(), trans_b, aligned, target))
-            if plan is not None:
+            if plan is not None and (out is None or isinstance(out, torch.Tensor) and out.shape == (m, n)):
                 spec, bm, bn, most = plan
-                out = a.new_empty((m, n))
-                if spec.launch((min(ceil_div(m, bm) * ceil_div(n, bn), most), 1, 1), (a, b, out), common_only=True):
-                    return out
-            out = None
+                c = a.new_empty((m, n)) if out is None else out
+                if spec.launch((min(ceil_div(m, bm) * ceil_div(n, bn), most), 1, 1), (a, b, c), common_only=True):
+                    return c
 
     check_tensor("a", a, torch.bfloat16, 2)
     check_tensor("b", b, torch.bfloat16, 2)
