@@ -98,6 +98,63 @@ def copy_rows(X: gl[bf16, 2], Residual: gl[bf16, 2], Out: gl[bf16, 2], OutResidu
             store(OutResidual, r1, (row + 1, part))
 
 
+@tkc.func
+def rows_total(partial, scratch, warps):
+    """Each of 16 rows' sums over the block's warps, from each warp's partial sums (one per row)."""
+    slots = store(scratch, partial, (warp_id(),))
+    total = load(slots, (0,), rv[f32, 16])
+    for i in range(1, warps):
+        total = total + load(slots, (i,), rv[f32, 16])
+    return total
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", tma_store="TMA_STORE", min_target="sm_80")
+def staged_layernorm(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1], Bias: gl[bf16, 1],
+                     Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024, WARPS: const = 8,
+                     STAGES: const = 2, TMA_STORE: const = 1):
+    """Blocks of 16 rows staged in shared memory by an asynchronous ring (TMA on sm_90a, cp.async on sm_80) on a
+    persistent grid, each warp a 16 × D/WARPS register tile of them; row sums over the warps through shared
+    memory. The rows' next blocks load while this one is normalized."""
+    W = D // WARPS
+    sums, squares = empty(sv[f32, 16 * WARPS]), empty(sv[f32, 16 * WARPS])
+    w, b = load(Weight, (warp_id(),), rv[f32, W]), load(Bias, (warp_id(),), rv[f32, W])
+    for t in range(block_idx()[0], cdiv(X.shape[0], 16), num_blocks()[0]):
+        xs, rs = load(X, (t, 0), st[bf16, 16, D]), load(Residual, (t, 0), st[bf16, 16, D])
+        s = load(xs, (0, warp_id()), rt[bf16, 16, W]).to(f32) + load(rs, (0, warp_id()), rt[bf16, 16, W]).to(f32)
+        store(OutResidual, s.to(bf16), (t, warp_id()))
+        c = sub_row(s, rows_total(row_sum(s), sums, WARPS) / D)
+        rstd = rsqrt(rows_total(row_sum(c * c), squares, WARPS) / D + eps)
+        store(Out, add_col(mul_col(mul_row(c, rstd), w), b).to(bf16), (t, warp_id()))
+
+
+STAGED = {"sm_90a": [{"WARPS": 8, "STAGES": 2, "TMA_STORE": 1}, {"WARPS": 8, "STAGES": 3, "TMA_STORE": 0},
+                     {"WARPS": 16, "STAGES": 2, "TMA_STORE": 1}, {"WARPS": 16, "STAGES": 3, "TMA_STORE": 0}],
+          "sm_80": [{"WARPS": 8, "STAGES": 2}, {"WARPS": 16, "STAGES": 2}]}
+
+
+def compare_staged(m: int, d: int) -> None:
+    """staged_layernorm (each STAGED configuration, persistent) beside layernorm() and a same-size copy."""
+    setup = layernorm_setup(m, d)
+    x, r, w, b, o, ro = setup.x, setup.r, setup.w, setup.b, setup.o, setup.ro
+    args = (x, r, w, b, o, ro, 1e-5)
+    impls = {"layernorm()": lambda: layernorm(x, r, w, b, out=o, residual_out=ro),
+             "same-size copy": lambda: setup.dst.copy_(setup.src)}
+    for target, configs in STAGED.items():
+        for cfg in configs:
+            spec = staged_layernorm.specialize(target=target, D=d, **cfg)
+            grid = spec.resident_blocks(*args)
+            name = f"staged {target} " + " ".join(f"{k}={v}" for k, v in cfg.items()) + f" grid={grid}"
+            impls[name] = (lambda spec=spec, grid=grid: spec[(grid,)](*args))
+    for name, fn in impls.items():
+        if name != "same-size copy":
+            o.fill_(float("nan"))
+            ro.fill_(float("nan"))
+            fn()
+            assert rel_err(o, setup.ref) < 1e-2, f"{name}: relative error {rel_err(o, setup.ref)}"
+            assert torch.equal(ro, (x.float() + r.float()).to(torch.bfloat16)), f"{name}: residual_out"
+    report_copy_fractions(f"{m}x{d}", impls, setup.nbytes, setup.copy_gbs)
+
+
 def compare_kernel_warps(m: int, d: int, warps: list[int]) -> None:
     """layernorm_kernel as shipped, a block a row, at each of `warps` warps a row."""
     from tkc.kernels import layernorm_kernel
@@ -124,8 +181,13 @@ def main() -> None:
     parser.add_argument("--check-only", action="store_true", help="compile each variant and print ptxas's report")
     parser.add_argument("--kernel-warps", type=int, nargs="*",
                         help="only layernorm_kernel itself with these WARPS (beside layernorm() and the copy)")
+    parser.add_argument("--staged", action="store_true", help="staged_layernorm (rows staged in shared memory by "
+                        "TMA / cp.async rings) beside layernorm() and the copy")
     args = parser.parse_args()
     m, d = args.rows, args.dim
+    if args.staged:
+        compare_staged(m, d)
+        return
     if args.kernel_warps:
         compare_kernel_warps(m, d, args.kernel_warps)
         return

@@ -1,5 +1,6 @@
 """insert-async-pipeline: correct when the loop runs 0, 1, fewer times than there are stages, or many times, for
-2 to 4 stages, in the tile interpreter (copies land only at waits) and in the PTX simulation."""
+2 to 4 stages, with a constant or a run-time step (a persistent kernel's loop), in the tile interpreter (copies land
+only at waits) and in the PTX simulation."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 from reference import random_bf16
 
-from kernels.pipelined_sum import column_block_sum
+from kernels.pipelined_sum import column_block_sum, strided_block_sum
 from tkc.backend.simulator import simulate
 from tkc.compiler import default_pipeline, lower_kernel
 from tkc.ir import async_ops as a
@@ -51,3 +52,27 @@ def test_wait_is_one_less_than_stages() -> None:
     waits = [op.pending.value.data for op in module.walk() if isinstance(op, a.WaitGroupOp)]
     commits = [op for op in module.walk() if isinstance(op, a.CommitGroupOp)]
     assert waits == [2] and len(commits) == 4  # 3 in the prologue, 1 per iteration
+
+
+def _expected_strided(x: np.ndarray, n: int, grid: int) -> np.ndarray:
+    out = np.zeros((64 * grid, 64), dtype=np.float64)
+    for j in range(n):
+        out[64 * (j % grid):64 * (j % grid + 1)] += x[64 * j:64 * (j + 1)].astype(np.float64)
+    return out
+
+
+@pytest.mark.parametrize("stages, trips", [(2, 0), (2, 2), (3, 4), (3, 11), (4, 7), (4, 20)])
+def test_pipeline_with_a_run_time_step(stages: int, trips: int) -> None:
+    """Three blocks striding over the row blocks (each runs trips/3 steps, some one more): the ring and its
+    prologue count steps of the run-time stride, interpreted and simulated."""
+    rng = np.random.default_rng(stages * 100 + trips)
+    x = random_bf16(rng, 64 * 20, 64)
+    out = np.full((64 * 3, 64), np.nan, dtype=np.float32)
+    before, after, module = before_and_after(strided_block_sum, f"insert-async-pipeline{{stages={stages}}}",
+                                             [x, out, trips], (3,))
+    assert any(isinstance(op, a.RingAllocOp) for op in module.walk())
+    np.testing.assert_allclose(before[1], _expected_strided(x, trips, 3), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(after[1], before[1])
+    module = lower_kernel(strided_block_sum, "sm_80", pipeline=default_pipeline("sm_80", stages))
+    simulate(module, "strided_block_sum", [x, out, trips], (3,), order="shuffled")
+    np.testing.assert_allclose(out, _expected_strided(x, trips, 3), rtol=1e-5, atol=1e-5)

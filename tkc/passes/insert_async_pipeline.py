@@ -141,9 +141,12 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
     if not candidates or stages < 2:
         return False
     step_op = loop.step.owner
-    if not (isinstance(step_op, arith.ConstantOp) and isinstance(step_op.value, IntegerAttr)):
-        return False  # a run-time step (a persistent kernel's tile loop): its loads stay plain loads
-    step = step_op.value.value.data
+    step = (step_op.value.value.data if isinstance(step_op, arith.ConstantOp) and isinstance(step_op.value, IntegerAttr)
+            else None)  # None: a run-time step (a persistent kernel's loop over its tiles), defined before the loop
+
+    def times_step(b: Builder, n: SSAValue) -> SSAValue:
+        return b.insert(arith.MuliOp(n, _constant(b, step) if step is not None else loop.step)).result
+
     iv = body.args[0]
     # A wgmma reading these tiles may still run while the next iteration starts (it is waited for one step
     # later): then a copy may refill only the stage read two steps ago, so the copies run stages-2 ahead.
@@ -159,14 +162,14 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
         ring.location = p.load.location
         p.ring = ring.result
     span = pre.insert(arith.SubiOp(loop.ub, loop.lb)).result
-    c_step = _constant(pre, step)
+    c_step = _constant(pre, step) if step is not None else loop.step
     trips = pre.insert(arith.CeilDivSIOp(span, c_step)).result
     for s in range(ahead):
         c_s = _constant(pre, s)
         cond = pre.insert(arith.CmpiOp(c_s, trips, "slt")).result
         _guarded_issue(
             pre, cond, candidates, iv,
-            lambda b, s=s: b.insert(arith.AddiOp(loop.lb, _constant(b, s * step))).result,
+            lambda b, s=s: b.insert(arith.AddiOp(loop.lb, times_step(b, _constant(b, s)))).result,
             lambda b, s=s: _constant(b, s),
         )
 
@@ -174,7 +177,8 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
     first = body.first_op
     assert first is not None
     inb = Builder(InsertPoint.before(first))
-    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, _constant(inb, step))).result
+    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result,
+                                 _constant(inb, step) if step is not None else loop.step)).result
     c_stages = _constant(inb, stages)
     stage = inb.insert(arith.RemUIOp(k, c_stages)).result
     inb.insert(a.WaitGroupOp(ahead - 1))
@@ -182,7 +186,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
     cond = inb.insert(arith.CmpiOp(k_ahead, trips, "slt")).result
     _guarded_issue(
         inb, cond, candidates, iv,
-        lambda b: b.insert(arith.AddiOp(loop.lb, b.insert(arith.MuliOp(k_ahead, _constant(b, step))).result)).result,
+        lambda b: b.insert(arith.AddiOp(loop.lb, times_step(b, k_ahead))).result,
         lambda b: b.insert(arith.RemUIOp(k_ahead, c_stages)).result,
     )
     for p in candidates:
