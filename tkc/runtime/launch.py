@@ -190,7 +190,7 @@ class ParamBuffer:
     lookup, one `memmove` into this thread's buffer and one `cuLaunchKernel`. The driver copies the values during
     the call, so the buffer is free again when the call returns."""
 
-    SAVED = 4096  # packed parameter sets kept per compiled kernel (~0.5 KB each); all dropped when full
+    SAVED = 1024  # packed parameter sets kept per compiled kernel (under 1 KB each with their keys); all dropped when full
 
     def __init__(self, params: Sequence[tuple[str, str]]):
         fmt, offsets, offset = "<", [], 0
