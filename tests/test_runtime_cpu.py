@@ -163,6 +163,7 @@ def _fake_gpu(monkeypatch):
     """CPU tensors the launch path takes for CUDA tensors on device 0, and a launch path that compiles for real but
     records its launches instead of calling the driver: (tensor maker, recorded launches)."""
     import ctypes
+    import struct
     import types
 
     torch = pytest.importorskip("torch")
@@ -188,7 +189,11 @@ def _fake_gpu(monkeypatch):
         size = launch.ParamBuffer(loaded.params).struct.size
         launches.append((loaded, grid, ctypes.string_at(table[0], size)))
 
+    def tensor_map(t, rows, cols, swizzle, label, stack=False):  # its argument's address and the box, as bytes
+        return struct.pack("<QIIIi", t.data_ptr(), rows, cols, swizzle, stack).ljust(128, b"\0")
+
     monkeypatch.setattr(launch, "prepare", prepare)
+    monkeypatch.setattr(launch, "tensor_map", tensor_map)
     monkeypatch.setattr(launch, "launch", record)
     monkeypatch.setattr(launch, "make_current", lambda dev: None)
     monkeypatch.setattr(launch, "_current_stream", lambda ordinal: 0)
@@ -253,3 +258,38 @@ def test_gemm_common_call_launches_what_the_checked_call_did(monkeypatch) -> Non
     monkeypatch.setattr(gemm_module, "check_tensor", launch_check_tensor)
     with pytest.raises(ValueError, match="a must be torch.bfloat16"):
         gemm(cuda(300, 40, dtype=torch.float32), b, target="sm_80")
+
+
+def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:
+    """attention()'s common call launches the kernel, grid and arguments of the fully checked first call (here a
+    persistent configuration: the grid is the GPU's resident blocks); misaligned strides, out= and return_lse
+    still meet the full checks."""
+    import importlib
+
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import attention
+    from tkc.runtime import launch
+
+    attention_module = importlib.import_module("tkc.kernels.attention")
+    cuda, launches = _fake_gpu(monkeypatch)
+    monkeypatch.setattr(launch, "blocks_per_multiprocessor", lambda loaded: 1)
+    monkeypatch.setattr(attention_module, "_PLANS", {})
+    q, k, v = cuda(2, 3, 200, 64), cuda(2, 3, 300, 64), cuda(2, 3, 300, 64)
+    attention(q, k, v, target="sm_90a")
+    assert launches[-1][1] == (min(2 * 3 * 2, 132), 1, 1)  # 2·3 heads × 2 query blocks of 128 rows
+    checked, check_tensor = [], attention_module.check_tensor
+    monkeypatch.setattr(attention_module, "check_tensor", lambda *args: checked.append(args[0]))
+    out = attention(q, k, v, target="sm_90a", scale=0.25)
+    assert not checked and len(launches) == 2 and launches[1][:2] == launches[0][:2]
+    args = (q, k, v, out, attention_module._NO_LSE[0], 0.25)
+    (fast,) = [f for spec in launch._specialized.values() for f in spec.variants.values() if f.loaded is launches[1][0]]
+    maps = [launch.tensor_map(args[i], rows, cols, swizzle, label, stack)
+            for i, label, rows, cols, swizzle, stack in fast.tensor_maps]
+    assert len(maps) == 3 and launches[1][2] == fast.params.struct.pack(
+        *launch._param_values(attention_module.attention_sm90, args), *maps)
+    attention(q, k, v, target="sm_90a", return_lse=True)
+    attention(q, k, v, target="sm_90a", out=cuda(2, 3, 200, 64))
+    assert checked == ["q", "k", "v"] + ["q", "k", "v", "out"]
+    monkeypatch.setattr(attention_module, "check_tensor", check_tensor)
+    with pytest.raises(ValueError, match="k: the Hopper kernel reads and writes through TMA"):
+        attention(q, cuda(2, 3, 300, 68)[..., :64], v, target="sm_90a")

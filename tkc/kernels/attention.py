@@ -241,20 +241,25 @@ def sm90_blocks(batch: int, heads: int, nq: int, warps: int, tiles: int = 1) -> 
 
 def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                 scale: float, cfg: dict[str, int], *, causal: bool = False, return_lse: bool = False,
-                kernel: Any = None, **extra: int) -> None:
+                kernel: Any = None, **extra: int) -> Any:
     """attention_sm90 (or `kernel`, a copy of it with `extra` constants: bench's probes) on checked tensors with
-    configuration `cfg` (constants and GRID_KEYS)."""
+    configuration `cfg` (constants and GRID_KEYS); the specialized kernel it launched."""
     kernel = attention_sm90 if kernel is None else kernel
     batch, heads, nq, d = q.shape
     constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg), **extra}
+    spec = kernel.specialize(target="sm_90a", **constants)
     blocks = sm90_blocks(batch, heads, nq, cfg["WARPS"], cfg.get("TILES", 1))
     if cfg.get("PERSISTENT"):
         blocks = min(blocks, resident_blocks(kernel, (q.device, *constants.items()), q, k, v, out, lse, scale,
                                              **constants, target="sm_90a"))
-    kernel[(blocks,)](q, k, v, out, lse, scale, **constants, target="sm_90a")
+    spec[(blocks,)](q, k, v, out, lse, scale)
+    return spec
 
 
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
+# (device, D, causal, Nk ≥ 2048, Nk ≥ 4096, target) → (the specialized attention_sm90, its query rows a tile, tiles
+# a block, its largest grid): what attention()'s common call launches
+_PLANS: dict[tuple[Any, ...], tuple[Any, int, int, int]] = {}
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
@@ -269,6 +274,28 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     64, causal with Nq = Nk. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32
     (B, H, Nq): (out, lse)."""
     import torch
+
+    # The common call (q, k, v of one 4-D shape but for Nk, no out= or return_lse, a Hopper launch): only what the
+    # launch cannot know is checked here, and the launch comes from a plan the first checked call made (a short
+    # sequence's kernel runs ~20 µs: the GPU should not wait for Python). Dtypes, devices and the last dimension's
+    # contiguity are the launch's argument reader's to check; anything else takes the full checks below.
+    if out is None and not return_lse and isinstance(q, torch.Tensor) and q.dim() == 4 and isinstance(k, torch.Tensor):
+        batch, heads, nq, d = q.shape
+        nk = k.shape[2] if k.dim() == 4 else 0
+        plan = _PLANS.get((q.get_device(), d, bool(causal), nk >= LONG_KEYS // 2, nk >= LONG_KEYS, target))
+        if (plan is not None and nq and nk and k.shape == (batch, heads, nk, d) and isinstance(v, torch.Tensor)
+                and v.shape == k.shape and (scale is None or type(scale) is float and 0 < scale < math.inf)):
+            spec, rows, tiles, most = plan
+            out = q.new_empty(q.shape)
+            sq, sk, sv, so = q.stride(), k.stride(), v.stride(), out.stride()
+            # TMA's 16-byte aligned addresses and strides (out is new, so aligned)
+            if not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15
+                    or (sq[0] | sq[1] | sq[2] | sk[0] | sk[1] | sk[2] | sv[0] | sv[1] | sv[2]) & 7):
+                blocks = min(ceil_div(ceil_div(nq, rows) * heads * batch, tiles), most)
+                if spec.launch((blocks, 1, 1), (q, k, v, out, _NO_LSE[q.get_device()],
+                                                1.0 / math.sqrt(d) if scale is None else scale), common_only=True):
+                    return out
+            out = None
 
     if scale is not None and not (isinstance(scale, numbers.Real) and 0 < scale < math.inf):
         fail(f"scale: must be a positive finite number, got {scale!r} (the kernels offset each row by its largest "
@@ -309,8 +336,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         if lse is None:
             lse = _NO_LSE.get(device)
             if lse is None:
-                lse = _NO_LSE[device] = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
-        launch_sm90(q, k, v, out, lse, scale, sm90_config(d, nq, nk, causal), causal=causal, return_lse=return_lse)
+                lse = _NO_LSE[device] = q.new_empty((1, 1, 1), dtype=torch.float32)
+        cfg = sm90_config(d, nq, nk, causal)
+        spec = launch_sm90(q, k, v, out, lse, scale, cfg, causal=causal, return_lse=return_lse)
+        if not return_lse:
+            most = spec.resident_blocks(q, k, v, out, lse, scale) if cfg.get("PERSISTENT") else 2**31 - 1
+            _PLANS[(device, d, bool(causal), nk >= LONG_KEYS // 2, nk >= LONG_KEYS, target)] = (
+                spec, 16 * cfg["WARPS"], cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
         fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
