@@ -274,6 +274,7 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setattr(launch, "blocks_per_multiprocessor", lambda loaded: 1)
     monkeypatch.setattr(attention_module, "_PLANS", {})
+    monkeypatch.setattr(attention_module, "_SMS", {0: 132})
     q, k, v = cuda(2, 3, 200, 64), cuda(2, 3, 300, 64), cuda(2, 3, 300, 64)
     attention(q, k, v, target="sm_90a")
     assert launches[-1][1] == (min(2 * 3 * 2, 132), 1, 1)  # 2·3 heads × 2 query blocks of 128 rows

@@ -349,6 +349,22 @@ def test_attention_sm90_assembles_cleanly(d: int, causal: int, nq: int, nk: int)
     assert not report.notes and not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log
 
 
+def test_attention_configuration_for_few_tiles() -> None:
+    """Given the batch, attention()'s configuration is the large-batch one at B·N = 16384 (H = 16, 132
+    multiprocessors); one sequence gets 128-row tiles at D=64 from 2048 keys and one query block a block where
+    causal (its grid would leave multiprocessors idle)."""
+    from tkc.kernels.attention import sm90_config
+
+    for d in (64, 128):
+        for causal in (False, True):
+            for n in (512, 1024, 2048, 4096, 8192, 16384):
+                assert sm90_config(d, n, n, causal, 16384 // n * 16, 132) == sm90_config(d, n, n, causal)
+    assert sm90_config(64, 2048, 2048, False, 16, 132) == sm90_config(64, 1024, 1024, False)
+    assert sm90_config(64, 2048, 2048, False, 64, 132)["WARPS"] == 12  # 704 tiles of 192 rows: enough
+    for d, n in ((64, 2048), (128, 1024), (128, 2048)):
+        assert sm90_config(d, n, n, True)["TILES"] > 1 and sm90_config(d, n, n, True, 16, 132)["TILES"] == 1
+
+
 def _bench_variants() -> list[tuple[int, int, str, dict]]:
     import sys
     from pathlib import Path

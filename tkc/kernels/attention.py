@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import TYPE_CHECKING, Any
@@ -204,10 +205,32 @@ FALLBACK = (16, 64, 0)
 LONG_KEYS = 4096
 
 
-def sm90_config(d: int, nq: int, nk: int, causal: bool = False) -> dict[str, int]:
+def sm90_config(d: int, nq: int, nk: int, causal: bool = False, units: int | None = None,
+                sms: int | None = None) -> dict[str, int]:
     """The constants attention() launches attention_sm90 with (WARPS: consumer warps, 16 query rows each) and its
-    grid: TILES query blocks per block (default 1), or PERSISTENT=1, one block per slot the GPU holds at once."""
-    return {**_sm90_schedule(d, nk, causal), "LATE_SUMS": 1}
+    grid: TILES query blocks per block (default 1), or PERSISTENT=1, one block per slot the GPU holds at once.
+    Given the number of heads `units` (B·H) and the GPU's multiprocessors `sms`, a grid of few tiles (small
+    batches) gets smaller or more of them (`_for_few_tiles`)."""
+    cfg = {**_sm90_schedule(d, nk, causal), "LATE_SUMS": 1}
+    if units is not None and sms is not None:
+        cfg = _for_few_tiles(cfg, d, nq, causal, units, sms)
+    return cfg
+
+
+def _for_few_tiles(cfg: dict[str, int], d: int, nq: int, causal: bool, units: int, sms: int) -> dict[str, int]:
+    """`cfg` for a grid of few tiles (bench/probe_small_batch.py, RESULTS "attention probe — 2026-12-04 13:14", B = 1
+    and 2, H = 16). D=64 not causal from 2048 keys takes 192-row tiles, which leave the busiest multiprocessors two
+    where the mean is under four: below 4·sms of them, the short configuration's 128-row tiles (N=2048 B=1: 412 vs
+    297 TFLOP/s, N=4096 455 vs 440). Several query blocks a block (causal) leave multiprocessors idle below
+    2·sms blocks: halve TILES until there are that many (N=2048 B=1: D=64 296 vs 132, D=128 469 vs 307).
+    At B·N = 16384 neither applies."""
+    if d == 64 and not causal and cfg["WARPS"] == 12 and ceil_div(nq, 192) * units < 4 * sms:
+        cfg = {**_sm90_schedule(d, LONG_KEYS // 4, causal), "LATE_SUMS": 1}
+    tiles = cfg.get("TILES", 1)
+    query_blocks = ceil_div(nq, 16 * cfg["WARPS"]) * units
+    while tiles > 1 and ceil_div(query_blocks, tiles) < 2 * sms:
+        tiles //= 2
+    return cfg if tiles == cfg.get("TILES", 1) else {**cfg, "TILES": tiles}
 
 
 def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
@@ -257,9 +280,25 @@ def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
 
 
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
-# (device, D, causal, Nk ≥ 2048, Nk ≥ 4096, target) → (the specialized attention_sm90, its query rows a tile, tiles
-# a block, its largest grid): what attention()'s common call launches
+# (device, target, configuration) → (the specialized attention_sm90, its query rows a tile, tiles a block, its
+# largest grid): what attention()'s common call launches
 _PLANS: dict[tuple[Any, ...], tuple[Any, int, int, int]] = {}
+_SMS: dict[int, int] = {}  # device → its multiprocessors
+
+
+@functools.lru_cache(maxsize=4096)
+def _config_key(d: int, nq: int, nk: int, causal: bool, units: int, sms: int | None) -> tuple[tuple[str, int], ...]:
+    """attention()'s sm90_config as a (hashable) tuple of its items; D and the mask are in it."""
+    return (("D", d), ("CAUSAL", int(causal)), *sm90_config(d, nq, nk, causal, units, sms).items())
+
+
+def _multiprocessors(device: int) -> int:
+    sms = _SMS.get(device)
+    if sms is None:
+        import torch
+
+        sms = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return sms
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
@@ -282,8 +321,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if out is None and not return_lse and isinstance(q, torch.Tensor) and q.dim() == 4 and isinstance(k, torch.Tensor):
         batch, heads, nq, d = q.shape
         nk = k.shape[2] if k.dim() == 4 else 0
-        plan = _PLANS.get((q.get_device(), d, bool(causal), nk >= LONG_KEYS // 2, nk >= LONG_KEYS, target))
-        if (plan is not None and nq and nk and k.shape == (batch, heads, nk, d) and isinstance(v, torch.Tensor)
+        device = q.get_device()
+        sms = _SMS.get(device)
+        plan = (_PLANS.get((device, target, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
+                if sms is not None and nq and nk else None)
+        if (plan is not None and k.shape == (batch, heads, nk, d) and isinstance(v, torch.Tensor)
                 and v.shape == k.shape and (scale is None or type(scale) is float and 0 < scale < math.inf)):
             spec, rows, tiles, most = plan
             out = q.new_empty(q.shape)
@@ -292,7 +334,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             if not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15
                     or (sq[0] | sq[1] | sq[2] | sk[0] | sk[1] | sk[2] | sv[0] | sv[1] | sv[2]) & 7):
                 blocks = min(ceil_div(ceil_div(nq, rows) * heads * batch, tiles), most)
-                if spec.launch((blocks, 1, 1), (q, k, v, out, _NO_LSE[q.get_device()],
+                if spec.launch((blocks, 1, 1), (q, k, v, out, _NO_LSE[device],
                                                 1.0 / math.sqrt(d) if scale is None else scale), common_only=True):
                     return out
             out = None
@@ -337,12 +379,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             lse = _NO_LSE.get(device)
             if lse is None:
                 lse = _NO_LSE[device] = q.new_empty((1, 1, 1), dtype=torch.float32)
-        cfg = sm90_config(d, nq, nk, causal)
+        key = _config_key(d, nq, nk, bool(causal), batch * heads, _multiprocessors(device))
+        cfg = dict(key[2:])
         spec = launch_sm90(q, k, v, out, lse, scale, cfg, causal=causal, return_lse=return_lse)
         if not return_lse:
             most = spec.resident_blocks(q, k, v, out, lse, scale) if cfg.get("PERSISTENT") else 2**31 - 1
-            _PLANS[(device, d, bool(causal), nk >= LONG_KEYS // 2, nk >= LONG_KEYS, target)] = (
-                spec, 16 * cfg["WARPS"], cfg.get("TILES", 1), most)
+            _PLANS[(device, target, key)] = (spec, 16 * cfg["WARPS"], cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
         fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
