@@ -218,7 +218,7 @@ def sm90_config(d: int, nq: int, nk: int, causal: bool = False, units: int | Non
 
 
 def _for_few_tiles(cfg: dict[str, int], d: int, nq: int, causal: bool, units: int, sms: int) -> dict[str, int]:
-    """`cfg` for a grid of few tiles (bench/probe_small_batch.py, RESULTS "attention probe — 2026-12-04 13:14", B = 1
+    """`cfg` for a grid of few tiles (bench/probe_small_batch.py, RESULTS "attention probe — 2026-12-04 12:41", B = 1
     and 2, H = 16). D=64 not causal from 2048 keys takes 192-row tiles, which leave the busiest multiprocessors two
     where the mean is under four: below 4·sms of them, the short configuration's 128-row tiles (N=2048 B=1: 412 vs
     297 TFLOP/s, N=4096 455 vs 440). Several query blocks a block (causal) leave multiprocessors idle below
