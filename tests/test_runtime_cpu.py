@@ -239,6 +239,7 @@ def test_gemm_common_call_launches_what_the_checked_call_did(monkeypatch) -> Non
     gemm_module = importlib.import_module("tkc.kernels.gemm")
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setattr(gemm_module, "_PLANS", {})
+    monkeypatch.setitem(gemm_module.MULTIPROCESSORS, 0, 132)
     a, b = cuda(300, 40), cuda(40, 200)
     first = gemm(a, b, target="sm_80")
     assert first.shape == (300, 200) and launches[-1][1] == (3 * 2, 1, 1)
@@ -274,7 +275,7 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setattr(launch, "blocks_per_multiprocessor", lambda loaded: 1)
     monkeypatch.setattr(attention_module, "_PLANS", {})
-    monkeypatch.setattr(attention_module, "_SMS", {0: 132})
+    monkeypatch.setitem(attention_module.MULTIPROCESSORS, 0, 132)
     q, k, v = cuda(2, 3, 200, 64), cuda(2, 3, 300, 64), cuda(2, 3, 300, 64)
     attention(q, k, v, target="sm_90a")
     assert launches[-1][1] == (min(2 * 3 * 2, 132), 1, 1)  # 2·3 heads × 2 query blocks of 128 rows

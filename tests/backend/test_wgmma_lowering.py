@@ -101,17 +101,19 @@ def test_hopper_gemm_kernel_simulated(trans_b: int, warps: int, m: int, n: int, 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("trans_b", [0, 1])
-@pytest.mark.parametrize("variant", ["tma", "cp.async", "producer"])
+@pytest.mark.parametrize("variant", ["tma", "cp.async", "producer", "smaller 1", "smaller 2", "smaller 3", "smaller 4"])
 def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> None:
-    """What gemm() launches on Hopper (and the producer variant): no spills, no stack, none of ptxas's
-    setmaxnreg-ignored / wgmma-serialized notes (C7508, C7511, C7515)."""
+    """What gemm() launches on Hopper (and the producer variant), also its smaller tiles for skinny products: no
+    spills, no stack, none of ptxas's setmaxnreg-ignored / wgmma-serialized notes (C7508, C7511, C7515)."""
     from tkc.compiler import compile_for_launch
     from tkc.kernels import gemm_sm90_kernel
-    from tkc.kernels.gemm import CONFIG_SM90
+    from tkc.kernels.gemm import CONFIG_SM90, sm90_config
 
     constants = {**CONFIG_SM90[trans_b], "TRANS_B": trans_b}
     aligns = {"A": 16, "B": 16, "C": 16}
-    if variant == "cp.async":
+    if variant.startswith("smaller"):
+        constants = sm90_config(bool(trans_b), True, int(variant.split()[1]))
+    elif variant == "cp.async":
         constants.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
         aligns = {"A": 2, "B": 2, "C": 2}
     elif variant == "producer":
@@ -347,6 +349,17 @@ def test_attention_sm90_assembles_cleanly(d: int, causal: int, nq: int, nk: int)
     (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
     assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
     assert not report.notes and not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log
+
+
+def test_gemm_tile_choice() -> None:
+    """gemm() on Hopper keeps its tiles where they fill the GPU (the benchmark's sizes) and takes smaller ones for
+    skinny products."""
+    from tkc.kernels.gemm import SMALLER_TILES, tile_choice
+
+    for m, n in ((2048, 2048), (4096, 4096), (8192, 8192), (8192, 1024), (512, 8192), (4096, 14336)):
+        assert tile_choice(m, n, 132) == 0, (m, n)
+    assert tile_choice(512, 4096, 132) == 1  # 128×128 tiles: 128 of them
+    assert tile_choice(128, 4096, 132) == len(SMALLER_TILES) and tile_choice(16, 4096, 132) == len(SMALLER_TILES)
 
 
 def test_attention_configuration_for_few_tiles() -> None:

@@ -46,6 +46,19 @@ def wgmma_path(device: int, target: str | None) -> bool:
 _HOPPER: dict[int, bool] = {}  # device index → is it sm_90
 
 
+def multiprocessors(device: int) -> int:
+    """The GPU's multiprocessor count (asked once per device)."""
+    sms = MULTIPROCESSORS.get(device)
+    if sms is None:
+        import torch
+
+        sms = MULTIPROCESSORS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return sms
+
+
+MULTIPROCESSORS: dict[int, int] = {}  # device index → its multiprocessors
+
+
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise KernelArgumentError(message)

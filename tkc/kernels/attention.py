@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, fail, resident_blocks, wgmma_path
+from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, resident_blocks, wgmma_path
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -283,7 +283,6 @@ _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches t
 # (device, target, configuration) → (the specialized attention_sm90, its query rows a tile, tiles a block, its
 # largest grid): what attention()'s common call launches
 _PLANS: dict[tuple[Any, ...], tuple[Any, int, int, int]] = {}
-_SMS: dict[int, int] = {}  # device → its multiprocessors
 
 
 @functools.lru_cache(maxsize=4096)
@@ -291,14 +290,6 @@ def _config_key(d: int, nq: int, nk: int, causal: bool, units: int, sms: int | N
     """attention()'s sm90_config as a (hashable) tuple of its items; D and the mask are in it."""
     return (("D", d), ("CAUSAL", int(causal)), *sm90_config(d, nq, nk, causal, units, sms).items())
 
-
-def _multiprocessors(device: int) -> int:
-    sms = _SMS.get(device)
-    if sms is None:
-        import torch
-
-        sms = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return sms
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
@@ -322,7 +313,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         batch, heads, nq, d = q.shape
         nk = k.shape[2] if k.dim() == 4 else 0
         device = q.get_device()
-        sms = _SMS.get(device)
+        sms = MULTIPROCESSORS.get(device)
         plan = (_PLANS.get((device, target, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
                 if sms is not None and nq and nk else None)
         if (plan is not None and k.shape == (batch, heads, nk, d) and isinstance(v, torch.Tensor)
@@ -379,7 +370,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             lse = _NO_LSE.get(device)
             if lse is None:
                 lse = _NO_LSE[device] = q.new_empty((1, 1, 1), dtype=torch.float32)
-        key = _config_key(d, nq, nk, bool(causal), batch * heads, _multiprocessors(device))
+        key = _config_key(d, nq, nk, bool(causal), batch * heads, multiprocessors(device))
         cfg = dict(key[2:])
         spec = launch_sm90(q, k, v, out, lse, scale, cfg, causal=causal, return_lse=return_lse)
         if not return_lse:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, fail, wgmma_path
+from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, wgmma_path
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -77,6 +78,29 @@ CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2,
 CONFIG_SM90 = {0: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 3, "PRODUCER": 0, "TMA_STORE": 1},
                1: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 3, "PRODUCER": 0, "TMA_STORE": 1}}
 PERSISTENT = True  # gemm_sm90_kernel on at most as many blocks as the GPU holds at once, each walking its tiles
+# Smaller tiles for products with few tiles of CONFIG_SM90's size (skinny: inference's few rows of tokens): the first
+# whose tiles fill 0.9 of the multiprocessors, else the last (bench/probe_skinny.py, RESULTS "gemm probe — 2026-12-04
+# 12:49–12:50": M = 16-512 rows, N = K = 4096 / 8192, 0.36-0.65x cuBLAS with CONFIG_SM90, 0.62-1.22x this way)
+SMALLER_TILES = [{"BN": 128, "BK": 64, "WARPS": 8, "STAGES": 4}, {"BN": 256, "BK": 64, "WARPS": 4, "STAGES": 4},
+                 {"BN": 128, "BK": 64, "WARPS": 4, "STAGES": 4}, {"BN": 64, "BK": 128, "WARPS": 4, "STAGES": 4}]
+
+
+@functools.lru_cache(maxsize=4096)
+def tile_choice(m: int, n: int, sms: int) -> int:
+    """Which tiles gemm_sm90_kernel takes for an m×n product on `sms` multiprocessors: 0 for CONFIG_SM90's,
+    i for SMALLER_TILES[i - 1]."""
+    for i, cfg in enumerate([CONFIG_SM90[0], *SMALLER_TILES]):
+        if ceil_div(m, 16 * cfg["WARPS"]) * ceil_div(n, cfg["BN"]) >= 0.9 * sms:
+            return i
+    return len(SMALLER_TILES)
+
+
+def sm90_config(trans_b: bool, aligned: bool, choice: int = 0) -> dict[str, int]:
+    """gemm_sm90_kernel's constants: CONFIG_SM90 (TMA ring, TMA stores) or, with `choice`, smaller tiles; without
+    16-byte aligned rows a 4-stage cp.async ring and plain stores."""
+    if not aligned:
+        return {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b), "PRODUCER": 0, "STAGES": 4, "TMA_STORE": 0}
+    return {**(CONFIG_SM90[int(trans_b)] if choice == 0 else SMALLER_TILES[choice - 1]), "TRANS_B": int(trans_b)}
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str | None = None,
@@ -100,7 +124,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         if k == kb and m and n and sa[1] == 1 and sb[1] == 1:
             # 16-byte aligned rows (TMA's condition): addresses, row pitches and row lengths
             aligned = not (a.data_ptr() | b.data_ptr() | (sa[0] | sb[0] | k | b1) * 2) & 15
-            plan = _PLANS.get((a.get_device(), trans_b, aligned, target))
+            device = a.get_device()
+            sms = MULTIPROCESSORS.get(device)
+            plan = (_PLANS.get((device, trans_b, aligned, target, tile_choice(m, n, sms) if aligned else 0))
+                    if sms is not None else None)
             if plan is not None and (out is None or isinstance(out, torch.Tensor) and out.shape == (m, n)):
                 spec, bm, bn, most = plan
                 c = a.new_empty((m, n)) if out is None else out
@@ -131,10 +158,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     # wgmma on Hopper: with a TMA ring and a producer warpgroup where the operands' rows are 16-byte aligned,
     # else with a cp.async ring (any alignment)
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
+    choice = tile_choice(m, n, multiprocessors(device)) if aligned else 0
     if wgmma_path(device, target):
-        cfg = {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b)}
-        if not aligned:
-            cfg.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
+        cfg = sm90_config(trans_b, aligned, choice)
         spec = gemm_sm90_kernel.specialize(target="sm_90a", **cfg)
         bm, bn = 16 * cfg["WARPS"], cfg["BN"]
         most = spec.resident_blocks(a, b, out) if PERSISTENT else GRID_LIMIT
@@ -142,11 +168,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         spec = gemm_kernel.specialize(TRANS_B=int(trans_b), target=target, **CONFIG)
         bm, bn, most = CONFIG["BM"], CONFIG["BN"], GRID_LIMIT
     spec[(min(ceil_div(m, bm) * ceil_div(n, bn), most),)](a, b, out)
-    _PLANS[(device, trans_b, aligned, target)] = (spec, bm, bn, most)  # for the common call above
+    _PLANS[(device, trans_b, aligned, target, choice)] = (spec, bm, bn, most)  # for the common call above
     return out
 
 
 GRID_LIMIT = 2**31 - 1
-# (device, trans_b, 16-byte aligned rows, target) → (the specialized kernel, its tile's rows and columns, its largest
-# grid): what gemm()'s common call launches
-_PLANS: dict[tuple[int, bool, bool, str | None], tuple[Any, int, int, int]] = {}
+# (device, trans_b, 16-byte aligned rows, target, tile choice) → (the specialized kernel, its tile's rows and columns,
+# its largest grid): what gemm()'s common call launches
+_PLANS: dict[tuple[int, bool, bool, str | None, int], tuple[Any, int, int, int]] = {}
