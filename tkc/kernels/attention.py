@@ -286,10 +286,9 @@ _PLANS: dict[tuple[Any, ...], tuple[Any, int, int, int]] = {}
 
 
 @functools.lru_cache(maxsize=4096)
-def _config_key(d: int, nq: int, nk: int, causal: bool, units: int, sms: int | None) -> tuple[tuple[str, int], ...]:
+def _config_key(d: int, nq: int, nk: int, causal: bool, units: int, sms: int) -> tuple[tuple[str, int], ...]:
     """attention()'s sm90_config as a (hashable) tuple of its items; D and the mask are in it."""
     return (("D", d), ("CAUSAL", int(causal)), *sm90_config(d, nq, nk, causal, units, sms).items())
-
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
@@ -320,7 +319,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                 and v.shape == k.shape and (scale is None or type(scale) is float and 0 < scale < math.inf)):
             spec, rows, tiles, most = plan
             out = q.new_empty(q.shape)
-            sq, sk, sv, so = q.stride(), k.stride(), v.stride(), out.stride()
+            sq, sk, sv = q.stride(), k.stride(), v.stride()
             # TMA's 16-byte aligned addresses and strides (out is new, so aligned)
             if not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15
                     or (sq[0] | sq[1] | sq[2] | sk[0] | sk[1] | sk[2] | sv[0] | sv[1] | sv[2]) & 7):

@@ -155,7 +155,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             fail(f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
     if m == 0 or n == 0:
         return out
-    # wgmma on Hopper: with a TMA ring and a producer warpgroup where the operands' rows are 16-byte aligned,
+    # wgmma on Hopper: with a TMA ring where the operands' rows are 16-byte aligned (tiles by the product's size),
     # else with a cp.async ring (any alignment)
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
     choice = tile_choice(m, n, multiprocessors(device)) if aligned else 0
