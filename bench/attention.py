@@ -19,7 +19,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_timing_options, compare, environment, record, rel_err, table, triton_peer  # noqa: E402
+from common import (add_timing_options, check_outputs, compare, environment, print_rates, record, rel_err,  # noqa: E402
+                    table, triton_peer)
 
 import tkc.kernels  # noqa: E402
 
@@ -73,6 +74,20 @@ def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):
     lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
     launch_sm90(q, k, v, out, lse, q.shape[3] ** -0.5, cfg, causal=causal)
     return out
+
+
+def compare_candidates(q, k, v, causal: bool, configs: dict[str, dict[str, int]], where: str, rounds: int) -> None:
+    """attention() beside attention_sm90 `configs` (name → configuration), cuDNN and flash on q, k, v: each output
+    checked against cuDNN, then a probe's TFLOP/s lines."""
+    ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal)
+    fns = {"attention()": lambda: tkc.kernels.attention(q, k, v, causal=causal)}
+    for name, cfg in configs.items():
+        fns[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
+    fns["cuDNN"] = lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal)
+    fns["flash"] = lambda: sdpa(BACKENDS["flash"], q, k, v, causal)
+    check_outputs(fns, ref, where=where)
+    b, h, n, d = q.shape
+    print_rates(where, compare(fns, rounds=rounds), 4 * b * h * n * k.shape[2] * d / (2 if causal else 1))
 
 
 def main() -> None:

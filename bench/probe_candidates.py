@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import check_outputs, compare, print_rates, probe_arguments, probe_inputs  # noqa: E402
+from common import probe_arguments, probe_inputs  # noqa: E402
 
-from attention import BACKENDS, sdpa, sm90_variant  # noqa: E402
-from tkc.kernels import attention  # noqa: E402
+from attention import compare_candidates  # noqa: E402
 
 
 def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
@@ -39,13 +38,4 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
 if __name__ == "__main__":
     args = probe_arguments([64, 128], [1024, 4096], 5)
     for d, causal, n, q, k, v in probe_inputs(args):
-        batch, heads = q.shape[:2]
-        ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal)
-        fns = {"attention()": lambda: attention(q, k, v, causal=causal)}
-        for name, cfg in candidates(d, causal, n).items():
-            fns[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
-        fns["cuDNN"] = lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal)
-        fns["flash"] = lambda: sdpa(BACKENDS["flash"], q, k, v, causal)
-        check_outputs(fns, ref, where=f"D={d} causal={int(causal)} N={n}")
-        print_rates(f"D={d} causal={int(causal)} N={n}", compare(fns, rounds=args.rounds),
-                    4 * batch * heads * n * n * d / (2 if causal else 1))
+        compare_candidates(q, k, v, causal, candidates(d, causal, n), f"D={d} causal={int(causal)} N={n}", args.rounds)

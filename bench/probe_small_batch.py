@@ -9,10 +9,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import check_outputs, compare, print_rates  # noqa: E402
+from attention import compare_candidates  # noqa: E402
 
-from attention import BACKENDS, sdpa, sm90_variant  # noqa: E402
-from tkc.kernels import attention  # noqa: E402
 from tkc.kernels.attention import sm90_config  # noqa: E402
 
 SHAPES = [(64, 0, 1024), (64, 0, 2048), (64, 0, 4096), (64, 1, 2048), (64, 1, 4096), (128, 0, 1024),
@@ -43,16 +41,8 @@ def main() -> None:
                 continue
             b = max(1, tokens // n)
             q, k, v = (torch.randn(b, 16, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            causal = bool(causal)
-            ref = sdpa(BACKENDS["cuDNN"], q, k, v, causal)
-            fns = {"attention()": lambda: attention(q, k, v, causal=causal)}
-            for name, cfg in candidates(d, causal, n).items():
-                fns[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
-            fns["cuDNN"] = lambda: sdpa(BACKENDS["cuDNN"], q, k, v, causal)
-            fns["flash"] = lambda: sdpa(BACKENDS["flash"], q, k, v, causal)
-            where = f"D={d} causal={int(causal)} N={n} B={b}"
-            check_outputs(fns, ref, where=where)
-            print_rates(where, compare(fns, rounds=args.rounds), 4 * b * 16 * n * n * d / (2 if causal else 1))
+            compare_candidates(q, k, v, bool(causal), candidates(d, bool(causal), n),
+                               f"D={d} causal={causal} N={n} B={b}", args.rounds)
 
 
 if __name__ == "__main__":
