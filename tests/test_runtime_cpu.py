@@ -224,6 +224,8 @@ def test_specialized_launches_pack_each_parameter_set_once(monkeypatch) -> None:
         assert packed == fast.params.struct.pack(*launch._param_values(gemm_kernel, (a, b, out)))
     with pytest.raises(TkcError, match="has no constant named NOPE"):
         gemm_kernel.specialize(NOPE=1)
+    with pytest.raises(TypeError, match="constant `BM` must be a number or a bool, got list"):
+        gemm_kernel[(1,)](a, b, c, BM=[128])
 
 
 def test_gemm_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:

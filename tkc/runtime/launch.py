@@ -351,11 +351,24 @@ def specialize(kernel: Kernel, constants: dict[str, Any], target: str | None = N
                pipeline: str | None = None) -> Specialized:
     """The kernel with these constants, target and pipeline (one object per distinct set; constants checked)."""
     key = (kernel, tuple(constants.items()), target, pipeline)
-    spec = _specialized.get(key)
+    try:
+        spec = _specialized.get(key)
+    except TypeError:  # a constant no compile key can hold (a list, a tensor): name it
+        name, value = next((k, v) for k, v in constants.items() if not _hashable(v))
+        raise KernelTypeError(f"kernel `{kernel.name}`: constant `{name}` must be a number or a bool, got "
+                              f"{type(value).__name__}") from None
     if spec is None:
         kernel.resolve_constants(constants)  # an unknown or missing constant: its error now, not at the launch
         spec = _specialized[key] = Specialized(kernel, dict(constants), target, pipeline)
     return spec
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def resident_blocks(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None = None,
