@@ -54,3 +54,17 @@ def test_empty_tensors_get_an_unused_map() -> None:
     import torch
 
     assert tensor_maps.tensor_map(torch.empty(64, 0, dtype=torch.bfloat16), 64, 64, 128) == bytes(128)
+
+
+def test_what_the_driver_refuses_names_the_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tkc.runtime import driver
+
+    def refuse(*args):
+        raise driver.TkcRuntimeError("cuTensorMapEncodeTiled failed: CUDA_ERROR_INVALID_VALUE")
+
+    monkeypatch.setattr(driver, "tensor_map_2d", refuse)
+    monkeypatch.setattr(tensor_maps, "_cache", tensor_maps.OrderedDict())
+    x = torch.empty(1, 64, dtype=torch.bfloat16).expand(128, 64)  # every row the same memory
+    with pytest.raises(KernelArgumentError, match=r"argument `A`: TMA cannot read this tensor \(shape \(128, 64\), "
+                                                  r"strides \(0, 1\)\).*INVALID_VALUE; make it contiguous"):
+        tensor_maps.tensor_map(x, 64, 64, 128, "argument `A`")

@@ -69,7 +69,11 @@ def tensor_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, name: st
     if ptr % 16 or (rows > 1 and pitch * item % 16) or any(n > 1 and st % 16 for n, st in outer):
         raise KernelArgumentError(f"{name}: TMA needs a 16-byte aligned address and strides, got address "
                                   f"{ptr:#x} and strides {tuple(strides)} (elements)")
-    tmap = driver.tensor_map_2d(ptr, rows, cols, pitch * item, box_rows, box_cols, swizzle, element, outer)
+    try:
+        tmap = driver.tensor_map_2d(ptr, rows, cols, pitch * item, box_rows, box_cols, swizzle, element, outer)
+    except driver.TkcRuntimeError as e:  # what the driver refuses (e.g. overlapping rows), named by argument
+        raise KernelArgumentError(f"{name}: TMA cannot read this tensor (shape {tuple(shape)}, strides "
+                                  f"{tuple(strides)}): {e}; make it contiguous") from None
     _cache[key] = tmap
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)
