@@ -20,6 +20,10 @@ CANDIDATES = {
     "W4 BN=64": {"WARPS": 4, "BN": 64, "BK": 64, "STAGES": 6},
     "W4 BN=64 BK=128": {"WARPS": 4, "BN": 64, "BK": 128, "STAGES": 4},
     "W8 BN=128": {"WARPS": 8, "BN": 128, "BK": 64, "STAGES": 4},
+    # more bytes in flight per SM for few rows and a long K (two blocks an SM, or deeper rings): not yet measured
+    "W4 BN=32 BK=128": {"WARPS": 4, "BN": 32, "BK": 128, "STAGES": 4},
+    "W4 BN=64 BK=128 6 stages": {"WARPS": 4, "BN": 64, "BK": 128, "STAGES": 6},
+    "W4 BN=64 8 stages": {"WARPS": 4, "BN": 64, "BK": 64, "STAGES": 8},
 }
 
 
