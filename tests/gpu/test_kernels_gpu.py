@@ -181,6 +181,30 @@ def test_kernels_never_call_torch_compute(monkeypatch: pytest.MonkeyPatch) -> No
     assert rel_err(layernorm(x, x, w, w)[0], refs[2]) < 1e-2
 
 
+def test_compiled_calls_match_eager_ones() -> None:
+    """Under torch.compile each entry point is one torch.ops.tkc op running the eager call: the same answers, and
+    each op's fake (shapes, strides, dtypes) agrees with its real output (torch.library.opcheck)."""
+    x, r, w, b = randn(256, 512), randn(256, 512), randn(512), randn(512)
+    weight = randn(384, 512)
+    q, k, v = (randn(2, 4, 256, 64) for _ in range(3))
+
+    def block():
+        y, s = layernorm(x, r, w, b)
+        o, lse = attention(q, k, v, causal=True, return_lse=True)
+        return y, s, gemm(y, weight, trans_b=True), o, lse, attention(q, k, v)
+
+    eager = block()
+    compiled = torch.compile(block, backend="aot_eager", fullgraph=True)()
+    for e, c in zip(eager, compiled, strict=True):
+        assert e.shape == c.shape and e.stride() == c.stride() and rel_err(c, e) < 1e-6
+    from tkc.kernels import torch_ops  # noqa: F401  (registers torch.ops.tkc.*)
+
+    for op, args in ((torch.ops.tkc.gemm, (x, weight, True, None)), (torch.ops.tkc.attention, (q, k, v, True, None, None)),
+                     (torch.ops.tkc.attention_lse, (q, k, v, False, 0.1, None)),
+                     (torch.ops.tkc.layernorm, (x, r, w, b, 1e-5, None))):
+        torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
+
+
 @pytest.mark.parametrize("call, error, words", [
     (lambda: gemm(torch.ones(4, 4, dtype=torch.bfloat16), randn(4, 4)), ValueError, ["a is on cpu"]),
     (lambda: gemm(randn(4, 4).float(), randn(4, 4)), ValueError, ["a must be torch.bfloat16"]),

@@ -304,6 +304,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     (B, H, Nq): (out, lse)."""
     import torch
 
+    if torch.compiler.is_compiling():  # under torch.compile / torch.export: one opaque op of the graph
+        from tkc.kernels import torch_ops
+
+        scale = None if scale is None else float(scale)
+        if return_lse:
+            o, lse = torch_ops.attention_lse(q, k, v, bool(causal), scale, target)
+            return (o if out is None else out.copy_(o)), lse
+        o = torch_ops.attention(q, k, v, bool(causal), scale, target)
+        return o if out is None else out.copy_(o)
+
     # The common call (q, k, v of one 4-D shape but for Nk, no out= or return_lse, a Hopper launch): only what the
     # launch cannot know is checked here, and the launch comes from a plan the first checked call made (a short
     # sequence's kernel runs ~20 µs: the GPU should not wait for Python). Dtypes, devices and the last dimension's
@@ -318,9 +328,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         if (plan is not None and k.shape == (batch, heads, nk, d) and isinstance(v, torch.Tensor)
                 and v.shape == k.shape and (scale is None or type(scale) is float and 0 < scale < math.inf)):
             spec, rows, tiles, most = plan
-            out = q.new_empty(q.shape)
+            out = torch.empty_like(q)  # q's layout, as the checked call's
             sq, sk, sv = q.stride(), k.stride(), v.stride()
-            # TMA's 16-byte aligned addresses and strides (out is new, so aligned)
+            # TMA's 16-byte aligned addresses and strides (out's are q's)
             if not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15
                     or (sq[0] | sq[1] | sq[2] | sk[0] | sk[1] | sk[2] | sv[0] | sv[1] | sv[2]) & 7):
                 blocks = min(ceil_div(ceil_div(nq, rows) * heads * batch, tiles), most)

@@ -113,6 +113,12 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
 
     from tkc.runtime.launch import alignment
 
+    if torch.compiler.is_compiling():  # under torch.compile / torch.export: one opaque op of the graph
+        from tkc.kernels import torch_ops
+
+        c = torch_ops.gemm(a, b, bool(trans_b), target)
+        return c if out is None else out.copy_(c)
+
     # The common call (2-D row-major a and b of matching sizes; out, if given, of the product's shape) checks only
     # what the launch cannot know and takes its launch plan from the first such call: at 2048³ the kernel runs
     # ~27 µs, and the GPU should not wait for Python. Dtypes, devices and out's strides are the launch's argument

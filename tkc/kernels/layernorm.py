@@ -68,6 +68,12 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     stream of a pre-norm transformer)."""
     import torch
 
+    if torch.compiler.is_compiling():  # under torch.compile / torch.export: one opaque op of the graph
+        from tkc.kernels import torch_ops
+
+        y, s = torch_ops.layernorm(x, residual, weight, bias, float(eps), target)
+        return (y if out is None else out.copy_(y)), (s if residual_out is None else residual_out.copy_(s))
+
     # The common call (2-D tensors of matching shapes) checks only what the launch cannot know, the shapes, and
     # leaves dtypes, devices and strides to the launch's argument reader: at ~35 µs a kernel at 16384×1024, a
     # slow host's Python is what the GPU waits for. Anything else, or anything the reader refuses, takes the full

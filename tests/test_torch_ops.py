@@ -1,0 +1,86 @@
+"""The kernels under torch.export and torch.compile (CPU: tracing only, with the ops' fake implementations): each
+entry point call becomes one `torch.ops.tkc.*` node with the right output shapes, and nothing launches."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tkc.kernels import attention, gemm, layernorm  # noqa: E402
+
+bf16 = torch.bfloat16
+
+
+class Block(torch.nn.Module):
+    """A pre-norm transformer block's shape of calls: layernorm, a projection (a linear layer's N×K weight),
+    attention with its log-sum-exp, another projection."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.w_in = torch.nn.Parameter(torch.randn(3 * d, d, dtype=bf16))
+        self.w_out = torch.nn.Parameter(torch.randn(d, d, dtype=bf16))
+        self.gamma, self.beta = torch.nn.Parameter(torch.ones(d, dtype=bf16)), torch.nn.Parameter(torch.zeros(d, dtype=bf16))
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor):
+        b, n, d = x.shape
+        y, residual = layernorm(x.view(-1, d), residual.view(-1, d), self.gamma, self.beta)
+        qkv = gemm(y, self.w_in, trans_b=True).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        o, lse = attention(qkv[0].contiguous(), qkv[1].contiguous(), qkv[2].contiguous(), causal=True, return_lse=True)
+        return gemm(o.transpose(1, 2).reshape(b * n, d), self.w_out, trans_b=True), residual, lse
+
+
+def _inputs():
+    return torch.randn(2, 128, 256, dtype=bf16), torch.randn(2, 128, 256, dtype=bf16)
+
+
+def _tkc_ops(graph) -> list[str]:
+    return [str(n.target).removesuffix(".default") for n in graph.nodes
+            if n.op == "call_function" and str(n.target).startswith("tkc.")]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_export_holds_one_op_per_call(strict: bool) -> None:
+    ep = torch.export.export(Block(256, 4), _inputs(), strict=strict)
+    assert _tkc_ops(ep.graph) == ["tkc.layernorm", "tkc.gemm", "tkc.attention_lse", "tkc.gemm"]
+    (output,) = ep.graph.find_nodes(op="output")
+    assert [tuple(v.meta["val"].shape) for v in output.args[0]] == [(256, 256), (256, 256), (2, 4, 128)]
+
+
+def _keeping(graphs: list):
+    """A torch.compile backend that keeps the graph and runs nothing: the compiled function returns zeros of the
+    graph's output shapes."""
+
+    def backend(gm, example_inputs):
+        graphs.append(gm.graph)
+        (output,) = gm.graph.find_nodes(op="output")
+        values = [node.meta["example_value"] for node in output.args[0]]
+        return lambda *args: [torch.zeros(v.shape, dtype=v.dtype) for v in values]
+
+    return backend
+
+
+def test_compile_traces_without_launching() -> None:
+    graphs = []
+
+    inspect = _keeping(graphs)
+
+    torch.compile(Block(256, 4), backend=inspect, fullgraph=True)(*_inputs())
+    (graph,) = graphs
+    assert _tkc_ops(graph) == ["tkc.layernorm", "tkc.gemm", "tkc.attention_lse", "tkc.gemm"]
+
+
+def test_an_out_tensor_under_compile_receives_the_result() -> None:
+    graphs = []
+
+    inspect = _keeping(graphs)
+
+    def fn(a, b, c):
+        return gemm(a, b, out=c)
+
+    a, b, c = torch.randn(8, 16, dtype=bf16), torch.randn(16, 24, dtype=bf16), torch.empty(8, 24, dtype=bf16)
+    torch.compile(fn, backend=inspect, fullgraph=True)(a, b, c)
+    (graph,) = graphs
+    targets = [str(n.target) for n in graph.nodes if n.op in ("call_function", "call_method")]
+    assert _tkc_ops(graph) == ["tkc.gemm"] and targets[-1] == "copy_"

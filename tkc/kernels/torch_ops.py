@@ -1,0 +1,66 @@
+"""tkc's kernels as torch custom ops (`torch.ops.tkc.*`), so that they survive torch.compile and torch.export.
+
+Under compilation the entry points (tkc.kernels.gemm, attention, layernorm) call these ops instead of launching:
+the traced graph holds one opaque op per call, its output shapes from the fake implementations below, and the
+compiled graph calls the entry point eagerly at run time. Imported on the first compiled call (importing
+tkc.kernels does not import torch).
+
+    torch.ops.tkc.gemm(a, b, trans_b, target)                          -> c
+    torch.ops.tkc.attention(q, k, v, causal, scale, target)            -> o
+    torch.ops.tkc.attention_lse(q, k, v, causal, scale, target)        -> (o, lse)
+    torch.ops.tkc.layernorm(x, residual, weight, bias, eps, target)    -> (y, x + residual)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tkc.kernels.attention import attention as _attention
+from tkc.kernels.gemm import gemm as _gemm
+from tkc.kernels.layernorm import layernorm as _layernorm
+
+
+@torch.library.custom_op("tkc::gemm", mutates_args=())
+def gemm(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, target: str | None = None) -> torch.Tensor:
+    return _gemm(a, b, trans_b=trans_b, target=target)
+
+
+@gemm.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, target: str | None = None) -> torch.Tensor:
+    return a.new_empty((a.shape[0], b.shape[0] if trans_b else b.shape[1]))
+
+
+@torch.library.custom_op("tkc::attention", mutates_args=())
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None,
+              target: str | None = None) -> torch.Tensor:
+    return _attention(q, k, v, causal=causal, scale=scale, target=target)
+
+
+@attention.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None,
+      target: str | None = None) -> torch.Tensor:
+    return torch.empty_like(q)  # the entry point's output takes q's layout
+
+
+@torch.library.custom_op("tkc::attention_lse", mutates_args=())
+def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                  scale: float | None = None, target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return _attention(q, k, v, causal=causal, scale=scale, target=target, return_lse=True)
+
+
+@attention_lse.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None,
+      target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("tkc::layernorm", mutates_args=())
+def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
+              target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return _layernorm(x, residual, weight, bias, eps=eps, target=target)
+
+
+@layernorm.register_fake
+def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
+      target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), torch.empty_like(x)
