@@ -84,3 +84,58 @@ def test_an_out_tensor_under_compile_receives_the_result() -> None:
     (graph,) = graphs
     targets = [str(n.target) for n in graph.nodes if n.op in ("call_function", "call_method")]
     assert _tkc_ops(graph) == ["tkc.gemm"] and targets[-1] == "copy_"
+
+
+@pytest.fixture
+def cpu_kernels(monkeypatch):
+    """The ops' eager calls replaced by float references on the CPU (the formulas around them are under test)."""
+    from tkc.kernels import torch_ops
+
+    def gemm_ref(a, b, trans_b=False, target=None):
+        return (a.float() @ (b.float().t() if trans_b else b.float())).to(a.dtype)
+
+    def attention_ref(q, k, v, causal=False, scale=None, target=None, return_lse=False):
+        o = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+        return (o.to(q.dtype), q.new_zeros(q.shape[:3], dtype=torch.float32)) if return_lse else o.to(q.dtype)
+
+    def layernorm_ref(x, residual, weight, bias, eps=1e-5, target=None):
+        s = x.float() + residual.float()
+        y = torch.nn.functional.layer_norm(s, (s.shape[-1],), weight.float(), bias.float(), eps)
+        return y.to(x.dtype), s.to(x.dtype)
+
+    monkeypatch.setattr(torch_ops, "_gemm", gemm_ref)
+    monkeypatch.setattr(torch_ops, "_attention", attention_ref)
+    monkeypatch.setattr(torch_ops, "_layernorm", layernorm_ref)
+
+
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_gemm_backward_is_two_gemms(cpu_kernels, trans_b: bool) -> None:
+    a = torch.randn(48, 32, dtype=torch.float32).to(bf16).requires_grad_()
+    b = torch.randn(*((40, 32) if trans_b else (32, 40))).to(bf16).requires_grad_()
+    grad = torch.randn(48, 40).to(bf16)
+    gemm(a, b, trans_b=trans_b).backward(grad)
+    a_ref, b_ref = a.detach().float().requires_grad_(), b.detach().float().requires_grad_()
+    (a_ref @ (b_ref.t() if trans_b else b_ref)).backward(grad.float())
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape
+    assert torch.allclose(a.grad.float(), a_ref.grad, rtol=2e-2, atol=2e-1)
+    assert torch.allclose(b.grad.float(), b_ref.grad, rtol=2e-2, atol=2e-1)
+
+
+def test_no_grad_calls_stay_off_the_autograd_graph(cpu_kernels, monkeypatch) -> None:
+    """Without inputs requiring grad (or under no_grad) the entry points launch directly (here: the launch path
+    refuses CPU tensors, which shows it was reached)."""
+    a = torch.randn(8, 8).to(bf16).requires_grad_()
+    with torch.no_grad(), pytest.raises(ValueError, match="a is on cpu"):
+        gemm(a, a)
+    assert gemm(a, a).grad_fn is not None
+
+
+def test_attention_and_layernorm_backward_say_there_is_none(cpu_kernels) -> None:
+    q = torch.randn(1, 2, 64, 64).to(bf16).requires_grad_()
+    with pytest.raises(RuntimeError, match="backward through tkc.attention.default"):
+        attention(q, q, q).float().sum().backward()
+    with pytest.raises(RuntimeError, match="backward through tkc.attention_lse.default"):
+        attention(q, q, q, return_lse=True)[0].float().sum().backward()
+    x, w = torch.randn(4, 64).to(bf16).requires_grad_(), torch.ones(64, dtype=bf16)
+    with pytest.raises(RuntimeError, match="backward through tkc.layernorm.default"):
+        layernorm(x, x, w, w)[0].float().sum().backward()

@@ -205,6 +205,19 @@ def test_compiled_calls_match_eager_ones() -> None:
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
 
 
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_gemm_backward(trans_b: bool) -> None:
+    """gemm() on inputs requiring grad goes through torch.ops.tkc.gemm, whose backward is two tkc GEMMs."""
+    a = randn(300, 200).requires_grad_()
+    b = (randn(100, 200) if trans_b else randn(200, 100)).requires_grad_()
+    grad = randn(300, 100)
+    gemm(a, b, trans_b=trans_b).backward(grad)
+    bf = b.detach().float()
+    assert rel_err(a.grad, grad.float() @ (bf if trans_b else bf.t())) < 1e-2
+    ref_b = grad.float().t() @ a.detach().float() if trans_b else a.detach().float().t() @ grad.float()
+    assert rel_err(b.grad, ref_b) < 1e-2
+
+
 @pytest.mark.parametrize("call, error, words", [
     (lambda: gemm(torch.ones(4, 4, dtype=torch.bfloat16), randn(4, 4)), ValueError, ["a is on cpu"]),
     (lambda: gemm(randn(4, 4).float(), randn(4, 4)), ValueError, ["a must be torch.bfloat16"]),

@@ -59,6 +59,11 @@ def multiprocessors(device: int) -> int:
 MULTIPROCESSORS: dict[int, int] = {}  # device index → its multiprocessors
 
 
+def wants_grad(torch: Any, *tensors: Any) -> bool:
+    """Does autograd need to see this call: grad mode on and some input requiring grad."""
+    return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
+
+
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise KernelArgumentError(message)

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, resident_blocks, wgmma_path
+from tkc.kernels._checks import (MULTIPROCESSORS, check_tensor, fail, multiprocessors, resident_blocks, wants_grad,
+                                 wgmma_path)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -304,7 +305,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     (B, H, Nq): (out, lse)."""
     import torch
 
-    if torch.compiler.is_compiling():  # under torch.compile / torch.export: one opaque op of the graph
+    if torch.compiler.is_compiling() or wants_grad(torch, q, k, v):  # one op of the graph / of autograd
         from tkc.kernels import torch_ops
 
         scale = None if scale is None else float(scale)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, wgmma_path
+from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, wants_grad, wgmma_path
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
 
     from tkc.runtime.launch import alignment
 
-    if torch.compiler.is_compiling():  # under torch.compile / torch.export: one opaque op of the graph
+    if torch.compiler.is_compiling() or wants_grad(torch, a, b):  # one op of the graph / of autograd
         from tkc.kernels import torch_ops
 
         c = torch_ops.gemm(a, b, bool(trans_b), target)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import tkc
-from tkc.kernels._checks import check_tensor, fail
+from tkc.kernels._checks import check_tensor, fail, wants_grad
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     stream of a pre-norm transformer)."""
     import torch
 
-    if torch.compiler.is_compiling():  # under torch.compile / torch.export: one opaque op of the graph
+    if torch.compiler.is_compiling() or wants_grad(torch, x, residual, weight, bias):  # one op of the graph / of autograd
         from tkc.kernels import torch_ops
 
         y, s = torch_ops.layernorm(x, residual, weight, bias, float(eps), target)

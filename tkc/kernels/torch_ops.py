@@ -1,8 +1,10 @@
-"""tkc's kernels as torch custom ops (`torch.ops.tkc.*`), so that they survive torch.compile and torch.export.
+"""tkc's kernels as torch custom ops (`torch.ops.tkc.*`), so that they survive torch.compile and torch.export, and
+autograd knows them.
 
-Under compilation the entry points (tkc.kernels.gemm, attention, layernorm) call these ops instead of launching:
-the traced graph holds one opaque op per call, its output shapes from the fake implementations below, and the
-compiled graph calls the entry point eagerly at run time. Imported on the first compiled call (importing
+Under compilation, and where an input requires grad, the entry points (tkc.kernels.gemm, attention, layernorm)
+call these ops instead of launching: the traced graph holds one opaque op per call, its output shapes from the fake
+implementations below, and the op runs the entry point eagerly. gemm has a backward (tkc GEMMs); attention's and
+layernorm's backward is an error saying so (no silently missing gradients). Imported on first use (importing
 tkc.kernels does not import torch).
 
     torch.ops.tkc.gemm(a, b, trans_b, target)                          -> c
@@ -28,6 +30,29 @@ def gemm(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, target: str | 
 @gemm.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, target: str | None = None) -> torch.Tensor:
     return a.new_empty((a.shape[0], b.shape[0] if trans_b else b.shape[1]))
+
+
+def _gemm_setup(ctx, inputs, output) -> None:
+    a, b, trans_b, target = inputs
+    ctx.save_for_backward(a, b)
+    ctx.trans_b, ctx.target = trans_b, target
+
+
+def _gemm_backward(ctx, grad: torch.Tensor):
+    """C = A·B: dA = dC·Bᵀ, dB = Aᵀ·dC; C = A·Bᵀ: dA = dC·B, dB = dCᵀ·A — each a tkc GEMM (the transposed
+    left operands copied row-major: gemm() reads a row-major `a`)."""
+    a, b = ctx.saved_tensors
+    grad = grad.contiguous()
+    da = db = None
+    if ctx.needs_input_grad[0]:
+        da = gemm(grad, b, not ctx.trans_b, ctx.target)
+    if ctx.needs_input_grad[1]:
+        db = gemm(grad.t().contiguous(), a, False, ctx.target) if ctx.trans_b else gemm(a.t().contiguous(), grad,
+                                                                                          False, ctx.target)
+    return da, db, None, None
+
+
+gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup)
 
 
 @torch.library.custom_op("tkc::attention", mutates_args=())
