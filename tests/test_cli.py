@@ -110,6 +110,25 @@ def test_compile_attention(capsys: pytest.CaptureFixture[str]) -> None:
     assert "tkc.constants = {D = 64 : i64, CAUSAL = 1 : i64, ROWS = 16 : i64, KEYS = 64 : i64, Q_IN_SHARED = 0 : i64}" in out
 
 
+def test_compile_resources(capsys: pytest.CaptureFixture[str], two_kernels: str) -> None:
+    """--resources: what ptxas says each kernel uses, and the shared memory its launch asks for (also named in a
+    comment before each .entry of the PTX)."""
+    from tkc.backend import ptxas
+
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not installed")
+    rc, out, err = run(capsys, "compile", two_kernels, "--target", "sm_90a", "--resources")
+    assert rc == 0 and ".visible .entry double(" in out and ".visible .entry negate(" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and all(re.fullmatch(r"tkc: `(double|negate)` on sm_90a: \d+ registers a thread, 0 / 0 "
+                                                r"bytes of spill stores / loads, 0 bytes of stack, \d+ bytes of shared "
+                                                r"memory", line) for line in lines), lines
+    rc, out, err = run(capsys, "compile", *TILE, ATTENTION, "-D", "D=64", "--target", "sm_80", "--resources")
+    assert rc == 0 and out.startswith("builtin.module") and "bytes of shared memory" in err
+    shared = re.search(r"(\d+) bytes of shared memory", err).group(1)
+    assert int(shared) > 0
+
+
 def test_compile_every_kernel_or_one(capsys: pytest.CaptureFixture[str], two_kernels: str) -> None:
     rc, out, _ = run(capsys, "compile", *TILE, two_kernels)
     assert rc == 0 and "@double" in out and "@negate" in out

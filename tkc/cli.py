@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--emit", choices=["tile", "ptx"], default="ptx", help="what to print (default %(default)s)")
     c.add_argument("-o", dest="output", metavar="OUT", default="-", help="output file (default: stdout)")
     c.add_argument("--pipeline", metavar="SPEC", default=None, help="passes to run after the frontend, e.g. 'canonicalize,cse'")
+    c.add_argument("--resources", action="store_true",
+                   help="assemble the PTX with ptxas and print each kernel's registers, spills, stack and shared "
+                        "memory to stderr")
     _add_dump_flags(c)
 
     o = sub.add_parser("opt", help="run passes over textual tile IR", description="Parse FILE.mlir (or - for stdin), "
@@ -149,6 +152,25 @@ def cmd_compile(args: argparse.Namespace) -> None:
         if args.time_passes:
             sys.stderr.write(timer.report())
     _write(args.output, text)
+    if args.resources:
+        ptx = text if args.emit == "ptx" else compile_kernels(kernels, args.target, constants, None, "ptx")
+        sys.stderr.write(resources_report(ptx, args.target))
+
+
+def resources_report(ptx: str, target: str) -> str:
+    """Per kernel of `ptx`, what ptxas says it uses on `target` (and the shared memory the launch asks for)."""
+    import re
+
+    from tkc.backend.ptxas import assemble
+
+    shared = dict(re.findall(r"^// (\w+): (\d+) bytes of dynamic shared memory$", ptx, re.M))
+    lines = []
+    for name, report in assemble(ptx, target).items():
+        spills = f"{report.spill_stores} / {report.spill_loads} bytes of spill stores / loads"
+        notes = f"; ptxas notes: {' '.join(report.notes)}" if report.notes else ""
+        lines.append(f"tkc: `{name}` on {target}: {report.registers} registers a thread, {spills}, "
+                     f"{report.stack_bytes} bytes of stack, {shared.get(name, '0')} bytes of shared memory{notes}\n")
+    return "".join(lines)
 
 
 def cmd_opt(args: argparse.Namespace) -> None:

@@ -59,6 +59,9 @@ def emit_kernel(kernel: ptx.KernelOp, out: StringIO) -> None:
         lines.extend(_emit_op(op, names))
     params = ",\n".join(f"    .param .align 64 .b8 {n}[128]" if t == "tensormap" else f"    .param .{t} {n}"
                          for n, t in kernel.param_list)
+    smem = kernel.attributes.get("tkc.smem_bytes")
+    if smem is not None:  # what the launch asks for: the size of `smem[]`, which the PTX cannot say
+        out.write(f"// {kernel.sym_name.data}: {smem.value.data} bytes of dynamic shared memory\n")
     out.write(f".visible .entry {kernel.sym_name.data}(\n{params}\n)\n")
     out.write(f".maxntid {kernel.threads.data}, 1, 1\n")
     if kernel.min_blocks is not None:
