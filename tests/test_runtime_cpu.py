@@ -34,6 +34,16 @@ def test_kernel_entry_points_refuse_cpu_tensors() -> None:
         layernorm(a, a, a[0], a[0])
 
 
+def test_layernorm_refuses_an_eps_that_is_not_a_number() -> None:
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import layernorm
+
+    x = torch.ones(4, 64, dtype=torch.bfloat16)
+    for eps in ("1e-5", None, True):
+        with pytest.raises(ValueError, match="eps: must be a number"):
+            layernorm(x, x, x[0], x[0], eps=eps)
+
+
 @pytest.mark.parametrize("scale", [-0.125, 0.0, float("nan"), float("inf"), "1"])
 def test_attention_refuses_a_scale_that_is_not_positive(scale) -> None:
     """The kernels offset each row by its largest q·k (the largest scale·q·k only for scale > 0): a zero or

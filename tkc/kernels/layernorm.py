@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING, Any
 
 import tkc
@@ -68,10 +69,14 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     stream of a pre-norm transformer)."""
     import torch
 
+    if type(eps) is not float:
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+            fail(f"eps: must be a number, got {eps!r}")
+        eps = float(eps)
     if torch.compiler.is_compiling() or wants_grad(torch, x, residual, weight, bias):  # one op of the graph / of autograd
         from tkc.kernels import torch_ops
 
-        y, s = torch_ops.layernorm(x, residual, weight, bias, float(eps), target)
+        y, s = torch_ops.layernorm(x, residual, weight, bias, eps, target)
         return (y if out is None else out.copy_(y)), (s if residual_out is None else residual_out.copy_(s))
 
     # The common call (2-D tensors of matching shapes) checks only what the launch cannot know, the shapes, and
@@ -89,7 +94,7 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
             out = torch.empty_like(x) if out is None else out
             residual_out = torch.empty_like(x) if residual_out is None else residual_out
             if _specialized(d, target).launch((shape[0], 1, 1), (x, residual, weight, bias, out, residual_out,
-                                                                 float(eps)), common_only=True):
+                                                                 eps), common_only=True):
                 return out, residual_out
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         fail("x must be a tensor with at least one dimension")
@@ -125,7 +130,7 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     x2, r2, o2, ro2 = tensors
     rows = x2.shape[0]
     if rows:
-        _specialized(d, target)[(rows,)](x2, r2, weight, bias, o2, ro2, float(eps))
+        _specialized(d, target)[(rows,)](x2, r2, weight, bias, o2, ro2, eps)
     return out, residual_out
 
 
