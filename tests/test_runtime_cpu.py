@@ -307,3 +307,63 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
     monkeypatch.setattr(attention_module, "check_tensor", check_tensor)
     with pytest.raises(ValueError, match="k: the Hopper kernel reads and writes through TMA"):
         attention(q, cuda(2, 3, 300, 68)[..., :64], v, target="sm_90a")
+
+
+def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) -> None:
+    """600 seeded calls of gemm(), attention() and layernorm() with odd arguments (other dtypes, CPU tensors, ranks,
+    sizes, strides, non-tensors, empty tensors, out=, targets, scales, eps) on a fake GPU: each launches or raises a
+    TkcError (a ValueError / TypeError naming the argument), never another exception."""
+    import random
+
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import _checks, attention, gemm, layernorm
+    from tkc.runtime import launch
+
+    cuda, _ = _fake_gpu(monkeypatch)
+    monkeypatch.setattr(launch, "blocks_per_multiprocessor", lambda loaded: 1)
+    monkeypatch.setitem(_checks.MULTIPROCESSORS, 0, 132)
+    monkeypatch.setitem(_checks._HOPPER, 0, True)
+    rng = random.Random(0)
+
+    def odd(*shape: int):
+        pick = rng.randrange(10)
+        if pick == 0:
+            return cuda(*shape, dtype=torch.float32)
+        if pick == 1:
+            return torch.ones(*shape, dtype=torch.bfloat16)  # on the CPU
+        if pick == 2:
+            return cuda(*shape[:-1]) if len(shape) > 1 else cuda(3, 3)
+        if pick == 3:
+            return cuda(*shape, 1)
+        if pick == 4:
+            return cuda(*[s + rng.choice([-1, 1, 7]) if s > 1 else s for s in shape])
+        if pick == 5:
+            return cuda(*shape[::-1]).transpose(0, -1) if len(shape) > 1 else cuda(*shape)
+        if pick == 6:
+            return rng.choice([None, 3, 2.5, "x", [1, 2]])
+        if pick == 7:
+            return cuda(0, *shape[1:])
+        if pick == 8:
+            return cuda(*shape)[..., ::2] if shape[-1] > 2 else cuda(*shape)
+        return cuda(*shape)
+
+    for _ in range(600):
+        which = rng.choice(["gemm", "attention", "layernorm"])
+        try:
+            if which == "gemm":
+                m, n, k = rng.choice([1, 16, 100]), rng.choice([1, 16, 100]), rng.choice([0, 16, 40])
+                trans_b = rng.choice([False, True])
+                extra = {"out": odd(m, n)} if rng.random() < 0.3 else {}
+                gemm(odd(m, k), odd(n, k) if trans_b else odd(k, n), trans_b=trans_b,
+                     target=rng.choice(["sm_80", "sm_90a", "sm_99", None]), **extra)
+            elif which == "attention":
+                shape = (rng.choice([1, 2]), rng.choice([1, 3]), rng.choice([64, 100]), rng.choice([64, 96]))
+                extra = {"scale": rng.choice([0.1, -1.0, 0, float("nan"), "s", 2])} if rng.random() < 0.3 else {}
+                attention(odd(*shape), odd(*shape), odd(*shape), causal=rng.choice([False, True]),
+                          target=rng.choice(["sm_90a", "sm_80"]), return_lse=rng.random() < 0.2, **extra)
+            else:
+                rows, d = rng.choice([1, 7]), rng.choice([16, 40, 64])
+                layernorm(odd(rows, d), odd(rows, d), odd(d), odd(d), eps=rng.choice([1e-5, 0.0, "e"]),
+                          target=rng.choice([None, "sm_80"]))
+        except TkcError:
+            pass
