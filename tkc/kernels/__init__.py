@@ -3,6 +3,9 @@
     tkc.kernels.gemm(a, b, trans_b=False)                  # bf16 GEMM, f32 accumulation
     tkc.kernels.attention(q, k, v, causal=False)           # FlashAttention-2-style forward
     tkc.kernels.layernorm(x, residual, weight, bias)       # LayerNorm with a fused residual add
+
+Under torch.compile / torch.export, and on inputs that require grad, each call is a `torch.ops.tkc.*` custom op
+(tkc/kernels/torch_ops.py): one opaque node of the graph; gemm has a backward.
 """
 
 from tkc.kernels.attention import attention, attention_fwd, attention_sm90
