@@ -5,8 +5,9 @@ outside the loop, gets a ring of N buffers. Before the loop, copies for the firs
 only if that iteration runs); iteration k waits for its own copy (`wait_group N-2`: the N-2 newer groups may
 still fly), starts the copy for iteration k+N-1 into the stage iteration k-1 used, and reads stage k mod N.
 Every iteration commits one group, empty or not, so the counting holds when the loop runs 0, 1 or fewer than
-N-1 times. `insert-barriers` then puts the one `tile.barrier` each iteration needs between the wait and the
-next copy. With stages=1 nothing changes (loads stay synchronous). A loop that runs a wgmma (sm_90a) gets one
+N-1 times. The step may be a run-time value (a persistent kernel's stride over its tiles): trip counts and
+stages then count steps of it. `insert-barriers` then puts the one `tile.barrier` each iteration needs between the
+wait and the next copy. With stages=1 nothing changes (loads stay synchronous). A loop that runs a wgmma (sm_90a) gets one
 stage of slack when it has one to spare: copies run stages-2 ahead and the loop is marked `tkc.wgmma_in_flight`,
 so that the lowering may leave each step's wgmma running until the next step (the stage it reads is refilled
 two steps later).

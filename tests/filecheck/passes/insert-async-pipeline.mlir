@@ -48,3 +48,28 @@ func.func @dependent(%g: !tile.gl<?x?xbf16>, %n: i32, %c0: i32) {
   }
   func.return
 }
+
+// A persistent kernel's loop steps by a run-time stride (the grid's size): the trip count and each iteration's
+// stage count steps of that stride, and the copy ahead starts at lb + (k + 2) · step.
+// CHECK-LABEL: func.func @strided(
+// CHECK:         tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>
+// CHECK:         %[[SPAN:.*]] = arith.subi %n, %b : i32
+// CHECK:         %[[TRIPS:.*]] = arith.ceildivsi %[[SPAN]], %step : i32
+// CHECK:         scf.for %j = %b to %n step %step
+// CHECK:           %[[K:.*]] = arith.divui %{{.*}}, %step : i32
+// CHECK:           tile.wait_group 1
+// CHECK:           %[[AHEAD:.*]] = arith.addi %[[K]], %{{.*}} : i32
+// CHECK:           arith.cmpi slt, %[[AHEAD]], %[[TRIPS]] : i32
+// CHECK:             arith.muli %[[AHEAD]], %step : i32
+// CHECK:             tile.copy_async
+// CHECK:           tile.ring_read
+func.func @strided(%g: !tile.gl<?x?xbf16>, %b: i32, %n: i32, %step: i32, %c0: i32) {
+  %z = tile.fill 0.0 : !tile.rt<16x64xf32>
+  %r = scf.for %j = %b to %n step %step iter_args(%acc = %z) -> (!tile.rt<16x64xf32>) : i32 {
+    %s = tile.load %g[%j, %c0] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
+    %x = tile.load %s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<16x64xf32>
+    %a = tile.add %acc, %x : !tile.rt<16x64xf32>
+    scf.yield %a : !tile.rt<16x64xf32>
+  }
+  func.return
+}
