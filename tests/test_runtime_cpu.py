@@ -79,7 +79,8 @@ def test_common_launch_declines_what_it_does_not_read() -> None:
 
 
 @pytest.mark.parametrize("grid, message", [((0,), "between 1 and"), ((1, 2, 3, 4), "1 to 3"), ((1.5,), "must be an int"),
-                                           ((1, 70000), "between 1 and 65535")])
+                                           ((1, 70000), "between 1 and 65535"), ((4, 0, 1), "between 1 and"),
+                                           ((2**31, 1, 1), "between 1 and")])
 def test_bad_grids(grid, message) -> None:
     with pytest.raises(TkcError, match=message):
         normalize_grid(grid)
@@ -105,7 +106,7 @@ def test_cache_key_depends_on_what_changes_the_code(tmp_path, monkeypatch) -> No
     assert len(keys) == 4
 
 
-def test_quick_key_reads_what_the_full_check_reads() -> None:
+def test_argument_reader_reads_what_the_full_check_reads() -> None:
     """The launch path's generated reader gives the parameter values and alignments the slow path computes, and
     declines (None: the full check and its error) whatever is not the common case."""
     torch = pytest.importorskip("torch")
@@ -122,12 +123,13 @@ def test_quick_key_reads_what_the_full_check_reads() -> None:
     x, w = cuda(6, 40), cuda(40)
     args = (x, x[1:], w, w, cuda(6, 40), cuda(12, 40)[::2], 1e-5)
     values: list = []
-    key = launch._quick_key(layernorm_kernel, args, {"D": 40}, None, None, values)
+    read = launch._reader(layernorm_kernel)
+    key = read(args, values)
     assert values == launch._param_values(layernorm_kernel, args)
     assert key[-2] == 0 and key[-1] == tuple(launch.alignment(a) for a in args[:6])
     for bad in ((x,) + args[1:6] + ("1e-5",), args[:6], (x.float(),) + args[1:], (x[None],) + args[1:],
                 (torch.empty(6, 40, dtype=torch.bfloat16),) + args[1:], (x.t(),) + args[1:]):
-        assert launch._quick_key(layernorm_kernel, bad, {"D": 40}, None, None, []) is None
+        assert read(bad, []) is None
 
 
 @pytest.mark.parametrize("setting, prefers, waits, expected", [

@@ -265,19 +265,19 @@ def sm90_blocks(batch: int, heads: int, nq: int, warps: int, tiles: int = 1) -> 
 
 def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                 scale: float, cfg: dict[str, int], *, causal: bool = False, return_lse: bool = False,
-                kernel: Any = None, **extra: int) -> Any:
+                kernel: Any = None, **extra: int) -> tuple[Any, int]:
     """attention_sm90 (or `kernel`, a copy of it with `extra` constants: bench's probes) on checked tensors with
-    configuration `cfg` (constants and GRID_KEYS); the specialized kernel it launched."""
+    configuration `cfg` (constants and GRID_KEYS); the specialized kernel it launched and its largest grid."""
     kernel = attention_sm90 if kernel is None else kernel
     batch, heads, nq, d = q.shape
     constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg), **extra}
     spec = kernel.specialize(target="sm_90a", **constants)
-    blocks = sm90_blocks(batch, heads, nq, cfg["WARPS"], cfg.get("TILES", 1))
+    most = 2**31 - 1
     if cfg.get("PERSISTENT"):
-        blocks = min(blocks, resident_blocks(kernel, (q.device, *constants.items()), q, k, v, out, lse, scale,
-                                             **constants, target="sm_90a"))
-    spec[(blocks,)](q, k, v, out, lse, scale)
-    return spec
+        most = resident_blocks(kernel, (q.device, *constants.items()), q, k, v, out, lse, scale, **constants,
+                               target="sm_90a")
+    spec[(min(sm90_blocks(batch, heads, nq, cfg["WARPS"], cfg.get("TILES", 1)), most),)](q, k, v, out, lse, scale)
+    return spec, most
 
 
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
@@ -382,9 +382,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                 lse = _NO_LSE[device] = q.new_empty((1, 1, 1), dtype=torch.float32)
         key = _config_key(d, nq, nk, bool(causal), batch * heads, multiprocessors(device))
         cfg = dict(key[2:])
-        spec = launch_sm90(q, k, v, out, lse, scale, cfg, causal=causal, return_lse=return_lse)
+        spec, most = launch_sm90(q, k, v, out, lse, scale, cfg, causal=causal, return_lse=return_lse)
         if not return_lse:
-            most = spec.resident_blocks(q, k, v, out, lse, scale) if cfg.get("PERSISTENT") else 2**31 - 1
             _PLANS[(device, target, key)] = (spec, 16 * cfg["WARPS"], cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:

@@ -145,8 +145,11 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
     step = (step_op.value.value.data if isinstance(step_op, arith.ConstantOp) and isinstance(step_op.value, IntegerAttr)
             else None)  # None: a run-time step (a persistent kernel's loop over its tiles), defined before the loop
 
+    def step_value(b: Builder) -> SSAValue:
+        return _constant(b, step) if step is not None else loop.step
+
     def times_step(b: Builder, n: SSAValue) -> SSAValue:
-        return b.insert(arith.MuliOp(n, _constant(b, step) if step is not None else loop.step)).result
+        return b.insert(arith.MuliOp(n, step_value(b))).result
 
     iv = body.args[0]
     # A wgmma reading these tiles may still run while the next iteration starts (it is waited for one step
@@ -163,8 +166,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
         ring.location = p.load.location
         p.ring = ring.result
     span = pre.insert(arith.SubiOp(loop.ub, loop.lb)).result
-    c_step = _constant(pre, step) if step is not None else loop.step
-    trips = pre.insert(arith.CeilDivSIOp(span, c_step)).result
+    trips = pre.insert(arith.CeilDivSIOp(span, step_value(pre))).result
     for s in range(ahead):
         c_s = _constant(pre, s)
         cond = pre.insert(arith.CmpiOp(c_s, trips, "slt")).result
@@ -178,8 +180,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> bool:
     first = body.first_op
     assert first is not None
     inb = Builder(InsertPoint.before(first))
-    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result,
-                                 _constant(inb, step) if step is not None else loop.step)).result
+    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, step_value(inb))).result
     c_stages = _constant(inb, stages)
     stage = inb.insert(arith.RemUIOp(k, c_stages)).result
     inb.insert(a.WaitGroupOp(ahead - 1))

@@ -47,8 +47,14 @@ def _torch() -> Any:
 
 
 def normalize_grid(grid: Any) -> tuple[int, int, int]:
-    if type(grid) is tuple and len(grid) == 1 and type(grid[0]) is int and 0 < grid[0] <= GRID_LIMITS[0]:
-        return (grid[0], 1, 1)  # the common case, on every launch
+    if type(grid) is tuple:  # the common cases, on every launch: (x,) and an already normal (x, y, z)
+        if len(grid) == 1 and type(grid[0]) is int and 0 < grid[0] <= GRID_LIMITS[0]:
+            return (grid[0], 1, 1)
+        if len(grid) == 3:
+            x, y, z = grid
+            if (type(x) is int and type(y) is int and type(z) is int and 0 < x <= GRID_LIMITS[0]
+                    and 0 < y <= GRID_LIMITS[1] and 0 < z <= GRID_LIMITS[2]):
+                return grid
     dims = (grid,) if isinstance(grid, int) else tuple(grid) if isinstance(grid, tuple | list) else None
     if dims is None or not 1 <= len(dims) <= 3:
         raise KernelArgumentError(f"grid must be an int or a tuple of 1 to 3 ints, got {grid!r}")
@@ -303,7 +309,7 @@ class Specialized:
     def launch(self, grid: Any, args: Sequence[Any], common_only: bool = False) -> bool:
         """Launch on `grid`; True once launched. With `common_only`, arguments outside the reader's common case
         launch nothing and give False (the caller's own checks then say what is wrong, in its own words)."""
-        grid3 = grid if type(grid) is tuple and len(grid) == 3 and _valid_grid3(grid) else normalize_grid(grid)
+        grid3 = normalize_grid(grid)
         values: list[Any] = []
         fast = self.variant(args, values, common_only)
         if fast is None:
@@ -322,12 +328,6 @@ class Specialized:
         if fast.resident is None:
             fast.resident = fast.device.multiprocessors * max(1, blocks_per_multiprocessor(fast.loaded))
         return fast.resident
-
-
-def _valid_grid3(grid: tuple[Any, ...]) -> bool:
-    x, y, z = grid
-    return (type(x) is int and type(y) is int and type(z) is int and 0 < x <= GRID_LIMITS[0]
-            and 0 < y <= GRID_LIMITS[1] and 0 < z <= GRID_LIMITS[2])
 
 
 class _BoundSpecialized:
@@ -382,16 +382,6 @@ def _reader(kernel: Kernel) -> Any:
     if reader is None:
         reader = _readers[kernel] = _make_reader(kernel)
     return reader
-
-
-def _quick_key(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], target: str | None,
-               pipeline: str | None, values: list[Any] | None) -> tuple[Any, ...] | None:
-    """The variant's key read straight off the arguments, or None where they need the full check. The hot path of
-    every launch: a reader made for the kernel reads each argument once (bench/host_breakdown.py)."""
-    got = _reader(kernel)(args, values if values is not None else [])
-    if got is None:
-        return None
-    return (kernel, tuple(constants.items()), target, pipeline, *got)
 
 
 _readers: dict[Any, Any] = {}
