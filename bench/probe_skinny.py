@@ -1,17 +1,20 @@
 """gemm() on skinny products (inference: M = a few rows of tokens, N = K = the model width) beside gemm_sm90_kernel
-configurations with smaller tiles (more blocks for the SMs) and cuBLAS. µs a call and the ratio to cuBLAS,
+configurations with smaller tiles (more blocks for the SMs), split along K (gemm_split_k_kernel, then
+sum_splits_kernel), and cuBLAS. µs a call (event-timed back to back, and in a CUDA graph) and the ratio to cuBLAS,
 median of 30 launches; every output checked against a float32 reference first.
-    python bench/probe_skinny.py [--m 16 64 128 256 512] [--nk 4096 8192]"""
+    python bench/probe_skinny.py [--m 16 64 128 256 512] [--nk 4096 8192] [--trans-b 1] [--only REGEX]"""
 import argparse
+import re
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import rel_err, time_ms  # noqa: E402
+from common import graph_time_ms, rel_err, time_ms  # noqa: E402
 
 from tkc.kernels import gemm, gemm_sm90_kernel  # noqa: E402
+from tkc.kernels.gemm import gemm_split_k_kernel, sum_splits_kernel  # noqa: E402
 from tkc.kernels._checks import cdiv  # noqa: E402
 
 CANDIDATES = {
@@ -25,6 +28,40 @@ CANDIDATES = {
     "W4 BN=64 BK=128 6 stages": {"WARPS": 4, "BN": 64, "BK": 128, "STAGES": 6},
     "W4 BN=64 8 stages": {"WARPS": 4, "BN": 64, "BK": 64, "STAGES": 8},
 }
+# gemm_split_k_kernel (grid: tiles × SPLITS, f32 partial sums) then sum_splits_kernel
+SPLIT_K = {
+    "SK BN=64 BK=128 6st x1": {"WARPS": 4, "BN": 64, "BK": 128, "STAGES": 6, "SPLITS": 1},
+    "SK BN=64 BK=128 6st x1 rot": {"WARPS": 4, "BN": 64, "BK": 128, "STAGES": 6, "SPLITS": 1, "ROTATE": 1},
+    "SK BN=64 BK=128 x2": {"WARPS": 4, "BN": 64, "BK": 128, "STAGES": 4, "SPLITS": 2},
+    "SK BN=64 BK=128 x2 rot": {"WARPS": 4, "BN": 64, "BK": 128, "STAGES": 4, "SPLITS": 2, "ROTATE": 1},
+    "SK BN=128 BK=64 6st x2": {"WARPS": 4, "BN": 128, "BK": 64, "STAGES": 6, "SPLITS": 2},
+    "SK BN=128 BK=64 6st x2 rot": {"WARPS": 4, "BN": 128, "BK": 64, "STAGES": 6, "SPLITS": 2, "ROTATE": 1},
+    "SK BN=128 BK=64 6st x4": {"WARPS": 4, "BN": 128, "BK": 64, "STAGES": 6, "SPLITS": 4},
+    "SK BN=128 BK=64 6st x4 rot": {"WARPS": 4, "BN": 128, "BK": 64, "STAGES": 6, "SPLITS": 4, "ROTATE": 1},
+    "SK BN=128 BK=128 x2": {"WARPS": 4, "BN": 128, "BK": 128, "STAGES": 4, "SPLITS": 2},
+    "SK BN=128 BK=128 x2 rot": {"WARPS": 4, "BN": 128, "BK": 128, "STAGES": 4, "SPLITS": 2, "ROTATE": 1},
+    "SK BN=256 BK=64 x4": {"WARPS": 4, "BN": 256, "BK": 64, "STAGES": 4, "SPLITS": 4},
+    "SK BN=256 BK=64 x4 rot": {"WARPS": 4, "BN": 256, "BK": 64, "STAGES": 4, "SPLITS": 4, "ROTATE": 1},
+}
+
+
+def split_k(a, b, tb, cfg):
+    """A launcher of gemm_split_k_kernel + sum_splits_kernel for a and b, and its block count."""
+    m, k = a.shape
+    n = b.shape[0] if tb else b.shape[1]
+    cfg = dict(cfg)
+    splits = cfg.pop("SPLITS")
+    spec = gemm_split_k_kernel.specialize(target="sm_90a", TRANS_B=tb, **cfg)
+    total = sum_splits_kernel.specialize(target="sm_90a", COLS=256, WARPS=4)
+    partial = torch.full((splits, m, n), float("nan"), device="cuda", dtype=torch.float32)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tiles = cdiv(m, 16 * cfg["WARPS"]) * cdiv(n, cfg["BN"])
+
+    def run():
+        spec[(tiles, splits)](a, b, partial)
+        total[(m, cdiv(n, 4 * 256))](partial, out)
+        return out
+    return run, tiles * splits
 
 
 def main() -> None:
@@ -32,6 +69,7 @@ def main() -> None:
     parser.add_argument("--m", type=int, nargs="+", default=[16, 64, 128, 256, 512])
     parser.add_argument("--nk", type=int, nargs="+", default=[4096, 8192])
     parser.add_argument("--trans-b", type=int, default=0, help="1: b is N×K (a linear layer's weight), a·bᵀ")
+    parser.add_argument("--only", default="", help="a regular expression: time only the candidates it matches")
     args = parser.parse_args()
     tb = args.trans_b
     torch.manual_seed(0)
@@ -46,19 +84,26 @@ def main() -> None:
                 grid = cdiv(m, 16 * cfg["WARPS"]) * cdiv(nk, cfg["BN"])
                 out = torch.empty(m, nk, device="cuda", dtype=torch.bfloat16)
                 impls[f"{name} ({grid} blocks)"] = (lambda spec=spec, grid=grid, out=out: spec[(grid,)](a, b, out) or out)
+            for name, cfg in SPLIT_K.items():
+                run, grid = split_k(a, b, tb, cfg)
+                impls[f"{name} ({grid} blocks)"] = run
+            impls = {name: fn for name, fn in impls.items()
+                     if name in ("cuBLAS", "gemm()") or re.search(args.only, name)}
             print(f"M={m} N=K={nk} trans_b={tb}", flush=True)
             base = None
             for name, fn in impls.items():
                 try:
                     err = rel_err(fn(), ref)
                     us = time_ms(fn) * 1e3
+                    graph_us = graph_time_ms(fn) * 1e3
                 except Exception as e:  # noqa: BLE001
                     print(f"  {name:28s} failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
                     continue
                 if name == "cuBLAS":
                     base = us
-                print(f"  {name:28s} {us:8.1f} us  err {err:.1e}" + (f"  cuBLAS/this {base / us:.2f}" if base else ""),
-                      flush=True)
+                    base_graph = graph_us
+                print(f"  {name:28s} {us:8.1f} us  err {err:.1e}" + (f"  cuBLAS/this {base / us:.2f}" if base else "")
+                      + f"  graph {graph_us:6.1f} us" + (f" {base_graph / graph_us:.2f}" if base else ""), flush=True)
 
 
 if __name__ == "__main__":

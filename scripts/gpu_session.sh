@@ -32,7 +32,7 @@ for step in ${*:-tests probe bench sanitize}; do
     bench-layernorm)
         timeout 200 python3 bench/layernorm.py ${LAYERNORM_ARGS:-} > "$OUT/bench-layernorm.log" 2>&1; tail -9 "$OUT/bench-layernorm.log" ;;
     skinny)  # gemm() on skinny products beside smaller tiles and cuBLAS (bench/probe_skinny.py; PROBE_ARGS="--trans-b 1")
-        timeout 200 python3 bench/probe_skinny.py ${PROBE_ARGS:-} > "$OUT/skinny.log" 2>&1; grep -E "^M=|gemm\(\)" "$OUT/skinny.log" | paste - - ;;
+        timeout 400 python3 bench/probe_skinny.py ${PROBE_ARGS:-} > "$OUT/skinny.log" 2>&1; grep -E "^M=|gemm\(\)" "$OUT/skinny.log" | paste - - ;;
     small-batch)  # attention() at B·N = 1024 / 2048 beside configurations for few tiles (bench/probe_small_batch.py)
         timeout 300 python3 bench/probe_small_batch.py > "$OUT/small-batch.log" 2>&1; grep -E "^D=|attention\(\)|  cuDNN" "$OUT/small-batch.log" | head -40 ;;
     dependent-launch)  # layernorm's dependent-launch opt-in back to back and behind a GEMM (bench/probe_dependent_launch.py)

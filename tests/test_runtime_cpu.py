@@ -275,6 +275,28 @@ def test_gemm_common_call_launches_what_the_checked_call_did(monkeypatch) -> Non
         gemm(cuda(300, 40, dtype=torch.float32), b, target="sm_80")
 
 
+def test_gemm_split_along_k_launches_both_kernels(monkeypatch) -> None:
+    """A few rows and a long K: gemm() launches the split product on (tiles, runs of K) and then the sum of the
+    runs on (rows, column chunks), the checked call and the common call alike, the same workspace shape each time."""
+    import importlib
+
+    from tkc.kernels import gemm
+
+    gemm_module = importlib.import_module("tkc.kernels.gemm")
+    cuda, launches = _fake_gpu(monkeypatch)
+    monkeypatch.setattr(gemm_module, "_PLANS", {})
+    monkeypatch.setitem(gemm_module.MULTIPROCESSORS, 0, 132)
+    a, b = cuda(16, 4096), cuda(4096, 4096)
+    checked, check_tensor = [], gemm_module.check_tensor
+    monkeypatch.setattr(gemm_module, "check_tensor", lambda *args: checked.append(args[0]) or check_tensor(*args))
+    for _ in range(2):
+        out = gemm(a, b, target="sm_90a")
+        assert out.shape == (16, 4096)
+    assert checked == ["a", "b"]  # the second call: the common call's plan
+    assert [grid for _, grid, _ in launches] == [(32, 4, 1), (16, 4, 1)] * 2
+    assert launches[2][0] is launches[0][0] and launches[3][0] is launches[1][0]
+
+
 def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:
     """attention()'s common call launches the kernel, grid and arguments of the fully checked first call (here a
     persistent configuration: the grid is the GPU's resident blocks); misaligned strides, out= and return_lse

@@ -101,24 +101,27 @@ def test_hopper_gemm_kernel_simulated(trans_b: int, warps: int, m: int, n: int, 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("trans_b", [0, 1])
-@pytest.mark.parametrize("variant", ["tma", "cp.async", "producer", "smaller 1", "smaller 2", "smaller 3", "smaller 4"])
+@pytest.mark.parametrize("variant", ["tma", "cp.async", "producer", "smaller 1", "smaller 2", "smaller 3", "smaller 4",
+                                     "split-k"])
 def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> None:
     """What gemm() launches on Hopper (and the producer variant), also its smaller tiles for skinny products: no
     spills, no stack, none of ptxas's setmaxnreg-ignored / wgmma-serialized notes (C7508, C7511, C7515)."""
     from tkc.compiler import compile_for_launch
     from tkc.kernels import gemm_sm90_kernel
-    from tkc.kernels.gemm import CONFIG_SM90, sm90_config
+    from tkc.kernels.gemm import CONFIG_SM90, SPLIT_K, gemm_split_k_kernel, sm90_config
 
-    constants = {**CONFIG_SM90[trans_b], "TRANS_B": trans_b}
+    kernel, constants = gemm_sm90_kernel, {**CONFIG_SM90[trans_b], "TRANS_B": trans_b}
     aligns = {"A": 16, "B": 16, "C": 16}
     if variant.startswith("smaller"):
         constants = sm90_config(bool(trans_b), True, int(variant.split()[1]))
+    elif variant == "split-k":
+        kernel, constants, aligns = gemm_split_k_kernel, {**SPLIT_K, "TRANS_B": trans_b}, {"A": 16, "B": 16, "Partial": 16}
     elif variant == "cp.async":
         constants.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
         aligns = {"A": 2, "B": 2, "C": 2}
     elif variant == "producer":
         constants.update(PRODUCER=1)
-    compiled = compile_for_launch(gemm_sm90_kernel, "sm_90a", constants, aligns)
+    compiled = compile_for_launch(kernel, "sm_90a", constants, aligns)
     (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
     assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
     assert not report.notes and not any(c in report.log for c in ("C7508", "C7511", "C7515")), report.log
@@ -372,6 +375,30 @@ def test_attention_sm90_assembles_cleanly(d: int, causal: int, nq: int, nk: int)
     assert not report.notes and not any(c in report.log for c in ("C7508", "C7509", "C7511", "C7515")), report.log
 
 
+@pytest.mark.parametrize("m, n, k, trans_b, splits, rotate", [(16, 192, 512, 0, 3, 1), (70, 64, 300, 1, 2, 0),
+                                                              (16, 192, 640, 1, 1, 1), (5, 136, 1000, 0, 4, 1)])
+def test_split_k_gemm_simulated(m: int, n: int, k: int, trans_b: int, splits: int, rotate: int) -> None:
+    """gemm_split_k_kernel's partial sums over runs of K (rotated or not; a last run shorter than the others,
+    runs of no steps) and sum_splits_kernel's sum of them (edge columns included) agree with the interpreter,
+    and together make the product."""
+    from tkc.kernels.gemm import gemm_split_k_kernel, sum_splits_kernel
+
+    rng = np.random.default_rng(m + n + k)
+    a = random_bf16(rng, m, k)
+    b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
+    partial = np.full((splits, m, n), np.nan, dtype=np.float32)
+    constants = {"TRANS_B": trans_b, "BN": 64, "BK": 64, "STAGES": 3, "WARPS": 4, "ROTATE": rotate}
+    grid = (-(-m // 64) * -(-n // 64), splits)
+    interp, sim = run_both(gemm_split_k_kernel, [a, b, partial], grid, constants, target="sm_90a", order="shuffled")
+    assert rel_err(sim[2], interp[2]) < 1e-5
+    c = np.full((m, n), np.nan, dtype=a.dtype)
+    interp, sim = run_both(sum_splits_kernel, [interp[2], c], (m, -(-n // 64)), {"COLS": 32, "WARPS": 2},
+                           target="sm_90a")
+    ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
+    assert rel_err(interp[1], ref) < 1e-2
+    assert rel_err(sim[1], interp[1]) == 0
+
+
 def test_gemm_tile_choice() -> None:
     """gemm() on Hopper keeps its tiles where they fill the GPU (the benchmark's sizes) and takes smaller ones for
     skinny products."""
@@ -381,6 +408,15 @@ def test_gemm_tile_choice() -> None:
         assert tile_choice(m, n, 132) == 0, (m, n)
     assert tile_choice(512, 4096, 132) == 1  # 128×128 tiles: 128 of them
     assert tile_choice(128, 4096, 132) == len(SMALLER_TILES) and tile_choice(16, 4096, 132) == len(SMALLER_TILES)
+
+
+def test_gemm_split_count() -> None:
+    """gemm() splits K for a few rows only, into about a block an SM, never runs under 8 steps of K."""
+    from tkc.kernels.gemm import split_count
+
+    assert split_count(16, 8192, 8192, 132) == 2 and split_count(16, 4096, 4096, 132) == 4
+    assert split_count(1, 4096, 1024, 132) == 1 and split_count(32, 4096, 2048, 132) == 2  # K: 8 or 16 steps
+    assert split_count(64, 8192, 8192, 132) == 1 and split_count(16, 32768, 8192, 132) == 1
 
 
 def test_attention_configuration_for_few_tiles() -> None:

@@ -47,6 +47,23 @@ def test_gemm(m: int, n: int, k: int, target: str | None) -> None:
     assert rel_err(out, ref) < 1e-2
 
 
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (1, 8192, 8192), (32, 1000, 3000), (24, 520, 2048),
+                                     (9, 136, 65536)])
+def test_gemm_split_along_k(m: int, n: int, k: int, trans_b: bool) -> None:
+    """A few rows and a long K: gemm() splits K into runs (f32 partial sums, then their sum), twice (the second
+    call through the common call's plan), into a given out."""
+    from tkc.kernels.gemm import split_count
+
+    assert split_count(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count) > 1
+    for _ in range(2):
+        a, b = randn(m, k), (randn(n, k) if trans_b else randn(k, n))
+        out = poisoned_like((m, n))
+        gemm(a, b, trans_b=trans_b, out=out)
+        ref = a.float() @ (b.float().t() if trans_b else b.float())
+        assert rel_err(out, ref) < 1e-2
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_gemm_empty_k(target: str | None) -> None:
     """K = 0: a sum of nothing (the loop over K runs no steps; TMA maps of empty tensors are never used)."""

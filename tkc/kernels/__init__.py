@@ -9,7 +9,8 @@ Under torch.compile / torch.export, and on inputs that require grad, each call i
 """
 
 from tkc.kernels.attention import attention, attention_fwd, attention_sm90
-from tkc.kernels.gemm import gemm, gemm_kernel, gemm_sm90_kernel
+from tkc.kernels.gemm import gemm, gemm_kernel, gemm_sm90_kernel, gemm_split_k_kernel, sum_splits_kernel
 from tkc.kernels.layernorm import layernorm, layernorm_kernel
 
-__all__ = ["attention", "attention_fwd", "attention_sm90", "gemm", "gemm_kernel", "gemm_sm90_kernel", "layernorm", "layernorm_kernel"]
+__all__ = ["attention", "attention_fwd", "attention_sm90", "gemm", "gemm_kernel", "gemm_sm90_kernel", "gemm_split_k_kernel",
+           "layernorm", "layernorm_kernel", "sum_splits_kernel"]

@@ -73,6 +73,44 @@ def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: co
         store(C, acc.to(bf16), (bm * WARPS + warp_id(), bn))
 
 
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+def gemm_split_k_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRANS_B: const = 0, BN: const = 64,
+                        BK: const = 128, WARPS: const = 4, STAGES: const = 4, ROTATE: const = 0):
+    """gemm_sm90_kernel's product split along K, for products with few tiles and a long K (a few rows of tokens
+    times a weight): grid (tiles, splits); block (t, s) multiplies tile t over the s-th of `splits` equal runs of
+    K's steps and writes its f32 sum to Partial[s] (Partial is splits × M × N). sum_splits_kernel adds them up."""
+    BM = 16 * WARPS
+    tile, split = block_idx()[0], block_idx()[1]
+    blocks_n = cdiv(Partial.shape[2], BN)
+    bm, bn = tile // blocks_n, tile % blocks_n
+    steps = cdiv(A.shape[1], BK)
+    per_split = cdiv(steps, num_blocks()[1])
+    acc = zeros(rt[f32, 16, BN])
+    first, end = split * per_split, min(steps, (split + 1) * per_split)
+    for step in range(first, end):
+        # ROTATE: block column bn starts its run of steps bn steps in, so that the blocks read different slices of
+        # A at a time (A, a few rows, is read by every block)
+        k = first + (step - first + bn * ROTATE) % max(end - first, 1)
+        a = load(load(A, (bm, k), st[bf16, BM, BK]), (warpgroup_id(), 0), st[bf16, 64, BK])  # this warpgroup's rows
+        if TRANS_B:
+            acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
+        else:
+            acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
+    store(Partial, acc, (split, bm * WARPS + warp_id(), bn))
+
+
+@tkc.kernel(warps="WARPS", min_target="sm_80")
+def sum_splits_kernel(Partial: gl[f32, 3], C: gl[bf16, 2], COLS: const = 256, WARPS: const = 4):
+    """C = Partial[0] + Partial[1] + ... in bf16. Grid: (M, cdiv(N, WARPS·COLS)); each warp adds up COLS
+    columns of a row."""
+    part = block_idx()[1] * WARPS + warp_id()  # this warp's columns, in units of COLS
+    row = block_idx()[0]
+    total = load(Partial, (0, row, part), rv[f32, COLS])
+    for split in range(1, Partial.shape[0]):
+        total = total + load(Partial, (split, row, part), rv[f32, COLS])
+    store(C, total, (row, part))
+
+
 CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2, "GROUP_M": 16}  # what gemm() launches (best of bench/sweep.py)
 # gemm_sm90_kernel per TRANS_B (best of bench/wgmma_probe.py on the H200)
 CONFIG_SM90 = {0: {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 3, "PRODUCER": 0, "TMA_STORE": 1},
@@ -93,6 +131,25 @@ def tile_choice(m: int, n: int, sms: int) -> int:
         if ceil_div(m, 16 * cfg["WARPS"]) * ceil_div(n, cfg["BN"]) >= 0.9 * sms:
             return i
     return len(SMALLER_TILES)
+
+
+# A few rows and a long K (a few tokens times a weight): even the smallest tiles leave SMs idle or starve on A, which
+# every block reads; the product split along K instead, each run of K steps its own block, and the f32 partial
+# sums added up by a second kernel (bench/probe_skinny.py, RESULTS "gemm probe — 2026-12-04 14:14–14:22": M=16, N = K =
+# 8192 0.64 -> 0.90x cuBLAS in a graph). Blocks start their run at different steps (ROTATE).
+SPLIT_K = {"BN": 128, "BK": 128, "WARPS": 4, "STAGES": 4, "ROTATE": 1}
+SPLIT_K_MAX_ROWS = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLAS
+SUM_SPLITS = {"COLS": 256, "WARPS": 4}
+
+
+@functools.lru_cache(maxsize=4096)
+def split_count(m: int, n: int, k: int, sms: int) -> int:
+    """Into how many runs of K gemm() splits an m×n×k product on `sms` multiprocessors: 1 (none) but for a few
+    rows; else about a block an SM, at most 4 runs, each at least 8 steps of K."""
+    if m > SPLIT_K_MAX_ROWS:
+        return 1
+    tiles = ceil_div(m, 16 * SPLIT_K["WARPS"]) * ceil_div(n, SPLIT_K["BN"])
+    return max(1, min(4, sms // tiles, ceil_div(k, SPLIT_K["BK"]) // 8))
 
 
 def sm90_config(trans_b: bool, aligned: bool, choice: int = 0) -> dict[str, int]:
@@ -132,12 +189,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             aligned = not (a.data_ptr() | b.data_ptr() | (sa[0] | sb[0] | k | b1) * 2) & 15
             device = a.get_device()
             sms = MULTIPROCESSORS.get(device)
-            plan = (_PLANS.get((device, trans_b, aligned, target, tile_choice(m, n, sms) if aligned else 0))
+            plan = (_PLANS.get((device, trans_b, aligned, target, *(_choice(m, n, k, sms) if aligned else (0, 1))))
                     if sms is not None else None)
             if plan is not None and (out is None or isinstance(out, torch.Tensor) and out.shape == (m, n)):
-                spec, bm, bn, most = plan
                 c = a.new_empty((m, n)) if out is None else out
-                if spec.launch((min(ceil_div(m, bm) * ceil_div(n, bn), most), 1, 1), (a, b, c), common_only=True):
+                if plan(a, b, c, m, n, True):
                     return c
 
     check_tensor("a", a, torch.bfloat16, 2)
@@ -164,21 +220,50 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     # wgmma on Hopper: with a TMA ring where the operands' rows are 16-byte aligned (tiles by the product's size),
     # else with a cp.async ring (any alignment)
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
-    choice = tile_choice(m, n, multiprocessors(device)) if aligned else 0
-    if wgmma_path(device, target):
+    choice, splits = _choice(m, n, k, multiprocessors(device)) if aligned else (0, 1)
+    if wgmma_path(device, target) and splits > 1:
+        plan = _split_k_plan(gemm_split_k_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), **SPLIT_K),
+                             sum_splits_kernel.specialize(target="sm_90a", **SUM_SPLITS), splits)
+    elif wgmma_path(device, target):
         cfg = sm90_config(trans_b, aligned, choice)
         spec = gemm_sm90_kernel.specialize(target="sm_90a", **cfg)
-        bm, bn = 16 * cfg["WARPS"], cfg["BN"]
         most = spec.resident_blocks(a, b, out) if PERSISTENT else GRID_LIMIT
+        plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], most)
     else:
-        spec = gemm_kernel.specialize(TRANS_B=int(trans_b), target=target, **CONFIG)
-        bm, bn, most = CONFIG["BM"], CONFIG["BN"], GRID_LIMIT
-    spec[(min(ceil_div(m, bm) * ceil_div(n, bn), most),)](a, b, out)
-    _PLANS[(device, trans_b, aligned, target, choice)] = (spec, bm, bn, most)  # for the common call above
+        plan = _tiles_plan(gemm_kernel.specialize(TRANS_B=int(trans_b), target=target, **CONFIG), CONFIG["BM"],
+                           CONFIG["BN"], GRID_LIMIT)
+    plan(a, b, out, m, n, False)
+    _PLANS[(device, trans_b, aligned, target, choice, splits)] = plan  # for the common call above
     return out
 
 
+def _choice(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
+    """gemm_sm90_kernel's tiles (tile_choice) and the runs of K (split_count) for an m×n×k product."""
+    return tile_choice(m, n, sms), split_count(m, n, k, sms)
+
+
+def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
+    """gemm()'s launch of a kernel taking bm×bn tiles of C on at most `most` blocks: plan(a, b, c, m, n,
+    common_only) launches it and says whether it did (common_only: see Specialized.launch)."""
+    def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
+        return spec.launch((min(ceil_div(m, bm) * ceil_div(n, bn), most), 1, 1), (a, b, c), common_only=common_only)
+    return plan
+
+
+def _split_k_plan(spec: Any, total: Any, splits: int) -> Any:
+    """gemm()'s launch of a product split into `splits` runs of K: gemm_split_k_kernel's partial sums into an f32
+    workspace, then sum_splits_kernel's sum of them into c."""
+    import torch
+
+    bm, bn, cols = 16 * SPLIT_K["WARPS"], SPLIT_K["BN"], SUM_SPLITS["COLS"] * SUM_SPLITS["WARPS"]
+
+    def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
+        partial = c.new_empty((splits, m, n), dtype=torch.float32)
+        return (spec.launch((ceil_div(m, bm) * ceil_div(n, bn), splits, 1), (a, b, partial), common_only=common_only)
+                and total.launch((m, ceil_div(n, cols), 1), (partial, c), common_only=common_only))
+    return plan
+
+
 GRID_LIMIT = 2**31 - 1
-# (device, trans_b, 16-byte aligned rows, target, tile choice) → (the specialized kernel, its tile's rows and columns,
-# its largest grid): what gemm()'s common call launches
-_PLANS: dict[tuple[int, bool, bool, str | None, int], tuple[Any, int, int, int]] = {}
+# (device, trans_b, 16-byte aligned rows, target, tile choice, runs of K) → what gemm()'s common call launches
+_PLANS: dict[tuple[int, bool, bool, str | None, int, int], Any] = {}
