@@ -1,6 +1,6 @@
 """gemm() on skinny products (inference: M = a few rows of tokens, N = K = the model width) beside gemm_sm90_kernel
 configurations with smaller tiles (more blocks for the SMs), split along K (gemm_split_k_kernel, then
-sum_splits_kernel), and cuBLAS. µs a call (event-timed back to back, and in a CUDA graph) and the ratio to cuBLAS,
+sum_splits_kernel), with the operands' roles swapped (gemm_few_rows_kernel), and cuBLAS. µs a call (event-timed back to back, and in a CUDA graph) and the ratio to cuBLAS,
 median of 30 launches; every output checked against a float32 reference first.
     python bench/probe_skinny.py [--m 16 64 128 256 512] [--nk 4096 8192] [--trans-b 1] [--only REGEX]"""
 import argparse
@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import graph_time_ms, rel_err, time_ms  # noqa: E402
 
 from tkc.kernels import gemm, gemm_sm90_kernel  # noqa: E402
-from tkc.kernels.gemm import gemm_split_k_kernel, sum_splits_kernel  # noqa: E402
+from tkc.kernels.gemm import gemm_few_rows_kernel, gemm_split_k_kernel, sum_splits_kernel  # noqa: E402
 from tkc.kernels._checks import cdiv  # noqa: E402
 
 CANDIDATES = {
@@ -44,18 +44,40 @@ SPLIT_K = {
     "SK BN=256 BK=64 x4 rot": {"WARPS": 4, "BN": 256, "BK": 64, "STAGES": 4, "SPLITS": 4, "ROTATE": 1},
 }
 
+# gemm_few_rows_kernel (A·Bᵀ as B·Aᵀ, A of at most ROWS rows; grid: blocks of 16·WARPS rows of B × runs of K), then
+# sum_splits_kernel
+FEW_ROWS = {
+    "FR W4 BK=128 4st x2": {"WARPS": 4, "BK": 128, "STAGES": 4, "SPLITS": 2},
+    "FR W4 BK=128 4st x4": {"WARPS": 4, "BK": 128, "STAGES": 4, "SPLITS": 4},
+    "FR W8 BK=128 5st x1": {"WARPS": 8, "BK": 128, "STAGES": 5, "SPLITS": 1},
+    "FR W8 BK=128 5st x2": {"WARPS": 8, "BK": 128, "STAGES": 5, "SPLITS": 2},
+    "FR W8 BK=128 5st x4": {"WARPS": 8, "BK": 128, "STAGES": 5, "SPLITS": 4},
+    # A of up to 32 / 64 rows (the wgmma's N)
+    "FR32 W4 BK=128 4st x2": {"ROWS": 32, "WARPS": 4, "BK": 128, "STAGES": 4, "SPLITS": 2},
+    "FR32 W4 BK=128 4st x4": {"ROWS": 32, "WARPS": 4, "BK": 128, "STAGES": 4, "SPLITS": 4},
+    "FR32 W8 BK=128 5st x2": {"ROWS": 32, "WARPS": 8, "BK": 128, "STAGES": 5, "SPLITS": 2},
+    "FR32 W8 BK=128 5st x4": {"ROWS": 32, "WARPS": 8, "BK": 128, "STAGES": 5, "SPLITS": 4},
+    "FR64 W4 BK=128 4st x2": {"ROWS": 64, "WARPS": 4, "BK": 128, "STAGES": 4, "SPLITS": 2},
+    "FR64 W4 BK=128 4st x4": {"ROWS": 64, "WARPS": 4, "BK": 128, "STAGES": 4, "SPLITS": 4},
+    "FR64 W8 BK=128 4st x2": {"ROWS": 64, "WARPS": 8, "BK": 128, "STAGES": 4, "SPLITS": 2},
+    "FR64 W8 BK=128 4st x4": {"ROWS": 64, "WARPS": 8, "BK": 128, "STAGES": 4, "SPLITS": 4},
+    "FR64 W8 BK=64 6st x2": {"ROWS": 64, "WARPS": 8, "BK": 64, "STAGES": 6, "SPLITS": 2},
+}
 
-def split_k(a, b, tb, cfg):
-    """A launcher of gemm_split_k_kernel + sum_splits_kernel for a and b, and its block count."""
+
+def split_k(a, b, tb, cfg, kernel=gemm_split_k_kernel):
+    """A launcher of `kernel` (gemm_split_k_kernel or gemm_few_rows_kernel) + sum_splits_kernel for a and b, and its
+    block count."""
     m, k = a.shape
     n = b.shape[0] if tb else b.shape[1]
     cfg = dict(cfg)
     splits = cfg.pop("SPLITS")
-    spec = gemm_split_k_kernel.specialize(target="sm_90a", TRANS_B=tb, **cfg)
+    few_rows = kernel is gemm_few_rows_kernel
+    spec = kernel.specialize(target="sm_90a", **cfg, **({} if few_rows else {"TRANS_B": tb}))
     total = sum_splits_kernel.specialize(target="sm_90a", COLS=256, WARPS=4)
     partial = torch.full((splits, m, n), float("nan"), device="cuda", dtype=torch.float32)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    tiles = cdiv(m, 16 * cfg["WARPS"]) * cdiv(n, cfg["BN"])
+    tiles = cdiv(n, 16 * cfg["WARPS"]) if few_rows else cdiv(m, 16 * cfg["WARPS"]) * cdiv(n, cfg["BN"])
 
     def run():
         spec[(tiles, splits)](a, b, partial)
@@ -86,6 +108,11 @@ def main() -> None:
                 impls[f"{name} ({grid} blocks)"] = (lambda spec=spec, grid=grid, out=out: spec[(grid,)](a, b, out) or out)
             for name, cfg in SPLIT_K.items():
                 run, grid = split_k(a, b, tb, cfg)
+                impls[f"{name} ({grid} blocks)"] = run
+            for name, cfg in FEW_ROWS.items() if tb else ():
+                if m > cfg.get("ROWS", 16):
+                    continue
+                run, grid = split_k(a, b, tb, cfg, gemm_few_rows_kernel)
                 impls[f"{name} ({grid} blocks)"] = run
             impls = {name: fn for name, fn in impls.items()
                      if name in ("cuBLAS", "gemm()") or re.search(args.only, name)}

@@ -102,13 +102,14 @@ def test_hopper_gemm_kernel_simulated(trans_b: int, warps: int, m: int, n: int, 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("variant", ["tma", "cp.async", "producer", "smaller 1", "smaller 2", "smaller 3", "smaller 4",
-                                     "split-k"])
+                                     "split-k", "few rows"])
 def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> None:
     """What gemm() launches on Hopper (and the producer variant), also its smaller tiles for skinny products: no
     spills, no stack, none of ptxas's setmaxnreg-ignored / wgmma-serialized notes (C7508, C7511, C7515)."""
     from tkc.compiler import compile_for_launch
     from tkc.kernels import gemm_sm90_kernel
-    from tkc.kernels.gemm import CONFIG_SM90, SPLIT_K, gemm_split_k_kernel, sm90_config
+    from tkc.kernels.gemm import (CONFIG_SM90, FEW_ROWS, SPLIT_K, gemm_few_rows_kernel, gemm_split_k_kernel,
+                                  sm90_config)
 
     kernel, constants = gemm_sm90_kernel, {**CONFIG_SM90[trans_b], "TRANS_B": trans_b}
     aligns = {"A": 16, "B": 16, "C": 16}
@@ -116,6 +117,8 @@ def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> No
         constants = sm90_config(bool(trans_b), True, int(variant.split()[1]))
     elif variant == "split-k":
         kernel, constants, aligns = gemm_split_k_kernel, {**SPLIT_K, "TRANS_B": trans_b}, {"A": 16, "B": 16, "Partial": 16}
+    elif variant == "few rows":  # A·Bᵀ only
+        kernel, constants, aligns = gemm_few_rows_kernel, FEW_ROWS, {"A": 16, "B": 16, "Partial": 16}
     elif variant == "cp.async":
         constants.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
         aligns = {"A": 2, "B": 2, "C": 2}
@@ -399,6 +402,23 @@ def test_split_k_gemm_simulated(m: int, n: int, k: int, trans_b: int, splits: in
     assert rel_err(sim[1], interp[1]) == 0
 
 
+@pytest.mark.parametrize("m, n, k, splits, warps", [(16, 128, 256, 2, 4), (5, 200, 200, 1, 8), (9, 136, 330, 3, 8),
+                                                    (1, 64, 1000, 4, 4)])
+def test_few_rows_gemm_simulated(m: int, n: int, k: int, splits: int, warps: int) -> None:
+    """gemm_few_rows_kernel (A·Bᵀ as B·Aᵀ, the accumulator stored transposed) over runs of K agrees with the
+    interpreter, and its runs add up to the product."""
+    from tkc.kernels.gemm import gemm_few_rows_kernel
+
+    rng = np.random.default_rng(m + n + k)
+    a, b = random_bf16(rng, m, k), random_bf16(rng, n, k)
+    partial = np.full((splits, m, n), np.nan, dtype=np.float32)
+    grid = (-(-n // (16 * warps)), splits)
+    interp, sim = run_both(gemm_few_rows_kernel, [a, b, partial], grid, {"BK": 64, "STAGES": 3, "WARPS": warps},
+                           target="sm_90a", order="shuffled")
+    assert rel_err(interp[2].sum(0), a.astype(np.float64) @ b.astype(np.float64).T) < 1e-5
+    assert rel_err(sim[2], interp[2]) < 1e-5
+
+
 def test_gemm_tile_choice() -> None:
     """gemm() on Hopper keeps its tiles where they fill the GPU (the benchmark's sizes) and takes smaller ones for
     skinny products."""
@@ -410,13 +430,20 @@ def test_gemm_tile_choice() -> None:
     assert tile_choice(128, 4096, 132) == len(SMALLER_TILES) and tile_choice(16, 4096, 132) == len(SMALLER_TILES)
 
 
-def test_gemm_split_count() -> None:
-    """gemm() splits K for a few rows only, into about a block an SM, never runs under 8 steps of K."""
-    from tkc.kernels.gemm import split_count
+def test_gemm_launch_choice() -> None:
+    """gemm() splits K for a few rows only (swapping the operands' roles for a weight given N×K and at most 16
+    rows), into about a block an SM, never into runs under 8 steps of K; else it takes tiles."""
+    from tkc.kernels.gemm import launch_choice
 
-    assert split_count(16, 8192, 8192, 132) == 2 and split_count(16, 4096, 4096, 132) == 4
-    assert split_count(1, 4096, 1024, 132) == 1 and split_count(32, 4096, 2048, 132) == 2  # K: 8 or 16 steps
-    assert split_count(64, 8192, 8192, 132) == 1 and split_count(16, 32768, 8192, 132) == 1
+    assert launch_choice(16, 8192, 8192, False, 132) == ("split", 2)
+    assert launch_choice(16, 4096, 4096, False, 132) == ("split", 4)
+    assert launch_choice(16, 8192, 8192, True, 132) == ("few rows", 2)
+    assert launch_choice(1, 4096, 4096, True, 132) == ("few rows", 4)
+    assert launch_choice(32, 4096, 4096, True, 132) == ("split", 4)  # more rows than the swapped kernel takes
+    assert launch_choice(32, 4096, 2048, False, 132) == ("split", 2)  # K: 16 steps
+    assert launch_choice(1, 4096, 1024, True, 132)[0] == "tiles"  # K: 8 steps
+    assert launch_choice(64, 8192, 8192, True, 132) == ("tiles", 4)
+    assert launch_choice(16, 32768, 8192, False, 132)[0] == "tiles"  # tiles enough for the SMs
 
 
 def test_attention_configuration_for_few_tiles() -> None:

@@ -51,11 +51,12 @@ def test_gemm(m: int, n: int, k: int, target: str | None) -> None:
 @pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (1, 8192, 8192), (32, 1000, 3000), (24, 520, 2048),
                                      (9, 136, 65536)])
 def test_gemm_split_along_k(m: int, n: int, k: int, trans_b: bool) -> None:
-    """A few rows and a long K: gemm() splits K into runs (f32 partial sums, then their sum), twice (the second
-    call through the common call's plan), into a given out."""
-    from tkc.kernels.gemm import split_count
+    """A few rows and a long K: gemm() splits K into runs (f32 partial sums, then their sum; with trans_b and at
+    most 16 rows the operands' roles swapped), twice (the second call through the common call's plan), into a
+    given out."""
+    from tkc.kernels.gemm import launch_choice
 
-    assert split_count(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count) > 1
+    assert launch_choice(m, n, k, trans_b, torch.cuda.get_device_properties(0).multi_processor_count)[0] != "tiles"
     for _ in range(2):
         a, b = randn(m, k), (randn(n, k) if trans_b else randn(k, n))
         out = poisoned_like((m, n))

@@ -99,6 +99,26 @@ def gemm_split_k_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRA
     store(Partial, acc, (split, bm * WARPS + warp_id(), bn))
 
 
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+def gemm_few_rows_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], ROWS: const = 16, BK: const = 128,
+                         WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1):
+    """gemm_split_k_kernel's A·Bᵀ (B is N×K: a linear layer's weight) for A of at most ROWS rows, the operands'
+    roles swapped: Cᵀ = B·Aᵀ, so that B's rows fill the wgmma's 64 rows and A's few rows are its N (no shared
+    memory or copies spent on rows A does not have). Grid (cdiv(N, 16·WARPS), runs of K); block (t, s) writes its
+    f32 sum to Partial[s]."""
+    BN = 16 * WARPS
+    bn, split = block_idx()[0], block_idx()[1]
+    steps = cdiv(A.shape[1], BK)
+    per_split = cdiv(steps, num_blocks()[1])
+    first, end = split * per_split, min(steps, (split + 1) * per_split)
+    acc = zeros(rt[f32, 16, ROWS])  # this warp's 16 columns of C, transposed
+    for step in range(first, end):
+        k = first + (step - first + bn * ROTATE) % max(end - first, 1)
+        b = load(load(B, (bn, k), st[bf16, BN, BK]), (warpgroup_id(), 0), st[bf16, 64, BK])
+        acc = mma_ABt(b, load(A, (0, k), st[bf16, ROWS, BK]), acc)
+    store(Partial, transpose(acc), (split, 0, bn * WARPS + warp_id()))
+
+
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def sum_splits_kernel(Partial: gl[f32, 3], C: gl[bf16, 2], COLS: const = 256, WARPS: const = 4):
     """C = Partial[0] + Partial[1] + ... in bf16. Grid: (M, cdiv(N, WARPS·COLS)); each warp adds up COLS
@@ -136,19 +156,34 @@ def tile_choice(m: int, n: int, sms: int) -> int:
 # A few rows and a long K (a few tokens times a weight): even the smallest tiles leave SMs idle or starve on A, which
 # every block reads; the product split along K instead, each run of K steps its own block, and the f32 partial
 # sums added up by a second kernel (bench/probe_skinny.py, RESULTS "gemm probe — 2026-12-04 14:14–14:22": M=16, N = K =
-# 8192 0.64 -> 0.90x cuBLAS in a graph). Blocks start their run at different steps (ROTATE).
+# 8192 0.64 -> 0.90x cuBLAS in a graph). Blocks start their run at different steps (ROTATE). With a weight given
+# as N×K (trans_b) and at most 16 rows, the operands swap roles (gemm_few_rows_kernel: no wgmma rows wasted on A;
+# RESULTS "gemm probe — 2026-12-04 14:35–14:41": M = 1 / 16, N = K = 4096 0.70-0.77 -> 1.03-1.11x, 8192 0.82-0.89 ->
+# 0.93-0.97x in a graph).
 SPLIT_K = {"BN": 128, "BK": 128, "WARPS": 4, "STAGES": 4, "ROTATE": 1}
 SPLIT_K_MAX_ROWS = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLAS
+FEW_ROWS = {"ROWS": 16, "BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1}
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
 
 @functools.lru_cache(maxsize=4096)
-def split_count(m: int, n: int, k: int, sms: int) -> int:
-    """Into how many runs of K gemm() splits an m×n×k product on `sms` multiprocessors: 1 (none) but for a few
-    rows; else about a block an SM, at most 4 runs, each at least 8 steps of K."""
-    if m > SPLIT_K_MAX_ROWS:
-        return 1
-    tiles = ceil_div(m, 16 * SPLIT_K["WARPS"]) * ceil_div(n, SPLIT_K["BN"])
+def launch_choice(m: int, n: int, k: int, trans_b: bool, sms: int) -> tuple[str, int]:
+    """How gemm() runs an m×n×k product with 16-byte aligned rows on `sms` multiprocessors: ("few rows", runs of K)
+    for gemm_few_rows_kernel, ("split", runs of K) for gemm_split_k_kernel, or ("tiles", tile_choice)."""
+    if trans_b and m <= FEW_ROWS["ROWS"]:
+        runs = _runs_of_k(ceil_div(n, 16 * FEW_ROWS["WARPS"]), k, sms)
+        if runs > 1:
+            return "few rows", runs
+    if m <= SPLIT_K_MAX_ROWS:
+        runs = _runs_of_k(ceil_div(m, 16 * SPLIT_K["WARPS"]) * ceil_div(n, SPLIT_K["BN"]), k, sms)
+        if runs > 1:
+            return "split", runs
+    return "tiles", tile_choice(m, n, sms)
+
+
+def _runs_of_k(tiles: int, k: int, sms: int) -> int:
+    """Into how many runs of K to split `tiles` tiles: about a block an SM, at most 4 runs, each at least 8 steps
+    of K (1: no split)."""
     return max(1, min(4, sms // tiles, ceil_div(k, SPLIT_K["BK"]) // 8))
 
 
@@ -189,7 +224,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             aligned = not (a.data_ptr() | b.data_ptr() | (sa[0] | sb[0] | k | b1) * 2) & 15
             device = a.get_device()
             sms = MULTIPROCESSORS.get(device)
-            plan = (_PLANS.get((device, trans_b, aligned, target, *(_choice(m, n, k, sms) if aligned else (0, 1))))
+            plan = (_PLANS.get((device, trans_b, aligned, target,
+                                launch_choice(m, n, k, trans_b, sms) if aligned else _UNALIGNED))
                     if sms is not None else None)
             if plan is not None and (out is None or isinstance(out, torch.Tensor) and out.shape == (m, n)):
                 c = a.new_empty((m, n)) if out is None else out
@@ -220,12 +256,16 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     # wgmma on Hopper: with a TMA ring where the operands' rows are 16-byte aligned (tiles by the product's size),
     # else with a cp.async ring (any alignment)
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
-    choice, splits = _choice(m, n, k, multiprocessors(device)) if aligned else (0, 1)
-    if wgmma_path(device, target) and splits > 1:
-        plan = _split_k_plan(gemm_split_k_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), **SPLIT_K),
-                             sum_splits_kernel.specialize(target="sm_90a", **SUM_SPLITS), splits)
+    choice = launch_choice(m, n, k, trans_b, multiprocessors(device)) if aligned else _UNALIGNED
+    how, count = choice
+    if wgmma_path(device, target) and how == "few rows":
+        plan = _split_k_plan(gemm_few_rows_kernel.specialize(target="sm_90a", **FEW_ROWS), count,
+                             FEW_ROWS["ROWS"], 16 * FEW_ROWS["WARPS"])
+    elif wgmma_path(device, target) and how == "split":
+        plan = _split_k_plan(gemm_split_k_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), **SPLIT_K), count,
+                             16 * SPLIT_K["WARPS"], SPLIT_K["BN"])
     elif wgmma_path(device, target):
-        cfg = sm90_config(trans_b, aligned, choice)
+        cfg = sm90_config(trans_b, aligned, count)
         spec = gemm_sm90_kernel.specialize(target="sm_90a", **cfg)
         most = spec.resident_blocks(a, b, out) if PERSISTENT else GRID_LIMIT
         plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], most)
@@ -233,13 +273,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         plan = _tiles_plan(gemm_kernel.specialize(TRANS_B=int(trans_b), target=target, **CONFIG), CONFIG["BM"],
                            CONFIG["BN"], GRID_LIMIT)
     plan(a, b, out, m, n, False)
-    _PLANS[(device, trans_b, aligned, target, choice, splits)] = plan  # for the common call above
+    _PLANS[(device, trans_b, aligned, target, choice)] = plan  # for the common call above
     return out
-
-
-def _choice(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
-    """gemm_sm90_kernel's tiles (tile_choice) and the runs of K (split_count) for an m×n×k product."""
-    return tile_choice(m, n, sms), split_count(m, n, k, sms)
 
 
 def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
@@ -250,12 +285,13 @@ def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
     return plan
 
 
-def _split_k_plan(spec: Any, total: Any, splits: int) -> Any:
-    """gemm()'s launch of a product split into `splits` runs of K: gemm_split_k_kernel's partial sums into an f32
-    workspace, then sum_splits_kernel's sum of them into c."""
+def _split_k_plan(spec: Any, splits: int, bm: int, bn: int) -> Any:
+    """gemm()'s launch of a product split into `splits` runs of K: the partial sums of `spec` (gemm_split_k_kernel
+    or gemm_few_rows_kernel, bm×bn tiles of C) into an f32 workspace, then sum_splits_kernel's sum of them into c."""
     import torch
 
-    bm, bn, cols = 16 * SPLIT_K["WARPS"], SPLIT_K["BN"], SUM_SPLITS["COLS"] * SUM_SPLITS["WARPS"]
+    total = sum_splits_kernel.specialize(target="sm_90a", **SUM_SPLITS)
+    cols = SUM_SPLITS["COLS"] * SUM_SPLITS["WARPS"]
 
     def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
         partial = c.new_empty((splits, m, n), dtype=torch.float32)
@@ -265,5 +301,6 @@ def _split_k_plan(spec: Any, total: Any, splits: int) -> Any:
 
 
 GRID_LIMIT = 2**31 - 1
-# (device, trans_b, 16-byte aligned rows, target, tile choice, runs of K) → what gemm()'s common call launches
-_PLANS: dict[tuple[int, bool, bool, str | None, int, int], Any] = {}
+_UNALIGNED = ("tiles", 0)  # rows not 16-byte aligned: CONFIG_SM90's tiles on a cp.async ring
+# (device, trans_b, 16-byte aligned rows, target, launch_choice) → what gemm()'s common call launches
+_PLANS: dict[tuple[int, bool, bool, str | None, tuple[str, int]], Any] = {}
