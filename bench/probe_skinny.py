@@ -42,6 +42,11 @@ SPLIT_K = {
     "SK BN=128 BK=128 x2 rot": {"WARPS": 4, "BN": 128, "BK": 128, "STAGES": 4, "SPLITS": 2, "ROTATE": 1},
     "SK BN=256 BK=64 x4": {"WARPS": 4, "BN": 256, "BK": 64, "STAGES": 4, "SPLITS": 4},
     "SK BN=256 BK=64 x4 rot": {"WARPS": 4, "BN": 256, "BK": 64, "STAGES": 4, "SPLITS": 4, "ROTATE": 1},
+    # 128-row tiles (M = 128-256: B read once per 128 rows)
+    "SK W8 BN=128 BK=64 4st x2 rot": {"WARPS": 8, "BN": 128, "BK": 64, "STAGES": 4, "SPLITS": 2, "ROTATE": 1},
+    "SK W8 BN=128 BK=64 4st x4 rot": {"WARPS": 8, "BN": 128, "BK": 64, "STAGES": 4, "SPLITS": 4, "ROTATE": 1},
+    "SK W8 BN=256 BK=64 3st x2 rot": {"WARPS": 8, "BN": 256, "BK": 64, "STAGES": 3, "SPLITS": 2, "ROTATE": 1},
+    "SK W8 BN=256 BK=64 3st x4 rot": {"WARPS": 8, "BN": 256, "BK": 64, "STAGES": 3, "SPLITS": 4, "ROTATE": 1},
 }
 
 # gemm_few_rows_kernel (A·Bᵀ as B·Aᵀ, A of at most ROWS rows; grid: blocks of 16·WARPS rows of B × runs of K), then
@@ -62,6 +67,9 @@ FEW_ROWS = {
     "FR64 W8 BK=128 4st x2": {"ROWS": 64, "WARPS": 8, "BK": 128, "STAGES": 4, "SPLITS": 2},
     "FR64 W8 BK=128 4st x4": {"ROWS": 64, "WARPS": 8, "BK": 128, "STAGES": 4, "SPLITS": 4},
     "FR64 W8 BK=64 6st x2": {"ROWS": 64, "WARPS": 8, "BK": 64, "STAGES": 6, "SPLITS": 2},
+    "FR128 W8 BK=64 4st x1": {"ROWS": 128, "WARPS": 8, "BK": 64, "STAGES": 4, "SPLITS": 1},
+    "FR128 W8 BK=64 4st x2": {"ROWS": 128, "WARPS": 8, "BK": 64, "STAGES": 4, "SPLITS": 2},
+    "FR128 W4 BK=64 4st x2": {"ROWS": 128, "WARPS": 4, "BK": 64, "STAGES": 4, "SPLITS": 2},
 }
 
 

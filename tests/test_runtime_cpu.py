@@ -297,6 +297,8 @@ def test_gemm_split_along_k_launches_both_kernels(monkeypatch) -> None:
     assert launches[2][0] is launches[0][0] and launches[3][0] is launches[1][0]
     gemm(a, cuda(8192, 4096), trans_b=True, target="sm_90a")  # the weight N×K: the roles swapped, 128 rows a block
     assert [grid for _, grid, _ in launches[4:]] == [(64, 2, 1), (16, 8, 1)] and launches[5][0] is launches[1][0]
+    gemm(cuda(32, 4096), cuda(8192, 4096), trans_b=True, target="sm_90a")  # 32 rows: another variant, its own plan
+    assert [grid for _, grid, _ in launches[6:]] == [(64, 2, 1), (32, 8, 1)] and launches[6][0] is not launches[4][0]
 
 
 def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:

@@ -118,7 +118,7 @@ def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> No
     elif variant == "split-k":
         kernel, constants, aligns = gemm_split_k_kernel, {**SPLIT_K, "TRANS_B": trans_b}, {"A": 16, "B": 16, "Partial": 16}
     elif variant == "few rows":  # A·Bᵀ only
-        kernel, constants, aligns = gemm_few_rows_kernel, FEW_ROWS, {"A": 16, "B": 16, "Partial": 16}
+        kernel, constants, aligns = gemm_few_rows_kernel, {**FEW_ROWS, "ROWS": 32}, {"A": 16, "B": 16, "Partial": 16}
     elif variant == "cp.async":
         constants.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
         aligns = {"A": 2, "B": 2, "C": 2}
@@ -402,9 +402,10 @@ def test_split_k_gemm_simulated(m: int, n: int, k: int, trans_b: int, splits: in
     assert rel_err(sim[1], interp[1]) == 0
 
 
-@pytest.mark.parametrize("m, n, k, splits, warps", [(16, 128, 256, 2, 4), (5, 200, 200, 1, 8), (9, 136, 330, 3, 8),
-                                                    (1, 64, 1000, 4, 4)])
-def test_few_rows_gemm_simulated(m: int, n: int, k: int, splits: int, warps: int) -> None:
+@pytest.mark.parametrize("m, n, k, splits, warps, rows", [(16, 128, 256, 2, 4, 16), (5, 200, 200, 1, 8, 16),
+                                                          (9, 136, 330, 3, 8, 16), (1, 64, 1000, 4, 4, 16),
+                                                          (27, 136, 330, 2, 8, 32)])
+def test_few_rows_gemm_simulated(m: int, n: int, k: int, splits: int, warps: int, rows: int) -> None:
     """gemm_few_rows_kernel (A·Bᵀ as B·Aᵀ, the accumulator stored transposed) over runs of K agrees with the
     interpreter, and its runs add up to the product."""
     from tkc.kernels.gemm import gemm_few_rows_kernel
@@ -413,7 +414,8 @@ def test_few_rows_gemm_simulated(m: int, n: int, k: int, splits: int, warps: int
     a, b = random_bf16(rng, m, k), random_bf16(rng, n, k)
     partial = np.full((splits, m, n), np.nan, dtype=np.float32)
     grid = (-(-n // (16 * warps)), splits)
-    interp, sim = run_both(gemm_few_rows_kernel, [a, b, partial], grid, {"BK": 64, "STAGES": 3, "WARPS": warps},
+    interp, sim = run_both(gemm_few_rows_kernel, [a, b, partial], grid,
+                           {"BK": 64, "STAGES": 3, "WARPS": warps, "ROWS": rows},
                            target="sm_90a", order="shuffled")
     assert rel_err(interp[2].sum(0), a.astype(np.float64) @ b.astype(np.float64).T) < 1e-5
     assert rel_err(sim[2], interp[2]) < 1e-5
@@ -431,19 +433,19 @@ def test_gemm_tile_choice() -> None:
 
 
 def test_gemm_launch_choice() -> None:
-    """gemm() splits K for a few rows only (swapping the operands' roles for a weight given N×K and at most 16
-    rows), into about a block an SM, never into runs under 8 steps of K; else it takes tiles."""
+    """gemm() splits K for at most 32 rows only (swapping the operands' roles for a weight given N×K, A's rows the
+    wgmma's N of 16 or 32), into about a block an SM, never into runs under 8 steps of K; else it takes tiles."""
     from tkc.kernels.gemm import launch_choice
 
-    assert launch_choice(16, 8192, 8192, False, 132) == ("split", 2)
-    assert launch_choice(16, 4096, 4096, False, 132) == ("split", 4)
-    assert launch_choice(16, 8192, 8192, True, 132) == ("few rows", 2)
-    assert launch_choice(1, 4096, 4096, True, 132) == ("few rows", 4)
-    assert launch_choice(32, 4096, 4096, True, 132) == ("split", 4)  # more rows than the swapped kernel takes
-    assert launch_choice(32, 4096, 2048, False, 132) == ("split", 2)  # K: 16 steps
-    assert launch_choice(1, 4096, 1024, True, 132)[0] == "tiles"  # K: 8 steps
-    assert launch_choice(64, 8192, 8192, True, 132) == ("tiles", 4)
-    assert launch_choice(16, 32768, 8192, False, 132)[0] == "tiles"  # tiles enough for the SMs
+    assert launch_choice(16, 8192, 8192, False, 132) == ("split", 2, 0)
+    assert launch_choice(16, 4096, 4096, False, 132) == ("split", 4, 0)
+    assert launch_choice(16, 8192, 8192, True, 132) == ("few rows", 2, 16)
+    assert launch_choice(1, 4096, 4096, True, 132) == ("few rows", 4, 16)
+    assert launch_choice(32, 4096, 4096, True, 132) == ("few rows", 4, 32)  # A's rows: the wgmma's N = 32
+    assert launch_choice(32, 4096, 2048, False, 132) == ("split", 2, 0)  # K: 16 steps
+    assert launch_choice(1, 4096, 1024, True, 132).kind == "tiles"  # K: 8 steps
+    assert launch_choice(64, 8192, 8192, True, 132) == ("tiles", 4, 0)
+    assert launch_choice(16, 32768, 8192, False, 132).kind == "tiles"  # tiles enough for the SMs
 
 
 def test_attention_configuration_for_few_tiles() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
@@ -102,7 +102,7 @@ def gemm_split_k_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRA
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
 def gemm_few_rows_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], ROWS: const = 16, BK: const = 128,
                          WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1):
-    """gemm_split_k_kernel's A·Bᵀ (B is N×K: a linear layer's weight) for A of at most ROWS rows, the operands'
+    """gemm_split_k_kernel's A·Bᵀ (B is N×K: a linear layer's weight) for A of at most ROWS (16, 32, 64) rows, the operands'
     roles swapped: Cᵀ = B·Aᵀ, so that B's rows fill the wgmma's 64 rows and A's few rows are its N (no shared
     memory or copies spent on rows A does not have). Grid (cdiv(N, 16·WARPS), runs of K); block (t, s) writes its
     f32 sum to Partial[s]."""
@@ -157,28 +157,37 @@ def tile_choice(m: int, n: int, sms: int) -> int:
 # every block reads; the product split along K instead, each run of K steps its own block, and the f32 partial
 # sums added up by a second kernel (bench/probe_skinny.py, RESULTS "gemm probe — 2026-12-04 14:14–14:22": M=16, N = K =
 # 8192 0.64 -> 0.90x cuBLAS in a graph). Blocks start their run at different steps (ROTATE). With a weight given
-# as N×K (trans_b) and at most 16 rows, the operands swap roles (gemm_few_rows_kernel: no wgmma rows wasted on A;
-# RESULTS "gemm probe — 2026-12-04 14:35–14:41": M = 1 / 16, N = K = 4096 0.70-0.77 -> 1.03-1.11x, 8192 0.82-0.89 ->
-# 0.93-0.97x in a graph).
+# as N×K (trans_b), the operands swap roles (gemm_few_rows_kernel, A's rows the wgmma's N of 16 or 32: no wgmma
+# rows wasted on A; RESULTS "gemm probe — 2026-12-04 14:35–14:41": M = 1 / 16, N = K = 4096 0.70-0.77 -> 1.03-1.11x,
+# 8192 0.82-0.89 -> 0.93-0.97x in a graph; "gemm probe — 14:44": M=32 0.85 -> 1.04x, 0.90 -> 0.92x).
 SPLIT_K = {"BN": 128, "BK": 128, "WARPS": 4, "STAGES": 4, "ROTATE": 1}
 SPLIT_K_MAX_ROWS = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLAS
-FEW_ROWS = {"ROWS": 16, "BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1}
+FEW_ROWS = {"BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1}  # ROWS: 16 or 32, the fewest that hold A's rows
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
 
+class Choice(NamedTuple):
+    """How gemm() runs a product: `kind` "tiles" (gemm_sm90_kernel with tile_choice's tiles, `count`), "split"
+    (gemm_split_k_kernel on `count` runs of K) or "few rows" (gemm_few_rows_kernel on `count` runs of K, A of up
+    to `rows` rows)."""
+
+    kind: str
+    count: int
+    rows: int = 0
+
+
 @functools.lru_cache(maxsize=4096)
-def launch_choice(m: int, n: int, k: int, trans_b: bool, sms: int) -> tuple[str, int]:
-    """How gemm() runs an m×n×k product with 16-byte aligned rows on `sms` multiprocessors: ("few rows", runs of K)
-    for gemm_few_rows_kernel, ("split", runs of K) for gemm_split_k_kernel, or ("tiles", tile_choice)."""
-    if trans_b and m <= FEW_ROWS["ROWS"]:
+def launch_choice(m: int, n: int, k: int, trans_b: bool, sms: int) -> Choice:
+    """How gemm() runs an m×n×k product with 16-byte aligned rows on `sms` multiprocessors."""
+    if trans_b and m <= SPLIT_K_MAX_ROWS:
         runs = _runs_of_k(ceil_div(n, 16 * FEW_ROWS["WARPS"]), k, sms)
         if runs > 1:
-            return "few rows", runs
+            return Choice("few rows", runs, 16 if m <= 16 else 32)
     if m <= SPLIT_K_MAX_ROWS:
         runs = _runs_of_k(ceil_div(m, 16 * SPLIT_K["WARPS"]) * ceil_div(n, SPLIT_K["BN"]), k, sms)
         if runs > 1:
-            return "split", runs
-    return "tiles", tile_choice(m, n, sms)
+            return Choice("split", runs)
+    return Choice("tiles", tile_choice(m, n, sms))
 
 
 def _runs_of_k(tiles: int, k: int, sms: int) -> int:
@@ -257,15 +266,14 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     # else with a cp.async ring (any alignment)
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
     choice = launch_choice(m, n, k, trans_b, multiprocessors(device)) if aligned else _UNALIGNED
-    how, count = choice
-    if wgmma_path(device, target) and how == "few rows":
-        plan = _split_k_plan(gemm_few_rows_kernel.specialize(target="sm_90a", **FEW_ROWS), count,
-                             FEW_ROWS["ROWS"], 16 * FEW_ROWS["WARPS"])
-    elif wgmma_path(device, target) and how == "split":
-        plan = _split_k_plan(gemm_split_k_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), **SPLIT_K), count,
-                             16 * SPLIT_K["WARPS"], SPLIT_K["BN"])
+    if wgmma_path(device, target) and choice.kind == "few rows":
+        plan = _split_k_plan(gemm_few_rows_kernel.specialize(target="sm_90a", ROWS=choice.rows, **FEW_ROWS),
+                             choice.count, choice.rows, 16 * FEW_ROWS["WARPS"])
+    elif wgmma_path(device, target) and choice.kind == "split":
+        plan = _split_k_plan(gemm_split_k_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), **SPLIT_K),
+                             choice.count, 16 * SPLIT_K["WARPS"], SPLIT_K["BN"])
     elif wgmma_path(device, target):
-        cfg = sm90_config(trans_b, aligned, count)
+        cfg = sm90_config(trans_b, aligned, choice.count)
         spec = gemm_sm90_kernel.specialize(target="sm_90a", **cfg)
         most = spec.resident_blocks(a, b, out) if PERSISTENT else GRID_LIMIT
         plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], most)
@@ -301,6 +309,6 @@ def _split_k_plan(spec: Any, splits: int, bm: int, bn: int) -> Any:
 
 
 GRID_LIMIT = 2**31 - 1
-_UNALIGNED = ("tiles", 0)  # rows not 16-byte aligned: CONFIG_SM90's tiles on a cp.async ring
+_UNALIGNED = Choice("tiles", 0)  # rows not 16-byte aligned: CONFIG_SM90's tiles on a cp.async ring
 # (device, trans_b, 16-byte aligned rows, target, launch_choice) → what gemm()'s common call launches
-_PLANS: dict[tuple[int, bool, bool, str | None, tuple[str, int]], Any] = {}
+_PLANS: dict[tuple[int, bool, bool, str | None, Choice], Any] = {}
