@@ -52,6 +52,9 @@ SPLIT_K = {
 # gemm_few_rows_kernel (A·Bᵀ as B·Aᵀ, A of at most ROWS rows; grid: blocks of 16·WARPS rows of B × runs of K), then
 # sum_splits_kernel
 FEW_ROWS = {
+    "FR W4 BK=128 8st x1": {"WARPS": 4, "BK": 128, "STAGES": 8, "SPLITS": 1},
+    "FR W4 BK=128 8st x2": {"WARPS": 4, "BK": 128, "STAGES": 8, "SPLITS": 2},
+    "FR W4 BK=128 8st x4": {"WARPS": 4, "BK": 128, "STAGES": 8, "SPLITS": 4},
     "FR W4 BK=128 4st x2": {"WARPS": 4, "BK": 128, "STAGES": 4, "SPLITS": 2},
     "FR W4 BK=128 4st x4": {"WARPS": 4, "BK": 128, "STAGES": 4, "SPLITS": 4},
     "FR W8 BK=128 5st x1": {"WARPS": 8, "BK": 128, "STAGES": 5, "SPLITS": 1},
@@ -81,7 +84,7 @@ def split_k(a, b, tb, cfg, kernel=gemm_split_k_kernel):
     cfg = dict(cfg)
     splits = cfg.pop("SPLITS")
     few_rows = kernel is gemm_few_rows_kernel
-    spec = kernel.specialize(target="sm_90a", **cfg, **({} if few_rows else {"TRANS_B": tb}))
+    spec = kernel.specialize(target="sm_90a", TRANS_B=tb, **cfg)
     total = sum_splits_kernel.specialize(target="sm_90a", COLS=256, WARPS=4)
     partial = torch.full((splits, m, n), float("nan"), device="cuda", dtype=torch.float32)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -117,8 +120,8 @@ def main() -> None:
             for name, cfg in SPLIT_K.items():
                 run, grid = split_k(a, b, tb, cfg)
                 impls[f"{name} ({grid} blocks)"] = run
-            for name, cfg in FEW_ROWS.items() if tb else ():
-                if m > cfg.get("ROWS", 16):
+            for name, cfg in FEW_ROWS.items():
+                if m > cfg.get("ROWS", 16) or not tb and cfg["WARPS"] != 4:  # B given K×N: one warpgroup
                     continue
                 run, grid = split_k(a, b, tb, cfg, gemm_few_rows_kernel)
                 impls[f"{name} ({grid} blocks)"] = run

@@ -11,7 +11,7 @@ import tkc
 from tkc.backend import ptx, wgmma
 from tkc.backend.ptx import PerInstr, instr, regs
 from tkc.ir.types import SharedTileType
-from tkc.lang import bf16, block_idx, cdiv, const, f32, gl, load, mma_AB, mma_ABt, rt, st, store, warp_id, zeros
+from tkc.lang import bf16, block_idx, cdiv, const, f32, gl, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rt, st, store, warp_id, zeros
 
 TILE = SharedTileType(BFloat16Type(), 64, 64, 128)
 A_AT, B_AT, BAR_AT = 0, 8192, 16384
@@ -77,16 +77,24 @@ def tma_wgmma_kernel() -> ModuleOp:
 
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_90a")
 def warpgroup_gemm(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], BN: const = 64, BK: const = 64,
-                   TRANS_B: const = 0, STAGES: const = 3):
-    """One warpgroup per 64×BN tile of C: A and B staged in shared memory (pipelined), multiplied by wgmma."""
+                   TRANS_B: const = 0, STAGES: const = 3, TRANS_A: const = 0):
+    """One warpgroup per 64×BN tile of C: A and B staged in shared memory (pipelined), multiplied by wgmma. With
+    TRANS_A, A is given K×M (C = Aᵀ·B: the wgmma reads A's tile transposed)."""
     bm, bn = block_idx()[0], block_idx()[1]
     acc = zeros(rt[f32, 16, BN])
-    for k in range(cdiv(A.shape[1], BK)):
-        a = load(A, (bm, k), st[bf16, 64, BK])
-        if TRANS_B:
-            acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
+    for k in range(cdiv(A.shape[0] if TRANS_A else A.shape[1], BK)):
+        if TRANS_A:
+            a = load(A, (k, bm), st[bf16, BK, 64])
+            if TRANS_B:
+                acc = mma_AtBt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
+            else:
+                acc = mma_AtB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
         else:
-            acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
+            a = load(A, (bm, k), st[bf16, 64, BK])
+            if TRANS_B:
+                acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
+            else:
+                acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
     store(C, acc.to(bf16), (bm * 4 + warp_id(), bn))
 
 

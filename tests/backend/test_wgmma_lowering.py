@@ -1,4 +1,4 @@
-"""`mma_AB` / `mma_ABt` on shared tiles: a warpgroup's wgmma on sm_90a. The tile interpreter and the per-thread
+"""`mma_AB` / `mma_ABt` / `mma_AtB` / `mma_AtBt` on shared tiles: a warpgroup's wgmma on sm_90a. The tile interpreter and the per-thread
 simulation of the lowered PTX (wgmma reading shared memory through descriptors) agree on random inputs and ragged
 shapes; ptxas takes the PTX without serializing the wgmmas; a mutated descriptor is caught on the CPU."""
 
@@ -54,6 +54,49 @@ def test_wgmma_assembles_without_serialization(trans_b: int, bn: int) -> None:
     assert not report.notes, report.log  # C7508 / C7511 / C7515: wgmma serialized
 
 
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("m, n, k, bn", [(64, 64, 64, 64), (128, 80, 200, 16), (100, 256, 72, 256)])
+def test_wgmma_with_a_transposed(trans_b: int, m: int, n: int, k: int, bn: int) -> None:
+    """mma_AtB / mma_AtBt on shared tiles: the wgmma reads A's K×64 tile as MN-major (imm-trans-a); the simulated
+    PTX agrees with the interpreter and the product, ragged edges included; ptxas keeps the wgmmas unserialized."""
+    rng = np.random.default_rng(m + n + k + trans_b)
+    at = random_bf16(rng, k, m)
+    b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
+    c = np.full((m, n), np.nan, dtype=at.dtype)
+    constants = {"TRANS_A": 1, "TRANS_B": trans_b, "BN": bn}
+    interp, sim = run_both(warpgroup_gemm, [at, b, c], (-(-m // 64), -(-n // bn)), constants, target="sm_90a",
+                           order="shuffled")
+    ref = at.astype(np.float64).T @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
+    assert rel_err(interp[2], ref) < 1e-2
+    assert rel_err(sim[2], interp[2]) < 1e-4
+    if ptxas.find_ptxas() is not None:
+        ptx = compile_kernels([warpgroup_gemm], "sm_90a", constants)
+        assert re.search(r"wgmma\.mma_async\S* .*, 1, 1, 1, 1, %s;" % (1 - trans_b), ptx)  # scales, trans-a, trans-b
+        (report,) = ptxas.assemble(ptx, "sm_90a").values()
+        assert not report.notes and report.spill_stores == 0, report.log
+
+
+def test_wgmma_with_a_transposed_needs_it_in_shared_memory() -> None:
+    """A transposed A in registers, or a shared one whose columns are not the warpgroup's 64 rows: one error
+    naming the tile wanted."""
+    from tkc.lang import mma_AtB
+
+    @tkc.kernel(warps=4, min_target="sm_90a")
+    def in_registers(A: gl[bf16, 2], C: gl[f32, 2]):
+        a = load(A, (0, 0), st[bf16, 64, 64])
+        store(C, mma_AtB(load(a, (0, 0), rt[bf16, 64, 16]), a, zeros(rt[f32, 16, 64])), (0, 0))
+
+    @tkc.kernel(warps=4, min_target="sm_90a")
+    def too_few_columns(A: gl[bf16, 2], C: gl[f32, 2]):
+        store(C, mma_AtB(load(A, (0, 0), st[bf16, 64, 32]), load(A, (0, 0), st[bf16, 64, 64]),
+                         zeros(rt[f32, 16, 64])), (0, 0))
+
+    with pytest.raises(TkcError, match=r"transposed A must be a shared tile st\[bf16, K, 64\]"):
+        compile_kernels([in_registers], "sm_90a", {})
+    with pytest.raises(TkcError, match=r"whose A is st\[bf16, K, 64\], got"):
+        compile_kernels([too_few_columns], "sm_90a", {})
+
+
 def test_wgmma_needs_sm_90a() -> None:
     with pytest.raises(TkcError, match="compile for sm_90a"):
         compile_kernels([warpgroup_gemm], "sm_80", {})
@@ -102,23 +145,21 @@ def test_hopper_gemm_kernel_simulated(trans_b: int, warps: int, m: int, n: int, 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("variant", ["tma", "cp.async", "producer", "smaller 1", "smaller 2", "smaller 3", "smaller 4",
-                                     "split-k", "few rows"])
+                                     "few rows 16", "few rows 32"])
 def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> None:
     """What gemm() launches on Hopper (and the producer variant), also its smaller tiles for skinny products: no
     spills, no stack, none of ptxas's setmaxnreg-ignored / wgmma-serialized notes (C7508, C7511, C7515)."""
     from tkc.compiler import compile_for_launch
     from tkc.kernels import gemm_sm90_kernel
-    from tkc.kernels.gemm import (CONFIG_SM90, FEW_ROWS, SPLIT_K, gemm_few_rows_kernel, gemm_split_k_kernel,
-                                  sm90_config)
+    from tkc.kernels.gemm import CONFIG_SM90, FEW_ROWS, gemm_few_rows_kernel, sm90_config
 
     kernel, constants = gemm_sm90_kernel, {**CONFIG_SM90[trans_b], "TRANS_B": trans_b}
     aligns = {"A": 16, "B": 16, "C": 16}
     if variant.startswith("smaller"):
         constants = sm90_config(bool(trans_b), True, int(variant.split()[1]))
-    elif variant == "split-k":
-        kernel, constants, aligns = gemm_split_k_kernel, {**SPLIT_K, "TRANS_B": trans_b}, {"A": 16, "B": 16, "Partial": 16}
-    elif variant == "few rows":  # A·Bᵀ only
-        kernel, constants, aligns = gemm_few_rows_kernel, {**FEW_ROWS, "ROWS": 32}, {"A": 16, "B": 16, "Partial": 16}
+    elif variant.startswith("few rows"):
+        constants = {**FEW_ROWS[trans_b], "TRANS_B": trans_b, "ROWS": int(variant.split()[2])}
+        kernel, aligns = gemm_few_rows_kernel, {"A": 16, "B": 16, "Partial": 16}
     elif variant == "cp.async":
         constants.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
         aligns = {"A": 2, "B": 2, "C": 2}
@@ -402,22 +443,24 @@ def test_split_k_gemm_simulated(m: int, n: int, k: int, trans_b: int, splits: in
     assert rel_err(sim[1], interp[1]) == 0
 
 
-@pytest.mark.parametrize("m, n, k, splits, warps, rows", [(16, 128, 256, 2, 4, 16), (5, 200, 200, 1, 8, 16),
-                                                          (9, 136, 330, 3, 8, 16), (1, 64, 1000, 4, 4, 16),
-                                                          (27, 136, 330, 2, 8, 32)])
-def test_few_rows_gemm_simulated(m: int, n: int, k: int, splits: int, warps: int, rows: int) -> None:
-    """gemm_few_rows_kernel (A·Bᵀ as B·Aᵀ, the accumulator stored transposed) over runs of K agrees with the
-    interpreter, and its runs add up to the product."""
+@pytest.mark.parametrize("m, n, k, splits, warps, rows, trans_b", [
+    (16, 128, 256, 2, 4, 16, 1), (5, 200, 200, 1, 8, 16, 1), (9, 136, 330, 3, 8, 16, 1), (1, 64, 1000, 4, 4, 16, 1),
+    (27, 136, 330, 2, 8, 32, 1), (16, 128, 256, 2, 4, 16, 0), (5, 200, 200, 1, 4, 16, 0), (27, 136, 330, 3, 4, 32, 0)])
+def test_few_rows_gemm_simulated(m: int, n: int, k: int, splits: int, warps: int, rows: int, trans_b: int) -> None:
+    """gemm_few_rows_kernel (A·Bᵀ as B·Aᵀ, or A·B as Bᵀ·Aᵀ with B's tile read transposed; the accumulator stored
+    transposed) over runs of K agrees with the interpreter, and its runs add up to the product."""
     from tkc.kernels.gemm import gemm_few_rows_kernel
 
     rng = np.random.default_rng(m + n + k)
-    a, b = random_bf16(rng, m, k), random_bf16(rng, n, k)
+    a = random_bf16(rng, m, k)
+    b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
     partial = np.full((splits, m, n), np.nan, dtype=np.float32)
     grid = (-(-n // (16 * warps)), splits)
     interp, sim = run_both(gemm_few_rows_kernel, [a, b, partial], grid,
-                           {"BK": 64, "STAGES": 3, "WARPS": warps, "ROWS": rows},
+                           {"BK": 64, "STAGES": 3, "WARPS": warps, "ROWS": rows, "TRANS_B": trans_b},
                            target="sm_90a", order="shuffled")
-    assert rel_err(interp[2].sum(0), a.astype(np.float64) @ b.astype(np.float64).T) < 1e-5
+    ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
+    assert rel_err(interp[2].sum(0), ref) < 1e-5
     assert rel_err(sim[2], interp[2]) < 1e-5
 
 
@@ -433,19 +476,19 @@ def test_gemm_tile_choice() -> None:
 
 
 def test_gemm_launch_choice() -> None:
-    """gemm() splits K for at most 32 rows only (swapping the operands' roles for a weight given N×K, A's rows the
-    wgmma's N of 16 or 32), into about a block an SM, never into runs under 8 steps of K; else it takes tiles."""
+    """Up to 32 rows gemm() swaps the operands' roles (A's rows the wgmma's N of 16 or 32) and splits K into about
+    a block a slot of the GPU, never into runs under 8 steps; else it takes tiles."""
     from tkc.kernels.gemm import launch_choice
 
-    assert launch_choice(16, 8192, 8192, False, 132) == ("split", 2, 0)
-    assert launch_choice(16, 4096, 4096, False, 132) == ("split", 4, 0)
-    assert launch_choice(16, 8192, 8192, True, 132) == ("few rows", 2, 16)
+    assert launch_choice(16, 8192, 8192, True, 132) == ("few rows", 2, 16)  # 64 blocks of 128 rows of B × 2 runs
     assert launch_choice(1, 4096, 4096, True, 132) == ("few rows", 4, 16)
+    assert launch_choice(16, 8192, 8192, False, 132) == ("few rows", 2, 16)  # 128 blocks of 64 × 2: 2 an SM
+    assert launch_choice(16, 4096, 4096, False, 132) == ("few rows", 4, 16)
     assert launch_choice(32, 4096, 4096, True, 132) == ("few rows", 4, 32)  # A's rows: the wgmma's N = 32
-    assert launch_choice(32, 4096, 2048, False, 132) == ("split", 2, 0)  # K: 16 steps
+    assert launch_choice(32, 4096, 2048, False, 132) == ("few rows", 2, 32)  # K: 16 steps
     assert launch_choice(1, 4096, 1024, True, 132).kind == "tiles"  # K: 8 steps
     assert launch_choice(64, 8192, 8192, True, 132) == ("tiles", 4, 0)
-    assert launch_choice(16, 32768, 8192, False, 132).kind == "tiles"  # tiles enough for the SMs
+    assert launch_choice(16, 32768, 8192, False, 132).kind == "tiles"  # enough blocks without a split
 
 
 def test_attention_configuration_for_few_tiles() -> None:

@@ -362,3 +362,19 @@ def test_mutated_kernel_sources_never_fail_inside(tmp_path, capsys) -> None:
         main(["compile", str(path), "--target", rng.choice(["sm_80", "sm_90a"])])
         err = capsys.readouterr().err
         assert "internal error" not in err and "Traceback" not in err, "\n".join(lines) + "\n" + err
+
+
+def test_a_dsl_word_not_imported_is_named_as_such(tmp_path, monkeypatch) -> None:
+    """A kernel using a tkc.lang word its module did not import: the error says where the word is (not "did you
+    mean" the same word)."""
+    import importlib
+
+    (tmp_path / "forgot_import.py").write_text(
+        "import tkc\nfrom tkc.lang import f32, gl, rt, store\n\n\n@tkc.kernel\n"
+        "def k(C: gl[f32, 2]):\n    store(C, zeros(rt[f32, 16, 16]), (0, 0))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from tkc.compiler import compile_kernels
+
+    kernel = importlib.import_module("forgot_import").k
+    with pytest.raises(TkcError, match=r"unknown name `zeros`: it is tkc.lang's; import it \(`from tkc.lang import zeros`\)"):
+        compile_kernels([kernel], "sm_80", {})

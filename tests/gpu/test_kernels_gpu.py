@@ -51,8 +51,8 @@ def test_gemm(m: int, n: int, k: int, target: str | None) -> None:
 @pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (1, 8192, 8192), (32, 1000, 3000), (24, 520, 2048),
                                      (9, 136, 65536)])
 def test_gemm_split_along_k(m: int, n: int, k: int, trans_b: bool) -> None:
-    """A few rows and a long K: gemm() splits K into runs (f32 partial sums, then their sum; with trans_b and at
-    most 16 rows the operands' roles swapped), twice (the second call through the common call's plan), into a
+    """A few rows and a long K: gemm() swaps the operands' roles (B read transposed without trans_b) and splits K
+    into runs (f32 partial sums, then their sum), twice (the second call through the common call's plan), into a
     given out."""
     from tkc.kernels.gemm import launch_choice
 

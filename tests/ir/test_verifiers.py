@@ -271,6 +271,11 @@ WGMMA_CASES = [
         "wgmma_ABt: A and B must be bf16 or f16 tiles of one dtype"),
     Bad("tile.wgmma_AB", _wgmma("wgmma_AB", "64x64xbf16", "64x64xbf16", "16x64xbf16"),
         "wgmma_AB: the accumulator must be an f32 tile, got rt[bf16, 16, 64]"),
+    Bad("tile.wgmma_AtB", _wgmma("wgmma_AtB", "64x32xbf16", "64x64xbf16", "16x64xf32"),
+        "wgmma_AtB: A must be st[bf16, K, 64] (K a multiple of 16; its 64 columns the warpgroup's rows), got "
+        "st[bf16, 64, 32]"),
+    Bad("tile.wgmma_AtBt", _wgmma("wgmma_AtBt", "32x64xbf16", "64x64xbf16", "16x64xf32"),
+        "wgmma_AtBt: K mismatch: A is st[bf16, 32, 64] but B is st[bf16, 64, 64]"),
 ]
 
 WGMMA_CASES.append(Bad("tile.load", "%s = tile.empty : !tile.st<128x64xbf16>\n"

@@ -452,7 +452,7 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
                        f"must be a multiple of 4, got {lw.threads // 32}")
     a_value, b_ref = lw.value(op.a), lw.value(op.b)
     n = op.c.type.shape[1]
-    k_steps = op.a.type.shape[1] // wgmma.K_STEP
+    k_steps = op.a.type.shape[0 if op.transpose_a else 1] // wgmma.K_STEP
     b_major = "K" if op.transpose_b else "MN"
     desc_b = _descriptors(lw, b_ref.addr, [wgmma.operand_descriptor(op.b.type, 0, kk, b_major, b_ref.panel_rows)
                                           for kk in range(k_steps)])
@@ -460,7 +460,9 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
         # a warp's rt[bf16, 16, K]: k step kk's four registers are the mma.sync A fragment, which wgmma takes as is
         a_bundle, a_regs = _operand(lw, a_value, np.arange(4 * k_steps).reshape(k_steps, 4))
     else:
-        a_bundle = _descriptors(lw, a_value.addr, [wgmma.operand_descriptor(op.a.type, 0, kk, "K", a_value.panel_rows)
+        a_major = "MN" if op.transpose_a else "K"
+        a_bundle = _descriptors(lw, a_value.addr, [wgmma.operand_descriptor(op.a.type, 0, kk, a_major,
+                                                                            a_value.panel_rows)
                                                    for kk in range(k_steps)])
         a_regs = np.arange(k_steps).reshape(k_steps, 1)
     from tkc.passes.defer_wgmma import DEFERRED
@@ -487,7 +489,7 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     lw.emit(ptx.WgmmaSyncOp("fence"))
     for kk in range(k_steps):
         lw.emit(ptx.WgmmaOp(n, acc, range(n // 2), a_bundle, a_regs[kk], desc_b, kk, scale_d=1,
-                            trans_b=int(b_major == "MN")))
+                            trans_a=int(op.transpose_a), trans_b=int(b_major == "MN")))
     lw.emit(ptx.WgmmaSyncOp("commit"))
     if isinstance(op.next_op, t.TurnPassOp):
         # the turn passes once the wgmmas are issued, not done: the other warpgroup's queue up right behind them

@@ -489,9 +489,14 @@ def _mma(name: str) -> Callable[..., Any]:
             isinstance(getattr(a, "type", None), SharedTileType | RegTileType)
         if shared and wg_name in t.WGMMA_OPS and get_target(cg.target).sm >= 90:
             # B in shared memory: the warpgroup's wgmma (sm_90a), A from shared memory or each warp's registers
-            if isinstance(a.type, SharedTileType) and a.type.shape[0] != t.WgmmaOp.ROWS:
-                raise TkcError(f"{name} of shared tiles is a warpgroup's wgmma, whose A is st[bf16, 64, K], got "
+            transposed = name.startswith("mma_At")
+            if isinstance(a.type, SharedTileType) and a.type.shape[int(transposed)] != t.WgmmaOp.ROWS:
+                want = "st[bf16, K, 64]" if transposed else "st[bf16, 64, K]"
+                raise TkcError(f"{name} of shared tiles is a warpgroup's wgmma, whose A is {want}, got "
                                f"{describe(a)}; for a warp's mma.sync the operands must be in registers: load them")
+            if transposed and isinstance(a.type, RegTileType):
+                raise TkcError(f"{name} with B in shared memory is a warpgroup's wgmma, whose transposed A must be a "
+                               f"shared tile st[bf16, K, 64], got {describe(a)}")
             return cg.emit_value(t.WGMMA_OPS[wg_name](a, b, _reg_tile(c, f"{name}'s accumulator C")))
         a, b, c = (_reg_tile(v, f"{name}'s {w}") for v, w in ((a, "A"), (b, "B"), (c, "accumulator C")))
         return cg.emit_value(t.MMA_OPS[name](a, b, c))

@@ -105,6 +105,8 @@ class Scope:
             return self.source.globals[name]
         if hasattr(builtins, name):
             return getattr(builtins, name)
+        if name in lang.__all__:  # the DSL's own word, not imported into the kernel's module
+            raise TkcError(f"unknown name `{name}`: it is tkc.lang's; import it (`from tkc.lang import {name}`)")
         known = [*self.vars, *self.source.closure, *self.source.globals, *lang.__all__]
         close = difflib.get_close_matches(name, [k for k in known if not k.startswith("_")], n=1)
         hint = f"; did you mean `{close[0]}`?" if close else "; define it, pass it as a parameter, or import it"

@@ -717,6 +717,10 @@ class _AccumulateMethods:
         return self.name.split(".")[1]  # type: ignore[attr-defined]
 
     @property
+    def transpose_a(self) -> bool:
+        return self.fn.split("_", 1)[1].startswith("At")
+
+    @property
     def transpose_b(self) -> bool:
         return self.fn.endswith("Bt")
 
@@ -735,10 +739,6 @@ class MmaOp(_AccumulateMethods, IRDLOperation):
     result = result_def(T)
     traits = traits_def(Pure())
     assembly_format = "$a `,` $b `,` $c attr-dict `:` type($a) `,` type($b) `,` type($c)"
-
-    @property
-    def transpose_a(self) -> bool:
-        return self.fn.startswith("mma_At")
 
     def verify_(self) -> None:
         a, b, c = self.a.type, self.b.type, self.c.type
@@ -778,13 +778,14 @@ MMA_OPS: dict[str, type[MmaOp]] = {
 
 
 class WgmmaOp(_AccumulateMethods, IRDLOperation):
-    """Base of `wgmma_AB`, `wgmma_ABt`: a warpgroup's D = A·op(B) + C with B in shared memory (Hopper's `wgmma`,
-    sm_90a). The 4 warps of a warpgroup compute it together; warp w of the warpgroup holds rows 16w..16w+15 of
-    the 64-row product in its accumulator.
+    """Base of `wgmma_AB`, `wgmma_ABt`, `wgmma_AtB`, `wgmma_AtBt`: a warpgroup's D = op(A)·op(B) + C with B in
+    shared memory (Hopper's `wgmma`, sm_90a). The 4 warps of a warpgroup compute it together; warp w of the
+    warpgroup holds rows 16w..16w+15 of the 64-row product in its accumulator.
 
     `%d = tile.wgmma_AB %a, %b, %c : !tile.st<64x64xbf16>, !tile.st<64x256xbf16>, !tile.rt<16x256xf32>`
-    A is a shared 64×K tile, or each warp's own 16 rows of it in registers (rt[bf16, 16, K]); B is K×N
-    (`wgmma_AB`) or N×K (`wgmma_ABt`); K a multiple of 16, N of 16 up to 256.
+    A is a shared 64×K tile, or each warp's own 16 rows of it in registers (rt[bf16, 16, K]), or a shared K×64
+    tile (`wgmma_At*`: its columns are the rows of the product); B is K×N (`*_AB`, `*_AtB`) or N×K (`*_ABt`,
+    `*_AtBt`); K a multiple of 16, N of 16 up to 256.
     """
 
     T: ClassVar = VarConstraint("T", base(RegTileType))
@@ -804,12 +805,18 @@ class WgmmaOp(_AccumulateMethods, IRDLOperation):
             raise VerifyException(f"{fn}: A and B must be bf16 or f16 tiles of one dtype, got {spec(a)} and {spec(b)}")
         if not isinstance(c.element_type, Float32Type):
             raise VerifyException(f"{fn}: the accumulator must be an f32 tile, got {spec(c)}")
-        m, k = a.shape
+        m, k = a.shape[::-1] if self.transpose_a else a.shape
         kb, n = b.shape[::-1] if self.transpose_b else b.shape
+        if isinstance(a, RegTileType) and self.transpose_a:
+            raise VerifyException(f"{fn}: a transposed A must be a shared tile (st[{spec(a.element_type)}, K, 64]), "
+                                  f"got {spec(a)}")
+        if isinstance(a, SharedTileType) and self.transpose_a and (m != self.ROWS or k % 16):
+            raise VerifyException(f"{fn}: A must be st[{spec(a.element_type)}, K, 64] (K a multiple of 16; its 64 "
+                                  f"columns the warpgroup's rows), got {spec(a)}")
         if isinstance(a, RegTileType) and (m != 16 or k % 16):
             raise VerifyException(f"{fn}: A in registers is each warp's 16 rows, rt[{spec(a.element_type)}, 16, K] "
                                   f"(K a multiple of 16), got {spec(a)}")
-        if isinstance(a, SharedTileType) and (m != self.ROWS or k % 16):
+        if isinstance(a, SharedTileType) and not self.transpose_a and (m != self.ROWS or k % 16):
             raise VerifyException(f"{fn}: A must be st[{spec(a.element_type)}, 64, K] (a warpgroup's 64 rows, K a "
                                   f"multiple of 16), got {spec(a)}")
         if k != kb:
@@ -821,13 +828,15 @@ class WgmmaOp(_AccumulateMethods, IRDLOperation):
                                   f"accumulator must be rt[f32, 16, {n}], got {spec(c)}")
 
 
-def _wgmma(fn: str, tb: bool) -> type[WgmmaOp]:
+def _wgmma(fn: str, ta: bool, tb: bool) -> type[WgmmaOp]:
     cls = type(f"{fn.capitalize()}Op", (WgmmaOp,), {"name": f"tile.{fn}"})
-    cls.__doc__ = f"`{fn}`: a warpgroup's D = A·{'Bᵀ' if tb else 'B'} + C from shared tiles."
+    cls.__doc__ = f"`{fn}`: a warpgroup's D = {'Aᵀ' if ta else 'A'}·{'Bᵀ' if tb else 'B'} + C from shared tiles."
     return irdl_op_definition(cls)
 
 
-WGMMA_OPS: dict[str, type[WgmmaOp]] = {fn: _wgmma(fn, tb) for fn, tb in (("wgmma_AB", False), ("wgmma_ABt", True))}
+WGMMA_OPS: dict[str, type[WgmmaOp]] = {
+    fn: _wgmma(fn, ta, tb) for fn, ta, tb in (("wgmma_AB", False, False), ("wgmma_ABt", False, True),
+                                              ("wgmma_AtB", True, False), ("wgmma_AtBt", True, True))}
 
 
 # --------------------------------------------------------------------------------------------------------------

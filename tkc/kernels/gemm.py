@@ -76,9 +76,10 @@ def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: co
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
 def gemm_split_k_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRANS_B: const = 0, BN: const = 64,
                         BK: const = 128, WARPS: const = 4, STAGES: const = 4, ROTATE: const = 0):
-    """gemm_sm90_kernel's product split along K, for products with few tiles and a long K (a few rows of tokens
-    times a weight): grid (tiles, splits); block (t, s) multiplies tile t over the s-th of `splits` equal runs of
-    K's steps and writes its f32 sum to Partial[s] (Partial is splits × M × N). sum_splits_kernel adds them up."""
+    """gemm_sm90_kernel's product split along K, for products with few tiles and a long K: grid (tiles, splits);
+    block (t, s) multiplies tile t over the s-th of `splits` equal runs of K's steps and writes its f32 sum to
+    Partial[s] (Partial is splits × M × N); sum_splits_kernel adds them up. (gemm() takes gemm_few_rows_kernel
+    where splitting pays: up to 32 rows; bench/probe_skinny.py times this one beside it.)"""
     BM = 16 * WARPS
     tile, split = block_idx()[0], block_idx()[1]
     blocks_n = cdiv(Partial.shape[2], BN)
@@ -100,12 +101,12 @@ def gemm_split_k_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRA
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
-def gemm_few_rows_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], ROWS: const = 16, BK: const = 128,
-                         WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1):
-    """gemm_split_k_kernel's A·Bᵀ (B is N×K: a linear layer's weight) for A of at most ROWS (16, 32, 64) rows, the operands'
-    roles swapped: Cᵀ = B·Aᵀ, so that B's rows fill the wgmma's 64 rows and A's few rows are its N (no shared
-    memory or copies spent on rows A does not have). Grid (cdiv(N, 16·WARPS), runs of K); block (t, s) writes its
-    f32 sum to Partial[s]."""
+def gemm_few_rows_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRANS_B: const = 1, ROWS: const = 16,
+                         BK: const = 128, WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1):
+    """gemm_split_k_kernel for A of at most ROWS (16, 32, 64) rows, the operands' roles swapped: Cᵀ = B·Aᵀ (B is
+    N×K, TRANS_B=1: a linear layer's weight) or Bᵀ·Aᵀ (B is K×N), so that B's columns of C fill the wgmma's 64
+    rows and A's few rows are its N (no shared memory or copies spent on rows A does not have). Grid (cdiv(N,
+    16·WARPS), runs of K); block (t, s) writes its f32 sum to Partial[s]."""
     BN = 16 * WARPS
     bn, split = block_idx()[0], block_idx()[1]
     steps = cdiv(A.shape[1], BK)
@@ -114,8 +115,12 @@ def gemm_few_rows_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], RO
     acc = zeros(rt[f32, 16, ROWS])  # this warp's 16 columns of C, transposed
     for step in range(first, end):
         k = first + (step - first + bn * ROTATE) % max(end - first, 1)
-        b = load(load(B, (bn, k), st[bf16, BN, BK]), (warpgroup_id(), 0), st[bf16, 64, BK])
-        acc = mma_ABt(b, load(A, (0, k), st[bf16, ROWS, BK]), acc)
+        a = load(A, (0, k), st[bf16, ROWS, BK])
+        if TRANS_B:
+            acc = mma_ABt(load(load(B, (bn, k), st[bf16, BN, BK]), (warpgroup_id(), 0), st[bf16, 64, BK]), a, acc)
+        else:  # B's K×64 slice, read transposed by the wgmma (one warpgroup: shared views take whole rows)
+            static_assert(WARPS == 4, f"gemm_few_rows_kernel with TRANS_B=0 runs one warpgroup (WARPS=4), got {WARPS}")
+            acc = mma_AtBt(load(B, (k, bn), st[bf16, BK, 64]), a, acc)
     store(Partial, transpose(acc), (split, 0, bn * WARPS + warp_id()))
 
 
@@ -154,22 +159,23 @@ def tile_choice(m: int, n: int, sms: int) -> int:
 
 
 # A few rows and a long K (a few tokens times a weight): even the smallest tiles leave SMs idle or starve on A, which
-# every block reads; the product split along K instead, each run of K steps its own block, and the f32 partial
-# sums added up by a second kernel (bench/probe_skinny.py, RESULTS "gemm probe — 2026-12-04 14:14–14:22": M=16, N = K =
-# 8192 0.64 -> 0.90x cuBLAS in a graph). Blocks start their run at different steps (ROTATE). With a weight given
-# as N×K (trans_b), the operands swap roles (gemm_few_rows_kernel, A's rows the wgmma's N of 16 or 32: no wgmma
-# rows wasted on A; RESULTS "gemm probe — 2026-12-04 14:35–14:41": M = 1 / 16, N = K = 4096 0.70-0.77 -> 1.03-1.11x,
-# 8192 0.82-0.89 -> 0.93-0.97x in a graph; "gemm probe — 14:44": M=32 0.85 -> 1.04x, 0.90 -> 0.92x).
-SPLIT_K = {"BN": 128, "BK": 128, "WARPS": 4, "STAGES": 4, "ROTATE": 1}
-SPLIT_K_MAX_ROWS = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLAS
-FEW_ROWS = {"BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1}  # ROWS: 16 or 32, the fewest that hold A's rows
+# every block reads. Up to 32 rows the operands swap roles (gemm_few_rows_kernel: Cᵀ = B·Aᵀ, or Bᵀ·Aᵀ with B read
+# transposed by the wgmma; A's rows the wgmma's N of 16 or 32, no wgmma rows wasted on A) and K is split into runs,
+# one block each, about a block per slot of the GPU, their f32 partial sums added up by sum_splits_kernel; blocks start
+# their runs at different steps (ROTATE). RESULTS "gemm probe — 2026-12-04 14:14–14:22" (split K, gemm_split_k_kernel:
+# M=16 N=K=8192 0.64 -> 0.90x cuBLAS in a graph), "14:35–14:41" and "14:44" (the swap for B given N×K: M = 1-32, N =
+# K = 4096 0.70-0.85 -> 0.99-1.18x, 8192 0.82-0.90 -> 0.91-0.97x) and "15:19" (B given K×N, one warpgroup, two
+# blocks an SM: 0.74-0.87 -> 0.93-1.04x at 4096, 0.81 -> 0.93x at M=1 N=K=8192, 0.89 unchanged at 16-32 rows).
+FEW_ROWS = {1: {"BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1},   # per trans_b; ROWS: 16 or 32, the fewest that
+            0: {"BK": 128, "WARPS": 4, "STAGES": 4, "ROTATE": 1}}   # hold A's rows (B given K×N: one warpgroup, as
+FEW_ROWS_PER_SM = {1: 1, 0: 2}                                      # a shared view takes whole rows)
+FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLAS
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
 
 class Choice(NamedTuple):
-    """How gemm() runs a product: `kind` "tiles" (gemm_sm90_kernel with tile_choice's tiles, `count`), "split"
-    (gemm_split_k_kernel on `count` runs of K) or "few rows" (gemm_few_rows_kernel on `count` runs of K, A of up
-    to `rows` rows)."""
+    """How gemm() runs a product: `kind` "tiles" (gemm_sm90_kernel with tile_choice's tiles, `count`) or "few
+    rows" (gemm_few_rows_kernel on `count` runs of K, A of up to `rows` rows)."""
 
     kind: str
     count: int
@@ -179,21 +185,18 @@ class Choice(NamedTuple):
 @functools.lru_cache(maxsize=4096)
 def launch_choice(m: int, n: int, k: int, trans_b: bool, sms: int) -> Choice:
     """How gemm() runs an m×n×k product with 16-byte aligned rows on `sms` multiprocessors."""
-    if trans_b and m <= SPLIT_K_MAX_ROWS:
-        runs = _runs_of_k(ceil_div(n, 16 * FEW_ROWS["WARPS"]), k, sms)
+    if m <= FEW_ROWS_MAX:
+        cfg = FEW_ROWS[int(trans_b)]
+        runs = _runs_of_k(ceil_div(n, 16 * cfg["WARPS"]), ceil_div(k, cfg["BK"]), FEW_ROWS_PER_SM[int(trans_b)] * sms)
         if runs > 1:
             return Choice("few rows", runs, 16 if m <= 16 else 32)
-    if m <= SPLIT_K_MAX_ROWS:
-        runs = _runs_of_k(ceil_div(m, 16 * SPLIT_K["WARPS"]) * ceil_div(n, SPLIT_K["BN"]), k, sms)
-        if runs > 1:
-            return Choice("split", runs)
     return Choice("tiles", tile_choice(m, n, sms))
 
 
-def _runs_of_k(tiles: int, k: int, sms: int) -> int:
-    """Into how many runs of K to split `tiles` tiles: about a block an SM, at most 4 runs, each at least 8 steps
-    of K (1: no split)."""
-    return max(1, min(4, sms // tiles, ceil_div(k, SPLIT_K["BK"]) // 8))
+def _runs_of_k(tiles: int, steps: int, slots: int) -> int:
+    """Into how many runs to split `steps` steps of K of `tiles` tiles on a GPU holding `slots` blocks at once:
+    about a block a slot, at most 4 runs, each at least 8 steps (1: no split)."""
+    return max(1, min(4, slots // tiles, steps // 8))
 
 
 def sm90_config(trans_b: bool, aligned: bool, choice: int = 0) -> dict[str, int]:
@@ -267,11 +270,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
     choice = launch_choice(m, n, k, trans_b, multiprocessors(device)) if aligned else _UNALIGNED
     if wgmma_path(device, target) and choice.kind == "few rows":
-        plan = _split_k_plan(gemm_few_rows_kernel.specialize(target="sm_90a", ROWS=choice.rows, **FEW_ROWS),
-                             choice.count, choice.rows, 16 * FEW_ROWS["WARPS"])
-    elif wgmma_path(device, target) and choice.kind == "split":
-        plan = _split_k_plan(gemm_split_k_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), **SPLIT_K),
-                             choice.count, 16 * SPLIT_K["WARPS"], SPLIT_K["BN"])
+        cfg = FEW_ROWS[int(trans_b)]
+        spec = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), ROWS=choice.rows, **cfg)
+        plan = _split_k_plan(spec, choice.count, choice.rows, 16 * cfg["WARPS"])
     elif wgmma_path(device, target):
         cfg = sm90_config(trans_b, aligned, choice.count)
         spec = gemm_sm90_kernel.specialize(target="sm_90a", **cfg)
@@ -294,8 +295,8 @@ def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
 
 
 def _split_k_plan(spec: Any, splits: int, bm: int, bn: int) -> Any:
-    """gemm()'s launch of a product split into `splits` runs of K: the partial sums of `spec` (gemm_split_k_kernel
-    or gemm_few_rows_kernel, bm×bn tiles of C) into an f32 workspace, then sum_splits_kernel's sum of them into c."""
+    """gemm()'s launch of a product split into `splits` runs of K: the partial sums of `spec` (gemm_few_rows_kernel,
+    bm×bn tiles of C) into an f32 workspace, then sum_splits_kernel's sum of them into c."""
     import torch
 
     total = sum_splits_kernel.specialize(target="sm_90a", **SUM_SPLITS)
