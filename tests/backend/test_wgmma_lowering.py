@@ -76,6 +76,23 @@ def test_wgmma_with_a_transposed(trans_b: int, m: int, n: int, k: int, bn: int) 
         assert not report.notes and report.spill_stores == 0, report.log
 
 
+def test_wgmma_reading_a_transposed_tile_untransposed_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutation: the lowering drops imm-trans-a (the K×64 tile read as if K-major): the simulation differs."""
+    from tkc.backend import ptx as ptx_ops
+    from tkc.backend.simulator import simulate
+    from tkc.compiler import lower_kernel
+
+    real = ptx_ops.WgmmaOp
+    with monkeypatch.context() as patch:
+        patch.setattr(ptx_ops, "WgmmaOp", lambda *args, trans_a=0, **kw: real(*args, trans_a=0, **kw))
+        module = lower_kernel(warpgroup_gemm, "sm_90a", {"TRANS_A": 1})
+    rng = np.random.default_rng(5)
+    at, b = random_bf16(rng, 64, 64), random_bf16(rng, 64, 64)
+    c = np.full((64, 64), np.nan, dtype=at.dtype)
+    simulate(module, "warpgroup_gemm", [at, b, c], (1, 1))
+    assert rel_err(c, at.astype(np.float64).T @ b.astype(np.float64)) > 0.1
+
+
 def test_wgmma_with_a_transposed_needs_it_in_shared_memory() -> None:
     """A transposed A in registers, or a shared one whose columns are not the warpgroup's 64 rows: one error
     naming the tile wanted."""
