@@ -212,7 +212,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     """a (M×K) · b (K×N), or · bᵀ with trans_b (b is N×K), for bf16 CUDA tensors; bf16 result, f32 accumulation.
     Any M, N, K. The last dimension of `a` must be contiguous; `b` may also be given transposed (column-major).
     On Hopper (or with target="sm_90a") the wgmma kernel runs (TMA where the rows of a and b are 16-byte
-    aligned); elsewhere (or with target="sm_80") the mma.sync kernel."""
+    aligned; up to 32 rows of a with a long K, gemm_few_rows_kernel over runs of K, then their sum); elsewhere (or
+    with target="sm_80") the mma.sync kernel."""
     import torch
 
     from tkc.runtime.launch import alignment
