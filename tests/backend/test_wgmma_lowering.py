@@ -462,7 +462,7 @@ def test_split_k_gemm_simulated(m: int, n: int, k: int, trans_b: int, splits: in
 
 @pytest.mark.parametrize("m, n, k, splits, warps, rows, trans_b", [
     (16, 128, 256, 2, 4, 16, 1), (5, 200, 200, 1, 8, 16, 1), (9, 136, 330, 3, 8, 16, 1), (1, 64, 1000, 4, 4, 16, 1),
-    (27, 136, 330, 2, 8, 32, 1), (16, 128, 256, 2, 4, 16, 0), (5, 200, 200, 1, 4, 16, 0), (27, 136, 330, 3, 4, 32, 0)])
+    (27, 136, 330, 2, 8, 32, 1), (16, 128, 256, 2, 4, 16, 0), (5, 200, 200, 1, 8, 16, 0), (27, 136, 330, 3, 8, 32, 0)])
 def test_few_rows_gemm_simulated(m: int, n: int, k: int, splits: int, warps: int, rows: int, trans_b: int) -> None:
     """gemm_few_rows_kernel (A·Bᵀ as B·Aᵀ, or A·B as Bᵀ·Aᵀ with B's tile read transposed; the accumulator stored
     transposed) over runs of K agrees with the interpreter, and its runs add up to the product."""
@@ -479,6 +479,34 @@ def test_few_rows_gemm_simulated(m: int, n: int, k: int, splits: int, warps: int
     ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
     assert rel_err(interp[2].sum(0), ref) < 1e-5
     assert rel_err(sim[2], interp[2]) < 1e-5
+
+
+def test_column_view_at_the_wrong_panel_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutation: every warpgroup's column view of B (gemm_few_rows_kernel, B given K×N, two warpgroups) starts
+    at the first column panel: the simulation differs from the interpreter."""
+    from tkc.backend import lower_memory
+    from tkc.kernels.gemm import gemm_few_rows_kernel
+
+    real = lower_memory._column_view
+    monkeypatch.setattr(lower_memory, "_column_view", lambda lw, ref, view, index: real(lw, ref, view, 0))
+    rng = np.random.default_rng(7)
+    a, b = random_bf16(rng, 16, 128), random_bf16(rng, 128, 128)
+    partial = np.full((1, 16, 128), np.nan, dtype=np.float32)
+    interp, sim = run_both(gemm_few_rows_kernel, [a, b, partial], (1, 1),
+                           {"BK": 64, "STAGES": 2, "WARPS": 8, "TRANS_B": 0}, target="sm_90a")
+    assert rel_err(sim[2], interp[2]) > 0.1
+
+
+def test_column_view_narrower_than_a_panel_is_one_error() -> None:
+    """A view of 32 columns of a tile stored in 64-column (128-byte) panels: one error naming the width needed."""
+    @tkc.kernel(warps=4, min_target="sm_90a")
+    def narrow(A: gl[bf16, 2], C: gl[f32, 2]):
+        t = load(A, (0, 0), st[bf16, 64, 128])
+        a = load(A, (0, 0), st[bf16, 64, 64])
+        store(C, mma_AB(a, load(t, (0, 1), st[bf16, 64, 32]), zeros(rt[f32, 16, 32])), (0, 0))
+
+    with pytest.raises(TkcError, match=r"must be one whole column panel: 64 columns"):
+        compile_kernels([narrow], "sm_90a", {})
 
 
 def test_gemm_tile_choice() -> None:

@@ -220,7 +220,8 @@ OTHER_CASES = [
     Bad("tile.load", "%x = tile.load %sv[%i] : !tile.sv<64xbf16> -> !tile.rv<48xbf16>",
         "load: rv[bf16, 48] does not tile sv[bf16, 64] evenly"),
     Bad("tile.load", "%x = tile.load %st[%i, %i] : !tile.st<64x64xbf16> -> !tile.st<16x16xbf16>",
-        "load: a view of st[bf16, 64, 64] takes whole rows of the same dtype: st[bf16, R, 64], got st[bf16, 16, 16]"),
+        "load: a view of st[bf16, 64, 64] takes whole rows or whole columns of the same dtype: st[bf16, R, 64] or "
+        "st[bf16, 64, C], got st[bf16, 16, 16]"),
     Bad("tile.load", "%x = tile.load %sv[%i] : !tile.sv<64xbf16> -> !tile.rt<16x16xbf16>",
         "load cannot move data from sv[bf16, 64] to rt[bf16, 16, 16]"),
     # stores
@@ -280,7 +281,8 @@ WGMMA_CASES = [
 
 WGMMA_CASES.append(Bad("tile.load", "%s = tile.empty : !tile.st<128x64xbf16>\n"
                                     "%v = tile.load %s[%i, %i] : !tile.st<128x64xbf16> -> !tile.st<64x32xbf16>",
-                       "load: a view of st[bf16, 128, 64] takes whole rows of the same dtype: st[bf16, R, 64], got st[bf16, 64, 32]"))
+                       "load: a view of st[bf16, 128, 64] takes whole rows or whole columns of the same dtype: "
+                       "st[bf16, R, 64] or st[bf16, 128, C], got st[bf16, 64, 32]"))
 
 OP_CASES = _mma_cases() + _elementwise_cases() + OTHER_CASES + WGMMA_CASES
 

@@ -812,6 +812,8 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     ref: SharedRef = lw.value(op.source)
     coords = [lw.value(i) for i in op.indices]
     if isinstance(dst_type, SharedTileType):
+        if dst_type.shape[1] != src_type.shape[1]:
+            return [_column_view(lw, ref, dst_type, coords[1])]
         return [_row_view(lw, ref, dst_type, coords[0])]
     ref = _plain(ref, "loading registers from")
     if isinstance(dst_type, RegTileType) and is_packed(dst_type.element_type) and dst_type.element_type == src_type.element_type:
@@ -838,6 +840,19 @@ def _row_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index: A
     # rows wider than the swizzle are column panels: the view's panels keep the parent's spacing
     panel_rows = (ref.panel_rows or ref.type.shape[0]) if row_bytes > panel_bytes else None
     return SharedRef(lw.reg(_add_i32(lw, ref.addr, offset)), view, panel_rows)
+
+
+def _column_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index: Any) -> SharedRef:
+    """Columns index·C .. index·C + C − 1 (all rows) of a shared tile, as a tile of its own: one column panel of
+    the parent (C columns fill its swizzle width), which lies contiguous, rows × swizzle bytes from the previous
+    one; its XOR pattern (and a wgmma descriptor) is the parent's."""
+    panel_bytes = ref.type.swizzle or 0
+    if view.shape[1] * element_bytes(view.element_type) != panel_bytes or ref.panel_rows is not None:
+        raise TkcError(f"a view of columns of {ref.type.spec()} must be one whole column panel: "
+                       f"{panel_bytes // element_bytes(view.element_type)} columns of a tile stored whole, got "
+                       f"{view.spec()}")
+    offset = _mul_imm(lw, index, ref.type.shape[0] * panel_bytes)
+    return SharedRef(lw.reg(_add_i32(lw, ref.addr, offset)), view, None)
 
 
 def _plain(ref: SharedRef, what: str) -> SharedRef:

@@ -949,9 +949,12 @@ class LoadOp(IRDLOperation):
         _verify_rows_index(self, self.source.type, self.result.type)
         src, dst = self.source.type, self.result.type
         if isinstance(src, SharedTileType) and isinstance(dst, SharedTileType):
-            if dst.shape[1] != src.shape[1] or dst.element_type != src.element_type:
-                raise VerifyException(f"load: a view of {spec(src)} takes whole rows of the same dtype: "
-                                      f"st[{spec(src.element_type)}, R, {src.shape[1]}], got {spec(dst)}")
+            whole_rows = dst.shape[1] == src.shape[1]
+            whole_columns = dst.shape[0] == src.shape[0] and src.shape[1] % dst.shape[1] == 0
+            if not (whole_rows or whole_columns) or dst.element_type != src.element_type:
+                raise VerifyException(f"load: a view of {spec(src)} takes whole rows or whole columns of the same "
+                                      f"dtype: st[{spec(src.element_type)}, R, {src.shape[1]}] or "
+                                      f"st[{spec(src.element_type)}, {src.shape[0]}, C], got {spec(dst)}")
 
 
 @irdl_op_definition

@@ -118,9 +118,8 @@ def gemm_few_rows_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TR
         a = load(A, (0, k), st[bf16, ROWS, BK])
         if TRANS_B:
             acc = mma_ABt(load(load(B, (bn, k), st[bf16, BN, BK]), (warpgroup_id(), 0), st[bf16, 64, BK]), a, acc)
-        else:  # B's K×64 slice, read transposed by the wgmma (one warpgroup: shared views take whole rows)
-            static_assert(WARPS == 4, f"gemm_few_rows_kernel with TRANS_B=0 runs one warpgroup (WARPS=4), got {WARPS}")
-            acc = mma_AtBt(load(B, (k, bn), st[bf16, BK, 64]), a, acc)
+        else:  # this warpgroup's K×64 column panel of B, read transposed by the wgmma
+            acc = mma_AtBt(load(load(B, (k, bn), st[bf16, BK, BN]), (0, warpgroup_id()), st[bf16, BK, 64]), a, acc)
     store(Partial, transpose(acc), (split, 0, bn * WARPS + warp_id()))
 
 
