@@ -293,7 +293,7 @@ def test_gemm_split_along_k_launches_both_kernels(monkeypatch) -> None:
         out = gemm(a, b, target="sm_90a")
         assert out.shape == (16, 4096)
     assert checked == ["a", "b"]  # the second call: the common call's plan
-    assert [grid for _, grid, _ in launches] == [(64, 4, 1), (16, 4, 1)] * 2  # 64 columns of C a block, 4 runs
+    assert [grid for _, grid, _ in launches] == [(32, 4, 1), (16, 4, 1)] * 2  # 128 columns of C a block, 4 runs
     assert launches[2][0] is launches[0][0] and launches[3][0] is launches[1][0]
     gemm(a, cuda(8192, 4096), trans_b=True, target="sm_90a")  # the weight N×K: the roles swapped, 128 rows a block
     assert [grid for _, grid, _ in launches[4:]] == [(64, 2, 1), (16, 8, 1)] and launches[5][0] is launches[1][0]

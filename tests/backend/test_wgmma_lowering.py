@@ -175,7 +175,7 @@ def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> No
     if variant.startswith("smaller"):
         constants = sm90_config(bool(trans_b), True, int(variant.split()[1]))
     elif variant.startswith("few rows"):
-        constants = {**FEW_ROWS[trans_b], "TRANS_B": trans_b, "ROWS": int(variant.split()[2])}
+        constants = {**FEW_ROWS, "TRANS_B": trans_b, "ROWS": int(variant.split()[2])}
         kernel, aligns = gemm_few_rows_kernel, {"A": 16, "B": 16, "Partial": 16}
     elif variant == "cp.async":
         constants.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
@@ -527,7 +527,7 @@ def test_gemm_launch_choice() -> None:
 
     assert launch_choice(16, 8192, 8192, True, 132) == ("few rows", 2, 16)  # 64 blocks of 128 rows of B × 2 runs
     assert launch_choice(1, 4096, 4096, True, 132) == ("few rows", 4, 16)
-    assert launch_choice(16, 8192, 8192, False, 132) == ("few rows", 2, 16)  # 128 blocks of 64 × 2: 2 an SM
+    assert launch_choice(16, 8192, 8192, False, 132) == ("few rows", 2, 16)
     assert launch_choice(16, 4096, 4096, False, 132) == ("few rows", 4, 16)
     assert launch_choice(32, 4096, 4096, True, 132) == ("few rows", 4, 32)  # A's rows: the wgmma's N = 32
     assert launch_choice(32, 4096, 2048, False, 132) == ("few rows", 2, 32)  # K: 16 steps

@@ -23,7 +23,7 @@ def main() -> None:
         gemm(torch.randn(128, 512, device="cuda", dtype=bf), torch.randn(256, 512, device="cuda", dtype=bf), trans_b=True)
         gemm(torch.randn(130, 70, device="cuda", dtype=bf), torch.randn(70, 66, device="cuda", dtype=bf))  # cp.async ring
         # a few rows, a long K: the operands' roles swapped (B read transposed without trans_b), K split into 4
-        # runs of 9 steps against 4 / 5 stages (rotated), then their sum
+        # runs of 9 steps against 5 stages (rotated), then their sum
         x = torch.randn(16, 4608, device="cuda", dtype=bf)
         gemm(x, torch.randn(4608, 2000, device="cuda", dtype=bf))
         gemm(x, torch.randn(2000, 4608, device="cuda", dtype=bf), trans_b=True)

@@ -164,10 +164,9 @@ def tile_choice(m: int, n: int, sms: int) -> int:
 # their runs at different steps (ROTATE). RESULTS "gemm probe — 2026-12-04 14:14–14:22" (split K, gemm_split_k_kernel:
 # M=16 N=K=8192 0.64 -> 0.90x cuBLAS in a graph), "14:35–14:41" and "14:44" (the swap for B given N×K: M = 1-32, N =
 # K = 4096 0.70-0.85 -> 0.99-1.18x, 8192 0.82-0.90 -> 0.91-0.97x) and "15:19" (B given K×N, one warpgroup, two
-# blocks an SM: 0.74-0.87 -> 0.93-1.04x at 4096, 0.81 -> 0.93x at M=1 N=K=8192, 0.89 unchanged at 16-32 rows).
-FEW_ROWS = {1: {"BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1},   # per trans_b; ROWS: 16 or 32, the fewest that
-            0: {"BK": 128, "WARPS": 4, "STAGES": 4, "ROTATE": 1}}   # hold A's rows (B given K×N: one warpgroup, as
-FEW_ROWS_PER_SM = {1: 1, 0: 2}                                      # a shared view takes whole rows)
+# blocks an SM: 0.74-0.87 -> 0.93-1.04x at 4096, 0.81 -> 0.93x at M=1 N=K=8192, 0.89 unchanged at 16-32 rows;
+# "15:58": two warpgroups on column views of B's tile as fast, 0.90-1.07x, and one configuration for both).
+FEW_ROWS = {"BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1}  # ROWS: 16 or 32, the fewest that hold A's rows
 FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLAS
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
@@ -183,10 +182,10 @@ class Choice(NamedTuple):
 
 @functools.lru_cache(maxsize=4096)
 def launch_choice(m: int, n: int, k: int, trans_b: bool, sms: int) -> Choice:
-    """How gemm() runs an m×n×k product with 16-byte aligned rows on `sms` multiprocessors."""
+    """How gemm() runs an m×n×k product with 16-byte aligned rows on `sms` multiprocessors (either way of B: the
+    few-rows kernel reads B given K×N transposed at the same speed)."""
     if m <= FEW_ROWS_MAX:
-        cfg = FEW_ROWS[int(trans_b)]
-        runs = _runs_of_k(ceil_div(n, 16 * cfg["WARPS"]), ceil_div(k, cfg["BK"]), FEW_ROWS_PER_SM[int(trans_b)] * sms)
+        runs = _runs_of_k(ceil_div(n, 16 * FEW_ROWS["WARPS"]), ceil_div(k, FEW_ROWS["BK"]), sms)
         if runs > 1:
             return Choice("few rows", runs, 16 if m <= 16 else 32)
     return Choice("tiles", tile_choice(m, n, sms))
@@ -270,9 +269,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
     choice = launch_choice(m, n, k, trans_b, multiprocessors(device)) if aligned else _UNALIGNED
     if wgmma_path(device, target) and choice.kind == "few rows":
-        cfg = FEW_ROWS[int(trans_b)]
-        spec = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), ROWS=choice.rows, **cfg)
-        plan = _split_k_plan(spec, choice.count, choice.rows, 16 * cfg["WARPS"])
+        spec = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), ROWS=choice.rows, **FEW_ROWS)
+        plan = _split_k_plan(spec, choice.count, choice.rows, 16 * FEW_ROWS["WARPS"])
     elif wgmma_path(device, target):
         cfg = sm90_config(trans_b, aligned, choice.count)
         spec = gemm_sm90_kernel.specialize(target="sm_90a", **cfg)
