@@ -165,7 +165,7 @@ def tile_choice(m: int, n: int, sms: int) -> int:
 # M=16 N=K=8192 0.64 -> 0.90x cuBLAS in a graph), "14:35–14:41" and "14:44" (the swap for B given N×K: M = 1-32, N =
 # K = 4096 0.70-0.85 -> 0.99-1.18x, 8192 0.82-0.90 -> 0.91-0.97x) and "15:19" (B given K×N, one warpgroup, two
 # blocks an SM: 0.74-0.87 -> 0.93-1.04x at 4096, 0.81 -> 0.93x at M=1 N=K=8192, 0.89 unchanged at 16-32 rows;
-# "15:58": two warpgroups on column views of B's tile as fast, 0.90-1.07x, and one configuration for both).
+# "15:42": two warpgroups on column views of B's tile as fast, 0.90-1.07x, and one configuration for both).
 FEW_ROWS = {"BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1}  # ROWS: 16 or 32, the fewest that hold A's rows
 FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLAS
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
