@@ -299,6 +299,10 @@ def test_gemm_split_along_k_launches_both_kernels(monkeypatch) -> None:
     assert [grid for _, grid, _ in launches[4:]] == [(64, 2, 1), (16, 8, 1)] and launches[5][0] is launches[1][0]
     gemm(cuda(32, 4096), cuda(8192, 4096), trans_b=True, target="sm_90a")  # 32 rows: another variant, its own plan
     assert [grid for _, grid, _ in launches[6:]] == [(64, 2, 1), (32, 8, 1)] and launches[6][0] is not launches[4][0]
+    # rows of a wider a, a column-major b (read as trans_b), out a slice of a wider tensor: the same path
+    wide_out = cuda(16, 1024)
+    gemm(cuda(16, 4160)[:, :4096], cuda(1000, 4096).t(), target="sm_90a", out=wide_out[:, :1000])
+    assert [grid for _, grid, _ in launches[8:]] == [(8, 4, 1), (16, 1, 1)]
 
 
 def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:

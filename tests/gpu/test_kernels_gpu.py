@@ -65,6 +65,19 @@ def test_gemm_split_along_k(m: int, n: int, k: int, trans_b: bool) -> None:
         assert rel_err(out, ref) < 1e-2
 
 
+def test_gemm_few_rows_odd_layouts() -> None:
+    """The few-rows path on rows of a wider a (row pitch above K), a column-major b (read as trans_b) and an out
+    that is a slice of a wider tensor."""
+    m, n, k = 16, 1000, 4096
+    wide_a = randn(m, k + 64)
+    a, bt = wide_a[:, :k], randn(n, k)
+    wide_out = poisoned_like((m, n + 24))
+    out = wide_out[:, :n]
+    gemm(a, bt.t(), out=out)
+    assert rel_err(out, a.float() @ bt.float().t()) < 1e-2
+    assert wide_out[:, n:].isnan().all()  # nothing written past out's columns
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_gemm_empty_k(target: str | None) -> None:
     """K = 0: a sum of nothing (the loop over K runs no steps; TMA maps of empty tensors are never used)."""
