@@ -3,7 +3,7 @@
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny small-batch sanitize
+#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check small-batch sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
@@ -33,6 +33,11 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 200 python3 bench/layernorm.py ${LAYERNORM_ARGS:-} > "$OUT/bench-layernorm.log" 2>&1; tail -9 "$OUT/bench-layernorm.log" ;;
     skinny)  # gemm() on skinny products beside smaller tiles and cuBLAS (bench/probe_skinny.py; PROBE_ARGS="--trans-b 1")
         timeout 400 python3 bench/probe_skinny.py ${PROBE_ARGS:-} > "$OUT/skinny.log" 2>&1; grep -E "^M=|gemm\(\)" "$OUT/skinny.log" | paste - - ;;
+    skinny-check)  # gemm() alone beside cuBLAS at 1-32 rows, N = K = 4096 / 8192, both ways of B (event-timed and graph)
+        for tb in 1 0; do
+            timeout 150 python3 bench/probe_skinny.py --trans-b $tb --m 1 16 32 --nk 4096 8192 --only '^$' > "$OUT/skinny-check-$tb.log" 2>&1
+            grep -E "^M=|gemm\(\)" "$OUT/skinny-check-$tb.log" | paste - - | sed -e 's/  */ /g'
+        done ;;
     small-batch)  # attention() at B·N = 1024 / 2048 beside configurations for few tiles (bench/probe_small_batch.py)
         timeout 300 python3 bench/probe_small_batch.py > "$OUT/small-batch.log" 2>&1; grep -E "^D=|attention\(\)|  cuDNN" "$OUT/small-batch.log" | head -40 ;;
     dependent-launch)  # layernorm's dependent-launch opt-in back to back and behind a GEMM (bench/probe_dependent_launch.py)
