@@ -231,7 +231,8 @@ class TileFunctions(InterpreterFunctions):
         return ((np.matmul(a.astype(np.float32), b.astype(np.float32)) + c).astype(np.float32),)
 
     def _wgmma(self, interpreter: Interpreter, op: t.WgmmaOp, args: PythonValues) -> PythonValues:
-        a, b, c = args  # a (B|1, 1, 64, K) or (.., K, 64) or a warp's rows (B|1, W|1, 16, K), b (B|1, 1, K, N) or (.., N, K)
+        # a (B|1, 1, 64, K), (.., K, 64) transposed, or a warp's rows (B|1, W|1, 16, K); b (B|1, 1, K, N) or (.., N, K)
+        a, b, c = args
         if op.transpose_a:
             a = np.swapaxes(a, -1, -2)
         if op.transpose_b:

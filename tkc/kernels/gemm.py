@@ -157,15 +157,15 @@ def tile_choice(m: int, n: int, sms: int) -> int:
     return len(SMALLER_TILES)
 
 
-# A few rows and a long K (a few tokens times a weight): even the smallest tiles leave SMs idle or starve on A, which
-# every block reads. Up to 32 rows the operands swap roles (gemm_few_rows_kernel: Cᵀ = B·Aᵀ, or Bᵀ·Aᵀ with B read
-# transposed by the wgmma; A's rows the wgmma's N of 16 or 32, no wgmma rows wasted on A) and K is split into runs,
-# one block each, about a block per slot of the GPU, their f32 partial sums added up by sum_splits_kernel; blocks start
-# their runs at different steps (ROTATE). RESULTS "gemm probe — 2026-12-04 14:14–14:22" (split K, gemm_split_k_kernel:
-# M=16 N=K=8192 0.64 -> 0.90x cuBLAS in a graph), "14:35–14:41" and "14:44" (the swap for B given N×K: M = 1-32, N =
-# K = 4096 0.70-0.85 -> 0.99-1.18x, 8192 0.82-0.90 -> 0.91-0.97x) and "15:19" (B given K×N, one warpgroup, two
-# blocks an SM: 0.74-0.87 -> 0.93-1.04x at 4096, 0.81 -> 0.93x at M=1 N=K=8192, 0.89 unchanged at 16-32 rows;
-# "15:42": two warpgroups on column views of B's tile as fast, 0.90-1.07x, and one configuration for both).
+# A few rows and a long K (a few tokens times a weight): even the smallest tiles leave SMs idle or starve on A,
+# which every block reads. Up to 32 rows the operands swap roles (gemm_few_rows_kernel: Cᵀ = B·Aᵀ, or Bᵀ·Aᵀ with B
+# read transposed by the wgmma; A's rows the wgmma's N of 16 or 32, no wgmma rows wasted on A) and K is split into
+# runs, one block each, about a block an SM, their f32 partial sums added up by sum_splits_kernel; blocks start
+# their runs at different steps (ROTATE). RESULTS "gemm probe — 2026-12-04 14:14–14:22" (split K alone,
+# gemm_split_k_kernel: M=16 N=K=8192 0.64 -> 0.90x cuBLAS in a graph), "14:35–14:41" and "14:44" (the swap for B
+# given N×K: M = 1-32, N = K = 4096 0.70-0.85 -> 0.99-1.18x, 8192 0.82-0.90 -> 0.91-0.97x), "15:19" (B given K×N,
+# one warpgroup: 0.74-0.87 -> 0.93-1.04x at 4096, 0.81 -> 0.93x at M=1 N=K=8192, 0.89 unchanged at 16-32 rows) and
+# "15:42" (two warpgroups on column views of B's tile as fast, 0.90-1.07x: one configuration for both).
 FEW_ROWS = {"BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1}  # ROWS: 16 or 32, the fewest that hold A's rows
 FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLAS
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
