@@ -525,15 +525,14 @@ def test_gemm_launch_choice() -> None:
     a block a slot of the GPU, never into runs under 8 steps; else it takes tiles."""
     from tkc.kernels.gemm import launch_choice
 
-    assert launch_choice(16, 8192, 8192, True, 132) == ("few rows", 2, 16)  # 64 blocks of 128 rows of B × 2 runs
-    assert launch_choice(1, 4096, 4096, True, 132) == ("few rows", 4, 16)
-    assert launch_choice(16, 8192, 8192, False, 132) == ("few rows", 2, 16)
-    assert launch_choice(16, 4096, 4096, False, 132) == ("few rows", 4, 16)
-    assert launch_choice(32, 4096, 4096, True, 132) == ("few rows", 4, 32)  # A's rows: the wgmma's N = 32
-    assert launch_choice(32, 4096, 2048, False, 132) == ("few rows", 2, 32)  # K: 16 steps
-    assert launch_choice(1, 4096, 1024, True, 132).kind == "tiles"  # K: 8 steps
-    assert launch_choice(64, 8192, 8192, True, 132) == ("tiles", 4, 0)
-    assert launch_choice(16, 32768, 8192, False, 132).kind == "tiles"  # enough blocks without a split
+    assert launch_choice(16, 8192, 8192, 132) == ("few rows", 2, 16)  # 64 blocks of 128 rows of B × 2 runs (either B)
+    assert launch_choice(1, 4096, 4096, 132) == ("few rows", 4, 16)
+    assert launch_choice(16, 4096, 4096, 132) == ("few rows", 4, 16)
+    assert launch_choice(32, 4096, 4096, 132) == ("few rows", 4, 32)  # A's rows: the wgmma's N = 32
+    assert launch_choice(32, 4096, 2048, 132) == ("few rows", 2, 32)  # K: 16 steps
+    assert launch_choice(1, 4096, 1024, 132).kind == "tiles"  # K: 8 steps
+    assert launch_choice(64, 8192, 8192, 132) == ("tiles", 4, 0)
+    assert launch_choice(16, 32768, 8192, 132).kind == "tiles"  # enough blocks without a split
 
 
 def test_attention_configuration_for_few_tiles() -> None:

@@ -40,37 +40,23 @@ def test_tma_mbarrier_wgmma_compute_a_times_b_transposed() -> None:
     assert ((d - ref).norm() / ref.norm()).item() < 1e-5
 
 
+@pytest.mark.parametrize("trans_a", [0, 1])
 @pytest.mark.parametrize("trans_b", [0, 1])
-@pytest.mark.parametrize("m, n, k, bn", [(64, 64, 64, 64), (256, 512, 1024, 256), (1000, 1000, 1000, 128), (192, 80, 72, 16)])
-def test_dsl_wgmma_gemm(trans_b: int, m: int, n: int, k: int, bn: int) -> None:
-    """The DSL's mma_AB / mma_ABt on shared tiles, lowered to wgmma with descriptors, on the H200."""
+@pytest.mark.parametrize("m, n, k, bn", [(64, 64, 64, 64), (256, 512, 1024, 256), (1000, 1000, 1000, 128), (192, 80, 72, 16),
+                                         (1000, 520, 1000, 128)])
+def test_dsl_wgmma_gemm(trans_a: int, trans_b: int, m: int, n: int, k: int, bn: int) -> None:
+    """The DSL's mma_AB / mma_ABt on shared tiles, lowered to wgmma with descriptors, on the H200; with trans_a,
+    mma_AtB / mma_AtBt (A given K×M, read transposed by the wgmma: imm-trans-a)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU")
     from hopper_kernels import warpgroup_gemm
 
-    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    a = torch.randn(k, m, device="cuda").to(torch.bfloat16).t() if trans_a else torch.randn(m, k, device="cuda").to(torch.bfloat16)
     b = torch.randn(n, k, device="cuda").to(torch.bfloat16) if trans_b else torch.randn(k, n, device="cuda").to(torch.bfloat16)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    warpgroup_gemm[(-(-m // 64), -(-n // bn))](a, b, c, TRANS_B=trans_b, BN=bn, BK=16 if bn == 16 else 64,
-                                               target="sm_90a")
+    warpgroup_gemm[(-(-m // 64), -(-n // bn))](a.t() if trans_a else a, b, c, TRANS_A=trans_a, TRANS_B=trans_b, BN=bn,
+                                               BK=16 if bn == 16 else 64, target="sm_90a")
     ref = a.double() @ (b.double().t() if trans_b else b.double())
-    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
-
-
-@pytest.mark.parametrize("trans_b", [0, 1])
-@pytest.mark.parametrize("m, n, k, bn", [(64, 64, 64, 64), (1000, 520, 1000, 128), (192, 80, 72, 16)])
-def test_dsl_wgmma_gemm_with_a_transposed(trans_b: int, m: int, n: int, k: int, bn: int) -> None:
-    """mma_AtB / mma_AtBt on shared tiles (A given K×M, read transposed by the wgmma: imm-trans-a), on the H200."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs an sm_90 GPU")
-    from hopper_kernels import warpgroup_gemm
-
-    at = torch.randn(k, m, device="cuda").to(torch.bfloat16)
-    b = torch.randn(n, k, device="cuda").to(torch.bfloat16) if trans_b else torch.randn(k, n, device="cuda").to(torch.bfloat16)
-    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    warpgroup_gemm[(-(-m // 64), -(-n // bn))](at, b, c, TRANS_A=1, TRANS_B=trans_b, BN=bn, BK=16 if bn == 16 else 64,
-                                               target="sm_90a")
-    ref = at.double().t() @ (b.double().t() if trans_b else b.double())
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 

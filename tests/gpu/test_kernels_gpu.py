@@ -56,7 +56,7 @@ def test_gemm_split_along_k(m: int, n: int, k: int, trans_b: bool) -> None:
     given out."""
     from tkc.kernels.gemm import launch_choice
 
-    assert launch_choice(m, n, k, trans_b, torch.cuda.get_device_properties(0).multi_processor_count)[0] != "tiles"
+    assert launch_choice(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)[0] != "tiles"
     for _ in range(2):
         a, b = randn(m, k), (randn(n, k) if trans_b else randn(k, n))
         out = poisoned_like((m, n))

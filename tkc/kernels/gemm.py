@@ -73,6 +73,20 @@ def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: co
         store(C, acc.to(bf16), (bm * WARPS + warp_id(), bn))
 
 
+@tkc.func
+def run_of_k(steps, run, runs):
+    """Steps first .. end - 1 of a loop of `steps`: the run-th of `runs` equal runs (the last shorter or empty)."""
+    per_run = cdiv(steps, runs)
+    return run * per_run, min(steps, (run + 1) * per_run)
+
+
+@tkc.func
+def rotated_step(step, first, end, offset):
+    """Step `step` of the run first .. end - 1 taken `offset` steps in (wrapping), so that blocks starting
+    together read different slices of an operand they all read."""
+    return first + (step - first + offset) % max(end - first, 1)
+
+
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
 def gemm_split_k_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRANS_B: const = 0, BN: const = 64,
                         BK: const = 128, WARPS: const = 4, STAGES: const = 4, ROTATE: const = 0):
@@ -84,14 +98,10 @@ def gemm_split_k_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRA
     tile, split = block_idx()[0], block_idx()[1]
     blocks_n = cdiv(Partial.shape[2], BN)
     bm, bn = tile // blocks_n, tile % blocks_n
-    steps = cdiv(A.shape[1], BK)
-    per_split = cdiv(steps, num_blocks()[1])
+    first, end = run_of_k(cdiv(A.shape[1], BK), split, num_blocks()[1])
     acc = zeros(rt[f32, 16, BN])
-    first, end = split * per_split, min(steps, (split + 1) * per_split)
     for step in range(first, end):
-        # ROTATE: block column bn starts its run of steps bn steps in, so that the blocks read different slices of
-        # A at a time (A, a few rows, is read by every block)
-        k = first + (step - first + bn * ROTATE) % max(end - first, 1)
+        k = rotated_step(step, first, end, bn * ROTATE)  # A, a few rows, is read by every block
         a = load(load(A, (bm, k), st[bf16, BM, BK]), (warpgroup_id(), 0), st[bf16, 64, BK])  # this warpgroup's rows
         if TRANS_B:
             acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
@@ -109,12 +119,10 @@ def gemm_few_rows_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TR
     16·WARPS), runs of K); block (t, s) writes its f32 sum to Partial[s]."""
     BN = 16 * WARPS
     bn, split = block_idx()[0], block_idx()[1]
-    steps = cdiv(A.shape[1], BK)
-    per_split = cdiv(steps, num_blocks()[1])
-    first, end = split * per_split, min(steps, (split + 1) * per_split)
+    first, end = run_of_k(cdiv(A.shape[1], BK), split, num_blocks()[1])
     acc = zeros(rt[f32, 16, ROWS])  # this warp's 16 columns of C, transposed
     for step in range(first, end):
-        k = first + (step - first + bn * ROTATE) % max(end - first, 1)
+        k = rotated_step(step, first, end, bn * ROTATE)
         a = load(A, (0, k), st[bf16, ROWS, BK])
         if TRANS_B:
             acc = mma_ABt(load(load(B, (bn, k), st[bf16, BN, BK]), (warpgroup_id(), 0), st[bf16, 64, BK]), a, acc)
@@ -181,7 +189,7 @@ class Choice(NamedTuple):
 
 
 @functools.lru_cache(maxsize=4096)
-def launch_choice(m: int, n: int, k: int, trans_b: bool, sms: int) -> Choice:
+def launch_choice(m: int, n: int, k: int, sms: int) -> Choice:
     """How gemm() runs an m×n×k product with 16-byte aligned rows on `sms` multiprocessors (either way of B: the
     few-rows kernel reads B given K×N transposed at the same speed)."""
     if m <= FEW_ROWS_MAX:
@@ -236,7 +244,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             device = a.get_device()
             sms = MULTIPROCESSORS.get(device)
             plan = (_PLANS.get((device, trans_b, aligned, target,
-                                launch_choice(m, n, k, trans_b, sms) if aligned else _UNALIGNED))
+                                launch_choice(m, n, k, sms) if aligned else _UNALIGNED))
                     if sms is not None else None)
             if plan is not None and (out is None or isinstance(out, torch.Tensor) and out.shape == (m, n)):
                 c = a.new_empty((m, n)) if out is None else out
@@ -267,7 +275,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     # wgmma on Hopper: with a TMA ring where the operands' rows are 16-byte aligned (tiles by the product's size),
     # else with a cp.async ring (any alignment)
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
-    choice = launch_choice(m, n, k, trans_b, multiprocessors(device)) if aligned else _UNALIGNED
+    choice = launch_choice(m, n, k, multiprocessors(device)) if aligned else _UNALIGNED
     if wgmma_path(device, target) and choice.kind == "few rows":
         spec = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), ROWS=choice.rows, **FEW_ROWS)
         plan = _split_k_plan(spec, choice.count, choice.rows, 16 * FEW_ROWS["WARPS"])
