@@ -1,6 +1,6 @@
-"""The CPU oracles can fail: a pipeline missing one wait, a wrong swizzle XOR on one side, a wrong fragment index
-and ldmatrix addresses out of step with the matrix order each make the answer wrong in the simulation (and, for
-the wait, already in the tile interpreter)."""
+"""The CPU oracles can fail: a pipeline missing one wait, a wrong swizzle XOR on one side, a wrong fragment index,
+ldmatrix addresses out of step with the matrix order and a shared tile reloaded after it was overwritten each make
+the answer wrong in the simulation (and, for the wait, already in the tile interpreter)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from reference import attention_ref, gemm_ref, poisoned, random_bf16, rel_err
 
+import tkc
 from kernels.pipelined_sum import column_block_sum
 from tkc.backend import lower_memory, ptx
 from tkc.backend.simulator import simulate
@@ -16,7 +17,9 @@ from tkc.frontend.kernel import build_module
 from tkc.interpreter import run_function
 from tkc.ir import async_ops as a
 from tkc.ir import ops as t
+from tkc.ir.types import SharedTileType
 from tkc.kernels import attention_fwd, gemm_kernel
+from tkc.lang import bf16, f32, gl, load, mma_AB, mma_ABt, rt, st, store, zeros
 from tkc.passes import lower_to_ptx
 
 BACK_END = "assign-layouts,assign-swizzles,allocate-shared,insert-barriers,lower-to-ptx"
@@ -144,3 +147,33 @@ def test_missing_barrier_in_the_pipelined_loop_is_caught(monkeypatch: pytest.Mon
     module = lower_kernel(gemm_kernel, "sm_80", {"BM": 64, "BN": 64})
     simulate(module, "gemm_kernel", [a_, b_, c], (1,), order="shuffled")
     assert not rel_err(c, gemm_ref(a_, b_)) < 1e-2
+
+
+@tkc.kernel(warps=1, min_target="sm_80")
+def two_roles_across_a_store(A: gl[bf16, 2], X: gl[bf16, 2], C: gl[f32, 2]):
+    """a (from shared memory) in both layouts, its shared tile overwritten by x in between: C = a·aᵀ + a·a + x·xᵀ."""
+    a_s = load(A, (0, 0), st[bf16, 16, 16])
+    a = load(a_s)
+    c = mma_ABt(a, a, zeros(rt[f32, 16, 16]))
+    a_s = store(a_s, load(X, (0, 0), rt[bf16, 16, 16]))
+    c = mma_AB(a, a, c)
+    x = load(a_s)
+    store(C, mma_ABt(x, x, c), (0, 0))
+
+
+@pytest.mark.parametrize("mutated", [False, True])
+def test_reload_across_a_shared_write_is_caught(monkeypatch: pytest.MonkeyPatch, mutated: bool) -> None:
+    """assign-layouts reloads a shared tile in another layout only where nothing writes shared memory in between;
+    a mutated pass that reloads across the store reads the new data, and the simulation shows it."""
+    from tkc.passes import assign_layouts
+
+    if mutated:
+        monkeypatch.setattr(assign_layouts, "_reloadable", lambda value, user: isinstance(value.owner, t.LoadOp)
+                            and isinstance(value.owner.source.type, SharedTileType))
+    rng = np.random.default_rng(1)
+    a, x = random_bf16(rng, 16, 16), random_bf16(rng, 16, 16)
+    c = np.zeros((16, 16), np.float32)
+    simulate(lower_kernel(two_roles_across_a_store, "sm_80"), "two_roles_across_a_store", [a, x, c], (1,))
+    a64 = a.astype(np.float64)
+    x64 = x.astype(np.float64)
+    assert (rel_err(c, a64 @ a64.T + a64 @ a64 + x64 @ x64.T) > 1e-2) == mutated

@@ -5,8 +5,10 @@ ops, conversions, masks and loop-carried values keep their operand's layout; a t
 in a row-layout tile and `ortho` in a col-layout one (and the reverse for column vectors); `transpose` flips
 the layout (it is free: the same registers). Loads pick whatever their users need (`ldmatrix` or
 `ldmatrix.trans`). Values linked this way form groups solved together (a union-find with a parity bit:
-parity 0 = row/align, 1 = col/ortho); a group takes the layout most of its mma uses need, and a `tile.relayout`
-goes in front of each use that needs the other. Vectors linked to no tile are `naive`.
+parity 0 = row/align, 1 = col/ortho); a group takes the layout most of its mma uses need, and each use that needs
+the other gets the tile loaded again from shared memory in its layout (where it came from there and nothing in
+between may write shared memory: CSE merges a kernel's two loads of one shared tile) or else a `tile.relayout`.
+Vectors linked to no tile are `naive`.
 
     %b = tile.load %v_s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<64x64xbf16>
     %o = tile.mma_AB %p, %b, %acc : !tile.rt<16x64xbf16>, !tile.rt<64x64xbf16>, !tile.rt<16x64xf32>
@@ -29,12 +31,15 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from tkc.errors import SourceLoc, TkcError
 from tkc.ir import ops as t
-from tkc.ir.types import Layout, RegTileType, RegVecType
+from tkc.ir.async_ops import RingType
+from tkc.ir.tma_ops import StageBarriersType
+from tkc.ir.types import Layout, RegTileType, RegVecType, SharedTileType, SharedVecType
 from tkc.passes import register
 from tkc.passes.sum_rows_after_loop import holds_partial_sums
 from tkc.passes.util import sync_function_types
 
 TILE_LAYOUT = (Layout.ROW, Layout.COL)
+_SHARED_STATE = (SharedTileType, SharedVecType, RingType, StageBarriersType)  # what an op writing shared memory touches
 VECTOR_LAYOUT = (Layout.ALIGN, Layout.ORTHO)
 
 
@@ -179,11 +184,32 @@ def assign_layouts(module: ModuleOp) -> None:
         if isinstance(operand.type, RegVecType) and holds_partial_sums(operand):
             raise TkcError("late_sums=1: these row sums would change layout while their lanes hold only parts of "
                            "them (compile without late_sums)", SourceLoc.from_attr(use.op.location))
-        relayout = t.RelayoutOp(operand, operand.type.with_layout(layout))  # type: ignore[attr-defined]
-        relayout.location = use.op.location
-        Rewriter.insert_op(relayout, InsertPoint.before(use.op))
-        use.op.operands[use.index] = relayout.result
+        if _reloadable(operand, use.op):  # read the shared tile again in the other layout: no register shuffles
+            fixed: Operation = t.LoadOp(operand.op.source, operand.op.indices,  # type: ignore[attr-defined]
+                                        operand.type.with_layout(layout))  # type: ignore[attr-defined]
+        else:
+            fixed = t.RelayoutOp(operand, operand.type.with_layout(layout))  # type: ignore[attr-defined]
+        fixed.location = use.op.location
+        Rewriter.insert_op(fixed, InsertPoint.before(use.op))
+        use.op.operands[use.index] = fixed.results[0]
     sync_function_types(module)
+
+
+def _reloadable(value: SSAValue, user: Operation) -> bool:
+    """Is `value` a register tile loaded from a shared tile that nothing writes before `user` (in the same block)?
+    Then `user` can load it again in its own layout (ldmatrix or ldmatrix.trans) rather than shuffle registers,
+    and the first load's registers need not live until `user`."""
+    load = value.owner
+    if not (isinstance(load, t.LoadOp) and isinstance(load.source.type, SharedTileType)
+            and isinstance(value.type, RegTileType) and load.parent_block() is user.parent_block()):
+        return False
+    op = load.next_op
+    while op is not None and op is not user:
+        if not isinstance(op, t.LoadOp) and (op.regions or any(
+                isinstance(v.type, _SHARED_STATE) for v in (*op.operands, *op.results))):
+            return False  # it may write shared memory
+        op = op.next_op
+    return op is user
 
 
 def _parity(layout: Layout) -> int:

@@ -47,3 +47,37 @@ func.func @vectors_and_transpose(%g: !tile.gl<?xf32>, %c0: i32, %t: !tile.rt<16x
   %x = tile.mma_AB %tt, %b, %z : !tile.rt<32x16xbf16>, !tile.rt<16x16xbf16>, !tile.rt<32x16xf32>
   func.return
 }
+
+// A tile loaded from shared memory that a second mma needs in the other layout is loaded again there (ldmatrix
+// or ldmatrix.trans) rather than relaid out in registers: no shuffles, and the first load's registers need not
+// live until the second use.
+// CHECK-LABEL: func.func @reloaded(
+// CHECK:         %k = tile.load %k_s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<64x64xbf16, row>
+// CHECK:         tile.mma_ABt %q, %k, %z
+// CHECK-NOT:     tile.relayout
+// CHECK:         %[[K:.*]] = tile.load %k_s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<64x64xbf16, col>
+// CHECK:         tile.mma_AB %pb, %[[K]], %z
+func.func @reloaded(%q: !tile.rt<16x64xbf16>, %k_s: !tile.st<64x64xbf16>, %c0: i32) {
+  %z = tile.fill 0.0 : !tile.rt<16x64xf32>
+  %k = tile.load %k_s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<64x64xbf16>
+  %s = tile.mma_ABt %q, %k, %z : !tile.rt<16x64xbf16>, !tile.rt<64x64xbf16>, !tile.rt<16x64xf32>
+  %pb = tile.convert %s : !tile.rt<16x64xf32> -> !tile.rt<16x64xbf16>
+  %o = tile.mma_AB %pb, %k, %z : !tile.rt<16x64xbf16>, !tile.rt<64x64xbf16>, !tile.rt<16x64xf32>
+  func.return
+}
+
+// Not where shared memory may have changed in between (here a ring's next stage is read: a copy may have landed):
+// the registers are relaid out.
+// CHECK-LABEL: func.func @not_reloaded_across_a_write(
+// CHECK:         tile.insert
+// CHECK:         %[[K:.*]] = tile.relayout %k : !tile.rt<64x64xbf16, row> -> !tile.rt<64x64xbf16, col>
+// CHECK:         tile.mma_AB %pb, %[[K]], %z
+func.func @not_reloaded_across_a_write(%q: !tile.rt<16x64xbf16>, %k_s: !tile.st<64x64xbf16>, %c0: i32) {
+  %z = tile.fill 0.0 : !tile.rt<16x64xf32>
+  %k = tile.load %k_s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<64x64xbf16>
+  %s = tile.mma_ABt %q, %k, %z : !tile.rt<16x64xbf16>, !tile.rt<64x64xbf16>, !tile.rt<16x64xf32>
+  %pb = tile.convert %s : !tile.rt<16x64xf32> -> !tile.rt<16x64xbf16>
+  %k_s2 = tile.insert %pb, %k_s[%c0, %c0] : !tile.rt<16x64xbf16> -> !tile.st<64x64xbf16>
+  %o = tile.mma_AB %pb, %k, %z : !tile.rt<16x64xbf16>, !tile.rt<64x64xbf16>, !tile.rt<16x64xf32>
+  func.return
+}
