@@ -286,8 +286,8 @@ class CodeGen(ast.NodeVisitor):
         if isinstance(target, ast.Name):
             self.scope.vars[target.id] = value
             self.assign_sites[target.id] = target
-            if isinstance(value, SSAValue) and value.name_hint is None and self.inline_depth == 0:
-                value.name_hint = target.id  # the IR reads with the kernel's own names
+            if isinstance(value, SSAValue) and value.name_hint is None:
+                value.name_hint = target.id  # the IR reads with the kernel's (and its @tkc.func's) own names
         elif isinstance(target, ast.Tuple | ast.List):
             if any(isinstance(e, ast.Starred) for e in target.elts):
                 raise TkcError("`*` unpacking in an assignment is not supported in a kernel; name every value")
@@ -491,8 +491,7 @@ class CodeGen(ast.NodeVisitor):
         op = self.emit(scf.ForOp(lb, ub, stp, inits, body))
         for name, result in zip(runtime_carried, op.results):
             self.scope.vars[name] = result
-            if self.inline_depth == 0:
-                result.name_hint = name  # the loop's results read as the variables they become
+            result.name_hint = name  # the loop's results read as the variables they become
 
     def promote(self, value: Any, name: str) -> SSAValue:
         if is_runtime(value):
