@@ -1,5 +1,5 @@
-"""One PNG per benchmark from the newest figures in bench/results/*.json (written by bench/gemm.py, attention.py
-and layernorm.py, or brought home by bench/collect.py): tkc and its peers side by side.
+"""One PNG per benchmark from the newest figures in bench/results/*.json (written by bench/gemm.py, attention.py,
+attention_backward.py and layernorm.py, or brought home by bench/collect.py): tkc and its peers side by side.
 
     python bench/plot.py        # needs matplotlib
 """
@@ -22,6 +22,7 @@ PLOTS = {
     "gemm": ("M × N × K", "size", "TFLOP/s", ["tkc", "tkc sm_80", "cuBLAS", "triton"]),
     "attention": ("N (B·N = 16384, H = 16)", "N", "TFLOP/s", ["tkc", "tkc sm_80", "flash", "cuDNN", "mem-efficient", "triton"]),
     "layernorm": ("rows × D", "shape", "GB/s", ["tkc", "tkc sm_80", "torch", "triton", "copy"]),
+    "attention-backward": ("N (B·N = 16384, H = 16)", "N", "TFLOP/s", ["tkc", "flash", "cuDNN", "mem-efficient"]),
 }
 
 
@@ -33,8 +34,8 @@ def value(row: dict, impl: str, unit: str) -> float:
 
 
 def panels(name: str, rows: list[dict]) -> list[tuple[str, list[dict]]]:
-    """Attention gets one panel per (D, causal); the others one panel."""
-    if name != "attention":
+    """Attention (forward and backward) gets one panel per (D, causal); the others one panel."""
+    if not name.startswith("attention"):
         return [("", rows)]
     groups: dict[tuple, list[dict]] = {}
     for row in rows:

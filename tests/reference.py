@@ -72,3 +72,18 @@ def softmax_ref(x):
 
 def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def attention_backward_ref(q, k, v, grad_out, causal: bool = False, scale: float | None = None, grad_lse=None):
+    """float64 (out, lse, dq, dk, dv) of out = softmax(scale·q·kᵀ, masked)·v given the output's gradient (and the
+    log-sum-exp's, grad_lse), by the formulas: dS = P ∘ (dO·Vᵀ - rowsum(dO ∘ O) + dL)."""
+    q, k, v, do = f64(q), f64(k), f64(v), f64(grad_out)
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    out, lse = attention_ref(q, k, v, causal=causal, scale=scale, lse=True)
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    if causal:
+        s = np.where(np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None], s, -np.inf)
+    p = np.exp(s - lse[..., None])
+    delta = (do * out).sum(-1) - (0 if grad_lse is None else f64(grad_lse))
+    ds = p * (do @ np.swapaxes(v, -1, -2) - delta[..., None])
+    return out, lse, ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ do

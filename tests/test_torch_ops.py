@@ -94,9 +94,24 @@ def cpu_kernels(monkeypatch):
     def gemm_ref(a, b, trans_b=False, target=None):
         return (a.float() @ (b.float().t() if trans_b else b.float())).to(a.dtype)
 
+    def scores(q, k, causal, scale):
+        s = q.float() @ k.float().transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
+        return s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -torch.inf) if causal else s
+
     def attention_ref(q, k, v, causal=False, scale=None, target=None, return_lse=False):
-        o = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
-        return (o.to(q.dtype), q.new_zeros(q.shape[:3], dtype=torch.float32)) if return_lse else o.to(q.dtype)
+        s = scores(q, k, causal, scale)
+        o = (torch.softmax(s, -1) @ v.float()).to(q.dtype)
+        return (o, torch.logsumexp(s, -1)) if return_lse else o
+
+    def attention_backward_ref(q, k, v, out, grad_out, lse, causal=False, scale=None, grad_lse=None, target=None):
+        """The backward kernels' formulas (P from the log-sum-exp, Δ = rowsum(dO ∘ O) - dL) in float32."""
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        p = torch.exp(scores(q, k, causal, scale) - lse[..., None])
+        do = grad_out.float()
+        delta = (do * out.float()).sum(-1) - (0 if grad_lse is None else grad_lse)
+        ds = p * (do @ v.float().transpose(-1, -2) - delta[..., None])
+        return ((ds @ k.float() * scale).to(q.dtype), (ds.transpose(-1, -2) @ q.float() * scale).to(q.dtype),
+                (p.transpose(-1, -2) @ do).to(q.dtype))
 
     def layernorm_ref(x, residual, weight, bias, eps=1e-5, target=None):
         s = x.float() + residual.float()
@@ -105,6 +120,7 @@ def cpu_kernels(monkeypatch):
 
     monkeypatch.setattr(torch_ops, "_gemm", gemm_ref)
     monkeypatch.setattr(torch_ops, "_attention", attention_ref)
+    monkeypatch.setattr(torch_ops, "_attention_backward_kernels", attention_backward_ref)
     monkeypatch.setattr(torch_ops, "_layernorm", layernorm_ref)
 
 
@@ -130,12 +146,34 @@ def test_no_grad_calls_stay_off_the_autograd_graph(cpu_kernels, monkeypatch) -> 
     assert gemm(a, a).grad_fn is not None
 
 
-def test_attention_and_layernorm_backward_say_there_is_none(cpu_kernels) -> None:
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("use_lse", [False, True])
+def test_attention_backward_formulas(cpu_kernels, causal: bool, use_lse: bool) -> None:
+    """attention() on inputs requiring grad keeps the log-sum-exp; the op's backward (with a gradient through the
+    log-sum-exp too, or none through the output) matches autograd on the float formula."""
+    q, k, v = (torch.randn(2, 3, 64, 32).to(bf16).requires_grad_() for _ in range(3))
+    grad = torch.randn(2, 3, 64, 32)
+    if use_lse:
+        o, lse = attention(q, k, v, causal=causal, return_lse=True)
+        loss = (o.float() * grad).sum() + lse.sin().sum()
+    else:
+        loss = (attention(q, k, v, causal=causal).float() * grad).sum()
+    loss.backward()
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    s = leaves[0] @ leaves[1].transpose(-1, -2) * 32**-0.5
+    if causal:
+        s = s.masked_fill(torch.ones(64, 64, dtype=torch.bool).triu(1), -torch.inf)
+    ref_loss = ((torch.softmax(s, -1) @ leaves[2]) * grad).sum()
+    (ref_loss + (torch.logsumexp(s, -1).sin().sum() if use_lse else 0)).backward()
+    for got, ref in zip((q, k, v), leaves):
+        assert torch.allclose(got.grad.float(), ref.grad, rtol=3e-2, atol=3e-2)
+
+
+def test_attention_lse_alone_and_layernorm_backward(cpu_kernels) -> None:
+    """A loss on the log-sum-exp alone (no gradient for the output) runs; layernorm's backward says there is none."""
     q = torch.randn(1, 2, 64, 64).to(bf16).requires_grad_()
-    with pytest.raises(RuntimeError, match="backward through tkc.attention.default"):
-        attention(q, q, q).float().sum().backward()
-    with pytest.raises(RuntimeError, match="backward through tkc.attention_lse.default"):
-        attention(q, q, q, return_lse=True)[0].float().sum().backward()
+    attention(q, q, q, return_lse=True)[1].sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
     x, w = torch.randn(4, 64).to(bf16).requires_grad_(), torch.ones(64, dtype=bf16)
     with pytest.raises(RuntimeError, match="backward through tkc.layernorm.default"):
         layernorm(x, x, w, w)[0].float().sum().backward()

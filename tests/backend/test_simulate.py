@@ -12,7 +12,7 @@ from reference import attention_ref, poisoned, random_bf16, rel_err
 import tkc
 from tkc.backend.simulator import simulate
 from tkc.compiler import lower_kernel, tensor_alignment
-from tkc.kernels import attention_fwd, gemm_kernel, layernorm_kernel
+from tkc.kernels import attention_fwd, attention_fwd_lse, gemm_kernel, layernorm_kernel
 from tkc.lang import (bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rows,
                       rt, rv, st, store, sv, warp_id, zeros)
 
@@ -85,6 +85,44 @@ def test_attention(d: int, causal: int, order: str) -> None:
     interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 2, 128, d), d**-0.5], (2, 2, 1), {"D": d, "CAUSAL": causal},
                            order=order)
     assert rel_err(sim[3], interp[3]) < 2e-3
+
+
+def test_attention_forward_lse() -> None:
+    """attention_fwd_lse (the sm_80 forward for the backward): its log-sum-exp too, with the lazy rescale's lagging
+    maximum (L = scale·m + ln l)."""
+    rng = np.random.default_rng(5)
+    q, k, v = (random_bf16(rng, 1, 2, 192, 64, scale=3.0) for _ in range(3))
+    args = [q, k, v, poisoned(1, 2, 192, 64), poisoned(1, 2, 192, dtype=np.float32), 0.125]
+    interp, sim = run_both(attention_fwd_lse, args, (3, 2, 1), {"D": 64, "CAUSAL": 1}, order="shuffled")
+    out, lse = attention_ref(q, k, v, causal=True, scale=0.125, lse=True)
+    assert rel_err(sim[3], out) < 1e-2 and rel_err(sim[4], lse) < 1e-5 and rel_err(interp[4], lse) < 1e-5
+
+
+@pytest.mark.parametrize("d, causal, order", [(64, 0, "shuffled"), (64, 1, "descending"), (128, 1, "shuffled")])
+def test_attention_backward(d: int, causal: int, order: str) -> None:
+    """attention_bwd_delta, _dkdv and _dq with attention_backward's constants: more query and key steps than
+    pipeline stages, two heads; the simulation agrees with the interpreter, which agrees with float64."""
+    from reference import attention_backward_ref
+
+    from tkc.kernels.attention_bwd import CONFIG, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dq
+
+    rng = np.random.default_rng(d + causal)
+    n = 256
+    q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
+    out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
+    o, lse = out.astype(q.dtype), lse.astype(np.float32)
+    grid, dkdv, dq_cfg = (n // 64, 2, 1), *CONFIG[d]
+    interp, sim = run_both(attention_bwd_delta, [o, do, lse, poisoned(1, 2, n, dtype=np.float32)], grid, {"D": d},
+                           order=order)
+    assert rel_err(sim[3], interp[3]) < 1e-6
+    delta = sim[3]
+    args = [q, k, v, do, lse, delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
+    interp, sim = run_both(attention_bwd_dkdv, args, grid, {"D": d, "CAUSAL": causal, **dkdv}, order=order)
+    assert rel_err(sim[6], interp[6]) < 2e-3 and rel_err(sim[7], interp[7]) < 2e-3
+    assert rel_err(interp[6], dk_ref) < 1e-2 and rel_err(interp[7], dv_ref) < 1e-2
+    args = [q, k, v, do, lse, delta, poisoned(1, 2, n, d), 0.1]
+    interp, sim = run_both(attention_bwd_dq, args, grid, {"D": d, "CAUSAL": causal, **dq_cfg}, order=order)
+    assert rel_err(sim[6], interp[6]) < 2e-3 and rel_err(interp[6], dq_ref) < 1e-2
 
 
 @pytest.mark.parametrize("d, causal, rows, keys", [(128, 1, 32, 32), (64, 0, 16, 32)])

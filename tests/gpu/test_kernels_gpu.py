@@ -288,3 +288,60 @@ def test_launch_checks_arguments() -> None:
         gemm_kernel[(1, 70000)](a, a, a)
     with pytest.raises(tkc.TkcError, match="no constant named"):
         gemm_kernel[(1, 1)](a, a, a, NOPE=1)
+
+
+def attention_grads_ref(q, k, v, grad, causal: bool, scale: float | None = None, grad_lse=None):
+    """dq, dk, dv of softmax(scale·q·kᵀ)·v in float64 (and through its log-sum-exp with grad_lse), by torch's
+    autograd on the math formula."""
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    s = leaves[0] @ leaves[1].transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    out = torch.softmax(s, -1) @ leaves[2]
+    outputs, grads = [out], [grad.double()]
+    if grad_lse is not None:
+        outputs.append(torch.logsumexp(s, -1))
+        grads.append(grad_lse.double())
+    return torch.autograd.grad(outputs, leaves, grads)
+
+
+# (B, H, N, D): B·H above the SM count, non-square blocks of keys and queries
+ATTENTION_BACKWARD_SHAPES = [(1, 1, 64, 64), (2, 3, 192, 64), (1, 2, 512, 128), (4, 4, 256, 128), (2, 80, 128, 64),
+                             (1, 1, 1024, 64), (3, 2, 320, 128), (2, 2, 2048, 128), (1, 140, 64, 128),
+                             (1, 4, 4096, 64)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b, h, n, d", ATTENTION_BACKWARD_SHAPES)
+def test_attention_backward(b: int, h: int, n: int, d: int, causal: bool, target: str | None) -> None:
+    """attention() on inputs requiring grad: its forward keeps the log-sum-exp, autograd's backward is tkc's
+    (attention_bwd_delta, _dkdv, _dq); the gradients against float64."""
+    q, k, v = (randn(b, h, n, d).requires_grad_() for _ in range(3))
+    grad = randn(b, h, n, d)
+    out = attention(q, k, v, causal=causal, target=target)
+    grads = torch.autograd.grad(out, (q, k, v), grad)
+    for name, got, ref in zip("qkv", grads, attention_grads_ref(q, k, v, grad, causal)):
+        assert rel_err(got, ref) < 1e-2, f"d{name}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_backward_unequal_lengths_scale_and_lse(causal: bool, target: str | None) -> None:
+    """Nk ≠ Nq (not causal), a scale, and a gradient through the log-sum-exp too, on attention_backward itself;
+    the forward's log-sum-exp (attention_fwd_lse on the sm_80 path) against float64."""
+    from tkc.kernels import attention_backward
+
+    nq, nk = (384, 384) if causal else (192, 640)
+    q, k, v = randn(2, 3, nq, 64), randn(2, 3, nk, 64), randn(2, 3, nk, 64)
+    grad, grad_lse = randn(2, 3, nq, 64), torch.randn(2, 3, nq, device="cuda")
+    out, lse = attention(q, k, v, causal=causal, scale=0.1, return_lse=True, target=target)
+    s = q.double() @ k.double().transpose(-1, -2) * 0.1
+    if causal:
+        s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device="cuda").triu(1), -math.inf)
+    assert (lse.double() - torch.logsumexp(s, -1)).abs().max().item() < 1e-3
+    dq, dk, dv = attention_backward(q, k, v, out, grad, lse, causal=causal, scale=0.1, grad_lse=grad_lse,
+                                    target=target)
+    for name, got, ref in zip("qkv", (dq, dk, dv), attention_grads_ref(q, k, v, grad, causal, 0.1, grad_lse)):
+        assert rel_err(got, ref) < 1e-2, f"d{name}"

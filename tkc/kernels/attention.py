@@ -16,22 +16,9 @@ from tkc.lang import *  # noqa: F403
 if TYPE_CHECKING:
     import torch
 
-@tkc.kernel(warps=4, min_target="sm_80")
-def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float,
-                  D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0):
-    """q: (B, H, Nq, D), k and v: (B, H, Nk, D), o like q. Grid: (Nq / (4·ROWS), H, B): the query blocks first, so
-    that the blocks running at once share a few heads' K and V in L2 (causal: the longest first).
-
-    Each of the 4 warps owns ROWS query rows; the block streams K and V through shared memory KEYS rows at a time
-    and keeps the running row maximum m, the running sum l and the unnormalized output o in registers. With
-    Q_IN_SHARED the block's queries wait in shared memory and each step reads them slice by slice, which leaves
-    room in registers for ROWS=32 at D=128. With CAUSAL (Nq = Nk), query i sees keys j <= i: the loop stops
-    after the block's diagonal and masks the key blocks that cross it.
-
-    The running maximum m only moves (and l and o are rescaled) when some row's maximum grew by more than
-    2^RESCALE_LOG2; otherwise the probabilities are taken against the old m, at most 2^RESCALE_LOG2, which f32
-    sums and bf16 products hold exactly as well. o / l is the same; most steps skip the rescale.
-    """
+@tkc.func
+def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE):
+    """attention_fwd's body; with LSE it also stores each row's log-sum-exp into L."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(ROWS in (16, 32), f"ROWS (query rows per warp) must be 16 or 32, got {ROWS}")
     static_assert(KEYS in (32, 64), f"KEYS (keys per step) must be 32 or 64, got {KEYS}")
@@ -67,6 +54,37 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
         l = l + row_sum(p)
         o = mma_AB(p.to(bf16), load(v_s), o)
     store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
+    if LSE:
+        store(L, m * scale + log(l), (b, h, q_tile))  # the p were taken against m: Σ exp = exp(scale·m) · l
+
+
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float,
+                  D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0):
+    """q: (B, H, Nq, D), k and v: (B, H, Nk, D), o like q. Grid: (Nq / (4·ROWS), H, B): the query blocks first, so
+    that the blocks running at once share a few heads' K and V in L2 (causal: the longest first).
+
+    Each of the 4 warps owns ROWS query rows; the block streams K and V through shared memory KEYS rows at a time
+    and keeps the running row maximum m, the running sum l and the unnormalized output o in registers. With
+    Q_IN_SHARED the block's queries wait in shared memory and each step reads them slice by slice, which leaves
+    room in registers for ROWS=32 at D=128. With CAUSAL (Nq = Nk), query i sees keys j <= i: the loop stops
+    after the block's diagonal and masks the key blocks that cross it.
+
+    The running maximum m only moves (and l and o are rescaled) when some row's maximum grew by more than
+    2^RESCALE_LOG2; otherwise the probabilities are taken against the old m, at most 2^RESCALE_LOG2, which f32
+    sums and bf16 products hold exactly as well. o / l is the same; most steps skip the rescale.
+    """
+    flash_forward(Q, K, V, O, O, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 0)
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_fwd_lse(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
+                      D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0):
+    """attention_fwd that also writes each query row's log-sum-exp ln Σ_j exp(scale · q·k_j) into L (B, H, Nq),
+    for the backward pass."""
+    flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 1)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", defer="DEFER", producer="PRODUCER",
@@ -302,16 +320,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     On Hopper (or with target="sm_90a"): attention_sm90, any Nq, Nk ≥ 1; the last dimension contiguous and the
     other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"): attention_fwd, Nq and Nk multiples of
     64, causal with Nq = Nk. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32
-    (B, H, Nq): (out, lse)."""
+    (B, H, Nq): (out, lse). On inputs requiring grad, autograd's backward runs tkc's backward kernels
+    (tkc/kernels/attention_bwd.py: Nq and Nk multiples of 64, causal with Nq = Nk)."""
     import torch
 
     if torch.compiler.is_compiling() or wants_grad(torch, q, k, v):  # one op of the graph / of autograd
         from tkc.kernels import torch_ops
 
         scale = None if scale is None else float(scale)
-        if return_lse:
+        if return_lse or wants_grad(torch, q, k, v):  # the backward needs the log-sum-exp
             o, lse = torch_ops.attention_lse(q, k, v, bool(causal), scale, target)
-            return (o if out is None else out.copy_(o)), lse
+            o = o if out is None else out.copy_(o)
+            return (o, lse) if return_lse else o
         o = torch_ops.attention(q, k, v, bool(causal), scale, target)
         return o if out is None else out.copy_(o)
 
@@ -390,13 +410,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
     if causal and nq != nk:
         fail(f"causal attention on this path needs Nq = Nk, got {nq} and {nk}")
-    if return_lse:
-        fail("return_lse: the log-sum-exp comes from the Hopper kernel (target='sm_90a' on an sm_90 GPU)")
     if batch * heads * nq == 0:
-        return out
+        return (out, lse) if return_lse else out
     rows, keys, q_in_shared = CONFIG[d]
     if nq % (4 * rows) or nk % keys:
         rows, keys, q_in_shared = FALLBACK
-    attention_fwd[(nq // (4 * rows), heads, batch)](q, k, v, out, scale, D=d, CAUSAL=int(causal), ROWS=rows,
-                                                    KEYS=keys, Q_IN_SHARED=q_in_shared, target=target)
+    grid, constants = (nq // (4 * rows), heads, batch), {"D": d, "CAUSAL": int(causal), "ROWS": rows, "KEYS": keys,
+                                                         "Q_IN_SHARED": q_in_shared, "target": target}
+    if return_lse:
+        attention_fwd_lse[grid](q, k, v, out, lse, scale, **constants)
+        return out, lse
+    attention_fwd[grid](q, k, v, out, scale, **constants)
     return out

@@ -3,7 +3,8 @@ autograd knows them.
 
 Under compilation, and where an input requires grad, the entry points (tkc.kernels.gemm, attention, layernorm)
 call these ops instead of launching: the traced graph holds one opaque op per call, its output shapes from the fake
-implementations below, and the op runs the entry point eagerly. gemm has a backward (tkc GEMMs); attention's and
+implementations below, and the op runs the entry point eagerly. gemm has a backward (tkc GEMMs), attention_lse
+too (tkc's attention backward kernels; attention() on inputs requiring grad goes through it); tkc.attention's and
 layernorm's backward is an error saying so (no silently missing gradients). Imported on first use (importing
 tkc.kernels does not import torch).
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from tkc.kernels.attention import attention as _attention
+from tkc.kernels.attention_bwd import attention_backward as _attention_backward_kernels
 from tkc.kernels.gemm import gemm as _gemm
 from tkc.kernels.layernorm import layernorm as _layernorm
 
@@ -77,6 +79,29 @@ def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None,
       target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+def _attention_setup(ctx, inputs, output) -> None:
+    q, k, v, causal, scale, target = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal, ctx.scale, ctx.target = causal, scale, target
+    ctx.set_materialize_grads(False)  # an unused lse's gradient stays None (no zeros to read)
+
+
+def _attention_backward(ctx, grad_out: torch.Tensor, grad_lse: torch.Tensor | None):
+    """tkc's backward kernels (tkc/kernels/attention_bwd.py); the gradients' last dimension made contiguous."""
+    q, k, v, out, lse = ctx.saved_tensors
+    if grad_out is None:  # only lse was used
+        grad_out = torch.zeros_like(out)
+    elif grad_out.stride(-1) != 1:
+        grad_out = grad_out.contiguous()
+    dq, dk, dv = _attention_backward_kernels(q, k, v, out, grad_out, lse, causal=ctx.causal, scale=ctx.scale,
+                                             grad_lse=grad_lse, target=ctx.target)
+    return dq, dk, dv, None, None, None
+
+
+attention_lse.register_autograd(_attention_backward, setup_context=_attention_setup)
 
 
 @torch.library.custom_op("tkc::layernorm", mutates_args=())

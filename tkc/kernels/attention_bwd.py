@@ -1,0 +1,168 @@
+"""Attention backward (FlashAttention-2 style, without atomics): given O = softmax(scale · Q·Kᵀ)·V, the output's
+gradient dO and each query row's log-sum-exp L, the gradients dQ, dK and dV.
+
+With P = exp(scale · Q·Kᵀ - L) (the forward's probabilities, recomputed a block at a time from L) and
+Δ_i = Σ_d dO_id · O_id = Σ_j P_ij · dP_ij:
+
+    dV = Pᵀ·dO        dP = dO·Vᵀ        dS = P ∘ (dP - Δ)        dQ = scale · dS·K        dK = scale · dSᵀ·Q
+
+Three kernels: attention_bwd_delta (Δ), attention_bwd_dkdv (a block per 64 keys, looping over the queries: it
+computes everything transposed, Sᵀ = K·Qᵀ, so that Pᵀ and dSᵀ come out of the tensor cores in the layout the next
+product takes), attention_bwd_dq (a block per 64 queries, looping over the keys, like the forward). Each key block
+and each query block is owned by one block: no atomics, P recomputed twice.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import tkc
+from tkc.kernels._checks import check_tensor, fail
+from tkc.lang import *  # noqa: F403
+
+if TYPE_CHECKING:
+    import torch
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_bwd_delta(O: gl[bf16, 4], dO: gl[bf16, 4], dL: gl[f32, 3], Delta: gl[f32, 3], D: const = 64,
+                        WITH_DL: const = 0):
+    """Δ (B, H, N) = the row sums of dO ∘ O, less the log-sum-exp's gradient dL with WITH_DL (∂L_i/∂S_ij = P_ij, so
+    it adds P ∘ dL to dS). Grid: (N / 64, H, B); each warp takes 16 rows."""
+    blk, h, b = block_idx()
+    tile = blk * 4 + warp_id()
+    o = load(O, (b, h, tile, 0), rt[bf16, 16, D]).to(f32)
+    do = load(dO, (b, h, tile, 0), rt[bf16, 16, D]).to(f32)
+    delta = row_sum(o * do)
+    if WITH_DL:
+        delta = delta - load(dL, (b, h, tile), rv[f32, 16])
+    store(Delta, delta, (b, h, tile))
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
+                       Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], scale: float, D: const = 64,
+                       CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0):
+    """dK and dV of 64 keys a block. Grid: (Nk / 64, H, B). Each warp keeps its 16 keys' K and V and the sums dK,
+    dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows, which leaves
+    room in registers at D=128); the block streams the queries, dO, L and Δ QUERIES at a time. Causal (Nq = Nk):
+    key j is seen by queries i >= j, so the loop starts at the block's diagonal."""
+    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    blk, h, b = block_idx()
+    k_tile = blk * 4 + warp_id()                             # this warp's keys, in tiles of 16
+    if KV_IN_SHARED:  # the block's keys and values wait in shared memory; each step reads the warp's 16 rows
+        k_block, v_block = load(K, (b, h, blk, 0), st[bf16, 64, D]), load(V, (b, h, blk, 0), st[bf16, 64, D])
+    else:
+        k, v = load(K, (b, h, k_tile, 0), rt[bf16, 16, D]), load(V, (b, h, k_tile, 0), rt[bf16, 16, D])
+    scale_log2 = scale * LOG2E                               # exp(x·scale - L) = exp2(x·scale_log2 - L·LOG2E)
+    dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
+    first = blk * 64 // QUERIES if CAUSAL else 0             # query blocks before it see none of the block's keys
+    for j in range(first, cdiv(Q.shape[2], QUERIES)):
+        q_s, do_s = load(Q, (b, h, j, 0), st[bf16, QUERIES, D]), load(dO, (b, h, j, 0), st[bf16, QUERIES, D])
+        lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
+        delta = load(Delta, (b, h, j), rv[f32, QUERIES])
+        if KV_IN_SHARED:
+            k = load(k_block, (warp_id(), 0), rt[bf16, 16, D])
+        s_t = mma_ABt(k, load(q_s), zeros(rt[f32, 16, QUERIES]))   # Sᵀ: a row per key, a column per query
+        if CAUSAL:  # query j·QUERIES+c sees key k_tile·16+r iff c >= r + diag (every step, as in attention_bwd_dq)
+            s_t = triu(s_t, k_tile * 16 - j * QUERIES, -math.inf)
+        p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
+        dv = mma_AB(p_t.to(bf16), load(do_s), dv)
+        if KV_IN_SHARED:
+            v = load(v_block, (warp_id(), 0), rt[bf16, 16, D])
+        dp_t = mma_ABt(v, load(do_s), zeros(rt[f32, 16, QUERIES]))
+        ds_t = p_t * sub_col(dp_t, delta)
+        dk = mma_AB(ds_t.to(bf16), load(q_s), dk)
+    store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
+    store(dV, dv.to(bf16), (b, h, k_tile, 0))
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
+                     Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 64, CAUSAL: const = 0,
+                     KEYS: const = 64):
+    """dQ of 64 queries a block. Grid: (Nq / 64, H, B). Each warp keeps its 16 queries' Q, dO, L, Δ and the sum dQ
+    in registers; the block streams K and V KEYS keys at a time (causal: up to the block's diagonal, the longest
+    blocks first)."""
+    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    blk, h, b = block_idx()
+    if CAUSAL:
+        blk = num_blocks()[0] - 1 - blk
+    q_tile = blk * 4 + warp_id()
+    q = load(Q, (b, h, q_tile, 0), rt[bf16, 16, D])
+    do = load(dO, (b, h, q_tile, 0), rt[bf16, 16, D])
+    lse_log2 = load(L, (b, h, q_tile), rv[f32, 16]) * LOG2E
+    delta = load(Delta, (b, h, q_tile), rv[f32, 16])
+    scale_log2 = scale * LOG2E
+    dq = zeros(rt[f32, 16, D])
+    n_blocks = cdiv((blk + 1) * 64, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
+    for j in range(n_blocks):
+        k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
+        s = mma_ABt(q, load(k_s), zeros(rt[f32, 16, KEYS]))
+        if CAUSAL:  # every step (a no-op before the diagonal): a branch around it costs ptxas ~90 registers
+            s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
+        p = exp2(sub_row(s * scale_log2, lse_log2))
+        dp = mma_ABt(do, load(v_s), zeros(rt[f32, 16, KEYS]))
+        ds = p * sub_row(dp, delta)
+        dq = mma_AB(ds.to(bf16), load(k_s), dq)
+    store(dQ, (dq * scale).to(bf16), (b, h, q_tile, 0))
+
+
+# Per head dim: attention_bwd_dkdv's and attention_bwd_dq's constants, the fastest on the H200 of those ptxas fits
+# in 255 registers a thread without spills (RESULTS "attention backward probe — 2026-12-04 17:05": D=64 dkdv
+# 64-query steps 463-488 µs vs 582-598 with 32, B·N = 16384, H = 16 / 4; D=128 with K and V in shared memory
+# 886 µs vs 1098 in registers with 64-query steps).
+CONFIG = {64: ({"QUERIES": 64}, {"KEYS": 64}), 128: ({"QUERIES": 32, "KV_IN_SHARED": 1}, {"KEYS": 32})}
+
+
+def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor,
+                       lse: torch.Tensor, *, causal: bool = False, scale: float | None = None,
+                       grad_lse: torch.Tensor | None = None,
+                       target: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients (dq, dk, dv) of out = attention(q, k, v, causal=causal, scale=scale) given grad_out, the
+    forward's `out` and its log-sum-exp `lse` (attention(..., return_lse=True)); with grad_lse, also through lse.
+    bf16 (B, H, N, D) tensors, D ∈ {64, 128}, Nq and Nk multiples of 64 (causal: Nq = Nk); lse float32 (B, H, Nq)."""
+    import torch
+
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("grad_out", grad_out)):
+        check_tensor(name, t, torch.bfloat16, 4)
+    batch, heads, nq, d = q.shape
+    nk = k.shape[2]
+    if d not in (64, 128):
+        fail(f"q: head dim must be 64 or 128, got {d}")
+    if k.shape != (batch, heads, nk, d):
+        fail(f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
+    if v.shape != k.shape:
+        fail(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    for name, t in (("out", out), ("grad_out", grad_out)):
+        if t.shape != q.shape:
+            fail(f"{name}: expected the shape of q {tuple(q.shape)}, got {tuple(t.shape)}")
+    for name, t in (("lse", lse), ("grad_lse", grad_lse)):
+        if t is not None:
+            check_tensor(name, t, torch.float32, 3)
+            if t.shape != q.shape[:3]:
+                fail(f"{name}: expected shape {tuple(q.shape[:3])} (B, H, Nq), got {tuple(t.shape)}")
+    if nq % 64 or nk % 64:
+        fail(f"q, k: the backward needs sequence lengths that are multiples of 64, got Nq={nq}, Nk={nk}")
+    if causal and nq != nk:
+        fail(f"causal attention's backward needs Nq = Nk, got {nq} and {nk}")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if nk == 0 and nq:
+        fail("k: attention needs at least one key (Nk = 0)")
+    if batch * heads * nq == 0:
+        return dq, dk.zero_(), dv.zero_()  # no query sees the keys
+    # mma.sync kernels: compiled for sm_80 on Hopper too. Their sm_90a build (TMA rings) is slower (RESULTS
+    # "attention backward probe — 2026-12-04 18:1x": dkdv at D=128 325 vs 225 µs) and its dq at D=64 gave wrong
+    # gradients on the H200 that the CPU simulation of the same PTX does not reproduce (under investigation).
+    target = "sm_80" if target in (None, "sm_90a") else target
+    delta = lse.new_empty(lse.shape)
+    attention_bwd_delta[(nq // 64, heads, batch)](out, grad_out, lse if grad_lse is None else grad_lse, delta, D=d,
+                                                  WITH_DL=int(grad_lse is not None), target=target)
+    dkdv, dq_cfg = CONFIG[d]
+    attention_bwd_dkdv[(nk // 64, heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
+                                                 CAUSAL=int(causal), **dkdv, target=target)
+    attention_bwd_dq[(nq // 64, heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d, CAUSAL=int(causal),
+                                               **dq_cfg, target=target)
+    return dq, dk, dv
