@@ -2,6 +2,7 @@
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
+#        bench-attention-backward probe-attention-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check small-batch sanitize
 set -uo pipefail
@@ -29,6 +30,12 @@ for step in ${*:-tests probe bench sanitize}; do
     bench-attention-focus)  # attention() and its variants at chosen sizes, more rounds: FOCUS="--dims 128 --causal 0 --seqlens 4096"
         timeout 300 python3 bench/attention.py --variants --rounds 9 ${FOCUS:-} > "$OUT/bench-attention-focus.log" 2>&1
         tail -8 "$OUT/bench-attention-focus.log" ;;
+    bench-attention-backward)  # the backward beside SDPA's (flash, cuDNN, mem-efficient): BWD_ARGS="--seqlens 1024"
+        timeout 400 python3 bench/attention_backward.py ${BWD_ARGS:-} > "$OUT/bench-attention-backward.log" 2>&1
+        tail -26 "$OUT/bench-attention-backward.log" ;;
+    probe-attention-backward)  # each backward kernel's gradients and time, sm_80 and sm_90a builds (PROBE_ARGS)
+        timeout 300 python3 bench/probe_attention_backward.py ${PROBE_ARGS:-} > "$OUT/probe-attention-backward.log" 2>&1
+        grep -v -e Warning -e "return Variable" "$OUT/probe-attention-backward.log" | cut -c1-230 ;;
     bench-layernorm)
         timeout 200 python3 bench/layernorm.py ${LAYERNORM_ARGS:-} > "$OUT/bench-layernorm.log" 2>&1; tail -9 "$OUT/bench-layernorm.log" ;;
     skinny)  # gemm() on skinny products beside smaller tiles and cuBLAS (bench/probe_skinny.py; PROBE_ARGS="--trans-b 1")

@@ -49,6 +49,11 @@ def main() -> None:
                             overlapped, *([pingpong] if d == 128 else [])):
                     out, lse = torch.empty_like(q), torch.empty(2, 2, 600, device="cuda")
                     launch_sm90(q, k, v, out, lse, d**-0.5, cfg, causal=causal, return_lse=True)
+    for causal in (False, True):  # the backward: 8 query / key steps against 3 stages, a gradient through the lse
+        for d in (64, 128):
+            q, k, v = (torch.randn(1, 2, 512, d, device="cuda", dtype=bf).requires_grad_() for _ in range(3))
+            out, lse = attention(q, k, v, causal=causal, return_lse=True)
+            torch.autograd.grad((out, lse), (q, k, v), (torch.randn_like(out), torch.randn_like(lse)))
     x = torch.randn(300, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)
     layernorm(x, x, w, w, target="sm_80")
