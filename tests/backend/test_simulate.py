@@ -337,3 +337,35 @@ def test_allocations_of_one_type_are_distinct_buffers(make: str) -> None:
     interp, sim = run_both(two_scratch_vectors, [x, np.full((2, 32), np.nan, np.float32)], (1,), {"MAKE": make})
     np.testing.assert_array_equal(interp[1], np.stack([x, 2 * x]))
     np.testing.assert_array_equal(sim[1], interp[1])
+
+
+@pytest.mark.parametrize("mutated", [False, True])
+def test_streamed_loads_stay_before_a_stage_release(monkeypatch: pytest.MonkeyPatch, mutated: bool) -> None:
+    """attention_bwd_dq built for sm_90a (K and V on a TMA ring): the mma.sync operands loaded from a stage are read
+    before the stage is released, not streamed into the mmas behind the release (where the next TMA load may already
+    be refilling it: wrong dq on the H200). With the warps handed over every few instructions the simulation
+    reports the mutated lowering (streaming past the release) and agrees with float64 without it."""
+    from reference import attention_backward_ref
+
+    from tkc.backend import lower_memory
+    from tkc.backend.simulator import SimulationError
+    from tkc.ir import tma_ops
+    from tkc.kernels.attention_bwd import attention_bwd_dq
+
+    if mutated:
+        monkeypatch.setattr(lower_memory, "_SHARED_WRITERS", tuple(
+            w for w in lower_memory._SHARED_WRITERS if w is not tma_ops.StageReleaseOp))
+    rng = np.random.default_rng(3)
+    n = 512
+    q, k, v, do = (random_bf16(rng, 1, 1, n, 64) for _ in range(4))
+    out, lse, dq_ref, _, _ = attention_backward_ref(q, k, v, do, False, 0.125)
+    delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
+    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 1, n, 64), 0.125]
+    aligns = {p.name: tensor_alignment(a) for p, a in zip(attention_bwd_dq.runtime_params, args) if p.kind == "tensor"}
+    module = lower_kernel(attention_bwd_dq, "sm_90a", {"D": 64, "KEYS": 64}, aligns=aligns)
+    if mutated:
+        with pytest.raises(SimulationError, match="an ldmatrix of warp . may not have read yet"):
+            simulate(module, "attention_bwd_dq", args, (n // 64, 1, 1), order="sliced", seed=0)
+    else:
+        simulate(module, "attention_bwd_dq", args, (n // 64, 1, 1), order="sliced", seed=0)
+        assert rel_err(args[6], dq_ref) < 1e-2

@@ -153,9 +153,8 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
         fail("k: attention needs at least one key (Nk = 0)")
     if batch * heads * nq == 0:
         return dq, dk.zero_(), dv.zero_()  # no query sees the keys
-    # mma.sync kernels: compiled for sm_80 on Hopper too. Their sm_90a build (TMA rings) is slower (RESULTS
-    # "attention backward probe — 2026-12-04 18:1x": dkdv at D=128 325 vs 225 µs) and its dq at D=64 gave wrong
-    # gradients on the H200 that the CPU simulation of the same PTX does not reproduce (under investigation).
+    # mma.sync kernels: built for sm_80 on Hopper too. Their sm_90a build (TMA rings instead of cp.async) is slower
+    # (RESULTS "attention backward probe — 2026-12-04 17:05": dkdv at D=128 1294 vs 886 µs).
     target = "sm_80" if target in (None, "sm_90a") else target
     delta = lse.new_empty(lse.shape)
     attention_bwd_delta[(nq // 64, heads, batch)](out, grad_out, lse if grad_lse is None else grad_lse, delta, D=d,
