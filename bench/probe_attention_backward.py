@@ -56,12 +56,13 @@ def main() -> None:
             for target, dkdv_cfg, dq_cfg in configs:
                 delta = torch.full((b, h, n), math.nan, device="cuda")
                 dq, dk, dv = (torch.full_like(q, math.nan) for _ in range(3))
+                kv_grid, q_grid = ((n // (16 * c.get("WARPS", 4)), h, b) for c in (dkdv_cfg, dq_cfg))
                 runs = {
                     "delta": lambda: attention_bwd_delta[grid](o, grad, lse, delta, D=d, target=target),
-                    "dkdv": lambda: attention_bwd_dkdv[grid](q, k, v, grad, lse, delta, dk, dv, scale, D=d,
-                                                             CAUSAL=int(causal), **dkdv_cfg, target=target),
-                    "dq": lambda: attention_bwd_dq[grid](q, k, v, grad, lse, delta, dq, scale, D=d,
-                                                         CAUSAL=int(causal), **dq_cfg, target=target),
+                    "dkdv": lambda: attention_bwd_dkdv[kv_grid](q, k, v, grad, lse, delta, dk, dv, scale, D=d,
+                                                                CAUSAL=int(causal), **dkdv_cfg, target=target),
+                    "dq": lambda: attention_bwd_dq[q_grid](q, k, v, grad, lse, delta, dq, scale, D=d,
+                                                           CAUSAL=int(causal), **dq_cfg, target=target),
                 }
                 for run in runs.values():
                     run()

@@ -40,24 +40,25 @@ def attention_bwd_delta(O: gl[bf16, 4], dO: gl[bf16, 4], dL: gl[f32, 3], Delta: 
     store(Delta, delta, (b, h, tile))
 
 
-@tkc.kernel(warps=4, min_target="sm_80")
+@tkc.kernel(warps="WARPS", min_target="sm_80")
 def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                        Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], scale: float, D: const = 64,
-                       CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0):
-    """dK and dV of 64 keys a block. Grid: (Nk / 64, H, B). Each warp keeps its 16 keys' K and V and the sums dK,
-    dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows, which leaves
+                       CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4):
+    """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS), H, B). Each warp keeps its 16 keys' K and V and
+    the sums dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows, which leaves
     room in registers at D=128); the block streams the queries, dO, L and Δ QUERIES at a time. Causal (Nq = Nk):
     key j is seen by queries i >= j, so the loop starts at the block's diagonal."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
-    k_tile = blk * 4 + warp_id()                             # this warp's keys, in tiles of 16
+    k_tile = blk * WARPS + warp_id()                         # this warp's keys, in tiles of 16
     if KV_IN_SHARED:  # the block's keys and values wait in shared memory; each step reads the warp's 16 rows
-        k_block, v_block = load(K, (b, h, blk, 0), st[bf16, 64, D]), load(V, (b, h, blk, 0), st[bf16, 64, D])
+        k_block = load(K, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
+        v_block = load(V, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
     else:
         k, v = load(K, (b, h, k_tile, 0), rt[bf16, 16, D]), load(V, (b, h, k_tile, 0), rt[bf16, 16, D])
     scale_log2 = scale * LOG2E                               # exp(x·scale - L) = exp2(x·scale_log2 - L·LOG2E)
     dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
-    first = blk * 64 // QUERIES if CAUSAL else 0             # query blocks before it see none of the block's keys
+    first = blk * 16 * WARPS // QUERIES if CAUSAL else 0     # query blocks before it see none of the block's keys
     for j in range(first, cdiv(Q.shape[2], QUERIES)):
         q_s, do_s = load(Q, (b, h, j, 0), st[bf16, QUERIES, D]), load(dO, (b, h, j, 0), st[bf16, QUERIES, D])
         lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
@@ -78,25 +79,25 @@ def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
 
 
-@tkc.kernel(warps=4, min_target="sm_80")
+@tkc.kernel(warps="WARPS", min_target="sm_80")
 def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                      Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 64, CAUSAL: const = 0,
-                     KEYS: const = 64):
-    """dQ of 64 queries a block. Grid: (Nq / 64, H, B). Each warp keeps its 16 queries' Q, dO, L, Δ and the sum dQ
-    in registers; the block streams K and V KEYS keys at a time (causal: up to the block's diagonal, the longest
+                     KEYS: const = 64, WARPS: const = 4):
+    """dQ of 16·WARPS queries a block. Grid: (Nq / (16·WARPS), H, B). Each warp keeps its 16 queries' Q, dO, L, Δ
+    and the sum dQ in registers; the block streams K and V KEYS keys at a time (causal: up to the block's diagonal, the longest
     blocks first)."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
         blk = num_blocks()[0] - 1 - blk
-    q_tile = blk * 4 + warp_id()
+    q_tile = blk * WARPS + warp_id()
     q = load(Q, (b, h, q_tile, 0), rt[bf16, 16, D])
     do = load(dO, (b, h, q_tile, 0), rt[bf16, 16, D])
     lse_log2 = load(L, (b, h, q_tile), rv[f32, 16]) * LOG2E
     delta = load(Delta, (b, h, q_tile), rv[f32, 16])
     scale_log2 = scale * LOG2E
     dq = zeros(rt[f32, 16, D])
-    n_blocks = cdiv((blk + 1) * 64, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
+    n_blocks = cdiv((blk + 1) * 16 * WARPS, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
     for j in range(n_blocks):
         k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
         s = mma_ABt(q, load(k_s), zeros(rt[f32, 16, KEYS]))
@@ -114,6 +115,12 @@ def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16
 # 64-query steps 463-488 µs vs 582-598 with 32, B·N = 16384, H = 16 / 4; D=128 with K and V in shared memory
 # 886 µs vs 1098 in registers with 64-query steps).
 CONFIG = {64: ({"QUERIES": 64}, {"KEYS": 64}), 128: ({"QUERIES": 32, "KV_IN_SHARED": 1}, {"KEYS": 32})}
+
+
+def _fitting(cfg: dict[str, int], n: int) -> dict[str, int]:
+    """`cfg` with its WARPS (4 if it has none), or 4 where n is not a multiple of its block's 16·WARPS rows."""
+    warps = cfg.get("WARPS", 4)
+    return {**cfg, "WARPS": warps if n % (16 * warps) == 0 else 4}
 
 
 def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor,
@@ -159,9 +166,9 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     delta = lse.new_empty(lse.shape)
     attention_bwd_delta[(nq // 64, heads, batch)](out, grad_out, lse if grad_lse is None else grad_lse, delta, D=d,
                                                   WITH_DL=int(grad_lse is not None), target=target)
-    dkdv, dq_cfg = CONFIG[d]
-    attention_bwd_dkdv[(nk // 64, heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
-                                                 CAUSAL=int(causal), **dkdv, target=target)
-    attention_bwd_dq[(nq // 64, heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d, CAUSAL=int(causal),
-                                               **dq_cfg, target=target)
+    dkdv, dq_cfg = (_fitting(cfg, n) for cfg, n in zip(CONFIG[d], (nk, nq)))
+    attention_bwd_dkdv[(nk // (16 * dkdv["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
+                                                                   CAUSAL=int(causal), **dkdv, target=target)
+    attention_bwd_dq[(nq // (16 * dq_cfg["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d,
+                                                                   CAUSAL=int(causal), **dq_cfg, target=target)
     return dq, dk, dv
