@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import rel_err, time_ms  # noqa: E402
 
 from tkc.kernels import attention  # noqa: E402
-from tkc.kernels.attention_bwd import CONFIG, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dq  # noqa: E402
+from tkc.kernels.attention_bwd import (CONFIG, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dkdv_sm90,  # noqa: E402
+                                      attention_bwd_dq, attention_bwd_dq_sm90)
 
 
 def reference(q, k, v, grad, causal: bool, scale: float):
@@ -36,7 +37,8 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=["1,4,4096,64", "16,16,1024,64", "4,16,1024,64", "1,4,4096,128"])
     parser.add_argument("--causal", type=int, nargs="+", default=[0])
     parser.add_argument("--configs", nargs="*", default=[],
-                        help="more (target, dkdv constants, dq constants) to try, as JSON lists: "
+                        help="more (target, dkdv constants, dq constants) to try, as JSON lists (target \"sm90\": the "
+                             "wgmma kernels): "
                              '\'["sm_80", {"QUERIES": 64}, {"KEYS": 32}]\'')
     args = parser.parse_args()
     for shape in args.shapes:
@@ -56,13 +58,17 @@ def main() -> None:
             for target, dkdv_cfg, dq_cfg in configs:
                 delta = torch.full((b, h, n), math.nan, device="cuda")
                 dq, dk, dv = (torch.full_like(q, math.nan) for _ in range(3))
-                kv_grid, q_grid = ((n // (16 * c.get("WARPS", 4)), h, b) for c in (dkdv_cfg, dq_cfg))
+                wgmma = target == "sm90"  # the wgmma kernels (attention_bwd_*_sm90), eight warps by default
+                dkdv_kernel, dq_kernel = ((attention_bwd_dkdv_sm90, attention_bwd_dq_sm90) if wgmma
+                                          else (attention_bwd_dkdv, attention_bwd_dq))
+                build = "sm_90a" if wgmma else target
+                kv_grid, q_grid = ((n // (16 * c.get("WARPS", 8 if wgmma else 4)), h, b) for c in (dkdv_cfg, dq_cfg))
                 runs = {
-                    "delta": lambda: attention_bwd_delta[grid](o, grad, lse, delta, D=d, target=target),
-                    "dkdv": lambda: attention_bwd_dkdv[kv_grid](q, k, v, grad, lse, delta, dk, dv, scale, D=d,
-                                                                CAUSAL=int(causal), **dkdv_cfg, target=target),
-                    "dq": lambda: attention_bwd_dq[q_grid](q, k, v, grad, lse, delta, dq, scale, D=d,
-                                                           CAUSAL=int(causal), **dq_cfg, target=target),
+                    "delta": lambda: attention_bwd_delta[grid](o, grad, lse, delta, D=d, target="sm_80"),
+                    "dkdv": lambda: dkdv_kernel[kv_grid](q, k, v, grad, lse, delta, dk, dv, scale, D=d,
+                                                         CAUSAL=int(causal), **dkdv_cfg, target=build),
+                    "dq": lambda: dq_kernel[q_grid](q, k, v, grad, lse, delta, dq, scale, D=d,
+                                                    CAUSAL=int(causal), **dq_cfg, target=build),
                 }
                 for run in runs.values():
                     run()

@@ -110,6 +110,70 @@ def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16
     store(dQ, (dq * scale).to(bf16), (b, h, q_tile, 0))
 
 
+
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+def attention_bwd_dq_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
+                          Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 128, CAUSAL: const = 0,
+                          KEYS: const = 64, WARPS: const = 8, STAGES: const = 2):
+    """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
+    memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
+    Grid: (Nq / (16·WARPS), H, B)."""
+    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    blk, h, b = block_idx()
+    if CAUSAL:
+        blk = num_blocks()[0] - 1 - blk
+    q_block = load(Q, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
+    do_block = load(dO, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
+    q, do = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D]), load(do_block, (warpgroup_id(), 0), st[bf16, 64, D])
+    q_tile = blk * WARPS + warp_id()
+    lse_log2 = load(L, (b, h, q_tile), rv[f32, 16]) * LOG2E
+    delta = load(Delta, (b, h, q_tile), rv[f32, 16])
+    scale_log2 = scale * LOG2E
+    dq = zeros(rt[f32, 16, D])
+    n_blocks = cdiv((blk + 1) * 16 * WARPS, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
+    for j in range(n_blocks):
+        k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
+        s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
+        if CAUSAL:
+            s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
+        p = exp2(sub_row(s * scale_log2, lse_log2))
+        dp = mma_ABt(do, v_s, zeros(rt[f32, 16, KEYS]))
+        ds = p * sub_row(dp, delta)
+        dq = mma_AB(ds.to(bf16), k_s, dq)
+    store(dQ, (dq * scale).to(bf16), (b, h, q_tile, 0))
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
+                            Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], scale: float, D: const = 128,
+                            CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2):
+    """attention_bwd_dkdv on Hopper's wgmma: a block per 16·WARPS keys (a warpgroup per 64), K and V in shared
+    memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q
+    with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B)."""
+    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    blk, h, b = block_idx()
+    k_block = load(K, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
+    v_block = load(V, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
+    k, v = load(k_block, (warpgroup_id(), 0), st[bf16, 64, D]), load(v_block, (warpgroup_id(), 0), st[bf16, 64, D])
+    k_tile = blk * WARPS + warp_id()
+    scale_log2 = scale * LOG2E
+    dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
+    first = blk * 16 * WARPS // QUERIES if CAUSAL else 0
+    for j in range(first, cdiv(Q.shape[2], QUERIES)):
+        q_s, do_s = load(Q, (b, h, j, 0), st[bf16, QUERIES, D]), load(dO, (b, h, j, 0), st[bf16, QUERIES, D])
+        lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
+        delta = load(Delta, (b, h, j), rv[f32, QUERIES])
+        s_t = mma_ABt(k, q_s, zeros(rt[f32, 16, QUERIES]))
+        if CAUSAL:
+            s_t = triu(s_t, k_tile * 16 - j * QUERIES, -math.inf)
+        p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
+        dv = mma_AB(p_t.to(bf16), do_s, dv)
+        dp_t = mma_ABt(v, do_s, zeros(rt[f32, 16, QUERIES]))
+        ds_t = p_t * sub_col(dp_t, delta)
+        dk = mma_AB(ds_t.to(bf16), q_s, dk)
+    store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
+    store(dV, dv.to(bf16), (b, h, k_tile, 0))
+
 # Per head dim: attention_bwd_dkdv's and attention_bwd_dq's constants, the fastest on the H200 of those ptxas fits
 # in 255 registers a thread without spills (RESULTS "attention backward probe — 2026-12-04 17:05": D=64 dkdv
 # 64-query steps 463-488 µs vs 582-598 with 32, B·N = 16384, H = 16 / 4; D=128 with K and V in shared memory
