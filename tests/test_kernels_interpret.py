@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from reference import attention_backward_ref, attention_ref, gemm_ref, layernorm_ref, poisoned, random_bf16, rel_err
 
 from tkc.kernels import attention_fwd, gemm_kernel, layernorm_kernel
-from tkc.kernels.attention_bwd import CONFIG, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dq
+from tkc.kernels.attention_bwd import (CONFIG, CONFIG_SM90, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dkdv_sm90,
+                                      attention_bwd_dq, attention_bwd_dq_sm90)
 
 TOL = 1e-2
 
@@ -68,11 +69,12 @@ def test_layernorm(rows: int, d: int, eps: float, seed: int) -> None:
 
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [0, 1])
-@pytest.mark.parametrize("config", [0, 1])
+@pytest.mark.parametrize("config", [0, 1, 2])
 @given(batch=st.integers(1, 2), heads=st.integers(1, 2), blocks=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
 def test_attention_backward(d: int, causal: int, config: int, batch: int, heads: int, blocks: int, seed: int) -> None:
-    """attention_bwd_delta / _dkdv / _dq with attention_backward's constants (config 0) and the other sizes of their
-    steps and places of K and V (config 1), a gradient through the log-sum-exp too, against float64."""
+    """attention_bwd_delta / _dkdv / _dq with attention_backward's constants (config 0), the other sizes of their
+    steps and places of K and V (config 1), and the wgmma kernels with theirs (config 2, four warps a block), a
+    gradient through the log-sum-exp too, against float64."""
     rng = np.random.default_rng(seed)
     n = 64 * blocks
     q, k, v, do = (random_bf16(rng, batch, heads, n, d) for _ in range(4))
@@ -81,11 +83,15 @@ def test_attention_backward(d: int, causal: int, config: int, batch: int, heads:
     out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), scale, dl)
     dkdv, dq_cfg = CONFIG[d] if config == 0 else ({"QUERIES": 96 - CONFIG[d][0]["QUERIES"], "KV_IN_SHARED": d == 64},
                                                   {"KEYS": 96 - CONFIG[d][1]["KEYS"]})
+    dkdv_kernel, dq_kernel, target = attention_bwd_dkdv, attention_bwd_dq, "sm_80"
+    if config == 2:
+        dkdv_kernel, dq_kernel, target = attention_bwd_dkdv_sm90, attention_bwd_dq_sm90, "sm_90a"
+        dkdv, dq_cfg = ({**cfg, "WARPS": 4} for cfg in CONFIG_SM90[d])
     delta = poisoned(batch, heads, n, dtype=np.float32)
     grid = (blocks, heads, batch)
     attention_bwd_delta.interpret(out.astype(q.dtype), do, dl, delta, grid=grid, D=d, WITH_DL=1)
     dq, dk, dv = (poisoned(batch, heads, n, d) for _ in range(3))
     L = lse.astype(np.float32)
-    attention_bwd_dkdv.interpret(q, k, v, do, L, delta, dk, dv, scale, grid=grid, D=d, CAUSAL=causal, **dkdv)
-    attention_bwd_dq.interpret(q, k, v, do, L, delta, dq, scale, grid=grid, D=d, CAUSAL=causal, **dq_cfg)
+    dkdv_kernel.interpret(q, k, v, do, L, delta, dk, dv, scale, grid=grid, D=d, CAUSAL=causal, **dkdv, target=target)
+    dq_kernel.interpret(q, k, v, do, L, delta, dq, scale, grid=grid, D=d, CAUSAL=causal, **dq_cfg, target=target)
     assert rel_err(dq, dq_ref) < TOL and rel_err(dk, dk_ref) < TOL and rel_err(dv, dv_ref) < TOL

@@ -36,6 +36,11 @@ VARIANTS = {
                            {"D": 128, "CAUSAL": 1, "QUERIES": 32, "KV_IN_SHARED": 1}],
     "attention_bwd_dq": [{"D": 64, "CAUSAL": 0, "KEYS": 64}, {"D": 64, "CAUSAL": 1, "KEYS": 64},
                          {"D": 128, "CAUSAL": 0, "KEYS": 32}, {"D": 128, "CAUSAL": 1, "KEYS": 32}],
+    # attention_backward's Hopper constants (CONFIG_SM90)
+    "attention_bwd_dkdv_sm90": [{"D": 64, "CAUSAL": 0, "WARPS": 4}, {"D": 64, "CAUSAL": 1, "WARPS": 4},
+                                {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3}],
+    "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3},
+                              {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3}],
 }
 
 SM80_BUILDS_ONLY = {"attention_bwd_delta", "attention_bwd_dkdv", "attention_bwd_dq"}

@@ -339,6 +339,31 @@ def test_allocations_of_one_type_are_distinct_buffers(make: str) -> None:
     np.testing.assert_array_equal(sim[1], interp[1])
 
 
+@pytest.mark.parametrize("d, causal, warps", [(128, 0, 8), (64, 1, 4), (128, 1, 8)])
+def test_attention_backward_on_wgmma(d: int, causal: int, warps: int) -> None:
+    """attention_bwd_dkdv_sm90 and attention_bwd_dq_sm90 with attention_backward's Hopper constants: two heads, more
+    steps than stages, warps handed over every few instructions; the simulation agrees with float64."""
+    from reference import attention_backward_ref
+
+    from tkc.kernels.attention_bwd import CONFIG_SM90, attention_bwd_dkdv_sm90, attention_bwd_dq_sm90
+
+    rng = np.random.default_rng(d + causal)
+    n = 512
+    q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
+    out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
+    delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
+    dkdv, dq_cfg = ({**cfg, "WARPS": warps} for cfg in CONFIG_SM90[d])
+    grid = (n // (16 * warps), 2, 1)
+    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
+    _, sim = run_both(attention_bwd_dkdv_sm90, args, grid, {"D": d, "CAUSAL": causal, **dkdv}, target="sm_90a",
+                      order="sliced")
+    assert rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2
+    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), 0.1]
+    _, sim = run_both(attention_bwd_dq_sm90, args, grid, {"D": d, "CAUSAL": causal, **dq_cfg}, target="sm_90a",
+                      order="sliced")
+    assert rel_err(sim[6], dq_ref) < 1e-2
+
+
 @pytest.mark.parametrize("mutated", [False, True])
 def test_streamed_loads_stay_before_a_stage_release(monkeypatch: pytest.MonkeyPatch, mutated: bool) -> None:
     """attention_bwd_dq built for sm_90a (K and V on a TMA ring): the mma.sync operands loaded from a stage are read

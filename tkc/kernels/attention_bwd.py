@@ -9,7 +9,9 @@ With P = exp(scale · Q·Kᵀ - L) (the forward's probabilities, recomputed a bl
 Three kernels: attention_bwd_delta (Δ), attention_bwd_dkdv (a block per 64 keys, looping over the queries: it
 computes everything transposed, Sᵀ = K·Qᵀ, so that Pᵀ and dSᵀ come out of the tensor cores in the layout the next
 product takes), attention_bwd_dq (a block per 64 queries, looping over the keys, like the forward). Each key block
-and each query block is owned by one block: no atomics, P recomputed twice.
+and each query block is owned by one block: no atomics, P recomputed twice. On Hopper attention_bwd_dkdv_sm90 and
+attention_bwd_dq_sm90 do the same with wgmma (each warpgroup's operands read once from shared memory, where the
+mma.sync kernels' warps each read all of them: those are bound by shared memory bandwidth).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import math
 from typing import TYPE_CHECKING
 
 import tkc
-from tkc.kernels._checks import check_tensor, fail
+from tkc.kernels._checks import check_tensor, fail, wgmma_path
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -177,14 +179,24 @@ def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: 
 # Per head dim: attention_bwd_dkdv's and attention_bwd_dq's constants, the fastest on the H200 of those ptxas fits
 # in 255 registers a thread without spills (RESULTS "attention backward probe — 2026-12-04 17:05": D=64 dkdv
 # 64-query steps 463-488 µs vs 582-598 with 32, B·N = 16384, H = 16 / 4; D=128 with K and V in shared memory
-# 886 µs vs 1098 in registers with 64-query steps).
+# 886 µs vs 1098 in registers with 64-query steps; eight warps a block no faster, 17:31).
 CONFIG = {64: ({"QUERIES": 64}, {"KEYS": 64}), 128: ({"QUERIES": 32, "KV_IN_SHARED": 1}, {"KEYS": 32})}
+# On Hopper, the wgmma kernels' (RESULTS "attention backward probe — 2026-12-04 17:37", B=2 H=8 N=4096, µs not
+# causal / causal): D=128 three stages, eight warps: dkdv 499 / 294 (two stages 652 / 349; the mma.sync kernel
+# 884 / 549), dq 327 / 205 (591 / 371); D=64 dkdv four warps 379 / 217 (eight 533 / 267), dq three stages 162 / 133.
+CONFIG_SM90 = {64: ({"WARPS": 4}, {"STAGES": 3}), 128: ({"STAGES": 3}, {"STAGES": 3})}
 
 
-def _fitting(cfg: dict[str, int], n: int) -> dict[str, int]:
-    """`cfg` with its WARPS (4 if it has none), or 4 where n is not a multiple of its block's 16·WARPS rows."""
-    warps = cfg.get("WARPS", 4)
+def _fitting(cfg: dict[str, int], n: int, warps: int) -> dict[str, int]:
+    """`cfg` with its WARPS (`warps` if it has none), or 4 where n is not a multiple of its block's 16·WARPS rows."""
+    warps = cfg.get("WARPS", warps)
     return {**cfg, "WARPS": warps if n % (16 * warps) == 0 else 4}
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Can TMA read these (B, H, N, D) tensors: 16-byte aligned addresses and strides, the last dimension dense."""
+    return all(t.data_ptr() % 16 == 0 and t.stride(3) == 1 and not (t.stride(0) | t.stride(1) | t.stride(2)) % 8
+               for t in tensors)
 
 
 def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor,
@@ -193,7 +205,9 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
                        target: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients (dq, dk, dv) of out = attention(q, k, v, causal=causal, scale=scale) given grad_out, the
     forward's `out` and its log-sum-exp `lse` (attention(..., return_lse=True)); with grad_lse, also through lse.
-    bf16 (B, H, N, D) tensors, D ∈ {64, 128}, Nq and Nk multiples of 64 (causal: Nq = Nk); lse float32 (B, H, Nq)."""
+    bf16 (B, H, N, D) tensors, D ∈ {64, 128}, Nq and Nk multiples of 64 (causal: Nq = Nk); lse float32 (B, H, Nq).
+    On Hopper (or with target="sm_90a") the wgmma kernels, where the tensors' strides suit TMA (else, and with
+    target="sm_80", the mma.sync kernels)."""
     import torch
 
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("grad_out", grad_out)):
@@ -224,15 +238,20 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
         fail("k: attention needs at least one key (Nk = 0)")
     if batch * heads * nq == 0:
         return dq, dk.zero_(), dv.zero_()  # no query sees the keys
-    # mma.sync kernels: built for sm_80 on Hopper too. Their sm_90a build (TMA rings instead of cp.async) is slower
-    # (RESULTS "attention backward probe — 2026-12-04 17:05": dkdv at D=128 1294 vs 886 µs).
-    target = "sm_80" if target in (None, "sm_90a") else target
+    # Hopper: the wgmma kernels where TMA can read the operands; elsewhere (or with target="sm_80") the mma.sync ones,
+    # built for sm_80 on every GPU (their sm_90a build, TMA rings instead of cp.async, is slower: RESULTS "attention
+    # backward probe — 2026-12-04 17:05", dkdv at D=128 1294 vs 886 µs)
+    if wgmma_path(q.get_device(), target) and _tma_ready(q, k, v, grad_out, dq, dk, dv):
+        kernels, configs, warps, build = (attention_bwd_dkdv_sm90, attention_bwd_dq_sm90), CONFIG_SM90[d], 8, "sm_90a"
+    else:
+        kernels, configs, warps = (attention_bwd_dkdv, attention_bwd_dq), CONFIG[d], 4
+        build = "sm_80" if target in (None, "sm_90a") else target
     delta = lse.new_empty(lse.shape)
     attention_bwd_delta[(nq // 64, heads, batch)](out, grad_out, lse if grad_lse is None else grad_lse, delta, D=d,
-                                                  WITH_DL=int(grad_lse is not None), target=target)
-    dkdv, dq_cfg = (_fitting(cfg, n) for cfg, n in zip(CONFIG[d], (nk, nq)))
-    attention_bwd_dkdv[(nk // (16 * dkdv["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
-                                                                   CAUSAL=int(causal), **dkdv, target=target)
-    attention_bwd_dq[(nq // (16 * dq_cfg["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d,
-                                                                   CAUSAL=int(causal), **dq_cfg, target=target)
+                                                  WITH_DL=int(grad_lse is not None), target="sm_80")
+    dkdv, dq_cfg = (_fitting(cfg, n, warps) for cfg, n in zip(configs, (nk, nq)))
+    kernels[0][(nk // (16 * dkdv["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
+                                                           CAUSAL=int(causal), **dkdv, target=build)
+    kernels[1][(nq // (16 * dq_cfg["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d,
+                                                             CAUSAL=int(causal), **dq_cfg, target=build)
     return dq, dk, dv
