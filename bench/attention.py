@@ -19,8 +19,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (add_timing_options, check_outputs, compare, environment, print_rates, record, rel_err,  # noqa: E402
-                    table, triton_peer)
+from common import (add_attention_sizes, add_timing_options, attention_cases, check_outputs, compare, environment,  # noqa: E402
+                    print_rates, record, rel_err, table, triton_peer)
 
 import tkc.kernels  # noqa: E402
 
@@ -92,54 +92,47 @@ def compare_candidates(q, k, v, causal: bool, configs: dict[str, dict[str, int]]
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seqlens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--tokens", type=int, default=16384)
-    parser.add_argument("--heads", type=int, default=16)
+    add_attention_sizes(parser)
     parser.add_argument("--variants", action="store_true", help="also attention_sm90's variants (variant_configs)")
     add_timing_options(parser)
     args = parser.parse_args()
     triton_kernels = triton_peer()
     env = environment()
     rows = []
-    for d in args.dims:
-        for causal in map(bool, args.causal):
-            for n in args.seqlens:
-                b, h = max(1, args.tokens // n), args.heads
-                q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-                ref = sdpa(SDPBackend.EFFICIENT_ATTENTION, q.float(), k.float(), v.float(), causal)
-                impls = {
-                    "tkc sm_80": lambda: tkc.kernels.attention(q, k, v, causal=causal, target="sm_80"),
-                    "tkc": lambda: tkc.kernels.attention(q, k, v, causal=causal),
-                }
-                for name, backend in BACKENDS.items():
-                    impls[name] = lambda backend=backend: sdpa(backend, q, k, v, causal)
-                if triton_kernels is not None:
-                    impls["triton"] = lambda: triton_kernels.attention(q, k, v, causal=causal)
-                if args.variants:
-                    for name, cfg in variant_configs(d, n, bool(causal)).items():
-                        impls[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
-                errors = {}
-                for name, fn in list(impls.items()):
-                    try:
-                        errors[name] = rel_err(fn(), ref)
-                    except Exception as e:  # noqa: BLE001
-                        print(f"  {name} failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
-                        errors[name] = float("nan")
-                        del impls[name]
-                times = compare(impls, args.rounds, args.launches)
-                flops = 4 * b * h * n * n * d / (2 if causal else 1)
-                row = {"D": d, "causal": int(causal), "N": n, "B": b}
-                for name in ["tkc sm_80", "tkc", *BACKENDS, "triton", *(VARIANTS if args.variants else ())]:
-                    row[f"{name} TFLOP/s"] = flops / times[name] / 1e9 if name in times else float("nan")
-                    row[f"{name} err"] = errors.get(name, float("nan"))
-                for peer in [*BACKENDS, "triton"]:
-                    for mine in ("tkc sm_80", "tkc", *(VARIANTS if args.variants else ())):
-                        row[f"{mine} / {peer}"] = (times[peer] / times[mine]) if peer in times and mine in times else float("nan")
-                rows.append(row)
-                print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if "err" not in k}, flush=True)
-                del q, k, v, ref
+    for d, causal, n, b, h in attention_cases(args):
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        ref = sdpa(SDPBackend.EFFICIENT_ATTENTION, q.float(), k.float(), v.float(), causal)
+        impls = {
+            "tkc sm_80": lambda: tkc.kernels.attention(q, k, v, causal=causal, target="sm_80"),
+            "tkc": lambda: tkc.kernels.attention(q, k, v, causal=causal),
+        }
+        for name, backend in BACKENDS.items():
+            impls[name] = lambda backend=backend: sdpa(backend, q, k, v, causal)
+        if triton_kernels is not None:
+            impls["triton"] = lambda: triton_kernels.attention(q, k, v, causal=causal)
+        if args.variants:
+            for name, cfg in variant_configs(d, n, bool(causal)).items():
+                impls[name] = lambda cfg=cfg: sm90_variant(q, k, v, causal, cfg)
+        errors = {}
+        for name, fn in list(impls.items()):
+            try:
+                errors[name] = rel_err(fn(), ref)
+            except Exception as e:  # noqa: BLE001
+                print(f"  {name} failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                errors[name] = float("nan")
+                del impls[name]
+        times = compare(impls, args.rounds, args.launches)
+        flops = 4 * b * h * n * n * d / (2 if causal else 1)
+        row = {"D": d, "causal": int(causal), "N": n, "B": b}
+        for name in ["tkc sm_80", "tkc", *BACKENDS, "triton", *(VARIANTS if args.variants else ())]:
+            row[f"{name} TFLOP/s"] = flops / times[name] / 1e9 if name in times else float("nan")
+            row[f"{name} err"] = errors.get(name, float("nan"))
+        for peer in [*BACKENDS, "triton"]:
+            for mine in ("tkc sm_80", "tkc", *(VARIANTS if args.variants else ())):
+                row[f"{mine} / {peer}"] = (times[peer] / times[mine]) if peer in times and mine in times else float("nan")
+        rows.append(row)
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if "err" not in k}, flush=True)
+        del q, k, v, ref
     cols = [("D", "D"), ("causal", "causal"), ("N", "N"), ("B", "B")]
     cols += [(f"{n} TFLOP/s", f"{n}") for n in ("tkc sm_80", "tkc", *BACKENDS, "triton")]
     cols += [(f"tkc sm_80 / {p}", f"sm_80/{p}") for p in ("flash", "cuDNN", "triton")]

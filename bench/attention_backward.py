@@ -18,7 +18,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_timing_options, compare, environment, record, rel_err, table  # noqa: E402
+from common import add_attention_sizes, add_timing_options, attention_cases, compare, environment, record, rel_err, table  # noqa: E402
 
 import tkc.kernels  # noqa: E402
 
@@ -37,47 +37,39 @@ def forward(name: str, q, k, v, causal: bool):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seqlens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--tokens", type=int, default=16384)
-    parser.add_argument("--heads", type=int, default=16)
+    add_attention_sizes(parser)
     add_timing_options(parser)
     parser.set_defaults(launches=20)
     args = parser.parse_args()
     env = environment()
     rows = []
-    for d in args.dims:
-        for causal in map(bool, args.causal):
-            for n in args.seqlens:
-                b, h = max(1, args.tokens // n), args.heads
-                q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16).requires_grad_()
-                           for _ in range(3))
-                grad = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
-                leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
-                with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-                    ref_out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
-                refs = torch.autograd.grad(ref_out, leaves, grad.float())
-                impls, errors = {}, {}
-                for name in IMPLS:
-                    try:
-                        out = forward(name, q, k, v, causal)
-                        grads = torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
-                        errors[name] = max(rel_err(g, r) for g, r in zip(grads, refs))
-                        impls[name] = lambda out=out: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
-                    except Exception as e:  # noqa: BLE001  (a backend that refuses this case)
-                        print(f"  {name} failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
-                times = compare(impls, args.rounds, args.launches)
-                flops = 10 * b * h * n * n * d / (2 if causal else 1)
-                row = {"D": d, "causal": int(causal), "N": n, "B": b}
-                for name in IMPLS:
-                    row[f"{name} TFLOP/s"] = flops / times[name] / 1e9 if name in times else float("nan")
-                    row[f"{name} err"] = errors.get(name, float("nan"))
-                for peer in BACKENDS:
-                    row[f"tkc / {peer}"] = times[peer] / times["tkc"] if peer in times and "tkc" in times else float("nan")
-                rows.append(row)
-                print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-                del q, k, v, grad, leaves, refs, impls
+    for d, causal, n, b, h in attention_cases(args):
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3))
+        grad = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+        leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            ref_out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+        refs = torch.autograd.grad(ref_out, leaves, grad.float())
+        impls, errors = {}, {}
+        for name in IMPLS:
+            try:
+                out = forward(name, q, k, v, causal)
+                grads = torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+                errors[name] = max(rel_err(g, r) for g, r in zip(grads, refs))
+                impls[name] = lambda out=out: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+            except Exception as e:  # noqa: BLE001  (a backend that refuses this case)
+                print(f"  {name} failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        times = compare(impls, args.rounds, args.launches)
+        flops = 10 * b * h * n * n * d / (2 if causal else 1)
+        row = {"D": d, "causal": int(causal), "N": n, "B": b}
+        for name in IMPLS:
+            row[f"{name} TFLOP/s"] = flops / times[name] / 1e9 if name in times else float("nan")
+            row[f"{name} err"] = errors.get(name, float("nan"))
+        for peer in BACKENDS:
+            row[f"tkc / {peer}"] = times[peer] / times["tkc"] if peer in times and "tkc" in times else float("nan")
+        rows.append(row)
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        del q, k, v, grad, leaves, refs, impls
     cols = [("D", "D"), ("causal", "causal"), ("N", "N"), ("B", "B")]
     cols += [(f"{n} TFLOP/s", n) for n in IMPLS]
     cols += [(f"tkc / {p}", f"tkc/{p}") for p in BACKENDS]

@@ -250,6 +250,23 @@ def record(name: str, env: dict[str, str], text: str, rows: list[dict[str, Any]]
         (ROOT / "bench" / "results" / f"{name}.json").write_text(payload)
 
 
+def add_attention_sizes(parser: Any) -> None:
+    """The attention benchmarks' sizes: B·N = --tokens, H = --heads, N in --seqlens, D in --dims, --causal 0 / 1."""
+    parser.add_argument("--seqlens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--heads", type=int, default=16)
+
+
+def attention_cases(args: Any) -> Any:
+    """The (D, causal, N, B, H) of add_attention_sizes' arguments, D outermost."""
+    for d in args.dims:
+        for causal in map(bool, args.causal):
+            for n in args.seqlens:
+                yield d, causal, n, max(1, args.tokens // n), args.heads
+
+
 def add_timing_options(parser: Any) -> None:
     parser.add_argument("--launches", type=int, default=30, help="timed launches per implementation and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all implementations")

@@ -310,6 +310,27 @@ def _config_key(d: int, nq: int, nk: int, causal: bool, units: int, sms: int) ->
     return (("D", d), ("CAUSAL", int(causal)), *sm90_config(d, nq, nk, causal, units, sms).items())
 
 
+def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
+    """Attention's operands: bf16 CUDA tensors q (B, H, Nq, D), k and v (B, H, Nk, D) on one device, D ∈ {64, 128};
+    (B, H, Nq, Nk, D), or the error naming the first that is not."""
+    import torch
+
+    check_tensor("q", q, torch.bfloat16, 4)
+    check_tensor("k", k, torch.bfloat16, 4)
+    check_tensor("v", v, torch.bfloat16, 4)
+    batch, heads, nq, d = q.shape
+    nk = k.shape[2]
+    if d not in (64, 128):
+        fail(f"q: head dim must be 64 or 128, got {d}")
+    if k.shape != (batch, heads, nk, d):
+        fail(f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
+    if v.shape != k.shape:
+        fail(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if not q.get_device() == k.get_device() == v.get_device():
+        fail("q, k, v must be on the same device")
+    return batch, heads, nq, nk, d
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
               target: str | None = None, out: torch.Tensor | None = None,
               return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -363,20 +384,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if scale is not None and not (isinstance(scale, numbers.Real) and 0 < scale < math.inf):
         fail(f"scale: must be a positive finite number, got {scale!r} (the kernels offset each row by its largest "
              "q·k, which is the largest scale·q·k only when scale > 0)")
-    check_tensor("q", q, torch.bfloat16, 4)
-    check_tensor("k", k, torch.bfloat16, 4)
-    check_tensor("v", v, torch.bfloat16, 4)
-    batch, heads, nq, d = q.shape
-    nk = k.shape[2]
-    if d not in (64, 128):
-        fail(f"q: head dim must be 64 or 128, got {d}")
-    if k.shape != (batch, heads, nk, d):
-        fail(f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
-    if v.shape != k.shape:
-        fail(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    batch, heads, nq, nk, d = check_qkv(q, k, v)
     device = q.get_device()
-    if not device == k.get_device() == v.get_device():
-        fail("q, k, v must be on the same device")
     if out is None:
         out = torch.empty_like(q)
     else:

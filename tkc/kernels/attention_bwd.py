@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import tkc
 from tkc.kernels._checks import check_tensor, fail, wgmma_path
+from tkc.kernels.attention import check_qkv
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -42,20 +43,79 @@ def attention_bwd_delta(O: gl[bf16, 4], dO: gl[bf16, 4], dL: gl[f32, 3], Delta: 
     store(Delta, delta, (b, h, tile))
 
 
+@tkc.func
+def operand(tile, wgmma):
+    """A shared tile as an mma operand: as it is for wgmma (which reads shared memory), else loaded into registers
+    (ldmatrix) for mma.sync."""
+    if wgmma:
+        return tile
+    return load(tile)
+
+
+@tkc.func
+def warp_rows(tile, in_shared, d):
+    """This warp's 16 rows of a block's tile waiting in shared memory (`in_shared`), or `tile` itself."""
+    if in_shared:
+        return load(tile, (warp_id(), 0), rt[bf16, 16, d])
+    return tile
+
+
+@tkc.func
+def dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, causal, kv_in_shared, wgmma, d):
+    """dK and dV of a warp's 16 keys over one step of queries, everything transposed (Sᵀ: a row per key, a column per
+    query; query c sees key r iff c >= r + diagonal): dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale)."""
+    s_t = mma_ABt(warp_rows(k, kv_in_shared, d), operand(q_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
+    if causal:  # every step (a no-op before the diagonal): a branch around it costs ptxas ~90 registers
+        s_t = triu(s_t, diagonal, -math.inf)
+    p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
+    dv = mma_AB(p_t.to(bf16), operand(do_s, wgmma), dv)
+    dp_t = mma_ABt(warp_rows(v, kv_in_shared, d), operand(do_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
+    ds_t = p_t * sub_col(dp_t, delta)
+    return mma_AB(ds_t.to(bf16), operand(q_s, wgmma), dk), dv
+
+
+@tkc.func
+def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, wgmma):
+    """dQ of a warp's 16 queries over one step of keys (query r sees key c iff c <= r + diagonal): dQ += dS·K
+    (without the scale)."""
+    s = mma_ABt(q, operand(k_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
+    if causal:  # every step, as in dkdv_step
+        s = tril(s, diagonal, -math.inf)
+    p = exp2(sub_row(s * scale_log2, lse_log2))
+    dp = mma_ABt(do, operand(v_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
+    ds = p * sub_row(dp, delta)
+    return mma_AB(ds.to(bf16), operand(k_s, wgmma), dq)
+
+
+@tkc.func
+def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, wgmma):
+    """dQ of the block's query block `blk` (each warp its 16 rows; q, do: the warp's rows in registers, or with
+    `wgmma` its warpgroup's in shared memory): the loop over the keys, KEYS a step, then the store."""
+    q_tile = blk * warps + warp_id()
+    lse_log2 = load(L, (b, h, q_tile), rv[f32, 16]) * LOG2E
+    delta = load(Delta, (b, h, q_tile), rv[f32, 16])
+    scale_log2 = scale * LOG2E
+    dq = zeros(rt[f32, 16, d])
+    n_blocks = cdiv((blk + 1) * 16 * warps, keys) if causal else cdiv(K.shape[2], keys)
+    for j in range(n_blocks):
+        k_s, v_s = load(K, (b, h, j, 0), st[bf16, keys, d]), load(V, (b, h, j, 0), st[bf16, keys, d])
+        dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, q_tile * 16 - j * keys, causal, wgmma)
+    store(dQ, (dq * scale).to(bf16), (b, h, q_tile, 0))
+
+
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                        Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], scale: float, D: const = 64,
                        CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4):
     """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS), H, B). Each warp keeps its 16 keys' K and V and
-    the sums dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows, which leaves
-    room in registers at D=128); the block streams the queries, dO, L and Δ QUERIES at a time. Causal (Nq = Nk):
-    key j is seen by queries i >= j, so the loop starts at the block's diagonal."""
+    the sums dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows,
+    which leaves room in registers at D=128); the block streams the queries, dO, L and Δ QUERIES at a time. Causal
+    (Nq = Nk): key j is seen by queries i >= j, so the loop starts at the block's diagonal."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     k_tile = blk * WARPS + warp_id()                         # this warp's keys, in tiles of 16
-    if KV_IN_SHARED:  # the block's keys and values wait in shared memory; each step reads the warp's 16 rows
-        k_block = load(K, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
-        v_block = load(V, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
+    if KV_IN_SHARED:
+        k, v = load(K, (b, h, blk, 0), st[bf16, 16 * WARPS, D]), load(V, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
     else:
         k, v = load(K, (b, h, k_tile, 0), rt[bf16, 16, D]), load(V, (b, h, k_tile, 0), rt[bf16, 16, D])
     scale_log2 = scale * LOG2E                               # exp(x·scale - L) = exp2(x·scale_log2 - L·LOG2E)
@@ -65,18 +125,8 @@ def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
         q_s, do_s = load(Q, (b, h, j, 0), st[bf16, QUERIES, D]), load(dO, (b, h, j, 0), st[bf16, QUERIES, D])
         lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
         delta = load(Delta, (b, h, j), rv[f32, QUERIES])
-        if KV_IN_SHARED:
-            k = load(k_block, (warp_id(), 0), rt[bf16, 16, D])
-        s_t = mma_ABt(k, load(q_s), zeros(rt[f32, 16, QUERIES]))   # Sᵀ: a row per key, a column per query
-        if CAUSAL:  # query j·QUERIES+c sees key k_tile·16+r iff c >= r + diag (every step, as in attention_bwd_dq)
-            s_t = triu(s_t, k_tile * 16 - j * QUERIES, -math.inf)
-        p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
-        dv = mma_AB(p_t.to(bf16), load(do_s), dv)
-        if KV_IN_SHARED:
-            v = load(v_block, (warp_id(), 0), rt[bf16, 16, D])
-        dp_t = mma_ABt(v, load(do_s), zeros(rt[f32, 16, QUERIES]))
-        ds_t = p_t * sub_col(dp_t, delta)
-        dk = mma_AB(ds_t.to(bf16), load(q_s), dk)
+        dk, dv = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * QUERIES, CAUSAL,
+                           KV_IN_SHARED, 0, D)
     store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
 
@@ -86,63 +136,15 @@ def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16
                      Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 64, CAUSAL: const = 0,
                      KEYS: const = 64, WARPS: const = 4):
     """dQ of 16·WARPS queries a block. Grid: (Nq / (16·WARPS), H, B). Each warp keeps its 16 queries' Q, dO, L, Δ
-    and the sum dQ in registers; the block streams K and V KEYS keys at a time (causal: up to the block's diagonal, the longest
-    blocks first)."""
+    and the sum dQ in registers; the block streams K and V KEYS keys at a time (causal: up to the block's diagonal,
+    the longest blocks first)."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
         blk = num_blocks()[0] - 1 - blk
     q_tile = blk * WARPS + warp_id()
-    q = load(Q, (b, h, q_tile, 0), rt[bf16, 16, D])
-    do = load(dO, (b, h, q_tile, 0), rt[bf16, 16, D])
-    lse_log2 = load(L, (b, h, q_tile), rv[f32, 16]) * LOG2E
-    delta = load(Delta, (b, h, q_tile), rv[f32, 16])
-    scale_log2 = scale * LOG2E
-    dq = zeros(rt[f32, 16, D])
-    n_blocks = cdiv((blk + 1) * 16 * WARPS, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
-    for j in range(n_blocks):
-        k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
-        s = mma_ABt(q, load(k_s), zeros(rt[f32, 16, KEYS]))
-        if CAUSAL:  # every step (a no-op before the diagonal): a branch around it costs ptxas ~90 registers
-            s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
-        p = exp2(sub_row(s * scale_log2, lse_log2))
-        dp = mma_ABt(do, load(v_s), zeros(rt[f32, 16, KEYS]))
-        ds = p * sub_row(dp, delta)
-        dq = mma_AB(ds.to(bf16), load(k_s), dq)
-    store(dQ, (dq * scale).to(bf16), (b, h, q_tile, 0))
-
-
-
-@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
-def attention_bwd_dq_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
-                          Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 128, CAUSAL: const = 0,
-                          KEYS: const = 64, WARPS: const = 8, STAGES: const = 2):
-    """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
-    memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
-    Grid: (Nq / (16·WARPS), H, B)."""
-    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
-    blk, h, b = block_idx()
-    if CAUSAL:
-        blk = num_blocks()[0] - 1 - blk
-    q_block = load(Q, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
-    do_block = load(dO, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
-    q, do = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D]), load(do_block, (warpgroup_id(), 0), st[bf16, 64, D])
-    q_tile = blk * WARPS + warp_id()
-    lse_log2 = load(L, (b, h, q_tile), rv[f32, 16]) * LOG2E
-    delta = load(Delta, (b, h, q_tile), rv[f32, 16])
-    scale_log2 = scale * LOG2E
-    dq = zeros(rt[f32, 16, D])
-    n_blocks = cdiv((blk + 1) * 16 * WARPS, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
-    for j in range(n_blocks):
-        k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
-        s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
-        if CAUSAL:
-            s = tril(s, q_tile * 16 - j * KEYS, -math.inf)
-        p = exp2(sub_row(s * scale_log2, lse_log2))
-        dp = mma_ABt(do, v_s, zeros(rt[f32, 16, KEYS]))
-        ds = p * sub_row(dp, delta)
-        dq = mma_AB(ds.to(bf16), k_s, dq)
-    store(dQ, (dq * scale).to(bf16), (b, h, q_tile, 0))
+    q, do = load(Q, (b, h, q_tile, 0), rt[bf16, 16, D]), load(dO, (b, h, q_tile, 0), rt[bf16, 16, D])
+    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, 0)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
@@ -165,16 +167,27 @@ def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: 
         q_s, do_s = load(Q, (b, h, j, 0), st[bf16, QUERIES, D]), load(dO, (b, h, j, 0), st[bf16, QUERIES, D])
         lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
         delta = load(Delta, (b, h, j), rv[f32, QUERIES])
-        s_t = mma_ABt(k, q_s, zeros(rt[f32, 16, QUERIES]))
-        if CAUSAL:
-            s_t = triu(s_t, k_tile * 16 - j * QUERIES, -math.inf)
-        p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
-        dv = mma_AB(p_t.to(bf16), do_s, dv)
-        dp_t = mma_ABt(v, do_s, zeros(rt[f32, 16, QUERIES]))
-        ds_t = p_t * sub_col(dp_t, delta)
-        dk = mma_AB(ds_t.to(bf16), q_s, dk)
+        dk, dv = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * QUERIES, CAUSAL,
+                           0, 1, D)
     store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+def attention_bwd_dq_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
+                          Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 128, CAUSAL: const = 0,
+                          KEYS: const = 64, WARPS: const = 8, STAGES: const = 2):
+    """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
+    memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
+    Grid: (Nq / (16·WARPS), H, B)."""
+    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    blk, h, b = block_idx()
+    if CAUSAL:
+        blk = num_blocks()[0] - 1 - blk
+    q_block = load(Q, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
+    do_block = load(dO, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
+    q, do = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D]), load(do_block, (warpgroup_id(), 0), st[bf16, 64, D])
+    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, 1)
 
 # Per head dim: attention_bwd_dkdv's and attention_bwd_dq's constants, the fastest on the H200 of those ptxas fits
 # in 255 registers a thread without spills (RESULTS "attention backward probe — 2026-12-04 17:05": D=64 dkdv
@@ -210,17 +223,9 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     target="sm_80", the mma.sync kernels)."""
     import torch
 
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("grad_out", grad_out)):
-        check_tensor(name, t, torch.bfloat16, 4)
-    batch, heads, nq, d = q.shape
-    nk = k.shape[2]
-    if d not in (64, 128):
-        fail(f"q: head dim must be 64 or 128, got {d}")
-    if k.shape != (batch, heads, nk, d):
-        fail(f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
-    if v.shape != k.shape:
-        fail(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    batch, heads, nq, nk, d = check_qkv(q, k, v)
     for name, t in (("out", out), ("grad_out", grad_out)):
+        check_tensor(name, t, torch.bfloat16, 4)
         if t.shape != q.shape:
             fail(f"{name}: expected the shape of q {tuple(q.shape)}, got {tuple(t.shape)}")
     for name, t in (("lse", lse), ("grad_lse", grad_lse)):
