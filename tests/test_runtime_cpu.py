@@ -22,7 +22,7 @@ def test_no_driver_is_one_clear_error() -> None:
 
 def test_kernel_entry_points_refuse_cpu_tensors() -> None:
     torch = pytest.importorskip("torch")
-    from tkc.kernels import attention, gemm, layernorm
+    from tkc.kernels import attention, attention_backward, gemm, layernorm
 
     a = torch.ones(16, 16, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="a is on cpu"):
@@ -30,6 +30,8 @@ def test_kernel_entry_points_refuse_cpu_tensors() -> None:
     q = torch.ones(1, 1, 64, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="q is on cpu"):
         attention(q, q, q)
+    with pytest.raises(ValueError, match="q is on cpu"):
+        attention_backward(q, q, q, q, q, torch.zeros(1, 1, 64))
     with pytest.raises(ValueError, match="x is on cpu"):
         layernorm(a, a, a[0], a[0])
 

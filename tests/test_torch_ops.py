@@ -169,6 +169,20 @@ def test_attention_backward_formulas(cpu_kernels, causal: bool, use_lse: bool) -
         assert torch.allclose(got.grad.float(), ref.grad, rtol=3e-2, atol=3e-2)
 
 
+def test_the_attention_op_called_directly_has_a_backward(cpu_kernels) -> None:
+    """torch.ops.tkc.attention (no log-sum-exp kept) under autograd: its backward runs the forward again for it."""
+    from tkc.kernels import torch_ops  # noqa: F401  (registers torch.ops.tkc.*)
+
+    q, k, v = (torch.randn(1, 2, 64, 32).to(bf16).requires_grad_() for _ in range(3))
+    torch.ops.tkc.attention(q, k, v, True, None, None).float().sum().backward()
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    s = (leaves[0] @ leaves[1].transpose(-1, -2) * 32**-0.5).masked_fill(torch.ones(64, 64, dtype=torch.bool).triu(1),
+                                                                         -torch.inf)
+    (torch.softmax(s, -1) @ leaves[2]).sum().backward()
+    for got, ref in zip((q, k, v), leaves):
+        assert torch.allclose(got.grad.float(), ref.grad, rtol=3e-2, atol=3e-2)
+
+
 def test_attention_lse_alone_and_layernorm_backward(cpu_kernels) -> None:
     """A loss on the log-sum-exp alone (no gradient for the output) runs; layernorm's backward says there is none."""
     q = torch.randn(1, 2, 64, 64).to(bf16).requires_grad_()

@@ -249,6 +249,18 @@ def test_gemm_backward(trans_b: bool) -> None:
     assert rel_err(b.grad, ref_b) < 1e-2
 
 
+def _backward(nq: int = 64, nk: int | None = None, causal: bool = False, grad_shape: tuple[int, ...] | None = None,
+              lse_dtype: torch.dtype = torch.float32):
+    """attention_backward on small random operands, one of them wrong."""
+    from tkc.kernels import attention_backward
+
+    nk = nq if nk is None else nk
+    q, k, v = randn(1, 1, nq, 64), randn(1, 1, nk, 64), randn(1, 1, nk, 64)
+    grad = randn(*(grad_shape or q.shape))
+    lse = torch.zeros(1, 1, nq, device="cuda", dtype=lse_dtype)
+    return attention_backward(q, k, v, torch.zeros_like(q), grad, lse, causal=causal)
+
+
 @pytest.mark.parametrize("call, error, words", [
     (lambda: gemm(torch.ones(4, 4, dtype=torch.bfloat16), randn(4, 4)), ValueError, ["a is on cpu"]),
     (lambda: gemm(randn(4, 4).float(), randn(4, 4)), ValueError, ["a must be torch.bfloat16"]),
@@ -262,6 +274,10 @@ def test_gemm_backward(trans_b: bool) -> None:
     (lambda: attention(randn(1, 1, 64, 64), randn(1, 1, 0, 64), randn(1, 1, 0, 64), target="sm_90a"), ValueError,
      ["at least one key"]),
     (lambda: attention(randn(1, 1, 64, 96), randn(1, 1, 64, 96), randn(1, 1, 64, 96)), ValueError, ["64 or 128"]),
+    (lambda: _backward(nq=100), ValueError, ["multiples of 64"]),
+    (lambda: _backward(nq=64, nk=128, causal=True), ValueError, ["causal", "Nq = Nk"]),
+    (lambda: _backward(grad_shape=(1, 1, 64, 128)), ValueError, ["grad_out: expected the shape of q"]),
+    (lambda: _backward(lse_dtype=torch.bfloat16), ValueError, ["lse must be torch.float32"]),
     (lambda: layernorm(randn(4, 40), randn(4, 40), randn(40), randn(40)), ValueError, ["multiple of 16"]),
     (lambda: layernorm(randn(4, 64), randn(4, 64), randn(32), randn(64)), ValueError, ["weight and bias"]),
     (lambda: layernorm(randn(4, 64), randn(4, 64).float(), randn(64), randn(64)), ValueError,

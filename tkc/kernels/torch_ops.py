@@ -4,9 +4,9 @@ autograd knows them.
 Under compilation, and where an input requires grad, the entry points (tkc.kernels.gemm, attention, layernorm)
 call these ops instead of launching: the traced graph holds one opaque op per call, its output shapes from the fake
 implementations below, and the op runs the entry point eagerly. gemm has a backward (tkc GEMMs), attention_lse
-too (tkc's attention backward kernels; attention() on inputs requiring grad goes through it); tkc.attention's and
-layernorm's backward is an error saying so (no silently missing gradients). Imported on first use (importing
-tkc.kernels does not import torch).
+and attention too (tkc's attention backward kernels; attention() on inputs requiring grad goes through
+attention_lse, which keeps the log-sum-exp the backward needs); layernorm's backward is an error saying so (no
+silently missing gradients). Imported on first use (importing tkc.kernels does not import torch).
 
     torch.ops.tkc.gemm(a, b, trans_b, target)                          -> c
     torch.ops.tkc.attention(q, k, v, causal, scale, target)            -> o
@@ -102,6 +102,25 @@ def _attention_backward(ctx, grad_out: torch.Tensor, grad_lse: torch.Tensor | No
 
 
 attention_lse.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+def _attention_o_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs[:3], output)
+    ctx.causal, ctx.scale, ctx.target = inputs[3:]
+
+
+def _attention_o_backward(ctx, grad_out: torch.Tensor):
+    """tkc.attention called as an op (the entry point takes attention_lse under autograd): the log-sum-exp it did
+    not keep comes from one more forward, then the backward kernels."""
+    q, k, v, out = ctx.saved_tensors
+    _, lse = _attention(q, k, v, causal=ctx.causal, scale=ctx.scale, target=ctx.target, return_lse=True)
+    grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
+    dq, dk, dv = _attention_backward_kernels(q, k, v, out, grad_out, lse, causal=ctx.causal, scale=ctx.scale,
+                                             target=ctx.target)
+    return dq, dk, dv, None, None, None
+
+
+attention.register_autograd(_attention_o_backward, setup_context=_attention_o_setup)
 
 
 @torch.library.custom_op("tkc::layernorm", mutates_args=())
