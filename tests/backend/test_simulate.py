@@ -339,10 +339,11 @@ def test_allocations_of_one_type_are_distinct_buffers(make: str) -> None:
     np.testing.assert_array_equal(sim[1], interp[1])
 
 
-@pytest.mark.parametrize("d, causal, warps", [(128, 0, 8), (64, 1, 4), (128, 1, 8)])
-def test_attention_backward_on_wgmma(d: int, causal: int, warps: int) -> None:
-    """attention_bwd_dkdv_sm90 and attention_bwd_dq_sm90 with attention_backward's Hopper constants: two heads, more
-    steps than stages, warps handed over every few instructions; the simulation agrees with float64."""
+@pytest.mark.parametrize("d, causal, warps, producer", [(128, 0, 8, 0), (64, 1, 4, 0), (128, 1, 8, 0), (128, 1, 8, 1)])
+def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: int) -> None:
+    """attention_bwd_dkdv_sm90 and attention_bwd_dq_sm90 with attention_backward's Hopper constants (and a producer
+    warpgroup): two heads, more steps than stages, warps handed over every few instructions; the simulation agrees
+    with float64."""
     from reference import attention_backward_ref
 
     from tkc.kernels.attention_bwd import CONFIG_SM90, attention_bwd_dkdv_sm90, attention_bwd_dq_sm90
@@ -352,7 +353,7 @@ def test_attention_backward_on_wgmma(d: int, causal: int, warps: int) -> None:
     q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
     out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
-    dkdv, dq_cfg = ({**cfg, "WARPS": warps} for cfg in CONFIG_SM90[d])
+    dkdv, dq_cfg = ({**cfg, "WARPS": warps, "PRODUCER": producer} for cfg in CONFIG_SM90[d])
     grid = (n // (16 * warps), 2, 1)
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
     _, sim = run_both(attention_bwd_dkdv_sm90, args, grid, {"D": d, "CAUSAL": causal, **dkdv}, target="sm_90a",

@@ -147,13 +147,15 @@ def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16
     dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, 0)
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
 def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                             Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], scale: float, D: const = 128,
-                            CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2):
+                            CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
+                            PRODUCER: const = 0):
     """attention_bwd_dkdv on Hopper's wgmma: a block per 16·WARPS keys (a warpgroup per 64), K and V in shared
     memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q
-    with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B)."""
+    with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the TMA
+    loads (specialize-warps; simulated, not yet measured)."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     k_block = load(K, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
@@ -173,13 +175,13 @@ def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: 
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
 def attention_bwd_dq_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                           Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 128, CAUSAL: const = 0,
-                          KEYS: const = 64, WARPS: const = 8, STAGES: const = 2):
+                          KEYS: const = 64, WARPS: const = 8, STAGES: const = 2, PRODUCER: const = 0):
     """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
     memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
-    Grid: (Nq / (16·WARPS), H, B)."""
+    Grid: (Nq / (16·WARPS), H, B). PRODUCER as in attention_bwd_dkdv_sm90."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
