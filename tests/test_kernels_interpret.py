@@ -70,13 +70,15 @@ def test_layernorm(rows: int, d: int, eps: float, seed: int) -> None:
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("config", [0, 1, 2])
-@given(batch=st.integers(1, 2), heads=st.integers(1, 2), blocks=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
-def test_attention_backward(d: int, causal: int, config: int, batch: int, heads: int, blocks: int, seed: int) -> None:
+@given(batch=st.integers(1, 2), heads=st.integers(1, 2), blocks=st.integers(1, 4), short=st.sampled_from([0, 0, 1, 37]),
+       seed=st.integers(0, 2**32 - 1))
+def test_attention_backward(d: int, causal: int, config: int, batch: int, heads: int, blocks: int, short: int,
+                            seed: int) -> None:
     """attention_bwd_delta / _dkdv / _dq with attention_backward's constants (config 0), the other sizes of their
     steps and places of K and V (config 1), and the wgmma kernels with theirs (config 2, four warps a block), a
-    gradient through the log-sum-exp too, against float64."""
+    gradient through the log-sum-exp too, lengths that the steps divide or not (RAGGED), against float64."""
     rng = np.random.default_rng(seed)
-    n = 64 * blocks
+    n = 64 * blocks - short
     q, k, v, do = (random_bf16(rng, batch, heads, n, d) for _ in range(4))
     dl = rng.standard_normal((batch, heads, n)).astype(np.float32)
     scale = float(rng.uniform(0.05, 0.3))
@@ -89,6 +91,8 @@ def test_attention_backward(d: int, causal: int, config: int, batch: int, heads:
         dkdv, dq_cfg = ({**cfg, "WARPS": 4} for cfg in CONFIG_SM90[d])
     delta = poisoned(batch, heads, n, dtype=np.float32)
     grid = (blocks, heads, batch)
+    dkdv = {**dkdv, "RAGGED": int(n % dkdv.get("QUERIES", 64) > 0)}
+    dq_cfg = {**dq_cfg, "RAGGED": int(n % dq_cfg.get("KEYS", 64) > 0)}
     attention_bwd_delta.interpret(out.astype(q.dtype), do, dl, delta, grid=grid, D=d, WITH_DL=1)
     dq, dk, dv = (poisoned(batch, heads, n, d) for _ in range(3))
     L = lse.astype(np.float32)

@@ -33,13 +33,13 @@ VARIANTS = {
     # attention_backward's constants (tkc/kernels/attention_bwd.py CONFIG), causal and not
     "attention_bwd_dkdv": [{"D": 64, "CAUSAL": 0, "QUERIES": 64}, {"D": 64, "CAUSAL": 1, "QUERIES": 64},
                            {"D": 128, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1},
-                           {"D": 128, "CAUSAL": 1, "QUERIES": 32, "KV_IN_SHARED": 1}],
+                           {"D": 128, "CAUSAL": 1, "QUERIES": 32, "KV_IN_SHARED": 1, "RAGGED": 1}],
     "attention_bwd_dq": [{"D": 64, "CAUSAL": 0, "KEYS": 64}, {"D": 64, "CAUSAL": 1, "KEYS": 64},
                          {"D": 128, "CAUSAL": 0, "KEYS": 32}, {"D": 128, "CAUSAL": 1, "KEYS": 32}],
     # attention_backward's Hopper constants (CONFIG_SM90)
     "attention_bwd_dkdv_sm90": [{"D": 64, "CAUSAL": 0, "WARPS": 4}, {"D": 64, "CAUSAL": 1, "WARPS": 4},
-                                {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3}],
-    "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3},
+                                {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1}],
+    "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
                               {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3}],
 }
 

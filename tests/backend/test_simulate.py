@@ -98,20 +98,21 @@ def test_attention_forward_lse() -> None:
     assert rel_err(sim[3], out) < 1e-2 and rel_err(sim[4], lse) < 1e-5 and rel_err(interp[4], lse) < 1e-5
 
 
-@pytest.mark.parametrize("d, causal, order", [(64, 0, "shuffled"), (64, 1, "descending"), (128, 1, "shuffled")])
-def test_attention_backward(d: int, causal: int, order: str) -> None:
+@pytest.mark.parametrize("d, causal, order, n", [(64, 0, "shuffled", 256), (64, 1, "descending", 256),
+                                                  (128, 1, "shuffled", 256), (64, 1, "shuffled", 200)])
+def test_attention_backward(d: int, causal: int, order: str, n: int) -> None:
     """attention_bwd_delta, _dkdv and _dq with attention_backward's constants: more query and key steps than
-    pipeline stages, two heads; the simulation agrees with the interpreter, which agrees with float64."""
+    pipeline stages, two heads, a length the steps do not divide (RAGGED); the simulation agrees with the
+    interpreter, which agrees with float64."""
     from reference import attention_backward_ref
 
     from tkc.kernels.attention_bwd import CONFIG, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dq
 
     rng = np.random.default_rng(d + causal)
-    n = 256
     q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
     out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     o, lse = out.astype(q.dtype), lse.astype(np.float32)
-    grid, dkdv, dq_cfg = (n // 64, 2, 1), *CONFIG[d]
+    grid, (dkdv, dq_cfg) = (-(-n // 64), 2, 1), ({**cfg, "RAGGED": int(n % 64 > 0)} for cfg in CONFIG[d])
     interp, sim = run_both(attention_bwd_delta, [o, do, lse, poisoned(1, 2, n, dtype=np.float32)], grid, {"D": d},
                            order=order)
     assert rel_err(sim[3], interp[3]) < 1e-6
@@ -339,22 +340,22 @@ def test_allocations_of_one_type_are_distinct_buffers(make: str) -> None:
     np.testing.assert_array_equal(sim[1], interp[1])
 
 
-@pytest.mark.parametrize("d, causal, warps, producer", [(128, 0, 8, 0), (64, 1, 4, 0), (128, 1, 8, 0), (128, 1, 8, 1)])
-def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: int) -> None:
+@pytest.mark.parametrize("d, causal, warps, producer, n", [(128, 0, 8, 0, 512), (64, 1, 4, 0, 512), (128, 1, 8, 0, 512),
+                                                            (128, 1, 8, 1, 512), (64, 0, 8, 0, 300)])
+def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: int, n: int) -> None:
     """attention_bwd_dkdv_sm90 and attention_bwd_dq_sm90 with attention_backward's Hopper constants (and a producer
-    warpgroup): two heads, more steps than stages, warps handed over every few instructions; the simulation agrees
-    with float64."""
+    warpgroup, and a length the steps do not divide): two heads, more steps than stages, warps handed over every
+    few instructions; the simulation agrees with float64."""
     from reference import attention_backward_ref
 
     from tkc.kernels.attention_bwd import CONFIG_SM90, attention_bwd_dkdv_sm90, attention_bwd_dq_sm90
 
     rng = np.random.default_rng(d + causal)
-    n = 512
     q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
     out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
-    dkdv, dq_cfg = ({**cfg, "WARPS": warps, "PRODUCER": producer} for cfg in CONFIG_SM90[d])
-    grid = (n // (16 * warps), 2, 1)
+    dkdv, dq_cfg = ({**cfg, "WARPS": warps, "PRODUCER": producer, "RAGGED": int(n % 64 > 0)} for cfg in CONFIG_SM90[d])
+    grid = (-(-n // (16 * warps)), 2, 1)
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
     _, sim = run_both(attention_bwd_dkdv_sm90, args, grid, {"D": d, "CAUSAL": causal, **dkdv}, target="sm_90a",
                       order="sliced")

@@ -342,7 +342,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"): attention_fwd, Nq and Nk multiples of
     64, causal with Nq = Nk. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32
     (B, H, Nq): (out, lse). On inputs requiring grad, autograd's backward runs tkc's backward kernels
-    (tkc/kernels/attention_bwd.py: Nq and Nk multiples of 64, causal with Nq = Nk)."""
+    (tkc/kernels/attention_bwd.py: causal with Nq = Nk)."""
     import torch
 
     if torch.compiler.is_compiling() or wants_grad(torch, q, k, v):  # one op of the graph / of autograd

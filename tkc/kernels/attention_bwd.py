@@ -20,6 +20,7 @@ import math
 from typing import TYPE_CHECKING
 
 import tkc
+from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_tensor, fail, wgmma_path
 from tkc.kernels.attention import check_qkv
 from tkc.lang import *  # noqa: F403
@@ -61,10 +62,14 @@ def warp_rows(tile, in_shared, d):
 
 
 @tkc.func
-def dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, causal, kv_in_shared, wgmma, d):
+def dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, causal, queries, ragged, kv_in_shared,
+              wgmma, d):
     """dK and dV of a warp's 16 keys over one step of queries, everything transposed (Sᵀ: a row per key, a column per
-    query; query c sees key r iff c >= r + diagonal): dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale)."""
+    query; query c sees key r iff c >= r + diagonal; with `ragged`, only the first `queries` columns are queries):
+    dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale)."""
     s_t = mma_ABt(warp_rows(k, kv_in_shared, d), operand(q_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
+    if ragged:  # the last step's columns past Nq (zeros read past the end, with an L of 0: no P for them)
+        s_t = keep_cols(s_t, queries)
     if causal:  # every step (a no-op before the diagonal): a branch around it costs ptxas ~90 registers
         s_t = triu(s_t, diagonal, -math.inf)
     p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
@@ -75,10 +80,12 @@ def dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, ca
 
 
 @tkc.func
-def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, wgmma):
-    """dQ of a warp's 16 queries over one step of keys (query r sees key c iff c <= r + diagonal): dQ += dS·K
-    (without the scale)."""
+def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, keys, ragged, wgmma):
+    """dQ of a warp's 16 queries over one step of keys (query r sees key c iff c <= r + diagonal; with `ragged`, only
+    the first `keys` columns are keys): dQ += dS·K (without the scale)."""
     s = mma_ABt(q, operand(k_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
+    if ragged:  # the last step's keys past Nk
+        s = keep_cols(s, keys)
     if causal:  # every step, as in dkdv_step
         s = tril(s, diagonal, -math.inf)
     p = exp2(sub_row(s * scale_log2, lse_log2))
@@ -88,7 +95,7 @@ def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, 
 
 
 @tkc.func
-def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, wgmma):
+def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, ragged, wgmma):
     """dQ of the block's query block `blk` (each warp its 16 rows; q, do: the warp's rows in registers, or with
     `wgmma` its warpgroup's in shared memory): the loop over the keys, KEYS a step, then the store."""
     q_tile = blk * warps + warp_id()
@@ -99,18 +106,21 @@ def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps,
     n_blocks = cdiv((blk + 1) * 16 * warps, keys) if causal else cdiv(K.shape[2], keys)
     for j in range(n_blocks):
         k_s, v_s = load(K, (b, h, j, 0), st[bf16, keys, d]), load(V, (b, h, j, 0), st[bf16, keys, d])
-        dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, q_tile * 16 - j * keys, causal, wgmma)
+        dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, q_tile * 16 - j * keys, causal,
+                     K.shape[2] - j * keys, ragged, wgmma)
     store(dQ, (dq * scale).to(bf16), (b, h, q_tile, 0))
 
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                        Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], scale: float, D: const = 64,
-                       CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4):
+                       CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4,
+                       RAGGED: const = 0):
     """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS), H, B). Each warp keeps its 16 keys' K and V and
     the sums dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows,
     which leaves room in registers at D=128); the block streams the queries, dO, L and Δ QUERIES at a time. Causal
-    (Nq = Nk): key j is seen by queries i >= j, so the loop starts at the block's diagonal."""
+    (Nq = Nk): key j is seen by queries i >= j, so the loop starts at the block's diagonal. RAGGED: Nq is not a
+    multiple of QUERIES (the last step's columns past it are masked; keys past Nk read zeros and are not stored)."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     k_tile = blk * WARPS + warp_id()                         # this warp's keys, in tiles of 16
@@ -126,7 +136,7 @@ def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
         lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
         delta = load(Delta, (b, h, j), rv[f32, QUERIES])
         dk, dv = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * QUERIES, CAUSAL,
-                           KV_IN_SHARED, 0, D)
+                           Q.shape[2] - j * QUERIES, RAGGED, KV_IN_SHARED, 0, D)
     store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
 
@@ -134,28 +144,28 @@ def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                      Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 64, CAUSAL: const = 0,
-                     KEYS: const = 64, WARPS: const = 4):
+                     KEYS: const = 64, WARPS: const = 4, RAGGED: const = 0):
     """dQ of 16·WARPS queries a block. Grid: (Nq / (16·WARPS), H, B). Each warp keeps its 16 queries' Q, dO, L, Δ
     and the sum dQ in registers; the block streams K and V KEYS keys at a time (causal: up to the block's diagonal,
-    the longest blocks first)."""
+    the longest blocks first). RAGGED: Nk is not a multiple of KEYS (the last step's keys past it are masked)."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
         blk = num_blocks()[0] - 1 - blk
     q_tile = blk * WARPS + warp_id()
     q, do = load(Q, (b, h, q_tile, 0), rt[bf16, 16, D]), load(dO, (b, h, q_tile, 0), rt[bf16, 16, D])
-    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, 0)
+    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 0)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
 def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                             Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], scale: float, D: const = 128,
                             CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
-                            PRODUCER: const = 0):
+                            PRODUCER: const = 0, RAGGED: const = 0):
     """attention_bwd_dkdv on Hopper's wgmma: a block per 16·WARPS keys (a warpgroup per 64), K and V in shared
     memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q
     with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the TMA
-    loads (specialize-warps; simulated, not yet measured)."""
+    loads (specialize-warps; simulated, not yet measured). RAGGED as in attention_bwd_dkdv."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     k_block = load(K, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
@@ -170,7 +180,7 @@ def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: 
         lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
         delta = load(Delta, (b, h, j), rv[f32, QUERIES])
         dk, dv = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * QUERIES, CAUSAL,
-                           0, 1, D)
+                           Q.shape[2] - j * QUERIES, RAGGED, 0, 1, D)
     store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
 
@@ -178,10 +188,11 @@ def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
 def attention_bwd_dq_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                           Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 128, CAUSAL: const = 0,
-                          KEYS: const = 64, WARPS: const = 8, STAGES: const = 2, PRODUCER: const = 0):
+                          KEYS: const = 64, WARPS: const = 8, STAGES: const = 2, PRODUCER: const = 0,
+                          RAGGED: const = 0):
     """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
     memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
-    Grid: (Nq / (16·WARPS), H, B). PRODUCER as in attention_bwd_dkdv_sm90."""
+    Grid: (Nq / (16·WARPS), H, B). PRODUCER as in attention_bwd_dkdv_sm90, RAGGED as in attention_bwd_dq."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
@@ -189,7 +200,7 @@ def attention_bwd_dq_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl
     q_block = load(Q, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
     do_block = load(dO, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
     q, do = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D]), load(do_block, (warpgroup_id(), 0), st[bf16, 64, D])
-    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, 1)
+    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 1)
 
 # Per head dim: attention_bwd_dkdv's and attention_bwd_dq's constants, the fastest on the H200 of those ptxas fits
 # in 255 registers a thread without spills (RESULTS "attention backward probe — 2026-12-04 17:05": D=64 dkdv
@@ -200,12 +211,6 @@ CONFIG = {64: ({"QUERIES": 64}, {"KEYS": 64}), 128: ({"QUERIES": 32, "KV_IN_SHAR
 # causal / causal): D=128 three stages, eight warps: dkdv 499 / 294 (two stages 652 / 349; the mma.sync kernel
 # 884 / 549), dq 327 / 205 (591 / 371); D=64 dkdv four warps 379 / 217 (eight 533 / 267), dq three stages 162 / 133.
 CONFIG_SM90 = {64: ({"WARPS": 4}, {"STAGES": 3}), 128: ({"STAGES": 3}, {"STAGES": 3})}
-
-
-def _fitting(cfg: dict[str, int], n: int, warps: int) -> dict[str, int]:
-    """`cfg` with its WARPS (`warps` if it has none), or 4 where n is not a multiple of its block's 16·WARPS rows."""
-    warps = cfg.get("WARPS", warps)
-    return {**cfg, "WARPS": warps if n % (16 * warps) == 0 else 4}
 
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:
@@ -220,7 +225,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
                        target: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients (dq, dk, dv) of out = attention(q, k, v, causal=causal, scale=scale) given grad_out, the
     forward's `out` and its log-sum-exp `lse` (attention(..., return_lse=True)); with grad_lse, also through lse.
-    bf16 (B, H, N, D) tensors, D ∈ {64, 128}, Nq and Nk multiples of 64 (causal: Nq = Nk); lse float32 (B, H, Nq).
+    bf16 (B, H, N, D) tensors, D ∈ {64, 128}, any Nq, Nk ≥ 1 (causal: Nq = Nk); lse float32 (B, H, Nq).
     On Hopper (or with target="sm_90a") the wgmma kernels, where the tensors' strides suit TMA (else, and with
     target="sm_80", the mma.sync kernels)."""
     import torch
@@ -235,8 +240,6 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
             check_tensor(name, t, torch.float32, 3)
             if t.shape != q.shape[:3]:
                 fail(f"{name}: expected shape {tuple(q.shape[:3])} (B, H, Nq), got {tuple(t.shape)}")
-    if nq % 64 or nk % 64:
-        fail(f"q, k: the backward needs sequence lengths that are multiples of 64, got Nq={nq}, Nk={nk}")
     if causal and nq != nk:
         fail(f"causal attention's backward needs Nq = Nk, got {nq} and {nk}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
@@ -254,11 +257,13 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
         kernels, configs, warps = (attention_bwd_dkdv, attention_bwd_dq), CONFIG[d], 4
         build = "sm_80" if target in (None, "sm_90a") else target
     delta = lse.new_empty(lse.shape)
-    attention_bwd_delta[(nq // 64, heads, batch)](out, grad_out, lse if grad_lse is None else grad_lse, delta, D=d,
-                                                  WITH_DL=int(grad_lse is not None), target="sm_80")
-    dkdv, dq_cfg = (_fitting(cfg, n, warps) for cfg, n in zip(configs, (nk, nq)))
-    kernels[0][(nk // (16 * dkdv["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
-                                                           CAUSAL=int(causal), **dkdv, target=build)
-    kernels[1][(nq // (16 * dq_cfg["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d,
-                                                             CAUSAL=int(causal), **dq_cfg, target=build)
+    attention_bwd_delta[(ceil_div(nq, 64), heads, batch)](out, grad_out, lse if grad_lse is None else grad_lse, delta,
+                                                          D=d, WITH_DL=int(grad_lse is not None), target="sm_80")
+    # RAGGED: a length that its kernel's steps do not divide (the last step masks the columns past it)
+    dkdv, dq_cfg = ({"WARPS": warps, **cfg} for cfg in configs)
+    dkdv["RAGGED"], dq_cfg["RAGGED"] = int(nq % dkdv.get("QUERIES", 64) > 0), int(nk % dq_cfg.get("KEYS", 64) > 0)
+    kernels[0][(ceil_div(nk, 16 * dkdv["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
+                                                                 CAUSAL=int(causal), **dkdv, target=build)
+    kernels[1][(ceil_div(nq, 16 * dq_cfg["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d,
+                                                                   CAUSAL=int(causal), **dq_cfg, target=build)
     return dq, dk, dv
