@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import attention_backward_ref, attention_ref, gemm_ref, layernorm_ref, poisoned, random_bf16, rel_err
 
@@ -72,6 +72,7 @@ def test_layernorm(rows: int, d: int, eps: float, seed: int) -> None:
 @pytest.mark.parametrize("config", [0, 1, 2])
 @given(batch=st.integers(1, 2), heads=st.integers(1, 2), blocks=st.integers(1, 4), short=st.sampled_from([0, 0, 1, 37]),
        seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=8)  # 12 cases of three kernels each
 def test_attention_backward(d: int, causal: int, config: int, batch: int, heads: int, blocks: int, short: int,
                             seed: int) -> None:
     """attention_bwd_delta / _dkdv / _dq with attention_backward's constants (config 0), the other sizes of their

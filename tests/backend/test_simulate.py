@@ -98,8 +98,8 @@ def test_attention_forward_lse() -> None:
     assert rel_err(sim[3], out) < 1e-2 and rel_err(sim[4], lse) < 1e-5 and rel_err(interp[4], lse) < 1e-5
 
 
-@pytest.mark.parametrize("d, causal, order, n", [(64, 0, "shuffled", 256), (64, 1, "descending", 256),
-                                                  (128, 1, "shuffled", 256), (64, 1, "shuffled", 200)])
+@pytest.mark.parametrize("d, causal, order, n", [(64, 1, "descending", 256), (128, 1, "shuffled", 256),
+                                                  (64, 0, "shuffled", 200)])
 def test_attention_backward(d: int, causal: int, order: str, n: int) -> None:
     """attention_bwd_delta, _dkdv and _dq with attention_backward's constants: more query and key steps than
     pipeline stages, two heads, a length the steps do not divide (RAGGED); the simulation agrees with the
@@ -340,8 +340,8 @@ def test_allocations_of_one_type_are_distinct_buffers(make: str) -> None:
     np.testing.assert_array_equal(sim[1], interp[1])
 
 
-@pytest.mark.parametrize("d, causal, warps, producer, n", [(128, 0, 8, 0, 512), (64, 1, 4, 0, 512), (128, 1, 8, 0, 512),
-                                                            (128, 1, 8, 1, 512), (64, 0, 8, 0, 300)])
+@pytest.mark.parametrize("d, causal, warps, producer, n", [(128, 0, 8, 0, 256), (64, 1, 4, 0, 256), (128, 1, 8, 1, 256),
+                                                            (64, 0, 8, 0, 300)])
 def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: int, n: int) -> None:
     """attention_bwd_dkdv_sm90 and attention_bwd_dq_sm90 with attention_backward's Hopper constants (and a producer
     warpgroup, and a length the steps do not divide): two heads, more steps than stages, warps handed over every
