@@ -374,14 +374,14 @@ def test_streamed_loads_stay_before_a_stage_release(monkeypatch: pytest.MonkeyPa
     reports the mutated lowering (streaming past the release) and agrees with float64 without it."""
     from reference import attention_backward_ref
 
-    from tkc.backend import lower_memory
     from tkc.backend.simulator import SimulationError
     from tkc.ir import tma_ops
     from tkc.kernels.attention_bwd import attention_bwd_dq
+    from tkc.passes import util
 
     if mutated:
-        monkeypatch.setattr(lower_memory, "_SHARED_WRITERS", tuple(
-            w for w in lower_memory._SHARED_WRITERS if w is not tma_ops.StageReleaseOp))
+        monkeypatch.setattr(util, "SHARED_WRITERS", tuple(w for w in util.SHARED_WRITERS
+                                                          if w is not tma_ops.StageReleaseOp))
     rng = np.random.default_rng(3)
     n = 512
     q, k, v, do = (random_bf16(rng, 1, 1, n, 64) for _ in range(4))

@@ -26,10 +26,10 @@ from tkc.backend.shared_layout import conflict_degree, tile_offset
 from tkc.errors import TkcError
 from tkc.ir import async_ops as a
 from tkc.ir import ops as t
-from tkc.ir import tma_ops as m
 from tkc.ir.types import GlobalType, Layout, RegTileType, RegVecType, SharedTileType, SharedVecType, element_bytes
 from tkc.passes.allocate_shared import OFFSET_ATTR
 from tkc.passes.lower_to_ptx import GlobalRef, Imm, KernelLowering, RingRef, SharedRef, handles
+from tkc.passes.util import shared_unchanged_between
 
 # --------------------------------------------------------------------------------------------------------------
 # Runs of slots
@@ -298,28 +298,13 @@ def _lower_ldmatrix(lw: KernelLowering, ref: SharedRef, rt_type: RegTileType, co
     return lw.emit(ptx.LdmatrixOp(4, trans, bundle, base_of, offset, dest, result_type)).results[0]
 
 
-# Ops after which a shared tile may hold other bytes: a stage released to a TMA ring may be refilled at once (its
-# loads must read it before the release, not at the mma behind it: on the H200 attention_bwd_dq's sm_90a build read
-# K and V refilled under it, RESULTS "attention backward probe — 2026-12-04").
-_SHARED_WRITERS = (t.InsertOp, t.BarrierOp, a.CopyAsyncOp, a.WaitGroupOp, m.StageReleaseOp, m.StageAcquireOp,
-                   m.TmaLoadOp)
-
-
 def _streamable(op: t.LoadOp) -> bool:
     """Is the load's only user an mma operand A or B, later in the same block, with nothing in between that could
     change the shared tile (then the mma reads it from shared memory a 16-wide step of K at a time)?"""
     uses = list(op.result.uses)
     if len(uses) != 1 or not isinstance(uses[0].operation, t.MmaOp) or uses[0].index > 1:
         return False
-    mma = uses[0].operation
-    cursor = op.next_op
-    while cursor is not None and cursor is not mma:
-        if cursor.regions or isinstance(cursor, _SHARED_WRITERS):
-            return False
-        if isinstance(cursor, t.LoadOp | t.FillOp) and isinstance(cursor.results[0].type, SharedTileType | SharedVecType):
-            return False
-        cursor = cursor.next_op
-    return cursor is mma
+    return shared_unchanged_between(op, uses[0].operation)
 
 
 def _run_exprs(container: Any, runs: list[Run], coords: np.ndarray, cexprs: list[Expr], inner: tuple[int, ...]) -> list[Expr]:

@@ -31,15 +31,12 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from tkc.errors import SourceLoc, TkcError
 from tkc.ir import ops as t
-from tkc.ir.async_ops import RingType
-from tkc.ir.tma_ops import StageBarriersType
-from tkc.ir.types import Layout, RegTileType, RegVecType, SharedTileType, SharedVecType
+from tkc.ir.types import Layout, RegTileType, RegVecType, SharedTileType
 from tkc.passes import register
 from tkc.passes.sum_rows_after_loop import holds_partial_sums
-from tkc.passes.util import sync_function_types
+from tkc.passes.util import shared_unchanged_between, sync_function_types
 
 TILE_LAYOUT = (Layout.ROW, Layout.COL)
-_SHARED_STATE = (SharedTileType, SharedVecType, RingType, StageBarriersType)  # what an op writing shared memory touches
 VECTOR_LAYOUT = (Layout.ALIGN, Layout.ORTHO)
 
 
@@ -196,20 +193,12 @@ def assign_layouts(module: ModuleOp) -> None:
 
 
 def _reloadable(value: SSAValue, user: Operation) -> bool:
-    """Is `value` a register tile loaded from a shared tile that nothing writes before `user` (in the same block)?
-    Then `user` can load it again in its own layout (ldmatrix or ldmatrix.trans) rather than shuffle registers,
-    and the first load's registers need not live until `user`."""
+    """Is `value` a register tile loaded from a shared tile that nothing changes before `user`? Then `user` can load
+    it again in its own layout (ldmatrix or ldmatrix.trans) rather than shuffle registers, and the first load's
+    registers need not live until `user`."""
     load = value.owner
-    if not (isinstance(load, t.LoadOp) and isinstance(load.source.type, SharedTileType)
-            and isinstance(value.type, RegTileType) and load.parent_block() is user.parent_block()):
-        return False
-    op = load.next_op
-    while op is not None and op is not user:
-        if not isinstance(op, t.LoadOp) and (op.regions or any(
-                isinstance(v.type, _SHARED_STATE) for v in (*op.operands, *op.results))):
-            return False  # it may write shared memory
-        op = op.next_op
-    return op is user
+    return (isinstance(load, t.LoadOp) and isinstance(load.source.type, SharedTileType)
+            and isinstance(value.type, RegTileType) and shared_unchanged_between(load, user))
 
 
 def _parity(layout: Layout) -> int:

@@ -8,6 +8,31 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
+from tkc.ir import async_ops as a
+from tkc.ir import ops as t
+from tkc.ir import tma_ops as m
+from tkc.ir.types import SharedTileType, SharedVecType
+
+# Ops after which a shared tile may hold other bytes: writes, copies landing, other warps let in, a ring stage handed
+# back to TMA (which may refill it at once: on the H200 attention_bwd_dq's sm_90a build read K and V refilled under
+# an mma streaming them past the release, RESULTS "attention backward probe — 2026-12-04").
+SHARED_WRITERS = (t.InsertOp, t.BarrierOp, a.CopyAsyncOp, a.WaitGroupOp, m.StageReleaseOp, m.StageAcquireOp,
+                  m.TmaLoadOp)
+
+
+def shared_unchanged_between(first: Operation, last: Operation) -> bool:
+    """Is `last` later in `first`'s block with nothing in between that could change a shared tile's bytes: no
+    SHARED_WRITERS op, no region, no new shared tile or vector (after allocate-shared it may take a dead one's
+    bytes)? Then a shared tile read at `first` may be read again (or for the first time) at `last`."""
+    op = first.next_op
+    while op is not None and op is not last:
+        if op.regions or isinstance(op, SHARED_WRITERS):
+            return False
+        if isinstance(op, t.LoadOp | t.FillOp) and isinstance(op.results[0].type, SharedTileType | SharedVecType):
+            return False
+        op = op.next_op
+    return op is last
+
 
 def sync_function_types(module: ModuleOp) -> None:
     """After a pass retypes block arguments, make each function's type match its entry block again."""
