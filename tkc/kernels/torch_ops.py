@@ -82,45 +82,37 @@ def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, s
 
 
 def _attention_setup(ctx, inputs, output) -> None:
-    q, k, v, causal, scale, target = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
-    ctx.causal, ctx.scale, ctx.target = causal, scale, target
-    ctx.set_materialize_grads(False)  # an unused lse's gradient stays None (no zeros to read)
+    """attention_lse's and attention's: q, k, v and the output(s) saved, the options kept."""
+    ctx.save_for_backward(*inputs[:3], *(output if isinstance(output, tuple) else (output,)))
+    ctx.causal, ctx.scale, ctx.target = inputs[3:]
+    ctx.set_materialize_grads(False)  # an unused output's gradient stays None (no zeros to read)
 
 
-def _attention_backward(ctx, grad_out: torch.Tensor, grad_lse: torch.Tensor | None):
-    """tkc's backward kernels (tkc/kernels/attention_bwd.py); the gradients' last dimension made contiguous."""
-    q, k, v, out, lse = ctx.saved_tensors
-    if grad_out is None:  # only lse was used
+def _attention_gradients(ctx, q, k, v, out, lse, grad_out, grad_lse):
+    """dq, dk, dv by tkc's backward kernels (tkc/kernels/attention_bwd.py); grad_out's last dimension made
+    contiguous (zeros where only lse was used)."""
+    if grad_out is None:
         grad_out = torch.zeros_like(out)
     elif grad_out.stride(-1) != 1:
         grad_out = grad_out.contiguous()
-    dq, dk, dv = _attention_backward_kernels(q, k, v, out, grad_out, lse, causal=ctx.causal, scale=ctx.scale,
-                                             grad_lse=grad_lse, target=ctx.target)
-    return dq, dk, dv, None, None, None
+    return _attention_backward_kernels(q, k, v, out, grad_out, lse, causal=ctx.causal, scale=ctx.scale,
+                                       grad_lse=grad_lse, target=ctx.target)
 
 
-attention_lse.register_autograd(_attention_backward, setup_context=_attention_setup)
+def _attention_lse_backward(ctx, grad_out: torch.Tensor | None, grad_lse: torch.Tensor | None):
+    return *_attention_gradients(ctx, *ctx.saved_tensors, grad_out, grad_lse), None, None, None
 
 
-def _attention_o_setup(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs[:3], output)
-    ctx.causal, ctx.scale, ctx.target = inputs[3:]
-
-
-def _attention_o_backward(ctx, grad_out: torch.Tensor):
+def _attention_backward(ctx, grad_out: torch.Tensor):
     """tkc.attention called as an op (the entry point takes attention_lse under autograd): the log-sum-exp it did
-    not keep comes from one more forward, then the backward kernels."""
+    not keep comes from one more forward."""
     q, k, v, out = ctx.saved_tensors
     _, lse = _attention(q, k, v, causal=ctx.causal, scale=ctx.scale, target=ctx.target, return_lse=True)
-    grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
-    dq, dk, dv = _attention_backward_kernels(q, k, v, out, grad_out, lse, causal=ctx.causal, scale=ctx.scale,
-                                             target=ctx.target)
-    return dq, dk, dv, None, None, None
+    return *_attention_gradients(ctx, q, k, v, out, lse, grad_out, None), None, None, None
 
 
-attention.register_autograd(_attention_o_backward, setup_context=_attention_o_setup)
+attention_lse.register_autograd(_attention_lse_backward, setup_context=_attention_setup)
+attention.register_autograd(_attention_backward, setup_context=_attention_setup)
 
 
 @torch.library.custom_op("tkc::layernorm", mutates_args=())
