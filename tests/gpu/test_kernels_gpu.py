@@ -376,5 +376,9 @@ def test_attention_backward_ragged_lengths(b: int, h: int, nq: int, nk: int, d: 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("any length needs the Hopper forward")
     grads = torch.autograd.grad(attention(q, k, v, causal=causal), (q, k, v), grad)
-    for name, got, ref in zip("qkv", grads, attention_grads_ref(q, k, v, grad, causal)):
-        assert rel_err(got, ref) < 1e-2, f"d{name}"
+    refs = attention_grads_ref(q, k, v, grad, causal)
+    for name, got, ref in zip("qkv", grads, refs):
+        if nk == 1 and name != "v":  # one key: softmax is constant, dq = dk = 0 exactly; rounding noise vs dv's size
+            assert (got.double() - ref.double()).norm() < 1e-3 * refs[2].double().norm(), f"d{name}"
+        else:
+            assert rel_err(got, ref) < 1e-2, f"d{name}"
