@@ -19,7 +19,8 @@ from common import rel_err, time_ms  # noqa: E402
 
 from tkc.kernels import attention  # noqa: E402
 from tkc.kernels.attention_bwd import (CONFIG, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dkdv_sm90,  # noqa: E402
-                                      attention_bwd_dq, attention_bwd_dq_sm90)
+                                      attention_bwd_dq, attention_bwd_dq_scale, attention_bwd_dq_sm90,
+                                      attention_bwd_sm90)
 
 
 def reference(q, k, v, grad, causal: bool, scale: float):
@@ -38,7 +39,7 @@ def main() -> None:
     parser.add_argument("--causal", type=int, nargs="+", default=[0])
     parser.add_argument("--configs", nargs="*", default=[],
                         help="more (target, dkdv constants, dq constants) to try, as JSON lists (target \"sm90\": the "
-                             "wgmma kernels): "
+                             "wgmma kernels; \"sm90-fused\": attention_bwd_sm90, dQ by atomics, then its scaling): "
                              '\'["sm_80", {"QUERIES": 64}, {"KEYS": 32}]\'')
     args = parser.parse_args()
     for shape in args.shapes:
@@ -58,11 +59,13 @@ def main() -> None:
             for target, dkdv_cfg, dq_cfg in configs:
                 delta = torch.full((b, h, n), math.nan, device="cuda")
                 dq, dk, dv = (torch.full_like(q, math.nan) for _ in range(3))
-                wgmma = target == "sm90"  # the wgmma kernels (attention_bwd_*_sm90), eight warps by default
+                fused = target == "sm90-fused"  # dK, dV and dQ (by atomics) in one wgmma kernel
+                wgmma = target.startswith("sm90")  # the wgmma kernels (attention_bwd_*_sm90), eight warps by default
                 dkdv_kernel, dq_kernel = ((attention_bwd_dkdv_sm90, attention_bwd_dq_sm90) if wgmma
                                           else (attention_bwd_dkdv, attention_bwd_dq))
                 build = "sm_90a" if wgmma else target
                 kv_grid, q_grid = ((n // (16 * c.get("WARPS", 8 if wgmma else 4)), h, b) for c in (dkdv_cfg, dq_cfg))
+                dq_sum = torch.full(q.shape, math.nan, device="cuda")
                 runs = {
                     "delta": lambda: attention_bwd_delta[grid](o, grad, lse, delta, D=d, target="sm_80"),
                     "dkdv": lambda: dkdv_kernel[kv_grid](q, k, v, grad, lse, delta, dk, dv, scale, D=d,
@@ -70,14 +73,21 @@ def main() -> None:
                     "dq": lambda: dq_kernel[q_grid](q, k, v, grad, lse, delta, dq, scale, D=d,
                                                     CAUSAL=int(causal), **dq_cfg, target=build),
                 }
+                if fused:  # "dkdv": zeroing dQ_sum and the fused kernel; "dq": its scaling into bf16
+                    runs["dkdv"] = lambda: (dq_sum.zero_(), attention_bwd_sm90[kv_grid](
+                        q, k, v, grad, lse, delta, dk, dv, dq_sum, scale, D=d, CAUSAL=int(causal), **dkdv_cfg,
+                        target=build))
+                    runs["dq"] = lambda: attention_bwd_dq_scale[grid](dq_sum, dq, scale, D=d, target="sm_80")
                 for run in runs.values():
                     run()
                 times = {name: time_ms(run) for name, run in runs.items()}
                 flops = 2 * b * h * n * n * d / (2 if causal else 1)  # one product
                 print(f"{where} backward {target} {dkdv_cfg} {dq_cfg}: dq {rel_err(dq, dq_ref):.2e} dk {rel_err(dk, dk_ref):.2e} dv "
                       f"{rel_err(dv, dv_ref):.2e};  µs delta {times['delta'] * 1e3:.0f} dkdv {times['dkdv'] * 1e3:.0f} "
-                      f"({4 * flops / times['dkdv'] / 1e9:.0f} TFLOP/s) dq {times['dq'] * 1e3:.0f} "
-                      f"({3 * flops / times['dq'] / 1e9:.0f} TFLOP/s)", flush=True)
+                      f"({(5 if fused else 4) * flops / times['dkdv'] / 1e9:.0f} TFLOP/s) dq {times['dq'] * 1e3:.0f} "
+                      f"({0 if fused else 3 * flops / times['dq'] / 1e9:.0f} TFLOP/s) total "
+                      f"{sum(times.values()) * 1e3:.0f} ({5 * flops / sum(times.values()) / 1e9:.0f} TFLOP/s)",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -515,6 +515,12 @@ def store(dst, src, index=None):
 
 
 @_op
+def atomic_add(dst, src, index):
+    """Add the f32 register tile `src` into the f32 global tensor `dst` at `index` (in tiles, as for `store`),
+    element by element and atomically: blocks may sum into the same elements, in any order. Past the end: dropped."""
+
+
+@_op
 def barrier():
     """Every warp of the block waits here. Passes insert the barriers shared memory needs; this is for the rest."""
 

@@ -70,7 +70,7 @@ def test_ptxas_accepts_without_spills(kernel: Kernel, constants: dict, target: s
     if kernel.name in SM80_BUILDS_ONLY and target == "sm_90a":
         pytest.skip(f"attention_backward builds {kernel.name} for sm_80 on every GPU")
     ptx = compile_kernels([kernel], target, constants)
-    assert ".version 8.0" in ptx and f".target {target}" in ptx
+    assert ".version 8.1" in ptx and f".target {target}" in ptx
     for arch in archs:
         report = assemble(ptx, arch)[kernel.name]
         assert report.spill_stores == 0 and report.spill_loads == 0, report.log

@@ -13,7 +13,7 @@ import tkc
 from tkc.backend.simulator import simulate
 from tkc.compiler import lower_kernel, tensor_alignment
 from tkc.kernels import attention_fwd, attention_fwd_lse, gemm_kernel, layernorm_kernel
-from tkc.lang import (bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rows,
+from tkc.lang import (atomic_add, bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rows,
                       rt, rv, st, store, sv, warp_id, zeros)
 
 ORDERS = ["ascending", "descending", "shuffled"]
@@ -366,6 +366,29 @@ def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: 
     assert rel_err(sim[6], dq_ref) < 1e-2
 
 
+@pytest.mark.parametrize("d, causal, warps, producer, n", [(128, 0, 8, 0, 256), (64, 1, 4, 0, 256), (128, 1, 8, 1, 200)])
+def test_fused_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: int, n: int) -> None:
+    """attention_bwd_sm90 (dK, dV, and dQ by atomics: each step's dSᵀ through shared memory into a transposed-A
+    wgmma, red.global.add into dQ_sum) then attention_bwd_dq_scale: the simulation agrees with float64."""
+    from reference import attention_backward_ref
+
+    from tkc.kernels.attention_bwd import attention_bwd_dq_scale, attention_bwd_sm90
+
+    rng = np.random.default_rng(d + causal + 7)
+    q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
+    out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
+    delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
+    constants = {"D": d, "CAUSAL": causal, "WARPS": warps, "STAGES": 2, "PRODUCER": producer, "RAGGED": int(n % 64 > 0)}
+    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d),
+            np.zeros((1, 2, n, d), np.float32), 0.1]
+    interp, sim = run_both(attention_bwd_sm90, args, (-(-n // (16 * warps)), 2, 1), constants, target="sm_90a",
+                           order="sliced")
+    for got in (interp, sim):
+        assert rel_err(got[6], dk_ref) < 1e-2 and rel_err(got[7], dv_ref) < 1e-2
+    _, dq = run_both(attention_bwd_dq_scale, [sim[8], poisoned(1, 2, n, d), 0.1], (-(-n // 64), 2, 1), {"D": d})
+    assert rel_err(dq[1], dq_ref) < 1e-2
+
+
 @pytest.mark.parametrize("mutated", [False, True])
 def test_streamed_loads_stay_before_a_stage_release(monkeypatch: pytest.MonkeyPatch, mutated: bool) -> None:
     """attention_bwd_dq built for sm_90a (K and V on a TMA ring): the mma.sync operands loaded from a stage are read
@@ -396,3 +419,22 @@ def test_streamed_loads_stay_before_a_stage_release(monkeypatch: pytest.MonkeyPa
     else:
         simulate(module, "attention_bwd_dq", args, (n // 64, 1, 1), order="sliced", seed=0)
         assert rel_err(args[6], dq_ref) < 1e-2
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def tiles_summed(X: gl[f32, 2], Y: gl[f32, 2]):
+    """Every warp of every block adds twice its 16×64 tile of X into tile warp % 2 of Y (rows past Y's end dropped)."""
+    atomic_add(Y, load(X, (warp_id(), 0), rt[f32, 16, 64]) * 2.0, (warp_id() % 2, 0))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("rows", [32, 21])
+def test_atomic_add_simulated(target: str, rows: int) -> None:
+    """Warps and blocks summing into the same elements (red.global.add, .v2 on sm_90a) end with every addend."""
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    y = rng.standard_normal((rows, 64)).astype(np.float32)
+    interp, sim = run_both(tiles_summed, [x, y], (3,), target=target)
+    ref = y + 6 * (x[:32] + x[32:])[:rows]
+    np.testing.assert_allclose(interp[1], ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sim[1], ref, rtol=1e-5, atol=1e-5)

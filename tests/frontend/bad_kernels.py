@@ -820,3 +820,20 @@ def shared_version_read_after_store():
         store(Y, load(a, (0,), rv[f32, 32]), (0, 0))  # ERROR
 
     return k
+
+
+def atomic_add_of_bf16():
+    @tkc.kernel
+    def k(X: gl[bf16, 2], Y: gl[bf16, 2]):
+        atomic_add(Y, load(X, (0, 0), rt[bf16, 16, 16]), (0, 0))  # ERROR
+
+    return k
+
+
+def atomic_add_into_shared():
+    @tkc.kernel
+    def k(X: gl[f32, 2]):
+        s = zeros(st[f32, 16, 16])
+        atomic_add(s, load(X, (0, 0), rt[f32, 16, 16]), (0, 0))  # ERROR
+
+    return k

@@ -303,6 +303,8 @@ def test_language_outside_a_kernel(case: Case) -> None:
     Case(bad.negating_a_language_function, ["-<tkc op warp_id>"], at="-warp_id"),
     Case(bad.rows_index_in_the_column_place, ["rows(...) goes in the row place of a global tensor's index (index 0)"]),
     Case(bad.shared_version_read_after_store, ["sv[f32, 32]", "already overwritten", "in place"], at="load(a"),
+    Case(bad.atomic_add_of_bf16, ["atomic_add adds an f32 tile into an f32 tensor", "rt[bf16, 16, 16]"]),
+    Case(bad.atomic_add_into_shared, ["atomic_add(dst, src, index) adds into a global tensor", "st[f32, 16, 16]"]),
 )
 def test_other_misuse(case: Case) -> None:
     check(case)

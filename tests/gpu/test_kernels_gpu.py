@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 import tkc  # noqa: E402
 from tkc.kernels import attention, gemm, layernorm  # noqa: E402
+from tkc.lang import atomic_add, block_idx, cdiv, f32, gl, load, rt, warp_id  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TARGETS = ["sm_80", None]  # the sm_80 code path, and the best for this GPU
@@ -382,3 +383,49 @@ def test_attention_backward_ragged_lengths(b: int, h: int, nq: int, nk: int, d: 
             assert (got.double() - ref.double()).norm() < 1e-3 * refs[2].double().norm(), f"d{name}"
         else:
             assert rel_err(got, ref) < 1e-2, f"d{name}"
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def tiles_summed(X: gl[f32, 2], Y: gl[f32, 2]):
+    """Block i's warps add X's tiles 4i..4i+3 into Y's tile i % (Y's tiles)."""
+    blk, _, _ = block_idx()
+    atomic_add(Y, load(X, (blk * 4 + warp_id(), 0), rt[f32, 16, 128]), (blk % cdiv(Y.shape[0], 16), 0))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("rows", [64, 40])
+def test_atomic_add(target: str, rows: int) -> None:
+    """600 blocks (2400 warps) adding into the same few tiles (red.global.add on sm_80, TMA reductions on sm_90a;
+    rows past Y's end dropped): every addend lands."""
+    if target == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm_90a needs Hopper")
+    blocks, tiles = 600, -(-rows // 16)
+    x = torch.randn(blocks * 64, 128, device="cuda")
+    y = torch.randn(rows, 128, device="cuda")
+    per_block = x.double().view(blocks, 4, 16, 128).sum(1)
+    ref = y.double() + torch.stack([per_block[t::tiles].sum(0) for t in range(tiles)]).view(-1, 128)[:rows]
+    tiles_summed[(blocks,)](x, y, target=target)
+    assert rel_err(y, ref) < 1e-5
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b, h, n, d", [(2, 3, 1024, 64), (1, 4, 1000, 128), (4, 8, 256, 128)])
+def test_attention_backward_fused(b: int, h: int, n: int, d: int, causal: bool) -> None:
+    """attention_bwd_sm90 (dK, dV and dQ by TMA reductions into an f32 sum) and attention_bwd_dq_scale: the
+    gradients against float64."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs Hopper")
+    from tkc.kernels.attention_bwd import attention_bwd_delta, attention_bwd_dq_scale, attention_bwd_sm90
+
+    q, k, v, grad = (randn(b, h, n, d) for _ in range(4))
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    delta = torch.full((b, h, n), math.nan, device="cuda")
+    dq, dk, dv = (torch.full_like(q, math.nan) for _ in range(3))
+    dq_sum = torch.zeros(b, h, n, d, device="cuda")
+    warps, ragged = (8 if d == 128 else 4), int(n % 64 > 0)
+    attention_bwd_delta[(-(-n // 64), h, b)](out, grad, lse, delta, D=d)
+    attention_bwd_sm90[(-(-n // (16 * warps)), h, b)](q, k, v, grad, lse, delta, dk, dv, dq_sum, d**-0.5, D=d,
+                                                       CAUSAL=int(causal), WARPS=warps, RAGGED=ragged)
+    attention_bwd_dq_scale[(-(-n // 64), h, b)](dq_sum, dq, d**-0.5, D=d)
+    for name, got, ref in zip("qkv", (dq, dk, dv), attention_grads_ref(q, k, v, grad, causal)):
+        assert rel_err(got, ref) < 1e-2, f"d{name}"

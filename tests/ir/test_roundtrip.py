@@ -179,6 +179,7 @@ def _op_cases() -> dict[str, str]:
         "store-st": "tile.store %st, %gs[%i, %i] : !tile.st<64x64xbf16> -> !tile.gl<8x?xbf16>",
         "store-rv": "tile.store %rva, %g2[%i, %i] {tkc.note} : !tile.rv<16xf32, align> -> !tile.gl<?x?xbf16>",
         "store-sv": "tile.store %sv, %g2[%i, %i] : !tile.sv<64xbf16> -> !tile.gl<?x?xbf16>",
+        "atomic-add": "tile.atomic_add %rt, %g4[%i, %i, %i, %i] : !tile.rt<16x32xf32> -> !tile.gl<?x?x?x?xf32>",
         "insert-rt": "%a = tile.insert %rt, %st[%i, %i] : !tile.rt<16x32xf32> -> !tile.st<64x64xbf16>",
         "insert-rv": "%a = tile.insert %rv, %sv[%i] : !tile.rv<16xf32> -> !tile.sv<64xbf16>",
         "barrier": "tile.barrier\ntile.barrier {tkc.note}",

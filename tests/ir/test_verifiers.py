@@ -232,6 +232,10 @@ OTHER_CASES = [
         "keep the dtype and convert in registers"),
     Bad("tile.store", "tile.store %rt, %g1[%i] : !tile.rt<16x32xf32> -> !tile.gl<?xf16>",
         "store: rt[f32, 16, 32] needs a global tensor of rank 2 or more"),
+    Bad("tile.atomic_add", "tile.atomic_add %rtb, %g2[%i, %i] : !tile.rt<16x32xbf16> -> !tile.gl<?x?xbf16>",
+        "atomic_add adds an f32 register tile into f32, got rt[bf16, 16, 32] into gl[bf16, 2]"),
+    Bad("tile.atomic_add", "tile.atomic_add %rt, %g4[%i, %i] : !tile.rt<16x32xf32> -> !tile.gl<?x?x?x?xf32>",
+        "atomic_add into gl[f32, 4] takes 4 indices, got 2"),
     # inserts (the DSL's store into a shared tile)
     Bad("tile.insert", "%x = tile.insert %rt, %st[%i] : !tile.rt<16x32xf32> -> !tile.st<64x64xbf16>",
         "store into st[bf16, 64, 64] takes 2 indices, got 1"),

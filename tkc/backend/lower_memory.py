@@ -30,6 +30,7 @@ from tkc.ir.types import GlobalType, Layout, RegTileType, RegVecType, SharedTile
 from tkc.passes.allocate_shared import OFFSET_ATTR
 from tkc.passes.lower_to_ptx import GlobalRef, Imm, KernelLowering, RingRef, SharedRef, handles
 from tkc.passes.util import shared_unchanged_between
+from tkc.targets import get_target
 
 # --------------------------------------------------------------------------------------------------------------
 # Runs of slots
@@ -863,6 +864,27 @@ def lower_store(lw: KernelLowering, op: t.StoreOp) -> None:
         _copy_shared_to_global(lw, _plain(lw.value(op.value), "storing"), lw.value(op.dest), global_coords(lw, op))
         return
     _store_global_registers(lw, op)
+
+
+@handles(t.AtomicAddOp)
+def lower_atomic_add(lw: KernelLowering, op: t.AtomicAddOp) -> None:
+    """A TMA reduction where insert-tma-stores marked it, else `red.global.add.f32` per element (sm_80), or per run
+    of 2 or 4 consecutive elements (`.v2`/`.v4`, sm_90)."""
+    if "tkc.tma_store" in op.attributes:
+        from tkc.backend.lower_tma import lower_tma_store
+
+        lower_tma_store(lw, op, reduce="add")
+        return
+    g: GlobalRef = lw.value(op.dest)
+    value = lw.reg(lw.value(op.value))
+    _, runs, addr, base_of, offset, guard = _global_access(lw, g, op.value.type, global_coords(lw, op))
+    vec = runs[0].length if get_target(lw.target).sm >= 90 and runs[0].length in (2, 4) else 1
+    assert all(run.length == runs[0].length for run in runs), "internal: runs of several widths"
+    split = runs[0].length // vec
+    each = np.repeat(np.arange(len(runs)), split)
+    lw.emit(ptx.StoreOp("global", "f32", vec, addr, base_of[each], offset[each] + 4 * vec * np.tile(np.arange(split), len(runs)),
+                        value, np.array([run.reg for run in runs])[each] + vec * np.tile(np.arange(split), len(runs)),
+                        guard, each, reduce="add"))
 
 
 @handles(t.InsertOp)

@@ -209,8 +209,9 @@ def _skip_boxes_before_row0(lw: KernelLowering, guard: SSAValue, first_row: Any,
     return lw.op("and.pred", "pred", guard, some_row, n=1)  # type: ignore[return-value]
 
 
-def lower_tma_store(lw: KernelLowering, op: Any) -> None:
-    """A warp's register tile to global memory through its staging tile and TMA (insert-tma-stores)."""
+def lower_tma_store(lw: KernelLowering, op: Any, reduce: str | None = None) -> None:
+    """A warp's register tile to global memory through its staging tile and TMA (insert-tma-stores); with `reduce`
+    (add) added to what is there."""
     from tkc.backend.lower_memory import _register_type, _shared_run_access, _store_runs
     from tkc.backend.lower_compute import pack, unpack
     from tkc.passes.insert_tma_stores import staging_tile
@@ -242,6 +243,6 @@ def lower_tma_store(lw: KernelLowering, op: Any) -> None:
     guard = _guard(lw, lane0)
     guard = _skip_boxes_before_row0(lw, guard, _mul_imm(lw, indices[-2], rows), rows)
     for p in range(panels):
-        lw.emit(ptx.TmaStoreOp(staging, 0, p * rows * swizzle, tmap, coords, [p, *where], guard=guard))
+        lw.emit(ptx.TmaStoreOp(staging, 0, p * rows * swizzle, tmap, coords, [p, *where], guard=guard, reduce=reduce))
     lw.emit(ptx.BulkGroupOp("commit"))
     lw.tma_stores = True

@@ -383,7 +383,8 @@ class LoadOp(_TableOp):
 
 @irdl_op_definition
 class StoreOp(_TableOp):
-    """`st.SPACE{.vN}.TYPE [addr + imm], {s..};` per access (see `ptx.ld`); guarded-off accesses are skipped."""
+    """`st.SPACE{.vN}.TYPE [addr + imm], {s..};` per access (see `ptx.ld`); guarded-off accesses are skipped.
+    With `reduce` (add): `red.SPACE.add{.vN}.TYPE`, which adds the registers into memory atomically."""
 
     name = "ptx.st"
     space = prop_def(StringAttr)
@@ -393,19 +394,23 @@ class StoreOp(_TableOp):
     offset = prop_def(DenseArrayBase)
     source = prop_def(DenseArrayBase)
     guard_index = opt_prop_def(DenseArrayBase)
+    reduce = opt_prop_def(StringAttr)
     addr = operand_def(RegsType)
     value = operand_def(RegsType)
     guard = opt_operand_def(RegsType)
     traits = traits_def(MemoryWriteEffect())
 
     def __init__(self, space: str, ptx_type: str, vec: int, addr: SSAValue, addr_index: Sequence[int], offset: Sequence[int],
-                 value: SSAValue, source: Sequence[int], guard: SSAValue | None = None, guard_index: Sequence[int] | None = None):
+                 value: SSAValue, source: Sequence[int], guard: SSAValue | None = None, guard_index: Sequence[int] | None = None,
+                 reduce: str | None = None):
         props: dict[str, Attribute] = {
             "space": StringAttr(space), "ptx_type": StringAttr(ptx_type), "vec": IntAttr(vec),
             "addr_index": _ints(addr_index), "offset": _ints(offset), "source": _ints(source),
         }
         if guard is not None:
             props["guard_index"] = _ints(guard_index)  # type: ignore[arg-type]
+        if reduce is not None:
+            props["reduce"] = StringAttr(reduce)
         super().__init__(operands=[addr, value, [guard] if guard is not None else []], properties=props)
 
 
@@ -771,12 +776,14 @@ class TmaStoreOp(_TableOp):
     """`cp.async.bulk.tensor.Rd.global.shared::cta.bulk_group [tmap, {c0, ..}], [src];` issued by one thread: the
     swizzled box at shared `src[src_index] + src_offset` goes to the tensor map's box at `coords[coord_index]`
     (innermost first; elements past the tensor's end are not written). It belongs to the issuing thread's next
-    bulk group and reads shared memory until a `cp.async.bulk.wait_group.read` covers it."""
+    bulk group and reads shared memory until a `cp.async.bulk.wait_group.read` covers it. With `reduce` (add):
+    `cp.reduce.async.bulk.tensor.Rd.global.shared::cta.add.tile.bulk_group`, the box added to the tensor's."""
 
     name = "ptx.tma_store"
     src_index = prop_def(IntAttr)
     src_offset = prop_def(IntAttr)
     coord_index = prop_def(DenseArrayBase)
+    reduce = opt_prop_def(StringAttr)
     src = operand_def(RegsType)
     tmap = operand_def(RegsType)
     coords = operand_def(RegsType)
@@ -784,12 +791,12 @@ class TmaStoreOp(_TableOp):
     traits = traits_def(MemoryWriteEffect())
 
     def __init__(self, src: SSAValue, src_index: int, src_offset: int, tmap: SSAValue, coords: SSAValue,
-                 coord_index: Sequence[int], guard: SSAValue | None = None):
-        super().__init__(
-            operands=[src, tmap, coords, [guard] if guard is not None else []],
-            properties={"src_index": IntAttr(src_index), "src_offset": IntAttr(src_offset),
-                        "coord_index": _ints(coord_index)},
-        )
+                 coord_index: Sequence[int], guard: SSAValue | None = None, reduce: str | None = None):
+        props: dict[str, Attribute] = {"src_index": IntAttr(src_index), "src_offset": IntAttr(src_offset),
+                                       "coord_index": _ints(coord_index)}
+        if reduce is not None:
+            props["reduce"] = StringAttr(reduce)
+        super().__init__(operands=[src, tmap, coords, [guard] if guard is not None else []], properties=props)
 
 
 @irdl_op_definition

@@ -10,7 +10,7 @@ from xdsl.ir import SSAValue
 
 from tkc.backend import ptx
 
-PTX_VERSION = "8.0"
+PTX_VERSION = "8.1"  # red.global.add.v2.f32 (sm_90) needs 8.1; the H200 driver (CUDA 13.0) reads up to 9.0
 PREFIX = {"pred": "%p", "b16": "%h", "b32": "%r", "b64": "%rd"}
 SHARED_SYMBOL = "smem"
 
@@ -116,7 +116,8 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         for i, (a, off, s) in enumerate(zip(op.table("addr_index", 0), op.table("offset", 0), op.table("source", 0))):
             src = [names(op.value, s + v) for v in range(vec)]
             guard = _guard(names, op.guard, guards[i] if guards is not None else None)
-            lines.append(f"{guard}st.{op.space.data}{suffix}.{op.ptx_type.data} {_address(names, op.addr, a, off)}, {_vector(src)};")
+            instr = f"red.{op.space.data}.{op.reduce.data}" if op.reduce is not None else f"st.{op.space.data}"
+            lines.append(f"{guard}{instr}{suffix}.{op.ptx_type.data} {_address(names, op.addr, a, off)}, {_vector(src)};")
         return lines
     if isinstance(op, ptx.CpAsyncOp):
         sizes = op.table("size_index", 0) if op.size_index is not None else None
@@ -210,8 +211,9 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
     if isinstance(op, ptx.TmaStoreOp):
         coords = [names(op.coords, x) for x in op.table("coord_index", 0)]
         src = _address(names, op.src, op.src_index.data, op.src_offset.data)
-        return [f"{_guard(names, op.guard, 0)}cp.async.bulk.tensor.{len(coords)}d.global.shared::cta.bulk_group "
-                f"[{names(op.tmap, 0)}, {{{', '.join(coords)}}}], {src};"]
+        kind = (f"cp.reduce.async.bulk.tensor.{len(coords)}d.global.shared::cta.{op.reduce.data}.tile"
+                if op.reduce is not None else f"cp.async.bulk.tensor.{len(coords)}d.global.shared::cta")
+        return [f"{_guard(names, op.guard, 0)}{kind}.bulk_group [{names(op.tmap, 0)}, {{{', '.join(coords)}}}], {src};"]
     if isinstance(op, ptx.BulkGroupOp):
         if op.kind.data == "commit":
             return ["cp.async.bulk.commit_group;"]

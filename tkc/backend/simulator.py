@@ -127,13 +127,16 @@ class GlobalMemory:
             out[i] = self.buffers[w][o:o + nbytes]
         return out
 
-    def write_span(self, addr: int, data: np.ndarray, what: str) -> None:
-        """Bytes at one address, any alignment (a TMA box's row)."""
+    def span(self, addr: int, nbytes: int, what: str) -> np.ndarray:
+        """The bytes at one address, any alignment (a TMA box's row), as a view into the tensor."""
         which, offset = self.locate(np.array([addr]), 1, what)
         w, o = int(which[0]), int(offset[0])
-        if o + data.size > self.buffers[w].size:
-            raise SimulationError(f"{what}: illegal global address {addr + data.size:#x} (outside every tensor)")
-        self.buffers[w][o:o + data.size] = data
+        if o + nbytes > self.buffers[w].size:
+            raise SimulationError(f"{what}: illegal global address {addr + nbytes:#x} (outside every tensor)")
+        return self.buffers[w][o:o + nbytes]
+
+    def write_span(self, addr: int, data: np.ndarray, what: str) -> None:
+        self.span(addr, data.size, what)[:] = data
 
     def write(self, addr: np.ndarray, data: np.ndarray, what: str) -> None:
         which, offset = self.locate(addr, data.shape[1], what)
@@ -779,6 +782,13 @@ class BlockSimulator:
             if not lanes.size:
                 continue
             words = values[lanes, source[i]:source[i] + vec]
+            if op.reduce is not None:  # red.global.add.f32: each lane's add lands whole (lanes of one address too)
+                for lane in range(lanes.size):
+                    at = addrs[lanes[lane:lane + 1], i]
+                    old = self.launch.global_memory.read(at, word * vec, "red.global").view(np.float32)
+                    total = old + words[lane].astype(np.uint32).view(np.float32)
+                    self.launch.global_memory.write(at, total.view(np.uint8).reshape(1, -1), "red.global")
+                continue
             data = _words_to_bytes(words.astype(np.uint64 if word == 8 else np.uint32), word)
             if space == "global":
                 self.launch.global_memory.write(addrs[lanes, i], data, "st.global")
@@ -962,14 +972,17 @@ class BlockSimulator:
             self.shared._check(chunks, 16, "TMA store source")
 
             def complete(tmap: TensorMap = tmap, chunks: np.ndarray = chunks, x: int = x, y: int = y,
-                         matrix: int = matrix, inside: bool = inside) -> None:
+                         matrix: int = matrix, inside: bool = inside, reduce: bool = op.reduce is not None) -> None:
                 data = self.shared.read(chunks, 16, "TMA store source").reshape(tmap.box_rows, row_bytes)
                 rows, cols = tmap.array.shape[-2:]
                 r0, r1, c0, c1 = max(y, 0), min(y + tmap.box_rows, rows), max(x, 0), min(x + tmap.box_cols, cols)
                 for r in range(r0, r1 if inside else r0):
                     if c0 < c1:
                         addr = matrix + (r * cols + c0) * e
-                        piece = data[r - y, (c0 - x) * e:(c1 - x) * e]
+                        piece = np.ascontiguousarray(data[r - y, (c0 - x) * e:(c1 - x) * e])
+                        if reduce:  # cp.reduce.async.bulk.tensor .add (f32): the box added to what is there
+                            held = self.launch.global_memory.span(addr, piece.size, "TMA reduction")
+                            piece = (held.view(np.float32) + piece.view(np.float32)).view(np.uint8)
                         self.launch.global_memory.write_span(addr, piece, "TMA store")
 
             reads = _halves(chunks, 16)

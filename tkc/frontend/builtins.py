@@ -618,6 +618,18 @@ def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None) -> SSAValue | Non
     raise TkcError(f"store's destination must be a global tensor or a shared tile, got {describe(dst)}")
 
 
+@implements(lang.atomic_add)
+def _atomic_add(cg: CodeGen, dst: Any, src: Any, index: Any) -> None:
+    if not is_global(dst):
+        raise TkcError(f"atomic_add(dst, src, index) adds into a global tensor, got {describe(dst)}")
+    src = _reg_tile(src, "atomic_add's value")
+    gtype: GlobalType = dst.type
+    if src.type.element_type != lang.f32.ir or gtype.element_type != lang.f32.ir:
+        raise TkcError(f"atomic_add adds an f32 tile into an f32 tensor, got {describe(src)} into {gtype.spec()}")
+    indices, in_rows = _global_indices(cg, index, gtype, src.type, f"atomic_add into {gtype.spec()}")
+    cg.emit(_marked(t.AtomicAddOp(src, dst, indices), in_rows))
+
+
 @implements(lang.barrier)
 def _barrier(cg: CodeGen) -> None:
     cg.emit(t.BarrierOp())

@@ -5,10 +5,11 @@ the end of a tensor read zeros, stores past the end are dropped, empty shared ti
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, Operation
 
 from tkc.errors import TkcError
 from tkc.interpreter.control import lane_state
@@ -100,6 +101,24 @@ def _with_blocks(idx: list[np.ndarray], nblocks: int, source_blocks: int) -> tup
     else:
         blocks = np.zeros((1,) * len(shape), dtype=np.int64)
     return np.broadcast_to(blocks, shape), idx
+
+
+def _global_writes(state: Any, op: Operation, value: Any, dest: Any, coords: list,
+                   every_lane: bool = False) -> tuple[tuple, np.ndarray]:
+    """The elements of `dest` a store (or atomic add) of `value` at `coords` writes, and what it writes there; with
+    `every_lane`, one write per lane (block, warp), those of lanes holding the same value included."""
+    vtype = op.value.type
+    idx, valid = _element_indices(coords, _tile_shape(vtype), dest.data.shape, t.index_units(op, _tile_shape(vtype)))
+    active = expand_to(state.active(), valid)
+    # the value, the index and the mask may each vary over different lanes (a per-warp value stored at one
+    # index by one warp): broadcast all three to the lanes of any of them
+    shape = np.broadcast_shapes(valid.shape, np.shape(value), active.shape)
+    if every_lane:
+        shape = (state.blocks, state.warps) + shape[LANE_AXES:]
+    idx = [np.broadcast_to(i, shape) for i in idx]
+    value = np.broadcast_to(round_to(value, dest.element_type), shape)
+    write = np.broadcast_to(valid, shape) & np.broadcast_to(active, shape)
+    return tuple(i[write] for i in idx), value[write]
 
 
 class TileFunctions(InterpreterFunctions):
@@ -275,22 +294,20 @@ class TileFunctions(InterpreterFunctions):
     def run_store(self, interpreter: Interpreter, op: t.StoreOp, args: PythonValues) -> PythonValues:
         state = lane_state(interpreter)
         value, dest, *coords = args
-        vtype = op.value.type
-        if isinstance(vtype, SharedTileType | SharedVecType):
+        if isinstance(op.value.type, SharedTileType | SharedVecType):
             state.require_block_uniform("a store from shared memory")
             coords = [block_uniform(c, "the index of a store from shared memory") for c in coords]
-        idx, valid = _element_indices(coords, _tile_shape(vtype), dest.data.shape, t.index_units(op, _tile_shape(vtype)))
-        active = expand_to(state.active(), valid)
-        # the value, the index and the mask may each vary over different lanes (a per-warp value stored at one
-        # index by one warp): broadcast all three to the lanes of any of them
-        shape = np.broadcast_shapes(valid.shape, np.shape(value), active.shape)
-        idx = [np.broadcast_to(i, shape) for i in idx]
-        value = np.broadcast_to(round_to(value, dest.element_type), shape)
-        write = np.broadcast_to(valid, shape) & np.broadcast_to(active, shape)
-        targets = tuple(i[write] for i in idx)
-        values = value[write]
+        targets, values = _global_writes(state, op, value, dest, coords)
         _check_store_race(dest, targets, values)
         dest.data[targets] = values
+        dest.written = True
+        return ()
+
+    @impl(t.AtomicAddOp)
+    def run_atomic_add(self, interpreter: Interpreter, op: t.AtomicAddOp, args: PythonValues) -> PythonValues:
+        value, dest, *coords = args
+        targets, values = _global_writes(lane_state(interpreter), op, value, dest, coords, every_lane=True)
+        np.add.at(dest.data, targets, values)  # every lane's addend, those into one element included (any order)
         dest.written = True
         return ()
 

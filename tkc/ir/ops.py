@@ -957,14 +957,9 @@ class LoadOp(IRDLOperation):
                                       f"st[{spec(src.element_type)}, {src.shape[0]}, C], got {spec(dst)}")
 
 
-@irdl_op_definition
-class StoreOp(IRDLOperation):
-    """`tile.store %t, %dst[%i, ...] : SRC -> !tile.gl<...>`: rt/st/rv/sv → global memory (past the end: dropped).
+class _GlobalWriteOp(IRDLOperation):
+    """Base of the ops writing a tile into global memory at tile indices: `tile.OP %t, %dst[%i, ...] : T -> G`."""
 
-    Register→global stores convert the dtype; shared→global copies do not.
-    """
-
-    name = "tile.store"
     value = operand_def(ANY_TILE)
     dest = operand_def(GlobalType)
     indices = var_operand_def(i32)
@@ -975,8 +970,35 @@ class StoreOp(IRDLOperation):
         super().__init__(operands=[value, dest, indices])
 
     def verify_(self) -> None:
-        _verify_transfer("store", self.value.type, self.dest.type, self.dest.type, len(self.indices), STORE_PAIRS)
+        what = self.name.removeprefix("tile.")
+        _verify_transfer(what, self.value.type, self.dest.type, self.dest.type, len(self.indices), STORE_PAIRS)
         _verify_rows_index(self, self.dest.type, self.value.type)
+
+
+@irdl_op_definition
+class StoreOp(_GlobalWriteOp):
+    """`tile.store %t, %dst[%i, ...] : SRC -> !tile.gl<...>`: rt/st/rv/sv → global memory (past the end: dropped).
+
+    Register→global stores convert the dtype; shared→global copies do not.
+    """
+
+    name = "tile.store"
+
+
+@irdl_op_definition
+class AtomicAddOp(_GlobalWriteOp):
+    """`tile.atomic_add %t, %dst[%i, ...] : !tile.rt<16x64xf32> -> !tile.gl<?x?xf32>`: adds a register tile into
+    global memory element by element (`red.global.add`), so that several blocks may sum into the same elements in
+    any order (past the end: dropped). f32 register tiles only."""
+
+    name = "tile.atomic_add"
+
+    def verify_(self) -> None:
+        super().verify_()
+        if not (isinstance(self.value.type, RegTileType) and self.value.type.element_type == f32
+                and self.dest.type.element_type == f32):
+            raise VerifyException(f"atomic_add adds an f32 register tile into f32, got {spec(self.value.type)} "
+                                  f"into {spec(self.dest.type)}")
 
 
 @irdl_op_definition
@@ -1073,6 +1095,7 @@ TILE_OPS: list[type[IRDLOperation]] = [
     *WGMMA_OPS.values(),
     LoadOp,
     StoreOp,
+    AtomicAddOp,
     InsertOp,
     BarrierOp,
     TurnWaitOp,

@@ -11,7 +11,10 @@ computes everything transposed, Sᵀ = K·Qᵀ, so that Pᵀ and dSᵀ come out 
 product takes), attention_bwd_dq (a block per 64 queries, looping over the keys, like the forward). Each key block
 and each query block is owned by one block: no atomics, P recomputed twice. On Hopper attention_bwd_dkdv_sm90 and
 attention_bwd_dq_sm90 do the same with wgmma (each warpgroup's operands read once from shared memory, where the
-mma.sync kernels' warps each read all of them: those are bound by shared memory bandwidth).
+mma.sync kernels' warps each read all of them: those are bound by shared memory bandwidth). attention_bwd_sm90
+takes five products a step for the two kernels' seven: dK, dV and dQ by atomics (TMA reductions into an f32 sum);
+right, but on the H200 2-15 % slower than the two (the partial sums' writes; RESULTS "attention backward, dQ by
+atomics"), so attention_backward does not use it.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ def dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, ca
               wgmma, d):
     """dK and dV of a warp's 16 keys over one step of queries, everything transposed (Sᵀ: a row per key, a column per
     query; query c sees key r iff c >= r + diagonal; with `ragged`, only the first `queries` columns are queries):
-    dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale)."""
+    dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale); also returns dSᵀ (bf16)."""
     s_t = mma_ABt(warp_rows(k, kv_in_shared, d), operand(q_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
     if ragged:  # the last step's columns past Nq (zeros read past the end, with an L of 0: no P for them)
         s_t = keep_cols(s_t, queries)
@@ -75,8 +78,8 @@ def dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, ca
     p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
     dv = mma_AB(p_t.to(bf16), operand(do_s, wgmma), dv)
     dp_t = mma_ABt(warp_rows(v, kv_in_shared, d), operand(do_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
-    ds_t = p_t * sub_col(dp_t, delta)
-    return mma_AB(ds_t.to(bf16), operand(q_s, wgmma), dk), dv
+    ds_t = (p_t * sub_col(dp_t, delta)).to(bf16)
+    return mma_AB(ds_t, operand(q_s, wgmma), dk), dv, ds_t
 
 
 @tkc.func
@@ -135,8 +138,8 @@ def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
         q_s, do_s = load(Q, (b, h, j, 0), st[bf16, QUERIES, D]), load(dO, (b, h, j, 0), st[bf16, QUERIES, D])
         lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
         delta = load(Delta, (b, h, j), rv[f32, QUERIES])
-        dk, dv = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * QUERIES, CAUSAL,
-                           Q.shape[2] - j * QUERIES, RAGGED, KV_IN_SHARED, 0, D)
+        dk, dv, _ = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * QUERIES,
+                              CAUSAL, Q.shape[2] - j * QUERIES, RAGGED, KV_IN_SHARED, 0, D)
     store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
 
@@ -157,6 +160,39 @@ def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16
     dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 0)
 
 
+@tkc.func
+def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq):
+    """The wgmma dK/dV kernels' block: 16·`warps` keys (a warpgroup per 64), K and V in shared memory, the loop over
+    the queries (TMA streams Q and dO), the stores. With `with_dq`, each step's dSᵀ also goes through shared memory
+    into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics."""
+    static_assert(d in (64, 128), f"head dim D must be 64 or 128, got {d}")
+    blk, h, b = block_idx()
+    k_block = load(K, (b, h, blk, 0), st[bf16, 16 * warps, d])
+    v_block = load(V, (b, h, blk, 0), st[bf16, 16 * warps, d])
+    k, v = load(k_block, (warpgroup_id(), 0), st[bf16, 64, d]), load(v_block, (warpgroup_id(), 0), st[bf16, 64, d])
+    k_tile = blk * warps + warp_id()
+    scale_log2 = scale * LOG2E
+    dk, dv = zeros(rt[f32, 16, d]), zeros(rt[f32, 16, d])
+    first = blk * 16 * warps // queries if causal else 0
+    for j in range(first, cdiv(Q.shape[2], queries)):
+        q_s, do_s = load(Q, (b, h, j, 0), st[bf16, queries, d]), load(dO, (b, h, j, 0), st[bf16, queries, d])
+        lse_log2 = load(L, (b, h, j), rv[f32, queries]) * LOG2E
+        delta = load(Delta, (b, h, j), rv[f32, queries])
+        dk, dv, ds_t = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * queries,
+                                 causal, Q.shape[2] - j * queries, ragged, 0, 1, d)
+        if with_dq:  # dSᵀ (the block's keys × the step's queries) is A of dQ's product, read transposed
+            ds_s = store(empty(st[bf16, 16 * warps, queries]), ds_t, (warp_id(), 0))
+            q_tile = j * (queries // 16) + warp_id() % 4
+            if warps == 8 and d == 128:  # each warpgroup 64 of dQ's columns over all 128 keys: one add, not two
+                dq = mma_AtB(ds_s, load(k_block, (0, warpgroup_id()), st[bf16, 128, 64]), zeros(rt[f32, 16, 64]))
+                atomic_add(dQ_sum, dq, (b, h, q_tile, warpgroup_id()))
+            else:  # each warpgroup its own 64 keys' part
+                dq = mma_AtB(load(ds_s, (warpgroup_id(), 0), st[bf16, 64, queries]), k, zeros(rt[f32, 16, d]))
+                atomic_add(dQ_sum, dq, (b, h, q_tile, 0))
+    store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
+    store(dV, dv.to(bf16), (b, h, k_tile, 0))
+
+
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
 def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                             Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], scale: float, D: const = 128,
@@ -165,24 +201,27 @@ def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: 
     """attention_bwd_dkdv on Hopper's wgmma: a block per 16·WARPS keys (a warpgroup per 64), K and V in shared
     memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q
     with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the TMA
-    loads (specialize-warps; simulated, not yet measured). RAGGED as in attention_bwd_dkdv."""
-    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    loads (specialize-warps). RAGGED as in attention_bwd_dkdv."""
+    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0)
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
+def attention_bwd_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
+                       Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], dQ_sum: gl[f32, 4], scale: float,
+                       D: const = 128, CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
+                       PRODUCER: const = 0, RAGGED: const = 0):
+    """attention_bwd_dkdv_sm90 that also adds each step's dS·K into dQ_sum (f32 (B, H, Nq, D), zeroed before, without
+    the scale; attention_bwd_dq_scale turns it into dQ): five products a step where the two kernels take seven."""
+    static_assert(QUERIES == 64, f"QUERIES must be 64 (the rows of dQ's wgmma), got {QUERIES}")
+    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 1)
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_bwd_dq_scale(dQ_sum: gl[f32, 4], dQ: gl[bf16, 4], scale: float, D: const = 128):
+    """dQ = scale · dQ_sum in bf16. Grid: (Nq / 64, H, B); each warp takes 16 rows."""
     blk, h, b = block_idx()
-    k_block = load(K, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
-    v_block = load(V, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
-    k, v = load(k_block, (warpgroup_id(), 0), st[bf16, 64, D]), load(v_block, (warpgroup_id(), 0), st[bf16, 64, D])
-    k_tile = blk * WARPS + warp_id()
-    scale_log2 = scale * LOG2E
-    dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
-    first = blk * 16 * WARPS // QUERIES if CAUSAL else 0
-    for j in range(first, cdiv(Q.shape[2], QUERIES)):
-        q_s, do_s = load(Q, (b, h, j, 0), st[bf16, QUERIES, D]), load(dO, (b, h, j, 0), st[bf16, QUERIES, D])
-        lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
-        delta = load(Delta, (b, h, j), rv[f32, QUERIES])
-        dk, dv = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * QUERIES, CAUSAL,
-                           Q.shape[2] - j * QUERIES, RAGGED, 0, 1, D)
-    store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
-    store(dV, dv.to(bf16), (b, h, k_tile, 0))
+    tile = blk * 4 + warp_id()
+    store(dQ, (load(dQ_sum, (b, h, tile, 0), rt[f32, 16, D]) * scale).to(bf16), (b, h, tile, 0))
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
@@ -209,8 +248,9 @@ def attention_bwd_dq_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl
 CONFIG = {64: ({"QUERIES": 64}, {"KEYS": 64}), 128: ({"QUERIES": 32, "KV_IN_SHARED": 1}, {"KEYS": 32})}
 # On Hopper, the wgmma kernels' (RESULTS "attention backward probe — 2026-12-04 17:37", B=2 H=8 N=4096, µs not
 # causal / causal): D=128 three stages, eight warps: dkdv 499 / 294 (two stages 652 / 349; the mma.sync kernel
-# 884 / 549), dq 327 / 205 (591 / 371); D=64 dkdv four warps 379 / 217 (eight 533 / 267), dq three stages 162 / 133.
-CONFIG_SM90 = {64: ({"WARPS": 4}, {"STAGES": 3}), 128: ({"STAGES": 3}, {"STAGES": 3})}
+# 884 / 549), dq 327 / 205 (591 / 371); D=64 dkdv four warps 379 / 217 (eight 533 / 267), dq three stages 162 / 133;
+# D=64 dkdv with three stages 302 / 201 (two 385 / 217; "attention backward, dQ by atomics — 2026-12-04").
+CONFIG_SM90 = {64: ({"WARPS": 4, "STAGES": 3}, {"STAGES": 3}), 128: ({"STAGES": 3}, {"STAGES": 3})}
 
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:

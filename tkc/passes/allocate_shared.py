@@ -33,7 +33,7 @@ TOTAL_ATTR = "tkc.smem_bytes"
 def allocates(op: Operation) -> bool:
     if isinstance(op, a.RingAllocOp | StageBarriersOp):
         return True
-    if isinstance(op, t.StoreOp) and "tkc.tma_store" in op.attributes:
+    if isinstance(op, t.StoreOp | t.AtomicAddOp) and "tkc.tma_store" in op.attributes:
         return True  # a staging tile per computing warp
     if isinstance(op, t.LoadOp) and isinstance(op.source.type, SharedTileType):
         return False  # a view of rows of another shared tile
@@ -41,7 +41,7 @@ def allocates(op: Operation) -> bool:
 
 
 def _size_and_alignment(op: Operation) -> tuple[int, int]:
-    if isinstance(op, t.StoreOp):
+    if isinstance(op, t.StoreOp | t.AtomicAddOp):
         from tkc.passes.insert_tma_stores import staging_tile
 
         fn = op.parent_op()

@@ -253,7 +253,8 @@ def _other_shared_bytes(fn: Operation, threads: int) -> int:
     staged = [op.value.type.nbytes for op in fn.walk()
               if isinstance(op, t.StoreOp) and isinstance(op.value.type, RegTileType)]
     staging = threads // 32 * max(staged, default=0) if "tkc.tma_store" in fn.attributes else 0
-    return tiles + staging
+    added = sum(threads // 32 * op.value.type.nbytes for op in fn.walk() if isinstance(op, t.AtomicAddOp))
+    return tiles + staging + added
 
 
 def _tile_ring_stages(loop: scf.ForOp, loads: list[t.LoadOp], depth: int, threads: int) -> int:

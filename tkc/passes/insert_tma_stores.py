@@ -7,6 +7,8 @@ each warp a swizzled staging tile in shared memory (allocate-shared reserves one
 waits until its previous TMA store has read the staging tile, writes its registers there, fences them toward the
 async proxy, and one lane starts a TMA store per swizzle panel (bulk group; the kernel waits for them before it
 exits). The tensor's edges are clipped by TMA, as a masked store would drop them. Semantics do not change.
+A `tile.atomic_add` of an f32 tile is marked in every kernel: its TMA store is a reduction (`cp.reduce.async.bulk
+.tensor ... .add`), the sum made in L2.
 
     tile.store %c, %C[%i, %j] : !tile.rt<16x256xbf16, row> -> !tile.gl<?x?xbf16>
 becomes
@@ -34,15 +36,16 @@ def staging_tile(value: RegTileType) -> SharedTileType:
     return SharedTileType(value.element_type, value.rows.data, value.cols.data, swizzle_for(row_bytes))
 
 
-def tma_storable(op: t.StoreOp, fn: func.FuncOp) -> bool:
+def tma_storable(op: t.StoreOp | t.AtomicAddOp, fn: func.FuncOp) -> bool:
     from tkc.passes.insert_tma_pipeline import MAX_BOX_ROWS, _aligned_args
 
     value, dest = op.value.type, op.dest.type
     if not (isinstance(value, RegTileType) and isinstance(dest, GlobalType) and 2 <= dest.rank <= 5):
         return False
     e = element_bytes(value.element_type)
-    return (e == 2 and value.element_type == dest.element_type and value.rows.data <= MAX_BOX_ROWS
-            and swizzle_for(value.cols.data * e) >= 32 and op.dest in _aligned_args(fn))
+    return (e == (4 if isinstance(op, t.AtomicAddOp) else 2) and value.element_type == dest.element_type
+            and value.rows.data <= MAX_BOX_ROWS and swizzle_for(value.cols.data * e) >= 32
+            and op.dest in _aligned_args(fn))
 
 
 def insert_tma_stores(module: ModuleOp) -> None:
@@ -50,9 +53,12 @@ def insert_tma_stores(module: ModuleOp) -> None:
     if not (isinstance(target, StringAttr) and target.data.startswith("sm_90")):
         return
     for fn in module.ops:
-        if isinstance(fn, func.FuncOp) and TMA_STORE in fn.attributes:
+        if isinstance(fn, func.FuncOp):
             for op in fn.walk():
-                if isinstance(op, t.StoreOp) and tma_storable(op, fn):
+                # atomic adds always (a TMA reduction moves whole lines; red.global per lane floods the memory
+                # pipes: RESULTS "attention backward, dQ by atomics"), stores in kernels with tma_store=1
+                if ((isinstance(op, t.AtomicAddOp) or (isinstance(op, t.StoreOp) and TMA_STORE in fn.attributes))
+                        and tma_storable(op, fn)):
                     op.attributes[TMA_STORE] = UnitAttr()
 
 
