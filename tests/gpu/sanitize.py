@@ -54,6 +54,16 @@ def main() -> None:
             q, k, v = (torch.randn(1, 2, 512, d, device="cuda", dtype=bf).requires_grad_() for _ in range(3))
             out, lse = attention(q, k, v, causal=causal, return_lse=True)
             torch.autograd.grad((out, lse), (q, k, v), (torch.randn_like(out), torch.randn_like(lse)))
+            if torch.cuda.get_device_capability() == (9, 0):  # the fused kernel: dQ by TMA reductions, 9 steps
+                from tkc.kernels.attention_bwd import attention_bwd_sm90
+
+                q, k, v, do = (torch.randn(1, 2, 550, d, device="cuda", dtype=bf) for _ in range(4))
+                lse, delta = torch.randn(1, 2, 550, device="cuda"), torch.randn(1, 2, 550, device="cuda")
+                dk, dv, dq_sum = torch.empty_like(k), torch.empty_like(v), torch.zeros(1, 2, 550, d, device="cuda")
+                warps = 8 if d == 128 else 4
+                attention_bwd_sm90[(-(-550 // (16 * warps)), 2, 1)](q, k, v, do, lse, delta, dk, dv, dq_sum, 0.1, D=d,
+                                                                     CAUSAL=int(causal), WARPS=warps, STAGES=3,
+                                                                     RAGGED=1)
     x = torch.randn(300, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)
     layernorm(x, x, w, w, target="sm_80")
