@@ -427,13 +427,14 @@ def tiles_summed(X: gl[f32, 2], Y: gl[f32, 2]):
     atomic_add(Y, load(X, (warp_id(), 0), rt[f32, 16, 64]) * 2.0, (warp_id() % 2, 0))
 
 
-@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("target, pitch", [("sm_80", 64), ("sm_90a", 64), ("sm_90a", 66)])
 @pytest.mark.parametrize("rows", [32, 21])
-def test_atomic_add_simulated(target: str, rows: int) -> None:
-    """Warps and blocks summing into the same elements (red.global.add, .v2 on sm_90a) end with every addend."""
+def test_atomic_add_simulated(target: str, pitch: int, rows: int) -> None:
+    """Warps and blocks summing into the same elements end with every addend: red.global.add on sm_80, a TMA
+    reduction on sm_90a, red.global.add.v2 there where rows are 8- but not 16-byte aligned (a pitch of 66)."""
     rng = np.random.default_rng(rows)
     x = rng.standard_normal((64, 64)).astype(np.float32)
-    y = rng.standard_normal((rows, 64)).astype(np.float32)
+    y = rng.standard_normal((rows, pitch)).astype(np.float32)[:, :64]
     interp, sim = run_both(tiles_summed, [x, y], (3,), target=target)
     ref = y + 6 * (x[:32] + x[32:])[:rows]
     np.testing.assert_allclose(interp[1], ref, rtol=1e-5, atol=1e-5)

@@ -878,13 +878,15 @@ def lower_atomic_add(lw: KernelLowering, op: t.AtomicAddOp) -> None:
     g: GlobalRef = lw.value(op.dest)
     value = lw.reg(lw.value(op.value))
     _, runs, addr, base_of, offset, guard = _global_access(lw, g, op.value.type, global_coords(lw, op))
-    vec = runs[0].length if get_target(lw.target).sm >= 90 and runs[0].length in (2, 4) else 1
-    assert all(run.length == runs[0].length for run in runs), "internal: runs of several widths"
-    split = runs[0].length // vec
-    each = np.repeat(np.arange(len(runs)), split)
-    lw.emit(ptx.StoreOp("global", "f32", vec, addr, base_of[each], offset[each] + 4 * vec * np.tile(np.arange(split), len(runs)),
-                        value, np.array([run.reg for run in runs])[each] + vec * np.tile(np.arange(split), len(runs)),
-                        guard, each, reduce="add"))
+    length = runs[0].length
+    assert all(run.length == length for run in runs), "internal: runs of several widths"
+    vec = length if get_target(lw.target).sm >= 90 and length in (2, 4) else 1
+    # each run as length // vec accesses: run[i] of access k, its part j = k % (length // vec)
+    run_of = np.repeat(np.arange(len(runs)), length // vec)
+    part = np.tile(np.arange(length // vec), len(runs))
+    first_reg = np.array([run.reg for run in runs])
+    lw.emit(ptx.StoreOp("global", "f32", vec, addr, base_of[run_of], offset[run_of] + 4 * vec * part, value,
+                        first_reg[run_of] + vec * part, guard, run_of, reduce="add"))
 
 
 @handles(t.InsertOp)
