@@ -74,7 +74,7 @@ def main() -> None:
                                                     CAUSAL=int(causal), **dq_cfg, target=build),
                 }
                 if fused:  # "dkdv": zeroing dQ_sum and the fused kernel; "dq": its scaling into bf16
-                    runs["dkdv"] = lambda: (dq_sum.zero_(), attention_bwd_sm90[kv_grid](
+                    runs["dkdv"] = lambda: (dq_sum.zero_(), attention_bwd_sm90[kv_grid[1], kv_grid[0], b](
                         q, k, v, grad, lse, delta, dk, dv, dq_sum, scale, D=d, CAUSAL=int(causal), **dkdv_cfg,
                         target=build))
                     runs["dq"] = lambda: attention_bwd_dq_scale[grid](dq_sum, dq, scale, D=d, target="sm_80")

@@ -61,7 +61,7 @@ def main() -> None:
                 lse, delta = torch.randn(1, 2, 550, device="cuda"), torch.randn(1, 2, 550, device="cuda")
                 dk, dv, dq_sum = torch.empty_like(k), torch.empty_like(v), torch.zeros(1, 2, 550, d, device="cuda")
                 warps = 8 if d == 128 else 4
-                attention_bwd_sm90[(-(-550 // (16 * warps)), 2, 1)](q, k, v, do, lse, delta, dk, dv, dq_sum, 0.1, D=d,
+                attention_bwd_sm90[(2, -(-550 // (16 * warps)), 1)](q, k, v, do, lse, delta, dk, dv, dq_sum, 0.1, D=d,
                                                                      CAUSAL=int(causal), WARPS=warps, STAGES=3,
                                                                      RAGGED=1)
     x = torch.randn(300, 1024, device="cuda", dtype=bf)

@@ -424,7 +424,7 @@ def test_attention_backward_fused(b: int, h: int, n: int, d: int, causal: bool) 
     dq_sum = torch.zeros(b, h, n, d, device="cuda")
     warps, ragged = (8 if d == 128 else 4), int(n % 64 > 0)
     attention_bwd_delta[(-(-n // 64), h, b)](out, grad, lse, delta, D=d)
-    attention_bwd_sm90[(-(-n // (16 * warps)), h, b)](q, k, v, grad, lse, delta, dk, dv, dq_sum, d**-0.5, D=d,
+    attention_bwd_sm90[(h, -(-n // (16 * warps)), b)](q, k, v, grad, lse, delta, dk, dv, dq_sum, d**-0.5, D=d,
                                                        CAUSAL=int(causal), WARPS=warps, RAGGED=ragged)
     attention_bwd_dq_scale[(-(-n // 64), h, b)](dq_sum, dq, d**-0.5, D=d)
     for name, got, ref in zip("qkv", (dq, dk, dv), attention_grads_ref(q, k, v, grad, causal)):

@@ -166,7 +166,10 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     the queries (TMA streams Q and dO), the stores. With `with_dq`, each step's dSᵀ also goes through shared memory
     into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics."""
     static_assert(d in (64, 128), f"head dim D must be 64 or 128, got {d}")
-    blk, h, b = block_idx()
+    if with_dq:  # the grid's x is the head: the blocks running at once add into different heads' rows of dQ_sum
+        h, blk, b = block_idx()
+    else:
+        blk, h, b = block_idx()
     k_block = load(K, (b, h, blk, 0), st[bf16, 16 * warps, d])
     v_block = load(V, (b, h, blk, 0), st[bf16, 16 * warps, d])
     k, v = load(k_block, (warpgroup_id(), 0), st[bf16, 64, d]), load(v_block, (warpgroup_id(), 0), st[bf16, 64, d])
@@ -211,7 +214,8 @@ def attention_bwd_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
                        D: const = 128, CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
                        PRODUCER: const = 0, RAGGED: const = 0):
     """attention_bwd_dkdv_sm90 that also adds each step's dS·K into dQ_sum (f32 (B, H, Nq, D), zeroed before, without
-    the scale; attention_bwd_dq_scale turns it into dQ): five products a step where the two kernels take seven."""
+    the scale; attention_bwd_dq_scale turns it into dQ): five products a step where the two kernels take seven.
+    Grid: (H, Nk / (16·WARPS), B)."""
     static_assert(QUERIES == 64, f"QUERIES must be 64 (the rows of dQ's wgmma), got {QUERIES}")
     dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 1)
 
