@@ -366,6 +366,22 @@ def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: 
     assert rel_err(sim[6], dq_ref) < 1e-2
 
 
+@pytest.mark.parametrize("target, pitch", [("sm_80", 64), ("sm_90a", 64), ("sm_90a", 66)])
+def test_atomic_add_mutation_is_caught(monkeypatch: pytest.MonkeyPatch, target: str, pitch: int) -> None:
+    """Lowerings that write where they should add (red.global without `.add`: st.global; a TMA reduction as a plain
+    TMA store) leave one addend per element, not the sum: the simulation disagrees with the interpreter."""
+    from tkc.backend import ptx
+
+    for op in (ptx.StoreOp, ptx.TmaStoreOp):
+        init = op.__init__
+        monkeypatch.setattr(op, "__init__", lambda self, *a, _init=init, reduce=None, **k: _init(self, *a, **k))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    y = rng.standard_normal((32, pitch)).astype(np.float32)[:, :64]
+    interp, sim = run_both(tiles_summed, [x, y], (3,), target=target)
+    assert not np.allclose(sim[1], interp[1], rtol=1e-3)
+
+
 @pytest.mark.parametrize("d, causal, warps, producer, n", [(128, 0, 8, 0, 256), (64, 1, 4, 0, 256), (128, 1, 8, 1, 200)])
 def test_fused_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: int, n: int) -> None:
     """attention_bwd_sm90 (dK, dV, and dQ by atomics: each step's dSᵀ through shared memory into a transposed-A
