@@ -366,6 +366,43 @@ def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: 
     assert rel_err(sim[6], dq_ref) < 1e-2
 
 
+@tkc.kernel(warps=4, min_target="sm_80")
+def two_sizes_summed(X: gl[f32, 2], Y: gl[f32, 2], Z: gl[f32, 2]):
+    """Atomic adds of two widths, twice each: X's 16×64 tiles into Y's tile warp % 2, 16×32 ones into Z's."""
+    x, x_half = load(X, (warp_id(), 0), rt[f32, 16, 64]), load(X, (warp_id(), 1), rt[f32, 16, 32])
+    atomic_add(Y, x, (warp_id() % 2, 0))
+    atomic_add(Z, x_half, (warp_id(), 0))
+    atomic_add(Y, x, (warp_id() % 2, 0))
+    atomic_add(Z, x_half, (warp_id(), 0))
+
+
+def test_tma_reductions_share_one_staging_buffer() -> None:
+    """A kernel's four TMA reductions of two tile sizes share one staging buffer, a warp's tile at the larger one's
+    stride (16 KB, not 48); with the warps' steps interleaved a few instructions at a time every addend lands."""
+    from tkc.compiler import compile_for_launch
+
+    launch = compile_for_launch(two_sizes_summed, "sm_90a", {}, {"X": 16, "Y": 16, "Z": 16})
+    assert launch.ptx.count("cp.reduce.async.bulk.tensor") == 6 and launch.meta()["shared_bytes"] <= 16 * 1024 + 1024
+    rng = np.random.default_rng(11)
+    x, y, z = (rng.standard_normal(s).astype(np.float32) for s in ((64, 64), (32, 64), (64, 32)))
+    interp, sim = run_both(two_sizes_summed, [x, y, z], (3,), target="sm_90a", order="sliced")
+    np.testing.assert_allclose(sim[1], y + 6 * (x[:32] + x[32:]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sim[2], z + 6 * x[:, 32:], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(interp[2], sim[2], rtol=1e-5, atol=1e-5)
+
+
+def test_staging_stride_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering that places each warp's staging tile at its own tile's size (not the buffer's stride) writes
+    over a neighbouring warp's tile that a TMA reduction still reads: the simulation reports it."""
+    from tkc.backend.simulator import SimulationError
+    from tkc.passes import allocate_shared
+
+    monkeypatch.setattr(allocate_shared, "staging_stride", allocate_shared._staging_tile_bytes)
+    x, y, z = (np.ones(s, np.float32) for s in ((64, 64), (32, 64), (64, 32)))
+    with pytest.raises(SimulationError, match="still reads"):
+        run_both(two_sizes_summed, [x, y, z], (3,), target="sm_90a", order="sliced")
+
+
 @pytest.mark.parametrize("target, pitch", [("sm_80", 64), ("sm_90a", 64), ("sm_90a", 66)])
 def test_atomic_add_mutation_is_caught(monkeypatch: pytest.MonkeyPatch, target: str, pitch: int) -> None:
     """Lowerings that write where they should add (red.global without `.add`: st.global; a TMA reduction as a plain

@@ -214,6 +214,7 @@ def lower_tma_store(lw: KernelLowering, op: Any, reduce: str | None = None) -> N
     (add) added to what is there."""
     from tkc.backend.lower_memory import _register_type, _shared_run_access, _store_runs
     from tkc.backend.lower_compute import pack, unpack
+    from tkc.passes import allocate_shared
     from tkc.passes.insert_tma_stores import staging_tile
     from tkc.passes.lower_to_ptx import SharedRef
 
@@ -224,7 +225,8 @@ def lower_tma_store(lw: KernelLowering, op: Any, reduce: str | None = None) -> N
     name = op.dest.name_hint if isinstance(op.dest, SSAValue) else None
     if not name or op.dest not in lw.fn.body.block.args:
         raise TkcError("internal: a TMA store writes a kernel argument")
-    staging = lw.op("add.s32", "b32", shared_base(lw, _offset_of(op)), lw.expr(Leaf("warp") * tile.nbytes), n=1)
+    stride = allocate_shared.staging_stride(op)  # the kernel's staging buffer: a tile a warp at this stride
+    staging = lw.op("add.s32", "b32", shared_base(lw, _offset_of(op)), lw.expr(Leaf("warp") * stride), n=1)
     lw.emit(ptx.BulkGroupOp("wait_read", 0))  # this warp's previous TMA store has read the staging tile
     lw.emit(ptx.WarpSyncOp())
     value = lw.reg(lw.value(op.value))

@@ -1,7 +1,9 @@
 """allocate-shared: give every shared buffer an offset in the block's shared memory, within the target's budget.
 
 Each op that creates a shared tile, vector or ring (rather than updating one) owns a buffer for the whole kernel;
-stores into a shared tile, loop-carried shared tiles and ring reads use their buffer's. Buffers holding swizzled
+stores into a shared tile, loop-carried shared tiles and ring reads use their buffer's. A kernel's TMA stores and
+reductions (insert-tma-stores) share one staging buffer, each warp's tile at the largest one's stride
+(`tkc.staging_stride`): a warp writes its tile only once its earlier ones have been read. Buffers holding swizzled
 tiles start on 1024-byte boundaries (where the swizzle pattern repeats), others on 128 bytes. The offsets go on
 the allocating ops as `tkc.smem_offset`, the total on the kernel as `tkc.smem_bytes`.
 
@@ -30,25 +32,42 @@ OFFSET_ATTR = "tkc.smem_offset"
 TOTAL_ATTR = "tkc.smem_bytes"
 
 
+STAGING_STRIDE_ATTR = "tkc.staging_stride"  # bytes between two warps' staging tiles (TMA stores and reductions)
+
+
+def staged(op: Operation) -> bool:
+    """A TMA store or reduction of a register tile: it goes through the warp's staging tile."""
+    return isinstance(op, t.StoreOp | t.AtomicAddOp) and "tkc.tma_store" in op.attributes
+
+
 def allocates(op: Operation) -> bool:
     if isinstance(op, a.RingAllocOp | StageBarriersOp):
         return True
-    if isinstance(op, t.StoreOp | t.AtomicAddOp) and "tkc.tma_store" in op.attributes:
-        return True  # a staging tile per computing warp
+    if staged(op):
+        return True  # a staging tile per computing warp, one buffer for all of the kernel's (see allocate_shared)
     if isinstance(op, t.LoadOp) and isinstance(op.source.type, SharedTileType):
         return False  # a view of rows of another shared tile
     return isinstance(op, t.LoadOp | t.FillOp | t.EmptyOp) and isinstance(op.results[0].type, SharedTileType | SharedVecType)
 
 
-def _size_and_alignment(op: Operation) -> tuple[int, int]:
-    if isinstance(op, t.StoreOp | t.AtomicAddOp):
-        from tkc.passes.insert_tma_stores import staging_tile
+def staging_stride(op: Operation) -> int:
+    """Bytes between two warps' staging tiles in the kernel's staging buffer (allocate_shared set it on `op`)."""
+    return op.attributes[STAGING_STRIDE_ATTR].value.data  # type: ignore[attr-defined]
 
+
+def _staging_tile_bytes(op: Operation) -> int:
+    from tkc.passes.insert_tma_stores import staging_tile
+
+    return staging_tile(op.value.type).nbytes  # type: ignore[attr-defined]
+
+
+def _size_and_alignment(op: Operation) -> tuple[int, int]:
+    if staged(op):
         fn = op.parent_op()
         while fn is not None and not isinstance(fn, func.FuncOp):
             fn = fn.parent_op()
         warps = fn.attributes.get("tkc.consumer_warps", fn.attributes["tkc.warps"])  # type: ignore[union-attr]
-        return warps.value.data * staging_tile(op.value.type).nbytes, 1024  # type: ignore[attr-defined, arg-type]
+        return warps.value.data * staging_stride(op), 1024  # type: ignore[attr-defined]
     type_ = op.results[0].type
     if isinstance(type_, StageBarriersType):
         return type_.nbytes, 8
@@ -65,8 +84,17 @@ def allocate_shared(module: ModuleOp) -> None:
         if not isinstance(fn, func.FuncOp):
             continue
         offset = 0
+        # A kernel's TMA stores and reductions share one staging buffer, a tile a warp at the largest one's stride:
+        # before writing its tile each warp waits until its own earlier ones have read theirs (lower_tma_store)
+        staging = [op for op in fn.walk() if staged(op)]
+        stride = max((_staging_tile_bytes(op) for op in staging), default=0)
+        for op in staging:
+            op.attributes[STAGING_STRIDE_ATTR] = IntegerAttr(stride, 64)
         for op in fn.walk():
             if not allocates(op):
+                continue
+            if staged(op) and op is not staging[0]:
+                op.attributes[OFFSET_ATTR] = staging[0].attributes[OFFSET_ATTR]
                 continue
             size, align = _size_and_alignment(op)
             offset = -(-offset // align) * align

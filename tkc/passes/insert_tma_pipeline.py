@@ -246,15 +246,14 @@ TILE_RING_SPARE = 8 * 1024  # shared memory left for barriers and alignment
 
 
 def _other_shared_bytes(fn: Operation, threads: int) -> int:
-    """What else the kernel will hold in shared memory: its own shared tiles (`empty`) and, with tma_store=1, a
-    staging tile per computing warp for the largest register tile it stores."""
+    """What else the kernel will hold in shared memory: its own shared tiles (`empty`) and, with tma_store=1 or
+    atomic adds, a staging tile per computing warp for the largest register tile it stores or adds."""
     tiles = sum(op.result.type.nbytes for op in fn.walk()
                 if isinstance(op, t.EmptyOp) and isinstance(op.result.type, SharedTileType))
-    staged = [op.value.type.nbytes for op in fn.walk()
-              if isinstance(op, t.StoreOp) and isinstance(op.value.type, RegTileType)]
-    staging = threads // 32 * max(staged, default=0) if "tkc.tma_store" in fn.attributes else 0
-    added = sum(threads // 32 * op.value.type.nbytes for op in fn.walk() if isinstance(op, t.AtomicAddOp))
-    return tiles + staging + added
+    staged = [op.value.type.nbytes for op in fn.walk()  # one staging buffer, the largest tile a warp
+              if (isinstance(op, t.StoreOp) and isinstance(op.value.type, RegTileType) and "tkc.tma_store" in fn.attributes)
+              or isinstance(op, t.AtomicAddOp)]
+    return tiles + threads // 32 * max(staged, default=0)
 
 
 def _tile_ring_stages(loop: scf.ForOp, loads: list[t.LoadOp], depth: int, threads: int) -> int:
