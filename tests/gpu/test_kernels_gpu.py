@@ -409,8 +409,9 @@ def test_atomic_add(target: str, rows: int) -> None:
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("b, h, n, d", [(2, 3, 1024, 64), (1, 4, 1000, 128), (4, 8, 256, 128)])
-def test_attention_backward_fused(b: int, h: int, n: int, d: int, causal: bool) -> None:
+@pytest.mark.parametrize("b, h, n, d, warps, queries", [(2, 3, 1024, 64, 4, 64), (1, 4, 1000, 128, 8, 64),
+                                                        (4, 8, 256, 128, 8, 64), (2, 2, 1000, 64, 8, 128)])
+def test_attention_backward_fused(b: int, h: int, n: int, d: int, warps: int, queries: int, causal: bool) -> None:
     """attention_bwd_sm90 (dK, dV and dQ by TMA reductions into an f32 sum) and attention_bwd_dq_scale: the
     gradients against float64."""
     if torch.cuda.get_device_capability() != (9, 0):
@@ -422,10 +423,11 @@ def test_attention_backward_fused(b: int, h: int, n: int, d: int, causal: bool) 
     delta = torch.full((b, h, n), math.nan, device="cuda")
     dq, dk, dv = (torch.full_like(q, math.nan) for _ in range(3))
     dq_sum = torch.zeros(b, h, n, d, device="cuda")
-    warps, ragged = (8 if d == 128 else 4), int(n % 64 > 0)
+    ragged = int(n % queries > 0)
     attention_bwd_delta[(-(-n // 64), h, b)](out, grad, lse, delta, D=d)
     attention_bwd_sm90[(h, -(-n // (16 * warps)), b)](q, k, v, grad, lse, delta, dk, dv, dq_sum, d**-0.5, D=d,
-                                                       CAUSAL=int(causal), WARPS=warps, RAGGED=ragged)
+                                                       CAUSAL=int(causal), WARPS=warps, QUERIES=queries,
+                                                       RAGGED=ragged)
     attention_bwd_dq_scale[(-(-n // 64), h, b)](dq_sum, dq, d**-0.5, D=d)
     for name, got, ref in zip("qkv", (dq, dk, dv), attention_grads_ref(q, k, v, grad, causal)):
         assert rel_err(got, ref) < 1e-2, f"d{name}"

@@ -185,13 +185,16 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
                                  causal, Q.shape[2] - j * queries, ragged, 0, 1, d)
         if with_dq:  # dSᵀ (the block's keys × the step's queries) is A of dQ's product, read transposed
             ds_s = store(empty(st[bf16, 16 * warps, queries]), ds_t, (warp_id(), 0))
-            q_tile = j * (queries // 16) + warp_id() % 4
-            if warps == 8 and d == 128:  # each warpgroup 64 of dQ's columns over all 128 keys: one add, not two
-                dq = mma_AtB(ds_s, load(k_block, (0, warpgroup_id()), st[bf16, 128, 64]), zeros(rt[f32, 16, 64]))
-                atomic_add(dQ_sum, dq, (b, h, q_tile, warpgroup_id()))
-            else:  # each warpgroup its own 64 keys' part
+            if warps > 4 and queries // 64 * (d // 64) == warps // 4:
+                # each warpgroup one 64×64 panel of the block's dQ (queries × columns) over all the block's keys:
+                # one add an element (D=128: the two halves of the columns; D=64 with 128-query steps: of the rows)
+                row_panel, col_panel = warpgroup_id() // (d // 64), warpgroup_id() % (d // 64)
+                dq = mma_AtB(load(ds_s, (0, row_panel), st[bf16, 16 * warps, 64]),
+                             load(k_block, (0, col_panel), st[bf16, 16 * warps, 64]), zeros(rt[f32, 16, 64]))
+                atomic_add(dQ_sum, dq, (b, h, j * (queries // 16) + row_panel * 4 + warp_id() % 4, col_panel))
+            else:  # each warpgroup its own 64 keys' part (64-query steps)
                 dq = mma_AtB(load(ds_s, (warpgroup_id(), 0), st[bf16, 64, queries]), k, zeros(rt[f32, 16, d]))
-                atomic_add(dQ_sum, dq, (b, h, q_tile, 0))
+                atomic_add(dQ_sum, dq, (b, h, j * (queries // 16) + warp_id() % 4, 0))
     store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
 
@@ -215,8 +218,10 @@ def attention_bwd_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
                        PRODUCER: const = 0, RAGGED: const = 0):
     """attention_bwd_dkdv_sm90 that also adds each step's dS·K into dQ_sum (f32 (B, H, Nq, D), zeroed before, without
     the scale; attention_bwd_dq_scale turns it into dQ): five products a step where the two kernels take seven.
-    Grid: (H, Nk / (16·WARPS), B)."""
-    static_assert(QUERIES == 64, f"QUERIES must be 64 (the rows of dQ's wgmma), got {QUERIES}")
+    With two warpgroups and D=128, or D=64 with QUERIES=128, each warpgroup adds one 64×64 panel of the block's dQ
+    over all its keys (fewer bytes than each adding its own keys' part). Grid: (H, Nk / (16·WARPS), B)."""
+    static_assert(QUERIES == 64 or QUERIES // 64 * (D // 64) == WARPS // 4,
+                  f"QUERIES must be 64, or split with D into a 64×64 panel of dQ a warpgroup, got {QUERIES}")
     dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 1)
 
 
