@@ -246,13 +246,13 @@ TILE_RING_SPARE = 8 * 1024  # shared memory left for barriers and alignment
 
 
 def _other_shared_bytes(fn: Operation, threads: int) -> int:
-    """What else the kernel will hold in shared memory: its own shared tiles (`empty`) and, with tma_store=1 or
-    atomic adds, a staging tile per computing warp for the largest register tile it stores or adds."""
+    """What else the kernel will hold in shared memory: its own shared tiles (`empty`) and, where insert-tma-stores
+    (later) will send stores or atomic adds by TMA, the staging buffer: a tile a warp, the largest of them."""
+    from tkc.passes.insert_tma_stores import goes_by_tma, staging_tile
+
     tiles = sum(op.result.type.nbytes for op in fn.walk()
                 if isinstance(op, t.EmptyOp) and isinstance(op.result.type, SharedTileType))
-    staged = [op.value.type.nbytes for op in fn.walk()  # one staging buffer, the largest tile a warp
-              if (isinstance(op, t.StoreOp) and isinstance(op.value.type, RegTileType) and "tkc.tma_store" in fn.attributes)
-              or isinstance(op, t.AtomicAddOp)]
+    staged = [staging_tile(op.value.type).nbytes for op in fn.walk() if goes_by_tma(op, fn)]  # type: ignore[arg-type]
     return tiles + threads // 32 * max(staged, default=0)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from tkc.backend.shared_layout import swizzle_for
@@ -48,6 +49,14 @@ def tma_storable(op: t.StoreOp | t.AtomicAddOp, fn: func.FuncOp) -> bool:
             and op.dest in _aligned_args(fn))
 
 
+def goes_by_tma(op: Operation, fn: func.FuncOp) -> bool:
+    """Does this pass (on sm_90a) send `op` through a staging tile and TMA? Atomic adds always (a TMA reduction
+    moves whole lines; red.global per lane is ~2.4× slower: RESULTS "attention backward, dQ by atomics"), stores in
+    kernels with tma_store=1; both where tma_storable."""
+    return ((isinstance(op, t.AtomicAddOp) or (isinstance(op, t.StoreOp) and TMA_STORE in fn.attributes))
+            and tma_storable(op, fn))
+
+
 def insert_tma_stores(module: ModuleOp) -> None:
     target = module.attributes.get("tkc.target")
     if not (isinstance(target, StringAttr) and target.data.startswith("sm_90")):
@@ -55,10 +64,7 @@ def insert_tma_stores(module: ModuleOp) -> None:
     for fn in module.ops:
         if isinstance(fn, func.FuncOp):
             for op in fn.walk():
-                # atomic adds always (a TMA reduction moves whole lines; red.global per lane floods the memory
-                # pipes: RESULTS "attention backward, dQ by atomics"), stores in kernels with tma_store=1
-                if ((isinstance(op, t.AtomicAddOp) or (isinstance(op, t.StoreOp) and TMA_STORE in fn.attributes))
-                        and tma_storable(op, fn)):
+                if goes_by_tma(op, fn):
                     op.attributes[TMA_STORE] = UnitAttr()
 
 
