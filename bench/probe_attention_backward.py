@@ -41,6 +41,7 @@ def main() -> None:
                         help="more (target, dkdv constants, dq constants) to try, as JSON lists (target \"sm90\": the "
                              "wgmma kernels; \"sm90-fused\": attention_bwd_sm90, dQ by atomics, then its scaling): "
                              '\'["sm_80", {"QUERIES": 64}, {"KEYS": 32}]\'')
+    parser.add_argument("--no-mma-sync", action="store_true", help="only the --configs, not the mma.sync kernels' builds")
     args = parser.parse_args()
     for shape in args.shapes:
         b, h, n, d = map(int, shape.split(","))
@@ -55,7 +56,8 @@ def main() -> None:
                       f"{(lse.double() - lse_ref).abs().max().item():.2e}", flush=True)
             o, lse = out_ref.to(torch.bfloat16), lse_ref.float()
             grid = (n // 64, h, b)
-            configs = [("sm_80", *CONFIG[d]), ("sm_90a", *CONFIG[d])] + [tuple(json.loads(c)) for c in args.configs]
+            configs = [] if args.no_mma_sync else [("sm_80", *CONFIG[d]), ("sm_90a", *CONFIG[d])]
+            configs += [tuple(json.loads(c)) for c in args.configs]
             for target, dkdv_cfg, dq_cfg in configs:
                 delta = torch.full((b, h, n), math.nan, device="cuda")
                 dq, dk, dv = (torch.full_like(q, math.nan) for _ in range(3))
@@ -80,10 +82,10 @@ def main() -> None:
                     runs["dq"] = lambda: attention_bwd_dq_scale[grid](dq_sum, dq, scale, D=d, target="sm_80")
                 for run in runs.values():
                     run()
+                errors = f"dq {rel_err(dq, dq_ref):.2e} dk {rel_err(dk, dk_ref):.2e} dv {rel_err(dv, dv_ref):.2e}"
                 times = {name: time_ms(run) for name, run in runs.items()}
                 flops = 2 * b * h * n * n * d / (2 if causal else 1)  # one product
-                print(f"{where} backward {target} {dkdv_cfg} {dq_cfg}: dq {rel_err(dq, dq_ref):.2e} dk {rel_err(dk, dk_ref):.2e} dv "
-                      f"{rel_err(dv, dv_ref):.2e};  µs delta {times['delta'] * 1e3:.0f} dkdv {times['dkdv'] * 1e3:.0f} "
+                print(f"{where} backward {target} {dkdv_cfg} {dq_cfg}: {errors};  µs delta {times['delta'] * 1e3:.0f} dkdv {times['dkdv'] * 1e3:.0f} "
                       f"({(5 if fused else 4) * flops / times['dkdv'] / 1e9:.0f} TFLOP/s) dq {times['dq'] * 1e3:.0f} "
                       f"({0 if fused else 3 * flops / times['dq'] / 1e9:.0f} TFLOP/s) total "
                       f"{sum(times.values()) * 1e3:.0f} ({5 * flops / sum(times.values()) / 1e9:.0f} TFLOP/s)",
