@@ -419,13 +419,14 @@ def test_atomic_add_mutation_is_caught(monkeypatch: pytest.MonkeyPatch, target: 
     assert not np.allclose(sim[1], interp[1], rtol=1e-3)
 
 
-@pytest.mark.parametrize("d, causal, warps, queries, producer, n", [(128, 0, 8, 64, 0, 256), (64, 1, 4, 64, 0, 256),
-                                                                     (128, 1, 8, 64, 1, 200), (64, 0, 8, 128, 0, 300)])
+@pytest.mark.parametrize("d, causal, warps, queries, producer, n, defer", [
+    (128, 0, 8, 64, 0, 256, 0), (64, 1, 4, 64, 0, 256, 0), (128, 1, 8, 64, 1, 200, 0), (64, 0, 8, 128, 0, 300, 0),
+    (128, 0, 8, 64, 0, 256, 1), (128, 1, 8, 64, 0, 200, 1)])
 def test_fused_attention_backward_on_wgmma(d: int, causal: int, warps: int, queries: int, producer: int,
-                                           n: int) -> None:
+                                           n: int, defer: int) -> None:
     """attention_bwd_sm90 (dK, dV, and dQ by atomics: each step's dSᵀ through shared memory into a transposed-A
-    wgmma, TMA reductions into dQ_sum; with two warpgroups each one 64×64 panel of the block's dQ) then
-    attention_bwd_dq_scale: the simulation agrees with float64."""
+    wgmma, TMA reductions into dQ_sum; with two warpgroups each one 64×64 panel of the block's dQ; with DEFER_DQ
+    each step's dQ added in the next) then attention_bwd_dq_scale: the simulation agrees with float64."""
     from reference import attention_backward_ref
 
     from tkc.kernels.attention_bwd import attention_bwd_dq_scale, attention_bwd_sm90
@@ -435,7 +436,7 @@ def test_fused_attention_backward_on_wgmma(d: int, causal: int, warps: int, quer
     out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
     constants = {"D": d, "CAUSAL": causal, "WARPS": warps, "QUERIES": queries, "STAGES": 2, "PRODUCER": producer,
-                 "RAGGED": int(n % queries > 0)}
+                 "RAGGED": int(n % queries > 0), "DEFER_DQ": defer}
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d),
             np.zeros((1, 2, n, d), np.float32), 0.1]
     interp, sim = run_both(attention_bwd_sm90, args, (2, -(-n // (16 * warps)), 1), constants, target="sm_90a",

@@ -161,7 +161,7 @@ def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16
 
 
 @tkc.func
-def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq):
+def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq, defer):
     """The wgmma dK/dV kernels' block: 16·`warps` keys (a warpgroup per 64), K and V in shared memory, the loop over
     the queries (TMA streams Q and dO), the stores. With `with_dq`, each step's dSᵀ also goes through shared memory
     into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics."""
@@ -177,7 +177,14 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     scale_log2 = scale * LOG2E
     dk, dv = zeros(rt[f32, 16, d]), zeros(rt[f32, 16, d])
     first = blk * 16 * warps // queries if causal else 0
-    for j in range(first, cdiv(Q.shape[2], queries)):
+    steps = cdiv(Q.shape[2], queries)
+    # each warpgroup one 64×64 panel of the block's dQ (queries × columns) over all the block's keys: one add an
+    # element (D=128: the two halves of the columns; D=64 with 128-query steps: of the rows)
+    panel = queries // 64 * (d // 64) == warps // 4
+    row_panel, col_panel = warpgroup_id() // (d // 64), warpgroup_id() % (d // 64)
+    if defer:
+        dq = zeros(rt[f32, 16, 64])  # the step before's panel (none before the first)
+    for j in range(first, steps):
         q_s, do_s = load(Q, (b, h, j, 0), st[bf16, queries, d]), load(dO, (b, h, j, 0), st[bf16, queries, d])
         lse_log2 = load(L, (b, h, j), rv[f32, queries]) * LOG2E
         delta = load(Delta, (b, h, j), rv[f32, queries])
@@ -185,16 +192,20 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
                                  causal, Q.shape[2] - j * queries, ragged, 0, 1, d)
         if with_dq:  # dSᵀ (the block's keys × the step's queries) is A of dQ's product, read transposed
             ds_s = store(empty(st[bf16, 16 * warps, queries]), ds_t, (warp_id(), 0))
-            if warps > 4 and queries // 64 * (d // 64) == warps // 4:
-                # each warpgroup one 64×64 panel of the block's dQ (queries × columns) over all the block's keys:
-                # one add an element (D=128: the two halves of the columns; D=64 with 128-query steps: of the rows)
-                row_panel, col_panel = warpgroup_id() // (d // 64), warpgroup_id() % (d // 64)
-                dq = mma_AtB(load(ds_s, (0, row_panel), st[bf16, 16 * warps, 64]),
-                             load(k_block, (0, col_panel), st[bf16, 16 * warps, 64]), zeros(rt[f32, 16, 64]))
-                atomic_add(dQ_sum, dq, (b, h, j * (queries // 16) + row_panel * 4 + warp_id() % 4, col_panel))
+            if panel:
+                if defer:  # the step before's panel, added now (its wgmma ran on into this step)
+                    atomic_add(dQ_sum, dq, (b, h, (j - 1) * (queries // 16) + row_panel * 4 + warp_id() % 4, col_panel))
+                dq_panel = mma_AtB(load(ds_s, (0, row_panel), st[bf16, 16 * warps, 64]),
+                                   load(k_block, (0, col_panel), st[bf16, 16 * warps, 64]), zeros(rt[f32, 16, 64]))
+                if defer:
+                    dq = dq_panel
+                else:
+                    atomic_add(dQ_sum, dq_panel, (b, h, j * (queries // 16) + row_panel * 4 + warp_id() % 4, col_panel))
             else:  # each warpgroup its own 64 keys' part (64-query steps)
-                dq = mma_AtB(load(ds_s, (warpgroup_id(), 0), st[bf16, 64, queries]), k, zeros(rt[f32, 16, d]))
-                atomic_add(dQ_sum, dq, (b, h, j * (queries // 16) + warp_id() % 4, 0))
+                dq_keys = mma_AtB(load(ds_s, (warpgroup_id(), 0), st[bf16, 64, queries]), k, zeros(rt[f32, 16, d]))
+                atomic_add(dQ_sum, dq_keys, (b, h, j * (queries // 16) + warp_id() % 4, 0))
+    if defer:
+        atomic_add(dQ_sum, dq, (b, h, (steps - 1) * (queries // 16) + row_panel * 4 + warp_id() % 4, col_panel))
     store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
 
@@ -208,21 +219,25 @@ def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: 
     memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q
     with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the TMA
     loads (specialize-warps). RAGGED as in attention_bwd_dkdv."""
-    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0)
+    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
 def attention_bwd_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                        Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], dQ_sum: gl[f32, 4], scale: float,
                        D: const = 128, CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
-                       PRODUCER: const = 0, RAGGED: const = 0):
+                       PRODUCER: const = 0, RAGGED: const = 0, DEFER_DQ: const = 0):
     """attention_bwd_dkdv_sm90 that also adds each step's dS·K into dQ_sum (f32 (B, H, Nq, D), zeroed before, without
     the scale; attention_bwd_dq_scale turns it into dQ): five products a step where the two kernels take seven.
     With two warpgroups and D=128, or D=64 with QUERIES=128, each warpgroup adds one 64×64 panel of the block's dQ
-    over all its keys (fewer bytes than each adding its own keys' part). Grid: (H, Nk / (16·WARPS), B)."""
+    over all its keys (fewer bytes than each adding its own keys' part). DEFER_DQ=1 adds each step's dQ in the next
+    step, after that step's first wait: its wgmma runs on beside the next step's instead of being waited for at once
+    (which also waited for the step's dV and dK products). Grid: (H, Nk / (16·WARPS), B)."""
     static_assert(QUERIES == 64 or QUERIES // 64 * (D // 64) == WARPS // 4,
                   f"QUERIES must be 64, or split with D into a 64×64 panel of dQ a warpgroup, got {QUERIES}")
-    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 1)
+    static_assert(not DEFER_DQ or QUERIES // 64 * (D // 64) == WARPS // 4,
+                  "DEFER_DQ needs a 64×64 panel of dQ a warpgroup (QUERIES // 64 · D // 64 = WARPS // 4)")
+    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 1, DEFER_DQ)
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
