@@ -2,7 +2,7 @@
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-attention bench-attention-variants bench-attention-focus
-#        bench-attention-backward probe-attention-backward
+#        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check small-batch sanitize
 set -uo pipefail
@@ -102,6 +102,11 @@ for step in ${*:-tests probe bench sanitize}; do
     layernorm-probe)
         timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
         sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;
+    fused-backward)  # attention_bwd_sm90 as it is, deferred, without its reductions, and dkdv alone (bench/probe_fused_backward.py)
+        for v in fused defer noreduce dkdv; do
+            TKC_CACHE_DIR=/tmp/tkc-cache-$v timeout 150 python3 bench/probe_fused_backward.py $v ${PROBE_ARGS:-} > "$OUT/fused-$v.log" 2>&1
+            grep -E "µs|Error" "$OUT/fused-$v.log"
+        done ;;
     sanitize)
         for tool in memcheck racecheck synccheck; do
             timeout 150 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 tests/gpu/sanitize.py > "$OUT/sanitize-$tool.log" 2>&1

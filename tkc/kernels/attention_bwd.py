@@ -13,8 +13,9 @@ and each query block is owned by one block: no atomics, P recomputed twice. On H
 attention_bwd_dq_sm90 do the same with wgmma (each warpgroup's operands read once from shared memory, where the
 mma.sync kernels' warps each read all of them: those are bound by shared memory bandwidth). attention_bwd_sm90
 takes five products a step for the two kernels' seven: dK, dV and dQ by atomics (TMA reductions into an f32 sum);
-right, but on the H200 2-15 % slower than the two (the partial sums' writes; RESULTS "attention backward, dQ by
-atomics"), so attention_backward does not use it.
+right, but on the H200 3-8 % slower than the two at B·N = 16384 (not the reductions' bytes, 7-12 %: the block
+barriers around dSᵀ in shared memory and the dQ wgmma's wait; RESULTS "attention backward probe — 2026-12-04
+21:38"), so attention_backward does not use it.
 """
 
 from __future__ import annotations
