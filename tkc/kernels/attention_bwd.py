@@ -162,6 +162,12 @@ def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16
 
 
 @tkc.func
+def panel_tile(j, queries, row_panel):
+    """The 16-row tile of dQ that this warp adds of its warpgroup's panel in query step j."""
+    return j * (queries // 16) + row_panel * 4 + warp_id() % 4
+
+
+@tkc.func
 def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq, defer):
     """The wgmma dK/dV kernels' block: 16·`warps` keys (a warpgroup per 64), K and V in shared memory, the loop over
     the queries (TMA streams Q and dO), the stores. With `with_dq`, each step's dSᵀ also goes through shared memory
@@ -195,18 +201,18 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
             ds_s = store(empty(st[bf16, 16 * warps, queries]), ds_t, (warp_id(), 0))
             if panel:
                 if defer:  # the step before's panel, added now (its wgmma ran on into this step)
-                    atomic_add(dQ_sum, dq, (b, h, (j - 1) * (queries // 16) + row_panel * 4 + warp_id() % 4, col_panel))
+                    atomic_add(dQ_sum, dq, (b, h, panel_tile(j - 1, queries, row_panel), col_panel))
                 dq_panel = mma_AtB(load(ds_s, (0, row_panel), st[bf16, 16 * warps, 64]),
                                    load(k_block, (0, col_panel), st[bf16, 16 * warps, 64]), zeros(rt[f32, 16, 64]))
                 if defer:
                     dq = dq_panel
                 else:
-                    atomic_add(dQ_sum, dq_panel, (b, h, j * (queries // 16) + row_panel * 4 + warp_id() % 4, col_panel))
+                    atomic_add(dQ_sum, dq_panel, (b, h, panel_tile(j, queries, row_panel), col_panel))
             else:  # each warpgroup its own 64 keys' part (64-query steps)
                 dq_keys = mma_AtB(load(ds_s, (warpgroup_id(), 0), st[bf16, 64, queries]), k, zeros(rt[f32, 16, d]))
                 atomic_add(dQ_sum, dq_keys, (b, h, j * (queries // 16) + warp_id() % 4, 0))
     if defer:
-        atomic_add(dQ_sum, dq, (b, h, (steps - 1) * (queries // 16) + row_panel * 4 + warp_id() % 4, col_panel))
+        atomic_add(dQ_sum, dq, (b, h, panel_tile(steps - 1, queries, row_panel), col_panel))
     store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
 
