@@ -1,9 +1,10 @@
 """Where attention_bwd_sm90's time goes: the fused kernel as it is, with DEFER_DQ=1 (each step's dQ added in the
-next, its wgmma left running), without its TMA reductions (left out of the PTX, the staging stores kept so that the
-dQ product stays: wgmma results are Pure and would otherwise go), and the two-kernel path's dkdv kernel alone.
+next, its wgmma left running), with DS_BUFFERS=2 (dSᵀ in two buffers: no write-after-read barrier), both, without
+its TMA reductions (left out of the PTX, the staging stores kept so that the dQ product stays: wgmma results are
+Pure and would otherwise go), and the two-kernel path's dkdv kernel alone.
 Each variant in its own process (the compile cache cannot tell a patched lowering from the real one):
 
-    for v in fused defer noreduce dkdv; do TKC_CACHE_DIR=/tmp/tkc-$v python bench/probe_fused_backward.py $v; done
+    for v in fused defer ds2 defer-ds2 noreduce dkdv; do TKC_CACHE_DIR=/tmp/tkc-$v python bench/probe_fused_backward.py $v; done
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def leave_out_reductions() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("variant", choices=["fused", "defer", "noreduce", "dkdv"])
+    parser.add_argument("variant", choices=["fused", "defer", "ds2", "defer-ds2", "noreduce", "dkdv"])
     parser.add_argument("--shapes", nargs="+", default=["4,16,4096,128", "4,16,4096,64"])
     parser.add_argument("--configs", default='{"128": {"STAGES": 3}, "64": {"WARPS": 4, "STAGES": 3}}',
                         help="constants by head dim, as JSON")
@@ -53,7 +54,8 @@ def main() -> None:
     configs = json.loads(args.configs)
     for shape in args.shapes:
         b, h, n, d = map(int, shape.split(","))
-        cfg = configs[str(d)] | ({"DEFER_DQ": 1} if args.variant == "defer" else {})
+        cfg = configs[str(d)] | ({"DEFER_DQ": 1} if "defer" in args.variant else {}) | (
+            {"DS_BUFFERS": 2} if "ds2" in args.variant else {})
         warps = cfg.get("WARPS", 8)
         for causal in (0, 1):
             q, k, v, do = (torch.randn(b, h, n, d, device="cuda").to(torch.bfloat16) for _ in range(4))

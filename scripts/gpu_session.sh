@@ -102,8 +102,8 @@ for step in ${*:-tests probe bench sanitize}; do
     layernorm-probe)
         timeout 200 python3 bench/host_breakdown.py --profile layernorm > "$OUT/layernorm-probe.log" 2>&1
         sed -n '/16384×/,/cProfile/p' "$OUT/layernorm-probe.log" ;;
-    fused-backward)  # attention_bwd_sm90 as it is, deferred, without its reductions, and dkdv alone (bench/probe_fused_backward.py)
-        for v in fused defer noreduce dkdv; do
+    fused-backward)  # attention_bwd_sm90 as it is, deferred, two dS buffers, without its reductions, dkdv alone (bench/probe_fused_backward.py)
+        for v in fused defer ds2 defer-ds2 noreduce dkdv; do
             TKC_CACHE_DIR=/tmp/tkc-cache-$v timeout 150 python3 bench/probe_fused_backward.py $v ${PROBE_ARGS:-} > "$OUT/fused-$v.log" 2>&1
             grep -E "µs|Error" "$OUT/fused-$v.log"
         done ;;

@@ -244,8 +244,10 @@ def full(spec, value):
 
 
 @_op
-def empty(spec):
-    """A shared tile or vector with undefined contents, to store into: `o_s = empty(st[bf16, 64, 64])`."""
+def empty(spec, buffers=1):
+    """A shared tile or vector with undefined contents, to store into: `o_s = empty(st[bf16, 64, 64])`. In a loop,
+    `buffers=2` gives it two buffers that the steps take in turn: a step writes one while the step before's may
+    still be read (no write-after-read barrier between them)."""
 
 
 zero, one = zeros, ones

@@ -193,6 +193,23 @@ def shared_256kb():
     return k
 
 
+def three_buffers():
+    @tkc.kernel
+    def k(A: gl[bf16, 2]):
+        for j in range(A.shape[0]):
+            s = empty(st[bf16, 64, 64], buffers=3)  # ERROR
+
+    return k
+
+
+def double_buffer_outside_a_loop():
+    @tkc.kernel
+    def k(A: gl[bf16, 2]):
+        s = empty(st[bf16, 64, 64], buffers=2)  # ERROR
+
+    return k
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Unknown names and ops
 

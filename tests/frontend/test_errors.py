@@ -135,6 +135,14 @@ def test_shared_memory_over_budget(case: Case) -> None:
     check(case)
 
 
+@cases(
+    Case(bad.three_buffers, ["buffers must be 1 or 2", "3"], at="empty("),
+    Case(bad.double_buffer_outside_a_loop, ["buffers=2", "in a loop"], at="empty("),
+)
+def test_double_buffered_tile_errors(case: Case) -> None:
+    check(case)
+
+
 def test_shared_memory_budget_depends_on_the_target() -> None:
     bad.shared_192kb().build("sm_90a")  # 192 KB fit in sm_90a's 227 KB
 

@@ -61,9 +61,10 @@ def main() -> None:
                 lse, delta = torch.randn(1, 2, 550, device="cuda"), torch.randn(1, 2, 550, device="cuda")
                 dk, dv, dq_sum = torch.empty_like(k), torch.empty_like(v), torch.zeros(1, 2, 550, d, device="cuda")
                 warps = 8 if d == 128 else 4
-                attention_bwd_sm90[(2, -(-550 // (16 * warps)), 1)](q, k, v, do, lse, delta, dk, dv, dq_sum, 0.1, D=d,
-                                                                     CAUSAL=int(causal), WARPS=warps, STAGES=3,
-                                                                     RAGGED=1)
+                for deferred in (0, 1):  # and with each step's dQ added in the next, dS in two buffers
+                    attention_bwd_sm90[(2, -(-550 // (16 * warps)), 1)](
+                        q, k, v, do, lse, delta, dk, dv, dq_sum, 0.1, D=d, CAUSAL=int(causal), WARPS=warps, STAGES=3,
+                        RAGGED=1, DEFER_DQ=deferred, DS_BUFFERS=1 + deferred)
     x = torch.randn(300, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)
     layernorm(x, x, w, w, target="sm_80")

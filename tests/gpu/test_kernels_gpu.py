@@ -411,11 +411,12 @@ def test_atomic_add(target: str, rows: int) -> None:
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("b, h, n, d, warps, queries, defer", [
     (2, 3, 1024, 64, 4, 64, 0), (1, 4, 1000, 128, 8, 64, 0), (4, 8, 256, 128, 8, 64, 0), (2, 2, 1000, 64, 8, 128, 0),
-    (2, 3, 1000, 64, 4, 64, 1), (1, 4, 1000, 128, 8, 64, 1)])
+    (2, 3, 1000, 64, 4, 64, 1), (1, 4, 1000, 128, 8, 64, 1), (1, 4, 1000, 128, 8, 64, 2)])
 def test_attention_backward_fused(b: int, h: int, n: int, d: int, warps: int, queries: int, defer: int,
                                   causal: bool) -> None:
-    """attention_bwd_sm90 (dK, dV and dQ by TMA reductions into an f32 sum; with DEFER_DQ each step's dQ added in
-    the next) and attention_bwd_dq_scale: the gradients against float64."""
+    """attention_bwd_sm90 (dK, dV and dQ by TMA reductions into an f32 sum; defer 1: DEFER_DQ, each step's dQ added
+    in the next; defer 2: also DS_BUFFERS=2, dSᵀ in two buffers) and attention_bwd_dq_scale: the gradients against
+    float64."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs Hopper")
     from tkc.kernels.attention_bwd import attention_bwd_delta, attention_bwd_dq_scale, attention_bwd_sm90
@@ -429,7 +430,7 @@ def test_attention_backward_fused(b: int, h: int, n: int, d: int, warps: int, qu
     attention_bwd_delta[(-(-n // 64), h, b)](out, grad, lse, delta, D=d)
     attention_bwd_sm90[(h, -(-n // (16 * warps)), b)](q, k, v, grad, lse, delta, dk, dv, dq_sum, d**-0.5, D=d,
                                                        CAUSAL=int(causal), WARPS=warps, QUERIES=queries,
-                                                       RAGGED=ragged, DEFER_DQ=defer)
+                                                       RAGGED=ragged, DEFER_DQ=int(defer > 0), DS_BUFFERS=1 + (defer > 1))
     attention_bwd_dq_scale[(-(-n // 64), h, b)](dq_sum, dq, d**-0.5, D=d)
     for name, got, ref in zip("qkv", (dq, dk, dv), attention_grads_ref(q, k, v, grad, causal)):
         assert rel_err(got, ref) < 1e-2, f"d{name}"

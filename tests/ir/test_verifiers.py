@@ -157,6 +157,8 @@ def _elementwise_cases() -> list[Bad]:
 
 
 OTHER_CASES = [
+    Bad("tile.empty", "%w = tile.empty {tkc.buffers = 3 : i64} : !tile.st<64x64xbf16>",
+        "empty's buffers (tkc.buffers) must be 1 or 2"),
     # grid and sizes
     Bad("tile.block_idx", "%x = tile.block_idx w", "expected x, y or z, got w"),
     Bad("tile.block_idx", '%x = "tile.block_idx"() <{dim = 3 : i64}> : () -> i32',

@@ -23,7 +23,7 @@ from tkc.backend.fragments import G, LANES, Q, is_packed, tile_fragment, vector_
 from tkc.backend.index import LANE, TID, Const, Expr, Leaf, share_bases
 from tkc.backend.lower_compute import pack, unpack
 from tkc.backend.shared_layout import conflict_degree, tile_offset
-from tkc.errors import TkcError
+from tkc.errors import SourceLoc, TkcError
 from tkc.ir import async_ops as a
 from tkc.ir import ops as t
 from tkc.ir.types import GlobalType, Layout, RegTileType, RegVecType, SharedTileType, SharedVecType, element_bytes
@@ -926,7 +926,21 @@ def lower_shared_fill(lw: KernelLowering, op: t.FillOp) -> list[Any]:
 
 @handles(t.EmptyOp)
 def lower_empty(lw: KernelLowering, op: t.EmptyOp) -> list[Any]:
-    return [SharedRef(shared_base(lw, _offset_of(op)), op.result.type)]
+    base = shared_base(lw, _offset_of(op))
+    return [SharedRef(base if op.buffers == 1 else this_steps_buffer(lw, op, base), op.result.type)]
+
+
+def this_steps_buffer(lw: KernelLowering, op: t.EmptyOp, base: SSAValue) -> SSAValue:
+    """The address of the buffer a double-buffered tile's loop step takes: the (k mod 2)-th at step k."""
+    from tkc.passes.allocate_shared import buffer_stride
+    from tkc.passes.util import constant_int, innermost_for
+
+    loop = innermost_for(op)  # its steps take the two buffers in turn: step k the (k mod 2)-th
+    if loop is None or constant_int(loop.step) != 1:  # type: ignore[attr-defined]
+        raise TkcError("a double-buffered shared tile must be made in a loop of step 1 (its buffers alternate "
+                       "with the loop index)", SourceLoc.from_attr(op.location))
+    parity = lw.op("and.b32", "b32", lw.reg(lw.value(loop.body.block.args[0])), Imm(1), n=1)  # type: ignore[attr-defined]
+    return lw.op("mad.lo.s32", "b32", parity, Imm(buffer_stride(op)), base, n=1)  # type: ignore[return-value]
 
 
 @handles(a.RingAllocOp)

@@ -146,8 +146,12 @@ def _full(cg: CodeGen, spec: Any, value: Any) -> SSAValue:
 
 
 @implements(lang.empty)
-def _empty(cg: CodeGen, spec: Any) -> SSAValue:
-    return cg.emit_value(t.EmptyOp(_spec(spec, "empty's argument", ("st", "sv")).ir))
+def _empty(cg: CodeGen, spec: Any, buffers: Any = 1) -> SSAValue:
+    if buffers not in (1, 2) or isinstance(buffers, bool):
+        raise TkcError(f"empty's buffers must be 1 or 2 (a compile-time number), got {describe(buffers)}")
+    if buffers == 2 and not cg.for_loops:
+        raise TkcError("empty(..., buffers=2) takes its two buffers in turn over a loop's steps: call it in a loop")
+    return cg.emit_value(t.EmptyOp(_spec(spec, "empty's argument", ("st", "sv")).ir, buffers))
 
 
 # --------------------------------------------------------------------------------------------------------------

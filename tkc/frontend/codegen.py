@@ -134,6 +134,7 @@ class CodeGen(ast.NodeVisitor):
         self.node: ast.AST | None = None
         self.assign_sites: dict[str, ast.AST] = {}
         self.loop_depth = 0
+        self.for_loops = 0  # run-time loops being built around the current op (through inlined helpers too)
         self.inline_depth = 0
         self.constants: dict[tuple[type, Any], SSAValue] = {}
         self.entry_builder: Builder
@@ -452,11 +453,13 @@ class CodeGen(ast.NodeVisitor):
         for name, arg in zip(runtime_carried, body.args[1:]):
             self.scope.vars[name] = arg
         self.loop_depth += 1
+        self.for_loops += 1
         with self.at_end_of(body):
             try:
                 self.visit_body(node.body)
             finally:
                 self.loop_depth -= 1
+                self.for_loops -= 1
             yielded = []
             for name, init in zip(runtime_carried, inits):
                 value = self.scope.vars[name]

@@ -268,17 +268,34 @@ class FillOp(IRDLOperation):
         return op
 
 
+BUFFERS_ATTR = "tkc.buffers"
+
+
 @irdl_op_definition
 class EmptyOp(IRDLOperation):
-    """`%s = tile.empty : !tile.st<64x64xbf16>`: a shared tile or vector whose contents are undefined."""
+    """`%s = tile.empty : !tile.st<64x64xbf16>`: a shared tile or vector whose contents are undefined. In a loop,
+    `{tkc.buffers = 2}` gives it two buffers that the loop's steps take in turn (step k the (k mod 2)-th): a step
+    may write its tile while the step before's is still being read, with no barrier between them."""
 
     name = "tile.empty"
     result = result_def(base(SharedTileType) | base(SharedVecType))
     traits = traits_def(MemoryAllocEffect())  # not Pure: CSE would merge two allocations of one type into one buffer
     assembly_format = "attr-dict `:` type($result)"
 
-    def __init__(self, result_type: Attribute):
+    def __init__(self, result_type: Attribute, buffers: int = 1):
         super().__init__(result_types=[result_type])
+        if buffers != 1:
+            self.attributes[BUFFERS_ATTR] = IntegerAttr(buffers, 64)
+
+    @property
+    def buffers(self) -> int:
+        attr = self.attributes.get(BUFFERS_ATTR)
+        return attr.value.data if isinstance(attr, IntegerAttr) else 1
+
+    def verify_(self) -> None:
+        attr = self.attributes.get(BUFFERS_ATTR)
+        if attr is not None and not (isinstance(attr, IntegerAttr) and attr.value.data in (1, 2)):
+            raise VerifyException(f"empty's buffers ({BUFFERS_ATTR}) must be 1 or 2, got {attr}")
 
 
 # --------------------------------------------------------------------------------------------------------------

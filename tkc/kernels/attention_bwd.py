@@ -168,7 +168,8 @@ def panel_tile(j, queries, row_panel):
 
 
 @tkc.func
-def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq, defer):
+def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq, defer,
+               ds_buffers):
     """The wgmma dK/dV kernels' block: 16·`warps` keys (a warpgroup per 64), K and V in shared memory, the loop over
     the queries (TMA streams Q and dO), the stores. With `with_dq`, each step's dSᵀ also goes through shared memory
     into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics."""
@@ -198,7 +199,7 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
         dk, dv, ds_t = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * queries,
                                  causal, Q.shape[2] - j * queries, ragged, 0, 1, d)
         if with_dq:  # dSᵀ (the block's keys × the step's queries) is A of dQ's product, read transposed
-            ds_s = store(empty(st[bf16, 16 * warps, queries]), ds_t, (warp_id(), 0))
+            ds_s = store(empty(st[bf16, 16 * warps, queries], buffers=ds_buffers), ds_t, (warp_id(), 0))
             if panel:
                 if defer:  # the step before's panel, added now (its wgmma ran on into this step)
                     atomic_add(dQ_sum, dq, (b, h, panel_tile(j - 1, queries, row_panel), col_panel))
@@ -226,25 +227,27 @@ def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: 
     memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q
     with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the TMA
     loads (specialize-warps). RAGGED as in attention_bwd_dkdv."""
-    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0)
+    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
 def attention_bwd_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
                        Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], dQ_sum: gl[f32, 4], scale: float,
                        D: const = 128, CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
-                       PRODUCER: const = 0, RAGGED: const = 0, DEFER_DQ: const = 0):
+                       PRODUCER: const = 0, RAGGED: const = 0, DEFER_DQ: const = 0, DS_BUFFERS: const = 1):
     """attention_bwd_dkdv_sm90 that also adds each step's dS·K into dQ_sum (f32 (B, H, Nq, D), zeroed before, without
     the scale; attention_bwd_dq_scale turns it into dQ): five products a step where the two kernels take seven.
     With two warpgroups and D=128, or D=64 with QUERIES=128, each warpgroup adds one 64×64 panel of the block's dQ
     over all its keys (fewer bytes than each adding its own keys' part). DEFER_DQ=1 adds each step's dQ in the next
     step, after that step's first wait: its wgmma runs on beside the next step's instead of being waited for at once
-    (which also waited for the step's dV and dK products). Grid: (H, Nk / (16·WARPS), B)."""
+    (which also waited for the step's dV and dK products). DS_BUFFERS=2 gives dSᵀ two shared buffers that the steps
+    take in turn: no write-after-read barrier before each step's store. Grid: (H, Nk / (16·WARPS), B)."""
     static_assert(QUERIES == 64 or QUERIES // 64 * (D // 64) == WARPS // 4,
                   f"QUERIES must be 64, or split with D into a 64×64 panel of dQ a warpgroup, got {QUERIES}")
     static_assert(not DEFER_DQ or QUERIES // 64 * (D // 64) == WARPS // 4,
                   "DEFER_DQ needs a 64×64 panel of dQ a warpgroup (QUERIES // 64 · D // 64 = WARPS // 4)")
-    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 1, DEFER_DQ)
+    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 1, DEFER_DQ,
+               DS_BUFFERS)
 
 
 @tkc.kernel(warps=4, min_target="sm_80")

@@ -4,7 +4,8 @@ Each op that creates a shared tile, vector or ring (rather than updating one) ow
 stores into a shared tile, loop-carried shared tiles and ring reads use their buffer's. A kernel's TMA stores and
 reductions (insert-tma-stores) share one staging buffer, each warp's tile at the largest one's stride
 (`tkc.staging_stride`): a warp writes its tile only once its earlier ones have been read. Buffers holding swizzled
-tiles start on 1024-byte boundaries (where the swizzle pattern repeats), others on 128 bytes. The offsets go on
+tiles start on 1024-byte boundaries (where the swizzle pattern repeats), others on 128 bytes. A double-buffered
+`tile.empty` (`tkc.buffers = 2`) gets two buffers side by side, `buffer_stride` apart. The offsets go on
 the allocating ops as `tkc.smem_offset`, the total on the kernel as `tkc.smem_bytes`.
 
     %k_s = tile.load %K[...] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16, swizzle 128>
@@ -74,7 +75,17 @@ def _size_and_alignment(op: Operation) -> tuple[int, int]:
     if isinstance(type_, a.RingType):
         buffer = type_.buffer
         return type_.nbytes, 1024 if getattr(buffer, "swizzle", None) else 128
-    return type_.nbytes, 1024 if getattr(type_, "swizzle", None) else 128  # type: ignore[attr-defined]
+    align = 1024 if getattr(type_, "swizzle", None) else 128
+    if isinstance(op, t.EmptyOp) and op.buffers == 2:
+        return 2 * buffer_stride(op), align
+    return type_.nbytes, align  # type: ignore[attr-defined]
+
+
+def buffer_stride(op: t.EmptyOp) -> int:
+    """Bytes from a double-buffered tile's first buffer to its second: its size, rounded up to its alignment."""
+    type_ = op.result.type
+    align = 1024 if getattr(type_, "swizzle", None) else 128
+    return -(-type_.nbytes // align) * align  # type: ignore[attr-defined]
 
 
 def allocate_shared(module: ModuleOp) -> None:

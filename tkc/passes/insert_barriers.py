@@ -7,7 +7,9 @@ the last barrier must not be written (write after read). An asynchronous copy wr
 buffers written and read since the last barrier, iterating loop bodies to a fixed point, and inserts a barrier
 right before the first op that would conflict; a conflict with what precedes a loop gets its barrier in front of
 the loop (warps may run a loop a different number of times, and a barrier some of them skip hangs the block), and
-one with what precedes an `if` in front of the `if`.
+one with what precedes an `if` in front of the `if`. A tile made in a loop with two buffers (`tile.empty
+{tkc.buffers = 2}`, taken in turn by the steps) is another buffer in the next step: what one step did to it
+conflicts only with what the step after next does, so a barrier a step (read after write) serves it.
 
     %s = tile.load %A[%i, %c0] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
     %r = tile.load %s[%w, %c0] : !tile.st<64x64xbf16> -> !tile.rt<16x64xbf16>
@@ -20,6 +22,7 @@ becomes
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import scf
@@ -33,6 +36,7 @@ from tkc.ir import async_ops as a
 from tkc.ir import ops as t
 from tkc.ir.types import SharedTileType, SharedVecType
 from tkc.passes import register
+from tkc.passes.util import double_buffered, innermost_for
 
 
 def is_shared(value: SSAValue) -> bool:
@@ -73,11 +77,27 @@ def buffer_of(value: SSAValue) -> Operation:
             return owner
 
 
+@dataclass(frozen=True)
+class OtherBuffer:
+    """The buffer of a double-buffered tile (`tile.empty {tkc.buffers = 2}`) that the current step does not use."""
+
+    alloc: Operation
+
+
 @dataclass
 class SyncState:
     written: set[Operation] = field(default_factory=set)  # written (or landed) since the last barrier
     read: set[Operation] = field(default_factory=set)  # read since the last barrier
     in_flight: set[Operation] = field(default_factory=set)  # targets of copies not yet waited for
+
+    def next_step(self, double: set[Operation]) -> SyncState:
+        """The state at a loop's back edge as the next step sees it: a double-buffered tile's buffer of this step
+        is the next step's other buffer, and its other buffer the next step's own."""
+        def swap(buffers: set[Any]) -> set[Any]:
+            return {OtherBuffer(b) if b in double else b.alloc if isinstance(b, OtherBuffer) and b.alloc in double
+                    else b for b in buffers}
+
+        return SyncState(swap(self.written), swap(self.read), swap(self.in_flight))
 
     def copy(self) -> SyncState:
         return SyncState(set(self.written), set(self.read), set(self.in_flight))
@@ -168,8 +188,10 @@ class BarrierInserter:
         if (state.written & reads) or ((state.read | state.written) & writes):
             self.need_barrier(loop, state)
         entry = state.copy()
+        # a double-buffered tile made in this loop: what a step did to it was to the other buffer of the next step
+        double = {op for op in loop.walk() if double_buffered(op) and innermost_for(op) is loop}
         for _ in range(8):
-            end = BarrierInserter(insert=False).walk_block(loop.body.block, entry.copy())
+            end = BarrierInserter(insert=False).walk_block(loop.body.block, entry.copy()).next_step(double)
             widened = entry.union(end)
             if widened == entry:
                 break

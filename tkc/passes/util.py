@@ -34,6 +34,21 @@ def shared_unchanged_between(first: Operation, last: Operation) -> bool:
     return op is last
 
 
+def innermost_for(op: Operation) -> Operation | None:
+    """The scf.for closest around `op` within its function, or None."""
+    from xdsl.dialects import scf
+
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, scf.ForOp | func.FuncOp):
+        parent = parent.parent_op()
+    return parent if isinstance(parent, scf.ForOp) else None
+
+
+def double_buffered(op: Operation) -> bool:
+    """A `tile.empty` with two buffers that its loop's steps take in turn."""
+    return isinstance(op, t.EmptyOp) and op.buffers == 2
+
+
 def sync_function_types(module: ModuleOp) -> None:
     """After a pass retypes block arguments, make each function's type match its entry block again."""
     for op in module.walk():

@@ -47,3 +47,25 @@ func.func @pipelined(%g: !tile.gl<?x?xbf16>, %n: i32, %c0: i32, %c1: i32) {
   }
   func.return
 }
+
+// A tile made in the loop with two buffers, taken in turn by the steps: a step's write goes to the buffer the step
+// before did not touch, so only the read after the write needs a barrier (with one buffer, as @raw_war, the write
+// also waits for the step before's reads).
+// CHECK-LABEL: func.func @double_buffered(
+// CHECK:         scf.for
+// CHECK-NEXT:      %e = tile.empty {tkc.buffers = 2 : i64}
+// CHECK-NEXT:      %s = tile.insert
+// CHECK-NEXT:      tile.barrier
+// CHECK-NEXT:      %x = tile.load %s
+// CHECK-NOT:       tile.barrier
+// CHECK:           scf.yield
+func.func @double_buffered(%n: i32, %c0: i32, %c1: i32) {
+  %z = tile.fill 0.0 : !tile.rt<16x64xf32>
+  %r = scf.for %j = %c0 to %n step %c1 iter_args(%acc = %z) -> (!tile.rt<16x64xf32>) : i32 {
+    %e = tile.empty {tkc.buffers = 2 : i64} : !tile.st<64x64xf32>
+    %s = tile.insert %acc, %e[%c0, %c0] : !tile.rt<16x64xf32> -> !tile.st<64x64xf32>
+    %x = tile.load %s[%c1, %c0] : !tile.st<64x64xf32> -> !tile.rt<16x64xf32>
+    scf.yield %x : !tile.rt<16x64xf32>
+  }
+  func.return
+}
