@@ -42,7 +42,7 @@ VARIANTS = {
     "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
                               {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3}],
     # the fused kernel (not attention_backward's path yet): D=128's panels (dS in two buffers); D=64 with its dQ
-    # deferred a step (D=128 deferred spills ~120 bytes, to measure)
+    # deferred a step
     "attention_bwd_sm90": [{"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3, "DS_BUFFERS": 2},
                            {"D": 64, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "DEFER_DQ": 1, "DS_BUFFERS": 2,
                             "RAGGED": 1}],

@@ -66,12 +66,17 @@ def warp_rows(tile, in_shared, d):
 
 
 @tkc.func
-def dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, causal, queries, ragged, kv_in_shared,
-              wgmma, d):
-    """dK and dV of a warp's 16 keys over one step of queries, everything transposed (Sᵀ: a row per key, a column per
-    query; query c sees key r iff c >= r + diagonal; with `ragged`, only the first `queries` columns are queries):
+def scores_t(k, q_s, kv_in_shared, wgmma, d):
+    """Sᵀ = K·Qᵀ of a warp's 16 keys over one step of queries (a row per key, a column per query)."""
+    return mma_ABt(warp_rows(k, kv_in_shared, d), operand(q_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
+
+
+@tkc.func
+def dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, causal, queries, ragged,
+              kv_in_shared, wgmma, d):
+    """dK and dV of a warp's 16 keys over one step of queries from its scores Sᵀ, everything transposed (query c
+    sees key r iff c >= r + diagonal; with `ragged`, only the first `queries` columns are queries):
     dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale); also returns dSᵀ (bf16)."""
-    s_t = mma_ABt(warp_rows(k, kv_in_shared, d), operand(q_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
     if ragged:  # the last step's columns past Nq (zeros read past the end, with an L of 0: no P for them)
         s_t = keep_cols(s_t, queries)
     if causal:  # every step (a no-op before the diagonal): a branch around it costs ptxas ~90 registers
@@ -139,8 +144,8 @@ def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
         q_s, do_s = load(Q, (b, h, j, 0), st[bf16, QUERIES, D]), load(dO, (b, h, j, 0), st[bf16, QUERIES, D])
         lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
         delta = load(Delta, (b, h, j), rv[f32, QUERIES])
-        dk, dv, _ = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * QUERIES,
-                              CAUSAL, Q.shape[2] - j * QUERIES, RAGGED, KV_IN_SHARED, 0, D)
+        dk, dv, _ = dkdv_step(scores_t(k, q_s, KV_IN_SHARED, 0, D), v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2,
+                              k_tile * 16 - j * QUERIES, CAUSAL, Q.shape[2] - j * QUERIES, RAGGED, KV_IN_SHARED, 0, D)
     store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
     store(dV, dv.to(bf16), (b, h, k_tile, 0))
 
@@ -196,13 +201,14 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
         q_s, do_s = load(Q, (b, h, j, 0), st[bf16, queries, d]), load(dO, (b, h, j, 0), st[bf16, queries, d])
         lse_log2 = load(L, (b, h, j), rv[f32, queries]) * LOG2E
         delta = load(Delta, (b, h, j), rv[f32, queries])
-        dk, dv, ds_t = dkdv_step(k, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * queries,
+        s_t = scores_t(k, q_s, 0, 1, d)
+        if defer:  # the step before's dQ panel, added once this step's Sᵀ is in (its wgmma ran on until then)
+            atomic_add(dQ_sum, dq, (b, h, panel_tile(j - 1, queries, row_panel), col_panel))
+        dk, dv, ds_t = dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * queries,
                                  causal, Q.shape[2] - j * queries, ragged, 0, 1, d)
         if with_dq:  # dSᵀ (the block's keys × the step's queries) is A of dQ's product, read transposed
             ds_s = store(empty(st[bf16, 16 * warps, queries], buffers=ds_buffers), ds_t, (warp_id(), 0))
             if panel:
-                if defer:  # the step before's panel, added now (its wgmma ran on into this step)
-                    atomic_add(dQ_sum, dq, (b, h, panel_tile(j - 1, queries, row_panel), col_panel))
                 dq_panel = mma_AtB(load(ds_s, (0, row_panel), st[bf16, 16 * warps, 64]),
                                    load(k_block, (0, col_panel), st[bf16, 16 * warps, 64]), zeros(rt[f32, 16, 64]))
                 if defer:
@@ -239,7 +245,7 @@ def attention_bwd_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
     the scale; attention_bwd_dq_scale turns it into dQ): five products a step where the two kernels take seven.
     With two warpgroups and D=128, or D=64 with QUERIES=128, each warpgroup adds one 64×64 panel of the block's dQ
     over all its keys (fewer bytes than each adding its own keys' part). DEFER_DQ=1 adds each step's dQ in the next
-    step, after that step's first wait: its wgmma runs on beside the next step's instead of being waited for at once
+    step, once that step's Sᵀ is in: its wgmma runs on beside the next step's instead of being waited for at once
     (which also waited for the step's dV and dK products). DS_BUFFERS=2 gives dSᵀ two shared buffers that the steps
     take in turn: no write-after-read barrier before each step's store. Grid: (H, Nk / (16·WARPS), B)."""
     static_assert(QUERIES == 64 or QUERIES // 64 * (D // 64) == WARPS // 4,
