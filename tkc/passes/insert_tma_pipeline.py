@@ -246,11 +246,12 @@ TILE_RING_SPARE = 8 * 1024  # shared memory left for barriers and alignment
 
 
 def _other_shared_bytes(fn: Operation, threads: int) -> int:
-    """What else the kernel will hold in shared memory: its own shared tiles (`empty`) and, where insert-tma-stores
-    (later) will send stores or atomic adds by TMA, the staging buffer: a tile a warp, the largest of them."""
+    """What else the kernel will hold in shared memory: its own shared tiles (`empty`; two buffers where it asks)
+    and, where insert-tma-stores (later) will send stores or atomic adds by TMA, the staging buffer: a tile a warp,
+    the largest of them."""
     from tkc.passes.insert_tma_stores import goes_by_tma, staging_tile
 
-    tiles = sum(op.result.type.nbytes for op in fn.walk()
+    tiles = sum(op.buffers * op.result.type.nbytes for op in fn.walk()
                 if isinstance(op, t.EmptyOp) and isinstance(op.result.type, SharedTileType))
     staged = [staging_tile(op.value.type).nbytes for op in fn.walk() if goes_by_tma(op, fn)]  # type: ignore[arg-type]
     return tiles + threads // 32 * max(staged, default=0)
