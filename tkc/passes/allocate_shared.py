@@ -18,7 +18,7 @@ from __future__ import annotations
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
-from xdsl.ir import Operation
+from xdsl.ir import Attribute, Operation
 from xdsl.passes import ModulePass
 
 from tkc.errors import SourceLoc, TkcError
@@ -27,6 +27,7 @@ from tkc.ir import ops as t
 from tkc.ir.tma_ops import StageBarriersOp, StageBarriersType
 from tkc.ir.types import SharedTileType, SharedVecType
 from tkc.passes import register
+from tkc.passes.util import double_buffered
 from tkc.targets import get_target
 
 OFFSET_ATTR = "tkc.smem_offset"
@@ -73,19 +74,21 @@ def _size_and_alignment(op: Operation) -> tuple[int, int]:
     if isinstance(type_, StageBarriersType):
         return type_.nbytes, 8
     if isinstance(type_, a.RingType):
-        buffer = type_.buffer
-        return type_.nbytes, 1024 if getattr(buffer, "swizzle", None) else 128
-    align = 1024 if getattr(type_, "swizzle", None) else 128
-    if isinstance(op, t.EmptyOp) and op.buffers == 2:
-        return 2 * buffer_stride(op), align
-    return type_.nbytes, align  # type: ignore[attr-defined]
+        return type_.nbytes, _alignment(type_.buffer)
+    if double_buffered(op):
+        return 2 * buffer_stride(op), _alignment(type_)
+    return type_.nbytes, _alignment(type_)  # type: ignore[attr-defined]
+
+
+def _alignment(tile_type: Attribute) -> int:
+    """Swizzled tiles start where the swizzle pattern repeats (1024 bytes), others on 128."""
+    return 1024 if getattr(tile_type, "swizzle", None) else 128
 
 
 def buffer_stride(op: t.EmptyOp) -> int:
     """Bytes from a double-buffered tile's first buffer to its second: its size, rounded up to its alignment."""
-    type_ = op.result.type
-    align = 1024 if getattr(type_, "swizzle", None) else 128
-    return -(-type_.nbytes // align) * align  # type: ignore[attr-defined]
+    align = _alignment(op.result.type)
+    return -(-op.result.type.nbytes // align) * align  # type: ignore[attr-defined]
 
 
 def allocate_shared(module: ModuleOp) -> None:
