@@ -19,6 +19,7 @@ import numpy as np
 from xdsl.dialects.builtin import bf16 as _bf16
 from xdsl.dialects.builtin import f16 as _f16
 from xdsl.dialects.builtin import f32 as _f32
+from xdsl.dialects.builtin import Float8E4M3FNType, Float8E5M2Type
 from xdsl.ir import Attribute, SSAValue
 
 from tkc.errors import TkcError, user_loc
@@ -32,24 +33,28 @@ LN2 = math.log(2.0)
 class DType:
     name: str
     ir: Attribute
-    numpy_name: str  # the numpy dtype that holds it (ml_dtypes' bfloat16 for bf16)
+    numpy_name: str  # the numpy dtype that holds it (ml_dtypes' bfloat16, float8_e4m3fn, float8_e5m2)
+    torch_name: str  # torch's name for it
 
     @property
     def np(self) -> Any:
-        if self.numpy_name == "bfloat16":
+        if self.numpy_name.startswith(("bfloat", "float8")):
             import ml_dtypes  # imported on first use: it takes seconds and compiling never needs it
 
-            return np.dtype(ml_dtypes.bfloat16)
+            return np.dtype(getattr(ml_dtypes, self.numpy_name))
         return np.dtype(self.numpy_name)
 
     def __repr__(self) -> str:
         return self.name
 
 
-bf16 = DType("bf16", _bf16, "bfloat16")
-f16 = DType("f16", _f16, "float16")
-f32 = DType("f32", _f32, "float32")
-DTYPES = {d.name: d for d in (bf16, f16, f32)}
+bf16 = DType("bf16", _bf16, "bfloat16", "bfloat16")
+f16 = DType("f16", _f16, "float16", "float16")
+f32 = DType("f32", _f32, "float32", "float32")
+# fp8 (sm_90a): in global and shared memory, the operands of mma_ABt on shared tiles (K-major, K in steps of 32)
+fp8e4m3 = DType("fp8e4m3", Float8E4M3FNType(), "float8_e4m3fn", "float8_e4m3fn")
+fp8e5m2 = DType("fp8e5m2", Float8E5M2Type(), "float8_e5m2", "float8_e5m2")
+DTYPES = {d.name: d for d in (bf16, f16, f32, fp8e4m3, fp8e5m2)}
 
 
 def dtype_of(ir_type: Attribute) -> DType:
@@ -99,7 +104,10 @@ class _SpecFactory:
             )
         if not isinstance(args[0], DType):
             got = args[0].__name__ if isinstance(args[0], type) else repr(args[0])
-            raise TkcError(f"{usage}: the dtype must be bf16, f16 or f32, got {got}", user_loc())
+            raise TkcError(f"{usage}: the dtype must be bf16, f16, f32, fp8e4m3 or fp8e5m2, got {got}", user_loc())
+        if self.kind in ("rt", "rv") and args[0].name.startswith("fp8"):
+            raise TkcError(f"{self.kind}[{args[0].name}, ...]: fp8 lives in global and shared memory only (the "
+                           "operands of mma_ABt on shared tiles); registers hold bf16, f16 or f32", user_loc())
         dims = args[1:]
         for d in dims:
             if isinstance(d, SSAValue):
@@ -547,6 +555,8 @@ __all__ = [
     "bf16",
     "f16",
     "f32",
+    "fp8e4m3",
+    "fp8e5m2",
     "gl",
     "rt",
     "rv",

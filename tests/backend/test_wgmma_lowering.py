@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st_
 from backend.test_simulate import run_both
-from hopper_kernels import warpgroup_gemm
+from hopper_kernels import typed_gemm, warpgroup_gemm
 from reference import random_bf16, rel_err
 
 import tkc
@@ -714,3 +715,54 @@ def test_queries_in_registers_survive_the_loop(d: int, n: int, causal: int, defe
     assert _queries_overwritten(planted)
     with pytest.raises(TkcError, match="Q_REGS=1 needs DEFER=1"):
         compile_for_launch(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "Q_REGS": 1}, {})
+
+
+TYPED = {"f16": (np.float16, "f16"), "fp8e4m3": (ml_dtypes.float8_e4m3fn, "e4m3"),
+         "fp8e5m2": (ml_dtypes.float8_e5m2, "e5m2")}
+
+
+@pytest.mark.parametrize("dtype", list(TYPED))
+@pytest.mark.parametrize("m, n, k, bk, order", [(64, 64, 128, 64, "ascending"), (100, 70, 208, 64, "shuffled"),
+                                                (130, 130, 512, 128, "descending"), (70, 40, 99, 64, "shuffled")])
+def test_wgmma_operand_dtypes(dtype: str, m: int, n: int, k: int, bk: int, order: str) -> None:
+    """f16 and fp8 (e4m3, e5m2) operands: the wgmma names its operand types (k32 for fp8: 32 bytes of K a step) and
+    the simulation, reading shared memory as those types, agrees with the interpreter and the product; K = 99 (rows
+    1-byte aligned) takes the element-by-element copies. ptxas takes the PTX unserialized."""
+    from tkc import lang
+
+    np_type, ptx_name = TYPED[dtype]
+    kernel = typed_gemm(getattr(lang, dtype))
+    rng = np.random.default_rng(m + k)
+    a, b = rng.standard_normal((m, k)).astype(np_type), rng.standard_normal((n, k)).astype(np_type)
+    c = np.full((m, n), np.nan, dtype=np.float32)
+    interp, sim = run_both(kernel, [a, b, c], (-(-m // 64), -(-n // 64)), {"BK": bk}, target="sm_90a", order=order)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    assert rel_err(interp[2], ref) < 1e-5 and rel_err(sim[2], interp[2]) < 1e-6
+    ptx = compile_kernels([kernel], "sm_90a", {"BK": bk})
+    step = 32 if dtype.startswith("fp8") else 16
+    assert f"m64n64k{step}.f32.{ptx_name}.{ptx_name} " in ptx
+    if ptxas.find_ptxas() is not None and order == "ascending":
+        (report,) = ptxas.assemble(ptx, "sm_90a").values()
+        assert not report.notes and report.spill_stores == 0, report.log
+
+
+def test_fp8_wgmma_with_the_bf16_k_step_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutation: fp8 wgmmas issued a 16-element K step apart (bf16's), each still taking 32: the simulation
+    reads the wrong bytes of K and differs from the interpreter."""
+    from tkc.backend import wgmma
+    from tkc.lang import fp8e4m3
+
+    monkeypatch.setattr(wgmma, "k_step", lambda elem_bytes: 16)
+    kernel = typed_gemm(fp8e4m3)
+    rng = np.random.default_rng(1)
+    e4m3 = ml_dtypes.float8_e4m3fn
+    a, b = rng.standard_normal((64, 128)).astype(e4m3), rng.standard_normal((64, 128)).astype(e4m3)
+    c = np.full((64, 64), np.nan, dtype=np.float32)
+    from tkc.backend.simulator import SimulationError
+
+    try:
+        interp, sim = run_both(kernel, [a, b, c], (1, 1), target="sm_90a")
+    except SimulationError as e:  # its reads run past the tile into the stage the next TMA load fills: a race
+        assert "still reads" in str(e), e
+        return
+    assert rel_err(sim[2], interp[2]) > 0.1

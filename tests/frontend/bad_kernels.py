@@ -122,6 +122,34 @@ def mma_f32_inputs():
     return k
 
 
+def fp8_mma_ab():
+    @tkc.kernel(warps=4)
+    def k(A: gl[fp8e4m3, 2], B: gl[fp8e4m3, 2], C: gl[f32, 2]):
+        a = load(A, (0, 0), st[fp8e4m3, 64, 64])
+        b = load(B, (0, 0), st[fp8e4m3, 64, 64])
+        store(C, mma_AB(a, b, zeros(rt[f32, 16, 64])), (warp_id(), 0))  # ERROR
+
+    return k
+
+
+def fp8_register_tile():
+    @tkc.kernel
+    def k(A: gl[fp8e4m3, 2], C: gl[f32, 2]):
+        a = load(A, (0, 0), rt[fp8e4m3, 16, 32])  # ERROR
+        store(C, a.to(f32), (0, 0))
+
+    return k
+
+
+def fp8_k_step():
+    @tkc.kernel(warps=4)
+    def k(A: gl[fp8e4m3, 2], C: gl[f32, 2]):
+        a = load(A, (0, 0), st[fp8e4m3, 64, 48])
+        store(C, mma_ABt(a, a, zeros(rt[f32, 16, 64])), (warp_id(), 0))  # ERROR
+
+    return k
+
+
 def elementwise_dtypes():
     @tkc.kernel
     def k(A: gl[bf16, 2], C: gl[f32, 2]):

@@ -53,7 +53,7 @@ BAD_TYPES = [
     Bad("!tile.rv", fill("!tile.rv<16xf32, row>"), "rv layout must be align, ortho or naive, got row"),
     Bad("!tile.rv", fill("!tile.rv<16xf32, diagonal>"), "Expected `row`, `col`, `align`, `ortho`, or `naive`"),
     Bad("!tile.st", "%w = tile.empty : !tile.st<24x64xbf16>", "st dimensions must be positive multiples of 16, got 24x64"),
-    Bad("!tile.st", "%w = tile.empty : !tile.st<64x64xi8>", "st element type must be bf16, f16 or f32, got i8"),
+    Bad("!tile.st", "%w = tile.empty : !tile.st<64x64xi8>", "st element type must be bf16, f16, f32, fp8e4m3 or fp8e5m2, got i8"),
     Bad("!tile.st", "%w = tile.empty : !tile.st<64x?xbf16>", "st dimensions must be static"),
     Bad("!tile.st", "%w = tile.empty : !tile.st<64x64xbf16, swizzle 48>", "st swizzle must be one of (0, 32, 64, 128) bytes, got 48"),
     Bad("!tile.st", "%w = tile.empty : !tile.st<64x64xbf16, swizzle 256>", "st swizzle must be one of (0, 32, 64, 128) bytes, got 256"),
@@ -63,7 +63,8 @@ BAD_TYPES = [
     Bad("!tile.sv", "%w = tile.empty : !tile.sv<8xf32>", "sv dimensions must be positive multiples of 16, got 8"),
     Bad("!tile.sv", "%w = tile.empty : !tile.sv<64xbf16, swizzle 32>", "'>' expected"),
     Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<f32>", "gl must have rank 1 or more"),
-    Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<?x?xi32>", "gl element type must be bf16, f16 or f32, got i32"),
+    Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<?x?xi32>", "gl element type must be bf16, f16, f32, fp8e4m3 or fp8e5m2, got i32"),
+    Bad("!tile.rt", fill("!tile.rt<16x32xf8E4M3FN>"), "rt[fp8e4m3, ...]: fp8 lives in global and shared memory only"),
 ]
 
 

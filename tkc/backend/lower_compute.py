@@ -20,7 +20,7 @@ from tkc.backend.fragments import LANES, is_packed, reduction_lanes, tile_fragme
 from tkc.backend.index import LANE
 from tkc.errors import TkcError
 from tkc.ir import ops as t
-from tkc.ir.types import Layout, RegTileType, RegVecType
+from tkc.ir.types import Layout, RegTileType, RegVecType, element_bytes, element_name
 from tkc.passes.lower_to_ptx import Imm, KernelLowering, handles
 
 LOG2E = 1.4426950408889634
@@ -430,12 +430,12 @@ def _operand(lw: KernelLowering, value: object, regs: np.ndarray) -> tuple[SSAVa
 
 
 # --------------------------------------------------------------------------------------------------------------
-# wgmma m64nNk16 (sm_90a)
+# wgmma m64nNk16 / m64nNk32 for fp8 (sm_90a)
 
 
 @handles(t.WgmmaOp)
 def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
-    """The warpgroup's `wgmma`s, one per 16-wide step of K, reading B (and A, unless it is in registers) through
+    """The warpgroup's `wgmma`s, one per 32 bytes of K (16 elements, 32 of fp8), reading B (and A, unless it is in registers) through
     shared-memory descriptors (backend/wgmma.py) into a copy of C; fenced before, committed and waited for after,
     so that the result is an ordinary register tile. A loop's accumulator, where the pipeline left room, is
     updated in place and only the previous step's group is waited for (`_accumulates_in_flight`); attention's P·V
@@ -452,7 +452,8 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
                        f"must be a multiple of 4, got {lw.threads // 32}")
     a_value, b_ref = lw.value(op.a), lw.value(op.b)
     n = op.c.type.shape[1]
-    k_steps = op.a.type.shape[0 if op.transpose_a else 1] // wgmma.K_STEP
+    a_type, b_type = (element_name(x.type.element_type).removeprefix("fp8") for x in (op.a, op.b))  # e4m3 in PTX
+    k_steps = op.a.type.shape[0 if op.transpose_a else 1] // wgmma.k_step(element_bytes(op.a.type.element_type))
     b_major = "K" if op.transpose_b else "MN"
     desc_b = _descriptors(lw, b_ref.addr, [wgmma.operand_descriptor(op.b.type, 0, kk, b_major, b_ref.panel_rows)
                                           for kk in range(k_steps)])
@@ -489,7 +490,7 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     lw.emit(ptx.WgmmaSyncOp("fence"))
     for kk in range(k_steps):
         lw.emit(ptx.WgmmaOp(n, acc, range(n // 2), a_bundle, a_regs[kk], desc_b, kk, scale_d=1,
-                            trans_a=int(op.transpose_a), trans_b=int(b_major == "MN")))
+                            trans_a=int(op.transpose_a), trans_b=int(b_major == "MN"), a_type=a_type, b_type=b_type))
     lw.emit(ptx.WgmmaSyncOp("commit"))
     if isinstance(op.next_op, t.TurnPassOp):
         # the turn passes once the wgmmas are issued, not done: the other warpgroup's queue up right behind them

@@ -609,15 +609,21 @@ class ParamAddrOp(IRDLOperation):
         super().__init__(properties={"param": StringAttr(param)}, result_types=[regs("b64", 1)])
 
 
+WGMMA_FP8 = ("e4m3", "e5m2")
+
+
 @irdl_op_definition
 class WgmmaOp(_TableOp):
-    """`wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 {d..}, A, descB, scaleD, 1, 1{, transA}, transB;`,
+    """`wgmma.mma_async.sync.aligned.m64nNkK.f32.atype.btype {d..}, A, descB, scaleD, 1, 1{, transA}, transB;`,
     executed by a whole warpgroup. The N/2 accumulator registers `acc[acc_index]` are read (scale_d = 1) and
     written in place; they may be read only after a `wgmma.wait_group` that covers this op. A is a descriptor
-    (one b64 register of `a`) or, with four `a_index` entries, bf16x2 registers of `a` (then no transA)."""
+    (one b64 register of `a`) or, with four `a_index` entries, 16-bit pairs in registers of `a` (then no transA).
+    The operand types are bf16 or f16 (both the same; K = 16) or e4m3 / e5m2 (K = 32, K-major, no transposes)."""
 
     name = "ptx.wgmma"
     n = prop_def(IntAttr)
+    a_type = prop_def(StringAttr)
+    b_type = prop_def(StringAttr)
     scale_d = prop_def(IntAttr)
     trans_a = prop_def(IntAttr)
     trans_b = prop_def(IntAttr)
@@ -630,10 +636,12 @@ class WgmmaOp(_TableOp):
     traits = traits_def(MemoryWriteEffect())
 
     def __init__(self, n: int, acc: SSAValue, acc_index: Sequence[int], a: SSAValue, a_index: Sequence[int],
-                 b: SSAValue, b_index: int = 0, scale_d: int = 1, trans_a: int = 0, trans_b: int = 0):
+                 b: SSAValue, b_index: int = 0, scale_d: int = 1, trans_a: int = 0, trans_b: int = 0,
+                 a_type: str = "bf16", b_type: str | None = None):
         super().__init__(
             operands=[acc, a, b],
-            properties={"n": IntAttr(n), "scale_d": IntAttr(scale_d), "trans_a": IntAttr(trans_a),
+            properties={"n": IntAttr(n), "a_type": StringAttr(a_type), "b_type": StringAttr(b_type or a_type),
+                        "scale_d": IntAttr(scale_d), "trans_a": IntAttr(trans_a),
                         "trans_b": IntAttr(trans_b), "acc_index": _ints(acc_index), "a_index": _ints(a_index),
                         "b_index": IntAttr(b_index)},
         )
@@ -642,12 +650,24 @@ class WgmmaOp(_TableOp):
     def a_in_registers(self) -> bool:
         return len(self.table("a_index", 0)) == 4
 
+    @property
+    def k(self) -> int:
+        """Elements of K this wgmma takes: 32 bytes' worth."""
+        return 32 if self.a_type.data in WGMMA_FP8 else 16
+
     def verify_(self) -> None:
+        a_type, b_type = self.a_type.data, self.b_type.data
+        if not (a_type == b_type in ("bf16", "f16") or a_type in WGMMA_FP8 and b_type in WGMMA_FP8):
+            raise VerifyException(f"wgmma: operand types must be both bf16, both f16, or e4m3 / e5m2, got {a_type} "
+                                  f"and {b_type}")
+        if a_type in WGMMA_FP8 and (self.trans_a.data or self.trans_b.data or self.a_in_registers):
+            raise VerifyException("wgmma: fp8 operands are K-major shared tiles (no transposes, no A in registers)")
         n = self.n.data
         if not (8 <= n <= 256 and n % 8 == 0):
             raise VerifyException(f"wgmma: N must be a multiple of 8 in 8..256, got {n}")
         if len(self.table("acc_index", 0)) != n // 2:
-            raise VerifyException(f"wgmma m64n{n}k16: {n // 2} accumulator registers, got {len(self.table('acc_index', 0))}")
+            raise VerifyException(f"wgmma m64n{n}k{self.k}: {n // 2} accumulator registers, got "
+                                  f"{len(self.table('acc_index', 0))}")
         if len(self.table("a_index", 0)) not in (1, 4):
             raise VerifyException("wgmma: A is one descriptor register or four bf16x2 registers")
         if self.a_in_registers and self.trans_a.data:

@@ -181,7 +181,11 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         a_regs = [names(op.a, x) for x in op.table("a_index", 0)]
         a = _vector(a_regs)
         trans = f"{op.trans_b.data}" if op.a_in_registers else f"{op.trans_a.data}, {op.trans_b.data}"
-        return [f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {acc}, {a}, {names(op.b, op.b_index.data)}, "
+        shape = f"m64n{n}k{op.k}.f32.{op.a_type.data}.{op.b_type.data}"
+        if op.k == 32:  # fp8: K-major only, so no transpose immediates
+            return [f"wgmma.mma_async.sync.aligned.{shape} {acc}, {a}, {names(op.b, op.b_index.data)}, "
+                    f"{op.scale_d.data}, 1, 1;"]
+        return [f"wgmma.mma_async.sync.aligned.{shape} {acc}, {a}, {names(op.b, op.b_index.data)}, "
                 f"{op.scale_d.data}, 1, 1, {trans};"]
     if isinstance(op, ptx.WgmmaSyncOp):
         kind = op.kind.data

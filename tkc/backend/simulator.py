@@ -89,6 +89,18 @@ def from_f16(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint32) & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
+_FP8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+_WGMMA_BYTES = {"bf16": 2, "f16": 2, "e4m3": 1, "e5m2": 1}
+
+
+def _decode(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """f32 values of little-endian bf16 / f16 / e4m3 / e5m2 elements given as a flat uint8 array."""
+    if dtype in _FP8:
+        return raw.view(_FP8[dtype]).astype(np.float32)
+    bits = raw.view(np.uint16).astype(np.uint32)
+    return from_bf16(bits) if dtype == "bf16" else from_f16(bits)
+
+
 def parse_immediate(text: str) -> int | float:
     if text.startswith("0f"):
         return float(np.uint32(int(text[2:], 16)).view(np.float32))
@@ -166,7 +178,9 @@ class SharedMemory:
 
 
 def _bytes_to_words(data: np.ndarray, word: int) -> np.ndarray:
-    """[lane, nbytes] → [lane, nbytes / word] little-endian words (zero-extended to 32 bits for 16-bit words)."""
+    """[lane, nbytes] → [lane, nbytes / word] little-endian words (zero-extended to 32 bits for 8- and 16-bit words)."""
+    if word == 1:
+        return data.astype(np.uint32)
     if word == 2:
         return data.view(np.uint16).astype(np.uint32)
     if word == 4:
@@ -175,6 +189,8 @@ def _bytes_to_words(data: np.ndarray, word: int) -> np.ndarray:
 
 
 def _words_to_bytes(words: np.ndarray, word: int) -> np.ndarray:
+    if word == 1:
+        return (words & 0xFF).astype(np.uint8).reshape(words.shape[0], -1)
     if word == 2:
         return (words & 0xFFFF).astype(np.uint16).view(np.uint8).reshape(words.shape[0], -1)
     if word == 4:
@@ -1014,10 +1030,12 @@ class BlockSimulator:
                 raise SimulationError("a wgmma descriptor differs between the lanes of a warp")
             return int(bits[0])
 
-        def read(addresses: np.ndarray) -> np.ndarray:
-            raw = self.shared.read(addresses.reshape(-1), 2, "wgmma operand")
-            return from_bf16(raw.view(np.uint16).astype(np.uint32).reshape(addresses.shape))
+        def read(addresses: np.ndarray, dtype: str) -> np.ndarray:
+            size = 1 if dtype in ptx.WGMMA_FP8 else 2
+            raw = self.shared.read(addresses.reshape(-1), size, "wgmma operand").reshape(-1)
+            return _decode(raw, dtype).reshape(addresses.shape)
 
+        a_type, b_type = op.a_type.data, op.b_type.data
         if op.a_in_registers:
             a_index = op.table("a_index", 0)
             issued_words = self.get(warp, op.a)[:, a_index].copy()  # [32, 4] bf16x2
@@ -1030,13 +1048,15 @@ class BlockSimulator:
                                           "before a wgmma.wait_group covers that wgmma")
                 a_regs = np.zeros((16, 16), dtype=np.float32)
                 rows, ks = wg.a_fragment()
-                a_regs[rows[w * 32:(w + 1) * 32] - 16 * w, ks[w * 32:(w + 1) * 32]] = _unpack16(words, "bf16")
+                a_regs[rows[w * 32:(w + 1) * 32] - 16 * w, ks[w * 32:(w + 1) * 32]] = _unpack16(words, a_type)
                 return a_regs
         else:
             major_a = "MN" if op.trans_a.data else "K"
-            a_addresses = wg.operand_addresses(desc_of(op.a, int(op.table("a_index", 0)[0])), 64, major_a)
-            a_of = lambda: read(a_addresses)[16 * w:16 * w + 16]  # noqa: E731
-        b_addresses = wg.operand_addresses(desc_of(op.b, op.b_index.data), n, "MN" if op.trans_b.data else "K")
+            a_addresses = wg.operand_addresses(desc_of(op.a, int(op.table("a_index", 0)[0])), 64, major_a,
+                                               _WGMMA_BYTES[a_type])
+            a_of = lambda: read(a_addresses, a_type)[16 * w:16 * w + 16]  # noqa: E731
+        b_addresses = wg.operand_addresses(desc_of(op.b, op.b_index.data), n, "MN" if op.trans_b.data else "K",
+                                           _WGMMA_BYTES[b_type])
         acc_index = op.table("acc_index", 0)
         if op.acc not in warp.wgmma_results:
             warp.wgmma_results[op.acc] = self.get(warp, op.acc).copy()  # C as the first wgmma of a chain finds it
@@ -1046,7 +1066,7 @@ class BlockSimulator:
 
         def complete() -> None:
             current = warp.wgmma_results[op.acc]
-            D = a_of().astype(np.float32) @ read(b_addresses).astype(np.float32).T
+            D = a_of().astype(np.float32) @ read(b_addresses, b_type).astype(np.float32).T
             if scale_d:
                 C = np.zeros((16, n), dtype=np.float32)
                 C[r, c] = f32(current[:, acc_index])
@@ -1059,7 +1079,7 @@ class BlockSimulator:
         poisoned[:, acc_index] = 0xFFFFFFFF  # NaN until a wgmma.wait_group covers this wgmma
         warp.regs[op.acc] = poisoned
         reads = b_addresses if op.a_in_registers else np.concatenate([a_addresses.reshape(-1), b_addresses.reshape(-1)])
-        warp.wgmma_open.append((op.acc, complete, np.unique(reads.reshape(-1) // 2)))
+        warp.wgmma_open.append((op.acc, complete, np.unique(reads.reshape(-1) // 2)))  # 2-byte units
 
     def _check_wgmma_reads(self, addresses: np.ndarray, nbytes: int, what: str) -> None:
         """A write (landing now or later) into shared memory that a wgmma or a TMA store not yet waited for reads

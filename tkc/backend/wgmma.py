@@ -6,8 +6,9 @@ ISA's canonical layouts (§9.7.15.5.1.2) and the descriptor constants seen worki
 (shared/docs/hopper-ptx.md §3).
 
 A 64-bit descriptor: bits 0–13 start address >> 4, 16–29 leading byte offset (LBO) >> 4, 32–45 stride byte offset
-(SBO) >> 4, 62–63 swizzle (1 = 128 B, 2 = 64 B, 3 = 32 B, 0 = none). A k16 step of a bf16 operand is 16 elements
-of K. For tkc's swizzled tiles (column panels S bytes wide, see shared_layout.py):
+(SBO) >> 4, 62–63 swizzle (1 = 128 B, 2 = 64 B, 3 = 32 B, 0 = none). A wgmma takes 32 bytes of K: k16 for
+bf16 / f16 operands, k32 for fp8 (e4m3 / e5m2, K-major only). For tkc's swizzled tiles (column panels S bytes
+wide, see shared_layout.py):
 
     K-major  (tile rows = M or N, cols = K; A, or B given N×K): start = panel of chunk c + (32·c mod S),
              SBO = 8 rows · S, LBO unused (16)
@@ -23,8 +24,13 @@ from tkc.ir.types import SharedTileType, element_bytes
 
 SWIZZLE_CODE = {0: 0, 128: 1, 64: 2, 32: 3}
 SWIZZLE_OF_CODE = {code: s for s, code in SWIZZLE_CODE.items()}
-K_STEP = 16  # elements of K per wgmma (bf16 / f16)
+K_BYTES = 32  # bytes of K per wgmma: 16 elements of bf16 / f16, 32 of fp8
 WARPGROUP = 128
+
+
+def k_step(elem_bytes: int) -> int:
+    """Elements of K one wgmma takes for operands of `elem_bytes` bytes (16, or 32 for fp8)."""
+    return K_BYTES // elem_bytes
 
 
 def descriptor(start: int, lbo: int, sbo: int, swizzle: int) -> int:
@@ -52,7 +58,7 @@ def swizzled(address: np.ndarray, swizzle: int) -> np.ndarray:
 
 
 def operand_descriptor(tile: SharedTileType, base: int, chunk: int, major: str, panel_rows: int | None = None) -> int:
-    """The descriptor of k16 step `chunk` of shared tile `tile` (starting at shared byte address `base`, aligned to
+    """The descriptor of K step `chunk` (32 bytes of K) of shared tile `tile` (starting at shared byte address `base`, aligned to
     the swizzle's repeat) read as a wgmma operand. `major` is "K" (the tile is rows × K) or "MN" (K × cols).
     `panel_rows`: for a view of rows of a taller tile, the rows between its column panels."""
     swizzle = tile.swizzle or 0
@@ -61,26 +67,30 @@ def operand_descriptor(tile: SharedTileType, base: int, chunk: int, major: str, 
     rows = panel_rows or tile.shape[0]
     e = element_bytes(tile.element_type)
     if major == "K":
-        kbyte = chunk * K_STEP * e
+        kbyte = chunk * K_BYTES
         start = base + (kbyte // swizzle) * rows * swizzle + kbyte % swizzle
         return descriptor(start, 16, 8 * swizzle, swizzle)
     if major == "MN":
-        return descriptor(base + chunk * K_STEP * swizzle, rows * swizzle, 8 * swizzle, swizzle)
+        return descriptor(base + chunk * k_step(e) * swizzle, rows * swizzle, 8 * swizzle, swizzle)
     raise ValueError(f"major must be 'K' or 'MN', got {major!r}")
 
 
 def operand_addresses(desc: int, extent: int, major: str, elem_bytes: int = 2) -> np.ndarray:
     """Shared byte address the tensor cores read for element (i, k) of an operand given by descriptor `desc`:
-    i < extent along M (or N), k < 16 along K. An [extent, 16] int array, from the canonical layouts."""
+    i < extent along M (or N), k < 32 bytes of K (16 or 32 elements). An [extent, K step] int array, from the
+    canonical layouts."""
     start, lbo, sbo, swizzle = decode(desc)
     i = np.arange(extent)[:, None]
-    k = np.arange(K_STEP)[None, :]
+    k = np.arange(k_step(elem_bytes))[None, :]
     if major == "K":
         if swizzle:  # rows of `swizzle` bytes, 8-row atoms SBO apart
             linear = start + (i % 8) * swizzle + (i // 8) * sbo + k * elem_bytes
         else:  # 8×16-byte core matrices: SBO between 8-row groups, LBO between the two halves of K
-            linear = start + (i % 8) * 16 + (i // 8) * sbo + (k // 8) * lbo + (k % 8) * elem_bytes
+            per_core = 16 // elem_bytes  # elements of K in a core matrix's 16-byte row
+            linear = start + (i % 8) * 16 + (i // 8) * sbo + (k // per_core) * lbo + (k % per_core) * elem_bytes
     elif major == "MN":
+        if elem_bytes != 2:
+            raise ValueError("an MN-major wgmma operand must have 16-bit elements (fp8 operands are K-major)")
         if swizzle:  # K rows of `swizzle` bytes of contiguous MN; LBO between MN panels, SBO between 8-row groups
             per_row = swizzle // elem_bytes
             linear = start + (i % per_row) * elem_bytes + (i // per_row) * lbo + (k % 8) * swizzle + (k // 8) * sbo
@@ -88,7 +98,7 @@ def operand_addresses(desc: int, extent: int, major: str, elem_bytes: int = 2) -
             linear = start + (i % 8) * elem_bytes + (i // 8) * sbo + (k % 8) * 16 + (k // 8) * lbo
     else:
         raise ValueError(f"major must be 'K' or 'MN', got {major!r}")
-    return swizzled(np.broadcast_to(linear, (extent, K_STEP)).astype(np.int64), swizzle)
+    return swizzled(np.broadcast_to(linear, (extent, k_step(elem_bytes))).astype(np.int64), swizzle)
 
 
 def accumulator_fragment(n: int) -> tuple[np.ndarray, np.ndarray]:

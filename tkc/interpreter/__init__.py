@@ -26,7 +26,8 @@ from tkc.ir.types import GlobalType
 if TYPE_CHECKING:
     from tkc.frontend.kernel import Kernel
 
-_NUMPY_DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16), "f32": np.dtype(np.float32)}
+_NUMPY_DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16), "f32": np.dtype(np.float32),
+                 "fp8e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "fp8e5m2": np.dtype(ml_dtypes.float8_e5m2)}
 
 
 class _CurrentOp(Interpreter.Listener):
@@ -69,8 +70,11 @@ def _torch_to_numpy(tensor: Any, name: str) -> np.ndarray:
 
     if tensor.device.type != "cpu":
         raise KernelArgumentError(f"argument `{name}`: the interpreter runs on the CPU; pass a CPU tensor")
-    if tensor.dtype == torch.bfloat16:
-        return tensor.detach().contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    held_as = {torch.bfloat16: ml_dtypes.bfloat16, torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
+               torch.float8_e5m2: ml_dtypes.float8_e5m2}.get(tensor.dtype)  # types numpy has not: their bytes
+    if held_as is not None:
+        return tensor.detach().contiguous().view(torch.uint8 if tensor.element_size() == 1 else torch.int16
+                                                 ).numpy().view(held_as)
     return tensor.detach().numpy()
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
+from xdsl.dialects.builtin import BFloat16Type, Float8E4M3FNType, Float8E5M2Type, Float16Type, Float32Type
 from xdsl.ir import Attribute
 
 from tkc.errors import TkcError
@@ -38,6 +38,10 @@ def round_to(x: np.ndarray, element_type: Attribute) -> np.ndarray:
             return x.astype(np.float16).astype(np.float32)
     if isinstance(element_type, Float32Type):
         return x
+    if isinstance(element_type, Float8E4M3FNType | Float8E5M2Type):  # saturating, as cvt.satfinite
+        fp8 = ml_dtypes.float8_e4m3fn if isinstance(element_type, Float8E4M3FNType) else ml_dtypes.float8_e5m2
+        limit = float(ml_dtypes.finfo(fp8).max)
+        return np.where(np.isnan(x), x, np.clip(x, -limit, limit)).astype(fp8).astype(np.float32)
     raise TkcError(f"no rounding rule for {element_type}")
 
 

@@ -51,6 +51,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from tkc.ir.async_ops import GroupWaitOp
 from tkc.ir.types import (
+    FP8_TYPES,
     GlobalType,
     RegTileType,
     RegVecType,
@@ -818,8 +819,20 @@ class WgmmaOp(_AccumulateMethods, IRDLOperation):
     def verify_(self) -> None:
         a, b, c = self.a.type, self.b.type, self.c.type
         fn = self.fn
-        if a.element_type != b.element_type or not isinstance(a.element_type, BFloat16Type | Float16Type):
-            raise VerifyException(f"{fn}: A and B must be bf16 or f16 tiles of one dtype, got {spec(a)} and {spec(b)}")
+        fp8 = isinstance(a.element_type, FP8_TYPES)
+        if fp8:  # e4m3 and e5m2 mix; the hardware reads both K-major (Bᵀ given N×K), A from shared memory
+            fn_hint = fn.removeprefix("wg")
+            if not isinstance(b.element_type, FP8_TYPES):
+                raise VerifyException(f"{fn_hint}: A is {spec(a)}, so B must be fp8 too, got {spec(b)}")
+            if self.transpose_a or not self.transpose_b or not isinstance(a, SharedTileType):
+                raise VerifyException(f"{fn_hint}: fp8 tensor cores read both operands K-major from shared memory: "
+                                      f"use mma_ABt with A st[fp8, 64, K] and B given N×K (st[fp8, N, K]), got "
+                                      f"{fn_hint} on {spec(a)} and {spec(b)}")
+            if a.shape[1] % 32:
+                raise VerifyException(f"{fn_hint}: fp8 operands take K in steps of 32, got {spec(a)}")
+        elif a.element_type != b.element_type or not isinstance(a.element_type, BFloat16Type | Float16Type):
+            raise VerifyException(f"{fn}: A and B must be bf16 or f16 tiles of one dtype, or both fp8, got {spec(a)} "
+                                  f"and {spec(b)}")
         if not isinstance(c.element_type, Float32Type):
             raise VerifyException(f"{fn}: the accumulator must be an f32 tile, got {spec(c)}")
         m, k = a.shape[::-1] if self.transpose_a else a.shape

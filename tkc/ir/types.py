@@ -23,6 +23,8 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
     Float32Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     IntAttr,
     NoneAttr,
     StringAttr,
@@ -38,10 +40,13 @@ from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
 DYNAMIC = DYNAMIC_INDEX  # `?` in a shape
-ELEMENT_TYPES = (BFloat16Type, Float16Type, Float32Type)
+FP8_TYPES = (Float8E4M3FNType, Float8E5M2Type)  # in global and shared memory: wgmma operands
+ELEMENT_TYPES = (BFloat16Type, Float16Type, Float32Type, *FP8_TYPES)
 TILE_BASE = 16  # rows and columns of every tile (and lengths of vectors) are multiples of this
 
-ELEMENT_BYTES = {BFloat16Type: 2, Float16Type: 2, Float32Type: 4}
+ELEMENT_BYTES = {BFloat16Type: 2, Float16Type: 2, Float32Type: 4, Float8E4M3FNType: 1, Float8E5M2Type: 1}
+ELEMENT_NAMES = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32", Float8E4M3FNType: "fp8e4m3",
+                 Float8E5M2Type: "fp8e5m2"}  # as the DSL spells them
 SWIZZLE_BYTES = (0, 32, 64, 128)
 
 
@@ -60,7 +65,7 @@ VECTOR_LAYOUTS = (Layout.ALIGN, Layout.ORTHO, Layout.NAIVE)
 
 
 def element_name(t: Attribute) -> str:
-    return {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}.get(type(t), str(t))
+    return ELEMENT_NAMES.get(type(t), str(t))
 
 
 def element_bytes(t: Attribute) -> int:
@@ -68,8 +73,14 @@ def element_bytes(t: Attribute) -> int:
 
 
 def _verify_element(kind: str, t: Attribute) -> None:
-    if not isinstance(t, ELEMENT_TYPES):
-        raise VerifyException(f"{kind} element type must be bf16, f16 or f32, got {t}")
+    if kind in ("rt", "rv"):
+        if isinstance(t, FP8_TYPES):
+            raise VerifyException(f"{kind}[{element_name(t)}, ...]: fp8 lives in global and shared memory only (the "
+                                  "wgmma's operands); registers hold bf16, f16 or f32")
+        if not isinstance(t, ELEMENT_TYPES):
+            raise VerifyException(f"{kind} element type must be bf16, f16 or f32, got {t}")
+    elif not isinstance(t, ELEMENT_TYPES):
+        raise VerifyException(f"{kind} element type must be bf16, f16, f32, fp8e4m3 or fp8e5m2, got {t}")
 
 
 def _verify_dims(kind: str, dims: Sequence[int]) -> None:
@@ -80,7 +91,7 @@ def _verify_dims(kind: str, dims: Sequence[int]) -> None:
 
 
 def _parse_element(parser: AttrParser) -> Attribute:
-    return parser.expect(parser.parse_optional_type, "expected an element type (bf16, f16, f32)")
+    return parser.expect(parser.parse_optional_type, "expected an element type (bf16, f16, f32, f8E4M3FN, f8E5M2)")
 
 
 def _parse_static_shape(parser: AttrParser, rank: int, kind: str) -> tuple[list[int], Attribute]:

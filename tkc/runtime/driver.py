@@ -164,7 +164,8 @@ def tensor_map_2d(address: int, rows: int, cols: int, row_bytes: int, box_rows: 
     cu = driver()
     dtypes = {"bf16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
               "f16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-              "f32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
+              "f32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+              "u8": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8}  # fp8: TMA moves bytes
     u64, u32 = cu.cuuint64_t, cu.cuuint32_t
     dims, strides, box = [u64(cols), u64(rows)], [u64(row_bytes)], [u32(box_cols), u32(box_rows)]
     for size, stride in outer:

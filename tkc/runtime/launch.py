@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 INT32 = (-(2**31), 2**31 - 1)
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
-_TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
 _loaded: dict[tuple[Any, ...], LoadedKernel] = {}
 
 
@@ -95,7 +94,7 @@ def check_arguments(kernel: Kernel, args: Sequence[Any]) -> _Checked:
                 raise KernelTypeError(f"argument `{p.name}` must be a torch tensor ({p.spec}), got {type(value).__name__}")
             if value.device.type != "cuda":
                 raise KernelArgumentError(f"argument `{p.name}` is on {value.device}; kernels run on CUDA tensors")
-            want = getattr(torch, _TORCH_DTYPES[p.spec.dtype.name])
+            want = getattr(torch, p.spec.dtype.torch_name)
             if value.dtype != want:
                 raise KernelArgumentError(f"argument `{p.name}` must be {want} ({p.spec}), got {value.dtype}")
             if value.dim() != p.spec.rank:
@@ -140,6 +139,7 @@ def _compiled(kernel: Kernel, target: str, constants: dict[str, Any], aligns: di
     key = cache.make_key({
         "kernel": kernel.name,
         "source": cache.source_fingerprint(kernel.source.filename),
+        "params": [f"{p.name}: {p.spec or p.kind}" for p in kernel.runtime_params],  # a kernel made per dtype in a closure
         "constants": {k: repr(v) for k, v in constants.items()},
         "target": target,
         "aligns": aligns,
@@ -402,7 +402,7 @@ def _make_reader(kernel: Kernel) -> Any:
     aligns, device, values = [], None, []
     for i, (p, a) in enumerate(zip(params, names)):
         if p.kind == "tensor":
-            dtype = getattr(torch, _TORCH_DTYPES[p.spec.dtype.name])
+            dtype = getattr(torch, p.spec.dtype.torch_name)
             env[f"dtype{i}"], rank, item = dtype, p.spec.rank, dtype.itemsize
             lines.append(f"    if not isinstance({a}, Tensor) or {a}.dtype is not dtype{i}:")
             lines.append("        return None")

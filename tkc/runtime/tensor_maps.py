@@ -18,7 +18,7 @@ from tkc.runtime import driver
 
 CACHE_SIZE = 1024
 _cache: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
-_ELEMENT = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+_ELEMENT = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "u8", "float8_e5m2": "u8"}
 
 
 def as_matrix(shape: Sequence[int], strides: Sequence[int], name: str = "tensor") -> tuple[int, int, int]:
@@ -56,7 +56,7 @@ def tensor_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, name: st
         return found
     element = _ELEMENT.get(str(tensor.dtype).removeprefix("torch."))
     if element is None:
-        raise KernelArgumentError(f"{name}: TMA copies bf16, f16 or f32 tensors, got {tensor.dtype}")
+        raise KernelArgumentError(f"{name}: TMA copies bf16, f16, f32 or fp8 tensors, got {tensor.dtype}")
     item = tensor.element_size()
     if stack:
         if len(shape) > 5 or (shape[-1] > 1 and strides[-1] != 1):
