@@ -1,5 +1,5 @@
 """One PNG per benchmark from the newest figures in bench/results/*.json (written by bench/gemm.py, attention.py,
-attention_backward.py and layernorm.py, or brought home by bench/collect.py): tkc and its peers side by side.
+attention_backward.py, layernorm.py and scaled_mm.py, or brought home by bench/collect.py): tkc and its peers side by side.
 
     python bench/plot.py        # needs matplotlib
 """
@@ -23,6 +23,7 @@ PLOTS = {
     "attention": ("N (B·N = 16384, H = 16)", "N", "TFLOP/s", ["tkc", "tkc sm_80", "flash", "cuDNN", "mem-efficient", "triton"]),
     "layernorm": ("rows × D", "shape", "GB/s", ["tkc", "tkc sm_80", "torch", "triton", "copy"]),
     "attention-backward": ("N (B·N = 16384, H = 16)", "N", "TFLOP/s", ["tkc", "flash", "cuDNN", "mem-efficient"]),
+    "scaled_mm": ("M × N × K", "size", "TFLOP/s", ["tkc", "cuBLASLt", "triton", "bf16 cuBLAS"]),
 }
 
 
@@ -34,7 +35,10 @@ def value(row: dict, impl: str, unit: str) -> float:
 
 
 def panels(name: str, rows: list[dict]) -> list[tuple[str, list[dict]]]:
-    """Attention (forward and backward) gets one panel per (D, causal); the others one panel."""
+    """Attention (forward and backward) gets one panel per (D, causal), scaled_mm one per kind of scales; the
+    others one panel."""
+    if name == "scaled_mm":
+        return [(f"{kind} scales", [r for r in rows if r["scales"] == kind]) for kind in ("tensor", "rowwise")]
     if not name.startswith("attention"):
         return [("", rows)]
     groups: dict[tuple, list[dict]] = {}

@@ -1,6 +1,7 @@
 """Triton kernels used only as benchmark peers for tkc's kernels (never part of tkc's compile path).
 
     matmul(a, b)                                  (M, K) @ (K, N) -> (M, N), bf16 in and out, fp32 accumulation
+    scaled_mm(a, b, scale_a, scale_b)             as torch._scaled_mm: fp8 e4m3 in, bf16 out, fp32 accumulation
     attention(q, k, v, causal=False, scale=None)  FlashAttention-2 style forward, (B, H, N, D) bf16, D in {64, 128}
     layernorm(x, residual, weight, bias, eps)     (LayerNorm(x + residual) * weight + bias, x + residual), bf16
 
@@ -23,7 +24,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-__all__ = ["attention", "layernorm", "matmul"]
+__all__ = ["attention", "layernorm", "matmul", "scaled_mm"]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -164,6 +165,54 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             a, b, c, M, N, K,
             a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         )
+    return c
+
+
+def _set_scaled_mm_blocks(nargs):
+    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    nargs["a_desc"].block_shape = [bm, bk]
+    nargs["b_desc"].block_shape = [bn, bk]
+    nargs["c_desc"].block_shape = [bm, bn]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "GROUP_M": 8},
+                                        num_stages=stages, num_warps=warps, pre_hook=_set_scaled_mm_blocks)
+                          for bm, bn, stages, warps in _MATMUL_SHAPES], key=["M", "N", "K", "ROWWISE"])
+@triton.jit
+def _scaled_mm_kernel(a_desc, b_desc, c_desc, scale_a_ptr, scale_b_ptr, M, N, K, ROWWISE: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # fp8 tiles through TMA, both K-major (b is the N×K weight), fp8 wgmma accumulating in fp32, scaled at the end.
+    pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([pid_m * BLOCK_M, ki * BLOCK_K])
+        b = b_desc.load([pid_n * BLOCK_N, ki * BLOCK_K])
+        acc = tl.dot(a, b.T, acc)
+    if ROWWISE:
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = acc * tl.load(scale_a_ptr + rows, mask=rows < M, other=0.0)[:, None]
+        acc = acc * tl.load(scale_b_ptr + cols, mask=cols < N, other=0.0)[None, :]
+    else:
+        acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(tl.bfloat16))
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor) -> torch.Tensor:
+    """As torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=bf16): a (M, K) float8_e4m3fn row-major, b (K, N)
+    column-major (an N×K weight's .t()), scales of one element each or (M, 1) and (1, N) float32; 16-byte rows."""
+    M, K = a.shape
+    N = b.shape[1]
+    weight = b.t()
+    assert a.dtype == weight.dtype == torch.float8_e4m3fn and _tma_ok(a) and _tma_ok(weight), "scaled_mm: operands"
+    c = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
+    descs = [TensorDescriptor.from_tensor(t, [16, 16]) for t in (a, weight, c)]
+    rowwise = scale_a.numel() > 1
+
+    def grid(meta):
+        return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+
+    _scaled_mm_kernel[grid](*descs, scale_a, scale_b, M, N, K, ROWWISE=rowwise)
     return c
 
 

@@ -1,0 +1,83 @@
+"""scaled_mm (fp8 e4m3 GEMM with scales) on a Hopper GPU against a float64 reference and torch._scaled_mm: fresh
+random inputs, outputs poisoned with NaN first, ragged and unaligned shapes, both kinds of scales; its argument
+errors. Run with: pytest -m gpu tests/gpu (skipped without a GPU, and on GPUs other than sm_90)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tkc.kernels import scaled_mm  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available() or
+                                                  torch.cuda.get_device_capability() != (9, 0),
+                                                  reason="fp8 wgmma needs an sm_90 GPU")]
+
+SHAPES = [(128, 256, 128), (1000, 1000, 1024), (4096, 4096, 4096), (17, 4096, 4096), (130, 70, 96), (1, 1, 16),
+          (3000, 200, 704), (200, 3000, 80), (2048, 1024, 8192), (64, 8192, 256), (513, 257, 100)]
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if not torch.isfinite(out).all():
+        return math.inf
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def fp8(*shape: int) -> torch.Tensor:
+    return (torch.randn(*shape, device="cuda") * 2).to(torch.float8_e4m3fn)
+
+
+def scales(m: int, n: int, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    shape_a, shape_b = ((m, 1), (1, n)) if rowwise else ((), ())
+    return (torch.rand(shape_a, device="cuda") + 0.5, torch.rand(shape_b, device="cuda") + 0.5)
+
+
+@pytest.mark.parametrize("rowwise", [False, True])
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_scaled_mm(m: int, n: int, k: int, rowwise: bool) -> None:
+    a, weight = fp8(m, k), fp8(n, k)
+    scale_a, scale_b = scales(m, n, rowwise)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    scaled_mm(a, weight.t(), scale_a, scale_b, out=out)
+    ref = (a.double() @ weight.double().t()) * scale_a.double() * scale_b.double()
+    assert rel_err(out, ref) < 1e-2
+    if k % 16 == 0 and n % 16 == 0:  # what torch._scaled_mm takes
+        theirs = torch._scaled_mm(a, weight.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
+        assert rel_err(out, theirs.double()) < 1e-2
+
+
+def test_scaled_mm_unaligned_views() -> None:
+    """Rows of a wider a (pitch above K), a weight slice, an out that is a slice of a wider tensor: the cp.async ring
+    and plain stores where rows are not 16-byte aligned; nothing written past out's columns."""
+    m, n, k = 300, 200, 520
+    a = fp8(m, k + 8)[:, 4:4 + k]
+    weight = fp8(n, k)
+    wide = torch.full((m, n + 3), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = wide[:, :n]
+    scale_a, scale_b = scales(m, n, True)
+    scaled_mm(a, weight.t(), scale_a, scale_b, out=out)
+    ref = (a.double() @ weight.double().t()) * scale_a.double() * scale_b.double()
+    assert rel_err(out, ref) < 1e-2
+    assert wide[:, n:].isnan().all()
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: scaled_mm(fp8(64, 32).to(torch.bfloat16), fp8(32, 64), *scales(64, 64, False)), ["a must be torch.float8_e4m3fn"]),
+    (lambda: scaled_mm(fp8(64, 32), fp8(48, 64), *scales(64, 64, False)), ["b: a is 64x32, so b must be 32xN"]),
+    (lambda: scaled_mm(fp8(64, 32), fp8(32, 64), *scales(64, 64, False)), ["column-major"]),
+    (lambda: scaled_mm(fp8(64, 32), fp8(64, 32).t(), torch.ones(64, device="cuda"), torch.ones(1, device="cuda")),
+     ["scale_a and scale_b", "(64, 1) and (1, 64)"]),
+    (lambda: scaled_mm(fp8(64, 32), fp8(64, 32).t(), torch.ones(1, device="cuda", dtype=torch.bfloat16),
+                       torch.ones(1, device="cuda")), ["scale_a must be torch.float32"]),
+    (lambda: scaled_mm(fp8(64, 32), fp8(64, 32).t(), *scales(64, 64, False), out_dtype=torch.float16),
+     ["out_dtype"]),
+])
+def test_scaled_mm_bad_arguments(call, words) -> None:
+    with pytest.raises(ValueError) as info:
+        call()
+    for word in words:
+        assert word in str(info.value)

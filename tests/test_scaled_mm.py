@@ -1,0 +1,111 @@
+"""scaled_mm_kernel (fp8 e4m3 GEMM with per-tensor or rowwise scales, sm_90a) on the CPU: the tile interpreter and
+the per-thread simulation of its PTX agree with a float64 reference on ragged shapes, on the TMA ring and on the
+cp.async ring of unaligned rows; ptxas takes both configurations without spills; the entry point's checks."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from backend.test_simulate import run_both
+from reference import BF16, rel_err
+
+from tkc.backend import ptxas
+from tkc.compiler import lower_kernel
+from tkc.kernels.scaled_mm import CONFIG, CONFIG_UNALIGNED, scaled_mm_kernel
+
+E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+SMALL = {"BN": 64, "BK": 128, "WARPS": 4, "STAGES": 2}  # the shipped tiles' code on fewer, smaller tiles
+
+
+def _inputs(rng: np.random.Generator, m: int, n: int, k: int, rowwise: bool):
+    a = (rng.standard_normal((m, k)) * 2).astype(E4M3)
+    b = (rng.standard_normal((n, k)) * 2).astype(E4M3)
+    scale_a = (rng.random(m if rowwise else 1) + 0.5).astype(np.float32)
+    scale_b = (rng.random(n if rowwise else 1) + 0.5).astype(np.float32)
+    return a, b, scale_a, scale_b
+
+
+def _reference(a, b, scale_a, scale_b, rowwise: bool) -> np.ndarray:
+    product = a.astype(np.float64) @ b.astype(np.float64).T
+    if rowwise:
+        return product * scale_a[:, None] * scale_b[None, :]
+    return product * scale_a[0] * scale_b[0]
+
+
+@pytest.mark.parametrize("rowwise", [0, 1])
+@pytest.mark.parametrize("m, n, k, constants, order", [
+    (130, 100, 256, SMALL, "shuffled"),                                     # ragged M and N
+    (64, 64, 640, {**SMALL, "STAGES": 3}, "descending"),                    # 5 steps of K through a 3-stage ring
+    (200, 130, 384, {**SMALL, "WARPS": 8, "BN": 128}, "ascending"),         # two warpgroups a block, 4 tiles, 3 blocks
+    (64, 80, 100, {**SMALL, "TMA_STORE": 0}, "shuffled"),                   # rows of 100 bytes: cp.async, ragged K
+])
+def test_scaled_mm_matches_reference(rowwise: int, m: int, n: int, k: int, constants: dict, order: str) -> None:
+    rng = np.random.default_rng(m * n + k + rowwise)
+    a, b, scale_a, scale_b = _inputs(rng, m, n, k, bool(rowwise))
+    c = np.full((m, n), np.nan, dtype=BF16)
+    tiles = -(-m // (16 * constants["WARPS"])) * -(-n // constants["BN"])
+    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, c], (max(1, tiles - 1),),
+                           {**constants, "ROWWISE": rowwise}, target="sm_90a", order=order)
+    ref = _reference(a, b, scale_a, scale_b, bool(rowwise))
+    assert rel_err(interp[4], ref) < 1e-2  # bf16 output
+    assert rel_err(sim[4], interp[4]) < 1e-3  # the same roundings of sums taken in another order
+
+
+def test_scaled_mm_scale_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulation sees a lowering that drops the row scales (mul_row lowered as the identity)."""
+    from tkc.backend import lower_compute  # noqa: F401 - registers the handlers
+    from tkc.ir import ops as t
+    from tkc.passes import lower_to_ptx
+
+    def mutate(cls: type, handler):
+        if cls is not t.BroadcastBinaryOp:
+            return handler
+        return lambda lw, op: [lw.value(op.tile)] if op.name == "tile.mul_row" else handler(lw, op)
+
+    monkeypatch.setattr(lower_to_ptx, "_BASE_HANDLERS", [(cls, mutate(cls, h)) for cls, h in lower_to_ptx._BASE_HANDLERS])
+    monkeypatch.setattr(lower_to_ptx, "_HANDLERS", {k: v for k, v in lower_to_ptx._HANDLERS.items()
+                                                    if not issubclass(k, t.BroadcastBinaryOp)})
+    rng = np.random.default_rng(9)
+    a, b, scale_a, scale_b = _inputs(rng, 64, 64, 128, True)
+    c = np.full((64, 64), np.nan, dtype=BF16)
+    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, c], (1,), {**SMALL, "ROWWISE": 1},
+                           target="sm_90a")
+    assert rel_err(sim[4], interp[4]) > 0.05
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("rowwise", [0, 1])
+@pytest.mark.parametrize("config, align", [(CONFIG, 16), (CONFIG_UNALIGNED, 8), (CONFIG_UNALIGNED, 2)])
+def test_scaled_mm_configurations_assemble(config: dict, align: int, rowwise: int) -> None:
+    """What scaled_mm() launches, for 16-byte aligned rows (TMA ring and stores) and others (cp.async ring): no
+    spills, wgmma unserialized, k32 e4m3 wgmmas."""
+    from tkc.backend.ptx_printer import emit_ptx
+
+    module = lower_kernel(scaled_mm_kernel, "sm_90a", {**config, "ROWWISE": rowwise},
+                          aligns={"A": align, "B": align, "ScaleA": 4, "ScaleB": 4, "C": min(align, 16)})
+    ptx = emit_ptx(module, "sm_90a")
+    assert f"m64n{config['BN']}k32.f32.e4m3.e4m3" in ptx
+    assert ("cp.async.bulk.tensor" in ptx) == (align == 16)
+    (report,) = ptxas.assemble(ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and report.stack_bytes == 0 and not report.notes, report.log
+
+
+def test_scaled_mm_checks_its_arguments() -> None:
+    """Without a GPU, the first check refuses (the rest: tests/gpu/test_kernels_gpu.py)."""
+    torch = pytest.importorskip("torch")
+    from tkc.errors import KernelArgumentError
+    from tkc.kernels import scaled_mm
+
+    a = torch.zeros(16, 32, dtype=torch.float8_e4m3fn)
+    with pytest.raises(KernelArgumentError, match="a is on cpu"):
+        scaled_mm(a, a.t(), torch.ones(1), torch.ones(1))
+
+
+def test_interpreter_takes_torch_fp8_tensors() -> None:
+    """`kernel.interpret` on CPU torch tensors of float8_e4m3fn (read through their bytes) and a bf16 output."""
+    torch = pytest.importorskip("torch")
+    a, b = (torch.randn(64, 128).to(torch.float8_e4m3fn) for _ in range(2))
+    c = torch.full((64, 64), float("nan"), dtype=torch.bfloat16)
+    scaled_mm_kernel.interpret(a, b, torch.tensor([0.5]), torch.tensor([2.0]), c, grid=(1,), **SMALL)
+    assert rel_err(c.float().numpy(), (a.double() @ b.double().t()).numpy()) < 1e-2

@@ -1,0 +1,114 @@
+"""FP8 GEMM with scales (Hopper): C = (A·Bᵀ) · scale_a · scale_b in bf16, from e4m3 operands, f32 accumulation.
+
+The fp8 tensor cores (wgmma k32, sm_90a) read both operands K-major, so B comes as N×K rows (a linear layer's
+weight) — torch._scaled_mm's column-major K×N `mat2` is the same memory. Scales are per tensor (one element each)
+or per row of A and per column of B (rowwise), as torch._scaled_mm takes them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import tkc
+from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
+from tkc.kernels._checks import check_tensor, fail, wgmma_path
+from tkc.kernels.gemm import grouped_tile
+from tkc.lang import *  # noqa: F403
+
+if TYPE_CHECKING:
+    import torch
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", tma_store="TMA_STORE", min_target="sm_90a")
+def scaled_mm_kernel(A: gl[fp8e4m3, 2], B: gl[fp8e4m3, 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1],
+                     C: gl[bf16, 2], ROWWISE: const = 0, BN: const = 256, BK: const = 128, WARPS: const = 8,
+                     GROUP_M: const = 8, STAGES: const = 3, TMA_STORE: const = 1):
+    """C (M×N) = A (M×K) · Bᵀ (B is N×K) times the scales: ScaleA[0]·ScaleB[0], or with ROWWISE ScaleA[i] for
+    row i and ScaleB[j] for column j. As gemm_sm90_kernel (persistent grid, grouped tiles, a TMA ring where rows
+    are 16-byte aligned): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C, each warpgroup its 64
+    rows; BK = 128 fp8 elements a step (the bytes of bf16's 64). Grid: up to cdiv(M, 16·WARPS)·cdiv(N, BN)."""
+    BM = 16 * WARPS
+    blocks_m, blocks_n = cdiv(A.shape[0], BM), cdiv(C.shape[1], BN)
+    for tile in range(block_idx()[0], blocks_m * blocks_n, num_blocks()[0]):  # a persistent grid loops over tiles
+        bm, bn = grouped_tile(tile, blocks_m, blocks_n, GROUP_M)
+        acc = zeros(rt[f32, 16, BN])
+        for k in range(cdiv(A.shape[1], BK)):
+            a = load(load(A, (bm, k), st[fp8e4m3, BM, BK]), (warpgroup_id(), 0), st[fp8e4m3, 64, BK])
+            acc = mma_ABt(a, load(B, (bn, k), st[fp8e4m3, BN, BK]), acc)
+        row = bm * WARPS + warp_id()  # this warp's 16 rows of C, in units of 16
+        if ROWWISE:
+            acc = mul_col(mul_row(acc, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (bn,), rv[f32, BN]))
+        else:  # one element each: the rest of the 16 read zeros
+            acc = acc * (sum(load(ScaleA, (0,), rv[f32, 16])) * sum(load(ScaleB, (0,), rv[f32, 16])))
+        store(C, acc.to(bf16), (row, bn))
+
+
+# gemm()'s bf16 tile, in bytes, for fp8 (not yet timed on a GPU): a TMA ring where the rows of A, B and C are 16-byte
+# aligned; else a cp.async ring on narrower tiles (ptxas: 255 registers and 212 bytes of spills at BN = 256)
+CONFIG = {"BN": 256, "BK": 128, "WARPS": 8, "STAGES": 3, "TMA_STORE": 1}
+CONFIG_UNALIGNED = {"BN": 128, "BK": 128, "WARPS": 8, "STAGES": 3, "TMA_STORE": 0}
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
+              out_dtype: Any = None, out: torch.Tensor | None = None, target: str | None = None) -> torch.Tensor:
+    """(a · b) · scale_a · scale_b in bf16 for float8_e4m3fn CUDA tensors a (M×K, row-major) and b (K×N,
+    column-major: `weight.t()` of an N×K weight), as torch._scaled_mm: scale_a and scale_b are float32 tensors of
+    one element each (per tensor) or of shapes (M, 1) and (1, N) (rowwise). Any M, N, K. Hopper (sm_90a) only."""
+    import torch
+
+    check_tensor("a", a, torch.float8_e4m3fn, 2)
+    check_tensor("b", b, torch.float8_e4m3fn, 2)
+    if out_dtype not in (None, torch.bfloat16):
+        fail(f"out_dtype: scaled_mm writes torch.bfloat16, got {out_dtype}")
+    (m, k), (kb, n) = a.shape, b.shape
+    if k != kb:
+        fail(f"b: a is {m}x{k}, so b must be {k}xN, got {tuple(b.shape)}")
+    if a.stride(1) != 1 and k > 1:
+        fail(f"a: must be row-major (its last dimension contiguous), got strides {tuple(a.stride())}")
+    if b.stride(0) != 1 and k > 1:
+        fail(f"b: must be column-major (strides (1, K), e.g. weight.t() of an N×K weight): fp8 tensor cores read "
+             f"both operands along K; got strides {tuple(b.stride())}")
+    rowwise = _check_scales(scale_a, scale_b, m, n)
+    for name, t in (("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+        if t.get_device() != a.get_device():
+            fail(f"{name} is on {t.device} but a is on {a.device}")
+    if not wgmma_path(a.get_device(), target):
+        fail("scaled_mm runs on Hopper's fp8 tensor cores (sm_90a); this GPU or target has none")
+    if out is None:
+        out = a.new_empty((m, n), dtype=torch.bfloat16)
+    else:
+        check_tensor("out", out, torch.bfloat16, 2)
+        if out.shape != (m, n):
+            fail(f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
+    if m == 0 or n == 0:
+        return out
+    weight = b.t()  # N×K, row-major
+    aligned = not ((a.data_ptr() | weight.data_ptr() | a.stride(0) | weight.stride(0) | k) & 15
+                   or (out.data_ptr() | (out.stride(0) | n) * 2) & 15)  # TMA's condition: 16-byte aligned rows
+    cfg = {**(CONFIG if aligned else CONFIG_UNALIGNED), "ROWWISE": int(rowwise)}
+    spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
+    args = (a, weight, scale_a.reshape(-1), scale_b.reshape(-1), out)
+    tiles = ceil_div(m, 16 * cfg["WARPS"]) * ceil_div(n, cfg["BN"])
+    spec[(min(tiles, spec.resident_blocks(*args)),)](*args)
+    return out
+
+
+def _check_scales(scale_a: Any, scale_b: Any, m: int, n: int) -> bool:
+    """Per tensor (False) or rowwise (True) scales, or the error that says what they must be."""
+    import torch
+
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(s, torch.Tensor):
+            fail(f"{name} must be a float32 CUDA tensor, got {type(s).__name__}")
+        if s.dtype is not torch.float32:
+            fail(f"{name} must be torch.float32, got {s.dtype}")
+        if not s.is_cuda:
+            fail(f"{name} is on {s.device}; tkc kernels run on CUDA tensors")
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        return False
+    if (tuple(scale_a.shape) == (m, 1) and tuple(scale_b.shape) == (1, n) and scale_a.is_contiguous()
+            and scale_b.is_contiguous()):
+        return True
+    fail(f"scale_a and scale_b must have one element each, or be contiguous of shapes ({m}, 1) and (1, {n}) "
+         f"(rowwise); got {tuple(scale_a.shape)} and {tuple(scale_b.shape)}")
+    return False
