@@ -29,6 +29,12 @@ def main() -> None:
         gemm(x, torch.randn(2000, 4608, device="cuda", dtype=bf), trans_b=True)
         from tkc.kernels import gemm_sm90_kernel  # 2 blocks walking 8 tiles each: the ring runs on across tiles
 
+        from tkc.kernels import scaled_mm  # fp8: 6 steps of K against 3 stages, per-tensor and rowwise scales
+
+        a8, w8 = (torch.randn(*s, device="cuda").to(torch.float8_e4m3fn) for s in ((300, 768), (520, 768)))
+        scaled_mm(a8, w8.t(), torch.ones((), device="cuda"), torch.ones((), device="cuda"))
+        scaled_mm(a8, w8.t(), torch.rand(300, 1, device="cuda"), torch.rand(1, 520, device="cuda"))
+        scaled_mm(a8[:, 4:740], w8[:, 4:740].t(), torch.rand(300, 1, device="cuda"), torch.rand(1, 520, device="cuda"))
         a, b, c = (torch.randn(*s, device="cuda", dtype=bf) for s in ((512, 512), (512, 1024), (512, 1024)))
         for producer, tma_store in ((0, 0), (1, 0), (0, 1), (1, 1)):
             gemm_sm90_kernel[(2,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=3, PRODUCER=producer, TMA_STORE=tma_store,
