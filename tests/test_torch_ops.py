@@ -71,6 +71,17 @@ def test_compile_traces_without_launching() -> None:
     assert _tkc_ops(graph) == ["tkc.layernorm", "tkc.gemm", "tkc.attention_lse", "tkc.gemm"]
 
 
+def test_scaled_mm_is_one_op_under_compile() -> None:
+    from tkc.kernels import scaled_mm
+
+    graphs = []
+    a, w = (torch.randn(64, 128).to(torch.float8_e4m3fn) for _ in range(2))
+    out = torch.compile(lambda a, w, s: scaled_mm(a, w.t(), s, s), backend=_keeping(graphs), fullgraph=True)(
+        a, w, torch.ones(()))
+    (graph,) = graphs
+    assert _tkc_ops(graph) == ["tkc.scaled_mm"] and out.shape == (64, 64) and out.dtype == bf16
+
+
 def test_an_out_tensor_under_compile_receives_the_result() -> None:
     graphs = []
 

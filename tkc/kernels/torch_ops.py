@@ -12,6 +12,7 @@ silently missing gradients). Imported on first use (importing tkc.kernels does n
     torch.ops.tkc.attention(q, k, v, causal, scale, target)            -> o
     torch.ops.tkc.attention_lse(q, k, v, causal, scale, target)        -> (o, lse)
     torch.ops.tkc.layernorm(x, residual, weight, bias, eps, target)    -> (y, x + residual)
+    torch.ops.tkc.scaled_mm(a, b, scale_a, scale_b, target)            -> c (fp8 operands: no backward)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tkc.kernels.attention import attention as _attention
 from tkc.kernels.attention_bwd import attention_backward as _attention_backward_kernels
 from tkc.kernels.gemm import gemm as _gemm
 from tkc.kernels.layernorm import layernorm as _layernorm
+from tkc.kernels.scaled_mm import scaled_mm as _scaled_mm
 
 
 @torch.library.custom_op("tkc::gemm", mutates_args=())
@@ -125,3 +127,15 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
 def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
       target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(x), torch.empty_like(x)
+
+
+@torch.library.custom_op("tkc::scaled_mm", mutates_args=())
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+              target: str | None = None) -> torch.Tensor:
+    return _scaled_mm(a, b, scale_a, scale_b, target=target)
+
+
+@scaled_mm.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+      target: str | None = None) -> torch.Tensor:
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
