@@ -19,14 +19,15 @@ if TYPE_CHECKING:
     import torch
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", tma_store="TMA_STORE", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", min_target="sm_90a")
 def scaled_mm_kernel(A: gl[fp8e4m3, 2], B: gl[fp8e4m3, 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1],
                      C: gl[bf16, 2], ROWWISE: const = 0, BN: const = 256, BK: const = 128, WARPS: const = 8,
-                     GROUP_M: const = 8, STAGES: const = 3, TMA_STORE: const = 1):
+                     GROUP_M: const = 8, STAGES: const = 3, PRODUCER: const = 0, TMA_STORE: const = 1):
     """C (M×N) = A (M×K) · Bᵀ (B is N×K) times the scales: ScaleA[0]·ScaleB[0], or with ROWWISE ScaleA[i] for
     row i and ScaleB[j] for column j. As gemm_sm90_kernel (persistent grid, grouped tiles, a TMA ring where rows
     are 16-byte aligned): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C, each warpgroup its 64
-    rows; BK = 128 fp8 elements a step (the bytes of bf16's 64). Grid: up to cdiv(M, 16·WARPS)·cdiv(N, BN)."""
+    rows; BK = 128 fp8 elements a step (the bytes of bf16's 64); PRODUCER=1 adds a warpgroup that only loads.
+    Grid: up to cdiv(M, 16·WARPS)·cdiv(N, BN)."""
     BM = 16 * WARPS
     blocks_m, blocks_n = cdiv(A.shape[0], BM), cdiv(C.shape[1], BN)
     for tile in range(block_idx()[0], blocks_m * blocks_n, num_blocks()[0]):  # a persistent grid loops over tiles
