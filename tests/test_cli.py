@@ -476,3 +476,10 @@ def test_script_error_exit(tmp_path: Path) -> None:
                             timeout=120, cwd=tmp_path, env={**os.environ, "TKC_TRACEBACK": "0"})
     assert result.returncode == 1 and result.stdout == ""
     assert_one_error(result.stderr, f"{ATTENTION}:", "head dim D must be 64 or 128, got 100")
+
+
+def test_compile_a_dtype_constant(capsys: pytest.CaptureFixture[str]) -> None:
+    """`-D DT=f16` gives a dtype constant (gl["DT", 2]): the GEMM's tile IR holds f16 tensors and tiles."""
+    assert main(["compile", "tkc/kernels/gemm.py", "--kernel", "gemm_kernel", "--emit", "tile", "-D", "DT=f16"]) == 0
+    text = capsys.readouterr().out
+    assert "!tile.gl<?x?xf16>" in text and "xbf16" not in text

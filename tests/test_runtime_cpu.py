@@ -125,13 +125,35 @@ def test_argument_reader_reads_what_the_full_check_reads() -> None:
     x, w = cuda(6, 40), cuda(40)
     args = (x, x[1:], w, w, cuda(6, 40), cuda(12, 40)[::2], 1e-5)
     values: list = []
-    read = launch._reader(layernorm_kernel)
+    read = launch._reader(layernorm_kernel, tuple(p.spec for p in layernorm_kernel.runtime_params))
     key = read(args, values)
     assert values == launch._param_values(layernorm_kernel, args)
     assert key[-2] == 0 and key[-1] == tuple(launch.alignment(a) for a in args[:6])
     for bad in ((x,) + args[1:6] + ("1e-5",), args[:6], (x.float(),) + args[1:], (x[None],) + args[1:],
                 (torch.empty(6, 40, dtype=torch.bfloat16),) + args[1:], (x.t(),) + args[1:]):
         assert read(bad, []) is None
+
+
+def test_reader_takes_the_dtype_a_constant_gives() -> None:
+    """gemm_kernel's tensors are gl["DT", 2]: specialized with DT=f16 its reader takes f16 tensors and refuses
+    bf16 ones (which take the full check)."""
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import gemm_kernel
+    from tkc.lang import f16
+    from tkc.runtime import launch
+
+    class OnGpu0(torch.Tensor):
+        def get_device(self) -> int:
+            return 0
+
+    def cuda(dtype) -> torch.Tensor:
+        return torch.empty(64, 64, dtype=dtype).as_subclass(OnGpu0)
+
+    spec = launch.specialize(gemm_kernel, {"DT": f16})
+    assert spec.read((cuda(torch.float16),) * 3, []) is not None
+    assert spec.read((cuda(torch.bfloat16),) * 3, []) is None
+    with pytest.raises(ValueError, match=r"argument `A` is on cpu"):
+        launch.check_arguments(gemm_kernel, (torch.empty(64, 64, dtype=torch.float16),) * 3, spec.values)
 
 
 @pytest.mark.parametrize("setting, prefers, waits, expected", [

@@ -70,7 +70,9 @@ def _parse_define(text: str) -> tuple[str, Any]:
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError):
-        value = raw
+        from tkc.lang import DTYPES
+
+        value = DTYPES.get(raw, raw)  # -D DT=f16: a dtype constant
     return name, value
 
 

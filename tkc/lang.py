@@ -138,16 +138,30 @@ sv = _SpecFactory("sv", 1, "shared vector (owned by the block)")
 
 @dataclass(frozen=True)
 class GlSpec:
-    """`gl[dtype, rank]`: a global tensor parameter; its sizes and strides are known at run time."""
+    """`gl[dtype, rank]`: a global tensor parameter; its sizes and strides are known at run time. `gl["DT", 2]`
+    takes its dtype from the kernel's const parameter DT (`DT: const = bf16`): one kernel for several dtypes, each
+    value compiling its own, as any constant."""
 
-    dtype: DType
+    dtype: DType | str  # a dtype, or the name of the const parameter that gives it
     rank: int
 
     def __repr__(self) -> str:
-        return f"gl[{self.dtype.name}, {self.rank}]"
+        return f"gl[{self.dtype.name if isinstance(self.dtype, DType) else repr(self.dtype)}, {self.rank}]"
+
+    def resolve(self, constants: dict[str, Any]) -> GlSpec:
+        """This spec with its dtype constant's value (`constants`: the kernel's resolved constants)."""
+        if isinstance(self.dtype, DType):
+            return self
+        value = constants[self.dtype]
+        if not isinstance(value, DType):
+            raise TkcError(f"constant `{self.dtype}` gives the dtype of gl[{self.dtype!r}, {self.rank}]: it must be "
+                           f"one of {', '.join(DTYPES)}, got {value!r}")
+        return GlSpec(value, self.rank)
 
     @property
     def ir(self) -> GlobalType:
+        if not isinstance(self.dtype, DType):
+            raise TkcError(f"internal: gl[{self.dtype!r}, {self.rank}] read before its constant was given")
         return GlobalType(self.dtype.ir, self.rank)
 
 
@@ -158,8 +172,10 @@ class _GlFactory:
         return "gl"
 
     def __getitem__(self, args: Any) -> GlSpec:
-        if not (isinstance(args, tuple) and len(args) == 2 and isinstance(args[0], DType) and isinstance(args[1], int)):
-            raise TkcError("a global tensor type is written gl[dtype, rank], e.g. gl[bf16, 4]", user_loc())
+        if not (isinstance(args, tuple) and len(args) == 2 and isinstance(args[0], DType | str)
+                and isinstance(args[1], int)):
+            raise TkcError("a global tensor type is written gl[dtype, rank], e.g. gl[bf16, 4] (or gl[\"DT\", 4] with "
+                           "the dtype from const parameter DT)", user_loc())
         if not 1 <= args[1] <= 8:
             raise TkcError(f"gl rank must be between 1 and 8, got {args[1]}", user_loc())
         return GlSpec(*args)

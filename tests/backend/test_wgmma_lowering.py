@@ -766,3 +766,34 @@ def test_fp8_wgmma_with_the_bf16_k_step_is_caught(monkeypatch: pytest.MonkeyPatc
         assert "still reads" in str(e), e
         return
     assert rel_err(sim[2], interp[2]) > 0.1
+
+
+@pytest.mark.parametrize("path", ["sm_80", "tiles", "tiles cp.async", "few rows"])
+def test_f16_gemm_kernels_simulated(path: str) -> None:
+    """gemm()'s kernels with DT=f16 (the dtype a constant: gl["DT", 2]): the mma.sync kernel, the wgmma tiles
+    (TMA ring, and cp.async on unaligned rows), the few-rows split and its sum; f16 out, against float64."""
+    from tkc.kernels.gemm import (CONFIG, gemm_few_rows_kernel, gemm_kernel, gemm_sm90_kernel, sum_splits_kernel)
+    from tkc.lang import f16
+
+    rng = np.random.default_rng(len(path))
+    m, n, k = (24, 136, 512) if path == "few rows" else (130, 100, 96 if path != "tiles cp.async" else 90)
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k)).astype(np.float16)  # N×K: trans_b
+    c = np.full((m, n), np.nan, dtype=np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    if path == "few rows":
+        partial = np.full((2, m, n), np.nan, dtype=np.float32)
+        constants = {"TRANS_B": 1, "ROWS": 32, "BK": 128, "WARPS": 4, "STAGES": 2, "DT": f16}
+        interp, sim = run_both(gemm_few_rows_kernel, [a, b, partial], (-(-n // 64), 2), constants, target="sm_90a")
+        assert rel_err(sim[2], interp[2]) < 1e-5
+        interp, sim = run_both(sum_splits_kernel, [interp[2], c], (m, 1), {"DT": f16}, target="sm_90a")
+        out = sim[1]
+    else:
+        kernel, target = (gemm_kernel, "sm_80") if path == "sm_80" else (gemm_sm90_kernel, "sm_90a")
+        constants = ({**CONFIG, "TRANS_B": 1, "DT": f16} if path == "sm_80"
+                     else {"TRANS_B": 1, "BN": 64, "BK": 32, "STAGES": 3, "WARPS": 8, "DT": f16})
+        grid = (-(-m // 128) * -(-n // (128 if path == "sm_80" else 64)),)
+        interp, sim = run_both(kernel, [a, b, c], grid, constants, target=target, order="shuffled")
+        out = sim[2]
+        assert rel_err(out, interp[2]) < 1e-3
+    assert out.dtype == np.float16 and rel_err(out, ref) < 2e-3  # f16's 11 bits

@@ -75,6 +75,22 @@ def annotation_unevaluable_string():
     return k
 
 
+def dtype_from_unknown_constant():
+    @tkc.kernel
+    def k(A: gl["DX", 2], DT: const = bf16):  # ERROR
+        pass
+
+    return k
+
+
+def dtype_constant_not_a_dtype():
+    @tkc.kernel
+    def k(A: gl["DT", 2], DT: const = 16):  # ERROR
+        pass
+
+    return k
+
+
 def default_on_runtime_parameter():
     @tkc.kernel
     def k(A: gl[bf16, 2], n: int = 3):  # ERROR

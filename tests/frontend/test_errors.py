@@ -126,7 +126,7 @@ def test_tile_size_from_a_constant_override_points_at_the_shipped_kernel() -> No
     error = info.value
     lines = open(gemm.__file__).read().splitlines()
     assert os.path.realpath(error.loc.file) == os.path.realpath(gemm.__file__)
-    assert "st[bf16, BM, BK]" in lines[error.loc.line - 1]
+    assert "st[DT, BM, BK]" in lines[error.loc.line - 1]
     assert "st[bf16, 128, 24]" in error.message and "multiples of 16" in error.message
 
 
@@ -252,6 +252,8 @@ def test_runtime_value_where_compile_time_needed(case: Case) -> None:
     Case(decl.annotation_gl_rank_too_big, ["gl rank must be between 1 and 8, got 9"], at="gl[bf16, 9]"),
     Case(decl.annotation_bool, ["parameter `flag`", "bool is not gl[dtype, rank]"], at="flag"),
     Case(decl.annotation_unevaluable_string, ["parameter `B`", "cannot evaluate its annotation", "bfloat"], at="B:"),
+    Case(decl.dtype_from_unknown_constant, ["parameter `A`", "from a const parameter `DX`", "does not have"], at="A:"),
+    Case(decl.dtype_constant_not_a_dtype, ["constant `DT`", "must be one of bf16, f16", "got 16"], at="A:"),
     Case(decl.default_on_runtime_parameter, ["parameter `n`", "only `const` parameters take defaults"], at="n:"),
     Case(decl.star_args, ["parameter `rest`", "*args"]),
 )

@@ -48,6 +48,21 @@ def test_gemm(m: int, n: int, k: int, target: str | None) -> None:
     assert rel_err(out, ref) < 1e-2
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("m, n, k", [(1000, 1000, 1000), (17, 33, 65), (16, 4096, 4096), (3000, 200, 700)])
+def test_gemm_f16(m: int, n: int, k: int, trans_b: bool, target: str | None) -> None:
+    """f16 operands: an f16 product from the same kernels (DT=f16), twice (the second call through the common
+    call's plan, which must not take the bf16 one)."""
+    for _ in range(2):
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(*((n, k) if trans_b else (k, n)), device="cuda", dtype=torch.float16)
+        out = gemm(a, b, trans_b=trans_b, target=target)
+        assert out.dtype == torch.float16
+        assert rel_err(out, a.float() @ (b.float().t() if trans_b else b.float())) < 2e-3
+    gemm(randn(m, k), randn(*((n, k) if trans_b else (k, n))), trans_b=trans_b, target=target)  # bf16 still
+
+
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (1, 8192, 8192), (32, 1000, 3000), (24, 520, 2048),
                                      (9, 136, 65536)])

@@ -91,11 +91,19 @@ class Param:
     default: Any
     loc: SourceLoc
 
-    @property
-    def ir_type(self) -> Attribute:
+    def resolved_spec(self, constants: Mapping[str, Any]) -> lang.GlSpec | None:
+        """The tensor type with its dtype constant's value (`constants`: the kernel's resolved constants)."""
+        if self.spec is None:
+            return None
+        try:
+            return self.spec.resolve(dict(constants))
+        except TkcError as e:  # a constant that is no dtype: point at the parameter it types
+            e.loc = e.loc or self.loc
+            raise
+
+    def ir_type(self, constants: Mapping[str, Any]) -> Attribute:
         if self.kind == "tensor":
-            assert self.spec is not None
-            return self.spec.ir
+            return self.resolved_spec(constants).ir  # type: ignore[union-attr]
         return {"int": i32, "float": f32}[self.kind]
 
 
@@ -254,6 +262,11 @@ class Kernel:
             if kind != "const" and p.default is not p.empty:
                 raise TkcError(f"kernel parameter `{p.name}`: only `const` parameters take defaults", loc)
             params.append(Param(p.name, kind, spec, p.default, loc))
+        consts = {p.name for p in params if p.kind == "const"}
+        for p in params:
+            if p.spec is not None and isinstance(p.spec.dtype, str) and p.spec.dtype not in consts:
+                raise TkcError(f"kernel parameter `{p.name}`: {p.spec} takes its dtype from a const parameter "
+                               f"`{p.spec.dtype}`, which `{self.name}` does not have", p.loc)
         return params
 
     @property
@@ -305,7 +318,8 @@ class Kernel:
         values = self.resolve_constants(constants or {})
         cg = CodeGen(self.source, target.name)
         runtime = self.runtime_params
-        block = Block(arg_types=[p.ir_type for p in runtime])
+        arg_types = [p.ir_type(values) for p in runtime]
+        block = Block(arg_types=arg_types)
         for arg, p in zip(block.args, runtime):
             arg.location = p.loc.to_attr()
             arg.name_hint = p.name
@@ -318,7 +332,7 @@ class Kernel:
         ret = func.ReturnOp()
         ret.location = _end_loc(self.source).to_attr()
         cg.builder.insert(ret)  # type: ignore[union-attr]
-        fn = func.FuncOp(self.name, ([p.ir_type for p in runtime], []), Region(block))
+        fn = func.FuncOp(self.name, (arg_types, []), Region(block))
         fn.location = self.source.loc(self.source.tree).to_attr()
         fn.attributes["tkc.warps"] = IntegerAttr(self._resolve_count("warps", self.warps, values, 1, 32), 64)
         if self.stages is not None:

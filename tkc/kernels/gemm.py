@@ -1,4 +1,5 @@
-"""GEMM: C = A·B or A·Bᵀ in bf16 with f32 accumulation, through shared tiles and the tensor cores."""
+"""GEMM: C = A·B or A·Bᵀ in bf16 (or f16) with f32 accumulation, through shared tiles and the tensor cores. The
+kernels take their element type from the constant DT (bf16 by default)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ def grouped_tile(pid, blocks_m, blocks_n, group_m):
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", blocks_per_sm="BLOCKS_PER_SM", min_target="sm_80")
-def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const = 0,
+def gemm_kernel(A: gl["DT", 2], B: gl["DT", 2], C: gl["DT", 2], TRANS_B: const = 0,
                 BM: const = 128, BN: const = 128, BK: const = 32, WARPS: const = 4, WARPS_N: const = 2,
-                GROUP_M: const = 8, STAGES: const = 3, BLOCKS_PER_SM: const = 1):
+                GROUP_M: const = 8, STAGES: const = 3, BLOCKS_PER_SM: const = 1, DT: const = bf16):
     """C (M×N) = A (M×K) · B (K×N), or · Bᵀ with TRANS_B=1 (B is N×K). Grid: (cdiv(M, BM) · cdiv(N, BN),).
 
     The block stages a BM×BK slice of A and a BK×BN slice of B in shared memory per step of K (a STAGES-deep
@@ -39,20 +40,20 @@ def gemm_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const =
     wm, wn = warp_id() // WARPS_N, warp_id() % WARPS_N
     acc = zeros(rt[f32, WM, WN])
     for k in range(cdiv(A.shape[1], BK)):
-        a = load(load(A, (bm, k), st[bf16, BM, BK]), (wm, 0), rt[bf16, WM, BK])
+        a = load(load(A, (bm, k), st[DT, BM, BK]), (wm, 0), rt[DT, WM, BK])
         if TRANS_B:
-            b = load(load(B, (bn, k), st[bf16, BN, BK]), (wn, 0), rt[bf16, WN, BK])
+            b = load(load(B, (bn, k), st[DT, BN, BK]), (wn, 0), rt[DT, WN, BK])
             acc = mma_ABt(a, b, acc)
         else:
-            b = load(load(B, (k, bn), st[bf16, BK, BN]), (0, wn), rt[bf16, BK, WN])
+            b = load(load(B, (k, bn), st[DT, BK, BN]), (0, wn), rt[DT, BK, WN])
             acc = mma_AB(a, b, acc)
-    store(C, acc.to(bf16), (bm * WARPS_M + wm, bn * WARPS_N + wn))
+    store(C, acc.to(DT), (bm * WARPS_M + wm, bn * WARPS_N + wn))
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", min_target="sm_90a")
-def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: const = 0, BN: const = 256,
+def gemm_sm90_kernel(A: gl["DT", 2], B: gl["DT", 2], C: gl["DT", 2], TRANS_B: const = 0, BN: const = 256,
                      BK: const = 32, WARPS: const = 4, GROUP_M: const = 8, STAGES: const = 4, PRODUCER: const = 0,
-                     TMA_STORE: const = 0):
+                     TMA_STORE: const = 0, DT: const = bf16):
     """As gemm_kernel, on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C; A's
     and B's slices are staged in shared memory (a STAGES-deep cp.async pipeline), each warpgroup multiplies its
     64 rows of A by all of B, and each warp keeps its 16 rows of the result.
@@ -65,12 +66,12 @@ def gemm_sm90_kernel(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], TRANS_B: co
         bm, bn = grouped_tile(tile, blocks_m, blocks_n, GROUP_M)
         acc = zeros(rt[f32, 16, BN])
         for k in range(cdiv(A.shape[1], BK)):
-            a = load(load(A, (bm, k), st[bf16, BM, BK]), (warpgroup_id(), 0), st[bf16, 64, BK])  # this warpgroup's rows
+            a = load(load(A, (bm, k), st[DT, BM, BK]), (warpgroup_id(), 0), st[DT, 64, BK])  # this warpgroup's rows
             if TRANS_B:
-                acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
+                acc = mma_ABt(a, load(B, (bn, k), st[DT, BN, BK]), acc)
             else:
-                acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
-        store(C, acc.to(bf16), (bm * WARPS + warp_id(), bn))
+                acc = mma_AB(a, load(B, (k, bn), st[DT, BK, BN]), acc)
+        store(C, acc.to(DT), (bm * WARPS + warp_id(), bn))
 
 
 @tkc.func
@@ -88,8 +89,8 @@ def rotated_step(step, first, end, offset):
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
-def gemm_split_k_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRANS_B: const = 0, BN: const = 64,
-                        BK: const = 128, WARPS: const = 4, STAGES: const = 4, ROTATE: const = 0):
+def gemm_split_k_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3], TRANS_B: const = 0, BN: const = 64,
+                        BK: const = 128, WARPS: const = 4, STAGES: const = 4, ROTATE: const = 0, DT: const = bf16):
     """gemm_sm90_kernel's product split along K, for products with few tiles and a long K: grid (tiles, splits);
     block (t, s) multiplies tile t over the s-th of `splits` equal runs of K's steps and writes its f32 sum to
     Partial[s] (Partial is splits × M × N); sum_splits_kernel adds them up. (gemm() takes gemm_few_rows_kernel
@@ -102,17 +103,17 @@ def gemm_split_k_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRA
     acc = zeros(rt[f32, 16, BN])
     for step in range(first, end):
         k = rotated_step(step, first, end, bn * ROTATE)  # A, a few rows, is read by every block
-        a = load(load(A, (bm, k), st[bf16, BM, BK]), (warpgroup_id(), 0), st[bf16, 64, BK])  # this warpgroup's rows
+        a = load(load(A, (bm, k), st[DT, BM, BK]), (warpgroup_id(), 0), st[DT, 64, BK])  # this warpgroup's rows
         if TRANS_B:
-            acc = mma_ABt(a, load(B, (bn, k), st[bf16, BN, BK]), acc)
+            acc = mma_ABt(a, load(B, (bn, k), st[DT, BN, BK]), acc)
         else:
-            acc = mma_AB(a, load(B, (k, bn), st[bf16, BK, BN]), acc)
+            acc = mma_AB(a, load(B, (k, bn), st[DT, BK, BN]), acc)
     store(Partial, acc, (split, bm * WARPS + warp_id(), bn))
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
-def gemm_few_rows_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TRANS_B: const = 1, ROWS: const = 16,
-                         BK: const = 128, WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1):
+def gemm_few_rows_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3], TRANS_B: const = 1, ROWS: const = 16,
+                         BK: const = 128, WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1, DT: const = bf16):
     """gemm_split_k_kernel for A of at most ROWS (16, 32, 64) rows, the operands' roles swapped: Cᵀ = B·Aᵀ (B is
     N×K, TRANS_B=1: a linear layer's weight) or Bᵀ·Aᵀ (B is K×N), so that B's columns of C fill the wgmma's 64
     rows and A's few rows are its N (no shared memory or copies spent on rows A does not have). Grid (cdiv(N,
@@ -123,17 +124,17 @@ def gemm_few_rows_kernel(A: gl[bf16, 2], B: gl[bf16, 2], Partial: gl[f32, 3], TR
     acc = zeros(rt[f32, 16, ROWS])  # this warp's 16 columns of C, transposed
     for step in range(first, end):
         k = rotated_step(step, first, end, bn * ROTATE)
-        a = load(A, (0, k), st[bf16, ROWS, BK])
+        a = load(A, (0, k), st[DT, ROWS, BK])
         if TRANS_B:
-            acc = mma_ABt(load(load(B, (bn, k), st[bf16, BN, BK]), (warpgroup_id(), 0), st[bf16, 64, BK]), a, acc)
+            acc = mma_ABt(load(load(B, (bn, k), st[DT, BN, BK]), (warpgroup_id(), 0), st[DT, 64, BK]), a, acc)
         else:  # this warpgroup's K×64 column panel of B, read transposed by the wgmma
-            acc = mma_AtBt(load(load(B, (k, bn), st[bf16, BK, BN]), (0, warpgroup_id()), st[bf16, BK, 64]), a, acc)
+            acc = mma_AtBt(load(load(B, (k, bn), st[DT, BK, BN]), (0, warpgroup_id()), st[DT, BK, 64]), a, acc)
     store(Partial, transpose(acc), (split, 0, bn * WARPS + warp_id()))
 
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
-def sum_splits_kernel(Partial: gl[f32, 3], C: gl[bf16, 2], COLS: const = 256, WARPS: const = 4):
-    """C = Partial[0] + Partial[1] + ... in bf16. Grid: (M, cdiv(N, WARPS·COLS)); each warp adds up COLS
+def sum_splits_kernel(Partial: gl[f32, 3], C: gl["DT", 2], COLS: const = 256, WARPS: const = 4, DT: const = bf16):
+    """C = Partial[0] + Partial[1] + ... in DT. Grid: (M, cdiv(N, WARPS·COLS)); each warp adds up COLS
     columns of a row."""
     part = block_idx()[1] * WARPS + warp_id()  # this warp's columns, in units of COLS
     row = block_idx()[0]
@@ -215,7 +216,8 @@ def sm90_config(trans_b: bool, aligned: bool, choice: int = 0) -> dict[str, int]
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str | None = None,
          out: torch.Tensor | None = None) -> torch.Tensor:
-    """a (M×K) · b (K×N), or · bᵀ with trans_b (b is N×K), for bf16 CUDA tensors; bf16 result, f32 accumulation.
+    """a (M×K) · b (K×N), or · bᵀ with trans_b (b is N×K), for bf16 (or f16) CUDA tensors; a result of their
+    dtype, f32 accumulation.
     Any M, N, K. The last dimension of `a` must be contiguous; `b` may also be given transposed (column-major).
     On Hopper (or with target="sm_90a") the wgmma kernel runs (TMA where the rows of a and b are 16-byte
     aligned; up to 32 rows of a with a long K, gemm_few_rows_kernel over runs of K, then their sum); elsewhere (or
@@ -243,7 +245,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
             aligned = not (a.data_ptr() | b.data_ptr() | (sa[0] | sb[0] | k | b1) * 2) & 15
             device = a.get_device()
             sms = MULTIPROCESSORS.get(device)
-            plan = (_PLANS.get((device, trans_b, aligned, target,
+            plan = (_PLANS.get((device, a.dtype, trans_b, aligned, target,
                                 launch_choice(m, n, k, sms) if aligned else _UNALIGNED))
                     if sms is not None else None)
             if plan is not None and (out is None or isinstance(out, torch.Tensor) and out.shape == (m, n)):
@@ -251,8 +253,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
                 if plan(a, b, c, m, n, True):
                     return c
 
-    check_tensor("a", a, torch.bfloat16, 2)
-    check_tensor("b", b, torch.bfloat16, 2)
+    dt = _element_type(torch, getattr(a, "dtype", None))
+    dtype = a.dtype if dt is not None else torch.bfloat16  # f16 a: f16 throughout; else the error asks for bf16
+    check_tensor("a", a, dtype, 2)
+    check_tensor("b", b, dtype, 2)
+    dt = dt or bf16
     if a.get_device() != b.get_device():
         fail(f"a is on {a.device} but b is on {b.device}")
     m, k = a.shape
@@ -267,7 +272,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     if out is None:
         out = a.new_empty((m, n))
     else:
-        check_tensor("out", out, torch.bfloat16, 2)
+        check_tensor("out", out, dtype, 2)
         if out.shape != (m, n):
             fail(f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
     if m == 0 or n == 0:
@@ -277,18 +282,19 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
     choice = launch_choice(m, n, k, multiprocessors(device)) if aligned else _UNALIGNED
     if wgmma_path(device, target) and choice.kind == "few rows":
-        spec = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), ROWS=choice.rows, **FEW_ROWS)
-        plan = _split_k_plan(spec, choice.count, choice.rows, 16 * FEW_ROWS["WARPS"])
+        spec = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), ROWS=choice.rows, DT=dt,
+                                               **FEW_ROWS)
+        plan = _split_k_plan(spec, choice.count, choice.rows, 16 * FEW_ROWS["WARPS"], dt)
     elif wgmma_path(device, target):
         cfg = sm90_config(trans_b, aligned, choice.count)
-        spec = gemm_sm90_kernel.specialize(target="sm_90a", **cfg)
+        spec = gemm_sm90_kernel.specialize(target="sm_90a", DT=dt, **cfg)
         most = spec.resident_blocks(a, b, out) if PERSISTENT else GRID_LIMIT
         plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], most)
     else:
-        plan = _tiles_plan(gemm_kernel.specialize(TRANS_B=int(trans_b), target=target, **CONFIG), CONFIG["BM"],
-                           CONFIG["BN"], GRID_LIMIT)
+        plan = _tiles_plan(gemm_kernel.specialize(TRANS_B=int(trans_b), target=target, DT=dt, **CONFIG),
+                           CONFIG["BM"], CONFIG["BN"], GRID_LIMIT)
     plan(a, b, out, m, n, False)
-    _PLANS[(device, trans_b, aligned, target, choice)] = plan  # for the common call above
+    _PLANS[(device, dtype, trans_b, aligned, target, choice)] = plan  # for the common call above
     return out
 
 
@@ -300,12 +306,12 @@ def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
     return plan
 
 
-def _split_k_plan(spec: Any, splits: int, bm: int, bn: int) -> Any:
+def _split_k_plan(spec: Any, splits: int, bm: int, bn: int, dt: Any) -> Any:
     """gemm()'s launch of a product split into `splits` runs of K: the partial sums of `spec` (gemm_few_rows_kernel,
     bm×bn tiles of C) into an f32 workspace, then sum_splits_kernel's sum of them into c."""
     import torch
 
-    total = sum_splits_kernel.specialize(target="sm_90a", **SUM_SPLITS)
+    total = sum_splits_kernel.specialize(target="sm_90a", DT=dt, **SUM_SPLITS)
     cols = SUM_SPLITS["COLS"] * SUM_SPLITS["WARPS"]
 
     def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
@@ -317,5 +323,10 @@ def _split_k_plan(spec: Any, splits: int, bm: int, bn: int) -> Any:
 
 GRID_LIMIT = 2**31 - 1
 _UNALIGNED = Choice("tiles", 0)  # rows not 16-byte aligned: CONFIG_SM90's tiles on a cp.async ring
-# (device, trans_b, 16-byte aligned rows, target, launch_choice) → what gemm()'s common call launches
-_PLANS: dict[tuple[int, bool, bool, str | None, Choice], Any] = {}
+# (device, dtype, trans_b, 16-byte aligned rows, target, launch_choice) → what gemm()'s common call launches
+_PLANS: dict[tuple[int, Any, bool, bool, str | None, Choice], Any] = {}
+
+
+def _element_type(torch: Any, dtype: Any) -> Any:
+    """The kernels' DT for a torch dtype gemm() takes (bf16, f16), else None."""
+    return {torch.bfloat16: bf16, torch.float16: f16}.get(dtype)

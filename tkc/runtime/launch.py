@@ -11,7 +11,7 @@ import ctypes
 import struct
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tkc.errors import KernelArgumentError, KernelTypeError
@@ -80,7 +80,8 @@ class _Checked:
     device: Any  # torch.device or None
 
 
-def check_arguments(kernel: Kernel, args: Sequence[Any]) -> _Checked:
+def check_arguments(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any]) -> _Checked:
+    """The arguments against the kernel's parameters (`constants`: its resolved constants, which may give dtypes)."""
     torch = _torch()
     params = kernel.runtime_params
     if len(args) != len(params):
@@ -89,16 +90,17 @@ def check_arguments(kernel: Kernel, args: Sequence[Any]) -> _Checked:
     dev = None
     for p, value in zip(params, args):
         if p.kind == "tensor":
-            assert p.spec is not None
+            spec = p.resolved_spec(constants)
+            assert spec is not None
             if not isinstance(value, torch.Tensor):
-                raise KernelTypeError(f"argument `{p.name}` must be a torch tensor ({p.spec}), got {type(value).__name__}")
+                raise KernelTypeError(f"argument `{p.name}` must be a torch tensor ({spec}), got {type(value).__name__}")
             if value.device.type != "cuda":
                 raise KernelArgumentError(f"argument `{p.name}` is on {value.device}; kernels run on CUDA tensors")
-            want = getattr(torch, p.spec.dtype.torch_name)
+            want = getattr(torch, spec.dtype.torch_name)  # type: ignore[union-attr]
             if value.dtype != want:
-                raise KernelArgumentError(f"argument `{p.name}` must be {want} ({p.spec}), got {value.dtype}")
-            if value.dim() != p.spec.rank:
-                raise KernelArgumentError(f"argument `{p.name}` must have {p.spec.rank} dimensions ({p.spec}), "
+                raise KernelArgumentError(f"argument `{p.name}` must be {want} ({spec}), got {value.dtype}")
+            if value.dim() != spec.rank:
+                raise KernelArgumentError(f"argument `{p.name}` must have {spec.rank} dimensions ({spec}), "
                                           f"got shape {tuple(value.shape)}")
             if value.dim() and value.stride(-1) != 1 and value.shape[-1] > 1:
                 raise KernelArgumentError(f"argument `{p.name}`: its last dimension must be contiguous (stride 1), "
@@ -139,7 +141,8 @@ def _compiled(kernel: Kernel, target: str, constants: dict[str, Any], aligns: di
     key = cache.make_key({
         "kernel": kernel.name,
         "source": cache.source_fingerprint(kernel.source.filename),
-        "params": [f"{p.name}: {p.spec or p.kind}" for p in kernel.runtime_params],  # a kernel made per dtype in a closure
+        # the parameters' types: a kernel made per dtype in a closure has one name and one source
+        "params": [f"{p.name}: {p.resolved_spec(constants) or p.kind}" for p in kernel.runtime_params],
         "constants": {k: repr(v) for k, v in constants.items()},
         "target": target,
         "aligns": aligns,
@@ -169,8 +172,8 @@ def prepare(kernel: Kernel, args: Sequence[Any], constants: dict[str, Any], targ
             pipeline: str | None = None) -> tuple[LoadedKernel, _Checked, Device]:
     """Check the arguments and get a launchable function (compiling or loading it from the cache)."""
     torch = _torch()
-    checked = check_arguments(kernel, args)
     values = kernel.resolve_constants(constants)
+    checked = check_arguments(kernel, args, values)
     ordinal = checked.device.index if checked.device is not None and checked.device.index is not None else torch.cuda.current_device()
     dev = device(ordinal)
     if target is None:
@@ -241,11 +244,13 @@ class _Fast:
     device: Device
     resident: int | None = None  # blocks the GPU holds at once, once asked for
     tensor_maps: tuple[tuple[int, str, int, int, int, bool], ...] = ()  # (argument, its label, box rows, cols, swizzle, stacked)
+    constants: dict[str, Any] = field(default_factory=dict)  # the kernel's, resolved (for the full check's error)
 
     @classmethod
-    def make(cls, kernel: Kernel, prepared: tuple[LoadedKernel, Any, Device]) -> _Fast:
+    def make(cls, kernel: Kernel, prepared: tuple[LoadedKernel, Any, Device], constants: dict[str, Any]) -> _Fast:
         loaded, _, dev = prepared
-        return cls(loaded, ParamBuffer(loaded.params), dev, tensor_maps=_tensor_map_params(kernel, loaded.params))  # type: ignore[attr-defined]
+        return cls(loaded, ParamBuffer(loaded.params), dev, tensor_maps=_tensor_map_params(kernel, loaded.params),  # type: ignore[attr-defined]
+                   constants=constants)
 
     def parameters(self, kernel: Kernel, args: Sequence[Any], values: list[Any]) -> int:
         """The address of the parameter table for these arguments (`values`: what the reader read off them)."""
@@ -259,7 +264,7 @@ class _Fast:
             try:
                 packed = self.params.pack(values)
             except struct.error:  # a size the reader let through that no 32-bit parameter holds: the check says which
-                check_arguments(kernel, args)
+                check_arguments(kernel, args, self.constants)
                 raise
             if len(saved) >= ParamBuffer.SAVED:
                 saved.clear()
@@ -277,8 +282,9 @@ class Specialized:
 
     def __init__(self, kernel: Kernel, constants: dict[str, Any], target: str | None, pipeline: str | None):
         self.kernel, self.constants, self.target, self.pipeline = kernel, constants, target, pipeline
+        self.values = kernel.resolve_constants(constants)
         self.variants: dict[Any, _Fast] = {}
-        self.read = _reader(kernel)
+        self.read = _reader(kernel, tuple(p.resolved_spec(self.values) for p in kernel.runtime_params))
 
     def __getitem__(self, grid: Any) -> _BoundSpecialized:
         return _BoundSpecialized(self, normalize_grid(grid))
@@ -298,11 +304,12 @@ class Specialized:
             fast = self.variants.get(got)
             if fast is None:
                 fast = self.variants[got] = _Fast.make(self.kernel, prepare(self.kernel, args, self.constants,
-                                                                            self.target, self.pipeline))
+                                                                            self.target, self.pipeline), self.values)
             return fast
         if common_only:
             return None
-        fast = _Fast.make(self.kernel, prepare(self.kernel, args, self.constants, self.target, self.pipeline))
+        fast = _Fast.make(self.kernel, prepare(self.kernel, args, self.constants, self.target, self.pipeline),
+                          self.values)
         values[:] = _param_values(self.kernel, args)
         return fast
 
@@ -377,17 +384,18 @@ def resident_blocks(kernel: Kernel, args: Sequence[Any], constants: dict[str, An
     return specialize(kernel, constants, target, pipeline).resident_blocks(*args)
 
 
-def _reader(kernel: Kernel) -> Any:
-    reader = _readers.get(kernel)
+def _reader(kernel: Kernel, specs: tuple[Any, ...]) -> Any:
+    """The argument reader for the kernel's parameters of types `specs` (their dtypes resolved)."""
+    reader = _readers.get((kernel, specs))
     if reader is None:
-        reader = _readers[kernel] = _make_reader(kernel)
+        reader = _readers[(kernel, specs)] = _make_reader(kernel, specs)
     return reader
 
 
 _readers: dict[Any, Any] = {}
 
 
-def _make_reader(kernel: Kernel) -> Any:
+def _make_reader(kernel: Kernel, specs: tuple[Any, ...]) -> Any:
     """`read(args, out)`: for the common case (the right number of arguments; CUDA tensors of the right dtype and
     rank on one device, last dimension contiguous; ints and floats where they go) append the parameter values
     (pointer, sizes, strides per tensor; numbers) to `out` and return (device, alignment per tensor), else None.
@@ -400,10 +408,10 @@ def _make_reader(kernel: Kernel) -> Any:
         lines.append(f"    {', '.join(names)}{',' if len(params) == 1 else ''} = args")
     env: dict[str, Any] = {"Tensor": torch.Tensor, "current_device": torch.cuda.current_device}
     aligns, device, values = [], None, []
-    for i, (p, a) in enumerate(zip(params, names)):
+    for i, (p, spec, a) in enumerate(zip(params, specs, names)):
         if p.kind == "tensor":
-            dtype = getattr(torch, p.spec.dtype.torch_name)
-            env[f"dtype{i}"], rank, item = dtype, p.spec.rank, dtype.itemsize
+            dtype = getattr(torch, spec.dtype.torch_name)
+            env[f"dtype{i}"], rank, item = dtype, spec.rank, dtype.itemsize
             lines.append(f"    if not isinstance({a}, Tensor) or {a}.dtype is not dtype{i}:")
             lines.append("        return None")
             if device is None:
