@@ -52,6 +52,29 @@ def test_scaled_mm_matches_reference(rowwise: int, m: int, n: int, k: int, const
     assert rel_err(sim[4], interp[4]) < 1e-3  # the same roundings of sums taken in another order
 
 
+@pytest.mark.parametrize("a_type, b_type", [("fp8e5m2", "fp8e4m3"), ("fp8e4m3", "fp8e5m2"), ("fp8e5m2", "fp8e5m2")])
+def test_scaled_mm_mixed_formats(a_type: str, b_type: str) -> None:
+    """e5m2 operands (a gradient's range) with e4m3 or e5m2 ones: the kernel's AT / BT constants, k32 wgmmas of
+    those types."""
+    from tkc import lang
+
+    numpy_types = {"fp8e4m3": ml_dtypes.float8_e4m3fn, "fp8e5m2": ml_dtypes.float8_e5m2}
+    rng = np.random.default_rng(len(a_type + b_type))
+    m, n, k = 100, 80, 256
+    a = (rng.standard_normal((m, k)) * 2).astype(numpy_types[a_type])
+    b = (rng.standard_normal((n, k)) * 2).astype(numpy_types[b_type])
+    scale_a, scale_b = np.float32([0.75]), np.float32([1.5])
+    c = np.full((m, n), np.nan, dtype=BF16)
+    constants = {**SMALL, "AT": getattr(lang, a_type), "BT": getattr(lang, b_type)}
+    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, c], (3,), constants, target="sm_90a")
+    assert rel_err(interp[4], _reference(a, b, scale_a, scale_b, False)) < 1e-2
+    assert rel_err(sim[4], interp[4]) < 1e-3
+    ptx = lower_kernel(scaled_mm_kernel, "sm_90a", constants)
+    from tkc.backend.ptx_printer import emit_ptx
+
+    assert f"k32.f32.{a_type[3:]}.{b_type[3:]}" in emit_ptx(ptx, "sm_90a")
+
+
 def test_scaled_mm_scale_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The simulation sees a lowering that drops the row scales (mul_row lowered as the identity)."""
     from tkc.backend import lower_compute  # noqa: F401 - registers the handlers

@@ -50,6 +50,16 @@ def test_scaled_mm(m: int, n: int, k: int, rowwise: bool) -> None:
         assert rel_err(out, theirs.double()) < 1e-2
 
 
+@pytest.mark.parametrize("a_type, b_type", [("float8_e5m2", "float8_e4m3fn"), ("float8_e4m3fn", "float8_e5m2")])
+def test_scaled_mm_mixed_formats(a_type: str, b_type: str) -> None:
+    m, n, k = 1000, 520, 768
+    a = (torch.randn(m, k, device="cuda") * 2).to(getattr(torch, a_type))
+    weight = (torch.randn(n, k, device="cuda") * 2).to(getattr(torch, b_type))
+    scale_a, scale_b = scales(m, n, True)
+    out = scaled_mm(a, weight.t(), scale_a, scale_b)
+    assert rel_err(out, (a.double() @ weight.double().t()) * scale_a.double() * scale_b.double()) < 1e-2
+
+
 def test_scaled_mm_unaligned_views() -> None:
     """Rows of a wider a (pitch above K), a weight slice, an out that is a slice of a wider tensor: the cp.async ring
     and plain stores where rows are not 16-byte aligned; nothing written past out's columns."""

@@ -1,4 +1,5 @@
-"""FP8 GEMM with scales (Hopper): C = (A·Bᵀ) · scale_a · scale_b in bf16, from e4m3 operands, f32 accumulation.
+"""FP8 GEMM with scales (Hopper): C = (A·Bᵀ) · scale_a · scale_b in bf16, from e4m3 or e5m2 operands (any mix), f32
+accumulation.
 
 The fp8 tensor cores (wgmma k32, sm_90a) read both operands K-major, so B comes as N×K rows (a linear layer's
 weight) — torch._scaled_mm's column-major K×N `mat2` is the same memory. Scales are per tensor (one element each)
@@ -20,9 +21,10 @@ if TYPE_CHECKING:
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", min_target="sm_90a")
-def scaled_mm_kernel(A: gl[fp8e4m3, 2], B: gl[fp8e4m3, 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1],
+def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1],
                      C: gl[bf16, 2], ROWWISE: const = 0, BN: const = 256, BK: const = 128, WARPS: const = 8,
-                     GROUP_M: const = 8, STAGES: const = 3, PRODUCER: const = 0, TMA_STORE: const = 1):
+                     GROUP_M: const = 8, STAGES: const = 3, PRODUCER: const = 0, TMA_STORE: const = 1,
+                     AT: const = fp8e4m3, BT: const = fp8e4m3):
     """C (M×N) = A (M×K) · Bᵀ (B is N×K) times the scales: ScaleA[0]·ScaleB[0], or with ROWWISE ScaleA[i] for
     row i and ScaleB[j] for column j. As gemm_sm90_kernel (persistent grid, grouped tiles, a TMA ring where rows
     are 16-byte aligned): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C, each warpgroup its 64
@@ -34,8 +36,8 @@ def scaled_mm_kernel(A: gl[fp8e4m3, 2], B: gl[fp8e4m3, 2], ScaleA: gl[f32, 1], S
         bm, bn = grouped_tile(tile, blocks_m, blocks_n, GROUP_M)
         acc = zeros(rt[f32, 16, BN])
         for k in range(cdiv(A.shape[1], BK)):
-            a = load(load(A, (bm, k), st[fp8e4m3, BM, BK]), (warpgroup_id(), 0), st[fp8e4m3, 64, BK])
-            acc = mma_ABt(a, load(B, (bn, k), st[fp8e4m3, BN, BK]), acc)
+            a = load(load(A, (bm, k), st[AT, BM, BK]), (warpgroup_id(), 0), st[AT, 64, BK])
+            acc = mma_ABt(a, load(B, (bn, k), st[BT, BN, BK]), acc)
         row = bm * WARPS + warp_id()  # this warp's 16 rows of C, in units of 16
         if ROWWISE:
             acc = mul_col(mul_row(acc, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (bn,), rv[f32, BN]))
@@ -52,9 +54,10 @@ CONFIG_UNALIGNED = {"BN": 128, "BK": 128, "WARPS": 8, "STAGES": 3, "TMA_STORE": 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               out_dtype: Any = None, out: torch.Tensor | None = None, target: str | None = None) -> torch.Tensor:
-    """(a · b) · scale_a · scale_b in bf16 for float8_e4m3fn CUDA tensors a (M×K, row-major) and b (K×N,
-    column-major: `weight.t()` of an N×K weight), as torch._scaled_mm: scale_a and scale_b are float32 tensors of
-    one element each (per tensor) or of shapes (M, 1) and (1, N) (rowwise). Any M, N, K. Hopper (sm_90a) only."""
+    """(a · b) · scale_a · scale_b in bf16 for float8_e4m3fn or float8_e5m2 CUDA tensors (any mix) a (M×K,
+    row-major) and b (K×N, column-major: `weight.t()` of an N×K weight), as torch._scaled_mm: scale_a and scale_b are
+    float32 tensors of one element each (per tensor) or of shapes (M, 1) and (1, N) (rowwise). Any M, N, K. Hopper
+    (sm_90a) only."""
     import torch
 
     if torch.compiler.is_compiling():  # one op of the graph
@@ -62,8 +65,9 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
 
         c = torch_ops.scaled_mm(a, b, scale_a, scale_b, target)
         return c if out is None else out.copy_(c)
-    check_tensor("a", a, torch.float8_e4m3fn, 2)
-    check_tensor("b", b, torch.float8_e4m3fn, 2)
+    fp8 = {torch.float8_e4m3fn: fp8e4m3, torch.float8_e5m2: fp8e5m2}
+    check_tensor("a", a, a.dtype if getattr(a, "dtype", None) in fp8 else torch.float8_e4m3fn, 2)
+    check_tensor("b", b, b.dtype if getattr(b, "dtype", None) in fp8 else torch.float8_e4m3fn, 2)
     if out_dtype not in (None, torch.bfloat16):
         fail(f"out_dtype: scaled_mm writes torch.bfloat16, got {out_dtype}")
     (m, k), (kb, n) = a.shape, b.shape
@@ -91,11 +95,12 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     weight = b.t()  # N×K, row-major
     aligned = not ((a.data_ptr() | weight.data_ptr() | a.stride(0) | weight.stride(0) | k) & 15
                    or (out.data_ptr() | (out.stride(0) | n) * 2) & 15)  # TMA's condition: 16-byte aligned rows
-    cfg = {**(CONFIG if aligned else CONFIG_UNALIGNED), "ROWWISE": int(rowwise)}
+    cfg = {**(CONFIG if aligned else CONFIG_UNALIGNED), "ROWWISE": int(rowwise), "AT": fp8[a.dtype],
+           "BT": fp8[b.dtype]}
     spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
     args = (a, weight, scale_a.reshape(-1), scale_b.reshape(-1), out)
     tiles = ceil_div(m, 16 * cfg["WARPS"]) * ceil_div(n, cfg["BN"])
-    key = (a.get_device(), rowwise, aligned)
+    key = (a.get_device(), rowwise, aligned, a.dtype, b.dtype)
     most = _RESIDENT.get(key)
     if most is None:
         most = _RESIDENT[key] = spec.resident_blocks(*args)
@@ -103,7 +108,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     return out
 
 
-_RESIDENT: dict[tuple[int, bool, bool], int] = {}  # (device, rowwise, aligned) → blocks the GPU holds at once
+_RESIDENT: dict[tuple, int] = {}  # (device, rowwise, aligned, dtypes) → blocks the GPU holds at once
 
 
 def _check_scales(scale_a: Any, scale_b: Any, m: int, n: int) -> bool:
