@@ -155,6 +155,25 @@ def test_layernorm(rows: int, d: int, warps: int) -> None:
     assert rel_err(sim[5], interp[5]) < 2e-3
 
 
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_layernorm_f16(target: str) -> None:
+    """layernorm_kernel with DT=f16: f16 rows in and out, against float64 (f16's 11 bits) and the interpreter."""
+    from reference import f64
+
+    from tkc.lang import f16
+
+    rng = np.random.default_rng(3)
+    rows, d = 6, 512
+    x, r, w, b = (rng.standard_normal(shape).astype(np.float16) for shape in ((rows, d), (rows, d), (d,), (d,)))
+    out, out_res = (np.full((rows, d), np.nan, dtype=np.float16) for _ in range(2))
+    interp, sim = run_both(layernorm_kernel, [x, r, w, b, out, out_res, 1e-5], (4,), {"D": d, "WARPS": 2, "DT": f16},
+                           target=target, order="shuffled")
+    s = f64(x) + f64(r)
+    ref = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-5) * f64(w) + f64(b)
+    assert sim[4].dtype == np.float16 and rel_err(sim[4], ref) < 2e-3 and rel_err(sim[5], s) < 1e-3
+    assert rel_err(sim[4], interp[4]) < 1e-3
+
+
 def test_user_gemm_bias_gelu() -> None:
     from kernels.gemm_bias_gelu import gemm_bias_gelu
 

@@ -797,3 +797,34 @@ def test_f16_gemm_kernels_simulated(path: str) -> None:
         out = sim[2]
         assert rel_err(out, interp[2]) < 1e-3
     assert out.dtype == np.float16 and rel_err(out, ref) < 2e-3  # f16's 11 bits
+
+
+@pytest.mark.parametrize("kernel_name, d, causal", [("attention_sm90", 64, 1), ("attention_sm90", 128, 0),
+                                                    ("attention_fwd", 64, 0), ("attention_fwd_lse", 128, 1)])
+def test_f16_attention_simulated(kernel_name: str, d: int, causal: int) -> None:
+    """attention's kernels with DT=f16 (f16 q, k, v, o; P rounded to f16 for P·V): simulated against the
+    interpreter and a float64 reference, on wgmma (sm_90a) and on mma.sync (sm_80)."""
+    from reference import attention_ref
+
+    import importlib
+
+    from tkc.lang import f16
+
+    kernel = getattr(importlib.import_module("tkc.kernels.attention"), kernel_name)
+    rng = np.random.default_rng(d + causal)
+    n = 192 if kernel_name == "attention_sm90" else 128
+    q, k, v = (rng.standard_normal((1, 2, n, d)).astype(np.float16) for _ in range(3))
+    out = np.full((1, 2, n, d), np.nan, dtype=np.float16)
+    lse = np.full((1, 2, n), np.nan, dtype=np.float32)
+    if kernel_name == "attention_sm90":
+        args, grid, target = [q, k, v, out, lse, d**-0.5], (2 * n // 64,), "sm_90a"
+        constants = {"D": d, "CAUSAL": causal, "WARPS": 4, "LSE": 1, "DT": f16}
+    else:
+        args = [q, k, v, out, d**-0.5] if kernel_name == "attention_fwd" else [q, k, v, out, lse, d**-0.5]
+        grid, target, constants = (n // 64, 2, 1), "sm_80", {"D": d, "CAUSAL": causal, "DT": f16}
+    interp, sim = run_both(kernel, args, grid, constants, target=target, order="shuffled")
+    ref, ref_lse = attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5, lse=True)
+    assert sim[3].dtype == np.float16 and rel_err(interp[3], ref) < 3e-3  # f16's 11 bits
+    assert rel_err(sim[3], interp[3]) < 1e-3
+    if kernel_name != "attention_fwd":
+        assert rel_err(sim[4], ref_lse) < 1e-5

@@ -174,6 +174,30 @@ def test_layernorm(shape: tuple[int, ...], target: str | None) -> None:
     assert rel_err(out, ref) < 1e-2
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_f16_attention_and_layernorm(target: str | None) -> None:
+    """f16 tensors through attention (causal and not, with the log-sum-exp; the common call twice) and layernorm:
+    f16 outputs against float32 references; f16 under autograd is a clear error (no f16 backward yet)."""
+    h16 = torch.float16
+    for causal in (False, True):
+        for d in (64, 128):
+            q, k, v = (torch.randn(2, 3, 512, d, device="cuda", dtype=h16) for _ in range(3))
+            ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+            for _ in range(2):
+                out = attention(q, k, v, causal=causal, target=target)
+                assert out.dtype == h16 and rel_err(out, ref) < 5e-3
+            out, lse = attention(q, k, v, causal=causal, target=target, return_lse=True)
+            assert rel_err(out, ref) < 5e-3
+    x, r, w, b = (torch.randn(*s, device="cuda", dtype=h16) for s in ((1000, 1024), (1000, 1024), (1024,), (1024,)))
+    for _ in range(2):
+        y, s = layernorm(x, r, w, b, target=target)
+        ref = torch.nn.functional.layer_norm(x.float() + r.float(), (1024,), w.float(), b.float(), eps=1e-5)
+        assert y.dtype == h16 and rel_err(y, ref) < 5e-3 and rel_err(s, x.float() + r.float()) < 1e-3
+    q.requires_grad_()
+    with pytest.raises(ValueError, match="bfloat16"):
+        attention(q, k, v, target=target).sum().backward()
+
+
 @pytest.mark.parametrize("dependent_launch", [False, True])
 def test_back_to_back_kernels_read_what_the_one_before_wrote(dependent_launch: bool,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:

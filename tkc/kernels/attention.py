@@ -1,4 +1,5 @@
-"""Attention forward (FlashAttention-2 style): O = softmax(scale · Q·Kᵀ)·V, causal or not, with online softmax."""
+"""Attention forward (FlashAttention-2 style): O = softmax(scale · Q·Kᵀ)·V, causal or not, with online softmax. The
+kernels take their element type from the constant DT (bf16, or f16)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     import torch
 
 @tkc.func
-def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE):
+def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE, DT):
     """attention_fwd's body; with LSE it also stores each row's log-sum-exp into L."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(ROWS in (16, 32), f"ROWS (query rows per warp) must be 16 or 32, got {ROWS}")
@@ -29,9 +30,9 @@ def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE)
         blk = num_blocks()[0] - 1 - blk
     q_tile = blk * 4 + warp_id()                             # this warp's rows, in tiles of ROWS
     if Q_IN_SHARED:
-        q_s = load(Q, (b, h, blk, 0), st[bf16, 4 * ROWS, D])
+        q_s = load(Q, (b, h, blk, 0), st[DT, 4 * ROWS, D])
     else:
-        q = load(Q, (b, h, q_tile, 0), rt[bf16, ROWS, D])
+        q = load(Q, (b, h, q_tile, 0), rt[DT, ROWS, D])
     scale_log2 = scale * LOG2E                               # exp(x·scale) = exp2(x·scale_log2)
     RESCALE_LOG2 = 8.0
     m, l, o = neg_infty(rv[f32, ROWS]), zeros(rv[f32, ROWS]), zeros(rt[f32, ROWS, D])
@@ -39,9 +40,9 @@ def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE)
     n_blocks = cdiv(last_row, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
     first_masked = blk * 4 * ROWS // KEYS                    # key blocks from here on cross the diagonal
     for j in range(n_blocks):
-        k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
+        k_s, v_s = load(K, (b, h, j, 0), st[DT, KEYS, D]), load(V, (b, h, j, 0), st[DT, KEYS, D])
         if Q_IN_SHARED:
-            q = load(q_s, (warp_id(), 0), rt[bf16, ROWS, D])
+            q = load(q_s, (warp_id(), 0), rt[DT, ROWS, D])
         s = mma_ABt(q, load(k_s), zeros(rt[f32, ROWS, KEYS]))
         if CAUSAL:
             if j >= first_masked:                            # key j·KEYS+c is visible to query q_tile·ROWS+r iff c <= r + diag
@@ -52,8 +53,8 @@ def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE)
             l, o, m = l * correction, mul_row(o, correction), m_new
         p = exp2(sub_row(s * scale_log2, m * scale_log2))      # ≤ 2^RESCALE_LOG2 where m lags behind
         l = l + row_sum(p)
-        o = mma_AB(p.to(bf16), load(v_s), o)
-    store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
+        o = mma_AB(p.to(DT), load(v_s), o)
+    store(O, div_row(o, l).to(DT), (b, h, q_tile, 0))
     if LSE:
         store(L, m * scale + log(l), (b, h, q_tile))  # the p were taken against m: Σ exp = exp(scale·m) · l
 
@@ -61,8 +62,9 @@ def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE)
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
-def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scale: float,
-                  D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0):
+def attention_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], scale: float,
+                  D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0,
+                  DT: const = bf16):
     """q: (B, H, Nq, D), k and v: (B, H, Nk, D), o like q. Grid: (Nq / (4·ROWS), H, B): the query blocks first, so
     that the blocks running at once share a few heads' K and V in L2 (causal: the longest first).
 
@@ -76,26 +78,27 @@ def attention_fwd(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4]
     2^RESCALE_LOG2; otherwise the probabilities are taken against the old m, at most 2^RESCALE_LOG2, which f32
     sums and bf16 products hold exactly as well. o / l is the same; most steps skip the rescale.
     """
-    flash_forward(Q, K, V, O, O, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 0)
+    flash_forward(Q, K, V, O, O, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 0, DT)
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
-def attention_fwd_lse(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
-                      D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0):
+def attention_fwd_lse(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3], scale: float,
+                      D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0,
+                      DT: const = bf16):
     """attention_fwd that also writes each query row's log-sum-exp ln Σ_j exp(scale · q·k_j) into L (B, H, Nq),
     for the backward pass."""
-    flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 1)
+    flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 1, DT)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", defer="DEFER", producer="PRODUCER",
             exp2_poly="EXP2_POLY", tma_store="TMA_STORE", blocks_per_sm="BLOCKS", late_sums="LATE_SUMS",
             stagger="STAGGER", late_pv="LATE_PV", min_target="sm_90a")
-def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], L: gl[f32, 3], scale: float,
+def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
                    Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0, SKIP_RESCALE: const = 0,
                    ROWSUM_MMA: const = 0, BLOCKS: const = 0, LATE_SUMS: const = 0, STAGGER: const = 0,
-                   LATE_PV: const = 0):
+                   LATE_PV: const = 0, DT: const = bf16):
     """attention_fwd on Hopper's wgmma. Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of a head
     next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
     causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,
@@ -141,7 +144,7 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
     # The grid's blocks take the tiles (query blocks, those of a head next to each other) in turn; the next tile's
     # queries load while this one runs.
     if ROWSUM_MMA:  # every warp writes 16 rows of ones (the same rows twice where KEYS < 16·WARPS)
-        ones_s = store(empty(st[bf16, KEYS, 16]), ones(rt[bf16, 16, 16]), (warp_id() % (KEYS // 16), 0))
+        ones_s = store(empty(st[DT, KEYS, 16]), ones(rt[DT, 16, 16]), (warp_id() % (KEYS // 16), 0))
     for tile in range(block_idx()[0], q_blocks * heads * Q.shape[0], num_blocks()[0]):
         blk, head = tile % q_blocks, tile // q_blocks
         if CAUSAL:  # the longest rows first (not last), over groups of 8 heads whose K and V stay in L2 together
@@ -153,18 +156,18 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
         # Causal: the query blocks end at the last row, so that the one left partly empty is the first, the
         # shortest (not the last, the longest: 1/18 of the work at N = 4096 in blocks of 192), in whole warp tiles
         first_row = blk * BLOCK_ROWS - ((q_blocks * BLOCK_ROWS - Q.shape[2]) // 16 * 16 if CAUSAL else 0)
-        q_block = load(Q, (b, h, rows(first_row), 0), st[bf16, BLOCK_ROWS, D])
+        q_block = load(Q, (b, h, rows(first_row), 0), st[DT, BLOCK_ROWS, D])
         if Q_REGS:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
-            q = load(q_block, (warp_id(), 0), rt[bf16, 16, D])
+            q = load(q_block, (warp_id(), 0), rt[DT, 16, D])
         else:
-            q = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D])
+            q = load(q_block, (warpgroup_id(), 0), st[DT, 64, D])
         q_tile = first_row // 16 + warp_id()                 # this warp's 16 rows, in tiles of 16
         m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
         l_cols = zeros(rt[f32, 16, 16])                      # ROWSUM_MMA: P·1, each column the row sums
         n_blocks = min(cdiv(first_row + BLOCK_ROWS, KEYS), key_blocks) if CAUSAL else key_blocks
         first_masked = max(first_row, 0) // KEYS
         for j in range(n_blocks):
-            k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])
+            k_s, v_s = load(K, (b, h, j, 0), st[DT, KEYS, D]), load(V, (b, h, j, 0), st[DT, KEYS, D])
             s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
             if j == key_blocks - 1:
                 s = keep_cols(s, K.shape[2] - j * KEYS)  # keys past the end (TMA read them as zeros)
@@ -181,15 +184,15 @@ def attention_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4
             l, m = l * correction, m_new
             p = exp2(sub_row(s * scale_log2, m * scale_log2))
             if ROWSUM_MMA:
-                p_bf16 = p.to(bf16)
-                l_cols = mma_AB(p_bf16, ones_s, mul_row(l_cols, correction))
-                o = mma_AB(p_bf16, v_s, o)
+                p_low = p.to(DT)
+                l_cols = mma_AB(p_low, ones_s, mul_row(l_cols, correction))
+                o = mma_AB(p_low, v_s, o)
             else:
                 l = l + row_sum(p)
-                o = mma_AB(p.to(bf16), v_s, o)
+                o = mma_AB(p.to(DT), v_s, o)
         if ROWSUM_MMA:
             l = row_max(l_cols)                              # (its columns are equal)
-        store(O, div_row(o, l).to(bf16), (b, h, q_tile, 0))
+        store(O, div_row(o, l).to(DT), (b, h, q_tile, 0))
         if LSE:
             store(L, m * scale + log(l), (b, h, q_tile))  # the p were taken against m: Σ exp = exp(scale·m) · l
 
@@ -288,7 +291,8 @@ def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
     configuration `cfg` (constants and GRID_KEYS); the specialized kernel it launched and its largest grid."""
     kernel = attention_sm90 if kernel is None else kernel
     batch, heads, nq, d = q.shape
-    constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg), **extra}
+    constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg), **_element_type(q),
+                 **extra}
     spec = kernel.specialize(target="sm_90a", **constants)
     most = 2**31 - 1
     if cfg.get("PERSISTENT"):
@@ -296,6 +300,11 @@ def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
                                target="sm_90a")
     spec[(min(sm90_blocks(batch, heads, nq, cfg["WARPS"], cfg.get("TILES", 1)), most),)](q, k, v, out, lse, scale)
     return spec, most
+
+
+def _element_type(q: Any) -> dict[str, Any]:
+    """The kernels' DT for q's dtype: nothing for bf16 (the default, so bf16 launches keep their keys), f16."""
+    return {"DT": f16} if str(q.dtype) == "torch.float16" else {}
 
 
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
@@ -311,13 +320,14 @@ def _config_key(d: int, nq: int, nk: int, causal: bool, units: int, sms: int) ->
 
 
 def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
-    """Attention's operands: bf16 CUDA tensors q (B, H, Nq, D), k and v (B, H, Nk, D) on one device, D ∈ {64, 128};
-    (B, H, Nq, Nk, D), or the error naming the first that is not."""
+    """Attention's operands: bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H, Nk, D) of one dtype on one
+    device, D ∈ {64, 128}; (B, H, Nq, Nk, D), or the error naming the first that is not."""
     import torch
 
-    check_tensor("q", q, torch.bfloat16, 4)
-    check_tensor("k", k, torch.bfloat16, 4)
-    check_tensor("v", v, torch.bfloat16, 4)
+    dtype = q.dtype if getattr(q, "dtype", None) is torch.float16 else torch.bfloat16
+    check_tensor("q", q, dtype, 4)
+    check_tensor("k", k, dtype, 4)
+    check_tensor("v", v, dtype, 4)
     batch, heads, nq, d = q.shape
     nk = k.shape[2]
     if d not in (64, 128):
@@ -334,7 +344,8 @@ def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
               target: str | None = None, out: torch.Tensor | None = None,
               return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """softmax(scale · q·kᵀ)·v for bf16 CUDA tensors q (B, H, Nq, D), k and v (B, H, Nk, D), D ∈ {64, 128}; scale
+    """softmax(scale · q·kᵀ)·v for bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H, Nk, D), D ∈ {64, 128}
+    (the output of their dtype; f16's backward is not there yet); scale
     defaults to 1/√D (any scale > 0). Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for
     Nq ≠ Nk).
 
@@ -365,7 +376,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         nk = k.shape[2] if k.dim() == 4 else 0
         device = q.get_device()
         sms = MULTIPROCESSORS.get(device)
-        plan = (_PLANS.get((device, target, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
+        plan = (_PLANS.get((device, q.dtype, target, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
                 if sms is not None and nq and nk else None)
         if (plan is not None and k.shape == (batch, heads, nk, d) and isinstance(v, torch.Tensor)
                 and v.shape == k.shape and (scale is None or type(scale) is float and 0 < scale < math.inf)):
@@ -389,7 +400,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if out is None:
         out = torch.empty_like(q)
     else:
-        check_tensor("out", out, torch.bfloat16, 4)
+        check_tensor("out", out, q.dtype, 4)
         if out.shape != q.shape:
             fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
@@ -413,7 +424,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         cfg = dict(key[2:])
         spec, most = launch_sm90(q, k, v, out, lse, scale, cfg, causal=causal, return_lse=return_lse)
         if not return_lse:
-            _PLANS[(device, target, key)] = (spec, 16 * cfg["WARPS"], cfg.get("TILES", 1), most)
+            _PLANS[(device, q.dtype, target, key)] = (spec, 16 * cfg["WARPS"], cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
         fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
@@ -425,7 +436,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if nq % (4 * rows) or nk % keys:
         rows, keys, q_in_shared = FALLBACK
     grid, constants = (nq // (4 * rows), heads, batch), {"D": d, "CAUSAL": int(causal), "ROWS": rows, "KEYS": keys,
-                                                         "Q_IN_SHARED": q_in_shared, "target": target}
+                                                         "Q_IN_SHARED": q_in_shared, "target": target,
+                                                         **_element_type(q)}
     if return_lse:
         attention_fwd_lse[grid](q, k, v, out, lse, scale, **constants)
         return out, lse

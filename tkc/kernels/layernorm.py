@@ -34,9 +34,9 @@ def row_total(x, scratch, warps):
 
 
 @tkc.kernel(warps="WARPS", blocks_per_sm="BLOCKS", min_target="sm_80")
-def layernorm_kernel(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1], Bias: gl[bf16, 1],
-                     Out: gl[bf16, 2], OutResidual: gl[bf16, 2], eps: float, D: const = 1024, WARPS: const = 1,
-                     BLOCKS: const = 0):
+def layernorm_kernel(X: gl["DT", 2], Residual: gl["DT", 2], Weight: gl["DT", 1], Bias: gl["DT", 1],
+                     Out: gl["DT", 2], OutResidual: gl["DT", 2], eps: float, D: const = 1024, WARPS: const = 1,
+                     BLOCKS: const = 0, DT: const = bf16):
     """Rows of length D. Writes the normalized rows to Out and x + residual to OutResidual.
 
     Grid: (blocks,): block b takes rows b, b + blocks, ... A row is spread over the block's WARPS warps, D / WARPS
@@ -64,8 +64,8 @@ def layernorm_kernel(X: gl[bf16, 2], Residual: gl[bf16, 2], Weight: gl[bf16, 1],
 def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
               target: str | None = None, out: torch.Tensor | None = None,
               residual_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(layer_norm(x + residual)·weight + bias, x + residual) for bf16 CUDA tensors of shape (..., D), with
-    weight and bias of shape (D,). D must be a multiple of 16. Returns both (the second is the new residual
+    """(layer_norm(x + residual)·weight + bias, x + residual) for bf16 (or f16) CUDA tensors of one dtype of shape
+    (..., D), with weight and bias of shape (D,). D must be a multiple of 16. Returns both (the second is the new residual
     stream of a pre-norm transformer)."""
     import torch
 
@@ -93,17 +93,18 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
         if common:
             out = torch.empty_like(x) if out is None else out
             residual_out = torch.empty_like(x) if residual_out is None else residual_out
-            if _specialized(d, target).launch((shape[0], 1, 1), (x, residual, weight, bias, out, residual_out,
+            if _specialized(d, target, x.dtype).launch((shape[0], 1, 1), (x, residual, weight, bias, out, residual_out,
                                                                  eps), common_only=True):
                 return out, residual_out
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         fail("x must be a tensor with at least one dimension")
     shape, rank = x.shape, x.dim()
     d = shape[-1]
-    check_tensor("x", x, torch.bfloat16, rank)
-    check_tensor("residual", residual, torch.bfloat16, rank)
-    check_tensor("weight", weight, torch.bfloat16, 1)
-    check_tensor("bias", bias, torch.bfloat16, 1)
+    dtype = x.dtype if x.dtype is torch.float16 else torch.bfloat16
+    check_tensor("x", x, dtype, rank)
+    check_tensor("residual", residual, dtype, rank)
+    check_tensor("weight", weight, dtype, 1)
+    check_tensor("bias", bias, dtype, 1)
     if residual.shape != shape:
         fail(f"residual: expected shape {tuple(shape)}, got {tuple(residual.shape)}")
     if weight.shape[0] != d or bias.shape[0] != d:
@@ -116,11 +117,11 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     if out is None:
         out = torch.empty_like(x)
     else:
-        check_tensor("out", out, torch.bfloat16, rank)
+        check_tensor("out", out, dtype, rank)
     if residual_out is None:
         residual_out = torch.empty_like(x)
     else:
-        check_tensor("residual_out", residual_out, torch.bfloat16, rank)
+        check_tensor("residual_out", residual_out, dtype, rank)
     for name, t in (("out", out), ("residual_out", residual_out)):
         if t.shape != shape:
             fail(f"{name}: expected shape {tuple(shape)}, got {tuple(t.shape)}")
@@ -130,19 +131,21 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
     x2, r2, o2, ro2 = tensors
     rows = x2.shape[0]
     if rows:
-        _specialized(d, target)[(rows,)](x2, r2, weight, bias, o2, ro2, eps)
+        _specialized(d, target, dtype)[(rows,)](x2, r2, weight, bias, o2, ro2, eps)
     return out, residual_out
 
 
-def _specialized(d: int, target: str | None) -> Any:
-    """layernorm_kernel for rows of `d` columns (and `target`), made once."""
-    spec = _SPECIALIZED.get((d, target))
+def _specialized(d: int, target: str | None, dtype: Any) -> Any:
+    """layernorm_kernel for rows of `d` columns of torch `dtype` (bf16 or f16; and `target`), made once."""
+    spec = _SPECIALIZED.get((d, target, dtype))
     if spec is None:
-        spec = _SPECIALIZED[(d, target)] = layernorm_kernel.specialize(D=d, WARPS=_warps(d), target=target)
+        f16_rows = {"DT": f16} if str(dtype) == "torch.float16" else {}
+        spec = _SPECIALIZED[(d, target, dtype)] = layernorm_kernel.specialize(D=d, WARPS=_warps(d), target=target,
+                                                                             **f16_rows)
     return spec
 
 
-_SPECIALIZED: dict[tuple[int, str | None], Any] = {}
+_SPECIALIZED: dict[tuple[int, str | None, Any], Any] = {}
 
 
 def _warps(d: int) -> int:
