@@ -125,7 +125,7 @@ def test_argument_reader_reads_what_the_full_check_reads() -> None:
     x, w = cuda(6, 40), cuda(40)
     args = (x, x[1:], w, w, cuda(6, 40), cuda(12, 40)[::2], 1e-5)
     values: list = []
-    read = launch._reader(layernorm_kernel, tuple(p.spec for p in layernorm_kernel.runtime_params))
+    read = launch.specialize(layernorm_kernel, {}).read
     key = read(args, values)
     assert values == launch._param_values(layernorm_kernel, args)
     assert key[-2] == 0 and key[-1] == tuple(launch.alignment(a) for a in args[:6])

@@ -385,6 +385,48 @@ def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: 
     assert rel_err(sim[6], dq_ref) < 1e-2
 
 
+@pytest.mark.parametrize("path", ["sm_80", "sm_90a", "fused"])
+def test_attention_backward_f16(path: str) -> None:
+    """The backward kernels with DT=f16 (f16 q, k, v, dO and gradients; P and dS rounded to f16): Δ, then dK/dV and
+    dQ (the mma.sync kernels, the wgmma ones, or the fused kernel with dQ by atomics and its scale), against
+    float64."""
+    from reference import attention_backward_ref
+
+    from tkc.kernels import attention_bwd as bwd
+    from tkc.lang import f16
+
+    d, causal, n = 64, 1, 192
+    rng = np.random.default_rng(4)
+    q, k, v, do = (rng.standard_normal((1, 2, n, d)).astype(np.float16) for _ in range(4))
+    out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
+    lse = lse.astype(np.float32)
+    grid = (n // 64, 2, 1)
+    _, sim = run_both(bwd.attention_bwd_delta, [out.astype(np.float16), do, lse, np.full((1, 2, n), np.nan, np.float32)],
+                      grid, {"D": d, "DT": f16})
+    delta = sim[3]
+    dk, dv, dq = (np.full((1, 2, n, d), np.nan, np.float16) for _ in range(3))
+    common = {"D": d, "CAUSAL": causal, "DT": f16}
+    if path == "fused":
+        dq_sum = np.zeros((1, 2, n, d), np.float32)
+        _, sim = run_both(bwd.attention_bwd_sm90, [q, k, v, do, lse, delta, dk, dv, dq_sum, 0.1], (2, n // 64, 1),
+                          {**common, "WARPS": 4, "STAGES": 3}, target="sm_90a", order="sliced")
+        dk, dv = sim[6], sim[7]
+        _, sim = run_both(bwd.attention_bwd_dq_scale, [sim[8], dq, 0.1], grid, {"D": d, "DT": f16})
+        dq = sim[1]
+    else:
+        kernels = ((bwd.attention_bwd_dkdv, bwd.attention_bwd_dq) if path == "sm_80"
+                   else (bwd.attention_bwd_dkdv_sm90, bwd.attention_bwd_dq_sm90))
+        configs = bwd.CONFIG[d] if path == "sm_80" else ({**bwd.CONFIG_SM90[d][0]}, {**bwd.CONFIG_SM90[d][1], "WARPS": 4})
+        _, sim = run_both(kernels[0], [q, k, v, do, lse, delta, dk, dv, 0.1], grid, {**common, **configs[0]},
+                          target=path, order="shuffled")
+        dk, dv = sim[6], sim[7]
+        _, sim = run_both(kernels[1], [q, k, v, do, lse, delta, dq, 0.1], grid, {**common, **configs[1]},
+                          target=path, order="shuffled")
+        dq = sim[6]
+    assert dq.dtype == dk.dtype == dv.dtype == np.float16
+    assert rel_err(dq, dq_ref) < 2e-3 and rel_err(dk, dk_ref) < 2e-3 and rel_err(dv, dv_ref) < 2e-3  # f16: 3e-4
+
+
 @tkc.kernel(warps=4, min_target="sm_80")
 def two_sizes_summed(X: gl[f32, 2], Y: gl[f32, 2], Z: gl[f32, 2]):
     """Atomic adds of two widths, twice each: X's 16×64 tiles into Y's tile warp % 2, 16×32 ones into Z's."""

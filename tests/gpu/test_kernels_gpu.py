@@ -176,8 +176,8 @@ def test_layernorm(shape: tuple[int, ...], target: str | None) -> None:
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_f16_attention_and_layernorm(target: str | None) -> None:
-    """f16 tensors through attention (causal and not, with the log-sum-exp; the common call twice) and layernorm:
-    f16 outputs against float32 references; f16 under autograd is a clear error (no f16 backward yet)."""
+    """f16 tensors through attention (causal and not, with the log-sum-exp; the common call twice; its backward)
+    and layernorm: f16 outputs and gradients against float32 references."""
     h16 = torch.float16
     for causal in (False, True):
         for d in (64, 128):
@@ -193,9 +193,12 @@ def test_f16_attention_and_layernorm(target: str | None) -> None:
         y, s = layernorm(x, r, w, b, target=target)
         ref = torch.nn.functional.layer_norm(x.float() + r.float(), (1024,), w.float(), b.float(), eps=1e-5)
         assert y.dtype == h16 and rel_err(y, ref) < 5e-3 and rel_err(s, x.float() + r.float()) < 1e-3
-    q.requires_grad_()
-    with pytest.raises(ValueError, match="bfloat16"):
-        attention(q, k, v, target=target).sum().backward()
+    q, k, v = (torch.randn(2, 3, 320, 64, device="cuda", dtype=h16).requires_grad_() for _ in range(3))
+    grad = torch.randn_like(q)
+    got = torch.autograd.grad(attention(q, k, v, causal=True, target=target), (q, k, v), grad)
+    want = attention_grads_ref(q, k, v, grad, causal=True)
+    for g, w in zip(got, want):
+        assert g.dtype == h16 and rel_err(g, w) < 5e-3
 
 
 @pytest.mark.parametrize("dependent_launch", [False, True])

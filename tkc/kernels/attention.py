@@ -345,7 +345,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               target: str | None = None, out: torch.Tensor | None = None,
               return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """softmax(scale · q·kᵀ)·v for bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H, Nk, D), D ∈ {64, 128}
-    (the output of their dtype; f16's backward is not there yet); scale
+    (the output of their dtype); scale
     defaults to 1/√D (any scale > 0). Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for
     Nq ≠ Nk).
 

@@ -34,14 +34,14 @@ if TYPE_CHECKING:
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
-def attention_bwd_delta(O: gl[bf16, 4], dO: gl[bf16, 4], dL: gl[f32, 3], Delta: gl[f32, 3], D: const = 64,
-                        WITH_DL: const = 0):
+def attention_bwd_delta(O: gl["DT", 4], dO: gl["DT", 4], dL: gl[f32, 3], Delta: gl[f32, 3], D: const = 64,
+                        WITH_DL: const = 0, DT: const = bf16):
     """Δ (B, H, N) = the row sums of dO ∘ O, less the log-sum-exp's gradient dL with WITH_DL (∂L_i/∂S_ij = P_ij, so
     it adds P ∘ dL to dS). Grid: (N / 64, H, B); each warp takes 16 rows."""
     blk, h, b = block_idx()
     tile = blk * 4 + warp_id()
-    o = load(O, (b, h, tile, 0), rt[bf16, 16, D]).to(f32)
-    do = load(dO, (b, h, tile, 0), rt[bf16, 16, D]).to(f32)
+    o = load(O, (b, h, tile, 0), rt[DT, 16, D]).to(f32)
+    do = load(dO, (b, h, tile, 0), rt[DT, 16, D]).to(f32)
     delta = row_sum(o * do)
     if WITH_DL:
         delta = delta - load(dL, (b, h, tile), rv[f32, 16])
@@ -58,38 +58,38 @@ def operand(tile, wgmma):
 
 
 @tkc.func
-def warp_rows(tile, in_shared, d):
+def warp_rows(tile, in_shared, d, dt):
     """This warp's 16 rows of a block's tile waiting in shared memory (`in_shared`), or `tile` itself."""
     if in_shared:
-        return load(tile, (warp_id(), 0), rt[bf16, 16, d])
+        return load(tile, (warp_id(), 0), rt[dt, 16, d])
     return tile
 
 
 @tkc.func
-def scores_t(k, q_s, kv_in_shared, wgmma, d):
+def scores_t(k, q_s, kv_in_shared, wgmma, d, dt):
     """Sᵀ = K·Qᵀ of a warp's 16 keys over one step of queries (a row per key, a column per query)."""
-    return mma_ABt(warp_rows(k, kv_in_shared, d), operand(q_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
+    return mma_ABt(warp_rows(k, kv_in_shared, d, dt), operand(q_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
 
 
 @tkc.func
 def dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, causal, queries, ragged,
-              kv_in_shared, wgmma, d):
+              kv_in_shared, wgmma, d, dt):
     """dK and dV of a warp's 16 keys over one step of queries from its scores Sᵀ, everything transposed (query c
     sees key r iff c >= r + diagonal; with `ragged`, only the first `queries` columns are queries):
-    dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale); also returns dSᵀ (bf16)."""
+    dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale); also returns dSᵀ (in `dt`)."""
     if ragged:  # the last step's columns past Nq (zeros read past the end, with an L of 0: no P for them)
         s_t = keep_cols(s_t, queries)
     if causal:  # every step (a no-op before the diagonal): a branch around it costs ptxas ~90 registers
         s_t = triu(s_t, diagonal, -math.inf)
     p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
-    dv = mma_AB(p_t.to(bf16), operand(do_s, wgmma), dv)
-    dp_t = mma_ABt(warp_rows(v, kv_in_shared, d), operand(do_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
-    ds_t = (p_t * sub_col(dp_t, delta)).to(bf16)
+    dv = mma_AB(p_t.to(dt), operand(do_s, wgmma), dv)
+    dp_t = mma_ABt(warp_rows(v, kv_in_shared, d, dt), operand(do_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
+    ds_t = (p_t * sub_col(dp_t, delta)).to(dt)
     return mma_AB(ds_t, operand(q_s, wgmma), dk), dv, ds_t
 
 
 @tkc.func
-def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, keys, ragged, wgmma):
+def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, keys, ragged, wgmma, dt):
     """dQ of a warp's 16 queries over one step of keys (query r sees key c iff c <= r + diagonal; with `ragged`, only
     the first `keys` columns are keys): dQ += dS·K (without the scale)."""
     s = mma_ABt(q, operand(k_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
@@ -100,11 +100,11 @@ def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, 
     p = exp2(sub_row(s * scale_log2, lse_log2))
     dp = mma_ABt(do, operand(v_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
     ds = p * sub_row(dp, delta)
-    return mma_AB(ds.to(bf16), operand(k_s, wgmma), dq)
+    return mma_AB(ds.to(dt), operand(k_s, wgmma), dq)
 
 
 @tkc.func
-def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, ragged, wgmma):
+def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, ragged, wgmma, dt):
     """dQ of the block's query block `blk` (each warp its 16 rows; q, do: the warp's rows in registers, or with
     `wgmma` its warpgroup's in shared memory): the loop over the keys, KEYS a step, then the store."""
     q_tile = blk * warps + warp_id()
@@ -114,17 +114,17 @@ def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps,
     dq = zeros(rt[f32, 16, d])
     n_blocks = cdiv((blk + 1) * 16 * warps, keys) if causal else cdiv(K.shape[2], keys)
     for j in range(n_blocks):
-        k_s, v_s = load(K, (b, h, j, 0), st[bf16, keys, d]), load(V, (b, h, j, 0), st[bf16, keys, d])
+        k_s, v_s = load(K, (b, h, j, 0), st[dt, keys, d]), load(V, (b, h, j, 0), st[dt, keys, d])
         dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, q_tile * 16 - j * keys, causal,
-                     K.shape[2] - j * keys, ragged, wgmma)
-    store(dQ, (dq * scale).to(bf16), (b, h, q_tile, 0))
+                     K.shape[2] - j * keys, ragged, wgmma, dt)
+    store(dQ, (dq * scale).to(dt), (b, h, q_tile, 0))
 
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
-def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
-                       Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], scale: float, D: const = 64,
+def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
+                       Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 64,
                        CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4,
-                       RAGGED: const = 0):
+                       RAGGED: const = 0, DT: const = bf16):
     """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS), H, B). Each warp keeps its 16 keys' K and V and
     the sums dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows,
     which leaves room in registers at D=128); the block streams the queries, dO, L and Δ QUERIES at a time. Causal
@@ -134,26 +134,27 @@ def attention_bwd_dkdv(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
     blk, h, b = block_idx()
     k_tile = blk * WARPS + warp_id()                         # this warp's keys, in tiles of 16
     if KV_IN_SHARED:
-        k, v = load(K, (b, h, blk, 0), st[bf16, 16 * WARPS, D]), load(V, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
+        k, v = load(K, (b, h, blk, 0), st[DT, 16 * WARPS, D]), load(V, (b, h, blk, 0), st[DT, 16 * WARPS, D])
     else:
-        k, v = load(K, (b, h, k_tile, 0), rt[bf16, 16, D]), load(V, (b, h, k_tile, 0), rt[bf16, 16, D])
+        k, v = load(K, (b, h, k_tile, 0), rt[DT, 16, D]), load(V, (b, h, k_tile, 0), rt[DT, 16, D])
     scale_log2 = scale * LOG2E                               # exp(x·scale - L) = exp2(x·scale_log2 - L·LOG2E)
     dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
     first = blk * 16 * WARPS // QUERIES if CAUSAL else 0     # query blocks before it see none of the block's keys
     for j in range(first, cdiv(Q.shape[2], QUERIES)):
-        q_s, do_s = load(Q, (b, h, j, 0), st[bf16, QUERIES, D]), load(dO, (b, h, j, 0), st[bf16, QUERIES, D])
+        q_s, do_s = load(Q, (b, h, j, 0), st[DT, QUERIES, D]), load(dO, (b, h, j, 0), st[DT, QUERIES, D])
         lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
         delta = load(Delta, (b, h, j), rv[f32, QUERIES])
-        dk, dv, _ = dkdv_step(scores_t(k, q_s, KV_IN_SHARED, 0, D), v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2,
-                              k_tile * 16 - j * QUERIES, CAUSAL, Q.shape[2] - j * QUERIES, RAGGED, KV_IN_SHARED, 0, D)
-    store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
-    store(dV, dv.to(bf16), (b, h, k_tile, 0))
+        dk, dv, _ = dkdv_step(scores_t(k, q_s, KV_IN_SHARED, 0, D, DT), v, q_s, do_s, lse_log2, delta, dk, dv,
+                              scale_log2, k_tile * 16 - j * QUERIES, CAUSAL, Q.shape[2] - j * QUERIES, RAGGED,
+                              KV_IN_SHARED, 0, D, DT)
+    store(dK, (dk * scale).to(DT), (b, h, k_tile, 0))
+    store(dV, dv.to(DT), (b, h, k_tile, 0))
 
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
-def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
-                     Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 64, CAUSAL: const = 0,
-                     KEYS: const = 64, WARPS: const = 4, RAGGED: const = 0):
+def attention_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
+                     Delta: gl[f32, 3], dQ: gl["DT", 4], scale: float, D: const = 64, CAUSAL: const = 0,
+                     KEYS: const = 64, WARPS: const = 4, RAGGED: const = 0, DT: const = bf16):
     """dQ of 16·WARPS queries a block. Grid: (Nq / (16·WARPS), H, B). Each warp keeps its 16 queries' Q, dO, L, Δ
     and the sum dQ in registers; the block streams K and V KEYS keys at a time (causal: up to the block's diagonal,
     the longest blocks first). RAGGED: Nk is not a multiple of KEYS (the last step's keys past it are masked)."""
@@ -162,8 +163,8 @@ def attention_bwd_dq(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16
     if CAUSAL:
         blk = num_blocks()[0] - 1 - blk
     q_tile = blk * WARPS + warp_id()
-    q, do = load(Q, (b, h, q_tile, 0), rt[bf16, 16, D]), load(dO, (b, h, q_tile, 0), rt[bf16, 16, D])
-    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 0)
+    q, do = load(Q, (b, h, q_tile, 0), rt[DT, 16, D]), load(dO, (b, h, q_tile, 0), rt[DT, 16, D])
+    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 0, DT)
 
 
 @tkc.func
@@ -174,7 +175,7 @@ def panel_tile(j, queries, row_panel):
 
 @tkc.func
 def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq, defer,
-               ds_buffers):
+               ds_buffers, dt):
     """The wgmma dK/dV kernels' block: 16·`warps` keys (a warpgroup per 64), K and V in shared memory, the loop over
     the queries (TMA streams Q and dO), the stores. With `with_dq`, each step's dSᵀ also goes through shared memory
     into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics."""
@@ -183,9 +184,9 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
         h, blk, b = block_idx()
     else:
         blk, h, b = block_idx()
-    k_block = load(K, (b, h, blk, 0), st[bf16, 16 * warps, d])
-    v_block = load(V, (b, h, blk, 0), st[bf16, 16 * warps, d])
-    k, v = load(k_block, (warpgroup_id(), 0), st[bf16, 64, d]), load(v_block, (warpgroup_id(), 0), st[bf16, 64, d])
+    k_block = load(K, (b, h, blk, 0), st[dt, 16 * warps, d])
+    v_block = load(V, (b, h, blk, 0), st[dt, 16 * warps, d])
+    k, v = load(k_block, (warpgroup_id(), 0), st[dt, 64, d]), load(v_block, (warpgroup_id(), 0), st[dt, 64, d])
     k_tile = blk * warps + warp_id()
     scale_log2 = scale * LOG2E
     dk, dv = zeros(rt[f32, 16, d]), zeros(rt[f32, 16, d])
@@ -198,49 +199,50 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     if defer:
         dq = zeros(rt[f32, 16, 64])  # the step before's panel (none before the first)
     for j in range(first, steps):
-        q_s, do_s = load(Q, (b, h, j, 0), st[bf16, queries, d]), load(dO, (b, h, j, 0), st[bf16, queries, d])
+        q_s, do_s = load(Q, (b, h, j, 0), st[dt, queries, d]), load(dO, (b, h, j, 0), st[dt, queries, d])
         lse_log2 = load(L, (b, h, j), rv[f32, queries]) * LOG2E
         delta = load(Delta, (b, h, j), rv[f32, queries])
-        s_t = scores_t(k, q_s, 0, 1, d)
+        s_t = scores_t(k, q_s, 0, 1, d, dt)
         if defer:  # the step before's dQ panel, added once this step's Sᵀ is in (its wgmma ran on until then)
             atomic_add(dQ_sum, dq, (b, h, panel_tile(j - 1, queries, row_panel), col_panel))
         dk, dv, ds_t = dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * queries,
-                                 causal, Q.shape[2] - j * queries, ragged, 0, 1, d)
+                                 causal, Q.shape[2] - j * queries, ragged, 0, 1, d, dt)
         if with_dq:  # dSᵀ (the block's keys × the step's queries) is A of dQ's product, read transposed
-            ds_s = store(empty(st[bf16, 16 * warps, queries], buffers=ds_buffers), ds_t, (warp_id(), 0))
+            ds_s = store(empty(st[dt, 16 * warps, queries], buffers=ds_buffers), ds_t, (warp_id(), 0))
             if panel:
-                dq_panel = mma_AtB(load(ds_s, (0, row_panel), st[bf16, 16 * warps, 64]),
-                                   load(k_block, (0, col_panel), st[bf16, 16 * warps, 64]), zeros(rt[f32, 16, 64]))
+                dq_panel = mma_AtB(load(ds_s, (0, row_panel), st[dt, 16 * warps, 64]),
+                                   load(k_block, (0, col_panel), st[dt, 16 * warps, 64]), zeros(rt[f32, 16, 64]))
                 if defer:
                     dq = dq_panel
                 else:
                     atomic_add(dQ_sum, dq_panel, (b, h, panel_tile(j, queries, row_panel), col_panel))
             else:  # each warpgroup its own 64 keys' part (64-query steps)
-                dq_keys = mma_AtB(load(ds_s, (warpgroup_id(), 0), st[bf16, 64, queries]), k, zeros(rt[f32, 16, d]))
+                dq_keys = mma_AtB(load(ds_s, (warpgroup_id(), 0), st[dt, 64, queries]), k, zeros(rt[f32, 16, d]))
                 atomic_add(dQ_sum, dq_keys, (b, h, j * (queries // 16) + warp_id() % 4, 0))
     if defer:
         atomic_add(dQ_sum, dq, (b, h, panel_tile(steps - 1, queries, row_panel), col_panel))
-    store(dK, (dk * scale).to(bf16), (b, h, k_tile, 0))
-    store(dV, dv.to(bf16), (b, h, k_tile, 0))
+    store(dK, (dk * scale).to(dt), (b, h, k_tile, 0))
+    store(dV, dv.to(dt), (b, h, k_tile, 0))
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
-def attention_bwd_dkdv_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
-                            Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], scale: float, D: const = 128,
+def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
+                            Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 128,
                             CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
-                            PRODUCER: const = 0, RAGGED: const = 0):
+                            PRODUCER: const = 0, RAGGED: const = 0, DT: const = bf16):
     """attention_bwd_dkdv on Hopper's wgmma: a block per 16·WARPS keys (a warpgroup per 64), K and V in shared
     memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q
     with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the TMA
     loads (specialize-warps). RAGGED as in attention_bwd_dkdv."""
-    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1)
+    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
-def attention_bwd_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
-                       Delta: gl[f32, 3], dK: gl[bf16, 4], dV: gl[bf16, 4], dQ_sum: gl[f32, 4], scale: float,
+def attention_bwd_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
+                       Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], dQ_sum: gl[f32, 4], scale: float,
                        D: const = 128, CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
-                       PRODUCER: const = 0, RAGGED: const = 0, DEFER_DQ: const = 0, DS_BUFFERS: const = 1):
+                       PRODUCER: const = 0, RAGGED: const = 0, DEFER_DQ: const = 0, DS_BUFFERS: const = 1,
+                       DT: const = bf16):
     """attention_bwd_dkdv_sm90 that also adds each step's dS·K into dQ_sum (f32 (B, H, Nq, D), zeroed before, without
     the scale; attention_bwd_dq_scale turns it into dQ): five products a step where the two kernels take seven.
     With two warpgroups and D=128, or D=64 with QUERIES=128, each warpgroup adds one 64×64 panel of the block's dQ
@@ -253,22 +255,22 @@ def attention_bwd_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf
     static_assert(not DEFER_DQ or QUERIES // 64 * (D // 64) == WARPS // 4,
                   "DEFER_DQ needs a 64×64 panel of dQ a warpgroup (QUERIES // 64 · D // 64 = WARPS // 4)")
     dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 1, DEFER_DQ,
-               DS_BUFFERS)
+               DS_BUFFERS, DT)
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
-def attention_bwd_dq_scale(dQ_sum: gl[f32, 4], dQ: gl[bf16, 4], scale: float, D: const = 128):
-    """dQ = scale · dQ_sum in bf16. Grid: (Nq / 64, H, B); each warp takes 16 rows."""
+def attention_bwd_dq_scale(dQ_sum: gl[f32, 4], dQ: gl["DT", 4], scale: float, D: const = 128, DT: const = bf16):
+    """dQ = scale · dQ_sum in DT. Grid: (Nq / 64, H, B); each warp takes 16 rows."""
     blk, h, b = block_idx()
     tile = blk * 4 + warp_id()
-    store(dQ, (load(dQ_sum, (b, h, tile, 0), rt[f32, 16, D]) * scale).to(bf16), (b, h, tile, 0))
+    store(dQ, (load(dQ_sum, (b, h, tile, 0), rt[f32, 16, D]) * scale).to(DT), (b, h, tile, 0))
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
-def attention_bwd_dq_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl[bf16, 4], L: gl[f32, 3],
-                          Delta: gl[f32, 3], dQ: gl[bf16, 4], scale: float, D: const = 128, CAUSAL: const = 0,
+def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
+                          Delta: gl[f32, 3], dQ: gl["DT", 4], scale: float, D: const = 128, CAUSAL: const = 0,
                           KEYS: const = 64, WARPS: const = 8, STAGES: const = 2, PRODUCER: const = 0,
-                          RAGGED: const = 0):
+                          RAGGED: const = 0, DT: const = bf16):
     """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
     memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
     Grid: (Nq / (16·WARPS), H, B). PRODUCER as in attention_bwd_dkdv_sm90, RAGGED as in attention_bwd_dq."""
@@ -276,10 +278,10 @@ def attention_bwd_dq_sm90(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], dO: gl
     blk, h, b = block_idx()
     if CAUSAL:
         blk = num_blocks()[0] - 1 - blk
-    q_block = load(Q, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
-    do_block = load(dO, (b, h, blk, 0), st[bf16, 16 * WARPS, D])
-    q, do = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D]), load(do_block, (warpgroup_id(), 0), st[bf16, 64, D])
-    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 1)
+    q_block = load(Q, (b, h, blk, 0), st[DT, 16 * WARPS, D])
+    do_block = load(dO, (b, h, blk, 0), st[DT, 16 * WARPS, D])
+    q, do = load(q_block, (warpgroup_id(), 0), st[DT, 64, D]), load(do_block, (warpgroup_id(), 0), st[DT, 64, D])
+    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 1, DT)
 
 # Per head dim: attention_bwd_dkdv's and attention_bwd_dq's constants, the fastest on the H200 of those ptxas fits
 # in 255 registers a thread without spills (RESULTS "attention backward probe — 2026-12-04 17:05": D=64 dkdv
@@ -305,14 +307,15 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
                        target: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients (dq, dk, dv) of out = attention(q, k, v, causal=causal, scale=scale) given grad_out, the
     forward's `out` and its log-sum-exp `lse` (attention(..., return_lse=True)); with grad_lse, also through lse.
-    bf16 (B, H, N, D) tensors, D ∈ {64, 128}, any Nq, Nk ≥ 1 (causal: Nq = Nk); lse float32 (B, H, Nq).
+    bf16 or f16 (B, H, N, D) tensors of one dtype, D ∈ {64, 128}, any Nq, Nk ≥ 1 (causal: Nq = Nk); lse float32
+    (B, H, Nq).
     On Hopper (or with target="sm_90a") the wgmma kernels, where the tensors' strides suit TMA (else, and with
     target="sm_80", the mma.sync kernels)."""
     import torch
 
     batch, heads, nq, nk, d = check_qkv(q, k, v)
     for name, t in (("out", out), ("grad_out", grad_out)):
-        check_tensor(name, t, torch.bfloat16, 4)
+        check_tensor(name, t, q.dtype, 4)
         if t.shape != q.shape:
             fail(f"{name}: expected the shape of q {tuple(q.shape)}, got {tuple(t.shape)}")
     for name, t in (("lse", lse), ("grad_lse", grad_lse)):
@@ -337,13 +340,14 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
         kernels, configs, warps = (attention_bwd_dkdv, attention_bwd_dq), CONFIG[d], 4
         build = "sm_80" if target in (None, "sm_90a") else target
     delta = lse.new_empty(lse.shape)
+    dt = {"DT": f16} if q.dtype is torch.float16 else {}  # the kernels' dtype constant (bf16 by default)
     attention_bwd_delta[(ceil_div(nq, 64), heads, batch)](out, grad_out, lse if grad_lse is None else grad_lse, delta,
-                                                          D=d, WITH_DL=int(grad_lse is not None), target="sm_80")
+                                                          D=d, WITH_DL=int(grad_lse is not None), target="sm_80", **dt)
     # RAGGED: a length that its kernel's steps do not divide (the last step masks the columns past it)
     dkdv, dq_cfg = ({"WARPS": warps, **cfg} for cfg in configs)
     dkdv["RAGGED"], dq_cfg["RAGGED"] = int(nq % dkdv.get("QUERIES", 64) > 0), int(nk % dq_cfg.get("KEYS", 64) > 0)
     kernels[0][(ceil_div(nk, 16 * dkdv["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
-                                                                 CAUSAL=int(causal), **dkdv, target=build)
+                                                                 CAUSAL=int(causal), **dkdv, **dt, target=build)
     kernels[1][(ceil_div(nq, 16 * dq_cfg["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d,
-                                                                   CAUSAL=int(causal), **dq_cfg, target=build)
+                                                                   CAUSAL=int(causal), **dq_cfg, **dt, target=build)
     return dq, dk, dv
