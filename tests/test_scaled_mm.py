@@ -12,8 +12,11 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st_
 from reference import BF16, rel_err
 
+import tkc
+from tkc import lang
 from tkc.backend import ptxas
 from tkc.compiler import lower_kernel
+from tkc.lang import block_idx, const, f32, fp8e4m3, gl, load, rt, store
 from tkc.kernels.scaled_mm import CONFIG, CONFIG_UNALIGNED, scaled_mm_kernel
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -152,3 +155,56 @@ def test_interpreter_takes_torch_fp8_tensors() -> None:
     c = torch.full((64, 64), float("nan"), dtype=torch.bfloat16)
     scaled_mm_kernel.interpret(a, b, torch.tensor([0.5]), torch.tensor([2.0]), c, grid=(1,), **SMALL)
     assert rel_err(c.float().numpy(), (a.double() @ b.double().t()).numpy()) < 1e-2
+
+
+def test_quantize_rows_fp8() -> None:
+    """tests/kernels/quantize_fp8.py (an f32 tile stored into an fp8 tensor converts: cvt.rn.satfinite.e4m3x2):
+    the scales are the rows' largest magnitudes / 448; the bytes agree with the interpreter's but where x / scale
+    lies on a rounding tie (the lowering divides by a reciprocal); Q · scale is x to e4m3's precision."""
+    from kernels.quantize_fp8 import quantize_rows_fp8
+
+    rng = np.random.default_rng(0)
+    m, n = 100, 300
+    x = (rng.standard_normal((m, n)) * 3).astype(BF16)
+    x[7] = 0  # an all-zero row
+    q, scale = np.zeros((m, n), E4M3), np.full(m, np.nan, np.float32)
+    interp, sim = run_both(quantize_rows_fp8, [x, q, scale], (2,), {}, target="sm_90a", order="shuffled")
+    xf = x.astype(np.float64)
+    np.testing.assert_allclose(sim[2], np.maximum(np.abs(xf).max(1), 1e-12) / 448, rtol=1e-6)
+    assert (interp[1].view(np.uint8) != sim[1].view(np.uint8)).mean() < 2e-3
+    assert rel_err(sim[1].astype(np.float64) * sim[2][:, None], xf) < 4e-2
+    assert np.abs(sim[1].astype(np.float32)).max() <= 448
+
+
+@pytest.mark.parametrize("dtype", ["fp8e4m3", "fp8e5m2"])
+def test_fp8_tiles_load_into_f32_registers(dtype: str) -> None:
+    """load(fp8 tensor, ..., rt[f32, ...]) converts exactly (cvt.rn.f16x2.e4m3x2, then f16 → f32), at any row
+    alignment (bytes one by one where rows are odd), and stores convert back: a round trip keeps every byte."""
+    @tkc.kernel(warps=1, min_target="sm_90a")
+    def round_trip(A: gl["DT", 2], B: gl[f32, 2], C: gl["DT", 2], DT: const = fp8e4m3):
+        a = load(A, (block_idx()[0], 0), rt[f32, 16, 64])
+        store(B, a, (block_idx()[0], 0))
+        store(C, a, (block_idx()[0], 0))
+
+    numpy_type = {"fp8e4m3": ml_dtypes.float8_e4m3fn, "fp8e5m2": ml_dtypes.float8_e5m2}[dtype]
+    for cols in (64, 61):
+        rng = np.random.default_rng(cols)
+        a = (rng.standard_normal((40, cols)) * 8).astype(numpy_type)
+        b, c = np.full((40, cols), np.nan, np.float32), np.zeros((40, cols), numpy_type)
+        _, sim = run_both(round_trip, [a, b, c], (3,), {"DT": getattr(lang, dtype)}, target="sm_90a")
+        np.testing.assert_array_equal(sim[1], a.astype(np.float32))
+        np.testing.assert_array_equal(sim[2].view(np.uint8), a.view(np.uint8))
+
+
+def test_fp8_conversions_need_sm90a() -> None:
+    """sm_80 has no fp8 conversions: one error that says so (sm_89's cvt is the first)."""
+    from tkc.compiler import compile_kernels
+    from tkc.errors import TkcError
+
+    @tkc.kernel(warps=1, min_target="sm_80")
+    def to_fp8(A: gl[f32, 2], B: gl[fp8e4m3, 2]):
+        store(B, load(A, (0, 0), rt[f32, 16, 16]), (0, 0))
+
+    with pytest.raises(TkcError, match="needs sm_89 or newer: compile for sm_90a"):
+        compile_kernels([to_fp8], "sm_80", {})
+    compile_kernels([to_fp8], "sm_90a", {})

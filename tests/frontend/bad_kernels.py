@@ -141,6 +141,14 @@ def fp8_register_tile():
     return k
 
 
+def fp8_convert_in_registers():
+    @tkc.kernel(warps=4)
+    def k(A: gl[f32, 2], C: gl[fp8e4m3, 2]):
+        store(C, load(A, (0, 0), rt[f32, 16, 64]).to(fp8e4m3), (0, 0))  # ERROR
+
+    return k
+
+
 def fp8_k_step():
     @tkc.kernel(warps=4)
     def k(A: gl[fp8e4m3, 2], C: gl[f32, 2]):

@@ -99,6 +99,7 @@ def test_shape_mismatch(case: Case) -> None:
     Case(bad.mma_f32_inputs, ["mma_ABt", "bf16 or f16", ".to(bf16)"], at="mma_ABt("),
     Case(bad.fp8_mma_ab, ["mma_AB", "K-major", "mma_ABt", "st[fp8e4m3, 64, 64]"], at="mma_AB("),
     Case(bad.fp8_register_tile, ["rt[fp8e4m3", "global and shared memory only"], at="rt["),
+    Case(bad.fp8_convert_in_registers, ["registers do not hold fp8", "store an f32"], at="load("),
     Case(bad.fp8_k_step, ["mma_ABt", "steps of 32", "st[fp8e4m3, 64, 48]"], at="mma_ABt("),
     Case(bad.elementwise_dtypes, ["add", "dtype mismatch", "rt[bf16, 16, 32]", "rt[f32, 16, 32]", ".to("], at="a + b"),
     Case(bad.shared_copy_converts, ["gl[bf16, 2]", "st[f32, 64, 64]", "convert in registers"], at="load("),

@@ -60,6 +60,32 @@ def test_scaled_mm_mixed_formats(a_type: str, b_type: str) -> None:
     assert rel_err(out, (a.double() @ weight.double().t()) * scale_a.double() * scale_b.double()) < 1e-2
 
 
+def test_quantize_rows_then_scaled_mm() -> None:
+    """An fp8 linear layer: tests/kernels/quantize_fp8.py quantizes the activations and the weight rowwise (f32 tiles
+    stored into fp8 tensors), scaled_mm multiplies them with those scales: close to the bf16 product (e4m3's
+    precision), the scales exact, the bytes as torch's cast of x / scale (but at rounding ties)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernels.quantize_fp8 import quantize_rows_fp8
+
+    def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q = torch.empty(x.shape, device="cuda", dtype=torch.float8_e4m3fn)
+        scale = torch.full((x.shape[0],), float("nan"), device="cuda")
+        quantize_rows_fp8[(-(-x.shape[0] // 64),)](x, q, scale)
+        return q, scale
+
+    m, n, k = 1000, 3000, 2048
+    x, w = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    (xq, xs), (wq, ws) = quantize(x), quantize(w)
+    assert torch.equal(xs, x.float().abs().amax(1) / 448)
+    theirs = (x.float() / xs[:, None]).to(torch.float8_e4m3fn)
+    assert (xq.view(torch.uint8) != theirs.view(torch.uint8)).float().mean() < 2e-3
+    out = scaled_mm(xq, wq.t(), xs[:, None].contiguous(), ws[None, :].contiguous())
+    assert rel_err(out, x.double() @ w.double().t()) < 6e-2
+
+
 def test_scaled_mm_unaligned_views() -> None:
     """Rows of a wider a (pitch above K), a weight slice, an out that is a slice of a wider tensor: the cp.async ring
     and plain stores where rows are not 16-byte aligned; nothing written past out's columns."""

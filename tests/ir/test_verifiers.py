@@ -41,7 +41,7 @@ def fill(type_: str, name: str = "%w") -> str:
 BAD_TYPES = [
     Bad("!tile.rt", fill("!tile.rt<16x8xf32>"), "rt dimensions must be positive multiples of 16, got 16x8"),
     Bad("!tile.rt", fill("!tile.rt<0x16xf32>"), "rt dimensions must be positive multiples of 16, got 0x16"),
-    Bad("!tile.rt", fill("!tile.rt<16x32xi32>"), "rt element type must be bf16, f16 or f32, got i32"),
+    Bad("!tile.rt", fill("!tile.rt<16x32xi32>"), "rt element type must be bf16, f16, f32, fp8e4m3 or fp8e5m2, got i32"),
     Bad("!tile.rt", fill("!tile.rt<16xf32>"), "rt expects 2 dimension(s), got 1"),
     Bad("!tile.rt", fill("!tile.rt<16x?xf32>"), "rt dimensions must be static"),
     Bad("!tile.rt", fill("!tile.rt<16x16xf32, align>"), "rt layout must be row or col, got align"),
@@ -49,7 +49,7 @@ BAD_TYPES = [
     Bad("!tile.rt", fill("!tile.rt<16x16xf32, row"), "'>' expected"),
     Bad("!tile.rv", fill("!tile.rv<24xf32>"), "rv dimensions must be positive multiples of 16, got 24"),
     Bad("!tile.rv", fill("!tile.rv<16x16xf32>"), "rv expects 1 dimension(s), got 2"),
-    Bad("!tile.rv", fill("!tile.rv<16xf64>"), "rv element type must be bf16, f16 or f32, got f64"),
+    Bad("!tile.rv", fill("!tile.rv<16xf64>"), "rv element type must be bf16, f16, f32, fp8e4m3 or fp8e5m2, got f64"),
     Bad("!tile.rv", fill("!tile.rv<16xf32, row>"), "rv layout must be align, ortho or naive, got row"),
     Bad("!tile.rv", fill("!tile.rv<16xf32, diagonal>"), "Expected `row`, `col`, `align`, `ortho`, or `naive`"),
     Bad("!tile.st", "%w = tile.empty : !tile.st<24x64xbf16>", "st dimensions must be positive multiples of 16, got 24x64"),
@@ -64,7 +64,6 @@ BAD_TYPES = [
     Bad("!tile.sv", "%w = tile.empty : !tile.sv<64xbf16, swizzle 32>", "'>' expected"),
     Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<f32>", "gl must have rank 1 or more"),
     Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<?x?xi32>", "gl element type must be bf16, f16, f32, fp8e4m3 or fp8e5m2, got i32"),
-    Bad("!tile.rt", fill("!tile.rt<16x32xf8E4M3FN>"), "rt[fp8e4m3, ...]: fp8 lives in global and shared memory only"),
 ]
 
 
@@ -185,6 +184,8 @@ OTHER_CASES = [
         "rt[f32, 16, 32] cannot become rt[bf16, 16, 32] (row layout)"),
     Bad("tile.convert", "%x = tile.convert %rv : !tile.rv<16xf32> -> !tile.rt<16x16xbf16>",
         "rv[f32, 16] cannot become rt[bf16, 16, 16]"),
+    Bad("tile.convert", "%x = tile.convert %rt : !tile.rt<16x32xf32> -> !tile.rt<16x32xf8E4M3FN>",
+        "registers do not hold fp8 (rt[f32, 16, 32] -> rt[fp8e4m3, 16, 32])"),
     Bad("tile.relayout", "%x = tile.relayout %rtr : !tile.rt<16x32xf32, row> -> !tile.rt<16x32xbf16, col>",
         "relayout changes only the layout, not the kind, shape or dtype: rt[f32, 16, 32] (row layout) cannot become "
         "rt[bf16, 16, 32] (col layout)"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
+from xdsl.dialects.builtin import BFloat16Type, Float8E4M3FNType, Float16Type, Float32Type
 from xdsl.ir import Attribute, SSAValue
 
 from tkc.backend import ptx
@@ -20,7 +20,7 @@ from tkc.backend.fragments import LANES, is_packed, reduction_lanes, tile_fragme
 from tkc.backend.index import LANE
 from tkc.errors import TkcError
 from tkc.ir import ops as t
-from tkc.ir.types import Layout, RegTileType, RegVecType, element_bytes, element_name
+from tkc.ir.types import FP8_TYPES, Layout, RegTileType, RegVecType, element_bytes, element_name
 from tkc.passes.lower_to_ptx import Imm, KernelLowering, handles
 
 LOG2E = 1.4426950408889634
@@ -58,6 +58,9 @@ def unpack(lw: KernelLowering, value: SSAValue, type_: Attribute) -> SSAValue:
     dtype = _dtype(type_)
     if isinstance(dtype, Float32Type):
         return value
+    if isinstance(dtype, FP8_TYPES):  # a register's two bytes (low half): to an f16 pair, then as f16
+        pairs = lw.op(f"cvt.rn.f16x2.{_fp8_pair(lw, type_)}", "b32", lw.op("cvt.u16.u32", "b16", value))
+        return unpack(lw, pairs, type_.with_element(Float16Type()))  # type: ignore[attr-defined]
     if isinstance(type_, RegVecType):
         if isinstance(dtype, BFloat16Type):
             return lw.op("shl.b32", "b32", value, Imm(16))  # type: ignore[return-value]
@@ -80,6 +83,12 @@ def pack(lw: KernelLowering, slots: SSAValue, type_: Attribute) -> SSAValue:
     dtype = _dtype(type_)
     if isinstance(dtype, Float32Type):
         return slots
+    if isinstance(dtype, FP8_TYPES):  # two slots into a register's low two bytes (saturating, as torch's casts)
+        n = ptx.count_of(slots) // 2
+        idx = np.arange(n)
+        pairs = lw.op(f"cvt.rn.satfinite.{_fp8_pair(lw, type_)}.f32", "b16", (slots, 2 * idx + 1), (slots, 2 * idx),
+                      n=n)
+        return lw.op("cvt.u32.u16", "b32", pairs, n=n)  # type: ignore[return-value]
     name = "bf16" if isinstance(dtype, BFloat16Type) else "f16"
     if isinstance(type_, RegVecType):
         if name == "bf16":  # cvt.rn.bf16.f32 wants a 16-bit register; the x2 form fills both halves
@@ -88,6 +97,15 @@ def pack(lw: KernelLowering, slots: SSAValue, type_: Attribute) -> SSAValue:
     n = ptx.count_of(slots) // 2
     idx = np.arange(n)
     return lw.op(f"cvt.rn.{name}x2.f32", "b32", (slots, 2 * idx + 1), (slots, 2 * idx), n=n)  # type: ignore[return-value]
+
+
+def _fp8_pair(lw: KernelLowering, type_: Attribute) -> str:
+    """PTX's name of a pair of `type_`'s fp8 elements; register tiles only (a vector's slots are one a register)."""
+    if not lw.target.startswith("sm_90"):
+        raise TkcError(f"converting to or from fp8 needs sm_89 or newer: compile for sm_90a (target {lw.target})")
+    if not isinstance(type_, RegTileType):
+        raise TkcError(f"{type_.spec()}: fp8 vectors are not supported; store and load fp8 as tiles")  # type: ignore[attr-defined]
+    return "e4m3x2" if isinstance(_dtype(type_), Float8E4M3FNType) else "e5m2x2"
 
 
 def bf16_bits(value: float) -> int:

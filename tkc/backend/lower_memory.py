@@ -47,6 +47,8 @@ class Run:
     def ptx_type_and_vec(self, packed: bool, pairs: bool = False) -> tuple[str, int]:
         """`packed`: a 16-bit tile (two elements per register); `pairs`: a 16-bit vector moved two elements per
         32-bit word (one element per register, split and joined around the access)."""
+        if packed and self.nbytes == self.length:  # fp8: a register holds two, in its low two bytes
+            return ("b8", 1) if self.length == 1 else ("b16", 1)
         if packed or (pairs and self.length > 1):
             return ("b16", 1) if self.length == 1 else ("b32", self.length // 2)
         return ("b16" if self.nbytes // self.length == 2 else "b32", self.length)
@@ -86,7 +88,8 @@ def plan_runs(type_: Attribute, coords: np.ndarray, max_bytes: int) -> list[Run]
     while s < n:
         best = 1
         length = 2
-        while length * e <= max_bytes and s + length <= n and length <= (8 if packed or _pairs(type_) else 4):
+        most = 2 if e == 1 else 8 if packed or _pairs(type_) else 4  # fp8: one register's two bytes
+        while length * e <= max_bytes and s + length <= n and length <= most:
             block = coords[:, s:s + length]
             contiguous = (block[:, :, 0] == block[:, :1, 0]).all() and (
                 block[:, :, 1] == block[:, :1, 1] + np.arange(length)).all()
@@ -346,14 +349,16 @@ def _load_runs(lw: KernelLowering, space: str, reg_type: Attribute, runs: list[R
     for i, run in enumerate(runs):
         groups.setdefault(run.ptx_type_and_vec(packed), []).append(i)
     if packed and all(run.length == 1 for run in runs):
-        halves = lw.emit(ptx.LoadOp(space, "b16", 1, addr, base_of, offset, np.arange(len(runs)),
+        byte = element_bytes(reg_type.element_type) == 1  # type: ignore[attr-defined]
+        halves = lw.emit(ptx.LoadOp(space, "b8" if byte else "b16", 1, addr, base_of, offset, np.arange(len(runs)),
                                     ptx.regs("b32", len(runs)), guard, guard_index)).results[0]
         lo = np.array([i for i, r in enumerate(runs) if r.half == 0])
         hi = np.array([i for i, r in enumerate(runs) if r.half == 1])
         order_lo = [runs[i].reg for i in lo]
         order_hi = {runs[i].reg: i for i in hi}
+        # the two halves into one register: 16-bit elements side by side, fp8's two bytes in the low half
         return lw.op("prmt.b32", "b32", (halves, lo), (halves, np.array([order_hi[r] for r in order_lo])),
-                     Imm(0x5410), n=len(lo))  # type: ignore[return-value]
+                     Imm(0x1140 if byte else 0x5410), n=len(lo))  # type: ignore[return-value]
     gi = guard_index if guard is not None else None
     if _pairs(reg_type) and any(run.length > 1 for run in runs):
         return _load_pairs(lw, space, nregs, runs, addr, base_of, offset, guard, gi)
@@ -386,10 +391,11 @@ def _store_runs(lw: KernelLowering, space: str, reg_type: Attribute, value: SSAV
                 guard_index: np.ndarray | None = None) -> None:
     packed = isinstance(reg_type, RegTileType) and is_packed(reg_type.element_type)
     if packed and all(run.length == 1 for run in runs):
-        upper = lw.op("shr.b32", "b32", value, Imm(16))
+        byte = element_bytes(reg_type.element_type) == 1  # type: ignore[attr-defined]
+        upper = lw.op("shr.b32", "b32", value, Imm(8 if byte else 16))
         for half, source in ((0, value), (1, upper)):
             sel = np.array([i for i, r in enumerate(runs) if r.half == half])
-            lw.emit(ptx.StoreOp(space, "b16", 1, addr, base_of[sel], offset[sel], source,
+            lw.emit(ptx.StoreOp(space, "b8" if byte else "b16", 1, addr, base_of[sel], offset[sel], source,
                                 np.array([runs[i].reg for i in sel]), guard,
                                 guard_index[sel] if guard is not None else None))  # type: ignore[index]
         return

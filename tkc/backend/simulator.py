@@ -347,6 +347,25 @@ def _convert(opcode: str, mods: list[str], kind: str, o: list[np.ndarray]) -> np
         return (conv(f32(o[0])) << 16) | conv(f32(o[1]))
     if dst in ("bf16", "f16") and src == "f32":
         return (bf16_bits if dst == "bf16" else f16_bits)(f32(o[0]))
+    if dst == "u32" and src == "u16":
+        return np.asarray(o[0], dtype=np.uint32) & 0xFFFF
+    if dst == "u16" and src == "u32":
+        return np.asarray(o[0], dtype=np.uint32) & 0xFFFF
+    if dst in ("e4m3x2", "e5m2x2") and src == "f32" and "satfinite" in mods:  # a in the upper byte, b in the lower
+        fp8 = _FP8[dst[:4]]
+        limit = np.float32(ml_dtypes.finfo(fp8).max)
+
+        def byte(v: np.ndarray) -> np.ndarray:
+            x = f32(v)
+            x = np.where(np.isnan(x), x, np.clip(x, -limit, limit))
+            return x.astype(fp8).view(np.uint8).astype(np.uint32)
+
+        return (byte(o[0]) << 8) | byte(o[1])
+    if dst == "f16x2" and src in ("e4m3x2", "e5m2x2"):  # the upper byte to the upper half
+        raw = np.asarray(o[0], dtype=np.uint32)
+        halves = [f16_bits(((raw >> shift) & 0xFF).astype(np.uint8).view(_FP8[src[:4]]).astype(np.float32))
+                  for shift in (0, 8)]
+        return (halves[1] << 16) | halves[0]
     raise SimulationError(f"the simulator does not know `{opcode}`")
 
 

@@ -607,6 +607,9 @@ class ConvertOp(IRDLOperation):
             raise VerifyException(
                 f"convert changes only the dtype, not the kind, shape or layout: {spec(src)} cannot become {spec(dst)}"
             )
+        if isinstance(src.element_type, FP8_TYPES) or isinstance(dst.element_type, FP8_TYPES):  # type: ignore[attr-defined]
+            raise VerifyException(f"registers do not hold fp8 ({spec(src)} -> {spec(dst)}): store an f32 (or bf16) "
+                                  "tile into an fp8 tensor, which converts (saturating), and load one into rt[f32, ...]")
 
 
 @irdl_op_definition

@@ -73,13 +73,9 @@ def element_bytes(t: Attribute) -> int:
 
 
 def _verify_element(kind: str, t: Attribute) -> None:
-    if kind in ("rt", "rv"):
-        if isinstance(t, FP8_TYPES):
-            raise VerifyException(f"{kind}[{element_name(t)}, ...]: fp8 lives in global and shared memory only (the "
-                                  "wgmma's operands); registers hold bf16, f16 or f32")
-        if not isinstance(t, ELEMENT_TYPES):
-            raise VerifyException(f"{kind} element type must be bf16, f16 or f32, got {t}")
-    elif not isinstance(t, ELEMENT_TYPES):
+    # fp8 register tiles exist only inside a store into (a load from) an fp8 tensor, which converts through them;
+    # ops on register values refuse them (tile.convert, the DSL's types)
+    if not isinstance(t, ELEMENT_TYPES):
         raise VerifyException(f"{kind} element type must be bf16, f16, f32, fp8e4m3 or fp8e5m2, got {t}")
 
 
