@@ -423,3 +423,30 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
                           target=rng.choice([None, "sm_80"]))
         except TkcError:
             pass
+
+
+def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:
+    """scaled_mm()'s common call (shapes only) launches the kernel and grid of the fully checked first call; other
+    kinds of scales or dtypes are plans of their own."""
+    import importlib
+
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import scaled_mm
+    from tkc.runtime import launch
+
+    module = importlib.import_module("tkc.kernels.scaled_mm")
+    cuda, launches = _fake_gpu(monkeypatch)
+    monkeypatch.setattr(launch, "blocks_per_multiprocessor", lambda loaded: 1)
+    monkeypatch.setattr(module, "_PLANS", {})
+    checked, check_tensor = [], module.check_tensor
+    monkeypatch.setattr(module, "check_tensor", lambda *args: checked.append(args[0]) or check_tensor(*args))
+    fp8 = torch.float8_e4m3fn
+    a, w = cuda(300, 256, dtype=fp8), cuda(520, 256, dtype=fp8)
+    rows, cols, one = cuda(300, 1, dtype=torch.float32), cuda(1, 520, dtype=torch.float32), cuda(1, dtype=torch.float32)
+    for _ in range(2):
+        c = scaled_mm(a, w.t(), rows, cols, target="sm_90a")
+        assert c.shape == (300, 520) and c.dtype == torch.bfloat16
+    assert checked == ["a", "b"]  # the second call: the plan
+    assert launches[1][0] is launches[0][0] and launches[0][1] == launches[1][1] == (3 * 3, 1, 1)
+    scaled_mm(a, w.t(), one, one, target="sm_90a")  # per-tensor scales: another variant
+    assert checked == ["a", "b"] * 2 and launches[2][0] is not launches[0][0]
