@@ -21,8 +21,9 @@ import tkc.kernels  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192], help="square M = N = K")
-    parser.add_argument("--shapes", nargs="*", default=["8192x8192x1024", "4096x14336x4096", "16384x4096x4096"],
-                        help="more MxNxK shapes")
+    parser.add_argument("--shapes", nargs="*", default=["8192x8192x1024", "4096x14336x4096", "16384x4096x4096",
+                                                        "16x8192x8192", "32x4096x4096"],
+                        help="more MxNxK shapes (the last two: a few tokens times a weight, the few-rows path)")
     add_timing_options(parser)
     args = parser.parse_args()
     triton_kernels = triton_peer()

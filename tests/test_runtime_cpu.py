@@ -438,6 +438,7 @@ def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setattr(launch, "blocks_per_multiprocessor", lambda loaded: 1)
     monkeypatch.setattr(module, "_PLANS", {})
+    monkeypatch.setitem(importlib.import_module("tkc.kernels._checks").MULTIPROCESSORS, 0, 132)
     checked, check_tensor = [], module.check_tensor
     monkeypatch.setattr(module, "check_tensor", lambda *args: checked.append(args[0]) or check_tensor(*args))
     fp8 = torch.float8_e4m3fn
@@ -450,3 +451,11 @@ def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -
     assert launches[1][0] is launches[0][0] and launches[0][1] == launches[1][1] == (3 * 3, 1, 1)
     scaled_mm(a, w.t(), one, one, target="sm_90a")  # per-tensor scales: another variant
     assert checked == ["a", "b"] * 2 and launches[2][0] is not launches[0][0]
+    # 16 rows, a long K: the few-rows kernel's partial sums over 4 runs of K (512 columns of the weight: 4 blocks of
+    # 128), then their scaled sum (one row tile, two column chunks of 256)
+    x, w = cuda(16, 4096, dtype=fp8), cuda(512, 4096, dtype=fp8)
+    for _ in range(2):
+        assert scaled_mm(x, w.t(), cuda(16, 1, dtype=torch.float32), cuda(1, 512, dtype=torch.float32),
+                         target="sm_90a").shape == (16, 512)
+    assert [grid for _, grid, _ in launches[3:]] == [(4, 4, 1), (1, 2, 1)] * 2
+    assert checked == ["a", "b"] * 3

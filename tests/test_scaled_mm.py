@@ -208,3 +208,24 @@ def test_fp8_conversions_need_sm90a() -> None:
     with pytest.raises(TkcError, match="needs sm_89 or newer: compile for sm_90a"):
         compile_kernels([to_fp8], "sm_80", {})
     compile_kernels([to_fp8], "sm_90a", {})
+
+
+@pytest.mark.parametrize("rows, rowwise", [(16, 1), (24, 0)])
+def test_scaled_mm_few_rows_path(rows: int, rowwise: int) -> None:
+    """What scaled_mm() runs for up to 32 rows of a: gemm_few_rows_kernel on fp8 (the weight's rows the k32 wgmma's
+    64, a's rows its N of 16 or 32) over runs of K, then sum_scaled_splits_kernel's scaled sum; against float64."""
+    from tkc.kernels.gemm import gemm_few_rows_kernel
+    from tkc.kernels.scaled_mm import sum_scaled_splits_kernel
+
+    rng = np.random.default_rng(rows)
+    m, n, k, runs = rows, 200, 512, 2
+    a, b, scale_a, scale_b = _inputs(rng, m, n, k, bool(rowwise))
+    partial = np.full((runs, m, n), np.nan, np.float32)
+    constants = {"TRANS_B": 1, "ROWS": 16 if m <= 16 else 32, "BK": 128, "WARPS": 4, "STAGES": 2, "DT": fp8e4m3}
+    interp, sim = run_both(gemm_few_rows_kernel, [a, b, partial], (-(-n // 64), runs), constants, target="sm_90a",
+                           order="shuffled")
+    assert rel_err(sim[2], interp[2]) < 1e-6
+    c = np.full((m, n), np.nan, dtype=BF16)
+    _, sim = run_both(sum_scaled_splits_kernel, [sim[2], scale_a, scale_b, c], (-(-m // 16), -(-n // 256)),
+                      {"ROWWISE": rowwise}, target="sm_90a")
+    assert rel_err(sim[3], _reference(a, b, scale_a, scale_b, bool(rowwise))) < 1e-2

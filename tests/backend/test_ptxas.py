@@ -14,6 +14,7 @@ import re
 from tkc.backend.ptxas import assemble, disassemble, find_nvdisasm, find_ptxas
 from tkc.compiler import compile_kernels
 from tkc.frontend.kernel import Kernel
+from tkc.lang import fp8e4m3
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_FILES = sorted((ROOT / "tkc" / "kernels").glob("[!_]*.py")) + sorted((ROOT / "tests" / "kernels").glob("[!_]*.py"))
@@ -28,6 +29,10 @@ VARIANTS = {
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
     "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}, {"WARPS": 8, "BK": 64}],
     "scaled_mm_kernel": [{"ROWWISE": 0}, {"ROWWISE": 1}],
+    "sum_scaled_splits_kernel": [{"ROWWISE": 0}, {"ROWWISE": 1}],
+    # scaled_mm()'s few-rows path: fp8 operands (k32 wgmmas with N = 16 / 32)
+    "gemm_few_rows_kernel": [{}, {"DT": fp8e4m3, "TRANS_B": 1, "ROWS": 16, "BK": 128, "WARPS": 8, "STAGES": 5},
+                             {"DT": fp8e4m3, "TRANS_B": 1, "ROWS": 32, "BK": 128, "WARPS": 8, "STAGES": 5}],
     "attention_sm90": [{"D": 128}, {"D": 128, "CAUSAL": 1}, {"D": 64, "WARPS": 4}, {"D": 128, "KEYS": 128}],
     "attention_fwd_lse": [{"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1}],
     "attention_bwd_delta": [{"D": 64}, {"D": 128, "WITH_DL": 1}],

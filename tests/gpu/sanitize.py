@@ -35,6 +35,8 @@ def main() -> None:
         scaled_mm(a8, w8.t(), torch.ones((), device="cuda"), torch.ones((), device="cuda"))
         scaled_mm(a8, w8.t(), torch.rand(300, 1, device="cuda"), torch.rand(1, 520, device="cuda"))
         scaled_mm(a8[:, 4:740], w8[:, 4:740].t(), torch.rand(300, 1, device="cuda"), torch.rand(1, 520, device="cuda"))
+        x8, v8 = (torch.randn(*s, device="cuda").to(torch.float8_e4m3fn) for s in ((16, 4608), (2000, 4608)))
+        scaled_mm(x8, v8.t(), torch.rand(16, 1, device="cuda"), torch.rand(1, 2000, device="cuda"))  # few rows: 4 runs
         a, b, c = (torch.randn(*s, device="cuda", dtype=bf) for s in ((512, 512), (512, 1024), (512, 1024)))
         for producer, tma_store in ((0, 0), (1, 0), (0, 1), (1, 1)):
             gemm_sm90_kernel[(2,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=3, PRODUCER=producer, TMA_STORE=tma_store,

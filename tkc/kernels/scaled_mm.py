@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, fail, wgmma_path
-from tkc.kernels.gemm import grouped_tile
+from tkc.kernels._checks import check_tensor, fail, multiprocessors, wgmma_path
+from tkc.kernels.gemm import FEW_ROWS, FEW_ROWS_MAX, _runs_of_k, gemm_few_rows_kernel, grouped_tile
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -46,10 +46,29 @@ def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB:
         store(C, acc.to(bf16), (row, bn))
 
 
+@tkc.kernel(warps="WARPS", min_target="sm_80")
+def sum_scaled_splits_kernel(Partial: gl[f32, 3], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1], C: gl[bf16, 2],
+                             ROWWISE: const = 0, COLS: const = 64, WARPS: const = 4):
+    """C = (Partial[0] + Partial[1] + ...) times the scales, as scaled_mm_kernel's. Grid: (cdiv(M, 16),
+    cdiv(N, WARPS·COLS)); each warp adds up 16 rows × COLS columns."""
+    row, part = block_idx()[0], block_idx()[1] * WARPS + warp_id()  # in units of 16 rows and of COLS columns
+    total = load(Partial, (0, row, part), rt[f32, 16, COLS])
+    for split in range(1, Partial.shape[0]):
+        total = total + load(Partial, (split, row, part), rt[f32, 16, COLS])
+    if ROWWISE:
+        total = mul_col(mul_row(total, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (part,), rv[f32, COLS]))
+    else:
+        total = total * (sum(load(ScaleA, (0,), rv[f32, 16])) * sum(load(ScaleB, (0,), rv[f32, 16])))
+    store(C, total.to(bf16), (row, part))
+
+
 # gemm()'s bf16 tile, in bytes, for fp8 (not yet timed on a GPU): a TMA ring where the rows of A, B and C are 16-byte
 # aligned; else a cp.async ring on narrower tiles (ptxas: 255 registers and 212 bytes of spills at BN = 256)
 CONFIG = {"BN": 256, "BK": 128, "WARPS": 8, "STAGES": 3, "TMA_STORE": 1}
 CONFIG_UNALIGNED = {"BN": 128, "BK": 128, "WARPS": 8, "STAGES": 3, "TMA_STORE": 0}
+# Up to 32 rows of a (tokens times a weight), both of one fp8 type: gemm()'s few-rows kernel (the weight's rows the
+# wgmma's 64, a's rows its N; K split into runs, f32 partial sums), then sum_scaled_splits_kernel (not yet timed)
+SUM_SCALED = {"COLS": 64, "WARPS": 4}
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
@@ -77,12 +96,10 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         if (k == kb and m and n and sa[1] == 1 and sb[0] == 1
                 and (not rowwise or scale_a.shape == (m, 1) and scale_b.shape == (1, n))):
             aligned = not ((a.data_ptr() | b.data_ptr() | sa[0] | sb[1] | k) & 15 or n * 2 & 15)  # out: fresh
-            plan = _PLANS.get((a.get_device(), a.dtype, b.dtype, rowwise, aligned, target))
+            plan = _PLANS.get((a.get_device(), a.dtype, b.dtype, rowwise, aligned, m <= FEW_ROWS_MAX, target))
             if plan is not None:
-                spec, bm, bn, most = plan
                 c = a.new_empty((m, n), dtype=torch.bfloat16)
-                if spec.launch((min(ceil_div(m, bm) * ceil_div(n, bn), most), 1, 1),
-                               (a, b.t(), scale_a.reshape(-1), scale_b.reshape(-1), c), common_only=True):
+                if plan(a, b.t(), scale_a.reshape(-1), scale_b.reshape(-1), c, True):
                     return c
     fp8 = {torch.float8_e4m3fn: fp8e4m3, torch.float8_e5m2: fp8e5m2}
     check_tensor("a", a, a.dtype if getattr(a, "dtype", None) in fp8 else torch.float8_e4m3fn, 2)
@@ -114,22 +131,55 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     weight = b.t()  # N×K, row-major
     aligned = not ((a.data_ptr() | weight.data_ptr() | a.stride(0) | weight.stride(0) | k) & 15
                    or (out.data_ptr() | (out.stride(0) | n) * 2) & 15)  # TMA's condition: 16-byte aligned rows
-    cfg = {**(CONFIG if aligned else CONFIG_UNALIGNED), "ROWWISE": int(rowwise), "AT": fp8[a.dtype],
-           "BT": fp8[b.dtype]}
-    spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
     args = (a, weight, scale_a.reshape(-1), scale_b.reshape(-1), out)
-    tiles = ceil_div(m, 16 * cfg["WARPS"]) * ceil_div(n, cfg["BN"])
-    key = (a.get_device(), a.dtype, b.dtype, rowwise, aligned, target)
+    key = (a.get_device(), a.dtype, b.dtype, rowwise, aligned, m <= FEW_ROWS_MAX, target)
     plan = _PLANS.get(key)
-    most = plan[3] if plan is not None else spec.resident_blocks(*args)
-    spec[(min(tiles, most),)](*args)
-    _PLANS[key] = (spec, 16 * cfg["WARPS"], cfg["BN"], most)  # for the common call above
+    if plan is None:
+        runs = _runs_of_k(ceil_div(n, 16 * FEW_ROWS["WARPS"]), ceil_div(k, FEW_ROWS["BK"]),
+                          multiprocessors(a.get_device()))
+        if m <= FEW_ROWS_MAX and aligned and a.dtype == b.dtype and runs > 1:
+            plan = _few_rows_plan(fp8[a.dtype], 16 if m <= 16 else 32, runs, rowwise)
+        else:
+            cfg = {**(CONFIG if aligned else CONFIG_UNALIGNED), "ROWWISE": int(rowwise), "AT": fp8[a.dtype],
+                   "BT": fp8[b.dtype]}
+            spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
+            plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], spec.resident_blocks(*args))
+    plan(*args, False)
+    _PLANS[key] = plan  # for the common call above
     return out
 
 
-# (device, a's dtype, b's dtype, rowwise, 16-byte aligned rows, target) → (the specialized kernel, its tile's rows and
-# columns, the blocks the GPU holds at once): what scaled_mm()'s common call launches
-_PLANS: dict[tuple, tuple[Any, int, int, int]] = {}
+def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
+    """scaled_mm()'s launch of scaled_mm_kernel on bm×bn tiles of C, on at most `most` blocks: plan(a, weight,
+    scale_a, scale_b, c, common_only) launches it and says whether it did (common_only: see Specialized.launch)."""
+    def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, c: Any, common_only: bool) -> bool:
+        tiles = ceil_div(c.shape[0], bm) * ceil_div(c.shape[1], bn)
+        return spec.launch((min(tiles, most), 1, 1), (a, weight, scale_a, scale_b, c), common_only=common_only)
+    return plan
+
+
+def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool) -> Any:
+    """scaled_mm()'s launch for up to 32 rows of a: gemm_few_rows_kernel's f32 partial sums over `runs` runs of K
+    (Cᵀ = W·Aᵀ: the weight's rows fill the wgmma's 64), then sum_scaled_splits_kernel's scaled sum into c."""
+    import torch
+
+    partial_sums = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=1, ROWS=rows, DT=dt, **FEW_ROWS)
+    total = sum_scaled_splits_kernel.specialize(target="sm_90a", ROWWISE=int(rowwise), **SUM_SCALED)
+    cols = SUM_SCALED["COLS"] * SUM_SCALED["WARPS"]
+
+    def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, c: Any, common_only: bool) -> bool:
+        m, n = c.shape
+        partial = c.new_empty((runs, m, n), dtype=torch.float32)
+        return (partial_sums.launch((ceil_div(n, 16 * FEW_ROWS["WARPS"]), runs, 1), (a, weight, partial),
+                                    common_only=common_only)
+                and total.launch((ceil_div(m, 16), ceil_div(n, cols), 1), (partial, scale_a, scale_b, c),
+                                 common_only=common_only))
+    return plan
+
+
+# (device, a's dtype, b's dtype, rowwise, 16-byte aligned rows, at most 32 rows, target) → what scaled_mm() launches:
+# plan(a, weight, scale_a, scale_b, c, common_only) -> whether it launched
+_PLANS: dict[tuple, Any] = {}
 
 
 def _check_scales(scale_a: Any, scale_b: Any, m: int, n: int) -> bool:
