@@ -229,3 +229,33 @@ def test_scaled_mm_few_rows_path(rows: int, rowwise: int) -> None:
     _, sim = run_both(sum_scaled_splits_kernel, [sim[2], scale_a, scale_b, c], (-(-m // 16), -(-n // 256)),
                       {"ROWWISE": rowwise}, target="sm_90a")
     assert rel_err(sim[3], _reference(a, b, scale_a, scale_b, bool(rowwise))) < 1e-2
+
+
+@pytest.mark.parametrize("out_type, tma_store", [("f16", 1), ("f32", 0)])
+def test_scaled_mm_output_dtypes(out_type: str, tma_store: int) -> None:
+    """C in f16 (through the TMA store, as bf16) or f32 (stored from registers: an f32 staging tile a warp would
+    not fit beside the ring): the kernel's CT constant; the few-rows path's sum likewise."""
+    from tkc.kernels.scaled_mm import sum_scaled_splits_kernel
+
+    numpy_type = {"f16": np.float16, "f32": np.float32}[out_type]
+    rng = np.random.default_rng(2)
+    m, n, k = 130, 100, 256
+    a, b, scale_a, scale_b = _inputs(rng, m, n, k, True)
+    c = np.full((m, n), np.nan, dtype=numpy_type)
+    constants = {**SMALL, "ROWWISE": 1, "CT": getattr(lang, out_type), "TMA_STORE": tma_store}
+    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, c], (3,), constants, target="sm_90a")
+    ref = _reference(a, b, scale_a, scale_b, True)
+    assert sim[4].dtype == numpy_type and rel_err(sim[4], ref) < (1e-3 if out_type == "f16" else 1e-6)
+    partial = (rng.standard_normal((2, m, n))).astype(np.float32)
+    _, sim = run_both(sum_scaled_splits_kernel, [partial, scale_a, scale_b, np.full((m, n), np.nan, numpy_type)],
+                      (-(-m // 16), 1), {"ROWWISE": 1, "CT": getattr(lang, out_type)}, target="sm_90a")
+    summed = partial.astype(np.float64).sum(0) * scale_a[:, None] * scale_b[None, :]
+    assert rel_err(sim[3], summed) < (1e-3 if out_type == "f16" else 1e-6)
+    if ptxas.find_ptxas() is not None:
+        from tkc.backend.ptx_printer import emit_ptx
+
+        module = lower_kernel(scaled_mm_kernel, "sm_90a", {**CONFIG, "ROWWISE": 1, "CT": getattr(lang, out_type),
+                                                           "TMA_STORE": tma_store},
+                              aligns={"A": 16, "B": 16, "ScaleA": 4, "ScaleB": 4, "C": 16})
+        (report,) = ptxas.assemble(emit_ptx(module, "sm_90a"), "sm_90a").values()
+        assert report.spill_stores == 0 and not report.notes, report.log

@@ -80,6 +80,9 @@ def test_scaled_mm_is_one_op_under_compile() -> None:
         a, w, torch.ones(()))
     (graph,) = graphs
     assert _tkc_ops(graph) == ["tkc.scaled_mm"] and out.shape == (64, 64) and out.dtype == bf16
+    out = torch.compile(lambda a, w, s: scaled_mm(a, w.t(), s, s, out_dtype=torch.float32), backend=_keeping(graphs),
+                        fullgraph=True)(a, w, torch.ones(()))
+    assert out.dtype == torch.float32
 
 
 def test_an_out_tensor_under_compile_receives_the_result() -> None:

@@ -87,6 +87,17 @@ def test_quantize_rows_then_scaled_mm() -> None:
     assert rel_err(out, x.double() @ w.double().t()) < 6e-2
 
 
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("m, n, k", [(1000, 520, 768), (16, 4096, 4096)])
+def test_scaled_mm_output_dtypes(out_dtype: torch.dtype, m: int, n: int, k: int) -> None:
+    a, weight = fp8(m, k), fp8(n, k)
+    scale_a, scale_b = scales(m, n, True)
+    out = scaled_mm(a, weight.t(), scale_a, scale_b, out_dtype=out_dtype)
+    assert out.dtype == out_dtype
+    theirs = torch._scaled_mm(a, weight.t(), scale_a, scale_b, out_dtype=out_dtype)
+    assert rel_err(out, theirs.double()) < (2e-3 if out_dtype == torch.float16 else 1e-5)
+
+
 def test_scaled_mm_unaligned_views() -> None:
     """Rows of a wider a (pitch above K), a weight slice, an out that is a slice of a wider tensor: the cp.async ring
     and plain stores where rows are not 16-byte aligned; nothing written past out's columns."""
@@ -110,8 +121,8 @@ def test_scaled_mm_unaligned_views() -> None:
      ["scale_a and scale_b", "(64, 1) and (1, 64)"]),
     (lambda: scaled_mm(fp8(64, 32), fp8(64, 32).t(), torch.ones(1, device="cuda", dtype=torch.bfloat16),
                        torch.ones(1, device="cuda")), ["scale_a must be torch.float32"]),
-    (lambda: scaled_mm(fp8(64, 32), fp8(64, 32).t(), *scales(64, 64, False), out_dtype=torch.float16),
-     ["out_dtype"]),
+    (lambda: scaled_mm(fp8(64, 32), fp8(64, 32).t(), *scales(64, 64, False), out_dtype=torch.int8),
+     ["out_dtype", "torch.float32"]),
 ])
 def test_scaled_mm_bad_arguments(call, words) -> None:
     with pytest.raises(ValueError) as info:

@@ -1,5 +1,5 @@
-"""FP8 GEMM with scales (Hopper): C = (A·Bᵀ) · scale_a · scale_b in bf16, from e4m3 or e5m2 operands (any mix), f32
-accumulation.
+"""FP8 GEMM with scales (Hopper): C = (A·Bᵀ) · scale_a · scale_b in bf16 (or f16, f32), from e4m3 or e5m2 operands
+(any mix), f32 accumulation.
 
 The fp8 tensor cores (wgmma k32, sm_90a) read both operands K-major, so B comes as N×K rows (a linear layer's
 weight) — torch._scaled_mm's column-major K×N `mat2` is the same memory. Scales are per tensor (one element each)
@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", min_target="sm_90a")
 def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1],
-                     C: gl[bf16, 2], ROWWISE: const = 0, BN: const = 256, BK: const = 128, WARPS: const = 8,
+                     C: gl["CT", 2], ROWWISE: const = 0, BN: const = 256, BK: const = 128, WARPS: const = 8,
                      GROUP_M: const = 8, STAGES: const = 3, PRODUCER: const = 0, TMA_STORE: const = 1,
-                     AT: const = fp8e4m3, BT: const = fp8e4m3):
+                     AT: const = fp8e4m3, BT: const = fp8e4m3, CT: const = bf16):
     """C (M×N) = A (M×K) · Bᵀ (B is N×K) times the scales: ScaleA[0]·ScaleB[0], or with ROWWISE ScaleA[i] for
     row i and ScaleB[j] for column j. As gemm_sm90_kernel (persistent grid, grouped tiles, a TMA ring where rows
     are 16-byte aligned): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C, each warpgroup its 64
@@ -43,12 +43,12 @@ def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB:
             acc = mul_col(mul_row(acc, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (bn,), rv[f32, BN]))
         else:  # one element each: the rest of the 16 read zeros
             acc = acc * (sum(load(ScaleA, (0,), rv[f32, 16])) * sum(load(ScaleB, (0,), rv[f32, 16])))
-        store(C, acc.to(bf16), (row, bn))
+        store(C, acc if CT == f32 else acc.to(CT), (row, bn))
 
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
-def sum_scaled_splits_kernel(Partial: gl[f32, 3], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1], C: gl[bf16, 2],
-                             ROWWISE: const = 0, COLS: const = 64, WARPS: const = 4):
+def sum_scaled_splits_kernel(Partial: gl[f32, 3], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1], C: gl["CT", 2],
+                             ROWWISE: const = 0, COLS: const = 64, WARPS: const = 4, CT: const = bf16):
     """C = (Partial[0] + Partial[1] + ...) times the scales, as scaled_mm_kernel's. Grid: (cdiv(M, 16),
     cdiv(N, WARPS·COLS)); each warp adds up 16 rows × COLS columns."""
     row, part = block_idx()[0], block_idx()[1] * WARPS + warp_id()  # in units of 16 rows and of COLS columns
@@ -59,7 +59,7 @@ def sum_scaled_splits_kernel(Partial: gl[f32, 3], ScaleA: gl[f32, 1], ScaleB: gl
         total = mul_col(mul_row(total, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (part,), rv[f32, COLS]))
     else:
         total = total * (sum(load(ScaleA, (0,), rv[f32, 16])) * sum(load(ScaleB, (0,), rv[f32, 16])))
-    store(C, total.to(bf16), (row, part))
+    store(C, total if CT == f32 else total.to(CT), (row, part))
 
 
 # gemm()'s bf16 tile, in bytes, for fp8 (not yet timed on a GPU): a TMA ring where the rows of A, B and C are 16-byte
@@ -73,21 +73,21 @@ SUM_SCALED = {"COLS": 64, "WARPS": 4}
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               out_dtype: Any = None, out: torch.Tensor | None = None, target: str | None = None) -> torch.Tensor:
-    """(a · b) · scale_a · scale_b in bf16 for float8_e4m3fn or float8_e5m2 CUDA tensors (any mix) a (M×K,
-    row-major) and b (K×N, column-major: `weight.t()` of an N×K weight), as torch._scaled_mm: scale_a and scale_b are
-    float32 tensors of one element each (per tensor) or of shapes (M, 1) and (1, N) (rowwise). Any M, N, K. Hopper
-    (sm_90a) only."""
+    """(a · b) · scale_a · scale_b in out_dtype (bf16, f16 or f32; default bf16, or out's) for float8_e4m3fn or
+    float8_e5m2 CUDA tensors (any mix) a (M×K, row-major) and b (K×N, column-major: `weight.t()` of an N×K weight),
+    as torch._scaled_mm: scale_a and scale_b are float32 tensors of one element each (per tensor) or of shapes
+    (M, 1) and (1, N) (rowwise). Any M, N, K. Hopper (sm_90a) only."""
     import torch
 
     if torch.compiler.is_compiling():  # one op of the graph
         from tkc.kernels import torch_ops
 
-        c = torch_ops.scaled_mm(a, b, scale_a, scale_b, target)
+        c = torch_ops.scaled_mm(a, b, scale_a, scale_b, out_dtype, target)
         return c if out is None else out.copy_(c)
     # The common call (a row-major, b column-major, matching K, scales of the shapes asked for, no out=) checks only
     # what the launch cannot know and launches the plan the first checked call made; dtypes and devices are the
     # launch's argument reader's to check, and anything else takes the full checks below and their error.
-    if (out is None and out_dtype in (None, torch.bfloat16) and isinstance(a, torch.Tensor)
+    if (out is None and out_dtype in (None, torch.bfloat16, torch.float16, torch.float32) and isinstance(a, torch.Tensor)
             and isinstance(b, torch.Tensor) and a.dim() == 2 == b.dim() and isinstance(scale_a, torch.Tensor)
             and isinstance(scale_b, torch.Tensor)):
         (m, k), (kb, n) = a.shape, b.shape
@@ -95,17 +95,21 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         rowwise = scale_a.numel() != 1 or scale_b.numel() != 1
         if (k == kb and m and n and sa[1] == 1 and sb[0] == 1
                 and (not rowwise or scale_a.shape == (m, 1) and scale_b.shape == (1, n))):
-            aligned = not ((a.data_ptr() | b.data_ptr() | sa[0] | sb[1] | k) & 15 or n * 2 & 15)  # out: fresh
-            plan = _PLANS.get((a.get_device(), a.dtype, b.dtype, rowwise, aligned, m <= FEW_ROWS_MAX, target))
+            out_dtype = out_dtype or torch.bfloat16
+            aligned = not ((a.data_ptr() | b.data_ptr() | sa[0] | sb[1] | k) & 15 or n * out_dtype.itemsize & 15)
+            plan = _PLANS.get((a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, aligned, m <= FEW_ROWS_MAX,
+                               target))
             if plan is not None:
-                c = a.new_empty((m, n), dtype=torch.bfloat16)
+                c = a.new_empty((m, n), dtype=out_dtype)  # fresh: only its row length decides its alignment
                 if plan(a, b.t(), scale_a.reshape(-1), scale_b.reshape(-1), c, True):
                     return c
     fp8 = {torch.float8_e4m3fn: fp8e4m3, torch.float8_e5m2: fp8e5m2}
     check_tensor("a", a, a.dtype if getattr(a, "dtype", None) in fp8 else torch.float8_e4m3fn, 2)
     check_tensor("b", b, b.dtype if getattr(b, "dtype", None) in fp8 else torch.float8_e4m3fn, 2)
-    if out_dtype not in (None, torch.bfloat16):
-        fail(f"out_dtype: scaled_mm writes torch.bfloat16, got {out_dtype}")
+    outputs = {torch.bfloat16: bf16, torch.float16: f16, torch.float32: f32}
+    out_dtype = out.dtype if out_dtype is None and isinstance(out, torch.Tensor) else out_dtype or torch.bfloat16
+    if out_dtype not in outputs:
+        fail(f"out_dtype: scaled_mm writes torch.bfloat16, torch.float16 or torch.float32, got {out_dtype}")
     (m, k), (kb, n) = a.shape, b.shape
     if k != kb:
         fail(f"b: a is {m}x{k}, so b must be {k}xN, got {tuple(b.shape)}")
@@ -121,27 +125,29 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     if not wgmma_path(a.get_device(), target):
         fail("scaled_mm runs on Hopper's fp8 tensor cores (sm_90a); this GPU or target has none")
     if out is None:
-        out = a.new_empty((m, n), dtype=torch.bfloat16)
+        out = a.new_empty((m, n), dtype=out_dtype)
     else:
-        check_tensor("out", out, torch.bfloat16, 2)
+        check_tensor("out", out, out_dtype, 2)
         if out.shape != (m, n):
             fail(f"out: expected shape ({m}, {n}), got {tuple(out.shape)}")
     if m == 0 or n == 0:
         return out
     weight = b.t()  # N×K, row-major
     aligned = not ((a.data_ptr() | weight.data_ptr() | a.stride(0) | weight.stride(0) | k) & 15
-                   or (out.data_ptr() | (out.stride(0) | n) * 2) & 15)  # TMA's condition: 16-byte aligned rows
+                   or (out.data_ptr() | (out.stride(0) | n) * out.element_size()) & 15)  # TMA's: 16-byte rows
     args = (a, weight, scale_a.reshape(-1), scale_b.reshape(-1), out)
-    key = (a.get_device(), a.dtype, b.dtype, rowwise, aligned, m <= FEW_ROWS_MAX, target)
+    key = (a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, aligned, m <= FEW_ROWS_MAX, target)
     plan = _PLANS.get(key)
     if plan is None:
         runs = _runs_of_k(ceil_div(n, 16 * FEW_ROWS["WARPS"]), ceil_div(k, FEW_ROWS["BK"]),
                           multiprocessors(a.get_device()))
         if m <= FEW_ROWS_MAX and aligned and a.dtype == b.dtype and runs > 1:
-            plan = _few_rows_plan(fp8[a.dtype], 16 if m <= 16 else 32, runs, rowwise)
+            plan = _few_rows_plan(fp8[a.dtype], 16 if m <= 16 else 32, runs, rowwise, outputs[out_dtype])
         else:
             cfg = {**(CONFIG if aligned else CONFIG_UNALIGNED), "ROWWISE": int(rowwise), "AT": fp8[a.dtype],
-                   "BT": fp8[b.dtype]}
+                   "BT": fp8[b.dtype], "CT": outputs[out_dtype]}
+            if out_dtype is torch.float32:  # an f32 staging tile a warp would not fit beside the ring
+                cfg["TMA_STORE"] = 0
             spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
             plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], spec.resident_blocks(*args))
     plan(*args, False)
@@ -158,13 +164,13 @@ def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
     return plan
 
 
-def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool) -> Any:
+def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, ct: Any) -> Any:
     """scaled_mm()'s launch for up to 32 rows of a: gemm_few_rows_kernel's f32 partial sums over `runs` runs of K
     (Cᵀ = W·Aᵀ: the weight's rows fill the wgmma's 64), then sum_scaled_splits_kernel's scaled sum into c."""
     import torch
 
     partial_sums = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=1, ROWS=rows, DT=dt, **FEW_ROWS)
-    total = sum_scaled_splits_kernel.specialize(target="sm_90a", ROWWISE=int(rowwise), **SUM_SCALED)
+    total = sum_scaled_splits_kernel.specialize(target="sm_90a", ROWWISE=int(rowwise), CT=ct, **SUM_SCALED)
     cols = SUM_SCALED["COLS"] * SUM_SCALED["WARPS"]
 
     def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, c: Any, common_only: bool) -> bool:
@@ -177,7 +183,8 @@ def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool) -> Any:
     return plan
 
 
-# (device, a's dtype, b's dtype, rowwise, 16-byte aligned rows, at most 32 rows, target) → what scaled_mm() launches:
+# (device, a's and b's and the output's dtypes, rowwise, 16-byte aligned rows, at most 32 rows, target) → what
+# scaled_mm() launches:
 # plan(a, weight, scale_a, scale_b, c, common_only) -> whether it launched
 _PLANS: dict[tuple, Any] = {}
 
