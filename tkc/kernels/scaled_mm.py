@@ -20,6 +20,16 @@ if TYPE_CHECKING:
     import torch
 
 
+@tkc.func
+def scaled(acc, ScaleA, ScaleB, row, col, rowwise, cols):
+    """`acc`, C's row tile `row` (16 rows) × column block `col` (`cols` columns), times the scales: ScaleA[i] for row
+    i and ScaleB[j] for column j with `rowwise`, else ScaleA[0]·ScaleB[0] (one element each: the rest of the 16
+    read zeros)."""
+    if rowwise:
+        return mul_col(mul_row(acc, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (col,), rv[f32, cols]))
+    return acc * (sum(load(ScaleA, (0,), rv[f32, 16])) * sum(load(ScaleB, (0,), rv[f32, 16])))
+
+
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", min_target="sm_90a")
 def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1],
                      C: gl["CT", 2], ROWWISE: const = 0, BN: const = 256, BK: const = 128, WARPS: const = 8,
@@ -39,10 +49,7 @@ def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB:
             a = load(load(A, (bm, k), st[AT, BM, BK]), (warpgroup_id(), 0), st[AT, 64, BK])
             acc = mma_ABt(a, load(B, (bn, k), st[BT, BN, BK]), acc)
         row = bm * WARPS + warp_id()  # this warp's 16 rows of C, in units of 16
-        if ROWWISE:
-            acc = mul_col(mul_row(acc, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (bn,), rv[f32, BN]))
-        else:  # one element each: the rest of the 16 read zeros
-            acc = acc * (sum(load(ScaleA, (0,), rv[f32, 16])) * sum(load(ScaleB, (0,), rv[f32, 16])))
+        acc = scaled(acc, ScaleA, ScaleB, row, bn, ROWWISE, BN)
         store(C, acc if CT == f32 else acc.to(CT), (row, bn))
 
 
@@ -55,10 +62,7 @@ def sum_scaled_splits_kernel(Partial: gl[f32, 3], ScaleA: gl[f32, 1], ScaleB: gl
     total = load(Partial, (0, row, part), rt[f32, 16, COLS])
     for split in range(1, Partial.shape[0]):
         total = total + load(Partial, (split, row, part), rt[f32, 16, COLS])
-    if ROWWISE:
-        total = mul_col(mul_row(total, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (part,), rv[f32, COLS]))
-    else:
-        total = total * (sum(load(ScaleA, (0,), rv[f32, 16])) * sum(load(ScaleB, (0,), rv[f32, 16])))
+    total = scaled(total, ScaleA, ScaleB, row, part, ROWWISE, COLS)
     store(C, total if CT == f32 else total.to(CT), (row, part))
 
 
