@@ -30,6 +30,16 @@ def _tensor_type() -> Any:
 _TENSOR: Any = None
 
 
+def dtype_constant(dtype: Any) -> dict[str, Any]:
+    """The constant that makes a kernel of `DT: const = bf16` take tensors of torch `dtype`: none for bf16 (the
+    default: bf16 launches keep their specializations), DT=f16 for float16."""
+    if str(dtype) == "torch.float16":
+        from tkc.lang import f16
+
+        return {"DT": f16}
+    return {}
+
+
 def wgmma_path(device: int, target: str | None) -> bool:
     """Does a kernel entry point take its Hopper (wgmma) kernel: asked for with target="sm_90a", or by default on
     an sm_90 GPU."""

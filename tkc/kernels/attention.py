@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import (MULTIPROCESSORS, check_tensor, fail, multiprocessors, resident_blocks, wants_grad,
-                                 wgmma_path)
+from tkc.kernels._checks import (MULTIPROCESSORS, check_tensor, dtype_constant, fail, multiprocessors,
+                                 resident_blocks, wants_grad, wgmma_path)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -291,8 +291,8 @@ def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
     configuration `cfg` (constants and GRID_KEYS); the specialized kernel it launched and its largest grid."""
     kernel = attention_sm90 if kernel is None else kernel
     batch, heads, nq, d = q.shape
-    constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg), **_element_type(q),
-                 **extra}
+    constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg),
+                 **dtype_constant(q.dtype), **extra}
     spec = kernel.specialize(target="sm_90a", **constants)
     most = 2**31 - 1
     if cfg.get("PERSISTENT"):
@@ -300,11 +300,6 @@ def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
                                target="sm_90a")
     spec[(min(sm90_blocks(batch, heads, nq, cfg["WARPS"], cfg.get("TILES", 1)), most),)](q, k, v, out, lse, scale)
     return spec, most
-
-
-def _element_type(q: Any) -> dict[str, Any]:
-    """The kernels' DT for q's dtype: nothing for bf16 (the default, so bf16 launches keep their keys), f16."""
-    return {"DT": f16} if str(q.dtype) == "torch.float16" else {}
 
 
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
@@ -437,7 +432,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         rows, keys, q_in_shared = FALLBACK
     grid, constants = (nq // (4 * rows), heads, batch), {"D": d, "CAUSAL": int(causal), "ROWS": rows, "KEYS": keys,
                                                          "Q_IN_SHARED": q_in_shared, "target": target,
-                                                         **_element_type(q)}
+                                                         **dtype_constant(q.dtype)}
     if return_lse:
         attention_fwd_lse[grid](q, k, v, out, lse, scale, **constants)
         return out, lse

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, fail, wgmma_path
+from tkc.kernels._checks import check_tensor, dtype_constant, fail, wgmma_path
 from tkc.kernels.attention import check_qkv
 from tkc.lang import *  # noqa: F403
 
@@ -340,7 +340,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
         kernels, configs, warps = (attention_bwd_dkdv, attention_bwd_dq), CONFIG[d], 4
         build = "sm_80" if target in (None, "sm_90a") else target
     delta = lse.new_empty(lse.shape)
-    dt = {"DT": f16} if q.dtype is torch.float16 else {}  # the kernels' dtype constant (bf16 by default)
+    dt = dtype_constant(q.dtype)
     attention_bwd_delta[(ceil_div(nq, 64), heads, batch)](out, grad_out, lse if grad_lse is None else grad_lse, delta,
                                                           D=d, WITH_DL=int(grad_lse is not None), target="sm_80", **dt)
     # RAGGED: a length that its kernel's steps do not divide (the last step masks the columns past it)

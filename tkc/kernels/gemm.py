@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, wants_grad, wgmma_path
+from tkc.kernels._checks import (MULTIPROCESSORS, check_tensor, dtype_constant, fail, multiprocessors, wants_grad,
+                                 wgmma_path)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -253,11 +254,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
                 if plan(a, b, c, m, n, True):
                     return c
 
-    dt = _element_type(torch, getattr(a, "dtype", None))
-    dtype = a.dtype if dt is not None else torch.bfloat16  # f16 a: f16 throughout; else the error asks for bf16
+    dtype = torch.float16 if getattr(a, "dtype", None) is torch.float16 else torch.bfloat16  # else: its error
     check_tensor("a", a, dtype, 2)
     check_tensor("b", b, dtype, 2)
-    dt = dt or bf16
+    dt = dtype_constant(dtype)
     if a.get_device() != b.get_device():
         fail(f"a is on {a.device} but b is on {b.device}")
     m, k = a.shape
@@ -282,16 +282,16 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
     choice = launch_choice(m, n, k, multiprocessors(device)) if aligned else _UNALIGNED
     if wgmma_path(device, target) and choice.kind == "few rows":
-        spec = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), ROWS=choice.rows, DT=dt,
+        spec = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), ROWS=choice.rows, **dt,
                                                **FEW_ROWS)
         plan = _split_k_plan(spec, choice.count, choice.rows, 16 * FEW_ROWS["WARPS"], dt)
     elif wgmma_path(device, target):
         cfg = sm90_config(trans_b, aligned, choice.count)
-        spec = gemm_sm90_kernel.specialize(target="sm_90a", DT=dt, **cfg)
+        spec = gemm_sm90_kernel.specialize(target="sm_90a", **dt, **cfg)
         most = spec.resident_blocks(a, b, out) if PERSISTENT else GRID_LIMIT
         plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], most)
     else:
-        plan = _tiles_plan(gemm_kernel.specialize(TRANS_B=int(trans_b), target=target, DT=dt, **CONFIG),
+        plan = _tiles_plan(gemm_kernel.specialize(TRANS_B=int(trans_b), target=target, **dt, **CONFIG),
                            CONFIG["BM"], CONFIG["BN"], GRID_LIMIT)
     plan(a, b, out, m, n, False)
     _PLANS[(device, dtype, trans_b, aligned, target, choice)] = plan  # for the common call above
@@ -306,12 +306,12 @@ def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
     return plan
 
 
-def _split_k_plan(spec: Any, splits: int, bm: int, bn: int, dt: Any) -> Any:
+def _split_k_plan(spec: Any, splits: int, bm: int, bn: int, dt: dict[str, Any]) -> Any:
     """gemm()'s launch of a product split into `splits` runs of K: the partial sums of `spec` (gemm_few_rows_kernel,
     bm×bn tiles of C) into an f32 workspace, then sum_splits_kernel's sum of them into c."""
     import torch
 
-    total = sum_splits_kernel.specialize(target="sm_90a", DT=dt, **SUM_SPLITS)
+    total = sum_splits_kernel.specialize(target="sm_90a", **dt, **SUM_SPLITS)
     cols = SUM_SPLITS["COLS"] * SUM_SPLITS["WARPS"]
 
     def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
@@ -325,8 +325,3 @@ GRID_LIMIT = 2**31 - 1
 _UNALIGNED = Choice("tiles", 0)  # rows not 16-byte aligned: CONFIG_SM90's tiles on a cp.async ring
 # (device, dtype, trans_b, 16-byte aligned rows, target, launch_choice) → what gemm()'s common call launches
 _PLANS: dict[tuple[int, Any, bool, bool, str | None, Choice], Any] = {}
-
-
-def _element_type(torch: Any, dtype: Any) -> Any:
-    """The kernels' DT for a torch dtype gemm() takes (bf16, f16), else None."""
-    return {torch.bfloat16: bf16, torch.float16: f16}.get(dtype)

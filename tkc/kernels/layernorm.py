@@ -6,7 +6,7 @@ import numbers
 from typing import TYPE_CHECKING, Any
 
 import tkc
-from tkc.kernels._checks import check_tensor, fail, wants_grad
+from tkc.kernels._checks import check_tensor, dtype_constant, fail, wants_grad
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -139,9 +139,8 @@ def _specialized(d: int, target: str | None, dtype: Any) -> Any:
     """layernorm_kernel for rows of `d` columns of torch `dtype` (bf16 or f16; and `target`), made once."""
     spec = _SPECIALIZED.get((d, target, dtype))
     if spec is None:
-        f16_rows = {"DT": f16} if str(dtype) == "torch.float16" else {}
         spec = _SPECIALIZED[(d, target, dtype)] = layernorm_kernel.specialize(D=d, WARPS=_warps(d), target=target,
-                                                                             **f16_rows)
+                                                                             **dtype_constant(dtype))
     return spec
 
 
