@@ -69,7 +69,7 @@ def few_rows(m: int, nk: int, rounds: int, only: str) -> None:
         def run(part=part, total=total, partial=partial, splits=splits, warps=cfg["WARPS"]):
             part[(cdiv(nk, 16 * warps), splits)](a, weight, partial)
             total[(cdiv(m, 16), cdiv(nk, SUM_SCALED["COLS"] * SUM_SCALED["WARPS"]))](partial, one.reshape(1),
-                                                                                      one.reshape(1), out)
+                                                                                      one.reshape(1), out[0], out)
             return out
         impls[name] = run
     check_outputs(impls, impls["cuBLASLt"]().float(), where=f"M={m} N=K={nk}")
@@ -107,7 +107,7 @@ def main() -> None:
                 continue
             cfg = {"BK": 128, "TMA_STORE": 1, **cfg}
             spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
-            call = (a, weight, one.reshape(1), one.reshape(1), out)
+            call = (a, weight, one.reshape(1), one.reshape(1), out[0], out)  # (a row of out: the unread bias)
             grid = (min(cdiv(n, 16 * cfg["WARPS"]) * cdiv(n, cfg["BN"]), spec.resident_blocks(*call)),)
             impls[name] = lambda spec=spec, grid=grid, call=call: spec[grid](*call) or out
         check_outputs(impls, impls["cuBLASLt"]().float(), where=f"{n}³")

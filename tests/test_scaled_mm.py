@@ -21,6 +21,7 @@ from tkc.kernels.scaled_mm import CONFIG, CONFIG_UNALIGNED, scaled_mm_kernel
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 SMALL = {"BN": 64, "BK": 128, "WARPS": 4, "STAGES": 2}  # the shipped tiles' code on fewer, smaller tiles
+NO_BIAS = np.zeros(1, dtype=BF16)  # the Bias argument of BIAS=0 launches (never read)
 
 
 def _inputs(rng: np.random.Generator, m: int, n: int, k: int, rowwise: bool):
@@ -50,11 +51,11 @@ def test_scaled_mm_matches_reference(rowwise: int, m: int, n: int, k: int, const
     a, b, scale_a, scale_b = _inputs(rng, m, n, k, bool(rowwise))
     c = np.full((m, n), np.nan, dtype=BF16)
     tiles = -(-m // (16 * constants["WARPS"])) * -(-n // constants["BN"])
-    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, c], (max(1, tiles - 1),),
+    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, NO_BIAS, c], (max(1, tiles - 1),),
                            {**constants, "ROWWISE": rowwise}, target="sm_90a", order=order)
     ref = _reference(a, b, scale_a, scale_b, bool(rowwise))
-    assert rel_err(interp[4], ref) < 1e-2  # bf16 output
-    assert rel_err(sim[4], interp[4]) < 1e-3  # the same roundings of sums taken in another order
+    assert rel_err(interp[5], ref) < 1e-2  # bf16 output
+    assert rel_err(sim[5], interp[5]) < 1e-3  # the same roundings of sums taken in another order
 
 
 @settings(max_examples=8, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate])
@@ -69,10 +70,10 @@ def test_scaled_mm_random_shapes(m: int, n: int, k: int, rowwise: int, warps: in
     a, b, scale_a, scale_b = _inputs(rng, m, n, k, bool(rowwise))
     c = np.full((m, n), np.nan, dtype=BF16)
     constants = {"BN": 64, "BK": 128, "WARPS": warps, "STAGES": stages, "ROWWISE": rowwise, "TMA_STORE": 0}
-    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, c], (blocks,), constants, target="sm_90a",
+    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, NO_BIAS, c], (blocks,), constants, target="sm_90a",
                            order="shuffled")
-    assert rel_err(interp[4], _reference(a, b, scale_a, scale_b, bool(rowwise))) < 1e-2
-    assert rel_err(sim[4], interp[4]) < 2e-3
+    assert rel_err(interp[5], _reference(a, b, scale_a, scale_b, bool(rowwise))) < 1e-2
+    assert rel_err(sim[5], interp[5]) < 2e-3
 
 
 @pytest.mark.parametrize("a_type, b_type", [("fp8e5m2", "fp8e4m3"), ("fp8e4m3", "fp8e5m2"), ("fp8e5m2", "fp8e5m2")])
@@ -89,9 +90,9 @@ def test_scaled_mm_mixed_formats(a_type: str, b_type: str) -> None:
     scale_a, scale_b = np.float32([0.75]), np.float32([1.5])
     c = np.full((m, n), np.nan, dtype=BF16)
     constants = {**SMALL, "AT": getattr(lang, a_type), "BT": getattr(lang, b_type)}
-    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, c], (3,), constants, target="sm_90a")
-    assert rel_err(interp[4], _reference(a, b, scale_a, scale_b, False)) < 1e-2
-    assert rel_err(sim[4], interp[4]) < 1e-3
+    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, NO_BIAS, c], (3,), constants, target="sm_90a")
+    assert rel_err(interp[5], _reference(a, b, scale_a, scale_b, False)) < 1e-2
+    assert rel_err(sim[5], interp[5]) < 1e-3
     ptx = lower_kernel(scaled_mm_kernel, "sm_90a", constants)
     from tkc.backend.ptx_printer import emit_ptx
 
@@ -115,9 +116,9 @@ def test_scaled_mm_scale_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
     rng = np.random.default_rng(9)
     a, b, scale_a, scale_b = _inputs(rng, 64, 64, 128, True)
     c = np.full((64, 64), np.nan, dtype=BF16)
-    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, c], (1,), {**SMALL, "ROWWISE": 1},
+    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, NO_BIAS, c], (1,), {**SMALL, "ROWWISE": 1},
                            target="sm_90a")
-    assert rel_err(sim[4], interp[4]) > 0.05
+    assert rel_err(sim[5], interp[5]) > 0.05
 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
@@ -153,7 +154,7 @@ def test_interpreter_takes_torch_fp8_tensors() -> None:
     torch = pytest.importorskip("torch")
     a, b = (torch.randn(64, 128).to(torch.float8_e4m3fn) for _ in range(2))
     c = torch.full((64, 64), float("nan"), dtype=torch.bfloat16)
-    scaled_mm_kernel.interpret(a, b, torch.tensor([0.5]), torch.tensor([2.0]), c, grid=(1,), **SMALL)
+    scaled_mm_kernel.interpret(a, b, torch.tensor([0.5]), torch.tensor([2.0]), c[0], c, grid=(1,), **SMALL)
     assert rel_err(c.float().numpy(), (a.double() @ b.double().t()).numpy()) < 1e-2
 
 
@@ -226,9 +227,9 @@ def test_scaled_mm_few_rows_path(rows: int, rowwise: int) -> None:
                            order="shuffled")
     assert rel_err(sim[2], interp[2]) < 1e-6
     c = np.full((m, n), np.nan, dtype=BF16)
-    _, sim = run_both(sum_scaled_splits_kernel, [sim[2], scale_a, scale_b, c], (-(-m // 16), -(-n // 256)),
+    _, sim = run_both(sum_scaled_splits_kernel, [sim[2], scale_a, scale_b, NO_BIAS, c], (-(-m // 16), -(-n // 256)),
                       {"ROWWISE": rowwise}, target="sm_90a")
-    assert rel_err(sim[3], _reference(a, b, scale_a, scale_b, bool(rowwise))) < 1e-2
+    assert rel_err(sim[4], _reference(a, b, scale_a, scale_b, bool(rowwise))) < 1e-2
 
 
 @pytest.mark.parametrize("out_type, tma_store", [("f16", 1), ("f32", 0)])
@@ -243,14 +244,16 @@ def test_scaled_mm_output_dtypes(out_type: str, tma_store: int) -> None:
     a, b, scale_a, scale_b = _inputs(rng, m, n, k, True)
     c = np.full((m, n), np.nan, dtype=numpy_type)
     constants = {**SMALL, "ROWWISE": 1, "CT": getattr(lang, out_type), "TMA_STORE": tma_store}
-    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, c], (3,), constants, target="sm_90a")
+    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, NO_BIAS.astype(numpy_type), c], (3,), constants,
+                           target="sm_90a")
     ref = _reference(a, b, scale_a, scale_b, True)
-    assert sim[4].dtype == numpy_type and rel_err(sim[4], ref) < (1e-3 if out_type == "f16" else 1e-6)
+    assert sim[5].dtype == numpy_type and rel_err(sim[5], ref) < (1e-3 if out_type == "f16" else 1e-6)
     partial = (rng.standard_normal((2, m, n))).astype(np.float32)
-    _, sim = run_both(sum_scaled_splits_kernel, [partial, scale_a, scale_b, np.full((m, n), np.nan, numpy_type)],
+    _, sim = run_both(sum_scaled_splits_kernel,
+                      [partial, scale_a, scale_b, NO_BIAS.astype(numpy_type), np.full((m, n), np.nan, numpy_type)],
                       (-(-m // 16), 1), {"ROWWISE": 1, "CT": getattr(lang, out_type)}, target="sm_90a")
     summed = partial.astype(np.float64).sum(0) * scale_a[:, None] * scale_b[None, :]
-    assert rel_err(sim[3], summed) < (1e-3 if out_type == "f16" else 1e-6)
+    assert rel_err(sim[4], summed) < (1e-3 if out_type == "f16" else 1e-6)
     if ptxas.find_ptxas() is not None:
         from tkc.backend.ptx_printer import emit_ptx
 
@@ -259,3 +262,23 @@ def test_scaled_mm_output_dtypes(out_type: str, tma_store: int) -> None:
                               aligns={"A": 16, "B": 16, "ScaleA": 4, "ScaleB": 4, "C": 16})
         (report,) = ptxas.assemble(emit_ptx(module, "sm_90a"), "sm_90a").values()
         assert report.spill_stores == 0 and not report.notes, report.log
+
+
+@pytest.mark.parametrize("rowwise", [0, 1])
+def test_scaled_mm_bias(rowwise: int) -> None:
+    """BIAS=1: Bias[j] added to column j after the scales, in both kernels scaled_mm() launches."""
+    from tkc.kernels.scaled_mm import sum_scaled_splits_kernel
+
+    rng = np.random.default_rng(5 + rowwise)
+    m, n, k = 100, 150, 256
+    a, b, scale_a, scale_b = _inputs(rng, m, n, k, bool(rowwise))
+    bias = (rng.standard_normal(n) * 10).astype(BF16)
+    ref = _reference(a, b, scale_a, scale_b, bool(rowwise)) + bias.astype(np.float64)[None, :]
+    c = np.full((m, n), np.nan, dtype=BF16)
+    interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, bias, c], (2,),
+                           {**SMALL, "ROWWISE": rowwise, "BIAS": 1}, target="sm_90a", order="shuffled")
+    assert rel_err(interp[5], ref) < 1e-2 and rel_err(sim[5], interp[5]) < 1e-3
+    partial = (a.astype(np.float32) @ b.astype(np.float32).T)[None] / 2 * np.ones((2, 1, 1), np.float32)
+    _, sim = run_both(sum_scaled_splits_kernel, [partial, scale_a, scale_b, bias, np.full((m, n), np.nan, BF16)],
+                      (-(-m // 16), 1), {"ROWWISE": rowwise, "BIAS": 1}, target="sm_90a")
+    assert rel_err(sim[4], ref) < 1e-2

@@ -98,6 +98,20 @@ def test_scaled_mm_output_dtypes(out_dtype: torch.dtype, m: int, n: int, k: int)
     assert rel_err(out, theirs.double()) < (2e-3 if out_dtype == torch.float16 else 1e-5)
 
 
+@pytest.mark.parametrize("rowwise", [False, True])
+@pytest.mark.parametrize("m, n, k", [(1000, 520, 768), (16, 4096, 4096)])
+def test_scaled_mm_bias(m: int, n: int, k: int, rowwise: bool) -> None:
+    """bias added after the scales (tiles and few-rows paths), twice (the second call through the plan), as
+    torch._scaled_mm's bias."""
+    a, weight = fp8(m, k), fp8(n, k)
+    scale_a, scale_b = scales(m, n, rowwise)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) * 10
+    ref = (a.double() @ weight.double().t()) * scale_a.double() * scale_b.double() + bias.double()
+    for _ in range(2):
+        assert rel_err(scaled_mm(a, weight.t(), scale_a, scale_b, bias=bias), ref) < 1e-2
+    assert rel_err(scaled_mm(a, weight.t(), scale_a, scale_b), ref - bias.double()) < 1e-2  # and without, after
+
+
 def test_scaled_mm_unaligned_views() -> None:
     """Rows of a wider a (pitch above K), a weight slice, an out that is a slice of a wider tensor: the cp.async ring
     and plain stores where rows are not 16-byte aligned; nothing written past out's columns."""
@@ -123,6 +137,10 @@ def test_scaled_mm_unaligned_views() -> None:
                        torch.ones(1, device="cuda")), ["scale_a must be torch.float32"]),
     (lambda: scaled_mm(fp8(64, 32), fp8(64, 32).t(), *scales(64, 64, False), out_dtype=torch.int8),
      ["out_dtype", "torch.float32"]),
+    (lambda: scaled_mm(fp8(64, 32), fp8(64, 32).t(), *scales(64, 64, False), bias=torch.ones(64, device="cuda")),
+     ["bias must be torch.bfloat16"]),
+    (lambda: scaled_mm(fp8(64, 32), fp8(64, 32).t(), *scales(64, 64, False),
+                       bias=torch.ones(32, device="cuda", dtype=torch.bfloat16)), ["bias: expected shape (64,)"]),
 ])
 def test_scaled_mm_bad_arguments(call, words) -> None:
     with pytest.raises(ValueError) as info:

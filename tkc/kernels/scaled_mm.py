@@ -21,23 +21,27 @@ if TYPE_CHECKING:
 
 
 @tkc.func
-def scaled(acc, ScaleA, ScaleB, row, col, rowwise, cols):
+def scaled(acc, ScaleA, ScaleB, Bias, row, col, rowwise, bias, cols):
     """`acc`, C's row tile `row` (16 rows) × column block `col` (`cols` columns), times the scales: ScaleA[i] for row
     i and ScaleB[j] for column j with `rowwise`, else ScaleA[0]·ScaleB[0] (one element each: the rest of the 16
-    read zeros)."""
+    read zeros); plus Bias[j] with `bias`."""
     if rowwise:
-        return mul_col(mul_row(acc, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (col,), rv[f32, cols]))
-    return acc * (sum(load(ScaleA, (0,), rv[f32, 16])) * sum(load(ScaleB, (0,), rv[f32, 16])))
+        acc = mul_col(mul_row(acc, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (col,), rv[f32, cols]))
+    else:
+        acc = acc * (sum(load(ScaleA, (0,), rv[f32, 16])) * sum(load(ScaleB, (0,), rv[f32, 16])))
+    if bias:
+        acc = add_col(acc, load(Bias, (col,), rv[f32, cols]))
+    return acc
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", min_target="sm_90a")
-def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1],
-                     C: gl["CT", 2], ROWWISE: const = 0, BN: const = 256, BK: const = 128, WARPS: const = 8,
-                     GROUP_M: const = 8, STAGES: const = 3, PRODUCER: const = 0, TMA_STORE: const = 1,
-                     AT: const = fp8e4m3, BT: const = fp8e4m3, CT: const = bf16):
+def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1], Bias: gl["CT", 1],
+                     C: gl["CT", 2], ROWWISE: const = 0, BIAS: const = 0, BN: const = 256, BK: const = 128,
+                     WARPS: const = 8, GROUP_M: const = 8, STAGES: const = 3, PRODUCER: const = 0,
+                     TMA_STORE: const = 1, AT: const = fp8e4m3, BT: const = fp8e4m3, CT: const = bf16):
     """C (M×N) = A (M×K) · Bᵀ (B is N×K) times the scales: ScaleA[0]·ScaleB[0], or with ROWWISE ScaleA[i] for
-    row i and ScaleB[j] for column j. As gemm_sm90_kernel (persistent grid, grouped tiles, a TMA ring where rows
-    are 16-byte aligned): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C, each warpgroup its 64
+    row i and ScaleB[j] for column j; plus Bias (N) with BIAS. As gemm_sm90_kernel (persistent grid, grouped
+    tiles, a TMA ring where rows are 16-byte aligned): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C, each warpgroup its 64
     rows; BK = 128 fp8 elements a step (the bytes of bf16's 64); PRODUCER=1 adds a warpgroup that only loads.
     Grid: up to cdiv(M, 16·WARPS)·cdiv(N, BN)."""
     BM = 16 * WARPS
@@ -49,20 +53,21 @@ def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB:
             a = load(load(A, (bm, k), st[AT, BM, BK]), (warpgroup_id(), 0), st[AT, 64, BK])
             acc = mma_ABt(a, load(B, (bn, k), st[BT, BN, BK]), acc)
         row = bm * WARPS + warp_id()  # this warp's 16 rows of C, in units of 16
-        acc = scaled(acc, ScaleA, ScaleB, row, bn, ROWWISE, BN)
+        acc = scaled(acc, ScaleA, ScaleB, Bias, row, bn, ROWWISE, BIAS, BN)
         store(C, acc if CT == f32 else acc.to(CT), (row, bn))
 
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
-def sum_scaled_splits_kernel(Partial: gl[f32, 3], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1], C: gl["CT", 2],
-                             ROWWISE: const = 0, COLS: const = 64, WARPS: const = 4, CT: const = bf16):
-    """C = (Partial[0] + Partial[1] + ...) times the scales, as scaled_mm_kernel's. Grid: (cdiv(M, 16),
+def sum_scaled_splits_kernel(Partial: gl[f32, 3], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1], Bias: gl["CT", 1],
+                             C: gl["CT", 2], ROWWISE: const = 0, BIAS: const = 0, COLS: const = 64, WARPS: const = 4,
+                             CT: const = bf16):
+    """C = (Partial[0] + Partial[1] + ...) times the scales (plus the bias), as scaled_mm_kernel's. Grid: (cdiv(M, 16),
     cdiv(N, WARPS·COLS)); each warp adds up 16 rows × COLS columns."""
     row, part = block_idx()[0], block_idx()[1] * WARPS + warp_id()  # in units of 16 rows and of COLS columns
     total = load(Partial, (0, row, part), rt[f32, 16, COLS])
     for split in range(1, Partial.shape[0]):
         total = total + load(Partial, (split, row, part), rt[f32, 16, COLS])
-    total = scaled(total, ScaleA, ScaleB, row, part, ROWWISE, COLS)
+    total = scaled(total, ScaleA, ScaleB, Bias, row, part, ROWWISE, BIAS, COLS)
     store(C, total if CT == f32 else total.to(CT), (row, part))
 
 
@@ -76,36 +81,38 @@ SUM_SCALED = {"COLS": 64, "WARPS": 4}
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
-              out_dtype: Any = None, out: torch.Tensor | None = None, target: str | None = None) -> torch.Tensor:
+              bias: torch.Tensor | None = None, out_dtype: Any = None, out: torch.Tensor | None = None,
+              target: str | None = None) -> torch.Tensor:
     """(a · b) · scale_a · scale_b in out_dtype (bf16, f16 or f32; default bf16, or out's) for float8_e4m3fn or
     float8_e5m2 CUDA tensors (any mix) a (M×K, row-major) and b (K×N, column-major: `weight.t()` of an N×K weight),
     as torch._scaled_mm: scale_a and scale_b are float32 tensors of one element each (per tensor) or of shapes
-    (M, 1) and (1, N) (rowwise). Any M, N, K. Hopper (sm_90a) only."""
+    (M, 1) and (1, N) (rowwise); `bias`, of shape (N,) and the output's dtype, is added after the scales. Any M,
+    N, K. Hopper (sm_90a) only."""
     import torch
 
     if torch.compiler.is_compiling():  # one op of the graph
         from tkc.kernels import torch_ops
 
-        c = torch_ops.scaled_mm(a, b, scale_a, scale_b, out_dtype, target)
+        c = torch_ops.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, target)
         return c if out is None else out.copy_(c)
     # The common call (a row-major, b column-major, matching K, scales of the shapes asked for, no out=) checks only
     # what the launch cannot know and launches the plan the first checked call made; dtypes and devices are the
     # launch's argument reader's to check, and anything else takes the full checks below and their error.
     if (out is None and out_dtype in (None, torch.bfloat16, torch.float16, torch.float32) and isinstance(a, torch.Tensor)
             and isinstance(b, torch.Tensor) and a.dim() == 2 == b.dim() and isinstance(scale_a, torch.Tensor)
-            and isinstance(scale_b, torch.Tensor)):
+            and isinstance(scale_b, torch.Tensor) and (bias is None or isinstance(bias, torch.Tensor))):
         (m, k), (kb, n) = a.shape, b.shape
         sa, sb = a.stride(), b.stride()
         rowwise = scale_a.numel() != 1 or scale_b.numel() != 1
-        if (k == kb and m and n and sa[1] == 1 and sb[0] == 1
+        if (k == kb and m and n and sa[1] == 1 and sb[0] == 1 and (bias is None or bias.shape == (n,))
                 and (not rowwise or scale_a.shape == (m, 1) and scale_b.shape == (1, n))):
             out_dtype = out_dtype or torch.bfloat16
             aligned = not ((a.data_ptr() | b.data_ptr() | sa[0] | sb[1] | k) & 15 or n * out_dtype.itemsize & 15)
-            plan = _PLANS.get((a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, aligned, m <= FEW_ROWS_MAX,
-                               target))
+            plan = _PLANS.get((a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, bias is not None, aligned,
+                               m <= FEW_ROWS_MAX, target))
             if plan is not None:
                 c = a.new_empty((m, n), dtype=out_dtype)  # fresh: only its row length decides its alignment
-                if plan(a, b.t(), scale_a.reshape(-1), scale_b.reshape(-1), c, True):
+                if plan(a, b.t(), scale_a.reshape(-1), scale_b.reshape(-1), c[0] if bias is None else bias, c, True):
                     return c
     fp8 = {torch.float8_e4m3fn: fp8e4m3, torch.float8_e5m2: fp8e5m2}
     check_tensor("a", a, a.dtype if getattr(a, "dtype", None) in fp8 else torch.float8_e4m3fn, 2)
@@ -123,7 +130,13 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         fail(f"b: must be column-major (strides (1, K), e.g. weight.t() of an N×K weight): fp8 tensor cores read "
              f"both operands along K; got strides {tuple(b.stride())}")
     rowwise = _check_scales(scale_a, scale_b, m, n)
-    for name, t in (("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+    if bias is not None:
+        check_tensor("bias", bias, out_dtype, 1)
+        if bias.shape != (n,):
+            fail(f"bias: expected shape ({n},), got {tuple(bias.shape)}")
+    for name, t in (("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias)):
+        if t is None:
+            continue
         if t.get_device() != a.get_device():
             fail(f"{name} is on {t.device} but a is on {a.device}")
     if not wgmma_path(a.get_device(), target):
@@ -139,17 +152,19 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     weight = b.t()  # N×K, row-major
     aligned = not ((a.data_ptr() | weight.data_ptr() | a.stride(0) | weight.stride(0) | k) & 15
                    or (out.data_ptr() | (out.stride(0) | n) * out.element_size()) & 15)  # TMA's: 16-byte rows
-    args = (a, weight, scale_a.reshape(-1), scale_b.reshape(-1), out)
-    key = (a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, aligned, m <= FEW_ROWS_MAX, target)
+    # without a bias, a row of `out` stands in for it (the kernel's BIAS=0 never reads it)
+    args = (a, weight, scale_a.reshape(-1), scale_b.reshape(-1), out[0] if bias is None else bias, out)
+    key = (a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, bias is not None, aligned, m <= FEW_ROWS_MAX, target)
     plan = _PLANS.get(key)
     if plan is None:
         runs = _runs_of_k(ceil_div(n, 16 * FEW_ROWS["WARPS"]), ceil_div(k, FEW_ROWS["BK"]),
                           multiprocessors(a.get_device()))
         if m <= FEW_ROWS_MAX and aligned and a.dtype == b.dtype and runs > 1:
-            plan = _few_rows_plan(fp8[a.dtype], 16 if m <= 16 else 32, runs, rowwise, outputs[out_dtype])
+            plan = _few_rows_plan(fp8[a.dtype], 16 if m <= 16 else 32, runs, rowwise, bias is not None,
+                                  outputs[out_dtype])
         else:
-            cfg = {**(CONFIG if aligned else CONFIG_UNALIGNED), "ROWWISE": int(rowwise), "AT": fp8[a.dtype],
-                   "BT": fp8[b.dtype], "CT": outputs[out_dtype]}
+            cfg = {**(CONFIG if aligned else CONFIG_UNALIGNED), "ROWWISE": int(rowwise), "BIAS": int(bias is not None),
+                   "AT": fp8[a.dtype], "BT": fp8[b.dtype], "CT": outputs[out_dtype]}
             if out_dtype is torch.float32:  # an f32 staging tile a warp would not fit beside the ring
                 cfg["TMA_STORE"] = 0
             spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
@@ -161,35 +176,37 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
 
 def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
     """scaled_mm()'s launch of scaled_mm_kernel on bm×bn tiles of C, on at most `most` blocks: plan(a, weight,
-    scale_a, scale_b, c, common_only) launches it and says whether it did (common_only: see Specialized.launch)."""
-    def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, c: Any, common_only: bool) -> bool:
+    scale_a, scale_b, bias, c, common_only) launches it and says whether it did (common_only: see
+    Specialized.launch)."""
+    def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, bias: Any, c: Any, common_only: bool) -> bool:
         tiles = ceil_div(c.shape[0], bm) * ceil_div(c.shape[1], bn)
-        return spec.launch((min(tiles, most), 1, 1), (a, weight, scale_a, scale_b, c), common_only=common_only)
+        return spec.launch((min(tiles, most), 1, 1), (a, weight, scale_a, scale_b, bias, c), common_only=common_only)
     return plan
 
 
-def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, ct: Any) -> Any:
+def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct: Any) -> Any:
     """scaled_mm()'s launch for up to 32 rows of a: gemm_few_rows_kernel's f32 partial sums over `runs` runs of K
     (Cᵀ = W·Aᵀ: the weight's rows fill the wgmma's 64), then sum_scaled_splits_kernel's scaled sum into c."""
     import torch
 
     partial_sums = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=1, ROWS=rows, DT=dt, **FEW_ROWS)
-    total = sum_scaled_splits_kernel.specialize(target="sm_90a", ROWWISE=int(rowwise), CT=ct, **SUM_SCALED)
+    total = sum_scaled_splits_kernel.specialize(target="sm_90a", ROWWISE=int(rowwise), BIAS=int(bias), CT=ct,
+                                                **SUM_SCALED)
     cols = SUM_SCALED["COLS"] * SUM_SCALED["WARPS"]
 
-    def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, c: Any, common_only: bool) -> bool:
+    def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, bias: Any, c: Any, common_only: bool) -> bool:
         m, n = c.shape
         partial = c.new_empty((runs, m, n), dtype=torch.float32)
         return (partial_sums.launch((ceil_div(n, 16 * FEW_ROWS["WARPS"]), runs, 1), (a, weight, partial),
                                     common_only=common_only)
-                and total.launch((ceil_div(m, 16), ceil_div(n, cols), 1), (partial, scale_a, scale_b, c),
+                and total.launch((ceil_div(m, 16), ceil_div(n, cols), 1), (partial, scale_a, scale_b, bias, c),
                                  common_only=common_only))
     return plan
 
 
 # (device, a's and b's and the output's dtypes, rowwise, 16-byte aligned rows, at most 32 rows, target) → what
 # scaled_mm() launches:
-# plan(a, weight, scale_a, scale_b, c, common_only) -> whether it launched
+# plan(a, weight, scale_a, scale_b, bias (or a row of c), c, common_only) -> whether it launched
 _PLANS: dict[tuple, Any] = {}
 
 

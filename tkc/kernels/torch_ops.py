@@ -12,7 +12,7 @@ silently missing gradients). Imported on first use (importing tkc.kernels does n
     torch.ops.tkc.attention(q, k, v, causal, scale, target)            -> o
     torch.ops.tkc.attention_lse(q, k, v, causal, scale, target)        -> (o, lse)
     torch.ops.tkc.layernorm(x, residual, weight, bias, eps, target)    -> (y, x + residual)
-    torch.ops.tkc.scaled_mm(a, b, scale_a, scale_b, out_dtype, target) -> c (fp8 operands: no backward)
+    torch.ops.tkc.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, target) -> c (fp8: no backward)
 """
 
 from __future__ import annotations
@@ -131,11 +131,13 @@ def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch
 
 @torch.library.custom_op("tkc::scaled_mm", mutates_args=())
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-              out_dtype: torch.dtype | None = None, target: str | None = None) -> torch.Tensor:
-    return _scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, target=target)
+              bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+              target: str | None = None) -> torch.Tensor:
+    return _scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, target=target)
 
 
 @scaled_mm.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-      out_dtype: torch.dtype | None = None, target: str | None = None) -> torch.Tensor:
+      bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+      target: str | None = None) -> torch.Tensor:
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or torch.bfloat16)
