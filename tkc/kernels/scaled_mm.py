@@ -87,7 +87,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     float8_e5m2 CUDA tensors (any mix) a (M×K, row-major) and b (K×N, column-major: `weight.t()` of an N×K weight),
     as torch._scaled_mm: scale_a and scale_b are float32 tensors of one element each (per tensor) or of shapes
     (M, 1) and (1, N) (rowwise); `bias`, of shape (N,) and the output's dtype, is added after the scales. Any M,
-    N, K. Hopper (sm_90a) only."""
+    N, K. Hopper (sm_90a) only. The products sum in the wgmma's accumulator over all of K, as torch's
+    use_fast_accum=True (its default promotes partial sums into a second f32 sum every few steps)."""
     import torch
 
     if torch.compiler.is_compiling():  # one op of the graph
