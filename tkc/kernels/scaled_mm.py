@@ -41,9 +41,9 @@ def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB:
                      TMA_STORE: const = 1, AT: const = fp8e4m3, BT: const = fp8e4m3, CT: const = bf16):
     """C (M×N) = A (M×K) · Bᵀ (B is N×K) times the scales: ScaleA[0]·ScaleB[0], or with ROWWISE ScaleA[i] for
     row i and ScaleB[j] for column j; plus Bias (N) with BIAS. As gemm_sm90_kernel (persistent grid, grouped
-    tiles, a TMA ring where rows are 16-byte aligned): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C, each warpgroup its 64
-    rows; BK = 128 fp8 elements a step (the bytes of bf16's 64); PRODUCER=1 adds a warpgroup that only loads.
-    Grid: up to cdiv(M, 16·WARPS)·cdiv(N, BN)."""
+    tiles, a TMA ring where rows are 16-byte aligned): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile
+    of C, each warpgroup its 64 rows; BK = 128 fp8 elements a step (the bytes of bf16's 64); PRODUCER=1 adds a
+    warpgroup that only loads. Grid: up to cdiv(M, 16·WARPS)·cdiv(N, BN)."""
     BM = 16 * WARPS
     blocks_m, blocks_n = cdiv(A.shape[0], BM), cdiv(C.shape[1], BN)
     for tile in range(block_idx()[0], blocks_m * blocks_n, num_blocks()[0]):  # a persistent grid loops over tiles
@@ -61,8 +61,8 @@ def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB:
 def sum_scaled_splits_kernel(Partial: gl[f32, 3], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1], Bias: gl["CT", 1],
                              C: gl["CT", 2], ROWWISE: const = 0, BIAS: const = 0, COLS: const = 64, WARPS: const = 4,
                              CT: const = bf16):
-    """C = (Partial[0] + Partial[1] + ...) times the scales (plus the bias), as scaled_mm_kernel's. Grid: (cdiv(M, 16),
-    cdiv(N, WARPS·COLS)); each warp adds up 16 rows × COLS columns."""
+    """C = (Partial[0] + Partial[1] + ...) times the scales (plus the bias), as scaled_mm_kernel's. Grid:
+    (cdiv(M, 16), cdiv(N, WARPS·COLS)); each warp adds up 16 rows × COLS columns."""
     row, part = block_idx()[0], block_idx()[1] * WARPS + warp_id()  # in units of 16 rows and of COLS columns
     total = load(Partial, (0, row, part), rt[f32, 16, COLS])
     for split in range(1, Partial.shape[0]):
