@@ -448,7 +448,9 @@ def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -
         c = scaled_mm(a, w.t(), rows, cols, target="sm_90a")
         assert c.shape == (300, 520) and c.dtype == torch.bfloat16
     assert checked == ["a", "b"]  # the second call: the plan
-    assert launches[1][0] is launches[0][0] and launches[0][1] == launches[1][1] == (3 * 3, 1, 1)
+    # 9 of CONFIG's tiles would leave most SMs idle: the smallest of the smaller tiles, 64×64 (5 × 9)
+    assert module.launch_kind(300, 520, 256, 132, True, True) == ("tiles", 4)
+    assert launches[1][0] is launches[0][0] and launches[0][1] == launches[1][1] == (5 * 9, 1, 1)
     scaled_mm(a, w.t(), one, one, target="sm_90a")  # per-tensor scales: another variant
     assert checked == ["a", "b"] * 2 and launches[2][0] is not launches[0][0]
     # 16 rows, a long K: the few-rows kernel's partial sums over 4 runs of K (512 columns of the weight: 4 blocks of
@@ -459,3 +461,7 @@ def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -
                          target="sm_90a").shape == (16, 512)
     assert [grid for _, grid, _ in launches[3:]] == [(4, 4, 1), (1, 2, 1)] * 2
     assert checked == ["a", "b"] * 3
+    # 24 rows: the kernel for 32 rows, a plan of its own (not the 16-row one above)
+    scaled_mm(cuda(24, 4096, dtype=fp8), w.t(), cuda(24, 1, dtype=torch.float32), cuda(1, 512, dtype=torch.float32),
+              target="sm_90a")
+    assert checked == ["a", "b"] * 4 and launches[7][0] is not launches[3][0]

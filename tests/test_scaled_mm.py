@@ -17,7 +17,7 @@ from tkc import lang
 from tkc.backend import ptxas
 from tkc.compiler import lower_kernel
 from tkc.lang import block_idx, const, f32, fp8e4m3, gl, load, rt, store
-from tkc.kernels.scaled_mm import CONFIG, CONFIG_UNALIGNED, scaled_mm_kernel
+from tkc.kernels.scaled_mm import CONFIG, CONFIG_UNALIGNED, SMALLER_TILES_FP8, scaled_mm_kernel
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 SMALL = {"BN": 64, "BK": 128, "WARPS": 4, "STAGES": 2}  # the shipped tiles' code on fewer, smaller tiles
@@ -123,7 +123,8 @@ def test_scaled_mm_scale_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("rowwise", [0, 1])
-@pytest.mark.parametrize("config, align", [(CONFIG, 16), (CONFIG_UNALIGNED, 8), (CONFIG_UNALIGNED, 2)])
+@pytest.mark.parametrize("config, align", [(CONFIG, 16), (CONFIG_UNALIGNED, 8), (CONFIG_UNALIGNED, 2),
+                                           *((tiles, 16) for tiles in SMALLER_TILES_FP8)])
 def test_scaled_mm_configurations_assemble(config: dict, align: int, rowwise: int) -> None:
     """What scaled_mm() launches, for 16-byte aligned rows (TMA ring and stores) and others (cp.async ring): no
     spills, wgmma unserialized, k32 e4m3 wgmmas."""
@@ -133,7 +134,7 @@ def test_scaled_mm_configurations_assemble(config: dict, align: int, rowwise: in
                           aligns={"A": align, "B": align, "ScaleA": 4, "ScaleB": 4, "C": min(align, 16)})
     ptx = emit_ptx(module, "sm_90a")
     assert f"m64n{config['BN']}k32.f32.e4m3.e4m3" in ptx
-    assert ("cp.async.bulk.tensor" in ptx) == (align == 16)
+    assert ("cp.async.bulk.tensor.2d.shared" in ptx) == (align == 16)  # a TMA ring
     (report,) = ptxas.assemble(ptx, "sm_90a").values()
     assert report.spill_stores == 0 and report.stack_bytes == 0 and not report.notes, report.log
 

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, fail, multiprocessors, wgmma_path
-from tkc.kernels.gemm import FEW_ROWS, FEW_ROWS_MAX, _runs_of_k, gemm_few_rows_kernel, grouped_tile
+from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, wgmma_path
+from tkc.kernels.gemm import (FEW_ROWS, FEW_ROWS_MAX, SMALLER_TILES, _runs_of_k, gemm_few_rows_kernel, grouped_tile,
+                              tile_choice)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ def sum_scaled_splits_kernel(Partial: gl[f32, 3], ScaleA: gl[f32, 1], ScaleB: gl
 # aligned; else a cp.async ring on narrower tiles (ptxas: 255 registers and 212 bytes of spills at BN = 256)
 CONFIG = {"BN": 256, "BK": 128, "WARPS": 8, "STAGES": 3, "TMA_STORE": 1}
 CONFIG_UNALIGNED = {"BN": 128, "BK": 128, "WARPS": 8, "STAGES": 3, "TMA_STORE": 0}
+# Products with few of CONFIG's tiles take gemm()'s smaller tiles (tile_choice: the first whose tiles fill 0.9 of the
+# multiprocessors), their K steps in the same bytes
+SMALLER_TILES_FP8 = [{**tiles, "BK": 2 * tiles["BK"], "TMA_STORE": 0} for tiles in SMALLER_TILES]
 # Up to 32 rows of a (tokens times a weight), both of one fp8 type: gemm()'s few-rows kernel (the weight's rows the
 # wgmma's 64, a's rows its N; K split into runs, f32 partial sums), then sum_scaled_splits_kernel (not yet timed)
 SUM_SCALED = {"COLS": 64, "WARPS": 4}
@@ -109,9 +113,10 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
                 and (not rowwise or scale_a.shape == (m, 1) and scale_b.shape == (1, n))):
             out_dtype = out_dtype or torch.bfloat16
             aligned = not ((a.data_ptr() | b.data_ptr() | sa[0] | sb[1] | k) & 15 or n * out_dtype.itemsize & 15)
-            plan = _PLANS.get((a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, bias is not None, aligned,
-                               m <= FEW_ROWS_MAX, target))
-            if plan is not None:
+            sms = MULTIPROCESSORS.get(a.get_device())
+            plan = sms and _PLANS.get((a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, bias is not None,
+                                       launch_kind(m, n, k, sms, aligned, a.dtype == b.dtype), target))
+            if plan:
                 c = a.new_empty((m, n), dtype=out_dtype)  # fresh: only its row length decides its alignment
                 if plan(a, b.t(), scale_a.reshape(-1), scale_b.reshape(-1), c[0] if bias is None else bias, c, True):
                     return c
@@ -155,16 +160,15 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
                    or (out.data_ptr() | (out.stride(0) | n) * out.element_size()) & 15)  # TMA's: 16-byte rows
     # without a bias, a row of `out` stands in for it (the kernel's BIAS=0 never reads it)
     args = (a, weight, scale_a.reshape(-1), scale_b.reshape(-1), out[0] if bias is None else bias, out)
-    key = (a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, bias is not None, aligned, m <= FEW_ROWS_MAX, target)
+    kind = launch_kind(m, n, k, multiprocessors(a.get_device()), aligned, a.dtype == b.dtype)
+    key = (a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, bias is not None, kind, target)
     plan = _PLANS.get(key)
     if plan is None:
-        runs = _runs_of_k(ceil_div(n, 16 * FEW_ROWS["WARPS"]), ceil_div(k, FEW_ROWS["BK"]),
-                          multiprocessors(a.get_device()))
-        if m <= FEW_ROWS_MAX and aligned and a.dtype == b.dtype and runs > 1:
-            plan = _few_rows_plan(fp8[a.dtype], 16 if m <= 16 else 32, runs, rowwise, bias is not None,
-                                  outputs[out_dtype])
+        if kind[0] == "few rows":
+            plan = _few_rows_plan(fp8[a.dtype], kind[1], kind[2], rowwise, bias is not None, outputs[out_dtype])
         else:
-            cfg = {**(CONFIG if aligned else CONFIG_UNALIGNED), "ROWWISE": int(rowwise), "BIAS": int(bias is not None),
+            tiles = CONFIG_UNALIGNED if kind[1] < 0 else CONFIG if kind[1] == 0 else SMALLER_TILES_FP8[kind[1] - 1]
+            cfg = {**tiles, "ROWWISE": int(rowwise), "BIAS": int(bias is not None),
                    "AT": fp8[a.dtype], "BT": fp8[b.dtype], "CT": outputs[out_dtype]}
             if out_dtype is torch.float32:  # an f32 staging tile a warp would not fit beside the ring
                 cfg["TMA_STORE"] = 0
@@ -173,6 +177,19 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     plan(*args, False)
     _PLANS[key] = plan  # for the common call above
     return out
+
+
+def launch_kind(m: int, n: int, k: int, sms: int, aligned: bool, one_type: bool) -> tuple:
+    """How scaled_mm() runs an m×n×k product on `sms` multiprocessors: ("few rows", rows of the kernel (16, 32),
+    runs of K) for up to 32 rows of 16-byte aligned operands of one type whose K splits, else ("tiles", i): CONFIG's
+    tiles (0), SMALLER_TILES_FP8[i - 1], or CONFIG_UNALIGNED (-1) where rows are not 16-byte aligned."""
+    if not aligned:
+        return ("tiles", -1)
+    if m <= FEW_ROWS_MAX and one_type:
+        runs = _runs_of_k(ceil_div(n, 16 * FEW_ROWS["WARPS"]), ceil_div(k, FEW_ROWS["BK"]), sms)
+        if runs > 1:
+            return ("few rows", 16 if m <= 16 else 32, runs)
+    return ("tiles", tile_choice(m, n, sms))
 
 
 def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
@@ -205,8 +222,7 @@ def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct:
     return plan
 
 
-# (device, a's and b's and the output's dtypes, rowwise, 16-byte aligned rows, at most 32 rows, target) → what
-# scaled_mm() launches:
+# (device, a's and b's and the output's dtypes, rowwise, bias, launch_kind, target) → what scaled_mm() launches:
 # plan(a, weight, scale_a, scale_b, bias (or a row of c), c, common_only) -> whether it launched
 _PLANS: dict[tuple, Any] = {}
 
