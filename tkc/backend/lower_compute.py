@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import BFloat16Type, Float8E4M3FNType, Float16Type, Float32Type
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
 from xdsl.ir import Attribute, SSAValue
 
 from tkc.backend import ptx
@@ -105,7 +105,12 @@ def _fp8_pair(lw: KernelLowering, type_: Attribute) -> str:
         raise TkcError(f"converting to or from fp8 needs sm_89 or newer: compile for sm_90a (target {lw.target})")
     if not isinstance(type_, RegTileType):
         raise TkcError(f"{type_.spec()}: fp8 vectors are not supported; store and load fp8 as tiles")  # type: ignore[attr-defined]
-    return "e4m3x2" if isinstance(_dtype(type_), Float8E4M3FNType) else "e5m2x2"
+    return f"{ptx_type_name(_dtype(type_))}x2"
+
+
+def ptx_type_name(element: Attribute) -> str:
+    """PTX's name of an element type: bf16, f16, f32, e4m3, e5m2."""
+    return element_name(element).removeprefix("fp8")
 
 
 def bf16_bits(value: float) -> int:
@@ -470,7 +475,7 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
                        f"must be a multiple of 4, got {lw.threads // 32}")
     a_value, b_ref = lw.value(op.a), lw.value(op.b)
     n = op.c.type.shape[1]
-    a_type, b_type = (element_name(x.type.element_type).removeprefix("fp8") for x in (op.a, op.b))  # e4m3 in PTX
+    a_type, b_type = (ptx_type_name(x.type.element_type) for x in (op.a, op.b))
     k_steps = op.a.type.shape[0 if op.transpose_a else 1] // wgmma.k_step(element_bytes(op.a.type.element_type))
     b_major = "K" if op.transpose_b else "MN"
     desc_b = _descriptors(lw, b_ref.addr, [wgmma.operand_descriptor(op.b.type, 0, kk, b_major, b_ref.panel_rows)

@@ -180,13 +180,12 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         acc = _vector([names(op.acc, x) for x in op.table("acc_index", 0)])
         a_regs = [names(op.a, x) for x in op.table("a_index", 0)]
         a = _vector(a_regs)
-        trans = f"{op.trans_b.data}" if op.a_in_registers else f"{op.trans_a.data}, {op.trans_b.data}"
-        shape = f"m64n{n}k{op.k}.f32.{op.a_type.data}.{op.b_type.data}"
+        trans = f", {op.trans_b.data}" if op.a_in_registers else f", {op.trans_a.data}, {op.trans_b.data}"
         if op.k == 32:  # fp8: K-major only, so no transpose immediates
-            return [f"wgmma.mma_async.sync.aligned.{shape} {acc}, {a}, {names(op.b, op.b_index.data)}, "
-                    f"{op.scale_d.data}, 1, 1;"]
+            trans = ""
+        shape = f"m64n{n}k{op.k}.f32.{op.a_type.data}.{op.b_type.data}"
         return [f"wgmma.mma_async.sync.aligned.{shape} {acc}, {a}, {names(op.b, op.b_index.data)}, "
-                f"{op.scale_d.data}, 1, 1, {trans};"]
+                f"{op.scale_d.data}, 1, 1{trans};"]
     if isinstance(op, ptx.WgmmaSyncOp):
         kind = op.kind.data
         if kind == "wait":

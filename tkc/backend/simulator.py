@@ -347,9 +347,7 @@ def _convert(opcode: str, mods: list[str], kind: str, o: list[np.ndarray]) -> np
         return (conv(f32(o[0])) << 16) | conv(f32(o[1]))
     if dst in ("bf16", "f16") and src == "f32":
         return (bf16_bits if dst == "bf16" else f16_bits)(f32(o[0]))
-    if dst == "u32" and src == "u16":
-        return np.asarray(o[0], dtype=np.uint32) & 0xFFFF
-    if dst == "u16" and src == "u32":
+    if {dst, src} == {"u32", "u16"}:  # widening or truncating: the low 16 bits either way
         return np.asarray(o[0], dtype=np.uint32) & 0xFFFF
     if dst in ("e4m3x2", "e5m2x2") and src == "f32" and "satfinite" in mods:  # a in the upper byte, b in the lower
         fp8 = _FP8[dst[:4]]
@@ -1050,8 +1048,7 @@ class BlockSimulator:
             return int(bits[0])
 
         def read(addresses: np.ndarray, dtype: str) -> np.ndarray:
-            size = 1 if dtype in ptx.WGMMA_FP8 else 2
-            raw = self.shared.read(addresses.reshape(-1), size, "wgmma operand").reshape(-1)
+            raw = self.shared.read(addresses.reshape(-1), _WGMMA_BYTES[dtype], "wgmma operand").reshape(-1)
             return _decode(raw, dtype).reshape(addresses.shape)
 
         a_type, b_type = op.a_type.data, op.b_type.data
