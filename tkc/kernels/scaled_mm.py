@@ -8,6 +8,7 @@ or per row of A and per column of B (rowwise), as torch._scaled_mm takes them.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import tkc
@@ -118,7 +119,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
                                        launch_kind(m, n, k, sms, aligned, a.dtype == b.dtype), target))
             if plan:
                 c = a.new_empty((m, n), dtype=out_dtype)  # fresh: only its row length decides its alignment
-                if plan(a, b.t(), scale_a.reshape(-1), scale_b.reshape(-1), c[0] if bias is None else bias, c, True):
+                if plan(a, b.t(), scale_a.reshape(-1), scale_b.reshape(-1), _no_bias(c) if bias is None else bias, c,
+                        True):
                     return c
     fp8 = {torch.float8_e4m3fn: fp8e4m3, torch.float8_e5m2: fp8e5m2}
     check_tensor("a", a, a.dtype if getattr(a, "dtype", None) in fp8 else torch.float8_e4m3fn, 2)
@@ -158,8 +160,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     weight = b.t()  # N×K, row-major
     aligned = not ((a.data_ptr() | weight.data_ptr() | a.stride(0) | weight.stride(0) | k) & 15
                    or (out.data_ptr() | (out.stride(0) | n) * out.element_size()) & 15)  # TMA's: 16-byte rows
-    # without a bias, a row of `out` stands in for it (the kernel's BIAS=0 never reads it)
-    args = (a, weight, scale_a.reshape(-1), scale_b.reshape(-1), out[0] if bias is None else bias, out)
+    args = (a, weight, scale_a.reshape(-1), scale_b.reshape(-1), _no_bias(out) if bias is None else bias, out)
     kind = launch_kind(m, n, k, multiprocessors(a.get_device()), aligned, a.dtype == b.dtype)
     key = (a.get_device(), a.dtype, b.dtype, out_dtype, rowwise, bias is not None, kind, target)
     plan = _PLANS.get(key)
@@ -179,6 +180,20 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     return out
 
 
+def _no_bias(out: Any) -> Any:
+    """The Bias argument of a launch without one (BIAS=0 never reads it): one element of out's dtype and device,
+    made once."""
+    key = (out.get_device(), out.dtype)
+    stand_in = _NO_BIAS.get(key)
+    if stand_in is None:
+        stand_in = _NO_BIAS[key] = out.new_empty((1,))
+    return stand_in
+
+
+_NO_BIAS: dict[tuple[int, Any], Any] = {}
+
+
+@functools.lru_cache(maxsize=4096)
 def launch_kind(m: int, n: int, k: int, sms: int, aligned: bool, one_type: bool) -> tuple:
     """How scaled_mm() runs an m×n×k product on `sms` multiprocessors: ("few rows", rows of the kernel (16, 32),
     runs of K) for up to 32 rows of 16-byte aligned operands of one type whose K splits, else ("tiles", i): CONFIG's
@@ -223,7 +238,7 @@ def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct:
 
 
 # (device, a's and b's and the output's dtypes, rowwise, bias, launch_kind, target) → what scaled_mm() launches:
-# plan(a, weight, scale_a, scale_b, bias (or a row of c), c, common_only) -> whether it launched
+# plan(a, weight, scale_a, scale_b, bias (or _no_bias), c, common_only) -> whether it launched
 _PLANS: dict[tuple, Any] = {}
 
 
