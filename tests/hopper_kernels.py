@@ -117,16 +117,12 @@ def register_a_gemm(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], BN: const = 
     store(C, acc.to(bf16), (bm * 4 + warp_id(), bn))
 
 
-def typed_gemm(dtype):
-    """C (f32) = A · Bᵀ on wgmma for A (M×K) and B (N×K) of `dtype` (f16, or fp8 with K in steps of 32): one
+@tkc.kernel(warps=4, stages=2, min_target="sm_90a")
+def typed_gemm(A: gl["DT", 2], B: gl["DT", 2], C: gl[f32, 2], BK: const = 64, DT: const = bf16):
+    """C (f32) = A · Bᵀ on wgmma for A (M×K) and B (N×K) of dtype DT (f16, or fp8 with K in steps of 32): one
     warpgroup a 64×64 tile of C."""
-
-    @tkc.kernel(warps=4, stages=2, min_target="sm_90a")
-    def typed_gemm_kernel(A: gl[dtype, 2], B: gl[dtype, 2], C: gl[f32, 2], BK: const = 64):
-        bm, bn = block_idx()[0], block_idx()[1]
-        acc = zeros(rt[f32, 16, 64])
-        for k in range(cdiv(A.shape[1], BK)):
-            acc = mma_ABt(load(A, (bm, k), st[dtype, 64, BK]), load(B, (bn, k), st[dtype, 64, BK]), acc)
-        store(C, acc, (bm * 4 + warp_id(), bn))
-
-    return typed_gemm_kernel
+    bm, bn = block_idx()[0], block_idx()[1]
+    acc = zeros(rt[f32, 16, 64])
+    for k in range(cdiv(A.shape[1], BK)):
+        acc = mma_ABt(load(A, (bm, k), st[DT, 64, BK]), load(B, (bn, k), st[DT, 64, BK]), acc)
+    store(C, acc, (bm * 4 + warp_id(), bn))

@@ -731,14 +731,14 @@ def test_wgmma_operand_dtypes(dtype: str, m: int, n: int, k: int, bk: int, order
     from tkc import lang
 
     np_type, ptx_name = TYPED[dtype]
-    kernel = typed_gemm(getattr(lang, dtype))
+    kernel, constants = typed_gemm, {"BK": bk, "DT": getattr(lang, dtype)}
     rng = np.random.default_rng(m + k)
     a, b = rng.standard_normal((m, k)).astype(np_type), rng.standard_normal((n, k)).astype(np_type)
     c = np.full((m, n), np.nan, dtype=np.float32)
-    interp, sim = run_both(kernel, [a, b, c], (-(-m // 64), -(-n // 64)), {"BK": bk}, target="sm_90a", order=order)
+    interp, sim = run_both(kernel, [a, b, c], (-(-m // 64), -(-n // 64)), constants, target="sm_90a", order=order)
     ref = a.astype(np.float64) @ b.astype(np.float64).T
     assert rel_err(interp[2], ref) < 1e-5 and rel_err(sim[2], interp[2]) < 1e-6
-    ptx = compile_kernels([kernel], "sm_90a", {"BK": bk})
+    ptx = compile_kernels([kernel], "sm_90a", constants)
     step = 32 if dtype.startswith("fp8") else 16
     assert f"m64n64k{step}.f32.{ptx_name}.{ptx_name} " in ptx
     if ptxas.find_ptxas() is not None and order == "ascending":
@@ -753,7 +753,6 @@ def test_fp8_wgmma_with_the_bf16_k_step_is_caught(monkeypatch: pytest.MonkeyPatc
     from tkc.lang import fp8e4m3
 
     monkeypatch.setattr(wgmma, "k_step", lambda elem_bytes: 16)
-    kernel = typed_gemm(fp8e4m3)
     rng = np.random.default_rng(1)
     e4m3 = ml_dtypes.float8_e4m3fn
     a, b = rng.standard_normal((64, 128)).astype(e4m3), rng.standard_normal((64, 128)).astype(e4m3)
@@ -761,7 +760,7 @@ def test_fp8_wgmma_with_the_bf16_k_step_is_caught(monkeypatch: pytest.MonkeyPatc
     from tkc.backend.simulator import SimulationError
 
     try:
-        interp, sim = run_both(kernel, [a, b, c], (1, 1), target="sm_90a")
+        interp, sim = run_both(typed_gemm, [a, b, c], (1, 1), {"DT": fp8e4m3}, target="sm_90a")
     except SimulationError as e:  # its reads run past the tile into the stage the next TMA load fills: a race
         assert "still reads" in str(e), e
         return
