@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the GPU tests, the kernel probes, the benchmarks of record (tables to $OUT for bench/collect.py),
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
-# steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 bench-attention bench-attention-variants bench-attention-focus
+# steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check small-batch sanitize
@@ -26,6 +26,8 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 400 python3 bench/scaled_mm.py > "$OUT/bench-scaled-mm.log" 2>&1; tail -14 "$OUT/bench-scaled-mm.log" ;;
     probe-fp8)  # scaled_mm_kernel configurations beside scaled_mm() and cuBLASLt (bench/probe_fp8.py; PROBE_ARGS="--only W8")
         timeout 400 python3 bench/probe_fp8.py ${PROBE_ARGS:-} > "$OUT/probe-fp8.log" 2>&1; tail -24 "$OUT/probe-fp8.log" ;;
+    probe-cluster)  # 2-block clusters with B multicast beside gemm() / scaled_mm() and cuBLAS(Lt) (bench/probe_cluster.py)
+        timeout 500 python3 bench/probe_cluster.py ${PROBE_ARGS:-} > "$OUT/probe-cluster.log" 2>&1; tail -40 "$OUT/probe-cluster.log" ;;
     bench-attention)
         timeout 400 python3 bench/attention.py --rounds 5 > "$OUT/bench-attention.log" 2>&1; tail -28 "$OUT/bench-attention.log" ;;
     bench-attention-variants)  # attention() beside attention_sm90 with ping-pong / overlap, at the sizes

@@ -156,6 +156,24 @@ def test_reader_takes_the_dtype_a_constant_gives() -> None:
         launch.check_arguments(gemm_kernel, (torch.empty(64, 64, dtype=torch.float16),) * 3, spec.values)
 
 
+def _fake_launch_driver(monkeypatch: pytest.MonkeyPatch, calls: list) -> None:
+    """A stand-in driver that records each launch call: (function name, its CUlaunchConfig's attributes or None)."""
+    from types import SimpleNamespace
+
+    from tkc.runtime import driver
+
+    def attribute() -> SimpleNamespace:
+        return SimpleNamespace(value=SimpleNamespace(clusterDim=SimpleNamespace()))
+
+    fake = SimpleNamespace(
+        CUstream=lambda handle: handle, CUlaunchAttribute=attribute, CUlaunchConfig=SimpleNamespace,
+        CUlaunchAttributeID=SimpleNamespace(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION=6,
+                                            CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION=4),
+        cuLaunchKernel=lambda *args: calls.append(("cuLaunchKernel", None)) or (0,),
+        cuLaunchKernelEx=lambda config, *args: calls.append(("cuLaunchKernelEx", config.attrs)) or (0,))
+    monkeypatch.setattr(driver, "driver", lambda: fake)
+
+
 @pytest.mark.parametrize("setting, prefers, waits, expected", [
     (None, True, True, "cuLaunchKernelEx"),    # the kernel's own choice (@tkc.kernel(dependent_launch=True))
     (None, False, True, "cuLaunchKernel"),
@@ -167,23 +185,34 @@ def test_reader_takes_the_dtype_a_constant_gives() -> None:
 def test_which_launches_are_dependent(setting, prefers, waits, expected, monkeypatch) -> None:
     """Programmatic dependent launch only for kernels that wait for their predecessors themselves, where the kernel
     asks for it or the environment turns it on for all (a stand-in driver records the call)."""
-    from types import SimpleNamespace
-
     from tkc.runtime import driver
 
-    calls: list[str] = []
-    fake = SimpleNamespace(
-        CUstream=lambda handle: handle, CUlaunchAttribute=SimpleNamespace, CUlaunchConfig=SimpleNamespace,
-        CUlaunchAttributeID=SimpleNamespace(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION=6),
-        cuLaunchKernel=lambda *args: calls.append("cuLaunchKernel") or (0,),
-        cuLaunchKernelEx=lambda *args: calls.append("cuLaunchKernelEx") or (0,))
-    fake_attribute = SimpleNamespace(value=SimpleNamespace())
-    fake.CUlaunchAttribute = lambda: fake_attribute
-    monkeypatch.setattr(driver, "driver", lambda: fake)
+    calls: list = []
+    _fake_launch_driver(monkeypatch, calls)
     monkeypatch.setattr(driver, "DEPENDENT_LAUNCH", setting)
     kernel = driver.LoadedKernel(None, "f", 64, 0, dependent_launch=waits, prefers_dependent_launch=prefers)
     driver.launch(kernel, (4, 1, 1), 7, 0)
-    assert calls == [expected]
+    assert [name for name, _ in calls] == [expected]
+
+
+@pytest.mark.parametrize("dependent", [False, True])
+def test_cluster_launch(dependent: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel of clusters launches through cuLaunchKernelEx with its cluster shape (and programmatic
+    serialization where dependent); a grid of partial clusters is refused before the driver sees it."""
+    from tkc.runtime import driver
+
+    calls: list = []
+    _fake_launch_driver(monkeypatch, calls)
+    monkeypatch.setattr(driver, "DEPENDENT_LAUNCH", dependent)
+    kernel = driver.LoadedKernel(None, "f", 64, 0, dependent_launch=True, cluster=2, name="k")
+    driver.launch(kernel, (4, 1, 1), 7, 0)
+    (name, attrs), = calls
+    assert name == "cuLaunchKernelEx"
+    assert [a.id for a in attrs] == [6, 4][1 - dependent:]
+    assert (attrs[-1].value.clusterDim.x, attrs[-1].value.clusterDim.y, attrs[-1].value.clusterDim.z) == (2, 1, 1)
+    with pytest.raises(ValueError, match=r"kernel `k` runs in clusters of 2 blocks along x: the grid's x \(5\)"):
+        driver.launch(kernel, (5, 1, 1), 7, 0)
+    assert len(calls) == 1
 
 
 def test_dependent_launch_option_must_be_a_bool() -> None:
@@ -341,7 +370,7 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
 
     attention_module = importlib.import_module("tkc.kernels.attention")
     cuda, launches = _fake_gpu(monkeypatch)
-    monkeypatch.setattr(launch, "blocks_per_multiprocessor", lambda loaded: 1)
+    monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: sms)
     monkeypatch.setattr(attention_module, "_PLANS", {})
     monkeypatch.setitem(attention_module.MULTIPROCESSORS, 0, 132)
     q, k, v = cuda(2, 3, 200, 64), cuda(2, 3, 300, 64), cuda(2, 3, 300, 64)
@@ -376,7 +405,7 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
     from tkc.runtime import launch
 
     cuda, _ = _fake_gpu(monkeypatch)
-    monkeypatch.setattr(launch, "blocks_per_multiprocessor", lambda loaded: 1)
+    monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: sms)
     monkeypatch.setitem(_checks.MULTIPROCESSORS, 0, 132)
     monkeypatch.setitem(_checks._HOPPER, 0, True)
     rng = random.Random(0)
@@ -436,7 +465,7 @@ def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -
 
     module = importlib.import_module("tkc.kernels.scaled_mm")
     cuda, launches = _fake_gpu(monkeypatch)
-    monkeypatch.setattr(launch, "blocks_per_multiprocessor", lambda loaded: 1)
+    monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: sms)
     monkeypatch.setattr(module, "_PLANS", {})
     monkeypatch.setitem(importlib.import_module("tkc.kernels._checks").MULTIPROCESSORS, 0, 132)
     checked, check_tensor = [], module.check_tensor

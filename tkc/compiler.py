@@ -296,10 +296,11 @@ class CompiledKernel:
     threads: int
     shared_bytes: int  # dynamic shared memory to request (the kernel's buffers + 1 KB to align them)
     dependent_launch: bool = False  # it waits for the kernels before it itself (griddepcontrol.wait, sm_90)
+    cluster: int = 1  # blocks per cluster along x (.reqnctapercluster): the launch must say so too
 
     def meta(self) -> dict[str, Any]:
         return {"name": self.name, "params": self.params, "threads": self.threads, "shared_bytes": self.shared_bytes,
-                "dependent_launch": self.dependent_launch}
+                "dependent_launch": self.dependent_launch, "cluster": self.cluster}
 
 
 def compile_for_launch(kernel: Any, target: str, constants: Mapping[str, Any], aligns: Mapping[str, int],
@@ -319,4 +320,5 @@ def compile_for_launch(kernel: Any, target: str, constants: Mapping[str, Any], a
         threads=ptx_kernel.threads.data,
         shared_bytes=shared + 1024 if shared else 0,
         dependent_launch=any(isinstance(op, GridDependencyOp) for op in ptx_kernel.body.block.ops),
+        cluster=ptx_kernel.cluster_blocks,
     )

@@ -83,3 +83,10 @@ class KernelArgumentError(TkcError, ValueError):
 
 class KernelTypeError(TkcError, TypeError):
     """An argument of the wrong kind (a float where a tensor is expected, ...)."""
+
+
+def check_cluster_grid(grid: tuple[int, int, int], cluster: int, kernel: str) -> None:
+    """A kernel that runs in clusters of `cluster` blocks (consecutive in x) needs whole clusters."""
+    if grid[0] % cluster:
+        raise KernelArgumentError(f"kernel `{kernel}` runs in clusters of {cluster} blocks along x: the grid's x "
+                                  f"({grid[0]}) must be a multiple of {cluster}")

@@ -237,6 +237,12 @@ def warpgroup_id():
 
 
 @_op
+def cluster_rank():
+    """The index of this block in its cluster (`@tkc.kernel(cluster=N)`: N blocks consecutive in x, so
+    `block_idx()[0] % N`); 0 without clusters."""
+
+
+@_op
 def cdiv(a, b):
     """Ceiling division of integers: `cdiv(n, 64)` blocks of 64 cover n."""
 
@@ -515,11 +521,13 @@ def mm_AtBt(a, b):
 
 # Memory
 @_op
-def load(src, index=None, spec=None):
+def load(src, index=None, spec=None, multicast=False):
     """Load a tile or vector.
 
     `load(G, (b, h, i, j), rt[bf16, 16, 64])` or `st[...]`: from a global tensor; the last indices count in
     tiles (rows i·16 .. i·16+15 here), the leading ones in elements. Past the end of G it reads zeros.
+    `multicast=True` (a shared tile, in a kernel with `cluster=N`): every block of the cluster loads this same
+    tile, so a TMA ring copies it once for all of them (each block fetching 1/N of its rows into every block).
     `load(s)`: a whole shared tile into registers; `load(s, (i, j), rt[bf16, 16, 64])`: one sub-tile of it.
     """
 

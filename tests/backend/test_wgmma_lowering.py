@@ -163,7 +163,7 @@ def test_hopper_gemm_kernel_simulated(trans_b: int, warps: int, m: int, n: int, 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("variant", ["tma", "cp.async", "producer", "smaller 1", "smaller 2", "smaller 3", "smaller 4",
-                                     "few rows 16", "few rows 32"])
+                                     "few rows 16", "few rows 32", "cluster"])
 def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> None:
     """What gemm() launches on Hopper (and the producer variant), also its smaller tiles for skinny products: no
     spills, no stack, none of ptxas's setmaxnreg-ignored / wgmma-serialized notes (C7508, C7511, C7515)."""
@@ -183,6 +183,8 @@ def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> No
         aligns = {"A": 2, "B": 2, "C": 2}
     elif variant == "producer":
         constants.update(PRODUCER=1)
+    elif variant == "cluster":
+        constants.update(CLUSTER=2)
     compiled = compile_for_launch(kernel, "sm_90a", constants, aligns)
     (report,) = ptxas.assemble(compiled.ptx, "sm_90a").values()
     assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_bytes == 0, report.log
@@ -206,6 +208,58 @@ def test_persistent_gemm_simulated(trans_b: int, warps: int, producer: int, stag
     ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
     assert rel_err(interp[2], ref) < 1e-2
     assert rel_err(sim[2], interp[2]) < 1e-4
+
+
+@pytest.mark.parametrize("trans_b, warps, producer, tma_store, grid, m, order", [
+    (0, 4, 0, 0, 2, 150, "sliced"), (1, 8, 0, 1, 4, 150, "shuffled"), (0, 8, 1, 1, 2, 300, "sliced"),
+    (1, 4, 1, 0, 6, 64, "descending")])
+def test_cluster_gemm_simulated(trans_b: int, warps: int, producer: int, tma_store: int, grid: int, m: int,
+                                order: str) -> None:
+    """gemm_sm90_kernel in clusters of two blocks stacked in M, B's slices multicast (each block copies half of
+    each into both): the blocks of a cluster run together in the simulator. Odd tile rows (a last stack with a
+    block past M's end, which still copies its half of B), persistent blocks walking several stacks."""
+    from tkc.kernels import gemm_sm90_kernel
+
+    rng = np.random.default_rng(m + grid)
+    n, k = 136, 96
+    a = random_bf16(rng, m, k)
+    b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
+    c = np.full((m, n), np.nan, dtype=a.dtype)
+    constants = {"TRANS_B": trans_b, "BN": 64, "BK": 32, "STAGES": 3, "WARPS": warps, "PRODUCER": producer,
+                 "TMA_STORE": tma_store, "CLUSTER": 2}
+    interp, sim = run_both(gemm_sm90_kernel, [a, b, c], (grid,), constants, target="sm_90a", order=order)
+    ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
+    assert rel_err(interp[2], ref) < 1e-2
+    assert rel_err(sim[2], interp[2]) < 1e-4
+
+
+@pytest.mark.parametrize("mutation", ["release counted per block", "no cluster barrier after init",
+                                      "no cluster barrier before exit"])
+@pytest.mark.parametrize("order", ["ascending", "shuffled"])
+def test_cluster_protocol_mutations_are_caught(mutation: str, order: str) -> None:
+    """The simulator catches a multicast ring whose empty barriers count one block's releases (a peer's producer
+    refills a stage under a running wgmma), a block signalling its peer's barriers before the peer initialized them,
+    and a block signalling a peer that has exited."""
+    from tkc.backend import ptx
+    from tkc.backend.simulator import SimulationError, simulate
+    from tkc.compiler import lower_kernel
+    from tkc.kernels import gemm_sm90_kernel
+
+    rng = np.random.default_rng(1)
+    a, b = random_bf16(rng, 150, 96), random_bf16(rng, 96, 136)
+    constants = {"BN": 64, "BK": 32, "STAGES": 2, "WARPS": 4, "CLUSTER": 2}
+    module = lower_kernel(gemm_sm90_kernel, "sm_90a", constants, aligns={"A": 16, "B": 16, "C": 16})
+    kernel = next(op for op in module.walk() if isinstance(op, ptx.KernelOp))
+    barriers = [op for op in kernel.body.block.ops if isinstance(op, ptx.ClusterBarrierOp)]
+    if mutation == "release counted per block":
+        for op in kernel.body.block.ops:
+            if isinstance(op, ptx.MbarrierOp) and op.kind.data == "init" and op.count.data > 1:
+                op.count = type(op.count)(op.count.data // 2)
+    for op in barriers[:2] if mutation == "no cluster barrier after init" else barriers[2:] if "exit" in mutation else []:
+        op.detach()
+        op.erase()
+    with pytest.raises(SimulationError):
+        simulate(module, "gemm_sm90_kernel", [a, b, np.zeros((150, 136), a.dtype)], (2,), order=order)
 
 
 @pytest.mark.parametrize("trans_b, warps, producer, grid, m, n", [(0, 4, 0, 1, 150, 136), (1, 8, 1, 2, 200, 72),

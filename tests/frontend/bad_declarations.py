@@ -167,6 +167,22 @@ def bad_stagger():
     return k
 
 
+def bad_cluster():
+    @tkc.kernel(cluster=5)  # ERROR
+    def k(A: gl[bf16, 2]):
+        pass
+
+    return k
+
+
+def cluster_on_sm80():
+    @tkc.kernel(cluster=2)  # ERROR
+    def k(A: gl[bf16, 2]):
+        pass
+
+    return k
+
+
 def bad_late_sums():
     @tkc.kernel(late_sums=2)  # ERROR
     def k(A: gl[bf16, 2]):

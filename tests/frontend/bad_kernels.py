@@ -132,6 +132,36 @@ def fp8_mma_ab():
     return k
 
 
+def multicast_into_registers():
+    @tkc.kernel(cluster=2, min_target="sm_90a")
+    def k(A: gl[bf16, 2], C: gl[bf16, 2]):
+        a = load(A, (0, 0), rt[bf16, 16, 64], multicast=True)  # ERROR
+        store(C, a, (0, 0))
+
+    return k
+
+
+def multicast_not_a_constant():
+    @tkc.kernel(cluster=2, min_target="sm_90a")
+    def k(A: gl[bf16, 2], C: gl[bf16, 2]):
+        s = load(A, (0, 0), st[bf16, 64, 64], multicast=block_idx()[0] > 0)  # ERROR
+        store(C, load(s), (0, 0))
+
+    return k
+
+
+def multicast_slice_of_partial_swizzle_rows():
+    @tkc.kernel(cluster=4, min_target="sm_90a")
+    def k(A: gl[bf16, 2], C: gl[f32, 2]):
+        acc = zeros(rt[f32, 16, 16])
+        for j in range(cdiv(A.shape[1], 64)):
+            b = load(A, (0, j), st[bf16, 16, 64], multicast=True)  # ERROR
+            acc = mma_ABt(load(b, (0, 0), rt[bf16, 16, 64]), load(b, (0, 0), rt[bf16, 16, 64]), acc)
+        store(C, acc, (0, 0))
+
+    return k
+
+
 def fp8_register_tile():
     @tkc.kernel
     def k(A: gl[fp8e4m3, 2], C: gl[f32, 2]):

@@ -99,6 +99,8 @@ def test_shape_mismatch(case: Case) -> None:
     Case(bad.mma_f32_inputs, ["mma_ABt", "bf16 or f16", ".to(bf16)"], at="mma_ABt("),
     Case(bad.fp8_mma_ab, ["mma_AB", "K-major", "mma_ABt", "st[fp8e4m3, 64, 64]"], at="mma_AB("),
     Case(bad.fp8_register_tile, ["rt[fp8e4m3", "global and shared memory only"], at="rt["),
+    Case(bad.multicast_into_registers, ["multicast=True", "rt[bf16, 16, 64]", "registers"], at="load("),
+    Case(bad.multicast_not_a_constant, ["multicast must be True or False when the kernel is compiled"], at="load("),
     Case(bad.fp8_convert_in_registers, ["registers do not hold fp8", "store an f32"], at="load("),
     Case(bad.fp8_k_step, ["mma_ABt", "steps of 32", "st[fp8e4m3, 64, 48]"], at="mma_ABt("),
     Case(bad.elementwise_dtypes, ["add", "dtype mismatch", "rt[bf16, 16, 32]", "rt[f32, 16, 32]", ".to("], at="a + b"),
@@ -283,6 +285,9 @@ def test_unknown_constant(case: Case) -> None:
     Case(decl.bad_warps, ["warps", "1 to 32", "got 0"], at="warps=0"),
     Case(decl.bad_stagger, ["stagger", "0 to 8", "got 9"], at="stagger=9"),
     Case(decl.bad_late_sums, ["late_sums", "0 to 1", "got 2"], at="late_sums=2"),
+    Case(decl.bad_cluster, ["cluster", "1 to 4", "got 5"], at="cluster=5"),
+    Case(decl.cluster_on_sm80, ["clusters of blocks (cluster=2) need sm_90a, not sm_80"], at="cluster=2",
+         target="sm_80"),
     Case(decl.unknown_decorator_argument, ["warps=", "min_target=", "not wraps="], at="tkc.kernel("),
 )
 def test_target_and_decorator(case: Case) -> None:
@@ -322,6 +327,17 @@ def test_language_outside_a_kernel(case: Case) -> None:
 )
 def test_other_misuse(case: Case) -> None:
     check(case)
+
+
+def test_multicast_share_of_whole_swizzle_patterns() -> None:
+    """insert-tma-pipeline's error for a multicast tile that does not split into 8-row shares, at the load."""
+    from tkc.compiler import lower_kernel
+
+    with pytest.raises(TkcError) as info:
+        lower_kernel(bad.multicast_slice_of_partial_swizzle_rows(), "sm_90a", {})
+    line, _ = marked_line(bad.multicast_slice_of_partial_swizzle_rows)
+    assert info.value.loc is not None and info.value.loc.line == line
+    assert "st[bf16, 16, 64] over a cluster of 4 blocks: each block copies 16/4 rows" in info.value.message
 
 
 def test_every_case_is_tested() -> None:

@@ -41,6 +41,9 @@ def main() -> None:
         for producer, tma_store in ((0, 0), (1, 0), (0, 1), (1, 1)):
             gemm_sm90_kernel[(2,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=3, PRODUCER=producer, TMA_STORE=tma_store,
                                    target="sm_90a")
+            # one cluster of two blocks walking 4 stacks of 2 tiles, B multicast (each block copies half into both)
+            gemm_sm90_kernel[(2,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=3, PRODUCER=producer, TMA_STORE=tma_store,
+                                   CLUSTER=2, target="sm_90a")
     for causal in (False, True):
         for d in (64, 128):
             q, k, v = (torch.randn(1, 2, 512, d, device="cuda", dtype=bf) for _ in range(3))

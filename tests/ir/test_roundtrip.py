@@ -148,6 +148,7 @@ def _op_cases() -> dict[str, str]:
         "num_blocks": "%x = tile.num_blocks x\n%y = tile.num_blocks y {tkc.note}\n%z = tile.num_blocks z",
         "warp_id": "%w = tile.warp_id\n%v = tile.warp_id {tkc.note = \"x\"}",
         "warpgroup_id": "%g = tile.warpgroup_id",
+        "cluster_rank": "%r = tile.cluster_rank\n%s = tile.cluster_rank {tkc.note}",
         "dim": "%n = tile.dim %g4[3] : !tile.gl<?x?x?x?xf32>\n%m = tile.dim %gs[0] {tkc.note} : !tile.gl<8x?xbf16>",
         "fill-rt": "%t = tile.fill 1.5 : !tile.rt<16x32xf32>\n%u = tile.fill -inf : !tile.rt<16x32xbf16, col>",
         "fill-rv": "%t = tile.fill inf : !tile.rv<16xf32>\n%u = tile.fill nan {tkc.note} : !tile.rv<16xf32, align>",
@@ -169,6 +170,7 @@ def _op_cases() -> dict[str, str]:
         "broadcast_col": "%a = tile.broadcast_col %rva : !tile.rv<16xf32, align> -> !tile.rt<32x16xf32, col>",
         "load-gl-rt": "%a = tile.load %g4[%i, %i, %i, %i] : !tile.gl<?x?x?x?xf32> -> !tile.rt<16x64xbf16>",
         "load-gl-st": "%a = tile.load %g2[%i, %i] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16, swizzle 128>",
+        "load-gl-st-multicast": "%a = tile.load %g2[%i, %i] {tkc.multicast} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>",
         "load-gl-st-rows": "%a = tile.load %g2[%i, %i] {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>",
         "load-gl-rv": "%a = tile.load %g2[%i, %i] : !tile.gl<?x?xbf16> -> !tile.rv<64xf32>",
         "load-gl-sv": "%a = tile.load %g1[%i] {tkc.note} : !tile.gl<?xf16> -> !tile.sv<64xf16>",
@@ -204,6 +206,10 @@ def _op_cases() -> dict[str, str]:
                "!tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>, !tile.stage_barriers<3, 128>\n"
                "tile.stage_wait %b[%i] {tkc.note} : !tile.stage_barriers<3, 128>\n"
                "tile.stage_release %b[%i] : !tile.stage_barriers<3, 128>",
+        "tma-cluster": "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>\n"
+                       "%b = tile.stage_barriers : !tile.stage_barriers<3, 128, 2>\n"
+                       "tile.tma_load %g2[%i, %i], %r, %b[%i] {tkc.multicast} : !tile.gl<?x?xbf16> -> "
+                       "!tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>, !tile.stage_barriers<3, 128, 2>",
     }
     for fn in UNARY_FUNCTIONS:
         cases[f"unary-{fn}"] = (

@@ -292,6 +292,14 @@ WGMMA_CASES.append(Bad("tile.load", "%s = tile.empty : !tile.st<128x64xbf16>\n"
                        "load: a view of st[bf16, 128, 64] takes whole rows or whole columns of the same dtype: "
                        "st[bf16, R, 64] or st[bf16, 128, C], got st[bf16, 64, 32]"))
 
+WGMMA_CASES.append(Bad("tile.load", "%a = tile.load %g2[%i, %i] {tkc.multicast} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xbf16>",
+                       "load: only a global → shared tile load may be multicast"))
+WGMMA_CASES.append(Bad("tile.tma_load", "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>\n"
+                                        "%b = tile.stage_barriers : !tile.stage_barriers<3, 128>\n"
+                                        "tile.tma_load %g2[%i, %i], %r, %b[%i] {tkc.multicast} : !tile.gl<?x?xbf16> -> "
+                                        "!tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>, !tile.stage_barriers<3, 128>",
+                       "a multicast tma_load needs the stage barriers of a cluster"))
+
 OP_CASES = _mma_cases() + _elementwise_cases() + OTHER_CASES + WGMMA_CASES
 
 

@@ -8,6 +8,14 @@ thread 0 (its warp spins on the empty barrier), or the first thread of the produ
 warp-specialized kernel. TMA stores (insert-tma-stores) go through a staging tile per warp. A tile's TMA boxes are its column panels (one per swizzle width,
 `backend/shared_layout.py`), each from a tensor map passed as a kernel parameter named
 `{tensor}_tmap_{rows}x{cols}_sw{swizzle}`, which the launcher and the simulator build from the tensor.
+
+A ring shared by a cluster of C blocks (`!tile.stage_barriers<S, A, C>`, multicast loads): each block's producer
+copies rows [r·R/C, (r+1)·R/C) of a multicast tile (r its rank in the cluster) into the stage of every block
+(`.multicast::cluster`), so a stage is free only when every block has released it: a warp releases a stage once
+all its lanes are done (`bar.warp.sync`), lane r arriving on block r's empty barrier (`mapa` + a remote
+`mbarrier.arrive`), whose count is the consumer warps times C. Cluster barriers follow the barriers' init (no
+block may signal a barrier its peer has not initialized) and precede the exit (none may signal a peer that has
+exited).
 """
 
 from __future__ import annotations
@@ -88,17 +96,25 @@ def _spin(lw: KernelLowering, addr: SSAValue, offset: int, parity: Any) -> None:
 @handles(m.StageBarriersOp)
 def lower_stage_barriers(lw: KernelLowering, op: m.StageBarriersOp) -> list[Any]:
     type_ = op.result.type
-    stages, arrivals = type_.stages.data, type_.arrivals.data
+    stages, arrivals, cluster = type_.stages.data, type_.arrivals.data, type_.cluster.data
     if arrivals != 32 * lw.consumer_warps:
         raise TkcError(f"internal: stage barriers for {arrivals} releasing threads, but {32 * lw.consumer_warps} "
                        "threads compute")
+    if cluster > 1 and cluster != lw.cluster:
+        raise TkcError(f"internal: stage barriers for a cluster of {cluster} blocks in a kernel of clusters of "
+                       f"{lw.cluster}")
+    releases = arrivals if cluster == 1 else arrivals // 32 * cluster  # a cluster's: a warp of each block
     base = shared_base(lw, _offset_of(op))
     first = _thread0(lw)
     for s in range(stages):
         lw.emit(ptx.MbarrierOp("init", base, offset=8 * s, count=1, guard=first))
-        lw.emit(ptx.MbarrierOp("init", base, offset=8 * (stages + s), count=arrivals, guard=first))
+        lw.emit(ptx.MbarrierOp("init", base, offset=8 * (stages + s), count=releases, guard=first))
     lw.emit(ptx.FenceOp("mbarrier_init.release.cluster"))  # the inits, visible to the other threads and to TMA
-    lw.emit(ptx.BarSyncOp(0))
+    if cluster > 1:  # ... and to the other blocks of the cluster, which signal them
+        lw.emit(ptx.ClusterBarrierOp("arrive"))
+        lw.emit(ptx.ClusterBarrierOp("wait"))
+    else:
+        lw.emit(ptx.BarSyncOp(0))
     return [BarriersRef(base, type_)]
 
 
@@ -131,7 +147,9 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
     if not name or op.source not in lw.fn.body.block.args:
         raise TkcError("internal: a TMA load reads a kernel argument")
     rank = op.source.type.rank  # type: ignore[attr-defined]
-    tmap = _tensor_map(lw, f"{name}_tmap{'n' if rank > 2 else ''}_{rows}x{panel_cols}_sw{swizzle}")
+    multicast = "tkc.multicast" in op.attributes
+    share = rows // op.bars.type.cluster.data if multicast else rows  # type: ignore[attr-defined]  # rows it copies
+    tmap = _tensor_map(lw, f"{name}_tmap{'n' if rank > 2 else ''}_{share}x{panel_cols}_sw{swizzle}")
     ring = lw.value(op.ring)
     addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=False)
     step = lw.value(op.step)
@@ -144,9 +162,15 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
         dst_offset = 0
     coords, where = _box_coordinates(lw, global_coords(lw, op), rows, cols, panel_cols, panels)
     guard = _guard(lw, _producer_thread(lw))
+    mask = None
+    if multicast:  # this block's 1/C of the rows (boxes of R/C rows), into the same place in every block
+        mine = lw.at_entry("cluster_rank", lambda: lw.emit(ptx.SpecialOp("%cluster_ctarank")).results[0])
+        lw.op("mad.lo.s32", None, mine, Imm(share), (coords, np.array([panels])), into=coords, dest=[panels], n=1)
+        dst = lw.op("mad.lo.s32", "b32", mine, Imm(share * swizzle), lw.reg(dst), n=1)
+        mask = lw.at_entry("cluster_mask", lambda: lw.op("mov.b16", "b16", Imm((1 << lw.cluster) - 1), n=1))
     for p in range(panels):
         lw.emit(ptx.TmaLoadOp(dst, 0, dst_offset + p * rows * swizzle, tmap, coords, [p, *where], addr, 0, offset,
-                              guard=guard))
+                              guard=guard, mask=mask))
 
 
 def _box_coordinates(lw: KernelLowering, indices: Any, rows: int, cols: int, panel_cols: int,
@@ -179,6 +203,15 @@ def lower_stage_wait(lw: KernelLowering, op: m.StageWaitOp) -> None:
 @handles(m.StageReleaseOp)
 def lower_stage_release(lw: KernelLowering, op: m.StageReleaseOp) -> None:
     addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=True)
+    if op.bars.type.cluster.data > 1:  # type: ignore[attr-defined]
+        # the stage's multicast slices came from every block's producer: a warp done with it tells each block
+        lw.emit(ptx.WarpSyncOp())
+        lane = lw.thread_env["lane"]
+        signals = lw.at_entry("lane<cluster", lambda: lw.op("setp.lt.u32", "pred", lane, Imm(lw.cluster), n=1))
+        rank = lw.expr(Leaf("lane") % lw.cluster)  # (lanes past the cluster's size map a valid rank, unused)
+        remote = lw.op("mapa.shared::cluster.u32", "b32", lw.op("add.s32", "b32", addr, Imm(offset), n=1), rank, n=1)
+        lw.emit(ptx.MbarrierOp("arrive_cluster", remote, guard=_guard(lw, signals)))
+        return
     if op.bars in _read_by_generic_loads(lw.fn):
         # the stage was read by ldmatrix (the generic proxy) and the next TMA load into it writes through the async
         # proxy: the mbarrier alone did not order them on the H200 (a stage released right after its ldmatrix was

@@ -123,18 +123,20 @@ class _TableOp(IRDLOperation):
 
 @irdl_op_definition
 class KernelOp(IRDLOperation):
-    """`ptx.kernel @name(params) {maxntid = N} { flat list of ops }`: one `.visible .entry`."""
+    """`ptx.kernel @name(params) {maxntid = N} { flat list of ops }`: one `.visible .entry`; with `cluster` N,
+    launched in clusters of N blocks along x (`.reqnctapercluster N, 1, 1`)."""
 
     name = "ptx.kernel"
     sym_name = prop_def(StringAttr)
     params = prop_def(ArrayAttr[StringAttr])  # "name:.u64" entries, in order
     threads = prop_def(IntAttr)
     min_blocks = opt_prop_def(IntAttr)
+    cluster = opt_prop_def(IntAttr)
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), NoTerminator())
 
     def __init__(self, name: str, params: Sequence[tuple[str, str]], threads: int, body: Block,
-                 min_blocks: int | None = None):
+                 min_blocks: int | None = None, cluster: int = 1):
         props: dict[str, Attribute] = {
             "sym_name": StringAttr(name),
             "params": ArrayAttr([StringAttr(f"{n}:{t}") for n, t in params]),
@@ -142,7 +144,13 @@ class KernelOp(IRDLOperation):
         }
         if min_blocks is not None:
             props["min_blocks"] = IntAttr(min_blocks)
+        if cluster > 1:
+            props["cluster"] = IntAttr(cluster)
         super().__init__(properties=props, regions=[Region(body)])
+
+    @property
+    def cluster_blocks(self) -> int:
+        return self.cluster.data if self.cluster is not None else 1
 
     @property
     def param_list(self) -> list[tuple[str, str]]:
@@ -723,6 +731,8 @@ class FenceOp(IRDLOperation):
 class MbarrierOp(IRDLOperation):
     """One mbarrier instruction on the 8-byte barrier at shared address `addr[addr_index] + offset`:
     `init` (`mbarrier.init.shared::cta.b64 [bar], count;`), `arrive` (`mbarrier.arrive.shared::cta.b64 _, [bar];`),
+    `arrive_cluster` (`mbarrier.arrive.release.cluster.shared::cluster.b64 _, [bar];`: `addr` a shared::cluster
+    address from `mapa`, the barrier of any block of the cluster),
     `arrive_expect_tx` (`mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], count;` with count = bytes) or
     `try_wait` (`mbarrier.try_wait.parity.shared::cta.b64 %p, [bar], parity;`, parity = `parity[parity_index]`,
     result: whether the phase with that parity has completed). A guard predicate (register 0 of `guard`) picks the
@@ -753,8 +763,9 @@ class MbarrierOp(IRDLOperation):
 
     def verify_(self) -> None:
         kind = self.kind.data
-        if kind not in ("init", "arrive", "arrive_expect_tx", "try_wait"):
-            raise VerifyException(f"mbarrier kind {kind!r} is not one of init, arrive, arrive_expect_tx, try_wait")
+        if kind not in ("init", "arrive", "arrive_cluster", "arrive_expect_tx", "try_wait"):
+            raise VerifyException(f"mbarrier kind {kind!r} is not one of init, arrive, arrive_cluster, "
+                                  "arrive_expect_tx, try_wait")
         if (kind in ("init", "arrive_expect_tx")) != (self.count is not None):
             raise VerifyException(f"mbarrier {kind}: a count goes with init and arrive_expect_tx only")
         if (kind == "try_wait") != (self.parity is not None):
@@ -766,7 +777,9 @@ class TmaLoadOp(_TableOp):
     """`cp.async.bulk.tensor.Rd.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [tmap, {c0, ..}], [bar];`
     issued by one thread: the box of the tensor map at coordinates `coords[coord_index]` (innermost first, in
     elements) lands at shared `dst[dst_index] + dst_offset` and counts its bytes on the mbarrier. The guard
-    predicate (register 0 of `guard`) picks the issuing thread."""
+    predicate (register 0 of `guard`) picks the issuing thread. With `mask` (a b16 register, `.multicast::cluster`)
+    the box lands at that address in every block of the cluster whose bit is set, and counts on the mbarrier at the
+    same offset in each."""
 
     name = "ptx.tma_load"
     dst_index = prop_def(IntAttr)
@@ -779,13 +792,15 @@ class TmaLoadOp(_TableOp):
     coords = operand_def(RegsType)
     bar = operand_def(RegsType)
     guard = opt_operand_def(RegsType)
+    mask = opt_operand_def(RegsType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
     traits = traits_def(MemoryWriteEffect())
 
     def __init__(self, dst: SSAValue, dst_index: int, dst_offset: int, tmap: SSAValue, coords: SSAValue,
                  coord_index: Sequence[int], bar: SSAValue, bar_index: int = 0, bar_offset: int = 0,
-                 guard: SSAValue | None = None):
+                 guard: SSAValue | None = None, mask: SSAValue | None = None):
         super().__init__(
-            operands=[dst, tmap, coords, bar, [guard] if guard is not None else []],
+            operands=[dst, tmap, coords, bar, [guard] if guard is not None else [], [mask] if mask is not None else []],
             properties={"dst_index": IntAttr(dst_index), "dst_offset": IntAttr(dst_offset),
                         "coord_index": _ints(coord_index), "bar_index": IntAttr(bar_index), "bar_offset": IntAttr(bar_offset)},
         )
@@ -884,7 +899,27 @@ class ElectOp(IRDLOperation):
         super().__init__(result_types=[regs("pred", 1)])
 
 
+@irdl_op_definition
+class ClusterBarrierOp(IRDLOperation):
+    """`barrier.cluster.arrive.release.aligned;` (kind arrive) or `barrier.cluster.wait.acquire.aligned;` (wait):
+    every thread of every block of the cluster arrives, then waits until all have; what each wrote before its
+    arrival (mbarrier inits included) is visible to all after the wait."""
+
+    name = "ptx.cluster_barrier"
+    kind = prop_def(StringAttr)
+    traits = traits_def(MemoryWriteEffect())
+    KINDS: ClassVar[tuple[str, ...]] = ("arrive", "wait")
+
+    def __init__(self, kind: str):
+        super().__init__(properties={"kind": StringAttr(kind)})
+
+    def verify_(self) -> None:
+        if self.kind.data not in self.KINDS:
+            raise VerifyException(f"cluster barrier: kind must be one of {self.KINDS}, got {self.kind.data!r}")
+
+
 PTX_OPS = [KernelOp, ParamOp, SpecialOp, RegsOp, InstrOp, LoadOp, StoreOp, CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp,
            LdmatrixOp, MmaOp, BarSyncOp, LabelOp, BraOp, RetOp, ParamAddrOp, WgmmaOp, WgmmaSyncOp, FenceOp,
-           MbarrierOp, TmaLoadOp, TmaStoreOp, BulkGroupOp, WarpSyncOp, SetmaxnregOp, GridDependencyOp, ElectOp]
+           MbarrierOp, TmaLoadOp, TmaStoreOp, BulkGroupOp, WarpSyncOp, SetmaxnregOp, GridDependencyOp, ElectOp,
+           ClusterBarrierOp]
 Ptx = Dialect("ptx", PTX_OPS, [RegsType])

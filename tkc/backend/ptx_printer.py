@@ -66,6 +66,8 @@ def emit_kernel(kernel: ptx.KernelOp, out: StringIO) -> None:
     out.write(f".maxntid {kernel.threads.data}, 1, 1\n")
     if kernel.min_blocks is not None:
         out.write(f".minnctapersm {kernel.min_blocks.data}\n")
+    if kernel.cluster is not None:
+        out.write(f".reqnctapercluster {kernel.cluster.data}, 1, 1\n")
     out.write("{\n")
     for decl in names.declarations():
         out.write(f"    {decl}\n")
@@ -201,6 +203,8 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
             return [f"{guard}mbarrier.init.shared::cta.b64 {bar}, {op.count.data};"]  # type: ignore[union-attr]
         if kind == "arrive":
             return [f"{guard}mbarrier.arrive.shared::cta.b64 _, {bar};"]
+        if kind == "arrive_cluster":
+            return [f"{guard}mbarrier.arrive.release.cluster.shared::cluster.b64 _, {bar};"]
         if kind == "arrive_expect_tx":
             return [f"{guard}mbarrier.arrive.expect_tx.shared::cta.b64 _, {bar}, {op.count.data};"]  # type: ignore[union-attr]
         parity = names(op.parity, op.parity_index.data)  # type: ignore[arg-type, union-attr]
@@ -209,8 +213,10 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         coords = [names(op.coords, x) for x in op.table("coord_index", 0)]
         dst = _address(names, op.dst, op.dst_index.data, op.dst_offset.data)
         bar = _address(names, op.bar, op.bar_index.data, op.bar_offset.data)
-        return [f"{_guard(names, op.guard, 0)}cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes {dst}, "
-                f"[{names(op.tmap, 0)}, {{{', '.join(coords)}}}], {bar};"]
+        multicast = ".multicast::cluster" if op.mask is not None else ""
+        mask = f", {names(op.mask, 0)}" if op.mask is not None else ""
+        return [f"{_guard(names, op.guard, 0)}cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes{multicast} {dst}, "
+                f"[{names(op.tmap, 0)}, {{{', '.join(coords)}}}], {bar}{mask};"]
     if isinstance(op, ptx.TmaStoreOp):
         coords = [names(op.coords, x) for x in op.table("coord_index", 0)]
         src = _address(names, op.src, op.src_index.data, op.src_offset.data)
@@ -227,6 +233,9 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         return [f"setmaxnreg.{'inc' if op.increase.value.data else 'dec'}.sync.aligned.u32 {op.count.data};"]
     if isinstance(op, ptx.GridDependencyOp):
         return [f"griddepcontrol.{op.kind.data};"]
+    if isinstance(op, ptx.ClusterBarrierOp):
+        return ["barrier.cluster.arrive.release.aligned;" if op.kind.data == "arrive" else
+                "barrier.cluster.wait.acquire.aligned;"]
     if isinstance(op, ptx.ElectOp):
         return [f"elect.sync _|{names(op.result, 0)}, 0xffffffff;"]
     raise NotImplementedError(f"no PTX for {op.name}")

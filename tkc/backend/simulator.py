@@ -18,6 +18,11 @@ the lowering: the mma.m16n8k16 and ldmatrix fragment layouts below are the ISA's
   yields to the others; if every warp waits, the block would hang on the GPU and the simulation says so. A wgmma
   reads its operands through their descriptors when issued; its accumulator registers read as NaN until the
   `wgmma.wait_group` that covers it.
+* Clusters (`.reqnctapercluster`): the blocks of a cluster run together, their warps interleaved. `mapa` maps a
+  shared address to the same offset in another block (made-up cluster addresses); a remote `mbarrier.arrive`
+  and a TMA multicast land in the blocks they name (the multicast's bytes in each block's shared memory, counted
+  on each block's barrier); `barrier.cluster.wait` lets a warp on once every warp of the cluster has arrived.
+  Signalling a block that has exited is reported (on the GPU: undefined).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from xdsl.ir import Operation, SSAValue
 from tkc.backend import ptx
 from tkc.backend import wgmma as wg
 from tkc.backend.lower_tma import tensor_map_param
-from tkc.errors import SourceLoc, TkcError
+from tkc.errors import SourceLoc, TkcError, check_cluster_grid
 
 LANES = 32
 GLOBAL_SPACING = 1 << 32  # each tensor lives at its own 4 GiB-aligned made-up address
@@ -451,6 +456,7 @@ class Warp:
     # (registers, 2-byte units of shared memory) per ldmatrix whose registers nothing has read yet: the hardware
     # may not have read its shared memory yet either (an LDSM completes at the first use of its registers)
     ldmatrix_pending: list[tuple[SSAValue, np.ndarray]] = field(default_factory=list)
+    cluster_arrival: int | None = None  # the cluster barrier's round this warp arrived in, until its wait passes
 
 
 def _first_reader(readers: list[tuple[Any, np.ndarray]], addresses: np.ndarray, nbytes: int) -> Any:
@@ -501,6 +507,17 @@ class Launch:
 
 
 TENSOR_MAP_BASE = 0x7F00_0000_0000  # made-up generic addresses of tensor-map parameters
+CLUSTER_WINDOW = 1 << 24  # a made-up shared::cluster address: (rank + 1) · CLUSTER_WINDOW + offset in that block
+
+
+@dataclass
+class ClusterBarrier:
+    """`barrier.cluster`: warps arrived in the current round (a round completes when every warp of the cluster
+    has arrived) and the rounds completed."""
+
+    warps: int
+    arrived: int = 0
+    rounds: int = 0
 
 
 class BlockSimulator:
@@ -515,33 +532,46 @@ class BlockSimulator:
         self.arrivals: dict[int, int] = {}  # named barrier → warps that arrived at it (bar.arrive) without waiting
         self.rng = np.random.default_rng(launch.seed + 7919 * (block[0] + 31 * block[1] + 997 * block[2]))
         self.mbarriers: dict[int, Mbarrier] = {}
+        self.cluster: list[BlockSimulator] = [self]  # the blocks of its cluster, by rank
+        self.rank = 0
+        self.cluster_barrier = ClusterBarrier(len(self.warps))
 
     def run(self) -> None:
-        while True:
-            live = [w for w in self.warps if not w.done]
-            if not live:
-                left = {b: n for b, n in self.arrivals.items() if n}
-                if left:
-                    raise SimulationError(f"the block exits with warps arrived at named barriers {left} that nobody "
-                                          "waited for (a later kernel on this multiprocessor would inherit them)")
-                return
-            order = list(live)
-            if self.launch.order == "descending":
-                order.reverse()
-            elif self.launch.order in ("shuffled", "sliced"):
-                self.rng.shuffle(order)
-            progress = False
-            for warp in order:
-                if not warp.at_barrier:
-                    budget = int(self.rng.integers(1, 48)) if self.launch.order == "sliced" else None
-                    progress |= self.run_warp(warp, budget)
-            progress |= self._pass_barriers()
-            waiting = [w for w in self.warps if not w.done]
-            if waiting and not progress:
-                if all(w.at_barrier for w in waiting) and len(waiting) != len(self.warps):
-                    raise SimulationError("some warps exited while others wait at a barrier (a hang on the GPU)")
-                raise SimulationError("every warp waits, at a barrier or on an mbarrier phase that nothing will "
-                                      "complete (a hang on the GPU)")
+        run_cluster([self])
+
+    @property
+    def exited(self) -> bool:
+        return all(w.done for w in self.warps)
+
+    def advance(self) -> bool:
+        """Run each live warp until it blocks (or, in order "sliced", for a while) and let barriers pass; whether
+        anything moved. A block that has exited checks that it left no named barrier half-arrived."""
+        live = [w for w in self.warps if not w.done]
+        if not live:
+            left = {b: n for b, n in self.arrivals.items() if n}
+            if left:
+                raise SimulationError(f"the block exits with warps arrived at named barriers {left} that nobody "
+                                      "waited for (a later kernel on this multiprocessor would inherit them)")
+            return False
+        order = list(live)
+        if self.launch.order == "descending":
+            order.reverse()
+        elif self.launch.order in ("shuffled", "sliced"):
+            self.rng.shuffle(order)
+        progress = False
+        for warp in order:
+            if not warp.at_barrier:
+                budget = int(self.rng.integers(1, 48)) if self.launch.order == "sliced" else None
+                progress |= self.run_warp(warp, budget)
+        return self._pass_barriers() or progress
+
+    def hang(self) -> SimulationError:
+        """What a block whose warps all wait, with nothing left to wake them, would be on the GPU."""
+        waiting = [w for w in self.warps if not w.done]
+        if waiting and all(w.at_barrier for w in waiting) and len(waiting) != len(self.warps):
+            return SimulationError("some warps exited while others wait at a barrier (a hang on the GPU)")
+        return SimulationError("every warp waits, at a barrier or on an mbarrier phase that nothing will complete "
+                               "(a hang on the GPU)")
 
     def _pass_barriers(self) -> bool:
         """Let the warps at a barrier through once all of its participants are there: every warp of the block for
@@ -622,6 +652,8 @@ class BlockSimulator:
                 return True
             if isinstance(op, ptx.MbarrierOp) and op.kind.data == "try_wait" and not self.phase_complete(warp, op):
                 return moved  # its `@!p bra` loop would spin until another warp (or a TMA) completes the phase
+            if isinstance(op, ptx.ClusterBarrierOp) and op.kind.data == "wait" and not self._cluster_passed(warp):
+                return moved
             try:
                 jump = self.step(warp, op)
             except SimulationError as e:
@@ -665,7 +697,8 @@ class BlockSimulator:
             grid = self.launch.grid
             values = {"%tid.x": warp.index * LANES + lane, "smem": 0,
                       "%ctaid.x": self.block[0], "%ctaid.y": self.block[1], "%ctaid.z": self.block[2],
-                      "%nctaid.x": grid[0], "%nctaid.y": grid[1], "%nctaid.z": grid[2]}
+                      "%nctaid.x": grid[0], "%nctaid.y": grid[1], "%nctaid.z": grid[2],
+                      "%cluster_ctarank": self.rank, "%cluster_nctarank": len(self.cluster)}
             if name not in values:
                 raise SimulationError(f"special register {name} is not simulated")
             warp.regs[op.result] = u32(np.broadcast_to(values[name], LANES)).reshape(LANES, 1)
@@ -713,6 +746,9 @@ class BlockSimulator:
             pass  # ordering only; the simulation is sequentially consistent and runs one grid
         elif isinstance(op, ptx.ElectOp):
             warp.regs[op.result] = (np.arange(LANES) == 0).reshape(LANES, 1)
+        elif isinstance(op, ptx.ClusterBarrierOp):
+            if op.kind.data == "arrive":
+                self._cluster_arrive(warp)
         elif isinstance(op, ptx.LabelOp):
             pass
         elif isinstance(op, ptx.BraOp):
@@ -754,6 +790,8 @@ class BlockSimulator:
         elif opcode.startswith("shfl.sync.idx"):  # from a lane given by an immediate (a broadcast)
             source = np.asarray(operands[1])[0]
             result = operands[0][source, np.arange(op.n)][None, :]
+        elif opcode.startswith("mapa"):
+            result = self._mapa(np.asarray(operands[0]), np.asarray(operands[1]))
         elif opcode.startswith("movmatrix"):
             x = operands[0]
             result = np.stack([movmatrix_trans(x[:, i]) for i in range(x.shape[1])], axis=1)
@@ -930,6 +968,14 @@ class BlockSimulator:
         active = self._active(warp, op)
         if not active.size:
             return
+        if kind == "arrive_cluster":
+            for lane in active:
+                block, offset = self._in_cluster(int(u32(self.get(warp, op.addr)[lane, op.addr_index.data])),
+                                                 "a remote mbarrier.arrive")
+                bar = block._barrier(offset + op.offset.data)
+                bar.pending -= 1
+                block._settle(bar)
+            return
         addr = self._barrier_address(warp, op)
         if kind == "init":
             count = op.count.data  # type: ignore[union-attr]
@@ -975,12 +1021,66 @@ class BlockSimulator:
             data = np.ascontiguousarray(box).view(np.uint8).reshape(tmap.box_rows, row_bytes)
             chunks = data.reshape(-1, 16)  # 16-byte chunks move together under every swizzle
             linear = dst + 16 * np.arange(chunks.shape[0])
-            bar_addrs = s32(self.get(warp, op.bar)[lane:lane + 1, op.bar_index.data]) + op.bar_offset.data
-            bar = self._barrier(int(bar_addrs[0]))
-            self.shared._check(linear, 16, "TMA destination")
-            self._check_wgmma_reads(wg.swizzled(linear, tmap.swizzle), 16, "a TMA load")
-            self._check_unread_ldmatrix(wg.swizzled(linear, tmap.swizzle), 16)
-            bar.in_flight.append((wg.swizzled(linear, tmap.swizzle), chunks, box.nbytes))
+            bar_addr = int(s32(self.get(warp, op.bar)[lane:lane + 1, op.bar_index.data])[0]) + op.bar_offset.data
+            for block in self._tma_destinations(warp, op, lane):
+                bar = block._barrier(bar_addr)
+                block.shared._check(linear, 16, "TMA destination")
+                block._check_wgmma_reads(wg.swizzled(linear, tmap.swizzle), 16, "a TMA load")
+                block._check_unread_ldmatrix(wg.swizzled(linear, tmap.swizzle), 16)
+                bar.in_flight.append((wg.swizzled(linear, tmap.swizzle), chunks, box.nbytes))
+
+    def _tma_destinations(self, warp: Warp, op: ptx.TmaLoadOp, lane: int) -> list[BlockSimulator]:
+        """The blocks a TMA load lands in: this one, or with `.multicast::cluster` those its mask names."""
+        if op.mask is None:
+            return [self]
+        mask = int(self.get(warp, op.mask)[lane, 0]) & 0xFFFF
+        if mask >> len(self.cluster) or not mask:
+            raise SimulationError(f"a TMA multicast to blocks {mask:#06b} of a cluster of {len(self.cluster)}")
+        blocks = [self.cluster[r] for r in range(len(self.cluster)) if mask >> r & 1]
+        for block in blocks:
+            if block.exited:
+                raise SimulationError(f"a TMA multicast into block {block.rank} of the cluster, which has exited")
+        return blocks
+
+    # Clusters ----------------------------------------------------------------------------------------------------
+
+    def _mapa(self, addresses: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+        """`mapa.shared::cluster`: this block's shared address in block `rank` of the cluster."""
+        ranks = u32(ranks).astype(np.int64)
+        if (ranks >= len(self.cluster)).any():
+            raise SimulationError(f"mapa to block {int(ranks.max())} of a cluster of {len(self.cluster)}")
+        offsets = u32(addresses).astype(np.int64)
+        if (offsets >= CLUSTER_WINDOW).any():
+            raise SimulationError("mapa of an address that is already a cluster address")
+        return u32((ranks + 1) * CLUSTER_WINDOW + offsets)
+
+    def _in_cluster(self, address: int, what: str) -> tuple[BlockSimulator, int]:
+        """(block, offset in its shared memory) of a shared::cluster address (a plain one is this block's)."""
+        rank, offset = divmod(address, CLUSTER_WINDOW)
+        block = self if rank == 0 else self.cluster[rank - 1] if rank <= len(self.cluster) else None
+        if block is None:
+            raise SimulationError(f"{what} at cluster address {address:#x}: no such block in the cluster")
+        if block.exited:
+            raise SimulationError(f"{what} signals block {block.rank} of the cluster, which has exited")
+        return block, offset
+
+    def _cluster_arrive(self, warp: Warp) -> None:
+        state = self.cluster[0].cluster_barrier
+        if warp.cluster_arrival is not None:
+            raise SimulationError(f"warp {warp.index} arrives at the cluster barrier twice without waiting")
+        warp.cluster_arrival = state.rounds
+        state.arrived += 1
+        if state.arrived == state.warps:
+            state.arrived = 0
+            state.rounds += 1
+
+    def _cluster_passed(self, warp: Warp) -> bool:
+        if warp.cluster_arrival is None:
+            raise SimulationError(f"warp {warp.index} waits at the cluster barrier without arriving")
+        if self.cluster[0].cluster_barrier.rounds > warp.cluster_arrival:
+            warp.cluster_arrival = None
+            return True
+        return False
 
     def tma_store(self, warp: Warp, op: ptx.TmaStoreOp) -> None:
         """Issue: which shared bytes the box comes from is fixed now; they are read (and the box written to
@@ -1146,6 +1246,20 @@ def _dtype_name(array: np.ndarray) -> str:
     return {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}[array.dtype]
 
 
+def run_cluster(blocks: list[BlockSimulator]) -> None:
+    """Run the blocks of one cluster together, until all have exited."""
+    while True:
+        progress = False
+        for block in blocks:
+            progress |= block.advance()
+        if all(block.exited for block in blocks):
+            for block in blocks:
+                block.advance()  # its exit checks
+            return
+        if not progress:
+            raise next(block.hang() for block in blocks if not block.exited)
+
+
 def simulate(module: ModuleOp, name: str, args: Sequence[Any], grid: int | Sequence[int], order: str = "ascending",
              seed: int = 0, shared_bytes: int | None = None) -> None:
     """Run `ptx.kernel` `name` on numpy arguments (tensors are updated in place; a `TensorMap` for each
@@ -1206,9 +1320,15 @@ def simulate(module: ModuleOp, name: str, args: Sequence[Any], grid: int | Seque
         smem = kernel.attributes.get("tkc.smem_bytes")
         shared_bytes = (smem.value.data if smem is not None else 0) + 1024  # type: ignore[union-attr]
     launch = Launch(params, memory, grid3, shared_bytes, order, seed, tensor_maps)
+    size = kernel.cluster_blocks
+    check_cluster_grid(grid3, size, name)
     for z in range(grid3[2]):
         for y in range(grid3[1]):
-            for x in range(grid3[0]):
-                BlockSimulator(kernel, launch, (x, y, z)).run()
+            for x in range(0, grid3[0], size):
+                blocks = [BlockSimulator(kernel, launch, (x + r, y, z)) for r in range(size)]
+                for rank, block in enumerate(blocks):
+                    block.cluster, block.rank = blocks, rank
+                blocks[0].cluster_barrier.warps = sum(len(b.warps) for b in blocks)
+                run_cluster(blocks)
     for array, raw in tensors:
         array[...] = raw.view(array.dtype).reshape(array.shape)

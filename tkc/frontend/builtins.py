@@ -99,6 +99,11 @@ def _warpgroup_id(cg: CodeGen) -> SSAValue:
     return cg.emit_value(t.WarpgroupIdOp())
 
 
+@implements(lang.cluster_rank)
+def _cluster_rank(cg: CodeGen) -> SSAValue | int:
+    return cg.emit_value(t.ClusterRankOp()) if cg.cluster > 1 else 0
+
+
 @implements(lang.cdiv)
 def _cdiv(cg: CodeGen, a: Any, b: Any) -> Any:
     if not is_runtime(a) and not is_runtime(b):
@@ -572,9 +577,11 @@ def _marked(op: Any, in_rows: bool) -> Any:
 
 
 @implements(lang.load)
-def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None) -> SSAValue:
+def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast: Any = False) -> SSAValue:
     if isinstance(index, lang.TileSpec) and spec is None:
         index, spec = None, index
+    if is_runtime(multicast) or not isinstance(multicast, bool | int):
+        raise TkcError(f"load's multicast must be True or False when the kernel is compiled, got {describe(multicast)}")
     if is_global(src):
         if spec is None:
             raise TkcError(f"load from {src.type.spec()} needs the type to load: `load(G, index, rt[bf16, 16, 64])`")
@@ -582,7 +589,16 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None) -> SSAValu
         gtype: GlobalType = src.type
         what = f"load from {gtype.spec()}"
         indices, in_rows = _global_indices(cg, index, gtype, spec.ir, what)
-        return cg.emit_value(_marked(t.LoadOp(src, indices, spec.ir), in_rows))
+        load = _marked(t.LoadOp(src, indices, spec.ir), in_rows)
+        if multicast:
+            if spec.kind != "st":
+                raise TkcError(f"multicast=True shares a copy into shared memory between the blocks of a cluster; "
+                               f"{what} into {spec} stays in this block's registers")
+            if cg.cluster > 1:  # (without clusters: a plain load)
+                load.attributes[t.MULTICAST] = UnitAttr()
+        return cg.emit_value(load)
+    if multicast:
+        raise TkcError("multicast=True is for loads from a global tensor into a shared tile")
     if is_shared(src):
         stype = src.type
         reg_kind = "rt" if isinstance(stype, SharedTileType) else "rv"

@@ -129,6 +129,7 @@ class CodeGen(ast.NodeVisitor):
         self.impls = IMPLS
         self.py_builtin_impls = PY_BUILTIN_IMPLS
         self.target = target
+        self.cluster = 1  # the kernel's blocks per cluster (`cluster=`): without clusters cluster_rank() is 0
         self.scope = Scope(source, {})
         self.builder: Builder | None = None
         self.node: ast.AST | None = None

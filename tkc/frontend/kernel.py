@@ -15,11 +15,13 @@ from xdsl.ir import Attribute, Block, Region
 
 from tkc import lang
 from tkc.errors import SourceLoc, TkcError, user_loc
+from tkc.ir.ops import CLUSTER_ATTR
 from tkc.targets import DEFAULT_TARGET, TARGETS, Target, get_target
 
 _BoundLaunch: Any = None  # tkc.runtime.launch.BoundLaunch, imported on the first launch (compiling never needs it)
 
 REQUIRED = inspect.Parameter.empty
+MAX_CLUSTER = 4  # blocks in a cluster (`cluster=`): a multicast tile splits into this many row slices
 
 
 class SourceFunction:
@@ -115,7 +117,8 @@ class Kernel:
                  tma_store: int | str | None = None, pingpong: int | str | None = None,
                  overlap: int | str | None = None, defer: int | str | None = None,
                  exp2_poly: int | str | None = None, late_sums: int | str | None = None,
-                 stagger: int | str | None = None, late_pv: int | str | None = None, dependent_launch: bool = False):
+                 stagger: int | str | None = None, late_pv: int | str | None = None, dependent_launch: bool = False,
+                 cluster: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -140,6 +143,7 @@ class Kernel:
         self.late_sums = late_sums
         self.stagger = stagger
         self.late_pv = late_pv
+        self.cluster = cluster
         if not isinstance(dependent_launch, bool):
             raise TkcError(f"@tkc.kernel(dependent_launch=...) must be True or False, got {dependent_launch!r}",
                            self.decorator_loc("dependent_launch"))
@@ -167,6 +171,8 @@ class Kernel:
             self._check_count("stages", stages, 1, 8)
         if blocks_per_sm is not None:
             self._check_count("blocks_per_sm", blocks_per_sm, 1, 32)
+        if cluster is not None:
+            self._check_count("cluster", cluster, 1, MAX_CLUSTER)
 
     def _check_count(self, keyword: str, value: Any, low: int, high: int) -> None:
         """`warps` / `stages`: a number, or the name of a const parameter that gives it."""
@@ -317,6 +323,7 @@ class Kernel:
         self.check_target(target)
         values = self.resolve_constants(constants or {})
         cg = CodeGen(self.source, target.name)
+        cg.cluster = 1 if self.cluster is None else self._resolve_count("cluster", self.cluster, values, 1, MAX_CLUSTER)
         runtime = self.runtime_params
         arg_types = [p.ir_type(values) for p in runtime]
         block = Block(arg_types=arg_types)
@@ -372,6 +379,12 @@ class Kernel:
             every = self._resolve_count("exp2_poly", self.exp2_poly, values, 0, 64)
             if every:
                 fn.attributes["tkc.exp2_poly"] = IntegerAttr(every, 64)
+        cluster = cg.cluster
+        if cluster > 1:
+            if target.sm < 90:
+                raise TkcError(f"kernel `{self.name}`: clusters of blocks (cluster={cluster}) need sm_90a, not "
+                               f"{target.name}", self.decorator_loc("cluster"))
+            fn.attributes[CLUSTER_ATTR] = IntegerAttr(cluster, 64)
         fn.attributes["tkc.min_target"] = StringAttr(self.min_target.name)
         if values:
             fn.attributes["tkc.constants"] = DictionaryAttr({k: _constant_attr(k, v) for k, v in values.items()})
@@ -432,7 +445,7 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
            tma_store: int | str | None = None, pingpong: int | str | None = None, overlap: int | str | None = None,
            defer: int | str | None = None, exp2_poly: int | str | None = None, late_sums: int | str | None = None,
            stagger: int | str | None = None, late_pv: int | str | None = None, dependent_launch: bool = False,
-           **unknown: Any) -> Any:
+           cluster: int | str | None = None, **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
@@ -464,10 +477,14 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     blocks may start while the kernel before it in the stream finishes, each waiting at its entry for that kernel's
     results: a short memory-bound kernel loses no launch gap to the one before it, though its waiting blocks may
     slow that one: bench/probe_dependent_launch.py); TKC_DEPENDENT_LAUNCH=1 or 0 turns it on or off for every kernel.
+    `cluster=N` (sm_90a, 1 to 4) launches the blocks in clusters of N, consecutive in x (the grid's x a multiple of
+    N; `cluster_rank()` is a block's place in its cluster): a global → shared load marked `multicast=True`, which
+    every block of a cluster makes alike, is then copied once for the cluster by TMA, each block fetching 1/N of it
+    for all (`insert-tma-pipeline`).
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=..., late_sums=..., stagger=..., late_pv=... and dependent_launch=..., not "
+            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=..., late_sums=..., stagger=..., late_pv=..., dependent_launch=... and cluster=..., not "
             f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
@@ -475,6 +492,6 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
         return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                      exp2_poly, late_sums, stagger, late_pv, dependent_launch)
+                      exp2_poly, late_sums, stagger, late_pv, dependent_launch, cluster)
     return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                            exp2_poly, late_sums, stagger, late_pv, dependent_launch)
+                            exp2_poly, late_sums, stagger, late_pv, dependent_launch, cluster)

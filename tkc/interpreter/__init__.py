@@ -14,13 +14,14 @@ from xdsl.interpreters.func import FuncFunctions
 from xdsl.ir import Operation
 from xdsl.utils.exceptions import InterpretationError
 
-from tkc.errors import KernelArgumentError, KernelTypeError, SourceLoc, TkcError
+from tkc.errors import KernelArgumentError, KernelTypeError, SourceLoc, TkcError, check_cluster_grid
 from tkc.interpreter.async_copies import AsyncFunctions
 from tkc.interpreter.control import ControlFunctions
 from tkc.interpreter.lanes import GlobalTensor, LaneState, round_to
 from tkc.interpreter.scalar import ScalarFunctions
 from tkc.interpreter.tile import TileFunctions
 from tkc.interpreter.tma import TmaFunctions
+from tkc.ir.ops import cluster_size
 from tkc.ir.types import GlobalType
 
 if TYPE_CHECKING:
@@ -124,7 +125,9 @@ def run_function(module: ModuleOp, name: str, args: Sequence[Any], grid: int | S
     for functions in (FuncFunctions(), ScalarFunctions(), ControlFunctions(), TileFunctions(), AsyncFunctions(),
                       TmaFunctions()):
         interpreter.register_implementations(functions)
-    interpreter.set_data(LaneState, "state", LaneState(normalize_grid(grid), warps))
+    grid3 = normalize_grid(grid)
+    check_cluster_grid(grid3, cluster_size(fn), name)
+    interpreter.set_data(LaneState, "state", LaneState(grid3, warps))
     try:
         interpreter.call_op(name, tuple(values))
     except TkcError as e:

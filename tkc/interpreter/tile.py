@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from xdsl.dialects import func
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
 from xdsl.ir import Attribute, Operation
 
@@ -139,6 +140,13 @@ class TileFunctions(InterpreterFunctions):
     @impl(t.WarpgroupIdOp)
     def run_warpgroup_id(self, interpreter: Interpreter, op: t.WarpgroupIdOp, args: PythonValues) -> PythonValues:
         return (lane_state(interpreter).warp_index() // 4,)
+
+    @impl(t.ClusterRankOp)
+    def run_cluster_rank(self, interpreter: Interpreter, op: t.ClusterRankOp, args: PythonValues) -> PythonValues:
+        fn = op.parent_op()
+        while fn is not None and not isinstance(fn, func.FuncOp):
+            fn = fn.parent_op()
+        return (lane_state(interpreter).block_index(0) % t.cluster_size(fn),)  # type: ignore[arg-type]
 
     @impl(t.DimOp)
     def run_dim(self, interpreter: Interpreter, op: t.DimOp, args: PythonValues) -> PythonValues:

@@ -180,6 +180,14 @@ class WarpgroupIdOp(_NullaryIndexOp):
 
 
 @irdl_op_definition
+class ClusterRankOp(_NullaryIndexOp):
+    """`%r = tile.cluster_rank`: the index of this block in its cluster (`@tkc.kernel(cluster=N)`: N blocks
+    consecutive in x; 0 without clusters)."""
+
+    name = "tile.cluster_rank"
+
+
+@irdl_op_definition
 class DimOp(IRDLOperation):
     """`%n = tile.dim %A[2] : !tile.gl<?x?x?xbf16>`: a size of a global tensor, known at run time."""
 
@@ -958,6 +966,16 @@ def _verify_rows_index(op: Operation, indexed: Attribute, tile: Attribute) -> No
                               "needs a 2-D tile in global memory")
 
 
+MULTICAST = "tkc.multicast"  # a global→shared load every block of a cluster makes alike: TMA multicast shares it
+CLUSTER_ATTR = "tkc.cluster"  # on a kernel: its blocks run in clusters of this many, consecutive in x
+
+
+def cluster_size(fn: Operation) -> int:
+    """The blocks in a cluster of the kernel `fn` (1: no clusters)."""
+    attr = fn.attributes.get(CLUSTER_ATTR)
+    return attr.value.data if isinstance(attr, IntegerAttr) else 1  # type: ignore[no-any-return]
+
+
 @irdl_op_definition
 class LoadOp(IRDLOperation):
     """`%t = tile.load %src[%i, ...] : SRC -> DST`: gl→rt/st/rv/sv, st→rt (a sub-tile), st→st (a view of whole
@@ -981,6 +999,8 @@ class LoadOp(IRDLOperation):
         _verify_transfer("load", self.source.type, self.result.type, self.source.type, len(self.indices), LOAD_PAIRS)
         _verify_rows_index(self, self.source.type, self.result.type)
         src, dst = self.source.type, self.result.type
+        if MULTICAST in self.attributes and not (isinstance(src, GlobalType) and isinstance(dst, SharedTileType)):
+            raise VerifyException("load: only a global → shared tile load may be multicast")
         if isinstance(src, SharedTileType) and isinstance(dst, SharedTileType):
             whole_rows = dst.shape[1] == src.shape[1]
             whole_columns = dst.shape[0] == src.shape[0] and src.shape[1] % dst.shape[1] == 0
@@ -1107,6 +1127,7 @@ TILE_OPS: list[type[IRDLOperation]] = [
     NumBlocksOp,
     WarpIdOp,
     WarpgroupIdOp,
+    ClusterRankOp,
     DimOp,
     FillOp,
     EmptyOp,

@@ -43,33 +43,40 @@ from tkc.ir.types import GlobalType, SharedTileType
 
 @irdl_attr_definition
 class StageBarriersType(ParametrizedAttribute, TypeAttribute):
-    """`!tile.stage_barriers<S, A>`: full and empty mbarriers for the S stages of a ring; A threads release a stage."""
+    """`!tile.stage_barriers<S, A>`: full and empty mbarriers for the S stages of a ring; A threads release a stage.
+    `<S, A, C>`: the ring of a cluster of C blocks whose multicast loads fill every block's stage: a stage is
+    free only when the A threads of each of the C blocks have released it."""
 
     name = "tile.stage_barriers"
     stages: IntAttr
     arrivals: IntAttr
+    cluster: IntAttr
 
-    def __init__(self, stages: int, arrivals: int):
-        super().__init__(IntAttr(stages), IntAttr(arrivals))
+    def __init__(self, stages: int, arrivals: int, cluster: int = 1):
+        super().__init__(IntAttr(stages), IntAttr(arrivals), IntAttr(cluster))
 
     def verify(self) -> None:
-        if self.stages.data < 1 or self.arrivals.data < 1:
-            raise VerifyException("stage barriers need at least one stage and one arriving thread")
+        if self.stages.data < 1 or self.arrivals.data < 1 or self.cluster.data < 1:
+            raise VerifyException("stage barriers need at least one stage, one arriving thread and one block")
 
     @property
     def nbytes(self) -> int:
         return 2 * 8 * self.stages.data  # an mbarrier is 8 bytes
 
     def print_parameters(self, printer: Printer) -> None:
-        printer.print_string(f"<{self.stages.data}, {self.arrivals.data}>")
+        cluster = f", {self.cluster.data}" if self.cluster.data != 1 else ""
+        printer.print_string(f"<{self.stages.data}, {self.arrivals.data}{cluster}>")
 
     @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> tuple[IntAttr, IntAttr]:
+    def parse_parameters(cls, parser: AttrParser) -> tuple[IntAttr, IntAttr, IntAttr]:
         with parser.in_angle_brackets():
             stages = parser.parse_integer(allow_boolean=False, allow_negative=False)
             parser.parse_punctuation(",")
             arrivals = parser.parse_integer(allow_boolean=False, allow_negative=False)
-        return IntAttr(stages), IntAttr(arrivals)
+            cluster = 1
+            if parser.parse_optional_punctuation(","):
+                cluster = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        return IntAttr(stages), IntAttr(arrivals), IntAttr(cluster)
 
 
 @irdl_op_definition
@@ -130,7 +137,9 @@ class StageExpectOp(_StepOp):
 @irdl_op_definition
 class TmaLoadOp(IRDLOperation):
     """`tile.tma_load %G[idx], %ring, %bars[%k]`: (the producer) start copying the tile at G[idx] into the ring's
-    stage for step k by TMA (boxes past G's end read zeros); its bytes count on step k's full barrier."""
+    stage for step k by TMA (boxes past G's end read zeros); its bytes count on step k's full barrier. Marked
+    `tkc.multicast` (barriers of a cluster of C blocks): each block copies 1/C of the tile's rows into the stage
+    of every block of the cluster, whose full barriers count them."""
 
     name = "tile.tma_load"
     source = operand_def(GlobalType)
@@ -163,6 +172,8 @@ class TmaLoadOp(IRDLOperation):
             raise VerifyException("tma_load fills shared tiles")
         if gtype.element_type != rtype.buffer.element_type:  # type: ignore[attr-defined]
             raise VerifyException("tma_load cannot convert between dtypes")
+        if "tkc.multicast" in self.attributes and btype.cluster.data == 1:  # type: ignore[attr-defined]
+            raise VerifyException("a multicast tma_load needs the stage barriers of a cluster")
         if rtype.stages.data != btype.stages.data:  # type: ignore[attr-defined]
             raise VerifyException(f"tma_load: the ring has {rtype.stages.data} stages but its barriers "  # type: ignore[attr-defined]
                                   f"{btype.stages.data}")  # type: ignore[attr-defined]

@@ -51,27 +51,32 @@ def gemm_kernel(A: gl["DT", 2], B: gl["DT", 2], C: gl["DT", 2], TRANS_B: const =
     store(C, acc.to(DT), (bm * WARPS_M + wm, bn * WARPS_N + wn))
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", cluster="CLUSTER",
+            min_target="sm_90a")
 def gemm_sm90_kernel(A: gl["DT", 2], B: gl["DT", 2], C: gl["DT", 2], TRANS_B: const = 0, BN: const = 256,
                      BK: const = 32, WARPS: const = 4, GROUP_M: const = 8, STAGES: const = 4, PRODUCER: const = 0,
-                     TMA_STORE: const = 0, DT: const = bf16):
+                     TMA_STORE: const = 0, DT: const = bf16, CLUSTER: const = 1):
     """As gemm_kernel, on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C; A's
     and B's slices are staged in shared memory (a STAGES-deep cp.async pipeline), each warpgroup multiplies its
     64 rows of A by all of B, and each warp keeps its 16 rows of the result.
     Grid: up to cdiv(M, 16·WARPS) · cdiv(N, BN) blocks, each taking every grid-th tile (fewer blocks than tiles: a
     persistent grid; the ring runs on across a block's tiles). Where A and B are 16-byte aligned the loads become a TMA +
-    mbarrier ring (insert-tma-pipeline), else a cp.async ring. (To come: a producer warpgroup.)"""
+    mbarrier ring (insert-tma-pipeline), else a cp.async ring. With CLUSTER > 1 the blocks run in clusters that
+    take CLUSTER tiles stacked in M at a time (the grid a multiple of CLUSTER): they read the same slices of B,
+    which TMA multicast copies once for the cluster."""
     BM = 16 * WARPS
     blocks_m, blocks_n = cdiv(A.shape[0], BM), cdiv(C.shape[1], BN)
-    for tile in range(block_idx()[0], blocks_m * blocks_n, num_blocks()[0]):  # a persistent grid loops over tiles
-        bm, bn = grouped_tile(tile, blocks_m, blocks_n, GROUP_M)
+    stacks_m = cdiv(blocks_m, CLUSTER)  # a cluster's tiles: CLUSTER of them, one above the other
+    for tile in range(block_idx()[0] // CLUSTER, stacks_m * blocks_n, num_blocks()[0] // CLUSTER):  # persistent
+        stack, bn = grouped_tile(tile, stacks_m, blocks_n, GROUP_M)
+        bm = stack * CLUSTER + cluster_rank()  # past M's end in a last stack of fewer tiles: loads zeros, stores none
         acc = zeros(rt[f32, 16, BN])
         for k in range(cdiv(A.shape[1], BK)):
             a = load(load(A, (bm, k), st[DT, BM, BK]), (warpgroup_id(), 0), st[DT, 64, BK])  # this warpgroup's rows
             if TRANS_B:
-                acc = mma_ABt(a, load(B, (bn, k), st[DT, BN, BK]), acc)
+                acc = mma_ABt(a, load(B, (bn, k), st[DT, BN, BK], multicast=True), acc)
             else:
-                acc = mma_AB(a, load(B, (k, bn), st[DT, BK, BN]), acc)
+                acc = mma_AB(a, load(B, (k, bn), st[DT, BK, BN], multicast=True), acc)
         store(C, acc.to(DT), (bm * WARPS + warp_id(), bn))
 
 

@@ -36,24 +36,29 @@ def scaled(acc, ScaleA, ScaleB, Bias, row, col, rowwise, bias, cols):
     return acc
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", cluster="CLUSTER",
+            min_target="sm_90a")
 def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1], Bias: gl["CT", 1],
                      C: gl["CT", 2], ROWWISE: const = 0, BIAS: const = 0, BN: const = 256, BK: const = 128,
                      WARPS: const = 8, GROUP_M: const = 8, STAGES: const = 3, PRODUCER: const = 0,
-                     TMA_STORE: const = 1, AT: const = fp8e4m3, BT: const = fp8e4m3, CT: const = bf16):
+                     TMA_STORE: const = 1, AT: const = fp8e4m3, BT: const = fp8e4m3, CT: const = bf16,
+                     CLUSTER: const = 1):
     """C (M×N) = A (M×K) · Bᵀ (B is N×K) times the scales: ScaleA[0]·ScaleB[0], or with ROWWISE ScaleA[i] for
     row i and ScaleB[j] for column j; plus Bias (N) with BIAS. As gemm_sm90_kernel (persistent grid, grouped
-    tiles, a TMA ring where rows are 16-byte aligned): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile
-    of C, each warpgroup its 64 rows; BK = 128 fp8 elements a step (the bytes of bf16's 64); PRODUCER=1 adds a
-    warpgroup that only loads. Grid: up to cdiv(M, 16·WARPS)·cdiv(N, BN)."""
+    tiles, a TMA ring where rows are 16-byte aligned; CLUSTER tiles stacked in M sharing B's slices by TMA
+    multicast): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C, each warpgroup its 64 rows;
+    BK = 128 fp8 elements a step (the bytes of bf16's 64); PRODUCER=1 adds a warpgroup that only loads. Grid: up
+    to cdiv(M, 16·WARPS)·cdiv(N, BN), a multiple of CLUSTER."""
     BM = 16 * WARPS
     blocks_m, blocks_n = cdiv(A.shape[0], BM), cdiv(C.shape[1], BN)
-    for tile in range(block_idx()[0], blocks_m * blocks_n, num_blocks()[0]):  # a persistent grid loops over tiles
-        bm, bn = grouped_tile(tile, blocks_m, blocks_n, GROUP_M)
+    stacks_m = cdiv(blocks_m, CLUSTER)  # a cluster's tiles: CLUSTER of them, one above the other
+    for tile in range(block_idx()[0] // CLUSTER, stacks_m * blocks_n, num_blocks()[0] // CLUSTER):  # persistent
+        stack, bn = grouped_tile(tile, stacks_m, blocks_n, GROUP_M)
+        bm = stack * CLUSTER + cluster_rank()
         acc = zeros(rt[f32, 16, BN])
         for k in range(cdiv(A.shape[1], BK)):
             a = load(load(A, (bm, k), st[AT, BM, BK]), (warpgroup_id(), 0), st[AT, 64, BK])
-            acc = mma_ABt(a, load(B, (bn, k), st[BT, BN, BK]), acc)
+            acc = mma_ABt(a, load(B, (bn, k), st[BT, BN, BK], multicast=True), acc)
         row = bm * WARPS + warp_id()  # this warp's 16 rows of C, in units of 16
         acc = scaled(acc, ScaleA, ScaleB, Bias, row, bn, ROWWISE, BIAS, BN)
         store(C, acc if CT == f32 else acc.to(CT), (row, bn))

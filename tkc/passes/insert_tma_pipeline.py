@@ -44,7 +44,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
 
 from tkc.backend.shared_layout import swizzle_for
-from tkc.errors import TkcError
+from tkc.errors import SourceLoc, TkcError
 from tkc.ir import async_ops as a
 from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
@@ -141,7 +141,7 @@ def _last_use(body: Block, values: list[SSAValue]) -> Operation | None:
 
 
 def _fill(b: Builder, loads: list[_Load], iv: SSAValue, j: SSAValue, bars: SSAValue, k: SSAValue,
-          acquire: bool) -> None:
+          acquire: bool, cluster: int) -> None:
     """(Acquire,) announce and start step k's loads, their indices computed for loop index `j`."""
     if acquire:
         b.insert(m.StageAcquireOp(bars, k))
@@ -155,6 +155,8 @@ def _fill(b: Builder, loads: list[_Load], iv: SSAValue, j: SSAValue, bars: SSAVa
                 mapping[old] = new
         copy = t.keep_index_units(p.op, m.TmaLoadOp(p.op.source, [mapping.get(i, i) for i in p.op.indices], p.ring, bars, k))  # type: ignore[arg-type]
         copy.location = p.op.location
+        if cluster > 1 and t.MULTICAST in p.op.attributes:
+            copy.attributes[t.MULTICAST] = UnitAttr()
         b.insert(copy)
 
 
@@ -279,6 +281,23 @@ def _tile_ring_stages(loop: scf.ForOp, loads: list[t.LoadOp], depth: int, thread
     return 2 if held and fits and threads <= 256 else 1
 
 
+def _multicast_cluster(loop: scf.ForOp, loads: list[t.LoadOp]) -> int:
+    """The blocks that share the loop's ring: the kernel's cluster where some load is multicast (each block then
+    copies 1/cluster of its rows, a whole number of 8-row swizzle patterns, into every block's stage), else 1."""
+    fn = _kernel_of(loop)
+    cluster = t.cluster_size(fn) if fn is not None else 1
+    shared = [op for op in loads if t.MULTICAST in op.attributes]
+    if cluster == 1 or not shared:
+        return 1
+    for op in shared:
+        rows = op.result.type.rows.data
+        if rows % (8 * cluster):
+            raise TkcError(f"a multicast load of {op.result.type.spec()} over a cluster of {cluster} blocks: each "
+                           f"block copies {rows}/{cluster} rows, which must be a multiple of 8",
+                           SourceLoc.from_attr(op.location))
+    return cluster
+
+
 def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads: int) -> bool:
     body = loop.body.block
     candidates = _shared_loads(body)
@@ -305,7 +324,8 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
         ring = alloc.insert(a.RingAllocOp(a.RingType(stages, p.op.result.type)))
         ring.location = p.op.location
         p.ring = ring.result
-    bars = alloc.insert(m.StageBarriersOp(m.StageBarriersType(stages, threads))).result
+    cluster = _multicast_cluster(loop, candidates)
+    bars = alloc.insert(m.StageBarriersOp(m.StageBarriersType(stages, threads, cluster))).result
     base, rebuilt = _thread_base(chain)
 
     def step_at(b: Builder, k: SSAValue) -> SSAValue:
@@ -319,7 +339,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
         j = pre.insert(arith.AddiOp(loop.lb, _times(pre, step, s))).result
         g = step_at(pre, c_s)
         _guarded(pre, pre.insert(arith.CmpiOp(c_s, trips, "slt")).result,
-                 lambda b, j=j, g=g: _fill(b, loads, iv, j, bars, g, acquire=base is not None))
+                 lambda b, j=j, g=g: _fill(b, loads, iv, j, bars, g, acquire=base is not None, cluster=cluster))
 
     # step k: wait for its bytes, read its stage
     first = body.first_op
@@ -360,7 +380,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     g_next = k_next if base is None else refill.insert(arith.AddiOp(g, _constant(refill, ahead))).result
     j_next = refill.insert(arith.AddiOp(iv, _times(refill, step, ahead))).result
     _guarded(refill, refill.insert(arith.CmpiOp(k_next, trips, "slt")).result,
-             lambda b: _fill(b, loads, iv, j_next, bars, g_next, acquire=True))
+             lambda b: _fill(b, loads, iv, j_next, bars, g_next, acquire=True, cluster=cluster))
 
     if base is not None:
         # after the loop: release the last step (its wgmma is waited for at the loop's end), count the steps

@@ -88,6 +88,7 @@ class KernelLowering:
     producer_warp: int = 0  # the warp whose first thread issues TMA loads (a producer warpgroup's first warp)
     role_threads: int | None = None  # inside one role of a warp-specialized kernel: the threads of that role
     tma_stores: bool = False  # TMA stores were issued: wait for them before exiting
+    cluster: int = 1  # the kernel's blocks run in clusters of this many
 
     @property
     def copy_threads(self) -> int:
@@ -209,6 +210,7 @@ class KernelLowering:
             # then never waits on the first warpgroup's turn that is waiting on it (pingpong_warpgroups.py)
             self.producer_warp = 4
         self.async_proxy_reads = any(isinstance(op, t.WgmmaOp) for op in fn.walk())
+        self.cluster = t.cluster_size(fn)
         aligns = _aligns(fn)
         params: list[tuple[str, str]] = []
         if get_target(self.target).sm >= 90:
@@ -243,7 +245,7 @@ class KernelLowering:
         blocks = min_blocks.value.data if isinstance(min_blocks, IntegerAttr) else None
         if blocks is None and any(isinstance(op, ptx.SetmaxnregOp) for op in block.ops):
             blocks = 1  # ptxas honours setmaxnreg only when it knows the registers at entry (.minnctapersm)
-        return ptx.KernelOp(fn.sym_name.data, params, self.threads, block, min_blocks=blocks)
+        return ptx.KernelOp(fn.sym_name.data, params, self.threads, block, min_blocks=blocks, cluster=self.cluster)
 
     def _warp_index(self, tid: SSAValue) -> SSAValue:
         """tid / 32. With wgmmas, broadcast from lane 0: the same value, but ptxas then knows it is warp-uniform and
@@ -472,7 +474,7 @@ def _lower_int(lw: KernelLowering, op: Operation) -> list[Any]:
     return [lw.op(_INT_OPS[type(op)], "b32", lw.reg(a), b)]
 
 
-_NON_NEGATIVE_OPS = (t.BlockIdxOp, t.NumBlocksOp, t.DimOp, t.WarpIdOp, t.WarpgroupIdOp)
+_NON_NEGATIVE_OPS = (t.BlockIdxOp, t.NumBlocksOp, t.DimOp, t.WarpIdOp, t.WarpgroupIdOp, t.ClusterRankOp)
 _CLOSED_OPS = (arith.AddiOp, arith.MuliOp, arith.FloorDivSIOp, arith.CeilDivSIOp, arith.DivUIOp, arith.RemUIOp,
                arith.MinSIOp)  # non-negative when all their operands are
 
@@ -601,6 +603,12 @@ def _lower_special(name: str) -> Callable[[KernelLowering, Operation], list[Any]
 
 def _lower_warp_id(lw: KernelLowering, op: Operation) -> list[Any]:
     return [lw.thread_env["warp"]]
+
+
+def _lower_cluster_rank(lw: KernelLowering, op: Operation) -> list[Any]:
+    if lw.cluster == 1:
+        return [Imm(0)]
+    return [lw.at_entry("cluster_rank", lambda: lw.emit(ptx.SpecialOp("%cluster_ctarank")).results[0])]
 
 
 def _lower_warpgroup_id(lw: KernelLowering, op: Operation) -> list[Any]:
@@ -859,6 +867,9 @@ def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
 def _lower_return(lw: KernelLowering, op: func.ReturnOp) -> None:
     if lw.tma_stores:
         lw.emit(ptx.BulkGroupOp("wait", 0))  # TMA stores read the block's shared memory until they complete
+    if lw.cluster > 1:  # the blocks of a cluster exit together: a peer may still signal this block's barriers
+        lw.emit(ptx.ClusterBarrierOp("arrive"))
+        lw.emit(ptx.ClusterBarrierOp("wait"))
     lw.emit(ptx.RetOp())
 
 
@@ -880,6 +891,7 @@ _HANDLERS: dict[type, Callable[..., Any]] = {
     t.NumBlocksOp: _lower_special("nctaid"),
     t.WarpIdOp: _lower_warp_id,
     t.WarpgroupIdOp: _lower_warpgroup_id,
+    t.ClusterRankOp: _lower_cluster_rank,
     t.DimOp: _lower_dim,
     t.BarrierOp: _lower_barrier,
     t.TurnWaitOp: _lower_turn_wait,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from tkc.errors import TkcError
+from tkc.errors import TkcError, check_cluster_grid
 
 
 class TkcRuntimeError(TkcError, RuntimeError):
@@ -123,9 +123,12 @@ class LoadedKernel:
     shared_bytes: int  # dynamic shared memory per launch
     dependent_launch: bool = False  # it waits for its predecessors itself (griddepcontrol.wait, sm_90 code)
     prefers_dependent_launch: bool = False  # its kernel asked for programmatic dependent launch (@tkc.kernel)
+    cluster: int = 1  # launched in clusters of this many blocks along x (.reqnctapercluster)
+    name: str = ""
 
 
-def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int, dependent_launch: bool = False) -> LoadedKernel:
+def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int, dependent_launch: bool = False,
+             cluster: int = 1) -> LoadedKernel:
     """Load PTX with the driver's JIT as one whole program (`cuModuleLoadDataEx`; the driver keeps the machine code
     in its compute cache, so a later load of the same PTX is quick). Not through a linker (cuLink*, nvJitLink):
     those compile each input as a separate compilation unit, which ignores `setmaxnreg` (C7504) and allocates
@@ -147,7 +150,7 @@ def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int, dependent_lau
     if shared_bytes > 48 * 1024:
         check(cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     shared_bytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
-    return LoadedKernel(module, function, threads, shared_bytes, dependent_launch)
+    return LoadedKernel(module, function, threads, shared_bytes, dependent_launch, cluster=cluster, name=name)
 
 
 _SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
@@ -186,6 +189,19 @@ def blocks_per_multiprocessor(kernel: LoadedKernel) -> int:
                  "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 
 
+def resident_blocks(kernel: LoadedKernel, multiprocessors: int) -> int:
+    """How many blocks of the kernel the GPU holds at once: multiprocessors × blocks per multiprocessor, or for a
+    kernel of clusters, the clusters the GPU places at once × their blocks (a cluster's blocks share one GPC, so
+    some multiprocessors may stay idle)."""
+    if kernel.cluster == 1:
+        return multiprocessors * max(1, blocks_per_multiprocessor(kernel))
+    cu = driver()
+    config = _launch_config(cu, kernel, dependent=False)
+    config.gridDimX, config.gridDimY, config.gridDimZ = kernel.cluster, 1, 1
+    clusters = check(cu.cuOccupancyMaxActiveClusters(kernel.function, config), "cuOccupancyMaxActiveClusters")
+    return max(1, clusters) * kernel.cluster
+
+
 # Programmatic dependent launch for the kernels that wait for their predecessors themselves (sm_90 code:
 # lower_to_ptx.py): for those declared @tkc.kernel(dependent_launch=True) (None: each kernel's choice), or for every
 # one with TKC_DEPENDENT_LAUNCH=1 (True), or for none with TKC_DEPENDENT_LAUNCH=0 (False). No shipped kernel asks:
@@ -202,8 +218,12 @@ def launch(kernel: LoadedKernel, grid: tuple[int, int, int], stream: int, params
     handle = _streams.get(stream)
     if handle is None:
         handle = _streams[stream] = cu.CUstream(stream)
-    if kernel.dependent_launch and (kernel.prefers_dependent_launch if DEPENDENT_LAUNCH is None else DEPENDENT_LAUNCH):
-        config = _dependent_config(cu, kernel)
+    dependent = kernel.dependent_launch and (kernel.prefers_dependent_launch if DEPENDENT_LAUNCH is None
+                                             else DEPENDENT_LAUNCH)
+    if dependent or kernel.cluster > 1:
+        if kernel.cluster > 1:
+            check_cluster_grid(grid, kernel.cluster, kernel.name)
+        config = _launch_config(cu, kernel, dependent)
         config.gridDimX, config.gridDimY, config.gridDimZ = grid
         config.hStream = handle
         err, = cu.cuLaunchKernelEx(config, kernel.function, params, 0)
@@ -215,21 +235,30 @@ def launch(kernel: LoadedKernel, grid: tuple[int, int, int], stream: int, params
         raise TkcRuntimeError(f"cuLaunchKernel failed: {_name(cu, err)}")
 
 
-def _dependent_config(cu: Any, kernel: LoadedKernel) -> Any:
-    """The kernel's launch configuration with programmatic stream serialization allowed, made once per thread
-    (a launch then only sets the grid and the stream)."""
+def _launch_config(cu: Any, kernel: LoadedKernel, dependent: bool) -> Any:
+    """The kernel's launch configuration for cuLaunchKernelEx: programmatic stream serialization allowed where
+    `dependent`, its cluster shape where it has one. Made once per thread (a launch then only sets the grid and
+    the stream)."""
     configs = _configs.__dict__
-    config = configs.get(id(kernel))
+    config = configs.get((id(kernel), dependent))
     if config is None:
-        attribute = cu.CUlaunchAttribute()
-        attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attribute.value.programmaticStreamSerializationAllowed = 1
+        attributes = []
+        if dependent:
+            attribute = cu.CUlaunchAttribute()
+            attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attribute.value.programmaticStreamSerializationAllowed = 1
+            attributes.append(attribute)
+        if kernel.cluster > 1:
+            attribute = cu.CUlaunchAttribute()
+            attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = kernel.cluster, 1, 1
+            attributes.append(attribute)
         config = cu.CUlaunchConfig()
         config.blockDimX, config.blockDimY, config.blockDimZ = kernel.threads, 1, 1
         config.sharedMemBytes = kernel.shared_bytes
-        config.attrs = [attribute]
-        config.numAttrs = 1
-        configs[id(kernel)] = config
+        config.attrs = attributes
+        config.numAttrs = len(attributes)
+        configs[(id(kernel), dependent)] = config
     return config
 
 

@@ -21,12 +21,12 @@ from tkc.runtime.driver import (
     Device,
     LoadedKernel,
     TkcRuntimeError,
-    blocks_per_multiprocessor,
     device,
     launch,
     load_ptx,
     make_current,
 )
+from tkc.runtime.driver import resident_blocks as resident_blocks_on
 from tkc.targets import TARGETS, get_target
 
 if TYPE_CHECKING:
@@ -159,7 +159,8 @@ def _compiled(kernel: Kernel, target: str, constants: dict[str, Any], aligns: di
         compiled = compile_for_launch(kernel, target, constants, aligns, pipeline)
         meta, ptx = compiled.meta(), compiled.ptx
     make_current(dev)
-    loaded = load_ptx(ptx, meta["name"], meta["threads"], meta["shared_bytes"], meta.get("dependent_launch", False))
+    loaded = load_ptx(ptx, meta["name"], meta["threads"], meta["shared_bytes"], meta.get("dependent_launch", False),
+                      meta.get("cluster", 1))
     if hit is None:  # stored once the driver took it: a PTX it rejects is not cached
         cache.put(key, meta, {"kernel.ptx": ptx.encode()})
     loaded.params = [tuple(p) for p in meta["params"]]  # type: ignore[attr-defined]
@@ -333,7 +334,7 @@ class Specialized:
         the grid of a persistent kernel that loops over its work."""
         fast = self.variant(args, [])
         if fast.resident is None:
-            fast.resident = fast.device.multiprocessors * max(1, blocks_per_multiprocessor(fast.loaded))
+            fast.resident = resident_blocks_on(fast.loaded, fast.device.multiprocessors)
         return fast.resident
 
 

@@ -1,0 +1,102 @@
+"""Clusters of two blocks sharing B's slices by TMA multicast (gemm_sm90_kernel's and scaled_mm_kernel's CLUSTER=2)
+beside what gemm() / scaled_mm() launch and cuBLAS / cuBLASLt, interleaved: TFLOP/s and the ratio to cuBLAS. Each
+candidate runs on a persistent grid of the blocks the GPU holds (for clusters: the clusters it places at once, two
+blocks each), every output checked first. The question it answers: do the blocks contend for L2 → shared memory
+bandwidth (docs/hopper-pipeline.md, "Measured": 4.85 TFLOP/s a block on 132 blocks, 6.08 on 33), so that halving
+B's copies pays?
+
+    python bench/probe_cluster.py [--sizes 4096 8192] [--shapes 8192x8192x1024 4096x14336x4096] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import check_outputs, compare, print_rates  # noqa: E402
+
+from tkc.kernels import gemm, scaled_mm  # noqa: E402
+from tkc.kernels._checks import cdiv  # noqa: E402
+from tkc.kernels.gemm import CONFIG_SM90, gemm_sm90_kernel  # noqa: E402
+from tkc.kernels.scaled_mm import CONFIG as FP8_CONFIG  # noqa: E402
+from tkc.kernels.scaled_mm import scaled_mm_kernel  # noqa: E402
+
+BF16_CANDIDATES = {  # on top of CONFIG_SM90 (128×256 tiles, BK=64, 3 stages, TMA stores)
+    "cluster2": {"CLUSTER": 2},
+    "cluster2 G16": {"CLUSTER": 2, "GROUP_M": 16},
+    "cluster2 2st": {"CLUSTER": 2, "STAGES": 2},
+    "cluster2 producer": {"CLUSTER": 2, "PRODUCER": 1},
+}
+FP8_CANDIDATES = {  # on top of scaled_mm's CONFIG (128×256 tiles, BK=128, 3 stages)
+    "fp8 cluster2": {"CLUSTER": 2},
+    "fp8 cluster2 producer": {"CLUSTER": 2, "PRODUCER": 1},
+}
+
+
+def persistent_grid(spec, call, m: int, n: int, cfg: dict) -> tuple[int]:
+    """At most the blocks the GPU holds, whole clusters, no more than the tiles (their stacks, with clusters)."""
+    cluster = cfg.get("CLUSTER", 1)
+    stacks = cdiv(cdiv(m, 16 * cfg["WARPS"]), cluster) * cdiv(n, cfg["BN"])
+    return (min(stacks * cluster, spec.resident_blocks(*call) // cluster * cluster),)
+
+
+def bf16_case(m: int, n: int, k: int, trans_b: bool, rounds: int, only: str) -> None:
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) if trans_b else torch.randn(k, n, device="cuda",
+                                                                                             dtype=torch.bfloat16)
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    impls = {"gemm()": lambda: gemm(a, b, trans_b=trans_b),
+             "cuBLAS": lambda: torch.matmul(a, b.t() if trans_b else b)}
+    for name, extra in BF16_CANDIDATES.items():
+        if only and not re.search(only, name):
+            continue
+        cfg = {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b), **extra}
+        spec = gemm_sm90_kernel.specialize(target="sm_90a", **cfg)
+        grid = persistent_grid(spec, (a, b, out), m, n, cfg)
+        impls[name] = lambda spec=spec, grid=grid: spec[grid](a, b, out) or out
+    check_outputs(impls, impls["cuBLAS"]().float(), where=f"{m}x{n}x{k}")
+    print_rates(f"bf16 {m}x{n}x{k} trans_b={int(trans_b)}", compare(impls, rounds), 2 * m * n * k, peers=("cuBLAS",))
+
+
+def fp8_case(m: int, n: int, k: int, rounds: int, only: str) -> None:
+    a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    weight = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda")
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    impls = {"scaled_mm()": lambda: scaled_mm(a, weight.t(), one, one),
+             "cuBLASLt": lambda: torch._scaled_mm(a, weight.t(), one, one, out_dtype=torch.bfloat16)}
+    for name, extra in FP8_CANDIDATES.items():
+        if only and not re.search(only, name):
+            continue
+        cfg = {**FP8_CONFIG, **extra}
+        spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
+        call = (a, weight, one.reshape(1), one.reshape(1), out[0], out)  # (a row of out: the unread bias)
+        grid = persistent_grid(spec, call, m, n, cfg)
+        impls[name] = lambda spec=spec, grid=grid, call=call: spec[grid](*call) or out
+    check_outputs(impls, impls["cuBLASLt"]().float(), where=f"fp8 {m}x{n}x{k}")
+    print_rates(f"fp8 {m}x{n}x{k}", compare(impls, rounds), 2 * m * n * k, peers=("cuBLASLt",))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192])
+    parser.add_argument("--shapes", nargs="*", default=["8192x8192x1024", "4096x14336x4096"], help="MxNxK")
+    parser.add_argument("--only", default="", help="a regex: only the candidates it finds")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-fp8", action="store_true")
+    args = parser.parse_args()
+    shapes = [(s, s, s) for s in args.sizes] + [tuple(int(x) for x in s.split("x")) for s in args.shapes]
+    for m, n, k in shapes:
+        for trans_b in (False, True):
+            bf16_case(m, n, k, trans_b, args.rounds, args.only)
+        if not args.no_fp8:
+            fp8_case(m, n, k, args.rounds, args.only)
+
+
+if __name__ == "__main__":
+    main()
