@@ -869,23 +869,30 @@ class SetmaxnregOp(IRDLOperation):
             raise VerifyException(f"setmaxnreg: the count must be a multiple of 8 in 24..256, got {n}")
 
 
-@irdl_op_definition
-class GridDependencyOp(IRDLOperation):
-    """`griddepcontrol.KIND;` (sm_90): `launch_dependents` lets the next kernel in the stream start its blocks on
-    multiprocessors this grid leaves free; `wait` holds this thread until the grids it depends on have finished and
-    their memory writes are visible. A no-op where the kernel was launched without programmatic dependence."""
+class _KindOp(IRDLOperation):
+    """An instruction with no operands whose variant is its `kind`, one of KINDS."""
 
-    name = "ptx.griddepcontrol"
     kind = prop_def(StringAttr)
     traits = traits_def(MemoryWriteEffect())
-    KINDS: ClassVar[tuple[str, ...]] = ("launch_dependents", "wait")
+    KINDS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, kind: str):
         super().__init__(properties={"kind": StringAttr(kind)})
 
     def verify_(self) -> None:
         if self.kind.data not in self.KINDS:
-            raise VerifyException(f"griddepcontrol: kind must be one of {self.KINDS}, got {self.kind.data!r}")
+            raise VerifyException(f"{self.name.removeprefix('ptx.')}: kind must be one of {self.KINDS}, "
+                                  f"got {self.kind.data!r}")
+
+
+@irdl_op_definition
+class GridDependencyOp(_KindOp):
+    """`griddepcontrol.KIND;` (sm_90): `launch_dependents` lets the next kernel in the stream start its blocks on
+    multiprocessors this grid leaves free; `wait` holds this thread until the grids it depends on have finished and
+    their memory writes are visible. A no-op where the kernel was launched without programmatic dependence."""
+
+    name = "ptx.griddepcontrol"
+    KINDS: ClassVar[tuple[str, ...]] = ("launch_dependents", "wait")
 
 
 @irdl_op_definition
@@ -900,22 +907,13 @@ class ElectOp(IRDLOperation):
 
 
 @irdl_op_definition
-class ClusterBarrierOp(IRDLOperation):
+class ClusterBarrierOp(_KindOp):
     """`barrier.cluster.arrive.release.aligned;` (kind arrive) or `barrier.cluster.wait.acquire.aligned;` (wait):
     every thread of every block of the cluster arrives, then waits until all have; what each wrote before its
     arrival (mbarrier inits included) is visible to all after the wait."""
 
     name = "ptx.cluster_barrier"
-    kind = prop_def(StringAttr)
-    traits = traits_def(MemoryWriteEffect())
     KINDS: ClassVar[tuple[str, ...]] = ("arrive", "wait")
-
-    def __init__(self, kind: str):
-        super().__init__(properties={"kind": StringAttr(kind)})
-
-    def verify_(self) -> None:
-        if self.kind.data not in self.KINDS:
-            raise VerifyException(f"cluster barrier: kind must be one of {self.KINDS}, got {self.kind.data!r}")
 
 
 PTX_OPS = [KernelOp, ParamOp, SpecialOp, RegsOp, InstrOp, LoadOp, StoreOp, CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp,
