@@ -26,11 +26,15 @@ from tkc.kernels.gemm import CONFIG_SM90, gemm_sm90_kernel  # noqa: E402
 from tkc.kernels.scaled_mm import CONFIG as FP8_CONFIG  # noqa: E402
 from tkc.kernels.scaled_mm import scaled_mm_kernel  # noqa: E402
 
-BF16_CANDIDATES = {  # on top of CONFIG_SM90 (128×256 tiles, BK=64, 3 stages, TMA stores)
+BF16_CANDIDATES = {  # on top of CONFIG_SM90 (128×256 tiles, BK=64, 3 stages, TMA stores); CLUSTER=1 ones: controls
     "cluster2": {"CLUSTER": 2},
-    "cluster2 G16": {"CLUSTER": 2, "GROUP_M": 16},
-    "cluster2 2st": {"CLUSTER": 2, "STAGES": 2},
+    "cluster2 G4": {"CLUSTER": 2, "GROUP_M": 4},
     "cluster2 producer": {"CLUSTER": 2, "PRODUCER": 1},
+    "cluster1 4st direct": {"STAGES": 4, "TMA_STORE": 0},
+    "cluster2 4st direct": {"CLUSTER": 2, "STAGES": 4, "TMA_STORE": 0},
+    "cluster2 4st direct producer": {"CLUSTER": 2, "STAGES": 4, "TMA_STORE": 0, "PRODUCER": 1},
+    "cluster1 BK32 6st": {"BK": 32, "STAGES": 6},
+    "cluster2 BK32 6st": {"CLUSTER": 2, "BK": 32, "STAGES": 6},
 }
 FP8_CANDIDATES = {  # on top of scaled_mm's CONFIG (128×256 tiles, BK=128, 3 stages)
     "fp8 cluster2": {"CLUSTER": 2},
