@@ -13,7 +13,9 @@ A ring shared by a cluster of C blocks (`!tile.stage_barriers<S, A, C>`, multica
 copies rows [r·R/C, (r+1)·R/C) of a multicast tile (r its rank in the cluster) into the stage of every block
 (`.multicast::cluster`), so a stage is free only when every block has released it: a warp releases a stage once
 all its lanes are done (`bar.warp.sync`), lane r arriving on block r's empty barrier (`mapa` + a remote
-`mbarrier.arrive`), whose count is the consumer warps times C. Cluster barriers follow the barriers' init (no
+`mbarrier.arrive`, of the default .release.cta semantics: `.release.cluster` cost a MEMBAR.ALL.GPU per arrival,
+and the stage's readers, wgmmas waited for, need no ordering of their own), whose count is the consumer warps
+times C. Cluster barriers follow the barriers' init (no
 block may signal a barrier its peer has not initialized) and precede the exit (none may signal a peer that has
 exited).
 """
@@ -110,8 +112,8 @@ def lower_stage_barriers(lw: KernelLowering, op: m.StageBarriersOp) -> list[Any]
         lw.emit(ptx.MbarrierOp("init", base, offset=8 * s, count=1, guard=first))
         lw.emit(ptx.MbarrierOp("init", base, offset=8 * (stages + s), count=releases, guard=first))
     lw.emit(ptx.FenceOp("mbarrier_init.release.cluster"))  # the inits, visible to the other threads and to TMA
-    if cluster > 1:  # ... and to the other blocks of the cluster, which signal them
-        lw.emit(ptx.ClusterBarrierOp("arrive"))
+    if cluster > 1:  # ... and to the other blocks of the cluster, which signal them (the fence released them)
+        lw.emit(ptx.ClusterBarrierOp("arrive_relaxed"))
         lw.emit(ptx.ClusterBarrierOp("wait"))
     else:
         lw.emit(ptx.BarSyncOp(0))

@@ -731,7 +731,7 @@ class FenceOp(IRDLOperation):
 class MbarrierOp(IRDLOperation):
     """One mbarrier instruction on the 8-byte barrier at shared address `addr[addr_index] + offset`:
     `init` (`mbarrier.init.shared::cta.b64 [bar], count;`), `arrive` (`mbarrier.arrive.shared::cta.b64 _, [bar];`),
-    `arrive_cluster` (`mbarrier.arrive.release.cluster.shared::cluster.b64 _, [bar];`: `addr` a shared::cluster
+    `arrive_cluster` (`mbarrier.arrive.shared::cluster.b64 _, [bar];`: `addr` a shared::cluster
     address from `mapa`, the barrier of any block of the cluster),
     `arrive_expect_tx` (`mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], count;` with count = bytes) or
     `try_wait` (`mbarrier.try_wait.parity.shared::cta.b64 %p, [bar], parity;`, parity = `parity[parity_index]`,
@@ -910,10 +910,12 @@ class ElectOp(IRDLOperation):
 class ClusterBarrierOp(_KindOp):
     """`barrier.cluster.arrive.release.aligned;` (kind arrive) or `barrier.cluster.wait.acquire.aligned;` (wait):
     every thread of every block of the cluster arrives, then waits until all have; what each wrote before its
-    arrival (mbarrier inits included) is visible to all after the wait."""
+    arrival is visible to all after the wait. `arrive_relaxed` (`barrier.cluster.arrive.relaxed.aligned;`) orders
+    nothing: where a fence already did (the mbarrier inits' `fence.mbarrier_init.release.cluster`), it saves the
+    release's fences (a MEMBAR.ALL.GPU in SASS)."""
 
     name = "ptx.cluster_barrier"
-    KINDS: ClassVar[tuple[str, ...]] = ("arrive", "wait")
+    KINDS: ClassVar[tuple[str, ...]] = ("arrive", "arrive_relaxed", "wait")
 
 
 PTX_OPS = [KernelOp, ParamOp, SpecialOp, RegsOp, InstrOp, LoadOp, StoreOp, CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp,

@@ -204,7 +204,7 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         if kind == "arrive":
             return [f"{guard}mbarrier.arrive.shared::cta.b64 _, {bar};"]
         if kind == "arrive_cluster":
-            return [f"{guard}mbarrier.arrive.release.cluster.shared::cluster.b64 _, {bar};"]
+            return [f"{guard}mbarrier.arrive.shared::cluster.b64 _, {bar};"]
         if kind == "arrive_expect_tx":
             return [f"{guard}mbarrier.arrive.expect_tx.shared::cta.b64 _, {bar}, {op.count.data};"]  # type: ignore[union-attr]
         parity = names(op.parity, op.parity_index.data)  # type: ignore[arg-type, union-attr]
@@ -234,8 +234,8 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
     if isinstance(op, ptx.GridDependencyOp):
         return [f"griddepcontrol.{op.kind.data};"]
     if isinstance(op, ptx.ClusterBarrierOp):
-        return ["barrier.cluster.arrive.release.aligned;" if op.kind.data == "arrive" else
-                "barrier.cluster.wait.acquire.aligned;"]
+        return [{"arrive": "barrier.cluster.arrive.release.aligned;", "wait": "barrier.cluster.wait.acquire.aligned;",
+                 "arrive_relaxed": "barrier.cluster.arrive.relaxed.aligned;"}[op.kind.data]]
     if isinstance(op, ptx.ElectOp):
         return [f"elect.sync _|{names(op.result, 0)}, 0xffffffff;"]
     raise NotImplementedError(f"no PTX for {op.name}")

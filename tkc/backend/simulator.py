@@ -747,7 +747,7 @@ class BlockSimulator:
         elif isinstance(op, ptx.ElectOp):
             warp.regs[op.result] = (np.arange(LANES) == 0).reshape(LANES, 1)
         elif isinstance(op, ptx.ClusterBarrierOp):
-            if op.kind.data == "arrive":
+            if op.kind.data.startswith("arrive"):
                 self._cluster_arrive(warp)
         elif isinstance(op, ptx.LabelOp):
             pass
