@@ -215,8 +215,9 @@ def _runs_of_k(tiles: int, steps: int, slots: int) -> int:
 def sm90_config(trans_b: bool, aligned: bool, choice: int = 0) -> dict[str, int]:
     """gemm_sm90_kernel's constants: CONFIG_SM90 (TMA ring, TMA stores) or, with `choice`, smaller tiles; without
     16-byte aligned rows a 4-stage cp.async ring and plain stores."""
-    if not aligned:
-        return {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b), "PRODUCER": 0, "STAGES": 4, "TMA_STORE": 0}
+    if not aligned:  # (no TMA: nothing to multicast, so no clusters)
+        return {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b), "PRODUCER": 0, "STAGES": 4, "TMA_STORE": 0,
+                "CLUSTER": 1}
     return {**(CONFIG_SM90[int(trans_b)] if choice == 0 else SMALLER_TILES[choice - 1]), "TRANS_B": int(trans_b)}
 
 
@@ -294,7 +295,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         cfg = sm90_config(trans_b, aligned, choice.count)
         spec = gemm_sm90_kernel.specialize(target="sm_90a", **dt, **cfg)
         most = spec.resident_blocks(a, b, out) if PERSISTENT else GRID_LIMIT
-        plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], most)
+        plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], most, cfg.get("CLUSTER", 1))
     else:
         plan = _tiles_plan(gemm_kernel.specialize(TRANS_B=int(trans_b), target=target, **dt, **CONFIG),
                            CONFIG["BM"], CONFIG["BN"], GRID_LIMIT)
@@ -303,11 +304,18 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     return out
 
 
-def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
-    """gemm()'s launch of a kernel taking bm×bn tiles of C on at most `most` blocks: plan(a, b, c, m, n,
-    common_only) launches it and says whether it did (common_only: see Specialized.launch)."""
+def persistent_grid(m: int, n: int, bm: int, bn: int, most: int, cluster: int = 1) -> tuple[int, int, int]:
+    """The grid of a kernel taking bm×bn tiles of an m×n product on at most `most` blocks, in clusters of `cluster`
+    that take stacks of that many tiles in M (whole clusters: a stack's tile past M's end has a block too)."""
+    blocks = ceil_div(ceil_div(m, bm), cluster) * cluster * ceil_div(n, bn)
+    return (min(blocks, most - most % cluster), 1, 1)
+
+
+def _tiles_plan(spec: Any, bm: int, bn: int, most: int, cluster: int = 1) -> Any:
+    """gemm()'s launch of a kernel taking bm×bn tiles of C on at most `most` blocks (persistent_grid): plan(a, b,
+    c, m, n, common_only) launches it and says whether it did (common_only: see Specialized.launch)."""
     def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
-        return spec.launch((min(ceil_div(m, bm) * ceil_div(n, bn), most), 1, 1), (a, b, c), common_only=common_only)
+        return spec.launch(persistent_grid(m, n, bm, bn, most, cluster), (a, b, c), common_only=common_only)
     return plan
 
 

@@ -15,7 +15,7 @@ import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, wgmma_path
 from tkc.kernels.gemm import (FEW_ROWS, FEW_ROWS_MAX, SMALLER_TILES, _runs_of_k, gemm_few_rows_kernel, grouped_tile,
-                              tile_choice)
+                              persistent_grid, tile_choice)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
             if out_dtype is torch.float32:  # an f32 staging tile a warp would not fit beside the ring
                 cfg["TMA_STORE"] = 0
             spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
-            plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], spec.resident_blocks(*args))
+            plan = _tiles_plan(spec, 16 * cfg["WARPS"], cfg["BN"], spec.resident_blocks(*args), cfg.get("CLUSTER", 1))
     plan(*args, False)
     _PLANS[key] = plan  # for the common call above
     return out
@@ -212,13 +212,13 @@ def launch_kind(m: int, n: int, k: int, sms: int, aligned: bool, one_type: bool)
     return ("tiles", tile_choice(m, n, sms))
 
 
-def _tiles_plan(spec: Any, bm: int, bn: int, most: int) -> Any:
-    """scaled_mm()'s launch of scaled_mm_kernel on bm×bn tiles of C, on at most `most` blocks: plan(a, weight,
-    scale_a, scale_b, bias, c, common_only) launches it and says whether it did (common_only: see
-    Specialized.launch)."""
+def _tiles_plan(spec: Any, bm: int, bn: int, most: int, cluster: int = 1) -> Any:
+    """scaled_mm()'s launch of scaled_mm_kernel on bm×bn tiles of C, on at most `most` blocks (gemm's
+    persistent_grid): plan(a, weight, scale_a, scale_b, bias, c, common_only) launches it and says whether it did
+    (common_only: see Specialized.launch)."""
     def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, bias: Any, c: Any, common_only: bool) -> bool:
-        tiles = ceil_div(c.shape[0], bm) * ceil_div(c.shape[1], bn)
-        return spec.launch((min(tiles, most), 1, 1), (a, weight, scale_a, scale_b, bias, c), common_only=common_only)
+        grid = persistent_grid(c.shape[0], c.shape[1], bm, bn, most, cluster)
+        return spec.launch(grid, (a, weight, scale_a, scale_b, bias, c), common_only=common_only)
     return plan
 
 
