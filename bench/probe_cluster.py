@@ -21,8 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import check_outputs, compare, print_rates  # noqa: E402
 
 from tkc.kernels import gemm, scaled_mm  # noqa: E402
-from tkc.kernels._checks import cdiv  # noqa: E402
-from tkc.kernels.gemm import CONFIG_SM90, gemm_sm90_kernel  # noqa: E402
+from tkc.kernels.gemm import CONFIG_SM90, gemm_sm90_kernel, persistent_grid  # noqa: E402
 from tkc.kernels.scaled_mm import CONFIG as FP8_CONFIG  # noqa: E402
 from tkc.kernels.scaled_mm import scaled_mm_kernel  # noqa: E402
 
@@ -37,16 +36,17 @@ BF16_CANDIDATES = {  # on top of CONFIG_SM90 (128×256 tiles, BK=64, 3 stages, T
     "cluster2 BK32 6st": {"CLUSTER": 2, "BK": 32, "STAGES": 6},
 }
 FP8_CANDIDATES = {  # on top of scaled_mm's CONFIG (128×256 tiles, BK=128, 3 stages)
+    "fp8 producer": {"PRODUCER": 1},
     "fp8 cluster2": {"CLUSTER": 2},
     "fp8 cluster2 producer": {"CLUSTER": 2, "PRODUCER": 1},
+    "fp8 cluster2 producer G16": {"CLUSTER": 2, "PRODUCER": 1, "GROUP_M": 16},
+    "fp8 cluster2 producer 4st direct": {"CLUSTER": 2, "PRODUCER": 1, "STAGES": 4, "TMA_STORE": 0},
 }
 
 
-def persistent_grid(spec, call, m: int, n: int, cfg: dict) -> tuple[int]:
-    """At most the blocks the GPU holds, whole clusters, no more than the tiles (their stacks, with clusters)."""
-    cluster = cfg.get("CLUSTER", 1)
-    stacks = cdiv(cdiv(m, 16 * cfg["WARPS"]), cluster) * cdiv(n, cfg["BN"])
-    return (min(stacks * cluster, spec.resident_blocks(*call) // cluster * cluster),)
+def grid_of(spec, call, m: int, n: int, cfg: dict) -> tuple[int, int, int]:
+    """What gemm() / scaled_mm() launch: at most the blocks the GPU holds, whole clusters of stacked tiles."""
+    return persistent_grid(m, n, 16 * cfg["WARPS"], cfg["BN"], spec.resident_blocks(*call), cfg.get("CLUSTER", 1))
 
 
 def bf16_case(m: int, n: int, k: int, trans_b: bool, rounds: int, only: str) -> None:
@@ -61,7 +61,7 @@ def bf16_case(m: int, n: int, k: int, trans_b: bool, rounds: int, only: str) -> 
             continue
         cfg = {**CONFIG_SM90[int(trans_b)], "TRANS_B": int(trans_b), **extra}
         spec = gemm_sm90_kernel.specialize(target="sm_90a", **cfg)
-        grid = persistent_grid(spec, (a, b, out), m, n, cfg)
+        grid = grid_of(spec, (a, b, out), m, n, cfg)
         impls[name] = lambda spec=spec, grid=grid: spec[grid](a, b, out) or out
     check_outputs(impls, impls["cuBLAS"]().float(), where=f"{m}x{n}x{k}")
     print_rates(f"bf16 {m}x{n}x{k} trans_b={int(trans_b)}", compare(impls, rounds), 2 * m * n * k, peers=("cuBLAS",))
@@ -80,7 +80,7 @@ def fp8_case(m: int, n: int, k: int, rounds: int, only: str) -> None:
         cfg = {**FP8_CONFIG, **extra}
         spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
         call = (a, weight, one.reshape(1), one.reshape(1), out[0], out)  # (a row of out: the unread bias)
-        grid = persistent_grid(spec, call, m, n, cfg)
+        grid = grid_of(spec, call, m, n, cfg)
         impls[name] = lambda spec=spec, grid=grid, call=call: spec[grid](*call) or out
     check_outputs(impls, impls["cuBLASLt"]().float(), where=f"fp8 {m}x{n}x{k}")
     print_rates(f"fp8 {m}x{n}x{k}", compare(impls, rounds), 2 * m * n * k, peers=("cuBLASLt",))
@@ -93,10 +93,11 @@ def main() -> None:
     parser.add_argument("--only", default="", help="a regex: only the candidates it finds")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-fp8", action="store_true")
+    parser.add_argument("--no-bf16", action="store_true")
     args = parser.parse_args()
     shapes = [(s, s, s) for s in args.sizes] + [tuple(int(x) for x in s.split("x")) for s in args.shapes]
     for m, n, k in shapes:
-        for trans_b in (False, True):
+        for trans_b in () if args.no_bf16 else (False, True):
             bf16_case(m, n, k, trans_b, args.rounds, args.only)
         if not args.no_fp8:
             fp8_case(m, n, k, args.rounds, args.only)
