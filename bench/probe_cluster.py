@@ -35,8 +35,9 @@ BF16_CANDIDATES = {  # on top of CONFIG_SM90 (128×256 tiles, BK=64, 3 stages, T
     "cluster1 BK32 6st": {"BK": 32, "STAGES": 6},
     "cluster2 BK32 6st": {"CLUSTER": 2, "BK": 32, "STAGES": 6},
 }
-FP8_CANDIDATES = {  # on top of scaled_mm's CONFIG (128×256 tiles, BK=128, 3 stages)
-    "fp8 producer": {"PRODUCER": 1},
+FP8_CANDIDATES = {  # on top of scaled_mm's CONFIG (128×256 tiles, BK=128, 3 stages, clusters of 2, a producer)
+    "fp8 neither (was shipped)": {"CLUSTER": 1, "PRODUCER": 0},
+    "fp8 producer": {"CLUSTER": 1, "PRODUCER": 1},
     "fp8 cluster2": {"CLUSTER": 2},
     "fp8 cluster2 producer": {"CLUSTER": 2, "PRODUCER": 1},
     "fp8 cluster2 producer G16": {"CLUSTER": 2, "PRODUCER": 1, "GROUP_M": 16},
