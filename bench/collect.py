@@ -1,5 +1,5 @@
 """Bring a GPU machine's benchmark output home: each `<name>.md` section under the given folder (what
-bench/gemm.py, attention.py, attention_backward.py and layernorm.py write to $OUT) is appended to bench/RESULTS.md, each `<name>.json`
+bench/gemm.py, attention.py, attention_backward.py, layernorm.py and scaled_mm.py write to $OUT) is appended to bench/RESULTS.md, each `<name>.json`
 copied to bench/results/ (unless it has fewer rows than the one there: a focused run keeps the sweep of record
 plotted), and the plots redrawn.
 
@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = ("gemm", "attention", "attention-backward", "layernorm")
+NAMES = ("gemm", "attention", "attention-backward", "layernorm", "scaled_mm")
 
 
 def main() -> None:
