@@ -87,6 +87,30 @@ def fp8_case(m: int, n: int, k: int, rounds: int, only: str) -> None:
     print_rates(f"fp8 {m}x{n}x{k}", compare(impls, rounds), 2 * m * n * k, peers=("cuBLASLt",))
 
 
+def small_calls() -> None:
+    """Where a short fp8 call's time goes: each way event-timed back to back (host included) and from a CUDA graph
+    (the GPU alone), scaled_mm() and its kernel with and without clusters (a cluster launch may cost more)."""
+    from common import graph_time_ms, time_ms
+
+    for m, n, k in ((2048, 2048, 2048), (4096, 4096, 4096), (16, 8192, 8192)):
+        a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+        weight = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda")
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        impls = {"scaled_mm()": lambda: scaled_mm(a, weight.t(), one, one),
+                 "cuBLASLt": lambda: torch._scaled_mm(a, weight.t(), one, one, out_dtype=torch.bfloat16)}
+        if m > 32:
+            for name, extra in (("kernel, cluster2 producer", {}), ("kernel, neither", {"CLUSTER": 1, "PRODUCER": 0})):
+                cfg = {**FP8_CONFIG, **extra}
+                spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
+                call = (a, weight, one.reshape(1), one.reshape(1), out[0], out)
+                grid = grid_of(spec, call, m, n, cfg)
+                impls[name] = lambda spec=spec, grid=grid, call=call: spec[grid](*call) or out
+        for name, fn in impls.items():
+            print(f"fp8 {m}x{n}x{k} {name:28s} {time_ms(fn) * 1e3:7.1f} µs back to back, "
+                  f"{graph_time_ms(fn) * 1e3:7.1f} µs in a graph", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192])
@@ -95,7 +119,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-fp8", action="store_true")
     parser.add_argument("--no-bf16", action="store_true")
+    parser.add_argument("--small", action="store_true", help="only where short fp8 calls spend their time")
     args = parser.parse_args()
+    if args.small:
+        small_calls()
+        return
     shapes = [(s, s, s) for s in args.sizes] + [tuple(int(x) for x in s.split("x")) for s in args.shapes]
     for m, n, k in shapes:
         for trans_b in () if args.no_bf16 else (False, True):
