@@ -68,21 +68,26 @@ def bf16_case(m: int, n: int, k: int, trans_b: bool, rounds: int, only: str) -> 
     print_rates(f"bf16 {m}x{n}x{k} trans_b={int(trans_b)}", compare(impls, rounds), 2 * m * n * k, peers=("cuBLAS",))
 
 
-def fp8_case(m: int, n: int, k: int, rounds: int, only: str) -> None:
+def fp8_impls(m: int, n: int, k: int, candidates: dict[str, dict]) -> dict:
+    """scaled_mm(), cuBLASLt and scaled_mm_kernel with each candidate's constants (on top of CONFIG) on fresh e4m3
+    operands, per-tensor scales, bf16 out."""
     a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
     weight = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
     one = torch.ones((), device="cuda")
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     impls = {"scaled_mm()": lambda: scaled_mm(a, weight.t(), one, one),
              "cuBLASLt": lambda: torch._scaled_mm(a, weight.t(), one, one, out_dtype=torch.bfloat16)}
-    for name, extra in FP8_CANDIDATES.items():
-        if only and not re.search(only, name):
-            continue
+    for name, extra in candidates.items():
         cfg = {**FP8_CONFIG, **extra}
         spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
         call = (a, weight, one.reshape(1), one.reshape(1), out[0], out)  # (a row of out: the unread bias)
         grid = grid_of(spec, call, m, n, cfg)
         impls[name] = lambda spec=spec, grid=grid, call=call: spec[grid](*call) or out
+    return impls
+
+
+def fp8_case(m: int, n: int, k: int, rounds: int, only: str) -> None:
+    impls = fp8_impls(m, n, k, {name: cfg for name, cfg in FP8_CANDIDATES.items() if not only or re.search(only, name)})
     check_outputs(impls, impls["cuBLASLt"]().float(), where=f"fp8 {m}x{n}x{k}")
     print_rates(f"fp8 {m}x{n}x{k}", compare(impls, rounds), 2 * m * n * k, peers=("cuBLASLt",))
 
@@ -93,19 +98,8 @@ def small_calls() -> None:
     from common import graph_time_ms, time_ms
 
     for m, n, k in ((2048, 2048, 2048), (4096, 4096, 4096), (16, 8192, 8192)):
-        a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
-        weight = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
-        one = torch.ones((), device="cuda")
-        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        impls = {"scaled_mm()": lambda: scaled_mm(a, weight.t(), one, one),
-                 "cuBLASLt": lambda: torch._scaled_mm(a, weight.t(), one, one, out_dtype=torch.bfloat16)}
-        if m > 32:
-            for name, extra in (("kernel, cluster2 producer", {}), ("kernel, neither", {"CLUSTER": 1, "PRODUCER": 0})):
-                cfg = {**FP8_CONFIG, **extra}
-                spec = scaled_mm_kernel.specialize(target="sm_90a", **cfg)
-                call = (a, weight, one.reshape(1), one.reshape(1), out[0], out)
-                grid = grid_of(spec, call, m, n, cfg)
-                impls[name] = lambda spec=spec, grid=grid, call=call: spec[grid](*call) or out
+        kernels = {"kernel, cluster2 producer": {}, "kernel, neither": {"CLUSTER": 1, "PRODUCER": 0}}
+        impls = fp8_impls(m, n, k, kernels if m > 32 else {})
         for name, fn in impls.items():
             print(f"fp8 {m}x{n}x{k} {name:28s} {time_ms(fn) * 1e3:7.1f} µs back to back, "
                   f"{graph_time_ms(fn) * 1e3:7.1f} µs in a graph", flush=True)

@@ -36,7 +36,7 @@ from tkc.errors import TkcError
 from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.ir.types import element_bytes
-from tkc.passes.lower_to_ptx import Imm, KernelLowering, handles
+from tkc.passes.lower_to_ptx import Imm, KernelLowering, cluster_rank, handles
 
 _TMAP_PARAM = re.compile(r"^(?P<tensor>\w+?)_tmap(?P<stack>n?)_(?P<rows>\d+)x(?P<cols>\d+)_sw(?P<swizzle>\d+)$")
 
@@ -149,7 +149,7 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
     if not name or op.source not in lw.fn.body.block.args:
         raise TkcError("internal: a TMA load reads a kernel argument")
     rank = op.source.type.rank  # type: ignore[attr-defined]
-    multicast = "tkc.multicast" in op.attributes
+    multicast = t.MULTICAST in op.attributes
     share = rows // op.bars.type.cluster.data if multicast else rows  # type: ignore[attr-defined]  # rows it copies
     tmap = _tensor_map(lw, f"{name}_tmap{'n' if rank > 2 else ''}_{share}x{panel_cols}_sw{swizzle}")
     ring = lw.value(op.ring)
@@ -166,7 +166,7 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
     guard = _guard(lw, _producer_thread(lw))
     mask = None
     if multicast:  # this block's 1/C of the rows (boxes of R/C rows), into the same place in every block
-        mine = lw.at_entry("cluster_rank", lambda: lw.emit(ptx.SpecialOp("%cluster_ctarank")).results[0])
+        mine = cluster_rank(lw)
         lw.op("mad.lo.s32", None, mine, Imm(share), (coords, np.array([panels])), into=coords, dest=[panels], n=1)
         dst = lw.op("mad.lo.s32", "b32", mine, Imm(share * swizzle), lw.reg(dst), n=1)
         mask = lw.at_entry("cluster_mask", lambda: lw.op("mov.b16", "b16", Imm((1 << lw.cluster) - 1), n=1))

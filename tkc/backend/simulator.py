@@ -534,7 +534,7 @@ class BlockSimulator:
         self.mbarriers: dict[int, Mbarrier] = {}
         self.cluster: list[BlockSimulator] = [self]  # the blocks of its cluster, by rank
         self.rank = 0
-        self.cluster_barrier = ClusterBarrier(len(self.warps))
+        self.cluster_barrier = ClusterBarrier(len(self.warps))  # one object shared by the cluster's blocks
 
     def run(self) -> None:
         run_cluster([self])
@@ -1065,7 +1065,7 @@ class BlockSimulator:
         return block, offset
 
     def _cluster_arrive(self, warp: Warp) -> None:
-        state = self.cluster[0].cluster_barrier
+        state = self.cluster_barrier
         if warp.cluster_arrival is not None:
             raise SimulationError(f"warp {warp.index} arrives at the cluster barrier twice without waiting")
         warp.cluster_arrival = state.rounds
@@ -1077,7 +1077,7 @@ class BlockSimulator:
     def _cluster_passed(self, warp: Warp) -> bool:
         if warp.cluster_arrival is None:
             raise SimulationError(f"warp {warp.index} waits at the cluster barrier without arriving")
-        if self.cluster[0].cluster_barrier.rounds > warp.cluster_arrival:
+        if self.cluster_barrier.rounds > warp.cluster_arrival:
             warp.cluster_arrival = None
             return True
         return False
@@ -1326,9 +1326,9 @@ def simulate(module: ModuleOp, name: str, args: Sequence[Any], grid: int | Seque
         for y in range(grid3[1]):
             for x in range(0, grid3[0], size):
                 blocks = [BlockSimulator(kernel, launch, (x + r, y, z)) for r in range(size)]
+                barrier = ClusterBarrier(sum(len(b.warps) for b in blocks))
                 for rank, block in enumerate(blocks):
-                    block.cluster, block.rank = blocks, rank
-                blocks[0].cluster_barrier.warps = sum(len(b.warps) for b in blocks)
+                    block.cluster, block.rank, block.cluster_barrier = blocks, rank, barrier
                 run_cluster(blocks)
     for array, raw in tensors:
         array[...] = raw.view(array.dtype).reshape(array.shape)

@@ -38,6 +38,7 @@ from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 from xdsl.utils.exceptions import VerifyException
 
 from tkc.ir.async_ops import RingType
+from tkc.ir.ops import MULTICAST
 from tkc.ir.types import GlobalType, SharedTileType
 
 
@@ -172,7 +173,7 @@ class TmaLoadOp(IRDLOperation):
             raise VerifyException("tma_load fills shared tiles")
         if gtype.element_type != rtype.buffer.element_type:  # type: ignore[attr-defined]
             raise VerifyException("tma_load cannot convert between dtypes")
-        if "tkc.multicast" in self.attributes and btype.cluster.data == 1:  # type: ignore[attr-defined]
+        if MULTICAST in self.attributes and btype.cluster.data == 1:  # type: ignore[attr-defined]
             raise VerifyException("a multicast tma_load needs the stage barriers of a cluster")
         if rtype.stages.data != btype.stages.data:  # type: ignore[attr-defined]
             raise VerifyException(f"tma_load: the ring has {rtype.stages.data} stages but its barriers "  # type: ignore[attr-defined]

@@ -605,10 +605,15 @@ def _lower_warp_id(lw: KernelLowering, op: Operation) -> list[Any]:
     return [lw.thread_env["warp"]]
 
 
-def _lower_cluster_rank(lw: KernelLowering, op: Operation) -> list[Any]:
+def cluster_rank(lw: KernelLowering) -> Any:
+    """This block's rank in its cluster (`%cluster_ctarank`, read once at entry); 0 without clusters."""
     if lw.cluster == 1:
-        return [Imm(0)]
-    return [lw.at_entry("cluster_rank", lambda: lw.emit(ptx.SpecialOp("%cluster_ctarank")).results[0])]
+        return Imm(0)
+    return lw.at_entry("cluster_rank", lambda: lw.emit(ptx.SpecialOp("%cluster_ctarank")).results[0])
+
+
+def _lower_cluster_rank(lw: KernelLowering, op: Operation) -> list[Any]:
+    return [cluster_rank(lw)]
 
 
 def _lower_warpgroup_id(lw: KernelLowering, op: Operation) -> list[Any]:
