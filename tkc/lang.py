@@ -521,7 +521,7 @@ def mm_AtBt(a, b):
 
 # Memory
 @_op
-def load(src, index=None, spec=None, multicast=False):
+def load(src, index=None, spec=None, multicast=False, rank=None):
     """Load a tile or vector.
 
     `load(G, (b, h, i, j), rt[bf16, 16, 64])` or `st[...]`: from a global tensor; the last indices count in
@@ -529,6 +529,9 @@ def load(src, index=None, spec=None, multicast=False):
     `multicast=True` (a shared tile, in a kernel with `cluster=N`): every block of the cluster loads this same
     tile, so a TMA ring copies it once for all of them (each block fetching 1/N of its rows into every block).
     `load(s)`: a whole shared tile into registers; `load(s, (i, j), rt[bf16, 16, 64])`: one sub-tile of it.
+    `rank=r` (in a kernel with `cluster=N`): the register sub-tile from block r's copy of the shared tile s
+    (distributed shared memory), after a `cluster_sync()` that follows the blocks' writes into s. Without
+    clusters, a block's own copy.
     """
 
 
@@ -560,6 +563,12 @@ def barrier():
 
 
 sync = barrier
+
+
+@_op
+def cluster_sync():
+    """Every warp of every block of the cluster waits here: what the blocks stored into their shared tiles before
+    it, `load(s, index, spec, rank=r)` reads after it. Not inside a run-time `if`. Without clusters: `barrier()`."""
 
 
 @_op

@@ -162,6 +162,43 @@ def multicast_slice_of_partial_swizzle_rows():
     return k
 
 
+def cluster_load_before_sync():
+    @tkc.kernel(cluster=2, min_target="sm_90a")
+    def k(C: gl[f32, 2]):
+        s = store(empty(st[f32, 16, 64]), zeros(rt[f32, 16, 64]))
+        store(C, load(s, (0, 0), rt[f32, 16, 64], rank=1), (0, 0))  # ERROR
+
+    return k
+
+
+def cluster_load_rank_outside():
+    @tkc.kernel(cluster=2, min_target="sm_90a")
+    def k(C: gl[f32, 2]):
+        s = store(empty(st[f32, 16, 64]), zeros(rt[f32, 16, 64]))
+        cluster_sync()
+        store(C, load(s, (0, 0), rt[f32, 16, 64], rank=2), (0, 0))  # ERROR
+
+    return k
+
+
+def cluster_load_of_global():
+    @tkc.kernel(cluster=2, min_target="sm_90a")
+    def k(A: gl[f32, 2], C: gl[f32, 2]):
+        store(C, load(A, (0, 0), rt[f32, 16, 64], rank=1), (0, 0))  # ERROR
+
+    return k
+
+
+def cluster_sync_in_branch():
+    @tkc.kernel(cluster=2, min_target="sm_90a")
+    def k(C: gl[f32, 2]):
+        if block_idx()[0] > 0:
+            cluster_sync()  # ERROR
+        store(C, zeros(rt[f32, 16, 64]), (0, 0))
+
+    return k
+
+
 def fp8_register_tile():
     @tkc.kernel
     def k(A: gl[fp8e4m3, 2], C: gl[f32, 2]):

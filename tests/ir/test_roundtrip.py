@@ -185,6 +185,9 @@ def _op_cases() -> dict[str, str]:
         "insert-rt": "%a = tile.insert %rt, %st[%i, %i] : !tile.rt<16x32xf32> -> !tile.st<64x64xbf16>",
         "insert-rv": "%a = tile.insert %rv, %sv[%i] : !tile.rv<16xf32> -> !tile.sv<64xbf16>",
         "barrier": "tile.barrier\ntile.barrier {tkc.note}",
+        "cluster_sync": "tile.cluster_sync\ntile.cluster_sync {tkc.note}",
+        "cluster_load": "%s = tile.empty : !tile.st<32x64xf32>\ntile.cluster_sync\n"
+                        "%a = tile.cluster_load %s[%i, %i] from %i : !tile.st<32x64xf32> -> !tile.rt<32x16xf32>",
         "turn_wait": "tile.turn_wait\ntile.turn_wait {tkc.note}",
         "turn_pass": "tile.turn_pass\ntile.turn_pass {tkc.note}",
         "ring_alloc": "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>\n"

@@ -300,6 +300,19 @@ WGMMA_CASES.append(Bad("tile.tma_load", "%r = tile.ring_alloc : !tile.ring<3, !t
                                         "!tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>, !tile.stage_barriers<3, 128>",
                        "a multicast tma_load needs the stage barriers of a cluster"))
 
+WGMMA_CASES.append(Bad("tile.cluster_load", "%s = tile.empty : !tile.st<32x64xf32>\n"
+                                           "%a = tile.cluster_load %s[%i, %i] from %i : !tile.st<32x64xf32> -> "
+                                           "!tile.rt<32x16xf32>",
+                       "cluster load: the cluster's blocks read each other's shared tile only after a cluster_sync() "
+                       "that follows their writes into it"))
+WGMMA_CASES.append(Bad("tile.cluster_sync", "%p = arith.cmpi slt, %i, %i : i32\nscf.if %p {\ntile.cluster_sync\n"
+                                           "scf.yield\n}",
+                       "cluster_sync: every warp of the cluster must reach it, so it cannot be inside a run-time `if`"))
+WGMMA_CASES.append(Bad("tile.cluster_load", "%s = tile.empty : !tile.st<32x64xf32>\ntile.cluster_sync\n"
+                                           "%a = tile.cluster_load %s[%i, %i] from %i : !tile.st<32x64xf32> -> "
+                                           "!tile.rt<32x48xf32>",
+                       "cluster load: rt[f32, 32, 48] does not tile st[f32, 32, 64] evenly"))
+
 OP_CASES = _mma_cases() + _elementwise_cases() + OTHER_CASES + WGMMA_CASES
 
 

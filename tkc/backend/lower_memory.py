@@ -825,6 +825,29 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     return [regs]
 
 
+@handles(t.ClusterLoadOp)
+def lower_cluster_load(lw: KernelLowering, op: t.ClusterLoadOp) -> list[Any]:
+    """A register sub-tile of block `rank`'s copy of a shared tile: the tile's address mapped into that block's
+    window of the cluster's shared memory (`mapa`), then `ld.shared::cluster` runs as for a tile ldmatrix does not
+    take (the window is linear, so the offsets of this block's accesses carry over)."""
+    ref = _plain(lw.value(op.source), "loading registers from")
+    remote = lw.op("mapa.shared::cluster.u32", "b32", ref.addr, lw.reg(lw.value(op.rank)), n=1)
+    dst_type = op.result.type
+    mem_type = _register_type(dst_type, op.source.type.element_type)
+    runs, bundle, base_of, offset, guard = _shared_run_access(lw, SharedRef(remote, ref.type), mem_type,
+                                                              [lw.value(i) for i in op.indices])
+    regs = _load_runs(lw, "shared::cluster", mem_type, runs, bundle, base_of, offset, guard, np.arange(len(runs)))
+    if mem_type != dst_type:
+        regs = pack(lw, unpack(lw, regs, mem_type), dst_type)
+    return [regs]
+
+
+@handles(t.ClusterSyncOp)
+def lower_cluster_sync(lw: KernelLowering, op: t.ClusterSyncOp) -> None:
+    lw.emit(ptx.ClusterBarrierOp("arrive"))
+    lw.emit(ptx.ClusterBarrierOp("wait"))
+
+
 def _row_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index: Any) -> SharedRef:
     """Rows index·R .. index·R + R − 1 of a shared tile, as a tile of its own: with the rows in one column panel
     (row bytes within the swizzle width) they are contiguous, and the view starts R·row-bytes further on, a whole

@@ -835,8 +835,12 @@ class BlockSimulator:
             words = np.zeros((LANES, vec), dtype=np.uint32)
             if lanes.size:
                 what = f"ld.{space}"
-                data = (self.launch.global_memory.read(addrs[lanes, i], word * vec, what) if space == "global"
-                        else self.shared.read(addrs[lanes, i], word * vec, what))
+                if space == "global":
+                    data = self.launch.global_memory.read(addrs[lanes, i], word * vec, what)
+                elif space == "shared::cluster":
+                    data = self._cluster_read(addrs[lanes, i], word * vec, what)
+                else:
+                    data = self.shared.read(addrs[lanes, i], word * vec, what)
                 words[lanes] = _bytes_to_words(data, word).astype(np.uint32)
             out[:, dest[i]:dest[i] + vec] = words
         warp.regs[op.result] = out
@@ -1054,6 +1058,14 @@ class BlockSimulator:
             raise SimulationError("mapa of an address that is already a cluster address")
         return u32((ranks + 1) * CLUSTER_WINDOW + offsets)
 
+    def _cluster_read(self, addresses: np.ndarray, nbytes: int, what: str) -> np.ndarray:
+        """bytes [lane, nbytes] at each lane's shared::cluster address (in whichever block of the cluster)."""
+        out = np.empty((len(addresses), nbytes), dtype=np.uint8)
+        for i, address in enumerate(u32(addresses).astype(np.int64)):
+            block, offset = self._in_cluster(int(address), what)
+            out[i] = block.shared.read(np.array([offset]), nbytes, what)[0]
+        return out
+
     def _in_cluster(self, address: int, what: str) -> tuple[BlockSimulator, int]:
         """(block, offset in its shared memory) of a shared::cluster address (a plain one is this block's)."""
         rank, offset = divmod(address, CLUSTER_WINDOW)
@@ -1061,7 +1073,7 @@ class BlockSimulator:
         if block is None:
             raise SimulationError(f"{what} at cluster address {address:#x}: no such block in the cluster")
         if block.exited:
-            raise SimulationError(f"{what} signals block {block.rank} of the cluster, which has exited")
+            raise SimulationError(f"{what} reaches block {block.rank} of the cluster, which has exited")
         return block, offset
 
     def _cluster_arrive(self, warp: Warp) -> None:

@@ -577,9 +577,12 @@ def _marked(op: Any, in_rows: bool) -> Any:
 
 
 @implements(lang.load)
-def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast: Any = False) -> SSAValue:
+def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast: Any = False,
+          rank: Any = None) -> SSAValue:
     if isinstance(index, lang.TileSpec) and spec is None:
         index, spec = None, index
+    if rank is not None:
+        return _cluster_load(cg, src, index, spec, rank)
     if is_runtime(multicast) or not isinstance(multicast, bool | int):
         raise TkcError(f"load's multicast must be True or False when the kernel is compiled, got {describe(multicast)}")
     if is_global(src):
@@ -614,6 +617,38 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
     if is_register(src):
         raise TkcError(f"{describe(src)} is already in registers")
     raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
+
+
+def _cluster_load(cg: CodeGen, src: Any, index: Any, spec: Any, rank: Any) -> SSAValue:
+    """`load(s, index, rt[...], rank=r)`: a register sub-tile of block r's copy of the shared tile s."""
+    if not is_shared(src) or not isinstance(src.type, SharedTileType):
+        raise TkcError(f"load(..., rank=r) reads a shared tile of another block of the cluster, got {describe(src)}")
+    stype = src.type
+    if spec is None:
+        spec = lang.TileSpec("rt", lang.dtype_of(stype.element_type), stype.shape)
+    spec = _spec(spec, "load's type", ("rt",))
+    if index is None:
+        if spec.shape != stype.shape:
+            raise TkcError(f"loading {spec} out of {stype.spec()} needs the sub-tile's index")
+        index = (0,) * len(stype.shape)
+    indices = _indices(cg, index, len(stype.shape), f"load from {stype.spec()}")
+    if cg.cluster == 1:  # the only block of its cluster
+        return cg.emit_value(t.LoadOp(src, indices, spec.ir))
+    if cg.shared_written.get(src, cg.cluster_syncs) == cg.cluster_syncs:
+        raise TkcError("load(..., rank=r) reads another block's copy of this shared tile: call cluster_sync() "
+                       "after the blocks' last store into it, and before this load")
+    if not is_runtime(rank) and isinstance(rank, int) and not isinstance(rank, bool) and not 0 <= rank < cg.cluster:
+        raise TkcError(f"load's rank must be a block of the cluster (0 to {cg.cluster - 1}), got {rank}")
+    rank = cg.as_i32(rank, "load's rank")
+    return cg.emit_value(t.ClusterLoadOp(src, indices, rank, spec.ir))
+
+
+@implements(lang.cluster_sync)
+def _cluster_sync(cg: CodeGen) -> None:
+    if cg.runtime_branches:
+        raise TkcError("cluster_sync: every warp of the cluster must reach it, so it cannot be inside a run-time `if`")
+    cg.emit(t.ClusterSyncOp() if cg.cluster > 1 else t.BarrierOp())
+    cg.cluster_syncs += 1
 
 
 @implements(lang.store)

@@ -26,6 +26,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from tkc import lang
 from tkc.errors import SourceLoc, TkcError
+from tkc.ir.types import SharedTileType
 from tkc.frontend.values import (
     BoundMethod,
     GlShape,
@@ -130,6 +131,9 @@ class CodeGen(ast.NodeVisitor):
         self.py_builtin_impls = PY_BUILTIN_IMPLS
         self.target = target
         self.cluster = 1  # the kernel's blocks per cluster (`cluster=`): without clusters cluster_rank() is 0
+        self.runtime_branches = 0  # run-time `if` branches being built around the current op
+        self.cluster_syncs = 0  # cluster_sync() calls so far, in program order
+        self.shared_written: dict[SSAValue, int] = {}  # a shared tile value → cluster_syncs when it was made
         self.scope = Scope(source, {})
         self.builder: Builder | None = None
         self.node: ast.AST | None = None
@@ -165,6 +169,8 @@ class CodeGen(ast.NodeVisitor):
             op.verify()
         except VerifyException as e:
             raise TkcError(str(e)) from None
+        if op.results and isinstance(op.results[0].type, SharedTileType):
+            self.shared_written[op.results[0]] = self.cluster_syncs
         return op
 
     def emit_value(self, op: Operation) -> SSAValue:
@@ -335,10 +341,12 @@ class CodeGen(ast.NodeVisitor):
         def run_branch(stmts: list[ast.stmt]) -> dict[str, Any]:
             self.scope.vars = dict(before)
             self.loop_depth += 1
+            self.runtime_branches += 1
             try:
                 self.visit_body(stmts)
             finally:
                 self.loop_depth -= 1
+                self.runtime_branches -= 1
             return self.scope.vars
 
         then_block, else_block = Block(), Block()

@@ -92,6 +92,14 @@ def _subtile_indices(
     return [np.clip(i, 0, n - 1) for i, n in zip(idx, outer)]
 
 
+def _cluster_of(op: Operation) -> int:
+    """The cluster size of the kernel holding `op`."""
+    fn = op.parent_op()
+    while fn is not None and not isinstance(fn, func.FuncOp):
+        fn = fn.parent_op()
+    return t.cluster_size(fn)  # type: ignore[arg-type]
+
+
 def _with_blocks(idx: list[np.ndarray], nblocks: int, source_blocks: int) -> tuple[np.ndarray, list[np.ndarray]]:
     """Index arrays broadcast to `nblocks` blocks, and the matching index into the block axis of a shared value
     that holds `source_blocks` blocks (1 when it is the same for every block)."""
@@ -143,10 +151,7 @@ class TileFunctions(InterpreterFunctions):
 
     @impl(t.ClusterRankOp)
     def run_cluster_rank(self, interpreter: Interpreter, op: t.ClusterRankOp, args: PythonValues) -> PythonValues:
-        fn = op.parent_op()
-        while fn is not None and not isinstance(fn, func.FuncOp):
-            fn = fn.parent_op()
-        return (lane_state(interpreter).block_index(0) % t.cluster_size(fn),)  # type: ignore[arg-type]
+        return (lane_state(interpreter).block_index(0) % _cluster_of(op),)
 
     @impl(t.DimOp)
     def run_dim(self, interpreter: Interpreter, op: t.DimOp, args: PythonValues) -> PythonValues:
@@ -297,6 +302,31 @@ class TileFunctions(InterpreterFunctions):
         idx = _subtile_indices(coords, tile, _tile_shape(stype), state.active(), "load")
         blocks, idx = _with_blocks(idx, source.shape[0], source.shape[0])
         return (round_to(source[(blocks, 0, *idx)], _elem(rtype)),)
+
+    @impl(t.ClusterLoadOp)
+    def run_cluster_load(self, interpreter: Interpreter, op: t.ClusterLoadOp, args: PythonValues) -> PythonValues:
+        """A sub-tile of another block's shared value: the interpreter runs the grid in lockstep, so block b's
+        peer of rank r holds its value of the same SSA value at this point (cluster_sync made it so on the GPU)."""
+        state = lane_state(interpreter)
+        source, *coords, rank = args
+        cluster = _cluster_of(op)
+        active = state.active()
+        if np.any(((rank < 0) | (rank >= cluster)) & active):
+            raise TkcError(f"load(..., rank=r): r outside the cluster of {cluster} blocks")
+        tile = _tile_shape(op.result.type)
+        idx = _subtile_indices(coords, tile, _tile_shape(op.source.type), active, "load")
+        blocks = np.arange(state.blocks).reshape(-1, 1)
+        peer = blocks - state.block_index(0) % cluster + rank  # (B, W|1): the block this lane reads
+        lanes = np.broadcast_shapes(idx[0].shape[:LANE_AXES], peer.shape)
+        idx = [np.broadcast_to(i, lanes + i.shape[LANE_AXES:]) for i in idx]
+        peer = np.broadcast_to(peer.reshape(peer.shape + (1,) * (idx[0].ndim - LANE_AXES)), idx[0].shape)
+        source = np.broadcast_to(source, (state.blocks,) + source.shape[1:])
+        return (round_to(source[(peer, 0, *idx)], _elem(op.result.type)),)
+
+    @impl(t.ClusterSyncOp)
+    def run_cluster_sync(self, interpreter: Interpreter, op: t.ClusterSyncOp, args: PythonValues) -> PythonValues:
+        lane_state(interpreter).require_block_uniform("a cluster_sync")
+        return ()
 
     @impl(t.StoreOp)
     def run_store(self, interpreter: Interpreter, op: t.StoreOp, args: PythonValues) -> PythonValues:

@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar
 
+from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
@@ -46,7 +47,8 @@ from xdsl.irdl import (
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import EffectInstance, MemoryAllocEffect, MemoryEffect, MemoryEffectKind, MemoryWriteEffect, Pure
+from xdsl.traits import (EffectInstance, MemoryAllocEffect, MemoryEffect, MemoryEffectKind, MemoryReadEffect,
+                         MemoryWriteEffect, Pure)
 from xdsl.utils.exceptions import VerifyException
 
 from tkc.ir.async_ops import GroupWaitOp
@@ -1088,6 +1090,75 @@ class BarrierOp(IRDLOperation):
 
 
 @irdl_op_definition
+class ClusterSyncOp(IRDLOperation):
+    """`tile.cluster_sync`: every warp of every block of the cluster waits here; what a block wrote into its shared
+    tiles before it, the cluster's blocks read (`tile.cluster_load`) after it (`barrier.cluster.arrive.release` +
+    `barrier.cluster.wait.acquire`). Every warp must reach it: not inside a run-time `if`."""
+
+    name = "tile.cluster_sync"
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "attr-dict"
+
+    def __init__(self):
+        super().__init__()
+
+    def verify_(self) -> None:
+        parent = self.parent_op()
+        while parent is not None and not isinstance(parent, func.FuncOp):
+            if isinstance(parent, scf.IfOp):
+                raise VerifyException("cluster_sync: every warp of the cluster must reach it, so it cannot be "
+                                      "inside a run-time `if`")
+            parent = parent.parent_op()
+
+
+def synced_since_written(op: Operation, tile: SSAValue) -> bool:
+    """Is there a `tile.cluster_sync` between the op that wrote `tile` (its defining op) and `op`, on the way
+    back from `op` through its block and the blocks around it? (True where `op` is in a region not yet attached
+    to its function: the frontend checks as it builds, and the function's verification checks again.)"""
+    node: Operation | None = op
+    while not isinstance(node, func.FuncOp):
+        if node is None:
+            return True
+        prev = node.prev_op
+        while prev is not None:
+            if isinstance(prev, ClusterSyncOp):
+                return True
+            if prev is tile.owner:
+                return False
+            prev = prev.prev_op
+        node = node.parent_op()
+    return False
+
+
+@irdl_op_definition
+class ClusterLoadOp(IRDLOperation):
+    """`%t = tile.cluster_load %s[%i, %j] from %rank : !tile.st<64x32xf32> -> !tile.rt<16x32xf32>`: a register
+    sub-tile of block %rank's copy of the shared tile %s (distributed shared memory: `mapa.shared::cluster` +
+    `ld.shared::cluster`). Every block of the cluster runs the same program, so each has its own %s; the blocks
+    must have passed a `tile.cluster_sync` since they wrote it, and peers keep their shared memory until the whole
+    cluster exits (kernels of clusters end with a cluster barrier)."""
+
+    name = "tile.cluster_load"
+    source = operand_def(SharedTileType)
+    indices = var_operand_def(i32)
+    rank = operand_def(i32)
+    result = result_def(RegTileType)
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = "$source `[` $indices `]` `from` $rank attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation],
+                 rank: SSAValue | Operation, result_type: Attribute):
+        super().__init__(operands=[source, indices, rank], result_types=[result_type])
+
+    def verify_(self) -> None:
+        _verify_transfer("cluster load", self.source.type, self.result.type, self.source.type, len(self.indices),
+                         {(SharedTileType, RegTileType)})
+        if not synced_since_written(self, self.source):
+            raise VerifyException("cluster load: the cluster's blocks read each other's shared tile only after a "
+                                  "cluster_sync() that follows their writes into it")
+
+
+@irdl_op_definition
 class TurnWaitOp(IRDLOperation):
     """`tile.turn_wait`: this warpgroup waits for its turn at the tensor cores (two warpgroups in ping-pong, placed
     by `pingpong-warpgroups`): `bar.sync 3 + (warpgroup & 1), 256`. No effect on values."""
@@ -1152,6 +1223,8 @@ TILE_OPS: list[type[IRDLOperation]] = [
     AtomicAddOp,
     InsertOp,
     BarrierOp,
+    ClusterSyncOp,
+    ClusterLoadOp,
     TurnWaitOp,
     TurnPassOp,
     WgmmaWaitOp,

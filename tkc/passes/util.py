@@ -16,7 +16,7 @@ from tkc.ir.types import SharedTileType, SharedVecType
 # Ops after which a shared tile may hold other bytes: writes, copies landing, other warps let in, a ring stage handed
 # back to TMA (which may refill it at once: on the H200 attention_bwd_dq's sm_90a build read K and V refilled under
 # an mma streaming them past the release, RESULTS "attention backward probe — 2026-12-04").
-SHARED_WRITERS = (t.InsertOp, t.BarrierOp, a.CopyAsyncOp, a.WaitGroupOp, m.StageReleaseOp, m.StageAcquireOp,
+SHARED_WRITERS = (t.InsertOp, t.BarrierOp, t.ClusterSyncOp, a.CopyAsyncOp, a.WaitGroupOp, m.StageReleaseOp, m.StageAcquireOp,
                   m.TmaLoadOp)
 
 
