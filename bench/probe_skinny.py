@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import graph_time_ms, rel_err, time_ms  # noqa: E402
 
 from tkc.kernels import gemm, gemm_sm90_kernel  # noqa: E402
-from tkc.kernels.gemm import gemm_few_rows_kernel, gemm_split_k_kernel, sum_splits_kernel  # noqa: E402
+from tkc.kernels.gemm import GRID_LIMIT, persistent_grid  # noqa: E402
+from tkc.kernels.gemm import gemm_few_rows_cluster_kernel, gemm_few_rows_kernel, gemm_split_k_kernel, sum_splits_kernel  # noqa: E402
 from tkc.kernels._checks import cdiv  # noqa: E402
 
 CANDIDATES = {
@@ -27,6 +28,15 @@ CANDIDATES = {
     "W4 BN=32 BK=128": {"WARPS": 4, "BN": 32, "BK": 128, "STAGES": 4},
     "W4 BN=64 BK=128 6 stages": {"WARPS": 4, "BN": 64, "BK": 128, "STAGES": 6},
     "W4 BN=64 8 stages": {"WARPS": 4, "BN": 64, "BK": 64, "STAGES": 8},
+    # clusters of tiles stacked in M sharing B's slices by TMA multicast (B read from L2 once per cluster, not
+    # once per tile): 128 / 256 rows in 64- or 128-row tiles
+    "C2 W4 BN=128": {"WARPS": 4, "BN": 128, "BK": 64, "STAGES": 4, "CLUSTER": 2},
+    "C2 W4 BN=64 6st": {"WARPS": 4, "BN": 64, "BK": 64, "STAGES": 6, "CLUSTER": 2},
+    "C2 W4 BN=128 producer": {"WARPS": 4, "BN": 128, "BK": 64, "STAGES": 4, "CLUSTER": 2, "PRODUCER": 1},
+    "C4 W4 BN=128": {"WARPS": 4, "BN": 128, "BK": 64, "STAGES": 4, "CLUSTER": 4},
+    "C4 W4 BN=64 6st": {"WARPS": 4, "BN": 64, "BK": 64, "STAGES": 6, "CLUSTER": 4},
+    "C2 W8 BN=128": {"WARPS": 8, "BN": 128, "BK": 64, "STAGES": 4, "CLUSTER": 2},
+    "C2 W8 BN=64 6st": {"WARPS": 8, "BN": 64, "BK": 64, "STAGES": 6, "CLUSTER": 2},
 }
 # gemm_split_k_kernel (grid: tiles × SPLITS, f32 partial sums) then sum_splits_kernel
 SPLIT_K = {
@@ -75,6 +85,15 @@ FEW_ROWS = {
     "FR128 W4 BK=64 4st x2": {"ROWS": 128, "WARPS": 4, "BK": 64, "STAGES": 4, "SPLITS": 2},
 }
 
+# gemm_few_rows_cluster_kernel: the runs of K of a block column as a cluster of CLUSTER blocks summing in
+# distributed shared memory (one launch, no workspace)
+FEW_ROWS_CLUSTER = {
+    "FRC W8 BK=128 5st x2": {"WARPS": 8, "BK": 128, "STAGES": 5, "CLUSTER": 2},
+    "FRC W8 BK=128 5st x4": {"WARPS": 8, "BK": 128, "STAGES": 5, "CLUSTER": 4},
+    "FRC32 W8 BK=128 5st x2": {"ROWS": 32, "WARPS": 8, "BK": 128, "STAGES": 5, "CLUSTER": 2},
+    "FRC32 W8 BK=128 5st x4": {"ROWS": 32, "WARPS": 8, "BK": 128, "STAGES": 5, "CLUSTER": 4},
+}
+
 
 def split_k(a, b, tb, cfg, kernel=gemm_split_k_kernel):
     """A launcher of `kernel` (gemm_split_k_kernel or gemm_few_rows_kernel) + sum_splits_kernel for a and b, and its
@@ -114,7 +133,10 @@ def main() -> None:
             impls = {"cuBLAS": (lambda: a @ b.t()) if tb else (lambda: a @ b), "gemm()": lambda: gemm(a, b, trans_b=bool(tb))}
             for name, cfg in CANDIDATES.items():
                 spec = gemm_sm90_kernel.specialize(target="sm_90a", TRANS_B=tb, **cfg)
-                grid = cdiv(m, 16 * cfg["WARPS"]) * cdiv(nk, cfg["BN"])
+                cluster = cfg.get("CLUSTER", 1)
+                if cluster > cdiv(m, 16 * cfg["WARPS"]):  # a cluster's stack would be mostly past M's end
+                    continue
+                grid = persistent_grid(m, nk, 16 * cfg["WARPS"], cfg["BN"], GRID_LIMIT, cluster)[0]
                 out = torch.empty(m, nk, device="cuda", dtype=torch.bfloat16)
                 impls[f"{name} ({grid} blocks)"] = (lambda spec=spec, grid=grid, out=out: spec[(grid,)](a, b, out) or out)
             for name, cfg in SPLIT_K.items():
@@ -125,6 +147,13 @@ def main() -> None:
                     continue
                 run, grid = split_k(a, b, tb, cfg, gemm_few_rows_kernel)
                 impls[f"{name} ({grid} blocks)"] = run
+            for name, cfg in FEW_ROWS_CLUSTER.items():
+                if m > cfg.get("ROWS", 16):
+                    continue
+                spec = gemm_few_rows_cluster_kernel.specialize(target="sm_90a", TRANS_B=tb, **cfg)
+                grid = cdiv(nk, 16 * cfg["WARPS"]) * cfg["CLUSTER"]
+                out = torch.empty(m, nk, device="cuda", dtype=torch.bfloat16)
+                impls[f"{name} ({grid} blocks)"] = (lambda spec=spec, grid=grid, out=out: spec[(grid,)](a, b, out) or out)
             impls = {name: fn for name, fn in impls.items()
                      if name in ("cuBLAS", "gemm()") or re.search(args.only, name)}
             print(f"M={m} N=K={nk} trans_b={tb}", flush=True)

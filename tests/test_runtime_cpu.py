@@ -244,7 +244,8 @@ def _fake_gpu(monkeypatch):
     def prepare(kernel, args, constants, target=None, pipeline=None):
         aligns = {p.name: launch.alignment(v) for p, v in zip(kernel.runtime_params, args) if p.kind == "tensor"}
         compiled = compile_for_launch(kernel, target or "sm_80", kernel.resolve_constants(constants), aligns, pipeline)
-        loaded = types.SimpleNamespace(params=[tuple(p) for p in compiled.meta()["params"]])
+        loaded = types.SimpleNamespace(params=[tuple(p) for p in compiled.meta()["params"]],
+                                       cluster=compiled.meta().get("cluster", 1))
         return loaded, None, types.SimpleNamespace(ordinal=0, multiprocessors=132)
 
     launches = []
@@ -328,17 +329,20 @@ def test_gemm_common_call_launches_what_the_checked_call_did(monkeypatch) -> Non
         gemm(cuda(300, 40, dtype=torch.float32), b, target="sm_80")
 
 
-def test_gemm_split_along_k_launches_both_kernels(monkeypatch) -> None:
-    """A few rows and a long K: gemm() launches the swapped, split product on (column blocks, runs of K) and then
-    the sum of the runs on (rows, column chunks), the checked call and the common call alike."""
+def test_gemm_split_along_k_launches_one_cluster_kernel(monkeypatch) -> None:
+    """A few rows and a long K: gemm() launches the swapped product with each block column's runs of K as a
+    cluster (grid: column blocks × runs), the checked call and the common call alike; where the GPU would not hold
+    all the clusters at once, the split product on (column blocks, runs of K) and then the sum of the runs."""
     import importlib
 
     from tkc.kernels import gemm
+    from tkc.runtime import launch
 
     gemm_module = importlib.import_module("tkc.kernels.gemm")
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setattr(gemm_module, "_PLANS", {})
     monkeypatch.setitem(gemm_module.MULTIPROCESSORS, 0, 132)
+    monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: 128)  # 32 clusters of 4, 64 of 2
     a, b = cuda(16, 4096), cuda(4096, 4096)
     checked, check_tensor = [], gemm_module.check_tensor
     monkeypatch.setattr(gemm_module, "check_tensor", lambda *args: checked.append(args[0]) or check_tensor(*args))
@@ -346,16 +350,22 @@ def test_gemm_split_along_k_launches_both_kernels(monkeypatch) -> None:
         out = gemm(a, b, target="sm_90a")
         assert out.shape == (16, 4096)
     assert checked == ["a", "b"]  # the second call: the common call's plan
-    assert [grid for _, grid, _ in launches] == [(32, 4, 1), (16, 4, 1)] * 2  # 128 columns of C a block, 4 runs
-    assert launches[2][0] is launches[0][0] and launches[3][0] is launches[1][0]
-    gemm(a, cuda(8192, 4096), trans_b=True, target="sm_90a")  # the weight N×K: the roles swapped, 128 rows a block
-    assert [grid for _, grid, _ in launches[4:]] == [(64, 2, 1), (16, 8, 1)] and launches[5][0] is launches[1][0]
+    assert [grid for _, grid, _ in launches] == [(128, 1, 1)] * 2  # 128 columns of C a cluster of 4 runs
+    assert launches[1][0] is launches[0][0]
+    gemm(a, cuda(8192, 4096), trans_b=True, target="sm_90a")  # the weight N×K: 64 column blocks × 2 runs
+    assert [grid for _, grid, _ in launches[2:]] == [(128, 1, 1)] and launches[2][0] is not launches[0][0]
     gemm(cuda(32, 4096), cuda(8192, 4096), trans_b=True, target="sm_90a")  # 32 rows: another variant, its own plan
-    assert [grid for _, grid, _ in launches[6:]] == [(64, 2, 1), (32, 8, 1)] and launches[6][0] is not launches[4][0]
+    assert [grid for _, grid, _ in launches[3:]] == [(128, 1, 1)] and launches[3][0] is not launches[2][0]
     # rows of a wider a, a column-major b (read as trans_b), out a slice of a wider tensor: the same path
     wide_out = cuda(16, 1024)
     gemm(cuda(16, 4160)[:, :4096], cuda(1000, 4096).t(), target="sm_90a", out=wide_out[:, :1000])
-    assert [grid for _, grid, _ in launches[8:]] == [(8, 4, 1), (16, 1, 1)]
+    assert [grid for _, grid, _ in launches[4:]] == [(32, 1, 1)]
+    # more clusters than the GPU holds at once: the two kernels
+    monkeypatch.setattr(gemm_module, "_PLANS", {})
+    monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: 64)
+    monkeypatch.setattr(launch, "_specialized", {})  # the resident count is asked once per variant
+    gemm(a, b, target="sm_90a")
+    assert [grid for _, grid, _ in launches[5:]] == [(32, 4, 1), (16, 4, 1)]
 
 
 def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:
@@ -482,15 +492,22 @@ def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -
     assert launches[1][0] is launches[0][0] and launches[0][1] == launches[1][1] == (5 * 9, 1, 1)
     scaled_mm(a, w.t(), one, one, target="sm_90a")  # per-tensor scales: another variant
     assert checked == ["a", "b"] * 2 and launches[2][0] is not launches[0][0]
-    # 16 rows, a long K: the few-rows kernel's partial sums over 4 runs of K (512 columns of the weight: 4 blocks of
-    # 128), then their scaled sum (one row tile, two column chunks of 256)
+    # 16 rows, a long K: the few-rows kernel over 4 runs of K (512 columns of the weight: 4 blocks of 128), each
+    # block column's runs a cluster of 4 that sums them
     x, w = cuda(16, 4096, dtype=fp8), cuda(512, 4096, dtype=fp8)
     for _ in range(2):
         assert scaled_mm(x, w.t(), cuda(16, 1, dtype=torch.float32), cuda(1, 512, dtype=torch.float32),
                          target="sm_90a").shape == (16, 512)
-    assert [grid for _, grid, _ in launches[3:]] == [(4, 4, 1), (1, 2, 1)] * 2
+    assert [grid for _, grid, _ in launches[3:]] == [(16, 1, 1)] * 2
     assert checked == ["a", "b"] * 3
     # 24 rows: the kernel for 32 rows, a plan of its own (not the 16-row one above)
     scaled_mm(cuda(24, 4096, dtype=fp8), w.t(), cuda(24, 1, dtype=torch.float32), cuda(1, 512, dtype=torch.float32),
               target="sm_90a")
-    assert checked == ["a", "b"] * 4 and launches[7][0] is not launches[3][0]
+    assert checked == ["a", "b"] * 4 and launches[5][0] is not launches[3][0]
+    # where the GPU would not hold all the clusters at once: the partial sums over (4 blocks, 4 runs), then their
+    # scaled sum (one row tile, two column chunks of 256)
+    monkeypatch.setattr(module, "_PLANS", {})
+    monkeypatch.setattr(launch, "_specialized", {})  # the resident count is asked once per variant
+    monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: 8)
+    scaled_mm(x, w.t(), cuda(16, 1, dtype=torch.float32), cuda(1, 512, dtype=torch.float32), target="sm_90a")
+    assert [grid for _, grid, _ in launches[6:]] == [(4, 4, 1), (1, 2, 1)]

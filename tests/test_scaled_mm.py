@@ -154,6 +154,25 @@ def test_scaled_mm_configurations_assemble(config: dict, align: int, rowwise: in
     assert report.spill_stores == 0 and report.stack_bytes == 0 and not report.notes, report.log
 
 
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("rows, cluster, rowwise, bias", [(16, 4, 0, 0), (32, 2, 1, 1), (32, 3, 0, 1)])
+def test_scaled_mm_few_rows_configurations_assemble(rows: int, cluster: int, rowwise: int, bias: int) -> None:
+    """scaled_mm_few_rows_kernel as scaled_mm() launches it: no spills, no stack, wgmma unserialized; its reads of
+    the peers' partial sums are ld.shared::cluster through mapa."""
+    from tkc.backend.ptx_printer import emit_ptx
+    from tkc.kernels.gemm import FEW_ROWS
+    from tkc.kernels.scaled_mm import scaled_mm_few_rows_kernel
+
+    module = lower_kernel(scaled_mm_few_rows_kernel, "sm_90a",
+                          {**FEW_ROWS, "ROWS": rows, "CLUSTER": cluster, "ROWWISE": rowwise, "BIAS": bias},
+                          aligns={"A": 16, "B": 16, "ScaleA": 4, "ScaleB": 4, "Bias": 2, "C": 16})
+    ptx = emit_ptx(module, "sm_90a")
+    assert f".reqnctapercluster {cluster}, 1, 1" in ptx
+    assert "mapa.shared::cluster.u32" in ptx and "ld.shared::cluster.v2.b32" in ptx
+    (report,) = ptxas.assemble(ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and report.stack_bytes == 0 and not report.notes, report.log
+
+
 def test_scaled_mm_checks_its_arguments() -> None:
     """Without a GPU, the first check refuses (the rest: tests/gpu/test_kernels_gpu.py)."""
     torch = pytest.importorskip("torch")
@@ -246,6 +265,29 @@ def test_scaled_mm_few_rows_path(rows: int, rowwise: int) -> None:
     _, sim = run_both(sum_scaled_splits_kernel, [sim[2], scale_a, scale_b, NO_BIAS, c], (-(-m // 16), -(-n // 256)),
                       {"ROWWISE": rowwise}, target="sm_90a")
     assert rel_err(sim[4], _reference(a, b, scale_a, scale_b, bool(rowwise))) < 1e-2
+
+
+@pytest.mark.parametrize("rows, m, runs, rowwise, bias, out_type", [
+    (16, 16, 2, 1, 0, "bf16"), (32, 24, 3, 0, 1, "f32"), (32, 32, 4, 1, 1, "f16"), (16, 1, 2, 0, 0, "bf16")])
+def test_scaled_mm_few_rows_in_clusters(rows: int, m: int, runs: int, rowwise: int, bias: int, out_type: str) -> None:
+    """scaled_mm_few_rows_kernel (what scaled_mm() launches for up to 32 rows where the GPU holds all the
+    clusters): each block column's runs of K a cluster summing in distributed shared memory, then the scales and
+    the bias; the blocks of a cluster simulated together; against float64."""
+    from tkc.kernels.scaled_mm import scaled_mm_few_rows_kernel
+
+    numpy_type = {"bf16": BF16, "f16": np.float16, "f32": np.float32}[out_type]
+    rng = np.random.default_rng(rows + runs)
+    n, k = 200, 128 * 2 * runs + 128
+    a, b, scale_a, scale_b = _inputs(rng, m, n, k, bool(rowwise))
+    bias_values = (rng.standard_normal(n if bias else 1) * 10).astype(numpy_type)
+    c = np.full((m, n), np.nan, dtype=numpy_type)
+    constants = {"ROWS": rows, "BK": 128, "WARPS": 4, "STAGES": 2, "CLUSTER": runs, "ROWWISE": rowwise,
+                 "BIAS": bias, "CT": getattr(lang, out_type)}
+    interp, sim = run_both(scaled_mm_few_rows_kernel, [a, b, scale_a, scale_b, bias_values, c], (-(-n // 64) * runs,),
+                           constants, target="sm_90a", order="shuffled")
+    ref = _reference(a, b, scale_a, scale_b, bool(rowwise)) + (bias_values.astype(np.float64)[None, :] if bias else 0)
+    assert rel_err(interp[5], ref) < 1e-2
+    assert rel_err(sim[5], interp[5]) < 1e-3
 
 
 @pytest.mark.parametrize("out_type, tma_store", [("f16", 1), ("f32", 0)])

@@ -163,18 +163,22 @@ def test_hopper_gemm_kernel_simulated(trans_b: int, warps: int, m: int, n: int, 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("variant", ["tma", "cp.async", "producer", "smaller 1", "smaller 2", "smaller 3", "smaller 4",
-                                     "few rows 16", "few rows 32", "cluster"])
+                                     "few rows 16", "few rows 32", "few rows 16 cluster 4", "few rows 32 cluster 3",
+                                     "cluster"])
 def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> None:
     """What gemm() launches on Hopper (and the producer variant), also its smaller tiles for skinny products: no
     spills, no stack, none of ptxas's setmaxnreg-ignored / wgmma-serialized notes (C7508, C7511, C7515)."""
     from tkc.compiler import compile_for_launch
     from tkc.kernels import gemm_sm90_kernel
-    from tkc.kernels.gemm import CONFIG_SM90, FEW_ROWS, gemm_few_rows_kernel, sm90_config
+    from tkc.kernels.gemm import CONFIG_SM90, FEW_ROWS, gemm_few_rows_cluster_kernel, gemm_few_rows_kernel, sm90_config
 
     kernel, constants = gemm_sm90_kernel, {**CONFIG_SM90[trans_b], "TRANS_B": trans_b}
     aligns = {"A": 16, "B": 16, "C": 16}
     if variant.startswith("smaller"):
         constants = sm90_config(bool(trans_b), True, int(variant.split()[1]))
+    elif variant.startswith("few rows") and "cluster" in variant:
+        constants = {**FEW_ROWS, "TRANS_B": trans_b, "ROWS": int(variant.split()[2]), "CLUSTER": int(variant[-1])}
+        kernel = gemm_few_rows_cluster_kernel
     elif variant.startswith("few rows"):
         constants = {**FEW_ROWS, "TRANS_B": trans_b, "ROWS": int(variant.split()[2])}
         kernel, aligns = gemm_few_rows_kernel, {"A": 16, "B": 16, "Partial": 16}
@@ -534,6 +538,69 @@ def test_few_rows_gemm_simulated(m: int, n: int, k: int, splits: int, warps: int
     ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
     assert rel_err(interp[2].sum(0), ref) < 1e-5
     assert rel_err(sim[2], interp[2]) < 1e-5
+
+
+@pytest.mark.parametrize("m, n, k, runs, warps, rows, trans_b, order", [
+    (16, 128, 512, 2, 4, 16, 1, "shuffled"), (5, 200, 400, 3, 8, 16, 1, "sliced"), (27, 136, 700, 4, 8, 32, 0, "shuffled"),
+    (1, 64, 1000, 4, 4, 16, 0, "descending"), (32, 100, 300, 2, 8, 32, 1, "ascending")])
+def test_few_rows_gemm_in_clusters_simulated(m: int, n: int, k: int, runs: int, warps: int, rows: int, trans_b: int,
+                                             order: str) -> None:
+    """gemm_few_rows_cluster_kernel (what gemm() launches for up to 32 rows where the GPU holds all the
+    clusters): each block column's runs of K a cluster, its blocks adding up each other's partial sums out of
+    distributed shared memory (mapa + ld.shared::cluster) after a cluster barrier; simulated together."""
+    from tkc.kernels.gemm import gemm_few_rows_cluster_kernel
+
+    rng = np.random.default_rng(m + n + k)
+    a = random_bf16(rng, m, k)
+    b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
+    c = np.full((m, n), np.nan, dtype=a.dtype)
+    constants = {"BK": 64, "STAGES": 3, "WARPS": warps, "ROWS": rows, "TRANS_B": trans_b, "CLUSTER": runs}
+    interp, sim = run_both(gemm_few_rows_cluster_kernel, [a, b, c], (-(-n // (16 * warps)) * runs,), constants,
+                           target="sm_90a", order=order)
+    ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
+    assert rel_err(interp[2], ref) < 1e-2
+    assert rel_err(sim[2], interp[2]) < 1e-3  # bf16 out: a last bit rounded either way after sums in other orders
+
+
+@pytest.mark.parametrize("mutation", ["no cluster barrier before the reads", "no cluster barrier before exit",
+                                      "every read from block 0"])
+def test_cluster_sum_mutations_are_caught(mutation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator catches a block reading its peers' partial sums before they stored them (shared memory starts
+    poisoned), a block reading a peer that has exited, and reads from the wrong peer (the sum differs)."""
+    from tkc.backend import ptx
+    from tkc.backend import lower_memory
+    from tkc.backend.simulator import SimulationError, simulate
+    from tkc.compiler import lower_kernel
+    from tkc.kernels.gemm import gemm_few_rows_cluster_kernel
+    from tkc.passes.lower_to_ptx import Imm
+
+    rng = np.random.default_rng(3)
+    a, b = random_bf16(rng, 16, 512), random_bf16(rng, 64, 512)
+    constants = {"BK": 64, "STAGES": 2, "WARPS": 4, "TRANS_B": 1, "CLUSTER": 2}
+    if mutation == "every read from block 0":
+        real_op = lower_memory.KernelLowering.op
+
+        def shifted(lw, opcode, cls, *operands, **kw):
+            if opcode.startswith("mapa"):  # every read from block 0
+                operands = (operands[0], lw.reg(Imm(0)))
+            return real_op(lw, opcode, cls, *operands, **kw)
+
+        monkeypatch.setattr(lower_memory.KernelLowering, "op", shifted)
+    module = lower_kernel(gemm_few_rows_cluster_kernel, "sm_90a", constants, aligns={"A": 16, "B": 16, "C": 16})
+    kernel = next(op for op in module.walk() if isinstance(op, ptx.KernelOp))
+    barriers = [op for op in kernel.body.block.ops if isinstance(op, ptx.ClusterBarrierOp)]
+    assert len(barriers) == 4  # the sum's, then the exit's
+    for op in barriers[:2] if "reads" in mutation else barriers[2:] if "exit" in mutation else []:
+        op.detach()
+        op.erase()
+    c = np.full((16, 64), np.nan, dtype=a.dtype)
+    interp = c.copy()
+    gemm_few_rows_cluster_kernel.interpret(a, b, interp, grid=(2,), **constants)
+    try:
+        simulate(module, "gemm_few_rows_cluster_kernel", [a, b, c], (2,), order="shuffled")
+    except SimulationError:
+        return
+    assert not rel_err(c, interp) < 1e-3, "the mutated kernel went unnoticed"
 
 
 def test_column_view_at_the_wrong_panel_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -117,17 +117,13 @@ def gemm_split_k_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3], TRA
     store(Partial, acc, (split, bm * WARPS + warp_id(), bn))
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
-def gemm_few_rows_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3], TRANS_B: const = 1, ROWS: const = 16,
-                         BK: const = 128, WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1, DT: const = bf16):
-    """gemm_split_k_kernel for A of at most ROWS (16, 32, 64) rows, the operands' roles swapped: Cᵀ = B·Aᵀ (B is
-    N×K, TRANS_B=1: a linear layer's weight) or Bᵀ·Aᵀ (B is K×N), so that B's columns of C fill the wgmma's 64
-    rows and A's few rows are its N (no shared memory or copies spent on rows A does not have). Grid (cdiv(N,
-    16·WARPS), runs of K); block (t, s) writes its f32 sum to Partial[s]."""
+@tkc.func
+def few_rows_product(A, B, bn, first, end, TRANS_B, ROWS, BK, WARPS, ROTATE, DT):
+    """This warp's 16 columns of C = A·Bᵀ (or A·B) in block column `bn`, transposed (rt[f32, 16, ROWS]: B's
+    columns of C fill the wgmma's rows, A's few rows are its N), summed over steps first .. end - 1 of K, taken
+    from step first + bn·ROTATE on (wrapping), so that blocks starting together read different slices of A."""
     BN = 16 * WARPS
-    bn, split = block_idx()[0], block_idx()[1]
-    first, end = run_of_k(cdiv(A.shape[1], BK), split, num_blocks()[1])
-    acc = zeros(rt[f32, 16, ROWS])  # this warp's 16 columns of C, transposed
+    acc = zeros(rt[f32, 16, ROWS])
     for step in range(first, end):
         k = rotated_step(step, first, end, bn * ROTATE)
         a = load(A, (0, k), st[DT, ROWS, BK])
@@ -135,7 +131,53 @@ def gemm_few_rows_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3], TR
             acc = mma_ABt(load(load(B, (bn, k), st[DT, BN, BK]), (warpgroup_id(), 0), st[DT, 64, BK]), a, acc)
         else:  # this warpgroup's K×64 column panel of B, read transposed by the wgmma
             acc = mma_AtBt(load(load(B, (k, bn), st[DT, BK, BN]), (0, warpgroup_id()), st[DT, BK, 64]), a, acc)
+    return acc
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+def gemm_few_rows_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3], TRANS_B: const = 1, ROWS: const = 16,
+                         BK: const = 128, WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1, DT: const = bf16):
+    """gemm_split_k_kernel for A of at most ROWS (16, 32, 64) rows, the operands' roles swapped: Cᵀ = B·Aᵀ (B is
+    N×K, TRANS_B=1: a linear layer's weight) or Bᵀ·Aᵀ (B is K×N), so that B's columns of C fill the wgmma's 64
+    rows and A's few rows are its N (no shared memory or copies spent on rows A does not have). Grid (cdiv(N,
+    16·WARPS), runs of K); block (t, s) writes its f32 sum to Partial[s]."""
+    bn, split = block_idx()[0], block_idx()[1]
+    first, end = run_of_k(cdiv(A.shape[1], BK), split, num_blocks()[1])
+    acc = few_rows_product(A, B, bn, first, end, TRANS_B, ROWS, BK, WARPS, ROTATE, DT)
     store(Partial, transpose(acc), (split, 0, bn * WARPS + warp_id()))
+
+
+@tkc.func
+def share_with_cluster(acc, ROWS, WARPS):
+    """Each warp's tile of few_rows_product, transposed back (C's rows × the warp's 16 columns), in a shared tile
+    that the blocks of the cluster read from each other once all have passed the cluster_sync."""
+    partial = store(empty(st[f32, ROWS, 16 * WARPS]), transpose(acc), (0, warp_id()))
+    cluster_sync()
+    return partial
+
+
+@tkc.func
+def cluster_sum(partial, index, spec, cluster):
+    """The sum of sub-tile `index` of the shared tile `partial` over the copies of the cluster's blocks."""
+    total = load(partial, index, spec, rank=0)
+    for rank in range(1, cluster):
+        total = total + load(partial, index, spec, rank=rank)
+    return total
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", cluster="CLUSTER", min_target="sm_90a")
+def gemm_few_rows_cluster_kernel(A: gl["DT", 2], B: gl["DT", 2], C: gl["DT", 2], TRANS_B: const = 1,
+                                 ROWS: const = 16, BK: const = 128, WARPS: const = 4, STAGES: const = 8,
+                                 ROTATE: const = 1, CLUSTER: const = 2, DT: const = bf16):
+    """gemm_few_rows_kernel and the sum of its runs of K in one launch: a block column's CLUSTER runs are the
+    blocks of a cluster, which add up their partial sums in distributed shared memory — each block the columns
+    of every CLUSTER-th warp, from its rank on — and store C. Grid: (cdiv(N, 16·WARPS) · CLUSTER,)."""
+    bn = block_idx()[0] // CLUSTER
+    first, end = run_of_k(cdiv(A.shape[1], BK), cluster_rank(), CLUSTER)
+    acc = few_rows_product(A, B, bn, first, end, TRANS_B, ROWS, BK, WARPS, ROTATE, DT)
+    partial = share_with_cluster(acc, ROWS, WARPS)
+    if warp_id() % CLUSTER == cluster_rank():
+        store(C, cluster_sum(partial, (0, warp_id()), rt[f32, ROWS, 16], CLUSTER), (0, bn * WARPS + warp_id()))
 
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
@@ -183,6 +225,9 @@ def tile_choice(m: int, n: int, sms: int) -> int:
 # "15:42" (two warpgroups on column views of B's tile as fast, 0.90-1.07x: one configuration for both).
 FEW_ROWS = {"BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1}  # ROWS: 16 or 32, the fewest that hold A's rows
 FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLAS
+# The runs of K of a block column as a cluster summing its partial sums in distributed shared memory
+# (gemm_few_rows_cluster_kernel: one launch) rather than gemm_few_rows_kernel + sum_splits_kernel (not yet timed)
+FEW_ROWS_IN_CLUSTERS = True
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
 
@@ -288,9 +333,13 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     device, aligned = a.get_device(), alignment(a) == alignment(b) == 16
     choice = launch_choice(m, n, k, multiprocessors(device)) if aligned else _UNALIGNED
     if wgmma_path(device, target) and choice.kind == "few rows":
-        spec = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=int(trans_b), ROWS=choice.rows, **dt,
-                                               **FEW_ROWS)
-        plan = _split_k_plan(spec, choice.count, choice.rows, 16 * FEW_ROWS["WARPS"], dt)
+        constants = {"TRANS_B": int(trans_b), "ROWS": choice.rows, **dt, **FEW_ROWS}
+        plan = _split_k_plan(gemm_few_rows_kernel.specialize(target="sm_90a", **constants), choice.count,
+                             choice.rows, 16 * FEW_ROWS["WARPS"], dt)
+        if FEW_ROWS_IN_CLUSTERS:
+            spec = gemm_few_rows_cluster_kernel.specialize(target="sm_90a", CLUSTER=choice.count, **constants)
+            plan = _cluster_split_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], spec.resident_blocks(a, b, out),
+                                       plan)
     elif wgmma_path(device, target):
         cfg = sm90_config(trans_b, aligned, choice.count)
         spec = gemm_sm90_kernel.specialize(target="sm_90a", **dt, **cfg)
@@ -331,6 +380,18 @@ def _split_k_plan(spec: Any, splits: int, bm: int, bn: int, dt: dict[str, Any]) 
         partial = c.new_empty((splits, m, n), dtype=torch.float32)
         return (spec.launch((ceil_div(m, bm) * ceil_div(n, bn), splits, 1), (a, b, partial), common_only=common_only)
                 and total.launch((m, ceil_div(n, cols), 1), (partial, c), common_only=common_only))
+    return plan
+
+
+def _cluster_split_plan(spec: Any, runs: int, bn: int, resident: int, otherwise: Any) -> Any:
+    """gemm()'s launch of a few-rows product split into `runs` runs of K summed in clusters of as many blocks
+    (gemm_few_rows_cluster_kernel on bn columns of C a cluster: one launch, no workspace) where the GPU holds all
+    the clusters at once (`resident` blocks), else `otherwise` (the two kernels)."""
+    def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
+        blocks = ceil_div(n, bn) * runs
+        if blocks > resident:
+            return otherwise(a, b, c, m, n, common_only)
+        return spec.launch((blocks, 1, 1), (a, b, c), common_only=common_only)
     return plan
 
 

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, wgmma_path
-from tkc.kernels.gemm import (FEW_ROWS, FEW_ROWS_MAX, SMALLER_TILES, _runs_of_k, gemm_few_rows_kernel, grouped_tile,
-                              persistent_grid, tile_choice)
+from tkc.kernels.gemm import (FEW_ROWS, FEW_ROWS_IN_CLUSTERS, FEW_ROWS_MAX, SMALLER_TILES, _runs_of_k, cluster_sum,
+                              few_rows_product, gemm_few_rows_kernel, grouped_tile, persistent_grid, run_of_k,
+                              share_with_cluster, tile_choice)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -23,12 +24,12 @@ if TYPE_CHECKING:
 
 
 @tkc.func
-def scaled(acc, ScaleA, ScaleB, Bias, row, col, rowwise, bias, cols):
-    """`acc`, C's row tile `row` (16 rows) × column block `col` (`cols` columns), times the scales: ScaleA[i] for row
-    i and ScaleB[j] for column j with `rowwise`, else ScaleA[0]·ScaleB[0] (one element each: the rest of the 16
-    read zeros); plus Bias[j] with `bias`."""
+def scaled(acc, ScaleA, ScaleB, Bias, row, col, rowwise, bias, cols, rows=16):
+    """`acc`, C's row block `row` (`rows` rows) × column block `col` (`cols` columns), times the scales: ScaleA[i]
+    for row i and ScaleB[j] for column j with `rowwise`, else ScaleA[0]·ScaleB[0] (one element each: the rest of
+    the 16 read zeros); plus Bias[j] with `bias`."""
     if rowwise:
-        acc = mul_col(mul_row(acc, load(ScaleA, (row,), rv[f32, 16])), load(ScaleB, (col,), rv[f32, cols]))
+        acc = mul_col(mul_row(acc, load(ScaleA, (row,), rv[f32, rows])), load(ScaleB, (col,), rv[f32, cols]))
     else:
         acc = acc * (sum(load(ScaleA, (0,), rv[f32, 16])) * sum(load(ScaleB, (0,), rv[f32, 16])))
     if bias:
@@ -78,6 +79,24 @@ def sum_scaled_splits_kernel(Partial: gl[f32, 3], ScaleA: gl[f32, 1], ScaleB: gl
     store(C, total if CT == f32 else total.to(CT), (row, part))
 
 
+@tkc.kernel(warps="WARPS", stages="STAGES", cluster="CLUSTER", min_target="sm_90a")
+def scaled_mm_few_rows_kernel(A: gl["DT", 2], B: gl["DT", 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1],
+                              Bias: gl["CT", 1], C: gl["CT", 2], ROWWISE: const = 0, BIAS: const = 0,
+                              ROWS: const = 16, BK: const = 128, WARPS: const = 8, STAGES: const = 5,
+                              ROTATE: const = 1, CLUSTER: const = 2, DT: const = fp8e4m3, CT: const = bf16):
+    """scaled_mm for A of at most ROWS rows, A and B of one fp8 type, in one launch: gemm_few_rows_cluster_kernel
+    (Cᵀ = B·Aᵀ, a block column's CLUSTER runs of K a cluster summing in distributed shared memory), then the
+    scales and the bias as scaled_mm_kernel's. Grid: (cdiv(N, 16·WARPS) · CLUSTER,)."""
+    bn = block_idx()[0] // CLUSTER
+    first, end = run_of_k(cdiv(A.shape[1], BK), cluster_rank(), CLUSTER)
+    partial = share_with_cluster(few_rows_product(A, B, bn, first, end, 1, ROWS, BK, WARPS, ROTATE, DT), ROWS, WARPS)
+    if warp_id() % CLUSTER == cluster_rank():
+        col = bn * WARPS + warp_id()  # the warp's 16 columns of C, in units of 16
+        total = cluster_sum(partial, (0, warp_id()), rt[f32, ROWS, 16], CLUSTER)
+        total = scaled(total, ScaleA, ScaleB, Bias, 0, col, ROWWISE, BIAS, 16, ROWS)
+        store(C, total if CT == f32 else total.to(CT), (0, col))
+
+
 # gemm()'s bf16 tile, in bytes, for fp8, where the rows of A, B and C are 16-byte aligned: a TMA ring, clusters of two
 # blocks stacked in M sharing B's slices (TMA multicast) and a producer warpgroup (8192³ on the H200: 1391 TFLOP/s =
 # 1.13x cuBLASLt, without either 1273 = 1.04x; RESULTS "cluster probe — 2026-12-05"); else a cp.async ring on
@@ -87,8 +106,10 @@ CONFIG_UNALIGNED = {"BN": 128, "BK": 128, "WARPS": 8, "STAGES": 3, "TMA_STORE": 
 # Products with few of CONFIG's tiles take gemm()'s smaller tiles (tile_choice: the first whose tiles fill 0.9 of the
 # multiprocessors), their K steps in the same bytes
 SMALLER_TILES_FP8 = [{**tiles, "BK": 2 * tiles["BK"], "TMA_STORE": 0} for tiles in SMALLER_TILES]
-# Up to 32 rows of a (tokens times a weight), both of one fp8 type: gemm()'s few-rows kernel (the weight's rows the
-# wgmma's 64, a's rows its N; K split into runs, f32 partial sums), then sum_scaled_splits_kernel (not yet timed)
+# Up to 32 rows of a (tokens times a weight), both of one fp8 type: gemm()'s few-rows product (the weight's rows the
+# wgmma's 64, a's rows its N; K split into runs), the runs of a block column a cluster summing in distributed shared
+# memory (scaled_mm_few_rows_kernel); where the GPU cannot hold all the clusters at once, gemm_few_rows_kernel's f32
+# partial sums, then sum_scaled_splits_kernel
 SUM_SCALED = {"COLS": 64, "WARPS": 4}
 
 
@@ -173,7 +194,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     plan = _PLANS.get(key)
     if plan is None:
         if kind[0] == "few rows":
-            plan = _few_rows_plan(fp8[a.dtype], kind[1], kind[2], rowwise, bias is not None, outputs[out_dtype])
+            plan = _few_rows_plan(fp8[a.dtype], kind[1], kind[2], rowwise, bias is not None, outputs[out_dtype],
+                                  args)
         else:
             tiles = CONFIG_UNALIGNED if kind[1] < 0 else CONFIG if kind[1] == 0 else SMALLER_TILES_FP8[kind[1] - 1]
             cfg = {**tiles, "ROWWISE": int(rowwise), "BIAS": int(bias is not None),
@@ -224,9 +246,28 @@ def _tiles_plan(spec: Any, bm: int, bn: int, most: int, cluster: int = 1) -> Any
     return plan
 
 
-def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct: Any) -> Any:
-    """scaled_mm()'s launch for up to 32 rows of a: gemm_few_rows_kernel's f32 partial sums over `runs` runs of K
-    (Cᵀ = W·Aᵀ: the weight's rows fill the wgmma's 64), then sum_scaled_splits_kernel's scaled sum into c."""
+def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct: Any, args: tuple) -> Any:
+    """scaled_mm()'s launch for up to 32 rows of a over `runs` runs of K (Cᵀ = W·Aᵀ: the weight's rows fill the
+    wgmma's 64): scaled_mm_few_rows_kernel, each block column's runs a cluster, where the GPU holds all the
+    clusters at once; else gemm_few_rows_kernel's f32 partial sums, then sum_scaled_splits_kernel's scaled sum."""
+    split = _split_plan(dt, rows, runs, rowwise, bias, ct)
+    if not FEW_ROWS_IN_CLUSTERS:
+        return split
+    spec = scaled_mm_few_rows_kernel.specialize(target="sm_90a", ROWWISE=int(rowwise), BIAS=int(bias), ROWS=rows,
+                                                CLUSTER=runs, DT=dt, CT=ct, **FEW_ROWS)
+    resident, columns = spec.resident_blocks(*args), 16 * FEW_ROWS["WARPS"]
+
+    def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, bias: Any, c: Any, common_only: bool) -> bool:
+        blocks = ceil_div(c.shape[1], columns) * runs
+        if blocks > resident:
+            return split(a, weight, scale_a, scale_b, bias, c, common_only)
+        return spec.launch((blocks, 1, 1), (a, weight, scale_a, scale_b, bias, c), common_only=common_only)
+    return plan
+
+
+def _split_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct: Any) -> Any:
+    """scaled_mm()'s launch for up to 32 rows of a in two kernels: gemm_few_rows_kernel's f32 partial sums over
+    `runs` runs of K, then sum_scaled_splits_kernel's scaled sum into c."""
     import torch
 
     partial_sums = gemm_few_rows_kernel.specialize(target="sm_90a", TRANS_B=1, ROWS=rows, DT=dt, **FEW_ROWS)
