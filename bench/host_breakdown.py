@@ -4,7 +4,7 @@ public entry points. A memory-bound kernel of ~30 µs is host-bound once its cal
 layernorm section at --rows × --cols (default 16384 × 1024) puts host, drained, event-timed and graph-replayed
 times per call side by side.
 
-    python bench/host_breakdown.py [--profile gemm attention layernorm]
+    python bench/host_breakdown.py [--profile gemm attention layernorm scaled_mm]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from common import graph_time_ms, time_ms  # noqa: E402
 
-from tkc.kernels import attention, gemm, layernorm, layernorm_kernel  # noqa: E402
+from tkc.kernels import attention, gemm, layernorm, layernorm_kernel, scaled_mm  # noqa: E402
 from tkc.kernels._checks import check_tensor  # noqa: E402
 from tkc.runtime import launch as L  # noqa: E402
 from tkc.runtime import driver as driver_module  # noqa: E402
@@ -82,7 +82,7 @@ def big_shape(rows: int, cols: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--profile", nargs="*", default=["gemm", "attention", "layernorm"])
+    parser.add_argument("--profile", nargs="*", default=["gemm", "attention", "layernorm", "scaled_mm"])
     parser.add_argument("--rows", type=int, default=16384)
     parser.add_argument("--cols", type=int, default=1024)
     args = parser.parse_args()
@@ -92,6 +92,10 @@ def main() -> None:
     o, ro = torch.empty_like(x), torch.empty_like(x)
     a, b = torch.randn(64, 64, device="cuda", dtype=bf), torch.randn(64, 64, device="cuda", dtype=bf)
     q = torch.randn(1, 1, 128, 64, device="cuda", dtype=bf)
+    # fp8 at 2048³: a ~15 µs kernel, so the call is host-bound (RESULTS "short fp8 calls — 2026-12-05 03:55")
+    a8 = torch.randn(2048, 2048, device="cuda").to(torch.float8_e4m3fn)
+    w8 = torch.randn(2048, 2048, device="cuda").to(torch.float8_e4m3fn)
+    b8, one = w8.t(), torch.ones((), device="cuda")
     launch_args, constants = (x, x, w, w, o, ro, 1e-5), {"D": 1024, "WARPS": 1}
     spec = layernorm_kernel.specialize(**constants)
     values: list = []
@@ -121,6 +125,11 @@ def main() -> None:
         "layernorm()": lambda: layernorm(x, x, w, w),
         "gemm() 64³": lambda: gemm(a, b),
         "attention() 1×1×128×64": lambda: attention(q, q, q),
+        "scaled_mm() fp8 2048³": lambda: scaled_mm(a8, b8, one, one),
+        "torch._scaled_mm 2048³": lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=bf),
+        "torch: reshape(-1) of a 0-dim": lambda: one.reshape(-1),
+        "torch: weight.t()": lambda: w8.t(),
+        "torch: new_empty 2048²": lambda: a8.new_empty((2048, 2048), dtype=bf),
         "torch: x + x": lambda: x + x,
         "torch: F.layer_norm": lambda: torch.nn.functional.layer_norm(x, (1024,), w, w, 1e-5),
         "torch: matmul 64³": lambda: a @ b,
@@ -135,7 +144,7 @@ def main() -> None:
         print(f"{name:34s} {per_call_us(fn):7.2f} us", flush=True)
     big_shape(args.rows, args.cols)
     entry = {"gemm": lambda: gemm(a, b), "attention": lambda: attention(q, q, q),
-             "layernorm": lambda: layernorm(x, x, w, w)}
+             "layernorm": lambda: layernorm(x, x, w, w), "scaled_mm": lambda: scaled_mm(a8, b8, one, one)}
     for name in args.profile:
         profiler = cProfile.Profile()
         profiler.enable()

@@ -3,7 +3,7 @@
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
-#        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-variant softmax-parts fold candidates
+#        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check small-batch sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +56,7 @@ for step in ${*:-tests probe bench sanitize}; do
     dependent-launch)  # layernorm's dependent-launch opt-in back to back and behind a GEMM (bench/probe_dependent_launch.py)
         timeout 200 python3 bench/probe_dependent_launch.py > "$OUT/dependent-launch.log" 2>&1; tail -6 "$OUT/dependent-launch.log" ;;
     host)
-        timeout 200 python3 bench/host_breakdown.py --profile gemm attention layernorm > "$OUT/host.log" 2>&1; head -26 "$OUT/host.log" ;;
+        timeout 200 python3 bench/host_breakdown.py > "$OUT/host.log" 2>&1; head -32 "$OUT/host.log" ;;
     tile-cost)  # what a query tile costs beyond its key steps (bench/probe_tile_cost.py)
         timeout 300 python3 bench/probe_tile_cost.py > "$OUT/tile-cost.log" 2>&1; tail -14 "$OUT/tile-cost.log" ;;
     store-cost)  # the same with and without the output store (bench/probe_store.py)
@@ -80,6 +80,13 @@ for step in ${*:-tests probe bench sanitize}; do
             grep -E "Issue Slots Busy|No Eligible|Issued Warp|Warp Cycles Per Issued|Stall|Pipe|Duration" \
                 "$OUT/ncu-${dn// /-}.txt" | head -14
         done ;;
+    ncu-gemm)  # gemm() (or NCU_CFG's gemm_sm90_kernel) and cuBLAS on NCU_GEMM="M N K trans_b": DRAM, L2, SM throughput
+        set -- ${NCU_GEMM:-128 8192 8192 1}
+        timeout 200 ncu --kernel-name "regex:gemm|nvjet|xmma|cutlass|sm90" --launch-count 6 --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,lts__t_sector_hit_rate.pct \
+            python3 bench/probe_ncu_gemm.py "$@" ${NCU_CFG:+"$NCU_CFG"} > "$OUT/ncu-gemm-$1-$2-$3-$4${NCU_CFG:+-cfg}.txt" 2>&1
+        grep -E "^  [a-z_0-9]+.*\(|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Compute \(SM\)|dram__bytes|lts__t_bytes|hit_rate|==ERROR==" \
+            "$OUT/ncu-gemm-$1-$2-$3-$4${NCU_CFG:+-cfg}.txt" | cut -c1-150 | head -80 ;;
     ncu-variant)  # the same ncu sections for attention_sm90 with NCU_CFG (JSON) at D=64 N=1024 not causal
         timeout 150 ncu --kernel-name attention_sm90 --launch-skip 2 --launch-count 1 --section SpeedOfLight \
             --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
