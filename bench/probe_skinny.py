@@ -92,6 +92,8 @@ FEW_ROWS_CLUSTER = {
     "FRC W8 BK=128 5st x4": {"WARPS": 8, "BK": 128, "STAGES": 5, "CLUSTER": 4},
     "FRC32 W8 BK=128 5st x2": {"ROWS": 32, "WARPS": 8, "BK": 128, "STAGES": 5, "CLUSTER": 2},
     "FRC32 W8 BK=128 5st x4": {"ROWS": 32, "WARPS": 8, "BK": 128, "STAGES": 5, "CLUSTER": 4},
+    "FRC64 W8 BK=128 4st x2": {"ROWS": 64, "WARPS": 8, "BK": 128, "STAGES": 4, "CLUSTER": 2},
+    "FRC64 W8 BK=128 4st x4": {"ROWS": 64, "WARPS": 8, "BK": 128, "STAGES": 4, "CLUSTER": 4},
 }
 
 
