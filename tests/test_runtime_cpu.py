@@ -343,6 +343,7 @@ def test_gemm_split_along_k_launches_one_cluster_kernel(monkeypatch) -> None:
     monkeypatch.setattr(gemm_module, "_PLANS", {})
     monkeypatch.setitem(gemm_module.MULTIPROCESSORS, 0, 132)
     monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: 128)  # 32 clusters of 4, 64 of 2
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_IN_CLUSTERS", True)
     a, b = cuda(16, 4096), cuda(4096, 4096)
     checked, check_tensor = [], gemm_module.check_tensor
     monkeypatch.setattr(gemm_module, "check_tensor", lambda *args: checked.append(args[0]) or check_tensor(*args))
@@ -476,6 +477,7 @@ def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -
     module = importlib.import_module("tkc.kernels.scaled_mm")
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: sms)
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.gemm"), "FEW_ROWS_IN_CLUSTERS", True)
     monkeypatch.setattr(module, "_PLANS", {})
     monkeypatch.setitem(importlib.import_module("tkc.kernels._checks").MULTIPROCESSORS, 0, 132)
     checked, check_tensor = [], module.check_tensor

@@ -228,6 +228,11 @@ FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLA
 # The runs of K of a block column as a cluster summing its partial sums in distributed shared memory
 # (gemm_few_rows_cluster_kernel: one launch) rather than gemm_few_rows_kernel + sum_splits_kernel (not yet timed)
 FEW_ROWS_IN_CLUSTERS = True
+
+
+def few_rows_in_clusters() -> bool:
+    """Whether gemm() and scaled_mm() take the one-launch few-rows kernels (FEW_ROWS_IN_CLUSTERS, read per plan)."""
+    return FEW_ROWS_IN_CLUSTERS
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
 
@@ -336,7 +341,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         constants = {"TRANS_B": int(trans_b), "ROWS": choice.rows, **dt, **FEW_ROWS}
         plan = _split_k_plan(gemm_few_rows_kernel.specialize(target="sm_90a", **constants), choice.count,
                              choice.rows, 16 * FEW_ROWS["WARPS"], dt)
-        if FEW_ROWS_IN_CLUSTERS:
+        if few_rows_in_clusters():
             spec = gemm_few_rows_cluster_kernel.specialize(target="sm_90a", CLUSTER=choice.count, **constants)
             plan = _cluster_split_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], spec.resident_blocks(a, b, out),
                                        plan)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, wgmma_path
-from tkc.kernels.gemm import (FEW_ROWS, FEW_ROWS_IN_CLUSTERS, FEW_ROWS_MAX, SMALLER_TILES, _runs_of_k, cluster_sum,
+from tkc.kernels.gemm import (FEW_ROWS, FEW_ROWS_MAX, SMALLER_TILES, _runs_of_k, cluster_sum, few_rows_in_clusters,
                               few_rows_product, gemm_few_rows_kernel, grouped_tile, persistent_grid, run_of_k,
                               share_with_cluster, tile_choice)
 from tkc.lang import *  # noqa: F403
@@ -251,7 +251,7 @@ def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct:
     wgmma's 64): scaled_mm_few_rows_kernel, each block column's runs a cluster, where the GPU holds all the
     clusters at once; else gemm_few_rows_kernel's f32 partial sums, then sum_scaled_splits_kernel's scaled sum."""
     split = _split_plan(dt, rows, runs, rowwise, bias, ct)
-    if not FEW_ROWS_IN_CLUSTERS:
+    if not few_rows_in_clusters():
         return split
     spec = scaled_mm_few_rows_kernel.specialize(target="sm_90a", ROWWISE=int(rowwise), BIAS=int(bias), ROWS=rows,
                                                 CLUSTER=runs, DT=dt, CT=ct, **FEW_ROWS)
