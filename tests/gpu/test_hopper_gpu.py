@@ -80,6 +80,41 @@ def test_gemm_producer_warpgroup(trans_b: int, m: int, n: int, k: int, warps: in
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("m, n, k, cluster, rows", [(16, 4096, 4096, 4, 16), (1, 8192, 8192, 2, 16),
+                                                    (27, 2000, 4608, 3, 32), (32, 520, 1000, 2, 32)])
+def test_few_rows_in_clusters(trans_b: int, m: int, n: int, k: int, cluster: int, rows: int,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """gemm_few_rows_cluster_kernel: a block column's runs of K a cluster adding up its partial sums in distributed
+    shared memory, launched directly (a cluster a block column), and through gemm() with the one-launch path
+    switched on (FEW_ROWS_IN_CLUSTERS)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    import importlib
+
+    from tkc.kernels import gemm
+    from tkc.kernels.gemm import FEW_ROWS, gemm_few_rows_cluster_kernel
+
+    gemm_module = importlib.import_module("tkc.kernels.gemm")
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16) if trans_b else torch.randn(k, n, device="cuda").to(torch.bfloat16)
+    ref = a.double() @ (b.double().t() if trans_b else b.double())
+    spec = gemm_few_rows_cluster_kernel.specialize(target="sm_90a", **{**FEW_ROWS, "TRANS_B": trans_b, "ROWS": rows,
+                                                                      "CLUSTER": cluster})
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    resident = spec.resident_blocks(a, b, c)  # whole clusters (a grid past it runs in more than one wave)
+    assert resident % cluster == 0 and resident > 0, resident
+    spec[(-(-n // (16 * FEW_ROWS["WARPS"])) * cluster,)](a, b, c)
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_IN_CLUSTERS", True)
+    monkeypatch.setattr(gemm_module, "_PLANS", {})
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):  # the checked call, then the common call's plan
+        gemm(a, b, trans_b=bool(trans_b), out=c)
+        assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+        c.fill_(float("nan"))
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("m, n, k, producer, grid", [(1000, 1000, 1000, 0, None), (4096, 4096, 512, 0, 132),
                                                      (4200, 2000, 1000, 1, 66), (320, 520, 264, 0, 2)])
 def test_gemm_in_clusters(trans_b: int, m: int, n: int, k: int, producer: int, grid: int | None) -> None:

@@ -51,6 +51,31 @@ def test_scaled_mm(m: int, n: int, k: int, rowwise: bool) -> None:
         assert rel_err(out, theirs.double()) < 1e-2
 
 
+@pytest.mark.parametrize("rowwise", [False, True])
+@pytest.mark.parametrize("m, n, k, bias, out_dtype", [(16, 4096, 4096, False, torch.bfloat16),
+                                                      (1, 8192, 8192, True, torch.float32),
+                                                      (27, 2000, 4608, True, torch.float16)])
+def test_scaled_mm_few_rows_in_clusters(m: int, n: int, k: int, bias: bool, out_dtype: torch.dtype, rowwise: bool,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to 32 rows with the one-launch path switched on (FEW_ROWS_IN_CLUSTERS): scaled_mm_few_rows_kernel, a
+    block column's runs of K a cluster summing in distributed shared memory, then the scales and the bias."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.gemm"), "FEW_ROWS_IN_CLUSTERS", True)
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.scaled_mm"), "_PLANS", {})
+    a, weight = fp8(m, k), fp8(n, k)
+    scale_a, scale_b = scales(m, n, rowwise)
+    bias_values = torch.randn(n, device="cuda").to(out_dtype) if bias else None
+    ref = (a.double() @ weight.double().t()) * scale_a.double() * scale_b.double()
+    if bias:
+        ref = ref + bias_values.double()
+    for _ in range(2):  # the checked call, then the common call's plan
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
+        scaled_mm(a, weight.t(), scale_a, scale_b, bias=bias_values, out=out)
+        assert rel_err(out, ref) < 1e-2
+        assert rel_err(scaled_mm(a, weight.t(), scale_a, scale_b, bias=bias_values, out_dtype=out_dtype), ref) < 1e-2
+
+
 @pytest.mark.parametrize("a_type, b_type", [("float8_e5m2", "float8_e4m3fn"), ("float8_e4m3fn", "float8_e5m2")])
 def test_scaled_mm_mixed_formats(a_type: str, b_type: str) -> None:
     m, n, k = 1000, 520, 768
