@@ -230,12 +230,13 @@ FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLA
 # timed on the H200 (correct in the interpreter and the simulator; tests/gpu test_few_rows_in_clusters and
 # bench/probe_skinny.py's FRC candidates are waiting for a GPU)
 FEW_ROWS_IN_CLUSTERS = False
+SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
 
 def few_rows_in_clusters() -> bool:
-    """Whether gemm() and scaled_mm() take the one-launch few-rows kernels (FEW_ROWS_IN_CLUSTERS, read per plan)."""
+    """Whether gemm() and scaled_mm() take the one-launch few-rows kernels (FEW_ROWS_IN_CLUSTERS, read when a
+    launch plan is made)."""
     return FEW_ROWS_IN_CLUSTERS
-SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
 
 class Choice(NamedTuple):
