@@ -4,7 +4,7 @@
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check small-batch sanitize
+#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters small-batch sanitize
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
@@ -50,6 +50,20 @@ for step in ${*:-tests probe bench sanitize}; do
         for tb in 1 0; do
             timeout 150 python3 bench/probe_skinny.py --trans-b $tb --m 1 16 32 --nk 4096 8192 --only '^$' > "$OUT/skinny-check-$tb.log" 2>&1
             grep -E "^M=|gemm\(\)" "$OUT/skinny-check-$tb.log" | paste - - | sed -e 's/  */ /g'
+        done ;;
+    few-rows-clusters)  # the one-launch few-rows GEMMs (distributed shared memory): GPU tests, sanitizers, timings
+        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "in_clusters" > "$OUT/frc-tests.log" 2>&1
+        grep -E "^FAILED|Error" "$OUT/frc-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/frc-tests.log")"
+        for tool in memcheck racecheck synccheck; do  # tests/gpu/sanitize.py runs them too, among all kernels
+            timeout 90 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 -c \
+                "import sys; sys.path.insert(0, 'tests/gpu'); import sanitize, torch; sanitize.few_rows_in_clusters(); torch.cuda.synchronize()" \
+                > "$OUT/frc-$tool.log" 2>&1
+            echo "compute-sanitizer $tool: exit $?, $(grep -c '========= ' "$OUT/frc-$tool.log") report lines"
+        done
+        for tb in 1 0; do  # cuBLAS, gemm() (two kernels) and the one-launch candidates, event-timed and in a graph
+            timeout 150 python3 bench/probe_skinny.py --trans-b $tb --m 1 16 32 64 --nk 4096 8192 \
+                --only '^FR(C|32|C32|C64)? W8 BK=128 (5|4)st' > "$OUT/frc-skinny-$tb.log" 2>&1
+            grep -E "^M=|gemm\(\)|FRC|5st x" "$OUT/frc-skinny-$tb.log" | sed -e 's/  */ /g' | head -60
         done ;;
     small-batch)  # attention() at B·N = 1024 / 2048 beside configurations for few tiles (bench/probe_small_batch.py)
         timeout 300 python3 bench/probe_small_batch.py > "$OUT/small-batch.log" 2>&1; grep -E "^D=|attention\(\)|  cuDNN" "$OUT/small-batch.log" | head -40 ;;

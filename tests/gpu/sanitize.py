@@ -12,6 +12,27 @@ from tkc.kernels import attention, gemm, layernorm
 from tkc.kernels.attention import LONG_KEYS, launch_sm90, sm90_config
 
 
+def few_rows_in_clusters() -> None:
+    """The one-launch few-rows kernels (FEW_ROWS_IN_CLUSTERS, whatever its default): blocks of a cluster reading
+    each other's shared memory; 36 steps of K in 4 runs (a cluster of 4) and 3 runs, against 5 stages."""
+    import importlib
+
+    from tkc.kernels import scaled_mm
+
+    gemm_module, scaled_mm_module = (importlib.import_module(f"tkc.kernels.{name}") for name in ("gemm", "scaled_mm"))
+    switch, gemm_plans, scaled_mm_plans = gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS, scaled_mm_module._PLANS
+    gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS, scaled_mm_module._PLANS = True, {}, {}
+    bf = torch.bfloat16
+    try:
+        gemm(torch.randn(16, 4608, device="cuda", dtype=bf), torch.randn(4608, 2000, device="cuda", dtype=bf))
+        gemm(torch.randn(24, 4608, device="cuda", dtype=bf), torch.randn(5000, 4608, device="cuda", dtype=bf),
+             trans_b=True)
+        x8, w8 = (torch.randn(*s, device="cuda").to(torch.float8_e4m3fn) for s in ((16, 4608), (2000, 4608)))
+        scaled_mm(x8, w8.t(), torch.rand(16, 1, device="cuda"), torch.rand(1, 2000, device="cuda"))
+    finally:
+        gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS, scaled_mm_module._PLANS = switch, gemm_plans, scaled_mm_plans
+
+
 def main() -> None:
     torch.manual_seed(0)
     bf = torch.bfloat16
@@ -27,6 +48,7 @@ def main() -> None:
         x = torch.randn(16, 4608, device="cuda", dtype=bf)
         gemm(x, torch.randn(4608, 2000, device="cuda", dtype=bf))
         gemm(x, torch.randn(2000, 4608, device="cuda", dtype=bf), trans_b=True)
+        few_rows_in_clusters()  # the same in one launch: each block column's 4 runs a cluster summing in DSMEM
         from tkc.kernels import gemm_sm90_kernel  # 2 blocks walking 8 tiles each: the ring runs on across tiles
 
         from tkc.kernels import scaled_mm  # fp8: 6 steps of K against 3 stages, per-tensor and rowwise scales
