@@ -530,8 +530,9 @@ def load(src, index=None, spec=None, multicast=False, rank=None):
     tile, so a TMA ring copies it once for all of them (each block fetching 1/N of its rows into every block).
     `load(s)`: a whole shared tile into registers; `load(s, (i, j), rt[bf16, 16, 64])`: one sub-tile of it.
     `rank=r` (in a kernel with `cluster=N`): the register sub-tile from block r's copy of the shared tile s
-    (distributed shared memory), after a `cluster_sync()` that follows the blocks' writes into s. Without
-    clusters, a block's own copy.
+    (distributed shared memory), after a `cluster_sync()` that follows the blocks' writes into s; store into s
+    again only after another `cluster_sync()` (a peer may still be reading it). Without clusters, a block's own
+    copy.
     """
 
 

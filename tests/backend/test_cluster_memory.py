@@ -14,7 +14,7 @@ from reference import BF16
 
 import tkc
 from tkc import lang
-from tkc.lang import block_idx, cluster_rank, cluster_sync, const, empty, gl, load, rt, st, store, warp_id
+from tkc.lang import block_idx, cluster_rank, cluster_sync, const, empty, gl, load, rt, st, store, warp_id, zeros
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*bank conflict")  # some shapes' rows; not what this tests
 
@@ -43,7 +43,8 @@ def test_blocks_read_each_others_tiles(cluster: int, clusters: int, warps: int, 
     x = np.random.default_rng(seed).standard_normal((blocks * 16 * warps, cols)).astype(numpy_type)
     y = np.full_like(x, np.nan)
     constants = {"WARPS": warps, "CLUSTER": cluster, "SHIFT": shift, "COLS": cols, "DT": getattr(lang, dtype)}
-    interp, sim = run_both(exchange, [x, y], (blocks,), constants, target="sm_90a", order="shuffled")
+    interp, sim = run_both(exchange, [x, y], (blocks,), constants, target="sm_90a", order="ahead" if seed % 2 else
+                           "shuffled")
     want = np.empty_like(x)
     for b in range(blocks):
         rank = b % cluster
@@ -53,3 +54,31 @@ def test_blocks_read_each_others_tiles(cluster: int, clusters: int, warps: int, 
             want[rows] = x[(peer * warps + w) * 16:(peer * warps + w + 1) * 16]
     np.testing.assert_array_equal(interp[1], want)
     np.testing.assert_array_equal(sim[1], want)
+
+
+@tkc.kernel(warps=2, cluster=2, min_target="sm_90a")
+def exchange_in_a_loop(X: gl[lang.f32, 3], Y: gl[lang.f32, 2], SECOND_SYNC: const = 1):
+    """Step i: each block stores X[i]'s rows into its shared tile, and after the sync adds up its peer's."""
+    b = block_idx()[0]
+    s = empty(st[lang.f32, 32, 32])
+    total = zeros(rt[lang.f32, 16, 32])
+    for i in range(X.shape[0]):
+        s = store(s, load(X, (i, b * 2 + warp_id(), 0), rt[lang.f32, 16, 32]), (warp_id(), 0))
+        cluster_sync()
+        total = total + load(s, (warp_id(), 0), rt[lang.f32, 16, 32], rank=(cluster_rank() + 1) % 2)
+        if SECOND_SYNC:  # no block stores step i + 1 before its peer has read step i
+            cluster_sync()
+    store(Y, total, (b * 2 + warp_id(), 0))
+
+
+@pytest.mark.parametrize("second_sync", [1, 0])
+def test_a_block_running_ahead_of_its_peer(second_sync: int) -> None:
+    """Storing into a tile the peer may still be reading (no second cluster_sync in the loop) races on the GPU: the
+    lockstep interpreter cannot see it, the simulator's order "ahead" (a block runs as far as it can) does."""
+    x = np.random.default_rng(0).standard_normal((6, 64, 32)).astype(np.float32)
+    y = np.full((64, 32), np.nan, np.float32)
+    interp, sim = run_both(exchange_in_a_loop, [x, y], (2,), {"SECOND_SYNC": second_sync}, target="sm_90a",
+                           order="ahead")
+    want = x.sum(0).reshape(2, 32, 32)[::-1].reshape(64, 32)  # each block the sum of its peer's rows
+    np.testing.assert_allclose(interp[1], want, rtol=1e-5, atol=1e-5)
+    assert (np.abs(sim[1] - want).max() < 1e-4) == bool(second_sync)

@@ -216,7 +216,7 @@ def test_persistent_gemm_simulated(trans_b: int, warps: int, producer: int, stag
 
 @pytest.mark.parametrize("trans_b, warps, producer, tma_store, grid, m, order", [
     (0, 4, 0, 0, 2, 150, "sliced"), (1, 8, 0, 1, 4, 150, "shuffled"), (0, 8, 1, 1, 2, 300, "sliced"),
-    (1, 4, 1, 0, 6, 64, "descending")])
+    (1, 4, 1, 0, 6, 64, "descending"), (0, 4, 1, 1, 4, 300, "ahead")])
 def test_cluster_gemm_simulated(trans_b: int, warps: int, producer: int, tma_store: int, grid: int, m: int,
                                 order: str) -> None:
     """gemm_sm90_kernel in clusters of two blocks stacked in M, B's slices multicast (each block copies half of
@@ -239,7 +239,7 @@ def test_cluster_gemm_simulated(trans_b: int, warps: int, producer: int, tma_sto
 
 @pytest.mark.parametrize("mutation", ["release counted per block", "no cluster barrier after init",
                                       "no cluster barrier before exit"])
-@pytest.mark.parametrize("order", ["ascending", "shuffled"])
+@pytest.mark.parametrize("order", ["ascending", "shuffled", "ahead"])
 def test_cluster_protocol_mutations_are_caught(mutation: str, order: str) -> None:
     """The simulator catches a multicast ring whose empty barriers count one block's releases (a peer's producer
     refills a stage under a running wgmma), a block signalling its peer's barriers before the peer initialized them,
@@ -541,8 +541,8 @@ def test_few_rows_gemm_simulated(m: int, n: int, k: int, splits: int, warps: int
 
 
 @pytest.mark.parametrize("m, n, k, runs, warps, rows, trans_b, order", [
-    (16, 128, 512, 2, 4, 16, 1, "shuffled"), (5, 200, 400, 3, 8, 16, 1, "sliced"), (27, 136, 700, 4, 8, 32, 0, "shuffled"),
-    (1, 64, 1000, 4, 4, 16, 0, "descending"), (32, 100, 300, 2, 8, 32, 1, "ascending")])
+    (16, 128, 512, 2, 4, 16, 1, "shuffled"), (5, 200, 400, 3, 8, 16, 1, "sliced"), (27, 136, 700, 4, 8, 32, 0, "ahead"),
+    (1, 64, 1000, 4, 4, 16, 0, "descending"), (32, 100, 300, 2, 8, 32, 1, "ahead")])
 def test_few_rows_gemm_in_clusters_simulated(m: int, n: int, k: int, runs: int, warps: int, rows: int, trans_b: int,
                                              order: str) -> None:
     """gemm_few_rows_cluster_kernel (what gemm() launches for up to 32 rows where the GPU holds all the

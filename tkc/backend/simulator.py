@@ -9,7 +9,8 @@ the lowering: the mma.m16n8k16 and ldmatrix fragment layouts below are the ISA's
   `cp.async.wait_group` that covers its group; until then the destination keeps its old (poisoned) bytes.
 * Warps run one at a time up to the next `bar.sync`, in an order that tests vary (ascending, descending,
   shuffled; "sliced" also hands over every 1-47 instructions), so a missing barrier shows up as a read of data
-  another warp has not written yet.
+  another warp has not written yet. The blocks of a cluster take turns; in order "ahead" each runs as far as it
+  can first, so a block that overwrites a shared tile its peers have yet to read shows up too.
 * An ldmatrix reads shared memory when it runs, but until something reads its registers (or its warp runs
   `fence.proxy.async`) the hardware may not have: a TMA load issued into those bytes meanwhile is reported.
 * Branches must be uniform across a warp; all warps must meet at every `bar.sync`.
@@ -1258,12 +1259,23 @@ def _dtype_name(array: np.ndarray) -> str:
     return {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}[array.dtype]
 
 
+AHEAD_STEPS = 10_000  # order "ahead": how many times a block may advance before the next one moves
+
+
 def run_cluster(blocks: list[BlockSimulator]) -> None:
-    """Run the blocks of one cluster together, until all have exited."""
+    """Run the blocks of one cluster together, until all have exited. In order "ahead" each block runs as far as it
+    can before the next one moves, the first block alternating (a block gets ahead of its peers: it passes a
+    cluster barrier and goes on to its next stores while a peer has yet to read what the barrier published)."""
+    rounds = 0
     while True:
         progress = False
-        for block in blocks:
-            progress |= block.advance()
+        ahead = blocks[0].launch.order == "ahead"
+        for block in blocks if rounds % 2 == 0 or not ahead else blocks[::-1]:
+            for _ in range(AHEAD_STEPS if ahead else 1):
+                if not block.advance():
+                    break
+                progress = True
+        rounds += 1
         if all(block.exited for block in blocks):
             for block in blocks:
                 block.advance()  # its exit checks
