@@ -35,7 +35,9 @@ def test_gemm_bias_gelu(m: int, n: int, k: int, block: tuple[int, int, int], see
     c = poisoned(m, n)
     gemm_bias_gelu.interpret(a, b, bias, c, grid=(cdiv(n, bn), cdiv(m, bm)), BM=bm, BN=bn, BK=bk)
     ref = gelu_tanh(gemm_ref(a, b) + f64(bias)[None, :])
-    assert rel_err(c, ref) < TOL
+    # all of a few outputs near zero (pre-activations near -5: GELU ~1e-7, where 1 + tanh cancels in f32) have no
+    # meaningful relative error: there, an absolute one
+    assert rel_err(c, ref) < TOL or np.abs(f64(c) - ref).max() < 1e-5
 
 
 def test_gemm_bias_gelu_bias_is_per_column() -> None:
