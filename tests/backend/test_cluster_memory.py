@@ -57,7 +57,7 @@ def test_blocks_read_each_others_tiles(cluster: int, clusters: int, warps: int, 
 
 
 @tkc.kernel(warps=2, cluster=2, min_target="sm_90a")
-def exchange_in_a_loop(X: gl[lang.f32, 3], Y: gl[lang.f32, 2], SECOND_SYNC: const = 1):
+def exchange_in_a_loop(X: gl[lang.f32, 3], Y: gl[lang.f32, 2]):
     """Step i: each block stores X[i]'s rows into its shared tile, and after the sync adds up its peer's."""
     b = block_idx()[0]
     s = empty(st[lang.f32, 32, 32])
@@ -66,19 +66,32 @@ def exchange_in_a_loop(X: gl[lang.f32, 3], Y: gl[lang.f32, 2], SECOND_SYNC: cons
         s = store(s, load(X, (i, b * 2 + warp_id(), 0), rt[lang.f32, 16, 32]), (warp_id(), 0))
         cluster_sync()
         total = total + load(s, (warp_id(), 0), rt[lang.f32, 16, 32], rank=(cluster_rank() + 1) % 2)
-        if SECOND_SYNC:  # no block stores step i + 1 before its peer has read step i
-            cluster_sync()
+        cluster_sync()  # no block stores step i + 1 before its peer has read step i (without it: an error)
     store(Y, total, (b * 2 + warp_id(), 0))
 
 
 @pytest.mark.parametrize("second_sync", [1, 0])
 def test_a_block_running_ahead_of_its_peer(second_sync: int) -> None:
-    """Storing into a tile the peer may still be reading (no second cluster_sync in the loop) races on the GPU: the
-    lockstep interpreter cannot see it, the simulator's order "ahead" (a block runs as far as it can) does."""
+    """The mutation: the loop's second cluster barrier removed from the PTX (the frontend refuses the kernel
+    without its cluster_sync()), so a block stores step i + 1 into the tile its peer is about to read. The lockstep
+    interpreter cannot see it; the simulator's order "ahead" (a block runs as far as it can) does."""
+    from tkc.backend import ptx
+    from tkc.backend.simulator import simulate
+    from tkc.compiler import lower_kernel
+
     x = np.random.default_rng(0).standard_normal((6, 64, 32)).astype(np.float32)
-    y = np.full((64, 32), np.nan, np.float32)
-    interp, sim = run_both(exchange_in_a_loop, [x, y], (2,), {"SECOND_SYNC": second_sync}, target="sm_90a",
-                           order="ahead")
     want = x.sum(0).reshape(2, 32, 32)[::-1].reshape(64, 32)  # each block the sum of its peer's rows
-    np.testing.assert_allclose(interp[1], want, rtol=1e-5, atol=1e-5)
-    assert (np.abs(sim[1] - want).max() < 1e-4) == bool(second_sync)
+    interp = np.full((64, 32), np.nan, np.float32)
+    exchange_in_a_loop.interpret(x, interp, grid=(2,))
+    np.testing.assert_allclose(interp, want, rtol=1e-5, atol=1e-5)
+    module = lower_kernel(exchange_in_a_loop, "sm_90a", {}, aligns={"X": 16, "Y": 16})
+    kernel = next(op for op in module.walk() if isinstance(op, ptx.KernelOp))
+    barriers = [op for op in kernel.body.block.ops if isinstance(op, ptx.ClusterBarrierOp)]
+    assert len(barriers) == 6  # the loop's two, then the exit's
+    if not second_sync:
+        for op in barriers[2:4]:
+            op.detach()
+            op.erase()
+    sim = np.full((64, 32), np.nan, np.float32)
+    simulate(module, "exchange_in_a_loop", [x, sim], (2,), order="ahead")
+    assert (np.abs(sim - want).max() < 1e-4) == bool(second_sync)

@@ -189,6 +189,32 @@ def cluster_load_of_global():
     return k
 
 
+def cluster_store_while_peers_read():
+    @tkc.kernel(cluster=2, min_target="sm_90a")
+    def k(C: gl[f32, 2]):
+        s = store(empty(st[f32, 16, 64]), zeros(rt[f32, 16, 64]))
+        cluster_sync()
+        a = load(s, (0, 0), rt[f32, 16, 64], rank=1)
+        s = store(s, a + 1.0)  # ERROR
+        store(C, load(s), (0, 0))
+
+    return k
+
+
+def cluster_loop_without_second_sync():
+    @tkc.kernel(cluster=2, min_target="sm_90a")
+    def k(X: gl[f32, 3], C: gl[f32, 2]):
+        s = empty(st[f32, 16, 64])
+        total = zeros(rt[f32, 16, 64])
+        for i in range(X.shape[0]):
+            s = store(s, load(X, (i, 0, 0), rt[f32, 16, 64]))
+            cluster_sync()
+            total = total + load(s, (0, 0), rt[f32, 16, 64], rank=1)  # ERROR
+        store(C, total, (0, 0))
+
+    return k
+
+
 def cluster_sync_in_branch():
     @tkc.kernel(cluster=2, min_target="sm_90a")
     def k(C: gl[f32, 2]):

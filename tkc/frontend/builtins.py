@@ -640,6 +640,7 @@ def _cluster_load(cg: CodeGen, src: Any, index: Any, spec: Any, rank: Any) -> SS
     if not is_runtime(rank) and isinstance(rank, int) and not isinstance(rank, bool) and not 0 <= rank < cg.cluster:
         raise TkcError(f"load's rank must be a block of the cluster (0 to {cg.cluster - 1}), got {rank}")
     rank = cg.as_i32(rank, "load's rank")
+    cg.cluster_reads[cg.shared_root.get(src, src)] = (cg.cluster_syncs, cg.loc())
     return cg.emit_value(t.ClusterLoadOp(src, indices, rank, spec.ir))
 
 

@@ -26,6 +26,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from tkc import lang
 from tkc.errors import SourceLoc, TkcError
+from tkc.ir import ops as t
 from tkc.ir.types import SharedTileType
 from tkc.frontend.values import (
     BoundMethod,
@@ -134,6 +135,9 @@ class CodeGen(ast.NodeVisitor):
         self.runtime_branches = 0  # run-time `if` branches being built around the current op
         self.cluster_syncs = 0  # cluster_sync() calls so far, in program order
         self.shared_written: dict[SSAValue, int] = {}  # a shared tile value → cluster_syncs when it was made
+        self.shared_root: dict[SSAValue, SSAValue] = {}  # a stored-into shared tile → the value whose buffer it is
+        self.cluster_reads: dict[SSAValue, tuple[int, SourceLoc | None]] = {}  # buffer → (cluster_syncs, where) at
+        # the last load(..., rank=r) of it: a store into it needs a cluster_sync() after that (a peer may be reading)
         self.scope = Scope(source, {})
         self.builder: Builder | None = None
         self.node: ast.AST | None = None
@@ -171,7 +175,19 @@ class CodeGen(ast.NodeVisitor):
             raise TkcError(str(e)) from None
         if op.results and isinstance(op.results[0].type, SharedTileType):
             self.shared_written[op.results[0]] = self.cluster_syncs
+            if isinstance(op, t.InsertOp):
+                root = self.shared_root[op.results[0]] = self.shared_root.get(op.dest, op.dest)
+                self.check_no_cluster_reader(root, "this store")
         return op
+
+    def check_no_cluster_reader(self, buffer: SSAValue, what: str, loc: SourceLoc | None = None) -> None:
+        """A store into `buffer` (a shared tile) must follow a cluster_sync() that follows the cluster's last
+        load(..., rank=r) of it: until then a peer may still be reading it."""
+        read = self.cluster_reads.get(buffer)
+        if read is not None and read[0] == self.cluster_syncs:
+            where = f" at line {read[1].line}" if read[1] is not None else ""
+            raise TkcError(f"{what} may overwrite a shared tile that the cluster's blocks still read (load(..., "
+                           f"rank=r){where}): call cluster_sync() after those reads", loc=loc)
 
     def emit_value(self, op: Operation) -> SSAValue:
         return self.emit(op).results[0]
@@ -469,6 +485,8 @@ class CodeGen(ast.NodeVisitor):
             finally:
                 self.loop_depth -= 1
                 self.for_loops -= 1
+            for arg in body.args[1:]:  # the next step stores into a carried shared tile again
+                self.check_no_cluster_reader(arg, "the loop's next step", loc=(self.cluster_reads.get(arg) or (0, None))[1])
             yielded = []
             for name, init in zip(runtime_carried, inits):
                 value = self.scope.vars[name]
