@@ -3,15 +3,7 @@
 # ./gpu-logs). With wheels in .whl/ (a machine without registry access), they are installed first.
 #   bash scripts/gpu_check.sh [tests] [hopper] [sanitize] [memcheck] [profile] [sweep] [compile-time] [bench-quick | bench]
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; export OUT
-if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
-export TKC_CACHE_DIR=${TKC_CACHE_DIR:-/tmp/tkc-cache} PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh"
 steps=${*:-tests sanitize bench-quick}
 summary=""
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"

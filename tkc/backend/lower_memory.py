@@ -817,12 +817,17 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
         if _streamable(op):
             return [StreamedTile(ref, dst_type, coords, operand=next(iter(op.result.uses)).index)]
         return [_lower_ldmatrix(lw, ref, dst_type, coords)]
-    mem_type = _register_type(dst_type, src_type.element_type)
+    return [_load_shared_runs(lw, ref, dst_type, coords)]
+
+
+def _load_shared_runs(lw: KernelLowering, ref: SharedRef, dst_type: Attribute, coords: list[Any],
+                      space: str = "shared") -> SSAValue:
+    """Registers of `dst_type` loaded from the shared tile `ref` by runs of ld.`space` (converted where the tile
+    holds another dtype)."""
+    mem_type = _register_type(dst_type, ref.type.element_type)
     runs, bundle, base_of, offset, guard = _shared_run_access(lw, ref, mem_type, coords)
-    regs = _load_runs(lw, "shared", mem_type, runs, bundle, base_of, offset, guard, np.arange(len(runs)))
-    if mem_type != dst_type:
-        regs = pack(lw, unpack(lw, regs, mem_type), dst_type)
-    return [regs]
+    regs = _load_runs(lw, space, mem_type, runs, bundle, base_of, offset, guard, np.arange(len(runs)))
+    return pack(lw, unpack(lw, regs, mem_type), dst_type) if mem_type != dst_type else regs
 
 
 @handles(t.ClusterLoadOp)
@@ -832,14 +837,8 @@ def lower_cluster_load(lw: KernelLowering, op: t.ClusterLoadOp) -> list[Any]:
     take (the window is linear, so the offsets of this block's accesses carry over)."""
     ref = _plain(lw.value(op.source), "loading registers from")
     remote = lw.op("mapa.shared::cluster.u32", "b32", ref.addr, lw.reg(lw.value(op.rank)), n=1)
-    dst_type = op.result.type
-    mem_type = _register_type(dst_type, op.source.type.element_type)
-    runs, bundle, base_of, offset, guard = _shared_run_access(lw, SharedRef(remote, ref.type), mem_type,
-                                                              [lw.value(i) for i in op.indices])
-    regs = _load_runs(lw, "shared::cluster", mem_type, runs, bundle, base_of, offset, guard, np.arange(len(runs)))
-    if mem_type != dst_type:
-        regs = pack(lw, unpack(lw, regs, mem_type), dst_type)
-    return [regs]
+    return [_load_shared_runs(lw, SharedRef(remote, ref.type), op.result.type, [lw.value(i) for i in op.indices],
+                              "shared::cluster")]
 
 
 @handles(t.ClusterSyncOp)

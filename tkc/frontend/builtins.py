@@ -603,35 +603,34 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
     if multicast:
         raise TkcError("multicast=True is for loads from a global tensor into a shared tile")
     if is_shared(src):
-        stype = src.type
-        reg_kind = "rt" if isinstance(stype, SharedTileType) else "rv"
-        if spec is None:
-            spec = lang.TileSpec(reg_kind, lang.dtype_of(stype.element_type), stype.shape)
+        reg_kind = "rt" if isinstance(src.type, SharedTileType) else "rv"
         # from a shared tile: a register sub-tile, or (st) a view of some of its rows
-        spec = _spec(spec, "load's type", (reg_kind, "st") if reg_kind == "rt" else (reg_kind,))
-        if index is None:
-            if spec.shape != stype.shape:
-                raise TkcError(f"loading {spec} out of {stype.spec()} needs the sub-tile's index")
-            index = (0,) * len(stype.shape)
-        return cg.emit_value(t.LoadOp(src, _indices(cg, index, len(stype.shape), f"load from {stype.spec()}"), spec.ir))
+        spec, indices = _from_shared(cg, src, index, spec, (reg_kind, "st") if reg_kind == "rt" else (reg_kind,))
+        return cg.emit_value(t.LoadOp(src, indices, spec.ir))
     if is_register(src):
         raise TkcError(f"{describe(src)} is already in registers")
     raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
+
+
+def _from_shared(cg: CodeGen, src: Any, index: Any, spec: Any, kinds: tuple[str, ...]) -> tuple[Any, list[SSAValue]]:
+    """The type (the whole shared tile's in registers where none is given; one of `kinds`) and the indices of a
+    load from the shared tile or vector `src` (all zeros where the load takes all of it)."""
+    stype = src.type
+    if spec is None:
+        spec = lang.TileSpec(kinds[0], lang.dtype_of(stype.element_type), stype.shape)
+    spec = _spec(spec, "load's type", kinds)
+    if index is None:
+        if spec.shape != stype.shape:
+            raise TkcError(f"loading {spec} out of {stype.spec()} needs the sub-tile's index")
+        index = (0,) * len(stype.shape)
+    return spec, _indices(cg, index, len(stype.shape), f"load from {stype.spec()}")
 
 
 def _cluster_load(cg: CodeGen, src: Any, index: Any, spec: Any, rank: Any) -> SSAValue:
     """`load(s, index, rt[...], rank=r)`: a register sub-tile of block r's copy of the shared tile s."""
     if not is_shared(src) or not isinstance(src.type, SharedTileType):
         raise TkcError(f"load(..., rank=r) reads a shared tile of another block of the cluster, got {describe(src)}")
-    stype = src.type
-    if spec is None:
-        spec = lang.TileSpec("rt", lang.dtype_of(stype.element_type), stype.shape)
-    spec = _spec(spec, "load's type", ("rt",))
-    if index is None:
-        if spec.shape != stype.shape:
-            raise TkcError(f"loading {spec} out of {stype.spec()} needs the sub-tile's index")
-        index = (0,) * len(stype.shape)
-    indices = _indices(cg, index, len(stype.shape), f"load from {stype.spec()}")
+    spec, indices = _from_shared(cg, src, index, spec, ("rt",))
     if cg.cluster == 1:  # the only block of its cluster
         return cg.emit_value(t.LoadOp(src, indices, spec.ir))
     if cg.shared_written.get(src, cg.cluster_syncs) == cg.cluster_syncs:

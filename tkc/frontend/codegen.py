@@ -180,14 +180,15 @@ class CodeGen(ast.NodeVisitor):
                 self.check_no_cluster_reader(root, "this store")
         return op
 
-    def check_no_cluster_reader(self, buffer: SSAValue, what: str, loc: SourceLoc | None = None) -> None:
+    def check_no_cluster_reader(self, buffer: SSAValue, what: str, at_read: bool = False) -> None:
         """A store into `buffer` (a shared tile) must follow a cluster_sync() that follows the cluster's last
-        load(..., rank=r) of it: until then a peer may still be reading it."""
+        load(..., rank=r) of it: until then a peer may still be reading it. The error points at the store, or with
+        `at_read` at that load."""
         read = self.cluster_reads.get(buffer)
         if read is not None and read[0] == self.cluster_syncs:
             where = f" at line {read[1].line}" if read[1] is not None else ""
             raise TkcError(f"{what} may overwrite a shared tile that the cluster's blocks still read (load(..., "
-                           f"rank=r){where}): call cluster_sync() after those reads", loc=loc)
+                           f"rank=r){where}): call cluster_sync() after those reads", loc=read[1] if at_read else None)
 
     def emit_value(self, op: Operation) -> SSAValue:
         return self.emit(op).results[0]
@@ -486,7 +487,7 @@ class CodeGen(ast.NodeVisitor):
                 self.loop_depth -= 1
                 self.for_loops -= 1
             for arg in body.args[1:]:  # the next step stores into a carried shared tile again
-                self.check_no_cluster_reader(arg, "the loop's next step", loc=(self.cluster_reads.get(arg) or (0, None))[1])
+                self.check_no_cluster_reader(arg, "the loop's next step", at_read=True)
             yielded = []
             for name, init in zip(runtime_carried, inits):
                 value = self.scope.vars[name]
