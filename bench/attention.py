@@ -4,6 +4,11 @@ B·N = 16384 tokens, H = 16, N in {512 … 16384}, D in {64, 128}, causal and no
 causal. Every output is checked against the mem-efficient backend run in float32.
 
     python bench/attention.py [--seqlens 512 1024 ...] [--dims 64 128] [--launches 30] [--rounds 3] [--variants]
+                              [--kv-heads 4]
+
+--kv-heads gives K and V fewer heads than Q (grouped-query attention); SDPA's backends then run through
+scaled_dot_product_attention(..., enable_gqa=True) inside sdpa_kernel (its dispatch inside the timing), and the peers
+that take no groups drop out with their error printed.
 
 With --variants, attention_sm90's variants run beside attention() (same wrapper work, the kernel launched
 directly): see `variant_configs`.
@@ -20,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (add_attention_sizes, add_timing_options, attention_cases, check_outputs, compare, environment,  # noqa: E402
-                    print_rates, record, rel_err, table, triton_peer)
+                    heads_text, print_rates, record, rel_err, table, triton_peer)
 
 import tkc.kernels  # noqa: E402
 
@@ -32,7 +37,7 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
     """torch's SDPA through one backend: bf16 calls go straight to the op SDPA dispatches to for it (no backend
     selection or context manager inside the timing); the float32 reference (mem-efficient) goes through SDPA."""
     ops = torch.ops.aten
-    if q.dtype == torch.bfloat16:  # plain branches: this is inside the timed call
+    if q.dtype == torch.bfloat16 and k.shape[1] == q.shape[1]:  # plain branches: this is inside the timed call
         if backend == SDPBackend.CUDNN_ATTENTION:
             return ops._scaled_dot_product_cudnn_attention(q, k, v, None, False, 0.0, causal)[0]
         if backend == SDPBackend.FLASH_ATTENTION:
@@ -40,7 +45,8 @@ def sdpa(backend: SDPBackend, q, k, v, causal: bool):
         if backend == SDPBackend.EFFICIENT_ATTENTION:
             return ops._scaled_dot_product_efficient_attention(q, k, v, None, False, 0.0, causal)[0]
     with sdpa_kernel(backend):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                enable_gqa=k.shape[1] != q.shape[1])
 
 
 VARIANTS = ("tkc alt A", "tkc alt B", "tkc alt C")
@@ -100,7 +106,8 @@ def main() -> None:
     env = environment()
     rows = []
     for d, causal, n, b, h in attention_cases(args):
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, args.kv_heads or h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         ref = sdpa(SDPBackend.EFFICIENT_ATTENTION, q.float(), k.float(), v.float(), causal)
         impls = {
             "tkc sm_80": lambda: tkc.kernels.attention(q, k, v, causal=causal, target="sm_80"),
@@ -142,7 +149,7 @@ def main() -> None:
     cols += [("tkc sm_80 err", "sm_80 err"), ("tkc err", "tkc err")]
     text = table(rows, cols)
     print(text)
-    record("attention", env, f"TFLOP/s (4·B·H·N²·D, halved when causal), B·N = {args.tokens}, H = {args.heads}, bf16; "
+    record("attention", env, f"TFLOP/s (4·B·H·N²·D, halved when causal), B·N = {args.tokens}, {heads_text(args)}, bf16; "
            f"median of {args.launches} back-to-back launches × {args.rounds} interleaved rounds (each in a new order) through each public entry point; "
            "errors against the mem-efficient backend in float32.\n\n" + text, rows)
 

@@ -6,6 +6,7 @@ torch.autograd.grad(o, (q, k, v), do) (autograd's own work included, the same fo
 mem-efficient backend's backward run in float32.
 
     python bench/attention_backward.py [--seqlens 1024 ...] [--dims 64 128] [--causal 0 1] [--launches 20] [--rounds 3]
+                                       [--kv-heads 4]
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_attention_sizes, add_timing_options, attention_cases, compare, environment, record, rel_err, table  # noqa: E402
+from common import (add_attention_sizes, add_timing_options, attention_cases, compare, environment,  # noqa: E402
+                    heads_text, record, rel_err, table)
 
 import tkc.kernels  # noqa: E402
 
@@ -32,7 +34,8 @@ def forward(name: str, q, k, v, causal: bool):
     if name == "tkc":
         return tkc.kernels.attention(q, k, v, causal=causal)
     with sdpa_kernel(BACKENDS[name]):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                enable_gqa=k.shape[1] != q.shape[1])
 
 
 def main() -> None:
@@ -44,11 +47,14 @@ def main() -> None:
     env = environment()
     rows = []
     for d, causal, n, b, h in attention_cases(args):
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3))
+        q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16).requires_grad_()
+        k, v = (torch.randn(b, args.kv_heads or h, n, d, device="cuda", dtype=torch.bfloat16).requires_grad_()
+                for _ in range(2))
         grad = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
         leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
         with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-            ref_out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+            ref_out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal,
+                                                                       enable_gqa=k.shape[1] != h)
         refs = torch.autograd.grad(ref_out, leaves, grad.float())
         impls, errors = {}, {}
         for name in IMPLS:
@@ -77,7 +83,7 @@ def main() -> None:
     text = table(rows, cols)
     print(text)
     record("attention-backward", env, f"TFLOP/s of the backward (10·B·H·N²·D, halved when causal), B·N = {args.tokens}, "
-           f"H = {args.heads}, bf16; median of {args.launches} back-to-back torch.autograd.grad calls × {args.rounds} "
+           f"{heads_text(args)}, bf16; median of {args.launches} back-to-back torch.autograd.grad calls × {args.rounds} "
            "interleaved rounds (each in a new order); errors (the largest of dq, dk, dv) against the mem-efficient "
            "backend's backward in float32.\n\n" + text, rows)
 

@@ -41,7 +41,8 @@ def attention_sm90_variant(const: str, swaps: dict[str, str]) -> Any:
         assert kernel.count(old) == 1, f"attention_sm90 changed: update the probe ({old.strip()})"
         kernel = kernel.replace(old, new)
     path = Path(tempfile.mkdtemp()) / "attention_probe.py"
-    path.write_text("import math\nimport tkc\nfrom tkc.lang import *  # noqa: F403\n\n\n" + kernel)
+    path.write_text("import math\nimport tkc\nfrom tkc.kernels.attention import kv_head\nfrom tkc.lang import *  # noqa: F403"
+                    "\n\n\n" + kernel)
     spec = importlib.util.spec_from_file_location("attention_probe", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -257,10 +258,19 @@ def add_attention_sizes(parser: Any) -> None:
     parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--kv-heads", type=int, default=None,
+                        help="heads of K and V, dividing --heads (grouped-query attention; default: --heads)")
+
+
+def heads_text(args: Any) -> str:
+    """The heads of add_attention_sizes' arguments, for a benchmark's description: H (and H_kv where it differs)."""
+    kv = f", H_kv = {args.kv_heads} (grouped-query attention)" if args.kv_heads not in (None, args.heads) else ""
+    return f"H = {args.heads}{kv}"
 
 
 def attention_cases(args: Any) -> Any:
-    """The (D, causal, N, B, H) of add_attention_sizes' arguments, D outermost."""
+    """The (D, causal, N, B, H) of add_attention_sizes' arguments, D outermost (K and V's heads: args.kv_heads or
+    H)."""
     for d in args.dims:
         for causal in map(bool, args.causal):
             for n in args.seqlens:

@@ -4,7 +4,8 @@
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters small-batch sanitize
+#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa
+#        small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 for step in ${*:-tests probe bench sanitize}; do
@@ -62,6 +63,19 @@ for step in ${*:-tests probe bench sanitize}; do
                 --only '^FR(C|32|C32|C64)? W8 BK=128 (5|4)st' > "$OUT/frc-skinny-$tb.log" 2>&1
             grep -E "^M=|gemm\(\)|FRC|5st x" "$OUT/frc-skinny-$tb.log" | sed -e 's/  */ /g' | head -60
         done ;;
+    gqa)  # grouped-query attention: GPU tests, sanitizers, forward and backward beside SDPA (enable_gqa), H 32, H_kv 8
+        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "grouped" > "$OUT/gqa-tests.log" 2>&1
+        grep -E "^FAILED|Error" "$OUT/gqa-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/gqa-tests.log")"
+        for tool in memcheck racecheck synccheck; do
+            timeout 120 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 -c \
+                "import sys; sys.path.insert(0, 'tests/gpu'); import sanitize, torch; sanitize.grouped_query_attention(); torch.cuda.synchronize()" \
+                > "$OUT/gqa-$tool.log" 2>&1
+            echo "compute-sanitizer $tool: exit $?, $(grep -c '========= ' "$OUT/gqa-$tool.log") report lines"
+        done
+        timeout 300 python3 bench/attention.py --heads 32 --kv-heads 8 --seqlens 1024 4096 16384 --rounds 3 \
+            > "$OUT/bench-attention-gqa.log" 2>&1; tail -12 "$OUT/bench-attention-gqa.log"
+        timeout 200 python3 bench/attention_backward.py --heads 32 --kv-heads 8 --seqlens 4096 \
+            > "$OUT/bench-attention-backward-gqa.log" 2>&1; tail -8 "$OUT/bench-attention-backward-gqa.log" ;;
     small-batch)  # attention() at B·N = 1024 / 2048 beside configurations for few tiles (bench/probe_small_batch.py)
         timeout 300 python3 bench/probe_small_batch.py > "$OUT/small-batch.log" 2>&1; grep -E "^D=|attention\(\)|  cuDNN" "$OUT/small-batch.log" | head -40 ;;
     dependent-launch)  # layernorm's dependent-launch opt-in back to back and behind a GEMM (bench/probe_dependent_launch.py)

@@ -34,10 +34,17 @@ def gemm_ref(a: np.ndarray, b: np.ndarray, trans_b: bool = False) -> np.ndarray:
     return a @ (b.T if trans_b else b)
 
 
+def query_heads(x, heads: int):
+    """k or v (..., H_kv, N, D) as the `heads` query heads read them: each K/V head repeated H / H_kv times in a row
+    (grouped-query attention)."""
+    return np.repeat(x, heads // x.shape[-3], axis=-3)
+
+
 def attention_ref(q, k, v, causal: bool = False, window: int | None = None, scale: float | None = None,
                   lse: bool = False):
-    """softmax(scale·q·kᵀ, masked)·v in float64; with `lse`, also each row's log-sum-exp (natural log)."""
-    q, k, v = f64(q), f64(k), f64(v)
+    """softmax(scale·q·kᵀ, masked)·v in float64 (k and v of fewer heads than q: grouped-query attention); with `lse`,
+    also each row's log-sum-exp (natural log)."""
+    q, k, v = f64(q), query_heads(f64(k), q.shape[-3]), query_heads(f64(v), q.shape[-3])
     d = q.shape[-1]
     s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(d) if scale is None else scale)
     nq, nk = s.shape[-2:]
@@ -76,8 +83,10 @@ def gelu_tanh(x):
 
 def attention_backward_ref(q, k, v, grad_out, causal: bool = False, scale: float | None = None, grad_lse=None):
     """float64 (out, lse, dq, dk, dv) of out = softmax(scale·q·kᵀ, masked)·v given the output's gradient (and the
-    log-sum-exp's, grad_lse), by the formulas: dS = P ∘ (dO·Vᵀ - rowsum(dO ∘ O) + dL)."""
-    q, k, v, do = f64(q), f64(k), f64(v), f64(grad_out)
+    log-sum-exp's, grad_lse), by the formulas: dS = P ∘ (dO·Vᵀ - rowsum(dO ∘ O) + dL). With k and v of fewer heads
+    than q (grouped-query attention), dk and dv sum over the query heads that read each."""
+    kv_heads = k.shape[-3]
+    q, k, v, do = f64(q), query_heads(f64(k), q.shape[-3]), query_heads(f64(v), q.shape[-3]), f64(grad_out)
     scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
     out, lse = attention_ref(q, k, v, causal=causal, scale=scale, lse=True)
     s = q @ np.swapaxes(k, -1, -2) * scale
@@ -86,4 +95,6 @@ def attention_backward_ref(q, k, v, grad_out, causal: bool = False, scale: float
     p = np.exp(s - lse[..., None])
     delta = (do * out).sum(-1) - (0 if grad_lse is None else f64(grad_lse))
     ds = p * (do @ np.swapaxes(v, -1, -2) - delta[..., None])
-    return out, lse, ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ do
+    dk, dv = np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ do
+    groups = (*dk.shape[:-3], kv_heads, -1, *dk.shape[-2:])  # a K/V head's query heads in a row
+    return out, lse, ds @ k * scale, dk.reshape(groups).sum(-3), dv.reshape(groups).sum(-3)

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import attention_backward_ref, attention_ref, gemm_ref, layernorm_ref, poisoned, random_bf16, rel_err
 
-from tkc.kernels import attention_fwd, gemm_kernel, layernorm_kernel
+from tkc.kernels import attention_fwd, attention_sm90, gemm_kernel, layernorm_kernel
+from tkc.kernels.attention import sm90_blocks, sm90_config, sm90_constants
 from tkc.kernels.attention_bwd import (CONFIG, CONFIG_SM90, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dkdv_sm90,
                                       attention_bwd_dq, attention_bwd_dq_sm90)
 
@@ -53,6 +54,31 @@ def test_attention(d: int, causal: int, batch: int, heads: int, blocks: int, see
     assert rel_err(o, attention_ref(q, k, v, causal=bool(causal), scale=scale)) < TOL
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.integers(2, 4), blocks=st.integers(1, 2),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=4)
+def test_grouped_query_attention(d: int, causal: int, target: str, batch: int, kv_heads: int, group: int, blocks: int,
+                                 seed: int) -> None:
+    """K and V of fewer heads than Q (GROUP query heads in a row read one): attention_fwd, and attention_sm90 with
+    attention()'s configuration for the length, against float64."""
+    rng = np.random.default_rng(seed)
+    heads, n = kv_heads * group, 64 * blocks
+    q, o = random_bf16(rng, batch, heads, n, d), poisoned(batch, heads, n, d)
+    k, v = (random_bf16(rng, batch, kv_heads, n, d) for _ in range(2))
+    scale = float(rng.uniform(0.05, 0.3))
+    if target == "sm_80":
+        attention_fwd.interpret(q, k, v, o, scale, grid=(blocks, heads, batch), D=d, CAUSAL=causal, GROUP=group)
+    else:
+        cfg = sm90_config(d, n, n, bool(causal))
+        grid = (sm90_blocks(batch, heads, n, cfg["WARPS"], cfg.get("TILES", 1)),)
+        attention_sm90.interpret(q, k, v, o, np.zeros((1, 1, 1), np.float32), scale, grid=grid, D=d, CAUSAL=causal,
+                                 GROUP=group, **sm90_constants(cfg), target="sm_90a")
+    assert rel_err(o, attention_ref(q, k, v, causal=bool(causal), scale=scale)) < TOL
+
+
 @given(rows=st.integers(1, 70), d=st.sampled_from([16, 64, 256, 1024]), eps=st.sampled_from([1e-5, 1e-3]),
        seed=st.integers(0, 2**32 - 1))
 def test_layernorm(rows: int, d: int, eps: float, seed: int) -> None:
@@ -70,17 +96,19 @@ def test_layernorm(rows: int, d: int, eps: float, seed: int) -> None:
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("config", [0, 1, 2])
-@given(batch=st.integers(1, 2), heads=st.integers(1, 2), blocks=st.integers(1, 4), short=st.sampled_from([0, 0, 1, 37]),
-       seed=st.integers(0, 2**32 - 1))
+@given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 1, 2, 3]),
+       blocks=st.integers(1, 4), short=st.sampled_from([0, 0, 1, 37]), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=8)  # 12 cases of three kernels each
-def test_attention_backward(d: int, causal: int, config: int, batch: int, heads: int, blocks: int, short: int,
-                            seed: int) -> None:
+def test_attention_backward(d: int, causal: int, config: int, batch: int, kv_heads: int, group: int, blocks: int,
+                            short: int, seed: int) -> None:
     """attention_bwd_delta / _dkdv / _dq with attention_backward's constants (config 0), the other sizes of their
     steps and places of K and V (config 1), and the wgmma kernels with theirs (config 2, four warps a block), a
-    gradient through the log-sum-exp too, lengths that the steps divide or not (RAGGED), against float64."""
+    gradient through the log-sum-exp too, lengths that the steps divide or not (RAGGED), K and V of as many heads
+    as Q or `group` times fewer (grouped-query attention: dK and dV sum over the query heads), against float64."""
     rng = np.random.default_rng(seed)
-    n = 64 * blocks - short
-    q, k, v, do = (random_bf16(rng, batch, heads, n, d) for _ in range(4))
+    n, heads = 64 * blocks - short, kv_heads * group
+    q, do = (random_bf16(rng, batch, heads, n, d) for _ in range(2))
+    k, v = (random_bf16(rng, batch, kv_heads, n, d) for _ in range(2))
     dl = rng.standard_normal((batch, heads, n)).astype(np.float32)
     scale = float(rng.uniform(0.05, 0.3))
     out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), scale, dl)
@@ -92,11 +120,12 @@ def test_attention_backward(d: int, causal: int, config: int, batch: int, heads:
         dkdv, dq_cfg = ({**cfg, "WARPS": 4} for cfg in CONFIG_SM90[d])
     delta = poisoned(batch, heads, n, dtype=np.float32)
     grid = (blocks, heads, batch)
-    dkdv = {**dkdv, "RAGGED": int(n % dkdv.get("QUERIES", 64) > 0)}
-    dq_cfg = {**dq_cfg, "RAGGED": int(n % dq_cfg.get("KEYS", 64) > 0)}
+    dkdv = {**dkdv, "RAGGED": int(n % dkdv.get("QUERIES", 64) > 0), "GROUP": group}
+    dq_cfg = {**dq_cfg, "RAGGED": int(n % dq_cfg.get("KEYS", 64) > 0), "GROUP": group}
     attention_bwd_delta.interpret(out.astype(q.dtype), do, dl, delta, grid=grid, D=d, WITH_DL=1)
-    dq, dk, dv = (poisoned(batch, heads, n, d) for _ in range(3))
+    dq, (dk, dv) = poisoned(batch, heads, n, d), (poisoned(batch, kv_heads, n, d) for _ in range(2))
     L = lse.astype(np.float32)
-    dkdv_kernel.interpret(q, k, v, do, L, delta, dk, dv, scale, grid=grid, D=d, CAUSAL=causal, **dkdv, target=target)
+    dkdv_kernel.interpret(q, k, v, do, L, delta, dk, dv, scale, grid=(blocks, kv_heads, batch), D=d, CAUSAL=causal,
+                          **dkdv, target=target)
     dq_kernel.interpret(q, k, v, do, L, delta, dq, scale, grid=grid, D=d, CAUSAL=causal, **dq_cfg, target=target)
     assert rel_err(dq, dq_ref) < TOL and rel_err(dk, dk_ref) < TOL and rel_err(dv, dv_ref) < TOL

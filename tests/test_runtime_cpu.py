@@ -245,7 +245,8 @@ def _fake_gpu(monkeypatch):
         aligns = {p.name: launch.alignment(v) for p, v in zip(kernel.runtime_params, args) if p.kind == "tensor"}
         compiled = compile_for_launch(kernel, target or "sm_80", kernel.resolve_constants(constants), aligns, pipeline)
         loaded = types.SimpleNamespace(params=[tuple(p) for p in compiled.meta()["params"]],
-                                       cluster=compiled.meta().get("cluster", 1))
+                                       cluster=compiled.meta().get("cluster", 1), kernel=kernel.name,
+                                       constants=kernel.resolve_constants(constants))
         return loaded, None, types.SimpleNamespace(ordinal=0, multiprocessors=132)
 
     launches = []
@@ -369,14 +370,11 @@ def test_gemm_split_along_k_launches_one_cluster_kernel(monkeypatch) -> None:
     assert [grid for _, grid, _ in launches[5:]] == [(32, 4, 1), (16, 4, 1)]
 
 
-def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:
-    """attention()'s common call launches the kernel, grid and arguments of the fully checked first call (here a
-    persistent configuration: the grid is the GPU's resident blocks); misaligned strides, out= and return_lse
-    still meet the full checks."""
+def _fake_gpu_for_attention(monkeypatch):
+    """_fake_gpu for attention(): a GPU of 132 multiprocessors that holds one block of each on each, no plans made
+    yet; (the module tkc.kernels.attention, tensor maker, recorded launches)."""
     import importlib
 
-    torch = pytest.importorskip("torch")
-    from tkc.kernels import attention
     from tkc.runtime import launch
 
     attention_module = importlib.import_module("tkc.kernels.attention")
@@ -384,6 +382,17 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
     monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: sms)
     monkeypatch.setattr(attention_module, "_PLANS", {})
     monkeypatch.setitem(attention_module.MULTIPROCESSORS, 0, 132)
+    return attention_module, cuda, launches
+
+
+def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:
+    """attention()'s common call launches the kernel, grid and arguments of the fully checked first call (here a
+    persistent configuration: the grid is the GPU's resident blocks); misaligned strides, out= and return_lse
+    still meet the full checks."""
+    from tkc.kernels import attention
+    from tkc.runtime import launch
+
+    attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
     q, k, v = cuda(2, 3, 200, 64), cuda(2, 3, 300, 64), cuda(2, 3, 300, 64)
     attention(q, k, v, target="sm_90a")
     assert launches[-1][1] == (min(2 * 3 * 2, 132), 1, 1)  # 2·3 heads × 2 query blocks of 128 rows
@@ -403,6 +412,34 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
     monkeypatch.setattr(attention_module, "check_tensor", check_tensor)
     with pytest.raises(ValueError, match="k: the Hopper kernel reads and writes through TMA"):
         attention(q, cuda(2, 3, 300, 68)[..., :64], v, target="sm_90a")
+
+
+def test_grouped_query_attention_launches(monkeypatch) -> None:
+    """K and V of fewer heads than q: attention() launches its kernel with GROUP = H / H_kv over q's heads (the
+    common call from a plan of its own, not multi-head attention's), attention_backward() dK and dV a block per K/V
+    head's keys (with K and V in shared memory on the mma.sync path); heads that do not divide are one error."""
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import attention, attention_backward
+
+    _, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    q, k, v = cuda(2, 8, 128, 64), cuda(2, 2, 192, 64), cuda(2, 2, 192, 64)
+    for _ in range(2):  # the checked call, then the common call
+        attention(q, k, v, target="sm_90a")
+    assert launches[0][0].constants["GROUP"] == 4 and launches[1][0] is launches[0][0]
+    attention(q, *(cuda(2, 8, 192, 64) for _ in range(2)), target="sm_90a")
+    assert launches[2][0].constants["GROUP"] == 1
+    out = attention(q, k, v, causal=False, target="sm_80")
+    (fwd,) = launches[3:]
+    assert fwd[0].constants["GROUP"] == 4 and fwd[1] == (1, 8, 2)  # a block per 128 queries of each query head
+    attention_backward(q, k, v, out, cuda(2, 8, 128, 64), cuda(2, 8, 128, dtype=torch.float32), target="sm_80")
+    delta, dkdv, dq = launches[4:]
+    assert (delta[1], dkdv[1], dq[1]) == ((2, 8, 2), (3, 2, 2), (2, 8, 2))
+    assert dkdv[0].constants["GROUP"] == dq[0].constants["GROUP"] == 4 and dkdv[0].constants["KV_IN_SHARED"] == 1
+    for heads in (3, 0):
+        with pytest.raises(ValueError, match=r"k: expected shape \(2, H_kv, Nk, 64\) with H_kv dividing q's 8 heads"):
+            attention(q, cuda(2, heads, 192, 64), cuda(2, heads, 192, 64), target="sm_90a")
+    with pytest.raises(ValueError, match="v: expected the shape of k"):
+        attention(q, k, cuda(2, 4, 192, 64), target="sm_90a")
 
 
 def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) -> None:

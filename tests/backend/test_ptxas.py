@@ -24,7 +24,8 @@ VARIANTS = {
     "attention_fwd": [{"D": 64, "CAUSAL": 0}, {"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0}, {"D": 128, "CAUSAL": 1},
                       {"D": 64, "CAUSAL": 1, "ROWS": 32}, {"D": 64, "CAUSAL": 0, "ROWS": 32},
                       {"D": 128, "CAUSAL": 1, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1},
-                      {"D": 128, "CAUSAL": 0, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1}],
+                      {"D": 128, "CAUSAL": 0, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1},
+                      {"D": 64, "CAUSAL": 1, "ROWS": 32, "GROUP": 8}],
     "layernorm_kernel": [{"D": 768, "WARPS": 1}, {"D": 4096, "WARPS": 8}, {"D": 8192, "WARPS": 16}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
     "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}, {"WARPS": 8, "BK": 64}],
@@ -33,20 +34,28 @@ VARIANTS = {
     # scaled_mm()'s few-rows path: fp8 operands (k32 wgmmas with N = 16 / 32)
     "gemm_few_rows_kernel": [{}, {"DT": fp8e4m3, "TRANS_B": 1, "ROWS": 16, "BK": 128, "WARPS": 8, "STAGES": 5},
                              {"DT": fp8e4m3, "TRANS_B": 1, "ROWS": 32, "BK": 128, "WARPS": 8, "STAGES": 5}],
-    "attention_sm90": [{"D": 128}, {"D": 128, "CAUSAL": 1}, {"D": 64, "WARPS": 4}, {"D": 128, "KEYS": 128}],
+    "attention_sm90": [{"D": 128}, {"D": 128, "CAUSAL": 1}, {"D": 64, "WARPS": 4}, {"D": 128, "KEYS": 128},
+                       {"D": 128, "CAUSAL": 1, "GROUP": 4}],
     "attention_fwd_lse": [{"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1}],
     "attention_bwd_delta": [{"D": 64}, {"D": 128, "WITH_DL": 1}],
     # attention_backward's constants (tkc/kernels/attention_bwd.py CONFIG), causal and not
     "attention_bwd_dkdv": [{"D": 64, "CAUSAL": 0, "QUERIES": 64}, {"D": 64, "CAUSAL": 1, "QUERIES": 64},
                            {"D": 128, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1},
-                           {"D": 128, "CAUSAL": 1, "QUERIES": 32, "KV_IN_SHARED": 1, "RAGGED": 1}],
+                           {"D": 128, "CAUSAL": 1, "QUERIES": 32, "KV_IN_SHARED": 1, "RAGGED": 1},
+                           # grouped-query attention (K and V in shared memory at D=64 too)
+                           {"D": 64, "CAUSAL": 1, "QUERIES": 64, "KV_IN_SHARED": 1, "GROUP": 4},
+                           {"D": 128, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1, "RAGGED": 1, "GROUP": 2}],
     "attention_bwd_dq": [{"D": 64, "CAUSAL": 0, "KEYS": 64}, {"D": 64, "CAUSAL": 1, "KEYS": 64},
-                         {"D": 128, "CAUSAL": 0, "KEYS": 32}, {"D": 128, "CAUSAL": 1, "KEYS": 32}],
+                         {"D": 128, "CAUSAL": 0, "KEYS": 32}, {"D": 128, "CAUSAL": 1, "KEYS": 32},
+                         {"D": 64, "CAUSAL": 1, "KEYS": 64, "GROUP": 4}],
     # attention_backward's Hopper constants (CONFIG_SM90)
     "attention_bwd_dkdv_sm90": [{"D": 64, "CAUSAL": 0, "WARPS": 4}, {"D": 64, "CAUSAL": 1, "WARPS": 4},
-                                {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1}],
+                                {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
+                                {"D": 64, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "GROUP": 4},
+                                {"D": 128, "CAUSAL": 0, "STAGES": 3, "RAGGED": 1, "GROUP": 8}],
     "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
-                              {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3}],
+                              {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3},
+                              {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 4}],
     # the fused kernel (not attention_backward's path yet): D=128's panels (dS in two buffers); D=64 with its dQ
     # deferred a step
     "attention_bwd_sm90": [{"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3, "DS_BUFFERS": 2},

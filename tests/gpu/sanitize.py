@@ -33,6 +33,17 @@ def few_rows_in_clusters() -> None:
         gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS, scaled_mm_module._PLANS = switch, gemm_plans, scaled_mm_plans
 
 
+def grouped_query_attention() -> None:
+    """Four query heads a K/V head, forward and backward, both paths: dK and dV's one loop runs over 4 heads × 8
+    query steps against 3 stages."""
+    for target in ("sm_80", None):
+        for causal in (False, True):
+            q = torch.randn(1, 8, 512, 64, device="cuda", dtype=torch.bfloat16).requires_grad_()
+            k, v = (torch.randn(1, 2, 512, 64, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(2))
+            out = attention(q, k, v, causal=causal, target=target)
+            torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+
+
 def main() -> None:
     torch.manual_seed(0)
     bf = torch.bfloat16
@@ -98,6 +109,7 @@ def main() -> None:
                     attention_bwd_sm90[(2, -(-550 // (16 * warps)), 1)](
                         q, k, v, do, lse, delta, dk, dv, dq_sum, 0.1, D=d, CAUSAL=int(causal), WARPS=warps, STAGES=3,
                         RAGGED=1, DEFER_DQ=deferred, DS_BUFFERS=1 + deferred)
+    grouped_query_attention()
     x = torch.randn(300, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)
     layernorm(x, x, w, w, target="sm_80")

@@ -350,13 +350,15 @@ def test_launch_checks_arguments() -> None:
 
 def attention_grads_ref(q, k, v, grad, causal: bool, scale: float | None = None, grad_lse=None):
     """dq, dk, dv of softmax(scale·q·kᵀ)·v in float64 (and through its log-sum-exp with grad_lse), by torch's
-    autograd on the math formula."""
+    autograd on the math formula; k and v of fewer heads than q are repeated for their query heads (grouped-query
+    attention), so their gradients sum over them."""
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    s = leaves[0] @ leaves[1].transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    keys, values = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in leaves[1:])
+    s = leaves[0] @ keys.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
     if causal:
         n = s.shape[-1]
         s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), -math.inf)
-    out = torch.softmax(s, -1) @ leaves[2]
+    out = torch.softmax(s, -1) @ values
     outputs, grads = [out], [grad.double()]
     if grad_lse is not None:
         outputs.append(torch.logsumexp(s, -1))
@@ -403,6 +405,29 @@ def test_attention_backward_unequal_lengths_scale_and_lse(causal: bool, target: 
                                     target=target)
     for name, got, ref in zip("qkv", (dq, dk, dv), attention_grads_ref(q, k, v, grad, causal, 0.1, grad_lse)):
         assert rel_err(got, ref) < 1e-2, f"d{name}"
+
+
+# (B, H, H_kv, N, D): groups of 2, 4 and 8 query heads a K/V head, one K/V head (multi-query), B·H above the SM count
+GROUPED_SHAPES = [(2, 8, 4, 256, 64), (1, 32, 8, 1024, 128), (4, 16, 1, 512, 64), (3, 6, 3, 192, 128),
+                  (2, 160, 20, 128, 64), (1, 8, 1, 2048, 128)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b, h, h_kv, n, d", GROUPED_SHAPES)
+def test_grouped_query_attention(b: int, h: int, h_kv: int, n: int, d: int, causal: bool, target: str | None) -> None:
+    """K and V of fewer heads than q (grouped-query attention): the forward against torch's SDPA with
+    enable_gqa=True in float32, and the gradients (dk, dv summed over each K/V head's query heads) against float64."""
+    q, k, v = randn(b, h, n, d), randn(b, h_kv, n, d), randn(b, h_kv, n, d)
+    out = attention(q, k, v, causal=causal, out=poisoned_like((b, h, n, d)), target=target)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
+                                                           enable_gqa=True)
+    assert rel_err(out, ref) < 1e-2
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    grad = randn(b, h, n, d)
+    grads = torch.autograd.grad(attention(q, k, v, causal=causal, target=target), (q, k, v), grad)
+    for name, got, ref in zip("qkv", grads, attention_grads_ref(q, k, v, grad, causal)):
+        assert got.shape == ref.shape and rel_err(got, ref) < 1e-2, f"d{name}"
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -18,7 +18,16 @@ if TYPE_CHECKING:
     import torch
 
 @tkc.func
-def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE, DT):
+def kv_head(h, group):
+    """The head of K and V that query head h reads: `group` query heads in a row share one (grouped-query
+    attention; 1: each its own)."""
+    if group == 1:
+        return h
+    return h // group
+
+
+@tkc.func
+def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE, DT, GROUP):
     """attention_fwd's body; with LSE it also stores each row's log-sum-exp into L."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(ROWS in (16, 32), f"ROWS (query rows per warp) must be 16 or 32, got {ROWS}")
@@ -28,6 +37,7 @@ def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE,
     blk, h, b = block_idx()
     if CAUSAL:
         blk = num_blocks()[0] - 1 - blk
+    kv_h = kv_head(h, GROUP)
     q_tile = blk * 4 + warp_id()                             # this warp's rows, in tiles of ROWS
     if Q_IN_SHARED:
         q_s = load(Q, (b, h, blk, 0), st[DT, 4 * ROWS, D])
@@ -40,7 +50,7 @@ def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE,
     n_blocks = cdiv(last_row, KEYS) if CAUSAL else cdiv(K.shape[2], KEYS)
     first_masked = blk * 4 * ROWS // KEYS                    # key blocks from here on cross the diagonal
     for j in range(n_blocks):
-        k_s, v_s = load(K, (b, h, j, 0), st[DT, KEYS, D]), load(V, (b, h, j, 0), st[DT, KEYS, D])
+        k_s, v_s = load(K, (b, kv_h, j, 0), st[DT, KEYS, D]), load(V, (b, kv_h, j, 0), st[DT, KEYS, D])
         if Q_IN_SHARED:
             q = load(q_s, (warp_id(), 0), rt[DT, ROWS, D])
         s = mma_ABt(q, load(k_s), zeros(rt[f32, ROWS, KEYS]))
@@ -64,9 +74,10 @@ def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE,
 @tkc.kernel(warps=4, min_target="sm_80")
 def attention_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], scale: float,
                   D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0,
-                  DT: const = bf16):
-    """q: (B, H, Nq, D), k and v: (B, H, Nk, D), o like q. Grid: (Nq / (4·ROWS), H, B): the query blocks first, so
-    that the blocks running at once share a few heads' K and V in L2 (causal: the longest first).
+                  DT: const = bf16, GROUP: const = 1):
+    """q: (B, H, Nq, D), k and v: (B, H / GROUP, Nk, D), o like q. Grid: (Nq / (4·ROWS), H, B): the query blocks
+    first, so that the blocks running at once share a few heads' K and V in L2 (causal: the longest first). Query
+    head h reads K and V's head h // GROUP (grouped-query attention; GROUP = 1: multi-head).
 
     Each of the 4 warps owns ROWS query rows; the block streams K and V through shared memory KEYS rows at a time
     and keeps the running row maximum m, the running sum l and the unnormalized output o in registers. With
@@ -78,16 +89,16 @@ def attention_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4]
     2^RESCALE_LOG2; otherwise the probabilities are taken against the old m, at most 2^RESCALE_LOG2, which f32
     sums and bf16 products hold exactly as well. o / l is the same; most steps skip the rescale.
     """
-    flash_forward(Q, K, V, O, O, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 0, DT)
+    flash_forward(Q, K, V, O, O, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 0, DT, GROUP)
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
 def attention_fwd_lse(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3], scale: float,
                       D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0,
-                      DT: const = bf16):
+                      DT: const = bf16, GROUP: const = 1):
     """attention_fwd that also writes each query row's log-sum-exp ln Σ_j exp(scale · q·k_j) into L (B, H, Nq),
     for the backward pass."""
-    flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 1, DT)
+    flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 1, DT, GROUP)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", defer="DEFER", producer="PRODUCER",
@@ -98,12 +109,12 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
                    Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0, SKIP_RESCALE: const = 0,
                    ROWSUM_MMA: const = 0, BLOCKS: const = 0, LATE_SUMS: const = 0, STAGGER: const = 0,
-                   LATE_PV: const = 0, DT: const = bf16):
-    """attention_fwd on Hopper's wgmma. Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of a head
-    next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
+                   LATE_PV: const = 0, DT: const = bf16, GROUP: const = 1):
+    """attention_fwd on Hopper's wgmma (GROUP as there). Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of
+    a head next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
     causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,
-    i + 2G, ... (G = the number of tiles: one each; G = the blocks the GPU holds at once: persistent). Any Nq, Nk ≥ 1. With LSE, L (B, H, Nq) gets each row's log-sum-exp,
-    ln Σ_j exp(scale · q·k_j), for the backward pass.
+    i + 2G, ... (G = the number of tiles: one each; G = the blocks the GPU holds at once: persistent). Any Nq, Nk ≥ 1.
+    With LSE, L (B, H, Nq) gets each row's log-sum-exp, ln Σ_j exp(scale · q·k_j), for the backward pass.
 
     The block's queries wait in shared memory; each warpgroup takes its 64 rows of them (a view) and each warp
     keeps the softmax state of its 16 rows. Per block of KEYS keys: S = Q·Kᵀ by wgmma from shared memory, the
@@ -153,6 +164,7 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
             rank = tile - first_head * q_blocks              # within the group: longest blocks of all its heads first
             blk, head = q_blocks - 1 - rank // group, first_head + rank % group
         h, b = head % heads, head // heads
+        kv_h = kv_head(h, GROUP)
         # Causal: the query blocks end at the last row, so that the one left partly empty is the first, the
         # shortest (not the last, the longest: 1/18 of the work at N = 4096 in blocks of 192), in whole warp tiles
         first_row = blk * BLOCK_ROWS - ((q_blocks * BLOCK_ROWS - Q.shape[2]) // 16 * 16 if CAUSAL else 0)
@@ -167,7 +179,7 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
         n_blocks = min(cdiv(first_row + BLOCK_ROWS, KEYS), key_blocks) if CAUSAL else key_blocks
         first_masked = max(first_row, 0) // KEYS
         for j in range(n_blocks):
-            k_s, v_s = load(K, (b, h, j, 0), st[DT, KEYS, D]), load(V, (b, h, j, 0), st[DT, KEYS, D])
+            k_s, v_s = load(K, (b, kv_h, j, 0), st[DT, KEYS, D]), load(V, (b, kv_h, j, 0), st[DT, KEYS, D])
             s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
             if j == key_blocks - 1:
                 s = keep_cols(s, K.shape[2] - j * KEYS)  # keys past the end (TMA read them as zeros)
@@ -292,7 +304,7 @@ def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
     kernel = attention_sm90 if kernel is None else kernel
     batch, heads, nq, d = q.shape
     constants = {"D": d, "CAUSAL": int(causal), "LSE": int(return_lse), **sm90_constants(cfg),
-                 **dtype_constant(q.dtype), **extra}
+                 **dtype_constant(q.dtype), **group_constant(heads, k.shape[1]), **extra}
     spec = kernel.specialize(target="sm_90a", **constants)
     most = 2**31 - 1
     if cfg.get("PERSISTENT"):
@@ -302,9 +314,14 @@ def launch_sm90(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
     return spec, most
 
 
+def group_constant(heads: int, kv_heads: int) -> dict[str, int]:
+    """The kernels' GROUP for q's `heads` over k and v's `kv_heads` (checked: it divides), where it is not 1."""
+    return {"GROUP": heads // kv_heads} if kv_heads and heads != kv_heads else {}
+
+
 _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
-# (device, target, configuration) → (the specialized attention_sm90, its query rows a tile, tiles a block, its
-# largest grid): what attention()'s common call launches
+# (device, dtype, target, query heads a K/V head, configuration) → (the specialized attention_sm90, its query rows a
+# tile, tiles a block, its largest grid): what attention()'s common call launches
 _PLANS: dict[tuple[Any, ...], tuple[Any, int, int, int]] = {}
 
 
@@ -315,8 +332,9 @@ def _config_key(d: int, nq: int, nk: int, causal: bool, units: int, sms: int) ->
 
 
 def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
-    """Attention's operands: bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H, Nk, D) of one dtype on one
-    device, D ∈ {64, 128}; (B, H, Nq, Nk, D), or the error naming the first that is not."""
+    """Attention's operands: bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H_kv, Nk, D) of one dtype on
+    one device, D ∈ {64, 128}, H_kv dividing H (grouped-query attention: query head h reads K/V head
+    h // (H / H_kv)); (B, H, Nq, Nk, D), or the error naming the first that is not."""
     import torch
 
     dtype = q.dtype if getattr(q, "dtype", None) is torch.float16 else torch.bfloat16
@@ -327,8 +345,10 @@ def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
     nk = k.shape[2]
     if d not in (64, 128):
         fail(f"q: head dim must be 64 or 128, got {d}")
-    if k.shape != (batch, heads, nk, d):
-        fail(f"k: expected shape ({batch}, {heads}, Nk, {d}), got {tuple(k.shape)}")
+    kv_heads = k.shape[1]
+    if k.shape[0] != batch or k.shape[3] != d or (kv_heads == 0) != (heads == 0) or heads and heads % kv_heads:
+        fail(f"k: expected shape ({batch}, H_kv, Nk, {d}) with H_kv dividing q's {heads} heads (H_kv = {heads}: "
+             f"multi-head; fewer: grouped-query attention), got {tuple(k.shape)}")
     if v.shape != k.shape:
         fail(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
     if not q.get_device() == k.get_device() == v.get_device():
@@ -339,10 +359,10 @@ def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
               target: str | None = None, out: torch.Tensor | None = None,
               return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """softmax(scale · q·kᵀ)·v for bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H, Nk, D), D ∈ {64, 128}
-    (the output of their dtype); scale
-    defaults to 1/√D (any scale > 0). Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for
-    Nq ≠ Nk).
+    """softmax(scale · q·kᵀ)·v for bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H_kv, Nk, D), D ∈ {64, 128}
+    (the output of their dtype), where H_kv divides H: query head h reads K/V head h // (H / H_kv) (grouped-query
+    attention, as torch's SDPA with enable_gqa=True; H_kv = 1: multi-query). scale defaults to 1/√D (any scale > 0).
+    Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for Nq ≠ Nk).
 
     On Hopper (or with target="sm_90a"): attention_sm90, any Nq, Nk ≥ 1; the last dimension contiguous and the
     other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"): attention_fwd, Nq and Nk multiples of
@@ -368,12 +388,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     # contiguity are the launch's argument reader's to check; anything else takes the full checks below.
     if out is None and not return_lse and isinstance(q, torch.Tensor) and q.dim() == 4 and isinstance(k, torch.Tensor):
         batch, heads, nq, d = q.shape
-        nk = k.shape[2] if k.dim() == 4 else 0
+        nk, kv_heads = (k.shape[2], k.shape[1]) if k.dim() == 4 else (0, 0)
+        group = heads // kv_heads if kv_heads and heads % kv_heads == 0 else 0
         device = q.get_device()
         sms = MULTIPROCESSORS.get(device)
-        plan = (_PLANS.get((device, q.dtype, target, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
-                if sms is not None and nq and nk else None)
-        if (plan is not None and k.shape == (batch, heads, nk, d) and isinstance(v, torch.Tensor)
+        plan = (_PLANS.get((device, q.dtype, target, group, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
+                if sms is not None and nq and nk and group else None)
+        if (plan is not None and k.shape == (batch, kv_heads, nk, d) and isinstance(v, torch.Tensor)
                 and v.shape == k.shape and (scale is None or type(scale) is float and 0 < scale < math.inf)):
             spec, rows, tiles, most = plan
             out = torch.empty_like(q)  # q's layout, as the checked call's
@@ -419,7 +440,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         cfg = dict(key[2:])
         spec, most = launch_sm90(q, k, v, out, lse, scale, cfg, causal=causal, return_lse=return_lse)
         if not return_lse:
-            _PLANS[(device, q.dtype, target, key)] = (spec, 16 * cfg["WARPS"], cfg.get("TILES", 1), most)
+            _PLANS[(device, q.dtype, target, heads // k.shape[1], key)] = (spec, 16 * cfg["WARPS"],
+                                                                           cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
         fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
@@ -432,7 +454,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         rows, keys, q_in_shared = FALLBACK
     grid, constants = (nq // (4 * rows), heads, batch), {"D": d, "CAUSAL": int(causal), "ROWS": rows, "KEYS": keys,
                                                          "Q_IN_SHARED": q_in_shared, "target": target,
-                                                         **dtype_constant(q.dtype)}
+                                                         **dtype_constant(q.dtype),
+                                                         **group_constant(heads, k.shape[1])}
     if return_lse:
         attention_fwd_lse[grid](q, k, v, out, lse, scale, **constants)
         return out, lse

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_tensor, dtype_constant, fail, wgmma_path
-from tkc.kernels.attention import check_qkv
+from tkc.kernels.attention import check_qkv, group_constant, kv_head
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -104,17 +104,37 @@ def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, 
 
 
 @tkc.func
-def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, ragged, wgmma, dt):
-    """dQ of the block's query block `blk` (each warp its 16 rows; q, do: the warp's rows in registers, or with
-    `wgmma` its warpgroup's in shared memory): the loop over the keys, KEYS a step, then the store."""
+def group_steps_end(first, steps, group):
+    """The end of a run-time loop over query steps first .. steps - 1 of each of the `group` query heads that share
+    a K/V head, one head after the other (one loop, so that its pipeline runs on from one head into the next)."""
+    if group == 1:
+        return steps
+    return first + group * (steps - first)
+
+
+@tkc.func
+def group_step(i, first, steps, kv_h, group):
+    """Step i of that loop: (its query head, its query step)."""
+    if group == 1:
+        return kv_h, i
+    g = (i - first) // (steps - first)
+    return kv_h * group + g, i - g * (steps - first)
+
+
+@tkc.func
+def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, ragged, wgmma, dt, group):
+    """dQ of the block's query block `blk` of head h (each warp its 16 rows; q, do: the warp's rows in registers, or
+    with `wgmma` its warpgroup's in shared memory): the loop over the keys of head kv_head(h, group), KEYS a step,
+    then the store."""
     q_tile = blk * warps + warp_id()
     lse_log2 = load(L, (b, h, q_tile), rv[f32, 16]) * LOG2E
     delta = load(Delta, (b, h, q_tile), rv[f32, 16])
     scale_log2 = scale * LOG2E
     dq = zeros(rt[f32, 16, d])
     n_blocks = cdiv((blk + 1) * 16 * warps, keys) if causal else cdiv(K.shape[2], keys)
+    kv_h = kv_head(h, group)
     for j in range(n_blocks):
-        k_s, v_s = load(K, (b, h, j, 0), st[dt, keys, d]), load(V, (b, h, j, 0), st[dt, keys, d])
+        k_s, v_s = load(K, (b, kv_h, j, 0), st[dt, keys, d]), load(V, (b, kv_h, j, 0), st[dt, keys, d])
         dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, q_tile * 16 - j * keys, causal,
                      K.shape[2] - j * keys, ragged, wgmma, dt)
     store(dQ, (dq * scale).to(dt), (b, h, q_tile, 0))
@@ -124,12 +144,13 @@ def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps,
 def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                        Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 64,
                        CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4,
-                       RAGGED: const = 0, DT: const = bf16):
-    """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS), H, B). Each warp keeps its 16 keys' K and V and
-    the sums dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows,
-    which leaves room in registers at D=128); the block streams the queries, dO, L and Δ QUERIES at a time. Causal
-    (Nq = Nk): key j is seen by queries i >= j, so the loop starts at the block's diagonal. RAGGED: Nq is not a
-    multiple of QUERIES (the last step's columns past it are masked; keys past Nk read zeros and are not stored)."""
+                       RAGGED: const = 0, DT: const = bf16, GROUP: const = 1):
+    """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS), H / GROUP, B): a head of K and V, whose gradients sum
+    over the GROUP query heads that read it (grouped-query attention). Each warp keeps its 16 keys' K and V and the sums
+    dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows, which leaves
+    room in registers at D=128); the block streams the queries, dO, L and Δ QUERIES at a time. Causal (Nq = Nk): key j
+    is seen by queries i >= j, so the loop starts at the block's diagonal. RAGGED: Nq is not a multiple of QUERIES (the
+    last step's columns past it are masked; keys past Nk read zeros and are not stored)."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     k_tile = blk * WARPS + warp_id()                         # this warp's keys, in tiles of 16
@@ -140,10 +161,12 @@ def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
     scale_log2 = scale * LOG2E                               # exp(x·scale - L) = exp2(x·scale_log2 - L·LOG2E)
     dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
     first = blk * 16 * WARPS // QUERIES if CAUSAL else 0     # query blocks before it see none of the block's keys
-    for j in range(first, cdiv(Q.shape[2], QUERIES)):
-        q_s, do_s = load(Q, (b, h, j, 0), st[DT, QUERIES, D]), load(dO, (b, h, j, 0), st[DT, QUERIES, D])
-        lse_log2 = load(L, (b, h, j), rv[f32, QUERIES]) * LOG2E
-        delta = load(Delta, (b, h, j), rv[f32, QUERIES])
+    steps = cdiv(Q.shape[2], QUERIES)
+    for i in range(first, group_steps_end(first, steps, GROUP)):
+        hq, j = group_step(i, first, steps, h, GROUP)
+        q_s, do_s = load(Q, (b, hq, j, 0), st[DT, QUERIES, D]), load(dO, (b, hq, j, 0), st[DT, QUERIES, D])
+        lse_log2 = load(L, (b, hq, j), rv[f32, QUERIES]) * LOG2E
+        delta = load(Delta, (b, hq, j), rv[f32, QUERIES])
         dk, dv, _ = dkdv_step(scores_t(k, q_s, KV_IN_SHARED, 0, D, DT), v, q_s, do_s, lse_log2, delta, dk, dv,
                               scale_log2, k_tile * 16 - j * QUERIES, CAUSAL, Q.shape[2] - j * QUERIES, RAGGED,
                               KV_IN_SHARED, 0, D, DT)
@@ -154,17 +177,18 @@ def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def attention_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                      Delta: gl[f32, 3], dQ: gl["DT", 4], scale: float, D: const = 64, CAUSAL: const = 0,
-                     KEYS: const = 64, WARPS: const = 4, RAGGED: const = 0, DT: const = bf16):
-    """dQ of 16·WARPS queries a block. Grid: (Nq / (16·WARPS), H, B). Each warp keeps its 16 queries' Q, dO, L, Δ
-    and the sum dQ in registers; the block streams K and V KEYS keys at a time (causal: up to the block's diagonal,
-    the longest blocks first). RAGGED: Nk is not a multiple of KEYS (the last step's keys past it are masked)."""
+                     KEYS: const = 64, WARPS: const = 4, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1):
+    """dQ of 16·WARPS queries a block. Grid: (Nq / (16·WARPS), H, B); K and V's head h // GROUP. Each warp keeps its 16
+    queries' Q, dO, L, Δ and the sum dQ in registers; the block streams K and V KEYS keys at a time (causal: up to the
+    block's diagonal, the longest blocks first). RAGGED: Nk is not a multiple of KEYS (the last step's keys past it are
+    masked)."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
         blk = num_blocks()[0] - 1 - blk
     q_tile = blk * WARPS + warp_id()
     q, do = load(Q, (b, h, q_tile, 0), rt[DT, 16, D]), load(dO, (b, h, q_tile, 0), rt[DT, 16, D])
-    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 0, DT)
+    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 0, DT, GROUP)
 
 
 @tkc.func
@@ -175,11 +199,13 @@ def panel_tile(j, queries, row_panel):
 
 @tkc.func
 def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq, defer,
-               ds_buffers, dt):
+               ds_buffers, dt, group):
     """The wgmma dK/dV kernels' block: 16·`warps` keys (a warpgroup per 64), K and V in shared memory, the loop over
     the queries (TMA streams Q and dO), the stores. With `with_dq`, each step's dSᵀ also goes through shared memory
-    into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics."""
+    into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics. The loop
+    runs over the queries of the `group` query heads that read the block's head of K and V, one after the other."""
     static_assert(d in (64, 128), f"head dim D must be 64 or 128, got {d}")
+    static_assert(group == 1 or not with_dq, "dQ by atomics takes one query head a K/V head (GROUP = 1)")
     if with_dq:  # the grid's x is the head: the blocks running at once add into different heads' rows of dQ_sum
         h, blk, b = block_idx()
     else:
@@ -198,10 +224,11 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     row_panel, col_panel = warpgroup_id() // (d // 64), warpgroup_id() % (d // 64)
     if defer:
         dq = zeros(rt[f32, 16, 64])  # the step before's panel (none before the first)
-    for j in range(first, steps):
-        q_s, do_s = load(Q, (b, h, j, 0), st[dt, queries, d]), load(dO, (b, h, j, 0), st[dt, queries, d])
-        lse_log2 = load(L, (b, h, j), rv[f32, queries]) * LOG2E
-        delta = load(Delta, (b, h, j), rv[f32, queries])
+    for i in range(first, group_steps_end(first, steps, group)):
+        hq, j = group_step(i, first, steps, h, group)
+        q_s, do_s = load(Q, (b, hq, j, 0), st[dt, queries, d]), load(dO, (b, hq, j, 0), st[dt, queries, d])
+        lse_log2 = load(L, (b, hq, j), rv[f32, queries]) * LOG2E
+        delta = load(Delta, (b, hq, j), rv[f32, queries])
         s_t = scores_t(k, q_s, 0, 1, d, dt)
         if defer:  # the step before's dQ panel, added once this step's Sᵀ is in (its wgmma ran on until then)
             atomic_add(dQ_sum, dq, (b, h, panel_tile(j - 1, queries, row_panel), col_panel))
@@ -229,12 +256,12 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
 def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                             Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 128,
                             CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
-                            PRODUCER: const = 0, RAGGED: const = 0, DT: const = bf16):
-    """attention_bwd_dkdv on Hopper's wgmma: a block per 16·WARPS keys (a warpgroup per 64), K and V in shared
-    memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q
-    with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the TMA
-    loads (specialize-warps). RAGGED as in attention_bwd_dkdv."""
-    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT)
+                            PRODUCER: const = 0, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1):
+    """attention_bwd_dkdv on Hopper's wgmma (GROUP as there): a block per 16·WARPS keys (a warpgroup per 64), K and V in
+    shared memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q
+    with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the TMA loads
+    (specialize-warps). RAGGED as in attention_bwd_dkdv."""
+    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
@@ -255,7 +282,7 @@ def attention_bwd_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
     static_assert(not DEFER_DQ or QUERIES // 64 * (D // 64) == WARPS // 4,
                   "DEFER_DQ needs a 64×64 panel of dQ a warpgroup (QUERIES // 64 · D // 64 = WARPS // 4)")
     dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 1, DEFER_DQ,
-               DS_BUFFERS, DT)
+               DS_BUFFERS, DT, 1)
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
@@ -270,10 +297,10 @@ def attention_bwd_dq_scale(dQ_sum: gl[f32, 4], dQ: gl["DT", 4], scale: float, D:
 def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                           Delta: gl[f32, 3], dQ: gl["DT", 4], scale: float, D: const = 128, CAUSAL: const = 0,
                           KEYS: const = 64, WARPS: const = 8, STAGES: const = 2, PRODUCER: const = 0,
-                          RAGGED: const = 0, DT: const = bf16):
+                          RAGGED: const = 0, DT: const = bf16, GROUP: const = 1):
     """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
     memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
-    Grid: (Nq / (16·WARPS), H, B). PRODUCER as in attention_bwd_dkdv_sm90, RAGGED as in attention_bwd_dq."""
+    Grid: (Nq / (16·WARPS), H, B). PRODUCER as in attention_bwd_dkdv_sm90, RAGGED and GROUP as in attention_bwd_dq."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
@@ -281,7 +308,7 @@ def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl
     q_block = load(Q, (b, h, blk, 0), st[DT, 16 * WARPS, D])
     do_block = load(dO, (b, h, blk, 0), st[DT, 16 * WARPS, D])
     q, do = load(q_block, (warpgroup_id(), 0), st[DT, 64, D]), load(do_block, (warpgroup_id(), 0), st[DT, 64, D])
-    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 1, DT)
+    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 1, DT, GROUP)
 
 # Per head dim: attention_bwd_dkdv's and attention_bwd_dq's constants, the fastest on the H200 of those ptxas fits
 # in 255 registers a thread without spills (RESULTS "attention backward probe — 2026-12-04 17:05": D=64 dkdv
@@ -307,8 +334,9 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
                        target: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients (dq, dk, dv) of out = attention(q, k, v, causal=causal, scale=scale) given grad_out, the
     forward's `out` and its log-sum-exp `lse` (attention(..., return_lse=True)); with grad_lse, also through lse.
-    bf16 or f16 (B, H, N, D) tensors of one dtype, D ∈ {64, 128}, any Nq, Nk ≥ 1 (causal: Nq = Nk); lse float32
-    (B, H, Nq).
+    bf16 or f16 tensors of one dtype, q, out and grad_out (B, H, Nq, D), k and v (B, H_kv, Nk, D) with H_kv dividing
+    H (grouped-query attention: dk and dv sum over the query heads that read each K/V head), D ∈ {64, 128}, any Nq,
+    Nk ≥ 1 (causal: Nq = Nk); lse float32 (B, H, Nq).
     On Hopper (or with target="sm_90a") the wgmma kernels, where the tensors' strides suit TMA (else, and with
     target="sm_80", the mma.sync kernels)."""
     import torch
@@ -344,10 +372,13 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     attention_bwd_delta[(ceil_div(nq, 64), heads, batch)](out, grad_out, lse if grad_lse is None else grad_lse, delta,
                                                           D=d, WITH_DL=int(grad_lse is not None), target="sm_80", **dt)
     # RAGGED: a length that its kernel's steps do not divide (the last step masks the columns past it)
-    dkdv, dq_cfg = ({"WARPS": warps, **cfg} for cfg in configs)
+    kv_heads = k.shape[1]  # dK and dV a block per K/V head's keys, over the query heads that read it
+    dkdv, dq_cfg = ({"WARPS": warps, **cfg, **group_constant(heads, kv_heads)} for cfg in configs)
     dkdv["RAGGED"], dq_cfg["RAGGED"] = int(nq % dkdv.get("QUERIES", 64) > 0), int(nk % dq_cfg.get("KEYS", 64) > 0)
-    kernels[0][(ceil_div(nk, 16 * dkdv["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
-                                                                 CAUSAL=int(causal), **dkdv, **dt, target=build)
+    if kv_heads != heads and build != "sm_90a":  # with the grouped loop's indices ptxas spills at D=64 (K, V in
+        dkdv["KV_IN_SHARED"] = 1                   # registers); none with K and V in shared memory
+    kernels[0][(ceil_div(nk, 16 * dkdv["WARPS"]), kv_heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
+                                                                    CAUSAL=int(causal), **dkdv, **dt, target=build)
     kernels[1][(ceil_div(nq, 16 * dq_cfg["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d,
                                                                    CAUSAL=int(causal), **dq_cfg, **dt, target=build)
     return dq, dk, dv
