@@ -4,7 +4,10 @@ written (8 bytes per element; weight and bias are negligible). Beside the 1 GiB 
 each layernorm moves, timed the same way: what a call's fixed costs (launch, the event between calls, ramp, tail;
 ~3 µs, 9% of a 134 MB call at 16384×1024, 2% at 65536×1024) leave of the copy bandwidth at that size.
 
-    python bench/layernorm.py [--shapes 16384x1024 ...]
+    python bench/layernorm.py [--shapes 16384x1024 ...] [--rms]
+
+--rms: RMSNorm instead (tkc.kernels.rmsnorm; torch: x + residual, then F.rms_norm; Triton's kernel with RMS=True),
+the same bytes moved.
 """
 
 from __future__ import annotations
@@ -26,9 +29,15 @@ def torch_layernorm(x, r, w, b, eps):
     return torch.nn.functional.layer_norm(s, (x.shape[-1],), w, b, eps), s
 
 
+def torch_rmsnorm(x, r, w, eps):
+    s = x + r
+    return torch.nn.functional.rms_norm(s, (x.shape[-1],), w, eps), s
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", nargs="+", default=["16384x1024", "32768x1024", "65536x1024", "16384x2048", "16384x4096", "8192x8192"])
+    parser.add_argument("--rms", action="store_true", help="RMSNorm instead of LayerNorm")
     add_timing_options(parser)
     args = parser.parse_args()
     triton_kernels = triton_peer()
@@ -45,17 +54,23 @@ def main() -> None:
         x, r = (torch.randn(m, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         w, b = (torch.randn(d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         s = x.float() + r.float()
-        ref = torch.nn.functional.layer_norm(s, (d,), w.float(), b.float(), 1e-5)
         src = torch.empty(4 * m * d, device="cuda", dtype=torch.uint8)  # as many bytes as layernorm moves
         dst = torch.empty_like(src)
-        impls = {
-            "same-size copy": lambda: dst.copy_(src),
-            "tkc sm_80": lambda: tkc.kernels.layernorm(x, r, w, b, 1e-5, target="sm_80"),
-            "tkc": lambda: tkc.kernels.layernorm(x, r, w, b, 1e-5),
-            "torch": lambda: torch_layernorm(x, r, w, b, 1e-5),
-        }
-        if triton_kernels is not None:
-            impls["triton"] = lambda: triton_kernels.layernorm(x, r, w, b, 1e-5)
+        impls = {"same-size copy": lambda: dst.copy_(src)}
+        if args.rms:
+            ref = torch.nn.functional.rms_norm(s, (d,), w.float(), 1e-6)
+            impls["tkc sm_80"] = lambda: tkc.kernels.rmsnorm(x, r, w, 1e-6, target="sm_80")
+            impls["tkc"] = lambda: tkc.kernels.rmsnorm(x, r, w, 1e-6)
+            impls["torch"] = lambda: torch_rmsnorm(x, r, w, 1e-6)
+            if triton_kernels is not None:
+                impls["triton"] = lambda: triton_kernels.layernorm(x, r, w, None, 1e-6, rms=True)
+        else:
+            ref = torch.nn.functional.layer_norm(s, (d,), w.float(), b.float(), 1e-5)
+            impls["tkc sm_80"] = lambda: tkc.kernels.layernorm(x, r, w, b, 1e-5, target="sm_80")
+            impls["tkc"] = lambda: tkc.kernels.layernorm(x, r, w, b, 1e-5)
+            impls["torch"] = lambda: torch_layernorm(x, r, w, b, 1e-5)
+            if triton_kernels is not None:
+                impls["triton"] = lambda: triton_kernels.layernorm(x, r, w, b, 1e-5)
         errors = {}
         for name, fn in list(impls.items()):
             if name == "same-size copy":
@@ -91,7 +106,7 @@ def main() -> None:
     cols += [("tkc err", "tkc rel err")]
     text = table(rows, cols)
     print(text)
-    record("layernorm", env, f"GB/s (8 bytes per element moved), median of {args.launches} back-to-back launches × {args.rounds} "
+    record("rmsnorm" if args.rms else "layernorm", env, f"GB/s (8 bytes per element moved), median of {args.launches} back-to-back launches × {args.rounds} "
            "interleaved rounds; copy = a 1 GiB device-to-device copy in the same run; same-size copy = a copy moving as many bytes as the layernorm, timed the same way (what launching back to back with an event between calls leaves of the copy bandwidth at that size); graph = the same calls "
            "replayed from a CUDA graph (the kernel alone, no host work).\n\n" + text, rows)
 

@@ -365,7 +365,7 @@ def _layernorm_kernel(
     x_ptr, res_ptr, w_ptr, b_ptr, out_ptr, res_out_ptr,
     stride_x, stride_res, stride_out, stride_res_out,
     D, eps,
-    BLOCK_D: tl.constexpr,
+    BLOCK_D: tl.constexpr, RMS: tl.constexpr,
 ):
     # One program per row; the whole row lives in registers (BLOCK_D >= D), so x and residual are read once.
     row = tl.program_id(0).to(tl.int64)
@@ -377,20 +377,26 @@ def _layernorm_kernel(
     tl.store(res_out_ptr + row * stride_res_out + cols, s.to(tl.bfloat16), mask=mask)
     # Statistics and normalization use the fp32 sum (as tkc's kernel does), not its bf16-rounded copy; the two
     # differ by bf16 rounding only. The row is in registers, so the variance is two-pass, free of cancellation.
-    mean = tl.sum(s, axis=0) / D
-    diff = tl.where(mask, s - mean, 0.0)
+    # RMS: RMSNorm, s / sqrt(mean(s²) + eps) · w (no mean, no bias).
+    if RMS:
+        diff = s
+    else:
+        diff = tl.where(mask, s - tl.sum(s, axis=0) / D, 0.0)
     var = tl.sum(diff * diff, axis=0) / D
     rstd = 1.0 / tl.sqrt(var + eps)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    y = diff * rstd * w + b
+    y = diff * rstd * w
+    if not RMS:
+        y += tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * stride_out + cols, y.to(tl.bfloat16), mask=mask)
 
 
-def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-              eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+              eps: float = 1e-5, rms: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(LayerNorm(x + residual) * weight + bias, x + residual) for (rows, D) bf16 x and residual and (D,) bf16
-    weight and bias; statistics in fp32. D up to 16384."""
+    weight and bias; statistics in fp32. D up to 16384. rms: RMSNorm (bias None: not read)."""
+    if rms:
+        bias = weight  # a stand-in the kernel does not read
     assert x.is_cuda and residual.is_cuda and weight.is_cuda and bias.is_cuda, "layernorm: CUDA tensors expected"
     assert x.dtype == residual.dtype == weight.dtype == bias.dtype == torch.bfloat16, \
         "layernorm: bf16 tensors expected"
@@ -412,6 +418,6 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
         x, residual, weight, bias, out, res_out,
         x.stride(0), residual.stride(0), out.stride(0), res_out.stride(0),
         D, eps,
-        BLOCK_D=block_d, num_warps=num_warps,
+        BLOCK_D=block_d, RMS=rms, num_warps=num_warps,
     )
     return out, res_out

@@ -4,7 +4,7 @@
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa
+#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms
 #        small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -42,6 +42,10 @@ for step in ${*:-tests probe bench sanitize}; do
         grep -v -e Warning -e "return Variable" "$OUT/probe-attention-backward.log" | cut -c1-230 ;;
     bench-layernorm)
         timeout 200 python3 bench/layernorm.py ${LAYERNORM_ARGS:-} > "$OUT/bench-layernorm.log" 2>&1; tail -9 "$OUT/bench-layernorm.log" ;;
+    norms)  # rmsnorm() and the norms without a residual: GPU tests, then bench/layernorm.py --rms (Triton's RMS too)
+        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "rmsnorm" > "$OUT/norms-tests.log" 2>&1
+        grep -E "^FAILED|Error" "$OUT/norms-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/norms-tests.log")"
+        timeout 200 python3 bench/layernorm.py --rms > "$OUT/bench-rmsnorm.log" 2>&1; tail -9 "$OUT/bench-rmsnorm.log" ;;
     skinny)  # gemm() on skinny products beside smaller tiles and cuBLAS (bench/probe_skinny.py; PROBE_ARGS="--trans-b 1")
         timeout 400 python3 bench/probe_skinny.py ${PROBE_ARGS:-} > "$OUT/skinny.log" 2>&1; grep -E "^M=|gemm\(\)" "$OUT/skinny.log" | paste - - ;;
     skinny-check)  # gemm() alone beside cuBLAS at 1-32 rows, N = K = 4096 / 8192, both ways of B (event-timed and graph)

@@ -64,8 +64,12 @@ def attention_ref(q, k, v, causal: bool = False, window: int | None = None, scal
     return out
 
 
-def layernorm_ref(x, residual, weight, bias, eps: float):
-    s = f64(x) + f64(residual)
+def layernorm_ref(x, residual, weight, bias, eps: float, rms: bool = False):
+    """float64 (LayerNorm(x + residual)·weight + bias, x + residual); residual None: x alone; rms: RMSNorm (no mean,
+    no bias)."""
+    s = f64(x) + (0 if residual is None else f64(residual))
+    if rms:
+        return s / np.sqrt((s * s).mean(-1, keepdims=True) + eps) * f64(weight), s
     mean = s.mean(-1, keepdims=True)
     var = ((s - mean) ** 2).mean(-1, keepdims=True)
     return (s - mean) / np.sqrt(var + eps) * f64(weight) + f64(bias), s

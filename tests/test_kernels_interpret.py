@@ -80,17 +80,23 @@ def test_grouped_query_attention(d: int, causal: int, target: str, batch: int, k
 
 
 @given(rows=st.integers(1, 70), d=st.sampled_from([16, 64, 256, 1024]), eps=st.sampled_from([1e-5, 1e-3]),
-       seed=st.integers(0, 2**32 - 1))
-def test_layernorm(rows: int, d: int, eps: float, seed: int) -> None:
+       residual=st.sampled_from([1, 1, 0]), rms=st.sampled_from([0, 0, 1]), seed=st.integers(0, 2**32 - 1))
+def test_layernorm(rows: int, d: int, eps: float, residual: int, rms: int, seed: int) -> None:
+    """LayerNorm, or RMSNorm (RMS=1: Bias not read), of x + residual, or of x alone (RESIDUAL=0: Residual not read,
+    OutResidual not written)."""
     rng = np.random.default_rng(seed)
     x, r = random_bf16(rng, rows, d), random_bf16(rng, rows, d)
     w, b = random_bf16(rng, d), random_bf16(rng, d)
     out, out_resid = poisoned(rows, d), poisoned(rows, d)
     warps = max(1, min(4, d // 16))
-    layernorm_kernel.interpret(x, r, w, b, out, out_resid, eps, grid=(-(-rows // 8),), D=d, WARPS=warps)
-    ref, resid = layernorm_ref(x, r, w, b, eps)
+    args = (x, r if residual else poisoned(rows, d), w, poisoned(d) if rms else b, out, out_resid, eps)
+    layernorm_kernel.interpret(*args, grid=(-(-rows // 8),), D=d, WARPS=warps, RESIDUAL=residual, RMS=rms)
+    ref, resid = layernorm_ref(x, r if residual else None, w, b, eps, rms=bool(rms))
     assert rel_err(out, ref) < TOL
-    assert rel_err(out_resid, resid) < TOL
+    if residual:
+        assert rel_err(out_resid, resid) < TOL
+    else:
+        assert np.isnan(out_resid.astype(np.float32)).all()
 
 
 @pytest.mark.parametrize("d", [64, 128])

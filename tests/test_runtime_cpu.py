@@ -442,14 +442,38 @@ def test_grouped_query_attention_launches(monkeypatch) -> None:
         attention(q, k, cuda(2, 4, 192, 64), target="sm_90a")
 
 
+def test_norms_without_a_residual_and_rms(monkeypatch) -> None:
+    """layernorm() without a residual and rmsnorm() launch layernorm_kernel with RESIDUAL=0 / RMS=1 (x, weight and
+    out in the places of what the kernel does not touch) and return x as the new residual; the checked call (3-D)
+    and the common call (2-D) alike; a residual_out without a residual is an error naming it."""
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import layernorm, rmsnorm
+
+    cuda, launches = _fake_gpu(monkeypatch)
+    x, r, w, b = cuda(2, 8, 64), cuda(2, 8, 64), cuda(64), cuda(64)
+    for rows in (x, x.view(16, 64)):
+        y, s = layernorm(rows, None, w, b)
+        assert s is rows and y.shape == rows.shape
+        y, s = rmsnorm(rows, None, w)
+        assert s is rows
+        y, s = rmsnorm(rows, r.view(rows.shape), w, eps=1e-6)
+        assert s is not rows and s.shape == rows.shape
+    constants = [(c.get("RESIDUAL", 1), c.get("RMS", 0)) for c in (loaded.constants for loaded, _, _ in launches)]
+    assert constants == [(0, 0), (0, 1), (1, 1)] * 2
+    with pytest.raises(ValueError, match="residual_out: given without a residual"):
+        layernorm(x, None, w, b, residual_out=torch.empty_like(x))
+    with pytest.raises(ValueError, match=r"bias: expected shape \(64,\)"):
+        layernorm(x, r, w, cuda(32))
+
+
 def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) -> None:
-    """600 seeded calls of gemm(), attention() and layernorm() with odd arguments (other dtypes, CPU tensors, ranks,
+    """600 seeded calls of gemm(), attention(), layernorm() and rmsnorm() with odd arguments (other dtypes, CPU tensors, ranks,
     sizes, strides, non-tensors, empty tensors, out=, targets, scales, eps) on a fake GPU: each launches or raises a
     TkcError (a ValueError / TypeError naming the argument), never another exception."""
     import random
 
     torch = pytest.importorskip("torch")
-    from tkc.kernels import _checks, attention, gemm, layernorm
+    from tkc.kernels import _checks, attention, gemm, layernorm, rmsnorm
     from tkc.runtime import launch
 
     cuda, _ = _fake_gpu(monkeypatch)
@@ -496,8 +520,14 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
                           target=rng.choice(["sm_90a", "sm_80"]), return_lse=rng.random() < 0.2, **extra)
             else:
                 rows, d = rng.choice([1, 7]), rng.choice([16, 40, 64])
-                layernorm(odd(rows, d), odd(rows, d), odd(d), odd(d), eps=rng.choice([1e-5, 0.0, "e"]),
-                          target=rng.choice([None, "sm_80"]))
+                rows_in = (odd(rows, d), odd(rows, d) if rng.random() < 0.8 else None, odd(d))
+                options = {"eps": rng.choice([1e-5, 0.0, "e"]), "target": rng.choice([None, "sm_80"])}
+                if rng.random() < 0.3:
+                    options["residual_out"] = odd(rows, d)
+                if rng.random() < 0.5:
+                    layernorm(*rows_in, odd(d), **options)
+                else:
+                    rmsnorm(*rows_in, **options)
         except TkcError:
             pass
 

@@ -85,6 +85,34 @@ def test_scaled_mm_is_one_op_under_compile() -> None:
     assert out.dtype == torch.float32
 
 
+def test_norms_without_a_residual_and_rms_under_compile(cpu_kernels) -> None:
+    """layernorm() without a residual and rmsnorm() are one tkc.layernorm op each under compile (its second output a
+    0-element stand-in: an op's output may not alias its input); the entry point returns x itself as the residual."""
+    from tkc.kernels import rmsnorm
+
+    graphs = []
+
+    def running(gm, example_inputs):  # keeps the graph and runs it (the ops' eager calls: the references above)
+        graphs.append(gm.graph)
+        return gm.forward
+
+    def fn(x, r, w, b):
+        y, same = layernorm(x, None, w, b)
+        z, s = rmsnorm(y, r, w)
+        return y, z, s, same * 2
+
+    x, r, b = (torch.randn(*shape, dtype=bf16) for shape in ((8, 64), (8, 64), (64,)))
+    w = torch.rand(64, dtype=bf16)
+    y, z, s, twice_x = torch.compile(fn, backend=running, fullgraph=True)(x, r, w, b)
+    assert _tkc_ops(graphs[0]) == ["tkc.layernorm", "tkc.layernorm"]
+    assert torch.equal(twice_x, x * 2)
+    ref_y = torch.nn.functional.layer_norm(x.float(), (64,), w.float(), b.float(), 1e-5)
+    ref_s = y.float() + r.float()
+    ref_z = torch.nn.functional.rms_norm(ref_s, (64,), w.float(), 1e-6)
+    assert torch.allclose(y.float(), ref_y, atol=5e-2) and torch.allclose(s.float(), ref_s, atol=5e-2)
+    assert torch.allclose(z.float(), ref_z, atol=5e-2)
+
+
 def test_an_out_tensor_under_compile_receives_the_result() -> None:
     graphs = []
 
@@ -128,14 +156,20 @@ def cpu_kernels(monkeypatch):
                 (p.transpose(-1, -2) @ do).to(q.dtype))
 
     def layernorm_ref(x, residual, weight, bias, eps=1e-5, target=None):
-        s = x.float() + residual.float()
+        s = x.float() + (0 if residual is None else residual.float())
         y = torch.nn.functional.layer_norm(s, (s.shape[-1],), weight.float(), bias.float(), eps)
-        return y.to(x.dtype), s.to(x.dtype)
+        return y.to(x.dtype), (x if residual is None else s.to(x.dtype))
+
+    def rmsnorm_ref(x, residual, weight, eps=1e-6, target=None):
+        s = x.float() + (0 if residual is None else residual.float())
+        y = torch.nn.functional.rms_norm(s, (s.shape[-1],), weight.float(), eps)
+        return y.to(x.dtype), (x if residual is None else s.to(x.dtype))
 
     monkeypatch.setattr(torch_ops, "_gemm", gemm_ref)
     monkeypatch.setattr(torch_ops, "_attention", attention_ref)
     monkeypatch.setattr(torch_ops, "_attention_backward_kernels", attention_backward_ref)
     monkeypatch.setattr(torch_ops, "_layernorm", layernorm_ref)
+    monkeypatch.setattr(torch_ops, "_rmsnorm", rmsnorm_ref)
 
 
 @pytest.mark.parametrize("trans_b", [False, True])

@@ -155,6 +155,23 @@ def test_layernorm(rows: int, d: int, warps: int) -> None:
     assert rel_err(sim[5], interp[5]) < 2e-3
 
 
+@pytest.mark.parametrize("residual, rms, warps", [(0, 0, 2), (1, 1, 4), (0, 1, 1)])
+def test_layernorm_variants(residual: int, rms: int, warps: int) -> None:
+    """Without the residual (x alone: Residual not read, OutResidual not written) and RMSNorm (Bias not read): the
+    simulation agrees with the interpreter, which agrees with float64; the unread inputs are NaN."""
+    from reference import layernorm_ref
+
+    rng = np.random.default_rng(residual + 2 * rms)
+    x, r, w, b = random_bf16(rng, 9, 256), random_bf16(rng, 9, 256), random_bf16(rng, 256), random_bf16(rng, 256)
+    args = [x, r if residual else poisoned(9, 256), w, poisoned(256) if rms else b, poisoned(9, 256),
+            poisoned(9, 256), 1e-5]
+    interp, sim = run_both(layernorm_kernel, args, (2,), {"D": 256, "WARPS": warps, "RESIDUAL": residual, "RMS": rms},
+                           order="shuffled")
+    ref, resid = layernorm_ref(x, r if residual else None, w, b, 1e-5, rms=bool(rms))
+    assert rel_err(interp[4], ref) < 1e-2 and rel_err(sim[4], interp[4]) < 2e-3
+    assert rel_err(sim[5], resid) < 1e-2 if residual else np.isnan(sim[5].astype(np.float32)).all()
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_layernorm_f16(target: str) -> None:
     """layernorm_kernel with DT=f16: f16 rows in and out, against float64 (f16's 11 bits) and the interpreter."""

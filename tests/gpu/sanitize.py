@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from tkc.kernels import attention, gemm, layernorm
+from tkc.kernels import attention, gemm, layernorm, rmsnorm
 from tkc.kernels.attention import LONG_KEYS, launch_sm90, sm90_config
 
 
@@ -113,6 +113,9 @@ def main() -> None:
     x = torch.randn(300, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)
     layernorm(x, x, w, w, target="sm_80")
+    layernorm(x, None, w, w)  # without the residual, and RMSNorm with and without it
+    rmsnorm(x, x, w, target="sm_80")
+    rmsnorm(x, None, w)
     torch.cuda.synchronize()
     print("sanitize: all kernels ran")
 

@@ -175,6 +175,30 @@ def test_layernorm(shape: tuple[int, ...], target: str | None) -> None:
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape", LAYERNORM_SHAPES)
+def test_rmsnorm_and_norms_without_residual(shape: tuple[int, ...], target: str | None) -> None:
+    """rmsnorm() with and without the residual, and layernorm() without it, against float32 torch (F.rms_norm,
+    F.layer_norm); without a residual the second output is x itself. Each call twice (the common call's plan)."""
+    from tkc.kernels import rmsnorm
+
+    d = shape[-1]
+    x, r, w, b = randn(*shape), randn(*shape), randn(d), randn(d)
+    s = x.float() + r.float()
+    for _ in range(2):
+        out, out_resid = poisoned_like(shape), poisoned_like(shape)
+        rmsnorm(x, r, w, eps=1e-6, out=out, residual_out=out_resid, target=target)
+        assert rel_err(out_resid, s) < 1e-2
+        assert rel_err(out, torch.nn.functional.rms_norm(s, (d,), w.float(), eps=1e-6)) < 1e-2
+        out = poisoned_like(shape)
+        y, same = rmsnorm(x, None, w, out=out, target=target)
+        assert same is x and y is out
+        assert rel_err(out, torch.nn.functional.rms_norm(x.float(), (d,), w.float(), eps=1e-6)) < 1e-2
+        out = poisoned_like(shape)
+        y, same = layernorm(x, None, w, b, out=out, target=target)
+        assert same is x and rel_err(out, torch.nn.functional.layer_norm(x.float(), (d,), w.float(), b.float())) < 1e-2
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_f16_attention_and_layernorm(target: str | None) -> None:
     """f16 tensors through attention (causal and not, with the log-sum-exp; the common call twice; its backward)
     and layernorm: f16 outputs and gradients against float32 references."""

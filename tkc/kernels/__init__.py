@@ -3,7 +3,8 @@
     tkc.kernels.gemm(a, b, trans_b=False)                  # bf16 GEMM, f32 accumulation
     tkc.kernels.attention(q, k, v, causal=False)           # FlashAttention-2-style forward
     tkc.kernels.attention_backward(q, k, v, o, do, lse)    # its gradients (autograd calls it)
-    tkc.kernels.layernorm(x, residual, weight, bias)       # LayerNorm with a fused residual add
+    tkc.kernels.layernorm(x, residual, weight, bias)       # LayerNorm with a fused residual add (or None)
+    tkc.kernels.rmsnorm(x, residual, weight)               # RMSNorm, the same
     tkc.kernels.scaled_mm(a, b, scale_a, scale_b)          # fp8 (e4m3) GEMM with scales, as torch._scaled_mm
 
 Under torch.compile / torch.export, and on inputs that require grad, each call is a `torch.ops.tkc.*` custom op
@@ -14,9 +15,9 @@ from tkc.kernels.attention import attention, attention_fwd, attention_fwd_lse, a
 from tkc.kernels.attention_bwd import (attention_backward, attention_bwd_delta, attention_bwd_dkdv,
                                       attention_bwd_dq)
 from tkc.kernels.gemm import gemm, gemm_kernel, gemm_sm90_kernel, gemm_split_k_kernel, sum_splits_kernel
-from tkc.kernels.layernorm import layernorm, layernorm_kernel
+from tkc.kernels.layernorm import layernorm, layernorm_kernel, rmsnorm
 from tkc.kernels.scaled_mm import scaled_mm, scaled_mm_kernel
 
 __all__ = ["attention", "attention_backward", "attention_bwd_delta", "attention_bwd_dkdv", "attention_bwd_dq",
            "attention_fwd", "attention_fwd_lse", "attention_sm90", "gemm", "gemm_kernel", "gemm_sm90_kernel", "gemm_split_k_kernel",
-           "layernorm", "layernorm_kernel", "scaled_mm", "scaled_mm_kernel", "sum_splits_kernel"]
+           "layernorm", "layernorm_kernel", "rmsnorm", "scaled_mm", "scaled_mm_kernel", "sum_splits_kernel"]

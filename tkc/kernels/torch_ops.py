@@ -11,7 +11,8 @@ silently missing gradients). Imported on first use (importing tkc.kernels does n
     torch.ops.tkc.gemm(a, b, trans_b, target)                          -> c
     torch.ops.tkc.attention(q, k, v, causal, scale, target)            -> o
     torch.ops.tkc.attention_lse(q, k, v, causal, scale, target)        -> (o, lse)
-    torch.ops.tkc.layernorm(x, residual, weight, bias, eps, target)    -> (y, x + residual)
+    torch.ops.tkc.layernorm(x, residual, weight, bias, eps, target, rms) -> (y, x + residual)
+        (rms: RMSNorm, bias None; residual None: a 0-element tensor in place of the second, which would be x)
     torch.ops.tkc.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, target) -> c (fp8: no backward)
 """
 
@@ -23,6 +24,7 @@ from tkc.kernels.attention import attention as _attention
 from tkc.kernels.attention_bwd import attention_backward as _attention_backward_kernels
 from tkc.kernels.gemm import gemm as _gemm
 from tkc.kernels.layernorm import layernorm as _layernorm
+from tkc.kernels.layernorm import rmsnorm as _rmsnorm
 from tkc.kernels.scaled_mm import scaled_mm as _scaled_mm
 
 
@@ -118,15 +120,19 @@ attention.register_autograd(_attention_backward, setup_context=_attention_setup)
 
 
 @torch.library.custom_op("tkc::layernorm", mutates_args=())
-def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
-              target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    return _layernorm(x, residual, weight, bias, eps=eps, target=target)
+def layernorm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
+              eps: float = 1e-5, target: str | None = None, rms: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    if rms:
+        y, s = _rmsnorm(x, residual, weight, eps=eps, target=target)
+    else:
+        y, s = _layernorm(x, residual, weight, bias, eps=eps, target=target)
+    return y, (x.new_empty(0) if residual is None else s)  # an op's outputs may not alias its inputs
 
 
 @layernorm.register_fake
-def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
-      target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(x), torch.empty_like(x)
+def _(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
+      eps: float = 1e-5, target: str | None = None, rms: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), (x.new_empty(0) if residual is None else torch.empty_like(x))
 
 
 @torch.library.custom_op("tkc::scaled_mm", mutates_args=())
