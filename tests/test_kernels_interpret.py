@@ -135,3 +135,24 @@ def test_attention_backward(d: int, causal: int, config: int, batch: int, kv_hea
                           **dkdv, target=target)
     dq_kernel.interpret(q, k, v, do, L, delta, dq, scale, grid=grid, D=d, CAUSAL=causal, **dq_cfg, target=target)
     assert rel_err(dq, dq_ref) < TOL and rel_err(dk, dk_ref) < TOL and rel_err(dv, dv_ref) < TOL
+
+
+def test_grouped_query_attention_catches_the_wrong_head(monkeypatch) -> None:
+    """The oracle can fail: with kv_head mutated to give query head h the K/V head h (clamped), grouped-query
+    attention no longer matches float64."""
+    import importlib
+
+    import tkc
+
+    attention_module = importlib.import_module("tkc.kernels.attention")
+
+    @tkc.func
+    def wrong_head(h, group):
+        return min(h, 1)
+
+    monkeypatch.setattr(attention_module, "kv_head", wrong_head)
+    rng = np.random.default_rng(1)
+    q, o = random_bf16(rng, 1, 4, 64, 64), poisoned(1, 4, 64, 64)
+    k, v = (random_bf16(rng, 1, 2, 64, 64) for _ in range(2))
+    attention_fwd.interpret(q, k, v, o, 0.125, grid=(1, 4, 1), D=64, GROUP=2)
+    assert not rel_err(o, attention_ref(q, k, v, scale=0.125)) < TOL
