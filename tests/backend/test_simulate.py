@@ -641,3 +641,25 @@ def test_grouped_query_attention_simulated(d: int, causal: int, target: str) -> 
                            target=target, order="shuffled")
     assert rel_err(interp[6], dk_ref) < 1e-2 and rel_err(interp[7], dv_ref) < 1e-2
     assert rel_err(sim[6], interp[6]) < 2e-3 and rel_err(sim[7], interp[7]) < 2e-3
+
+
+@pytest.mark.parametrize("d, causal", [(128, 0), (128, 1), (64, 0)])
+def test_grouped_query_attention_as_attention_launches_it(d: int, causal: int) -> None:
+    """attention_sm90 with GROUP=2 in attention()'s configuration (D=128: the tile loop rotated, the next tile's
+    first Q·Kᵀ issued under this one's epilogue; a producer warpgroup) on a grid of a third of the tiles, so that
+    each block walks on into query heads of another K/V head: the simulated PTX (after every pass) against float64."""
+    from tkc.kernels import attention_sm90
+    from tkc.kernels.attention import sm90_blocks, sm90_config, sm90_constants
+
+    batch, heads, n = 1, 4, 300
+    cfg = sm90_config(d, n, n, bool(causal))
+    constants = {"D": d, **sm90_constants(cfg), "CAUSAL": causal, "LSE": 1, "GROUP": 2}
+    rng = np.random.default_rng(d + causal)
+    q = random_bf16(rng, batch, heads, n, d)
+    k, v = (random_bf16(rng, batch, heads // 2, n, d) for _ in range(2))
+    args = [q, k, v, poisoned(batch, heads, n, d), poisoned(batch, heads, n, dtype=np.float32), d**-0.5]
+    module = lower_kernel(attention_sm90, "sm_90a", constants,
+                          aligns={"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    simulate(module, "attention_sm90", args, (sm90_blocks(batch, heads, n, cfg["WARPS"], 3),), order="shuffled")
+    out, lse = attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5, lse=True)
+    assert rel_err(args[3], out) < 2e-2 and rel_err(args[4], lse) < 1e-4
