@@ -34,6 +34,8 @@ BF16_CANDIDATES = {  # on top of CONFIG_SM90 (128×256 tiles, BK=64, 3 stages, T
     "cluster2 4st direct producer": {"CLUSTER": 2, "STAGES": 4, "TMA_STORE": 0, "PRODUCER": 1},
     "cluster1 BK32 6st": {"BK": 32, "STAGES": 6},
     "cluster2 BK32 6st": {"CLUSTER": 2, "BK": 32, "STAGES": 6},
+    "cluster4 producer": {"CLUSTER": 4, "PRODUCER": 1},  # B's 256-row slices a quarter each (simulated, 2026-12-05)
+    "cluster4 BK32 6st": {"CLUSTER": 4, "BK": 32, "STAGES": 6},
 }
 FP8_CANDIDATES = {  # on top of scaled_mm's CONFIG (128×256 tiles, BK=128, 3 stages, clusters of 2, a producer)
     "fp8 neither (was shipped)": {"CLUSTER": 1, "PRODUCER": 0},
@@ -42,6 +44,7 @@ FP8_CANDIDATES = {  # on top of scaled_mm's CONFIG (128×256 tiles, BK=128, 3 st
     "fp8 cluster2 producer": {"CLUSTER": 2, "PRODUCER": 1},
     "fp8 cluster2 producer G16": {"CLUSTER": 2, "PRODUCER": 1, "GROUP_M": 16},
     "fp8 cluster2 producer 4st direct": {"CLUSTER": 2, "PRODUCER": 1, "STAGES": 4, "TMA_STORE": 0},
+    "fp8 cluster4 producer": {"CLUSTER": 4, "PRODUCER": 1},
 }
 
 

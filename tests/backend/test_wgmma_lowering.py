@@ -214,14 +214,15 @@ def test_persistent_gemm_simulated(trans_b: int, warps: int, producer: int, stag
     assert rel_err(sim[2], interp[2]) < 1e-4
 
 
-@pytest.mark.parametrize("trans_b, warps, producer, tma_store, grid, m, order", [
-    (0, 4, 0, 0, 2, 150, "sliced"), (1, 8, 0, 1, 4, 150, "shuffled"), (0, 8, 1, 1, 2, 300, "sliced"),
-    (1, 4, 1, 0, 6, 64, "descending"), (0, 4, 1, 1, 4, 300, "ahead")])
+@pytest.mark.parametrize("trans_b, warps, producer, tma_store, grid, m, order, cluster", [
+    (0, 4, 0, 0, 2, 150, "sliced", 2), (1, 8, 0, 1, 4, 150, "shuffled", 2), (0, 8, 1, 1, 2, 300, "sliced", 2),
+    (1, 4, 1, 0, 6, 64, "descending", 2), (0, 4, 1, 1, 4, 300, "ahead", 2), (1, 8, 1, 1, 4, 300, "shuffled", 4),
+    (0, 4, 0, 0, 8, 150, "ahead", 4)])
 def test_cluster_gemm_simulated(trans_b: int, warps: int, producer: int, tma_store: int, grid: int, m: int,
-                                order: str) -> None:
-    """gemm_sm90_kernel in clusters of two blocks stacked in M, B's slices multicast (each block copies half of
-    each into both): the blocks of a cluster run together in the simulator. Odd tile rows (a last stack with a
-    block past M's end, which still copies its half of B), persistent blocks walking several stacks."""
+                                order: str, cluster: int) -> None:
+    """gemm_sm90_kernel in clusters of two (or four) blocks stacked in M, B's slices multicast (each block copies
+    its share of each into all): the blocks of a cluster run together in the simulator. Odd tile rows (a last stack
+    with blocks past M's end, which still copy their share of B), persistent blocks walking several stacks."""
     from tkc.kernels import gemm_sm90_kernel
 
     rng = np.random.default_rng(m + grid)
@@ -230,7 +231,7 @@ def test_cluster_gemm_simulated(trans_b: int, warps: int, producer: int, tma_sto
     b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
     c = np.full((m, n), np.nan, dtype=a.dtype)
     constants = {"TRANS_B": trans_b, "BN": 64, "BK": 32, "STAGES": 3, "WARPS": warps, "PRODUCER": producer,
-                 "TMA_STORE": tma_store, "CLUSTER": 2}
+                 "TMA_STORE": tma_store, "CLUSTER": cluster}
     interp, sim = run_both(gemm_sm90_kernel, [a, b, c], (grid,), constants, target="sm_90a", order=order)
     ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
     assert rel_err(interp[2], ref) < 1e-2
