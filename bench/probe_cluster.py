@@ -36,6 +36,7 @@ BF16_CANDIDATES = {  # on top of CONFIG_SM90 (128×256 tiles, BK=64, 3 stages, T
     "cluster2 BK32 6st": {"CLUSTER": 2, "BK": 32, "STAGES": 6},
     "cluster4 producer": {"CLUSTER": 4, "PRODUCER": 1},  # B's 256-row slices a quarter each (simulated, 2026-12-05)
     "cluster4 BK32 6st": {"CLUSTER": 4, "BK": 32, "STAGES": 6},
+    "cluster2x2 producer": {"CLUSTER": 4, "CLUSTER_N": 2, "PRODUCER": 1},  # A to a row of tiles, B to a column
 }
 FP8_CANDIDATES = {  # on top of scaled_mm's CONFIG (128×256 tiles, BK=128, 3 stages, clusters of 2, a producer)
     "fp8 neither (was shipped)": {"CLUSTER": 1, "PRODUCER": 0},
@@ -45,12 +46,14 @@ FP8_CANDIDATES = {  # on top of scaled_mm's CONFIG (128×256 tiles, BK=128, 3 st
     "fp8 cluster2 producer G16": {"CLUSTER": 2, "PRODUCER": 1, "GROUP_M": 16},
     "fp8 cluster2 producer 4st direct": {"CLUSTER": 2, "PRODUCER": 1, "STAGES": 4, "TMA_STORE": 0},
     "fp8 cluster4 producer": {"CLUSTER": 4, "PRODUCER": 1},
+    "fp8 cluster2x2 producer": {"CLUSTER": 4, "CLUSTER_N": 2, "PRODUCER": 1},
 }
 
 
 def grid_of(spec, call, m: int, n: int, cfg: dict) -> tuple[int, int, int]:
     """What gemm() / scaled_mm() launch: at most the blocks the GPU holds, whole clusters of stacked tiles."""
-    return persistent_grid(m, n, 16 * cfg["WARPS"], cfg["BN"], spec.resident_blocks(*call), cfg.get("CLUSTER", 1))
+    return persistent_grid(m, n, 16 * cfg["WARPS"], cfg["BN"], spec.resident_blocks(*call), cfg.get("CLUSTER", 1),
+                           cfg.get("CLUSTER_N", 1))
 
 
 def bf16_case(m: int, n: int, k: int, trans_b: bool, rounds: int, only: str) -> None:

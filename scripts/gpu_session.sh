@@ -4,7 +4,7 @@
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms
+#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4
 #        small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -26,6 +26,9 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 400 python3 bench/probe_fp8.py ${PROBE_ARGS:-} > "$OUT/probe-fp8.log" 2>&1; tail -24 "$OUT/probe-fp8.log" ;;
     probe-cluster)  # 2-block clusters with B multicast beside gemm() / scaled_mm() and cuBLAS(Lt) (bench/probe_cluster.py)
         timeout 500 python3 bench/probe_cluster.py ${PROBE_ARGS:-} > "$OUT/probe-cluster.log" 2>&1; tail -40 "$OUT/probe-cluster.log" ;;
+    clusters4)  # clusters of four (B a quarter each) and 2×2 (A to a row of tiles, B to a column) beside the shipped
+        timeout 500 python3 bench/probe_cluster.py --only 'cluster(4|2x2)|cluster2 producer$' \
+            > "$OUT/probe-clusters4.log" 2>&1; tail -40 "$OUT/probe-clusters4.log" ;;
     bench-attention)
         timeout 400 python3 bench/attention.py --rounds 5 > "$OUT/bench-attention.log" 2>&1; tail -28 "$OUT/bench-attention.log" ;;
     bench-attention-variants)  # attention() beside attention_sm90 with ping-pong / overlap, at the issue's sizes

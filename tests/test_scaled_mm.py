@@ -58,16 +58,20 @@ def test_scaled_mm_matches_reference(rowwise: int, m: int, n: int, k: int, const
     assert rel_err(sim[5], interp[5]) < 1e-3  # the same roundings of sums taken in another order
 
 
-@pytest.mark.parametrize("rowwise, m, grid, producer", [(0, 200, 4, 0), (1, 150, 2, 0), (1, 200, 2, 1)])
-def test_scaled_mm_in_clusters(rowwise: int, m: int, grid: int, producer: int) -> None:
+@pytest.mark.parametrize("rowwise, m, grid, producer, cluster", [(0, 200, 4, 0, (2, 1)), (1, 150, 2, 0, (2, 1)),
+                                                                   (1, 200, 2, 1, (2, 1)), (1, 150, 4, 1, (4, 2)),
+                                                                   (0, 200, 8, 0, (4, 2))])
+def test_scaled_mm_in_clusters(rowwise: int, m: int, grid: int, producer: int, cluster: tuple[int, int]) -> None:
     """CLUSTER=2: two tiles stacked in M share B's slices by TMA multicast (a last stack with a block past M's end
-    at m=150), also with a producer warpgroup; the blocks of a cluster are simulated together."""
+    at m=150), also with a producer warpgroup; CLUSTER=4, CLUSTER_N=2: 2×2 tiles, A multicast to a row of them and
+    B to a column; the blocks of a cluster are simulated together."""
     rng = np.random.default_rng(m + rowwise)
     n, k = 130, 384
     a, b, scale_a, scale_b = _inputs(rng, m, n, k, bool(rowwise))
     c = np.full((m, n), np.nan, dtype=BF16)
     interp, sim = run_both(scaled_mm_kernel, [a, b, scale_a, scale_b, NO_BIAS, c], (grid,),
-                           {**SMALL, "STAGES": 3, "ROWWISE": rowwise, "CLUSTER": 2, "PRODUCER": producer},
+                           {**SMALL, "STAGES": 3, "ROWWISE": rowwise, "CLUSTER": cluster[0], "CLUSTER_N": cluster[1],
+                            "PRODUCER": producer},
                            target="sm_90a", order="sliced")
     assert rel_err(interp[5], _reference(a, b, scale_a, scale_b, bool(rowwise))) < 1e-2
     assert rel_err(sim[5], interp[5]) < 1e-3

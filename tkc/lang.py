@@ -528,6 +528,9 @@ def load(src, index=None, spec=None, multicast=False, rank=None):
     tiles (rows i·16 .. i·16+15 here), the leading ones in elements. Past the end of G it reads zeros.
     `multicast=True` (a shared tile, in a kernel with `cluster=N`): every block of the cluster loads this same
     tile, so a TMA ring copies it once for all of them (each block fetching 1/N of its rows into every block).
+    `multicast=(size, stride)`: only the group of `size` blocks of ranks r0 + i·stride loads it alike (each
+    fetching 1/size of its rows into the group's blocks); in a cluster of 4 taking 2×2 tiles (rank = 2·row +
+    column), (2, 1) is a row of tiles, (2, 2) a column; size·stride divides N.
     `load(s)`: a whole shared tile into registers; `load(s, (i, j), rt[bf16, 16, 64])`: one sub-tile of it.
     `rank=r` (in a kernel with `cluster=N`): the register sub-tile from block r's copy of the shared tile s
     (distributed shared memory), after a `cluster_sync()` that follows the blocks' writes into s; store into s

@@ -30,8 +30,9 @@ VARIANTS = {
                          {"D": 1024, "WARPS": 2, "RMS": 1}, {"D": 4096, "WARPS": 4, "RESIDUAL": 0, "RMS": 1},
                          {"D": 2048, "WARPS": 4, "RESIDUAL": 0}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
-    "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}, {"WARPS": 8, "BK": 64}],
-    "scaled_mm_kernel": [{"ROWWISE": 0}, {"ROWWISE": 1}],
+    "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}, {"WARPS": 8, "BK": 64},
+                         {"TRANS_B": 1, "WARPS": 8, "BK": 64, "STAGES": 3, "CLUSTER": 4, "CLUSTER_N": 2, "PRODUCER": 1}],
+    "scaled_mm_kernel": [{"ROWWISE": 0}, {"ROWWISE": 1}, {"ROWWISE": 1, "CLUSTER": 4, "CLUSTER_N": 2, "PRODUCER": 1}],
     "sum_scaled_splits_kernel": [{"ROWWISE": 0}, {"ROWWISE": 1}],
     # scaled_mm()'s few-rows path: fp8 operands (k32 wgmmas with N = 16 / 32)
     "gemm_few_rows_kernel": [{}, {"DT": fp8e4m3, "TRANS_B": 1, "ROWS": 16, "BK": 128, "WARPS": 8, "STAGES": 5},

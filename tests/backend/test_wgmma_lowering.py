@@ -214,15 +214,21 @@ def test_persistent_gemm_simulated(trans_b: int, warps: int, producer: int, stag
     assert rel_err(sim[2], interp[2]) < 1e-4
 
 
-@pytest.mark.parametrize("trans_b, warps, producer, tma_store, grid, m, order, cluster", [
-    (0, 4, 0, 0, 2, 150, "sliced", 2), (1, 8, 0, 1, 4, 150, "shuffled", 2), (0, 8, 1, 1, 2, 300, "sliced", 2),
-    (1, 4, 1, 0, 6, 64, "descending", 2), (0, 4, 1, 1, 4, 300, "ahead", 2), (1, 8, 1, 1, 4, 300, "shuffled", 4),
-    (0, 4, 0, 0, 8, 150, "ahead", 4)])
+CLUSTER_CASES = [  # trans_b, warps, producer, tma_store, grid, m, order, cluster, cluster_n
+    (0, 4, 0, 0, 2, 150, "sliced", 2, 1), (1, 8, 0, 1, 4, 150, "shuffled", 2, 1), (0, 8, 1, 1, 2, 300, "sliced", 2, 1),
+    (1, 4, 1, 0, 6, 64, "descending", 2, 1), (0, 4, 1, 1, 4, 300, "ahead", 2, 1), (1, 8, 1, 1, 4, 300, "shuffled", 4, 1),
+    (0, 4, 0, 0, 8, 150, "ahead", 4, 1), (1, 8, 1, 1, 4, 300, "shuffled", 4, 2), (0, 4, 0, 0, 8, 150, "ahead", 4, 2),
+    (0, 8, 1, 0, 4, 200, "sliced", 4, 2)]
+
+
+@pytest.mark.parametrize("trans_b, warps, producer, tma_store, grid, m, order, cluster, cluster_n", CLUSTER_CASES)
 def test_cluster_gemm_simulated(trans_b: int, warps: int, producer: int, tma_store: int, grid: int, m: int,
-                                order: str, cluster: int) -> None:
+                                order: str, cluster: int, cluster_n: int) -> None:
     """gemm_sm90_kernel in clusters of two (or four) blocks stacked in M, B's slices multicast (each block copies
-    its share of each into all): the blocks of a cluster run together in the simulator. Odd tile rows (a last stack
-    with blocks past M's end, which still copy their share of B), persistent blocks walking several stacks."""
+    its share of each into all), or of 2×2 tiles (CLUSTER_N=2: A multicast to the blocks of a row of tiles, B to
+    those of a column): the blocks of a cluster run together in the simulator. Odd tile rows and columns (a last
+    stack with blocks past M's or N's end, which still copy their share), persistent blocks walking several
+    stacks."""
     from tkc.kernels import gemm_sm90_kernel
 
     rng = np.random.default_rng(m + grid)
@@ -231,11 +237,39 @@ def test_cluster_gemm_simulated(trans_b: int, warps: int, producer: int, tma_sto
     b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
     c = np.full((m, n), np.nan, dtype=a.dtype)
     constants = {"TRANS_B": trans_b, "BN": 64, "BK": 32, "STAGES": 3, "WARPS": warps, "PRODUCER": producer,
-                 "TMA_STORE": tma_store, "CLUSTER": cluster}
+                 "TMA_STORE": tma_store, "CLUSTER": cluster, "CLUSTER_N": cluster_n}
     interp, sim = run_both(gemm_sm90_kernel, [a, b, c], (grid,), constants, target="sm_90a", order=order)
     ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
     assert rel_err(interp[2], ref) < 1e-2
     assert rel_err(sim[2], interp[2]) < 1e-4
+
+
+@pytest.mark.parametrize("mutation", ["whole cluster", "place in the cluster"])
+def test_multicast_group_mutations_are_caught(mutation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2×2 cluster's multicasts to part of it (A to a row of tiles, B to a column): sent to the whole cluster (the
+    other row's blocks get A slices that are not theirs, and more bytes than their barriers expect), or each block's
+    share taken by its place in the whole cluster (slices skipped, some twice): the simulation fails."""
+    from tkc.backend import lower_tma
+    from tkc.backend.simulator import SimulationError
+    from tkc.kernels import gemm_sm90_kernel
+
+    real = lower_tma._multicast_place
+
+    def mutated(lw, size, stride):
+        place, mask = real(lw, size, stride)
+        whole_place, whole_mask = real(lw, lw.cluster, 1)
+        return (place, whole_mask) if mutation == "whole cluster" else (whole_place, mask)
+
+    monkeypatch.setattr(lower_tma, "_multicast_place", mutated)
+    rng = np.random.default_rng(3)
+    a, b = random_bf16(rng, 150, 96), random_bf16(rng, 96, 136)
+    c = np.full((150, 136), np.nan, dtype=a.dtype)
+    constants = {"BN": 64, "BK": 32, "STAGES": 3, "WARPS": 4, "CLUSTER": 4, "CLUSTER_N": 2}
+    try:
+        interp, sim = run_both(gemm_sm90_kernel, [a, b, c], (4,), constants, target="sm_90a", order="shuffled")
+    except SimulationError:
+        return
+    assert rel_err(sim[2], interp[2]) > 1e-2
 
 
 @pytest.mark.parametrize("mutation", ["release counted per block", "no cluster barrier after init",

@@ -150,6 +150,15 @@ def multicast_not_a_constant():
     return k
 
 
+def multicast_group_outside_the_cluster():
+    @tkc.kernel(cluster=4, min_target="sm_90a")
+    def k(A: gl[bf16, 2], C: gl[f32, 2]):
+        s = load(A, (0, 0), st[bf16, 64, 64], multicast=(3, 1))  # ERROR
+        store(C, load(s, (0, 0), rt[bf16, 16, 64]).to(f32), (0, 0))
+
+    return k
+
+
 def multicast_slice_of_partial_swizzle_rows():
     @tkc.kernel(cluster=4, min_target="sm_90a")
     def k(A: gl[bf16, 2], C: gl[f32, 2]):

@@ -100,7 +100,10 @@ def test_shape_mismatch(case: Case) -> None:
     Case(bad.fp8_mma_ab, ["mma_AB", "K-major", "mma_ABt", "st[fp8e4m3, 64, 64]"], at="mma_AB("),
     Case(bad.fp8_register_tile, ["rt[fp8e4m3", "global and shared memory only"], at="rt["),
     Case(bad.multicast_into_registers, ["multicast=True", "rt[bf16, 16, 64]", "registers"], at="load("),
-    Case(bad.multicast_not_a_constant, ["multicast must be True or False when the kernel is compiled"], at="load("),
+    Case(bad.multicast_not_a_constant, ["multicast must be True, False or (size, stride) when the kernel is compiled"],
+         at="load("),
+    Case(bad.multicast_group_outside_the_cluster, ["multicast=(3, 1)", "cluster of 4", "size·stride divide the cluster"],
+         at="load("),
     Case(bad.cluster_load_before_sync, ["rank=r", "cluster_sync()"], at="load(s"),
     Case(bad.cluster_load_rank_outside, ["rank must be a block of the cluster (0 to 1), got 2"], at="load(s"),
     Case(bad.cluster_load_of_global, ["rank=r", "shared tile", "gl[f32, 2]"], at="load(A"),
@@ -344,7 +347,7 @@ def test_multicast_share_of_whole_swizzle_patterns() -> None:
         lower_kernel(bad.multicast_slice_of_partial_swizzle_rows(), "sm_90a", {})
     line, _ = marked_line(bad.multicast_slice_of_partial_swizzle_rows)
     assert info.value.loc is not None and info.value.loc.line == line
-    assert "st[bf16, 16, 64] over a cluster of 4 blocks: each block copies 16/4 rows" in info.value.message
+    assert "st[bf16, 16, 64] shared by 4 blocks of a cluster: each block copies 16/4 rows" in info.value.message
 
 
 def test_every_case_is_tested() -> None:

@@ -77,6 +77,9 @@ def main() -> None:
             # one cluster of two blocks walking 4 stacks of 2 tiles, B multicast (each block copies half into both)
             gemm_sm90_kernel[(2,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=3, PRODUCER=producer, TMA_STORE=tma_store,
                                    CLUSTER=2, target="sm_90a")
+            # one cluster of 2×2 tiles walking 4 stacks: A multicast to each row of tiles, B to each column
+            gemm_sm90_kernel[(4,)](a, b, c, BN=256, BK=64, WARPS=8, STAGES=3, PRODUCER=producer, TMA_STORE=tma_store,
+                                   CLUSTER=4, CLUSTER_N=2, target="sm_90a")
     for causal in (False, True):
         for d in (64, 128):
             q, k, v = (torch.randn(1, 2, 512, d, device="cuda", dtype=bf) for _ in range(3))

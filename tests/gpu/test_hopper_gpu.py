@@ -114,26 +114,31 @@ def test_few_rows_in_clusters(trans_b: int, m: int, n: int, k: int, cluster: int
         c.fill_(float("nan"))
 
 
+@pytest.mark.parametrize("cluster", [(2, 1), (4, 1), (4, 2)])
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("m, n, k, producer, grid", [(1000, 1000, 1000, 0, None), (4096, 4096, 512, 0, 132),
                                                      (4200, 2000, 1000, 1, 66), (320, 520, 264, 0, 2)])
-def test_gemm_in_clusters(trans_b: int, m: int, n: int, k: int, producer: int, grid: int | None) -> None:
-    """gemm_sm90_kernel with CLUSTER=2 (B's slices multicast to two blocks stacked in M), one block a tile or a
-    persistent grid (odd stacks at m=4200: a block past M's end), also the grid the GPU holds (resident_blocks)."""
+def test_gemm_in_clusters(trans_b: int, m: int, n: int, k: int, producer: int, grid: int | None,
+                          cluster: tuple[int, int]) -> None:
+    """gemm_sm90_kernel with CLUSTER=2 or 4 (B's slices multicast to the blocks stacked in M), or 2×2 tiles
+    (CLUSTER=4, CLUSTER_N=2: A multicast to a row of them, B to a column), one block a tile or a persistent grid
+    (odd stacks at m=4200 and n=2000: blocks past M's or N's end), also the grid the GPU holds (resident_blocks)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU")
     from tkc.kernels import gemm_sm90_kernel
-    from tkc.kernels.gemm import CONFIG_SM90
+    from tkc.kernels.gemm import CONFIG_SM90, persistent_grid
 
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     b = torch.randn(n, k, device="cuda").to(torch.bfloat16) if trans_b else torch.randn(k, n, device="cuda").to(torch.bfloat16)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    spec = gemm_sm90_kernel.specialize(target="sm_90a", **{**CONFIG_SM90[trans_b], "TRANS_B": trans_b, "CLUSTER": 2,
+    size, cluster_n = cluster
+    spec = gemm_sm90_kernel.specialize(target="sm_90a", **{**CONFIG_SM90[trans_b], "TRANS_B": trans_b,
+                                                           "CLUSTER": size, "CLUSTER_N": cluster_n,
                                                            "PRODUCER": producer})
-    stacks = -(-(-(-m // 128)) // 2) * -(-n // 256)
     resident = spec.resident_blocks(a, b, c)
-    assert resident % 2 == 0 and 100 <= resident <= 132
-    spec[(min(2 * stacks, grid or resident),)](a, b, c)
+    assert resident % size == 0 and 64 <= resident <= 132
+    blocks = persistent_grid(m, n, 128, 256, max(size, min(grid or resident, resident)), size, cluster_n)[0]
+    spec[(blocks,)](a, b, c)
     ref = a.double() @ (b.double().t() if trans_b else b.double())
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
 

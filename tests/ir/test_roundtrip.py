@@ -171,6 +171,8 @@ def _op_cases() -> dict[str, str]:
         "load-gl-rt": "%a = tile.load %g4[%i, %i, %i, %i] : !tile.gl<?x?x?x?xf32> -> !tile.rt<16x64xbf16>",
         "load-gl-st": "%a = tile.load %g2[%i, %i] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16, swizzle 128>",
         "load-gl-st-multicast": "%a = tile.load %g2[%i, %i] {tkc.multicast} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>",
+        "load-gl-st-multicast-group": ("%a = tile.load %g2[%i, %i] {tkc.multicast = [2 : i64, 2 : i64]} : "
+                                       "!tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>"),
         "load-gl-st-rows": "%a = tile.load %g2[%i, %i] {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>",
         "load-gl-rv": "%a = tile.load %g2[%i, %i] : !tile.gl<?x?xbf16> -> !tile.rv<64xf32>",
         "load-gl-sv": "%a = tile.load %g1[%i] {tkc.note} : !tile.gl<?xf16> -> !tile.sv<64xf16>",

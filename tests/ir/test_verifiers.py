@@ -294,6 +294,9 @@ WGMMA_CASES.append(Bad("tile.load", "%s = tile.empty : !tile.st<128x64xbf16>\n"
 
 WGMMA_CASES.append(Bad("tile.load", "%a = tile.load %g2[%i, %i] {tkc.multicast} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xbf16>",
                        "load: only a global → shared tile load may be multicast"))
+WGMMA_CASES.append(Bad("tile.load", "%a = tile.load %g2[%i, %i] {tkc.multicast = [2 : i64, 0 : i64]} : "
+                                    "!tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>",
+                       "tkc.multicast is a unit attribute or [size, stride], two positive integers"))
 WGMMA_CASES.append(Bad("tile.tma_load", "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>\n"
                                         "%b = tile.stage_barriers : !tile.stage_barriers<3, 128>\n"
                                         "tile.tma_load %g2[%i, %i], %r, %b[%i] {tkc.multicast} : !tile.gl<?x?xbf16> -> "

@@ -11,7 +11,9 @@ warp-specialized kernel. TMA stores (insert-tma-stores) go through a staging til
 
 A ring shared by a cluster of C blocks (`!tile.stage_barriers<S, A, C>`, multicast loads): each block's producer
 copies rows [r·R/C, (r+1)·R/C) of a multicast tile (r its rank in the cluster) into the stage of every block
-(`.multicast::cluster`), so a stage is free only when every block has released it: a warp releases a stage once
+(`.multicast::cluster`; a load shared by a group of the cluster, [size, stride]: rows [i·R/size, (i+1)·R/size)
+for the block's place i in its group, into the group's blocks), so a stage is free only when every block has
+released it (a group's stage included: the ring's protocol is the cluster's): a warp releases a stage once
 all its lanes are done (`bar.warp.sync`), lane r arriving on block r's empty barrier (`mapa` + a remote
 `mbarrier.arrive`, of the default .release.cta semantics: `.release.cluster` cost a MEMBAR.ALL.GPU per arrival,
 and the stage's readers, wgmmas waited for, need no ordering of their own), whose count is the consumer warps
@@ -150,7 +152,8 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
         raise TkcError("internal: a TMA load reads a kernel argument")
     rank = op.source.type.rank  # type: ignore[attr-defined]
     multicast = t.MULTICAST in op.attributes
-    share = rows // op.bars.type.cluster.data if multicast else rows  # type: ignore[attr-defined]  # rows it copies
+    size, stride = t.multicast_group(op, op.bars.type.cluster.data) if multicast else (1, 1)  # type: ignore[attr-defined]
+    share = rows // size  # the rows it copies
     tmap = _tensor_map(lw, f"{name}_tmap{'n' if rank > 2 else ''}_{share}x{panel_cols}_sw{swizzle}")
     ring = lw.value(op.ring)
     addr, offset, _ = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=False)
@@ -165,14 +168,31 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
     coords, where = _box_coordinates(lw, global_coords(lw, op), rows, cols, panel_cols, panels)
     guard = _guard(lw, _producer_thread(lw))
     mask = None
-    if multicast:  # this block's 1/C of the rows (boxes of R/C rows), into the same place in every block
-        mine = cluster_rank(lw)
+    if multicast:  # this block's 1/size of the rows (boxes of R/size rows), into the same place in its group's blocks
+        mine, mask = _multicast_place(lw, size, stride)
         lw.op("mad.lo.s32", None, mine, Imm(share), (coords, np.array([panels])), into=coords, dest=[panels], n=1)
         dst = lw.op("mad.lo.s32", "b32", mine, Imm(share * swizzle), lw.reg(dst), n=1)
-        mask = lw.at_entry("cluster_mask", lambda: lw.op("mov.b16", "b16", Imm((1 << lw.cluster) - 1), n=1))
     for p in range(panels):
         lw.emit(ptx.TmaLoadOp(dst, 0, dst_offset + p * rows * swizzle, tmap, coords, [p, *where], addr, 0, offset,
                               guard=guard, mask=mask))
+
+
+def _multicast_place(lw: KernelLowering, size: int, stride: int) -> tuple[Any, Any]:
+    """This block's place in the group of `size` blocks `stride` apart that shares a multicast load (the whole
+    cluster: its rank), and the group's mask of blocks (b16), both computed once at the kernel's entry. Rank r's
+    group: ranks r0 + i·stride, i < size, with i = (r // stride) % size and r0 = r - i·stride."""
+    if size == lw.cluster:
+        return cluster_rank(lw), lw.at_entry("cluster_mask", lambda: lw.op("mov.b16", "b16", Imm((1 << size) - 1), n=1))
+
+    def place() -> Any:
+        return lw.expr(Leaf("r") // stride % size, {"r": cluster_rank(lw)})
+
+    def mask() -> Any:
+        first = lw.expr(Leaf("r") - Leaf("r") // stride % size * stride, {"r": cluster_rank(lw)})
+        pattern = lw.op("mov.b16", "b16", Imm(sum(1 << (i * stride) for i in range(size))), n=1)
+        return lw.op("shl.b16", "b16", pattern, first, n=1)
+
+    return lw.at_entry(f"multicast_place:{size}:{stride}", place), lw.at_entry(f"multicast_mask:{size}:{stride}", mask)
 
 
 def _box_coordinates(lw: KernelLowering, indices: Any, rows: int, cols: int, panel_cols: int,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import UnitAttr, i32
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, UnitAttr, i32
 from xdsl.ir import SSAValue
 
 from tkc import lang
@@ -583,8 +583,7 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
         index, spec = None, index
     if rank is not None:
         return _cluster_load(cg, src, index, spec, rank)
-    if is_runtime(multicast) or not isinstance(multicast, bool | int):
-        raise TkcError(f"load's multicast must be True or False when the kernel is compiled, got {describe(multicast)}")
+    group = _multicast_group(cg, multicast)
     if is_global(src):
         if spec is None:
             raise TkcError(f"load from {src.type.spec()} needs the type to load: `load(G, index, rt[bf16, 16, 64])`")
@@ -597,8 +596,10 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
             if spec.kind != "st":
                 raise TkcError(f"multicast=True shares a copy into shared memory between the blocks of a cluster; "
                                f"{what} into {spec} stays in this block's registers")
-            if cg.cluster > 1:  # (without clusters: a plain load)
-                load.attributes[t.MULTICAST] = UnitAttr()
+            if group is not None:  # (without clusters, or a group of one: a plain load)
+                size, stride = group
+                load.attributes[t.MULTICAST] = (UnitAttr() if size == cg.cluster else
+                                                ArrayAttr([IntegerAttr(size, 64), IntegerAttr(stride, 64)]))
         return cg.emit_value(load)
     if multicast:
         raise TkcError("multicast=True is for loads from a global tensor into a shared tile")
@@ -610,6 +611,23 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
     if is_register(src):
         raise TkcError(f"{describe(src)} is already in registers")
     raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
+
+
+def _multicast_group(cg: CodeGen, multicast: Any) -> tuple[int, int] | None:
+    """A load's `multicast`: False, True (every block of the cluster) or (size, stride) (the `size` blocks of ranks
+    r0 + i·stride, the group of this block: e.g. in a cluster of 4 taking 2×2 tiles, (2, 1) the blocks of one row
+    of tiles, (2, 2) those of one column); the blocks sharing it as (size, stride), None for a plain load."""
+    if isinstance(multicast, tuple) and len(multicast) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and not is_runtime(v) for v in multicast):
+        size, stride = multicast
+        if size < 1 or stride < 1 or cg.cluster % (size * stride):
+            raise TkcError(f"multicast={multicast} names the {size} blocks r0 + i·{stride} of a cluster of "
+                           f"{cg.cluster}: size and stride must be positive and size·stride divide the cluster")
+        return (size, stride) if size > 1 else None
+    if is_runtime(multicast) or not isinstance(multicast, bool | int):
+        raise TkcError(f"load's multicast must be True, False or (size, stride) when the kernel is compiled, got "
+                       f"{describe(multicast)}")
+    return (cg.cluster, 1) if multicast and cg.cluster > 1 else None
 
 
 def _from_shared(cg: CodeGen, src: Any, index: Any, spec: Any, kinds: tuple[str, ...]) -> tuple[Any, list[SSAValue]]:

@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     BFloat16Type,
     Float16Type,
     Float32Type,
@@ -968,8 +969,19 @@ def _verify_rows_index(op: Operation, indexed: Attribute, tile: Attribute) -> No
                               "needs a 2-D tile in global memory")
 
 
-MULTICAST = "tkc.multicast"  # a global→shared load every block of a cluster makes alike: TMA multicast shares it
+MULTICAST = "tkc.multicast"  # a global→shared load every block of a cluster makes alike: TMA multicast shares it;
+# its value [size, stride]: only the `size` blocks of ranks r0 + i·stride make it alike (a group of the cluster)
 CLUSTER_ATTR = "tkc.cluster"  # on a kernel: its blocks run in clusters of this many, consecutive in x
+
+
+def multicast_group(op: Operation, cluster: int) -> tuple[int, int]:
+    """(size, stride) of the blocks sharing the multicast load `op` in a cluster of `cluster` blocks: the whole
+    cluster (cluster, 1), or the group its MULTICAST value names."""
+    attr = op.attributes[MULTICAST]
+    if isinstance(attr, ArrayAttr):
+        size, stride = (a.value.data for a in attr.data)  # type: ignore[attr-defined]
+        return size, stride
+    return cluster, 1
 
 
 def cluster_size(fn: Operation) -> int:
@@ -1003,6 +1015,10 @@ class LoadOp(IRDLOperation):
         src, dst = self.source.type, self.result.type
         if MULTICAST in self.attributes and not (isinstance(src, GlobalType) and isinstance(dst, SharedTileType)):
             raise VerifyException("load: only a global → shared tile load may be multicast")
+        group = self.attributes.get(MULTICAST)
+        if isinstance(group, ArrayAttr) and not (
+                len(group.data) == 2 and all(isinstance(a, IntegerAttr) and a.value.data > 0 for a in group.data)):
+            raise VerifyException(f"load: {MULTICAST} is a unit attribute or [size, stride], two positive integers")
         if isinstance(src, SharedTileType) and isinstance(dst, SharedTileType):
             whole_rows = dst.shape[1] == src.shape[1]
             whole_columns = dst.shape[0] == src.shape[0] and src.shape[1] % dst.shape[1] == 0

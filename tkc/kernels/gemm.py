@@ -51,11 +51,31 @@ def gemm_kernel(A: gl["DT", 2], B: gl["DT", 2], C: gl["DT", 2], TRANS_B: const =
     store(C, acc.to(DT), (bm * WARPS_M + wm, bn * WARPS_N + wn))
 
 
+@tkc.func
+def cluster_stacks(blocks_m, blocks_n, cluster, cluster_n):
+    """The stacks of C's blocks_m × blocks_n tiles that clusters of `cluster` blocks take, cluster / cluster_n tiles
+    in M by cluster_n in N: (stacks in M, stacks in N)."""
+    static_assert(cluster % cluster_n == 0, f"CLUSTER_N ({cluster_n}) must divide CLUSTER ({cluster})")
+    if cluster_n > 1:
+        return cdiv(blocks_m, cluster // cluster_n), cdiv(blocks_n, cluster_n)
+    return cdiv(blocks_m, cluster), blocks_n
+
+
+@tkc.func
+def cluster_tile(stack, cluster, cluster_n):
+    """This block's tile of C (row, column) in the cluster's stack (row, column of stacks): its rank's place, row
+    rank // cluster_n and column rank % cluster_n (past M's or N's end in a last stack: loads zeros, stores none)."""
+    stack_m, bn = stack  # (named bn: the tile's column where a stack is one tile wide)
+    if cluster_n > 1:
+        return stack_m * (cluster // cluster_n) + cluster_rank() // cluster_n, bn * cluster_n + cluster_rank() % cluster_n
+    return stack_m * cluster + cluster_rank(), bn
+
+
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", tma_store="TMA_STORE", cluster="CLUSTER",
             min_target="sm_90a")
 def gemm_sm90_kernel(A: gl["DT", 2], B: gl["DT", 2], C: gl["DT", 2], TRANS_B: const = 0, BN: const = 256,
                      BK: const = 32, WARPS: const = 4, GROUP_M: const = 8, STAGES: const = 4, PRODUCER: const = 0,
-                     TMA_STORE: const = 0, DT: const = bf16, CLUSTER: const = 1):
+                     TMA_STORE: const = 0, DT: const = bf16, CLUSTER: const = 1, CLUSTER_N: const = 1):
     """As gemm_kernel, on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C; A's
     and B's slices are staged in shared memory (a STAGES-deep cp.async pipeline), each warpgroup multiplies its
     64 rows of A by all of B, and each warp keeps its 16 rows of the result.
@@ -63,20 +83,22 @@ def gemm_sm90_kernel(A: gl["DT", 2], B: gl["DT", 2], C: gl["DT", 2], TRANS_B: co
     persistent grid; the ring runs on across a block's tiles). Where A and B are 16-byte aligned the loads become a TMA +
     mbarrier ring (insert-tma-pipeline), else a cp.async ring. With CLUSTER > 1 the blocks run in clusters that
     take CLUSTER tiles stacked in M at a time (the grid a multiple of CLUSTER): they read the same slices of B,
-    which TMA multicast copies once for the cluster."""
+    which TMA multicast copies once for the cluster. With CLUSTER_N > 1 a cluster's tiles are CLUSTER / CLUSTER_N
+    stacked in M by CLUSTER_N side by side in N (rank r: row r // CLUSTER_N, column r % CLUSTER_N of them): the
+    blocks of a row of tiles share A's slices, those of a column B's, each by multicast to its group."""
     BM = 16 * WARPS
-    blocks_m, blocks_n = cdiv(A.shape[0], BM), cdiv(C.shape[1], BN)
-    stacks_m = cdiv(blocks_m, CLUSTER)  # a cluster's tiles: CLUSTER of them, one above the other
-    for tile in range(block_idx()[0] // CLUSTER, stacks_m * blocks_n, num_blocks()[0] // CLUSTER):  # persistent
-        stack, bn = grouped_tile(tile, stacks_m, blocks_n, GROUP_M)
-        bm = stack * CLUSTER + cluster_rank()  # past M's end in a last stack of fewer tiles: loads zeros, stores none
+    CM = CLUSTER // CLUSTER_N  # a cluster's tiles: CM of them one above the other, CLUSTER_N side by side
+    stacks_m, stacks_n = cluster_stacks(cdiv(A.shape[0], BM), cdiv(C.shape[1], BN), CLUSTER, CLUSTER_N)
+    for tile in range(block_idx()[0] // CLUSTER, stacks_m * stacks_n, num_blocks()[0] // CLUSTER):  # persistent
+        bm, bn = cluster_tile(grouped_tile(tile, stacks_m, stacks_n, GROUP_M), CLUSTER, CLUSTER_N)
         acc = zeros(rt[f32, 16, BN])
         for k in range(cdiv(A.shape[1], BK)):
-            a = load(load(A, (bm, k), st[DT, BM, BK]), (warpgroup_id(), 0), st[DT, 64, BK])  # this warpgroup's rows
-            if TRANS_B:
-                acc = mma_ABt(a, load(B, (bn, k), st[DT, BN, BK], multicast=True), acc)
+            a_s = load(A, (bm, k), st[DT, BM, BK], multicast=(CLUSTER_N, 1))  # the blocks of this row of tiles
+            a = load(a_s, (warpgroup_id(), 0), st[DT, 64, BK])  # this warpgroup's rows
+            if TRANS_B:  # B: the blocks of this column of tiles
+                acc = mma_ABt(a, load(B, (bn, k), st[DT, BN, BK], multicast=(CM, CLUSTER_N)), acc)
             else:
-                acc = mma_AB(a, load(B, (k, bn), st[DT, BK, BN], multicast=True), acc)
+                acc = mma_AB(a, load(B, (k, bn), st[DT, BK, BN], multicast=(CM, CLUSTER_N)), acc)
         store(C, acc.to(DT), (bm * WARPS + warp_id(), bn))
 
 
@@ -361,11 +383,13 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     return out
 
 
-def persistent_grid(m: int, n: int, bm: int, bn: int, most: int, cluster: int = 1) -> tuple[int, int, int]:
+def persistent_grid(m: int, n: int, bm: int, bn: int, most: int, cluster: int = 1,
+                    cluster_n: int = 1) -> tuple[int, int, int]:
     """The grid of a kernel taking bm×bn tiles of an m×n product on at most `most` blocks, in clusters of `cluster`
-    that take stacks of that many tiles in M (whole clusters: a stack's tile past M's end has a block too)."""
-    blocks = ceil_div(ceil_div(m, bm), cluster) * cluster * ceil_div(n, bn)
-    return (min(blocks, most - most % cluster), 1, 1)
+    that take stacks of that many tiles in M, or of cluster / cluster_n in M by cluster_n in N (whole clusters: a
+    stack's tile past M's or N's end has a block too)."""
+    stacks = ceil_div(ceil_div(m, bm), cluster // cluster_n) * ceil_div(ceil_div(n, bn), cluster_n)
+    return (min(stacks * cluster, most - most % cluster), 1, 1)
 
 
 def _tiles_plan(spec: Any, bm: int, bn: int, most: int, cluster: int = 1) -> Any:

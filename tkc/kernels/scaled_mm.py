@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, wgmma_path
-from tkc.kernels.gemm import (FEW_ROWS, FEW_ROWS_MAX, SMALLER_TILES, _runs_of_k, cluster_sum, few_rows_in_clusters,
-                              few_rows_product, gemm_few_rows_kernel, grouped_tile, persistent_grid, run_of_k,
-                              share_with_cluster, tile_choice)
+from tkc.kernels.gemm import (FEW_ROWS, FEW_ROWS_MAX, SMALLER_TILES, _runs_of_k, cluster_stacks, cluster_sum,
+                              cluster_tile, few_rows_in_clusters, few_rows_product, gemm_few_rows_kernel, grouped_tile,
+                              persistent_grid, run_of_k, share_with_cluster, tile_choice)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -43,23 +43,24 @@ def scaled_mm_kernel(A: gl["AT", 2], B: gl["BT", 2], ScaleA: gl[f32, 1], ScaleB:
                      C: gl["CT", 2], ROWWISE: const = 0, BIAS: const = 0, BN: const = 256, BK: const = 128,
                      WARPS: const = 8, GROUP_M: const = 8, STAGES: const = 3, PRODUCER: const = 0,
                      TMA_STORE: const = 1, AT: const = fp8e4m3, BT: const = fp8e4m3, CT: const = bf16,
-                     CLUSTER: const = 1):
+                     CLUSTER: const = 1, CLUSTER_N: const = 1):
     """C (M×N) = A (M×K) · Bᵀ (B is N×K) times the scales: ScaleA[0]·ScaleB[0], or with ROWWISE ScaleA[i] for
     row i and ScaleB[j] for column j; plus Bias (N) with BIAS. As gemm_sm90_kernel (persistent grid, grouped
     tiles, a TMA ring where rows are 16-byte aligned; CLUSTER tiles stacked in M sharing B's slices by TMA
-    multicast): a block of WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C, each warpgroup its 64 rows;
+    multicast, or CLUSTER / CLUSTER_N by CLUSTER_N tiles sharing A's slices along a row of them too): a block of
+    WARPS / 4 warpgroups takes a (16·WARPS)×BN tile of C, each warpgroup its 64 rows;
     BK = 128 fp8 elements a step (the bytes of bf16's 64); PRODUCER=1 adds a warpgroup that only loads. Grid: up
     to cdiv(M, 16·WARPS)·cdiv(N, BN), a multiple of CLUSTER."""
     BM = 16 * WARPS
-    blocks_m, blocks_n = cdiv(A.shape[0], BM), cdiv(C.shape[1], BN)
-    stacks_m = cdiv(blocks_m, CLUSTER)  # a cluster's tiles: CLUSTER of them, one above the other
-    for tile in range(block_idx()[0] // CLUSTER, stacks_m * blocks_n, num_blocks()[0] // CLUSTER):  # persistent
-        stack, bn = grouped_tile(tile, stacks_m, blocks_n, GROUP_M)
-        bm = stack * CLUSTER + cluster_rank()
+    CM = CLUSTER // CLUSTER_N  # a cluster's tiles: CM of them one above the other, CLUSTER_N side by side
+    stacks_m, stacks_n = cluster_stacks(cdiv(A.shape[0], BM), cdiv(C.shape[1], BN), CLUSTER, CLUSTER_N)
+    for tile in range(block_idx()[0] // CLUSTER, stacks_m * stacks_n, num_blocks()[0] // CLUSTER):  # persistent
+        bm, bn = cluster_tile(grouped_tile(tile, stacks_m, stacks_n, GROUP_M), CLUSTER, CLUSTER_N)
         acc = zeros(rt[f32, 16, BN])
         for k in range(cdiv(A.shape[1], BK)):
-            a = load(load(A, (bm, k), st[AT, BM, BK]), (warpgroup_id(), 0), st[AT, 64, BK])
-            acc = mma_ABt(a, load(B, (bn, k), st[BT, BN, BK], multicast=True), acc)
+            a_s = load(A, (bm, k), st[AT, BM, BK], multicast=(CLUSTER_N, 1))  # the blocks of this row of tiles
+            a = load(a_s, (warpgroup_id(), 0), st[AT, 64, BK])
+            acc = mma_ABt(a, load(B, (bn, k), st[BT, BN, BK], multicast=(CM, CLUSTER_N)), acc)
         row = bm * WARPS + warp_id()  # this warp's 16 rows of C, in units of 16
         acc = scaled(acc, ScaleA, ScaleB, Bias, row, bn, ROWWISE, BIAS, BN)
         store(C, acc if CT == f32 else acc.to(CT), (row, bn))

@@ -156,7 +156,7 @@ def _fill(b: Builder, loads: list[_Load], iv: SSAValue, j: SSAValue, bars: SSAVa
         copy = t.keep_index_units(p.op, m.TmaLoadOp(p.op.source, [mapping.get(i, i) for i in p.op.indices], p.ring, bars, k))  # type: ignore[arg-type]
         copy.location = p.op.location
         if cluster > 1 and t.MULTICAST in p.op.attributes:
-            copy.attributes[t.MULTICAST] = UnitAttr()
+            copy.attributes[t.MULTICAST] = p.op.attributes[t.MULTICAST]  # (the whole cluster, or its group)
         b.insert(copy)
 
 
@@ -282,8 +282,9 @@ def _tile_ring_stages(loop: scf.ForOp, loads: list[t.LoadOp], depth: int, thread
 
 
 def _multicast_cluster(loop: scf.ForOp, loads: list[t.LoadOp]) -> int:
-    """The blocks that share the loop's ring: the kernel's cluster where some load is multicast (each block then
-    copies 1/cluster of its rows, a whole number of 8-row swizzle patterns, into every block's stage), else 1."""
+    """The blocks that share the loop's ring: the kernel's cluster where some load is multicast (each block of the
+    group sharing a load then copies 1/size of its rows, a whole number of 8-row swizzle patterns, into the stage of
+    every block of the group), else 1."""
     fn = _kernel_of(loop)
     cluster = t.cluster_size(fn) if fn is not None else 1
     shared = [op for op in loads if t.MULTICAST in op.attributes]
@@ -291,9 +292,13 @@ def _multicast_cluster(loop: scf.ForOp, loads: list[t.LoadOp]) -> int:
         return 1
     for op in shared:
         rows = op.result.type.rows.data
-        if rows % (8 * cluster):
-            raise TkcError(f"a multicast load of {op.result.type.spec()} over a cluster of {cluster} blocks: each "
-                           f"block copies {rows}/{cluster} rows, which must be a multiple of 8",
+        size, stride = t.multicast_group(op, cluster)
+        if cluster % (size * stride):
+            raise TkcError(f"a multicast load shared by {size} blocks {stride} apart in a cluster of {cluster}: "
+                           "size·stride must divide the cluster", SourceLoc.from_attr(op.location))
+        if rows % (8 * size):
+            raise TkcError(f"a multicast load of {op.result.type.spec()} shared by {size} blocks of a cluster: each "
+                           f"block copies {rows}/{size} rows, which must be a multiple of 8",
                            SourceLoc.from_attr(op.location))
     return cluster
 
