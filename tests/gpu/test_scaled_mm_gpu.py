@@ -51,6 +51,29 @@ def test_scaled_mm(m: int, n: int, k: int, rowwise: bool) -> None:
         assert rel_err(out, theirs.double()) < 1e-2
 
 
+@pytest.mark.parametrize("cluster", [(4, 1), (4, 2)])
+@pytest.mark.parametrize("m, n, k, grid", [(1000, 1000, 1024, None), (4200, 2000, 1024, 66), (320, 520, 384, 4)])
+def test_scaled_mm_kernel_in_clusters_of_four(m: int, n: int, k: int, grid: int | None,
+                                              cluster: tuple[int, int]) -> None:
+    """scaled_mm_kernel in clusters of four stacked in M (B a quarter each) and of 2×2 tiles (CLUSTER_N=2: A to a
+    row of tiles, B to a column), rowwise scales, on its own grid or the GPU's resident blocks (odd stacks past M's
+    and N's ends): against float64."""
+    from tkc.kernels.gemm import persistent_grid
+    from tkc.kernels.scaled_mm import CONFIG, scaled_mm_kernel
+
+    a, weight = fp8(m, k), fp8(n, k)
+    scale_a, scale_b = scales(m, n, True)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    size, cluster_n = cluster
+    spec = scaled_mm_kernel.specialize(target="sm_90a", **{**CONFIG, "ROWWISE": 1, "CLUSTER": size,
+                                                           "CLUSTER_N": cluster_n})
+    args = (a, weight, scale_a.reshape(-1), scale_b.reshape(-1), out.new_empty(1), out)
+    resident = spec.resident_blocks(*args)
+    blocks = persistent_grid(m, n, 128, 256, max(size, min(grid or resident, resident)), size, cluster_n)[0]
+    spec[(blocks,)](*args)
+    assert rel_err(out, (a.double() @ weight.double().t()) * scale_a.double() * scale_b.double()) < 1e-2
+
+
 @pytest.mark.parametrize("rowwise", [False, True])
 @pytest.mark.parametrize("m, n, k, bias, out_dtype", [(16, 4096, 4096, False, torch.bfloat16),
                                                       (1, 8192, 8192, True, torch.float32),
