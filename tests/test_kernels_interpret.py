@@ -11,7 +11,7 @@ from reference import attention_backward_ref, attention_ref, gemm_ref, layernorm
 from tkc.kernels import attention_fwd, attention_sm90, gemm_kernel, layernorm_kernel
 from tkc.kernels.attention import sm90_blocks, sm90_config, sm90_constants
 from tkc.kernels.attention_bwd import (CONFIG, CONFIG_SM90, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dkdv_sm90,
-                                      attention_bwd_dq, attention_bwd_dq_sm90)
+                                      attention_bwd_dq, attention_bwd_dq_sm90, attention_bwd_sum_parts)
 
 TOL = 1e-2
 
@@ -102,15 +102,17 @@ def test_layernorm(rows: int, d: int, eps: float, residual: int, rms: int, seed:
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("config", [0, 1, 2])
-@given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 1, 2, 3]),
-       blocks=st.integers(1, 4), short=st.sampled_from([0, 0, 1, 37]), seed=st.integers(0, 2**32 - 1))
+@given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 1, 2, 3, 4]),
+       split_choice=st.integers(0, 2), blocks=st.integers(1, 4), short=st.sampled_from([0, 0, 1, 37]),
+       seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=8)  # 12 cases of three kernels each
-def test_attention_backward(d: int, causal: int, config: int, batch: int, kv_heads: int, group: int, blocks: int,
-                            short: int, seed: int) -> None:
+def test_attention_backward(d: int, causal: int, config: int, batch: int, kv_heads: int, group: int,
+                            split_choice: int, blocks: int, short: int, seed: int) -> None:
     """attention_bwd_delta / _dkdv / _dq with attention_backward's constants (config 0), the other sizes of their
     steps and places of K and V (config 1), and the wgmma kernels with theirs (config 2, four warps a block), a
     gradient through the log-sum-exp too, lengths that the steps divide or not (RAGGED), K and V of as many heads
-    as Q or `group` times fewer (grouped-query attention: dK and dV sum over the query heads), against float64."""
+    as Q or `group` times fewer (grouped-query attention: dK and dV sum over the query heads, in one block or in
+    SPLIT parts whose partial sums attention_bwd_sum_parts adds), against float64."""
     rng = np.random.default_rng(seed)
     n, heads = 64 * blocks - short, kv_heads * group
     q, do = (random_bf16(rng, batch, heads, n, d) for _ in range(2))
@@ -126,13 +128,20 @@ def test_attention_backward(d: int, causal: int, config: int, batch: int, kv_hea
         dkdv, dq_cfg = ({**cfg, "WARPS": 4} for cfg in CONFIG_SM90[d])
     delta = poisoned(batch, heads, n, dtype=np.float32)
     grid = (blocks, heads, batch)
-    dkdv = {**dkdv, "RAGGED": int(n % dkdv.get("QUERIES", 64) > 0), "GROUP": group}
+    split = [1, min(p for p in range(2, group + 1) if group % p == 0) if group > 1 else 1, group][split_choice]
+    dkdv = {**dkdv, "RAGGED": int(n % dkdv.get("QUERIES", 64) > 0), "GROUP": group, "SPLIT": split}
     dq_cfg = {**dq_cfg, "RAGGED": int(n % dq_cfg.get("KEYS", 64) > 0), "GROUP": group}
     attention_bwd_delta.interpret(out.astype(q.dtype), do, dl, delta, grid=grid, D=d, WITH_DL=1)
-    dq, (dk, dv) = poisoned(batch, heads, n, d), (poisoned(batch, kv_heads, n, d) for _ in range(2))
+    dq, (dk, dv) = poisoned(batch, heads, n, d), (poisoned(split * batch, kv_heads, n, d) for _ in range(2))
     L = lse.astype(np.float32)
-    dkdv_kernel.interpret(q, k, v, do, L, delta, dk, dv, scale, grid=(blocks, kv_heads, batch), D=d, CAUSAL=causal,
-                          **dkdv, target=target)
+    dkdv_kernel.interpret(q, k, v, do, L, delta, dk, dv, scale, grid=(blocks, kv_heads * split, batch), D=d,
+                          CAUSAL=causal, **dkdv, target=target)
+    if split > 1:
+        rows = batch * kv_heads * n
+        parts, (dk, dv) = (dk, dv), (poisoned(batch, kv_heads, n, d) for _ in range(2))
+        for part, total in zip(parts, (dk, dv)):
+            attention_bwd_sum_parts.interpret(part.reshape(split, rows, d), total.reshape(rows, d),
+                                              grid=(-(-rows // 64),), D=d)
     dq_kernel.interpret(q, k, v, do, L, delta, dq, scale, grid=grid, D=d, CAUSAL=causal, **dq_cfg, target=target)
     assert rel_err(dq, dq_ref) < TOL and rel_err(dk, dk_ref) < TOL and rel_err(dv, dv_ref) < TOL
 

@@ -417,7 +417,8 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
 def test_grouped_query_attention_launches(monkeypatch) -> None:
     """K and V of fewer heads than q: attention() launches its kernel with GROUP = H / H_kv over q's heads (the
     common call from a plan of its own, not multi-head attention's), attention_backward() dK and dV a block per K/V
-    head's keys (with K and V in shared memory on the mma.sync path); heads that do not divide are one error."""
+    head's keys (with K and V in shared memory on the mma.sync path; a grid short of the multiprocessors splits the
+    query heads into parts, then sums their partial dK and dV); heads that do not divide are one error."""
     torch = pytest.importorskip("torch")
     from tkc.kernels import attention, attention_backward
 
@@ -432,9 +433,13 @@ def test_grouped_query_attention_launches(monkeypatch) -> None:
     (fwd,) = launches[3:]
     assert fwd[0].constants["GROUP"] == 4 and fwd[1] == (1, 8, 2)  # a block per 128 queries of each query head
     attention_backward(q, k, v, out, cuda(2, 8, 128, 64), cuda(2, 8, 128, dtype=torch.float32), target="sm_80")
-    delta, dkdv, dq = launches[4:]
-    assert (delta[1], dkdv[1], dq[1]) == ((2, 8, 2), (3, 2, 2), (2, 8, 2))
+    delta, dkdv, dk_sum, dv_sum, dq = launches[4:]
+    # 3 key blocks × 2 K/V heads × 2: 12 blocks for 132 multiprocessors, so each K/V head's 4 query heads split
+    # into 4 parts (a block each), whose partial dK and dV are then summed (rows = 2·2·192 = 768: 12 blocks)
+    assert (delta[1], dkdv[1], dk_sum[1], dv_sum[1], dq[1]) == ((2, 8, 2), (3, 8, 2), (12, 1, 1), (12, 1, 1),
+                                                                 (2, 8, 2))
     assert dkdv[0].constants["GROUP"] == dq[0].constants["GROUP"] == 4 and dkdv[0].constants["KV_IN_SHARED"] == 1
+    assert dkdv[0].constants["SPLIT"] == 4 and dk_sum[0].kernel == "attention_bwd_sum_parts"
     for heads in (3, 0):
         with pytest.raises(ValueError, match=r"k: expected shape \(2, H_kv, Nk, 64\) with H_kv dividing q's 8 heads"):
             attention(q, cuda(2, heads, 192, 64), cuda(2, heads, 192, 64), target="sm_90a")

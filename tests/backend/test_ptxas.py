@@ -47,7 +47,9 @@ VARIANTS = {
                            {"D": 128, "CAUSAL": 1, "QUERIES": 32, "KV_IN_SHARED": 1, "RAGGED": 1},
                            # grouped-query attention (K and V in shared memory at D=64 too)
                            {"D": 64, "CAUSAL": 1, "QUERIES": 64, "KV_IN_SHARED": 1, "GROUP": 4},
-                           {"D": 128, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1, "RAGGED": 1, "GROUP": 2}],
+                           {"D": 128, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1, "RAGGED": 1, "GROUP": 2},
+                           {"D": 64, "CAUSAL": 0, "QUERIES": 64, "KV_IN_SHARED": 1, "GROUP": 8, "SPLIT": 2}],
+    "attention_bwd_sum_parts": [{"D": 64}, {"D": 128}],
     "attention_bwd_dq": [{"D": 64, "CAUSAL": 0, "KEYS": 64}, {"D": 64, "CAUSAL": 1, "KEYS": 64},
                          {"D": 128, "CAUSAL": 0, "KEYS": 32}, {"D": 128, "CAUSAL": 1, "KEYS": 32},
                          {"D": 64, "CAUSAL": 1, "KEYS": 64, "GROUP": 4}],
@@ -55,7 +57,8 @@ VARIANTS = {
     "attention_bwd_dkdv_sm90": [{"D": 64, "CAUSAL": 0, "WARPS": 4}, {"D": 64, "CAUSAL": 1, "WARPS": 4},
                                 {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
                                 {"D": 64, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "GROUP": 4},
-                                {"D": 128, "CAUSAL": 0, "STAGES": 3, "RAGGED": 1, "GROUP": 8}],
+                                {"D": 128, "CAUSAL": 0, "STAGES": 3, "RAGGED": 1, "GROUP": 8},
+                                {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 8, "SPLIT": 4}],
     "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
                               {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3},
                               {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 4}],
@@ -66,7 +69,7 @@ VARIANTS = {
                             "RAGGED": 1}],
 }
 
-SM80_BUILDS_ONLY = {"attention_bwd_delta", "attention_bwd_dkdv", "attention_bwd_dq"}
+SM80_BUILDS_ONLY = {"attention_bwd_delta", "attention_bwd_dkdv", "attention_bwd_dq", "attention_bwd_sum_parts"}
 
 pytestmark = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc==13.0.88)")
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, dtype_constant, fail, wgmma_path
+from tkc.kernels._checks import check_tensor, dtype_constant, fail, multiprocessors, wgmma_path
 from tkc.kernels.attention import check_qkv, group_constant, kv_head
 from tkc.lang import *  # noqa: F403
 
@@ -104,21 +104,35 @@ def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, 
 
 
 @tkc.func
-def group_steps_end(first, steps, group):
-    """The end of a run-time loop over query steps first .. steps - 1 of each of the `group` query heads that share
-    a K/V head, one head after the other (one loop, so that its pipeline runs on from one head into the next)."""
-    if group == 1:
-        return steps
-    return first + group * (steps - first)
+def block_heads(h, b, batch, group, split):
+    """A dK/dV block's heads from its grid index h (a K/V head, times `split` with split > 1: each of its parts
+    takes group / split of the query heads that read it): (its K/V head, the first query head it loops over, how
+    many, and the index along dK/dV's first dimension it stores at: b, or with split > 1 part·batch + b, its part's
+    partial sums, which attention_bwd_sum_parts adds up)."""
+    if split == 1:
+        if group == 1:
+            return h, h, 1, b
+        return h, h * group, group, b
+    heads = group // split
+    return h // split, h // split * group + h % split * heads, heads, h % split * batch + b
 
 
 @tkc.func
-def group_step(i, first, steps, kv_h, group):
+def group_steps_end(first, steps, heads):
+    """The end of a run-time loop over query steps first .. steps - 1 of each of `heads` query heads that share a
+    K/V head, one head after the other (one loop, so that its pipeline runs on from one head into the next)."""
+    if heads == 1:
+        return steps
+    return first + heads * (steps - first)
+
+
+@tkc.func
+def group_step(i, first, steps, first_head, heads):
     """Step i of that loop: (its query head, its query step)."""
-    if group == 1:
-        return kv_h, i
+    if heads == 1:
+        return first_head, i
     g = (i - first) // (steps - first)
-    return kv_h * group + g, i - g * (steps - first)
+    return first_head + g, i - g * (steps - first)
 
 
 @tkc.func
@@ -144,15 +158,18 @@ def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps,
 def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                        Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 64,
                        CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4,
-                       RAGGED: const = 0, DT: const = bf16, GROUP: const = 1):
-    """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS), H / GROUP, B): a head of K and V, whose gradients sum
-    over the GROUP query heads that read it (grouped-query attention). Each warp keeps its 16 keys' K and V and the sums
+                       RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, SPLIT: const = 1):
+    """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS), H / GROUP · SPLIT, B): a head of K and V, whose
+    gradients sum over the GROUP query heads that read it (grouped-query attention); with SPLIT > 1 each of SPLIT
+    blocks takes GROUP / SPLIT of them and stores its partial sums at dK[part·B + b] (dK and dV of SPLIT·B rows). Each warp keeps its 16 keys' K and V and the sums
     dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows, which leaves
     room in registers at D=128); the block streams the queries, dO, L and Δ QUERIES at a time. Causal (Nq = Nk): key j
     is seen by queries i >= j, so the loop starts at the block's diagonal. RAGGED: Nq is not a multiple of QUERIES (the
     last step's columns past it are masked; keys past Nk read zeros and are not stored)."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
-    blk, h, b = block_idx()
+    static_assert(GROUP % SPLIT == 0, f"SPLIT ({SPLIT}) must divide GROUP ({GROUP})")
+    blk, block_y, b = block_idx()
+    h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], GROUP, SPLIT)
     k_tile = blk * WARPS + warp_id()                         # this warp's keys, in tiles of 16
     if KV_IN_SHARED:
         k, v = load(K, (b, h, blk, 0), st[DT, 16 * WARPS, D]), load(V, (b, h, blk, 0), st[DT, 16 * WARPS, D])
@@ -162,16 +179,27 @@ def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
     dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
     first = blk * 16 * WARPS // QUERIES if CAUSAL else 0     # query blocks before it see none of the block's keys
     steps = cdiv(Q.shape[2], QUERIES)
-    for i in range(first, group_steps_end(first, steps, GROUP)):
-        hq, j = group_step(i, first, steps, h, GROUP)
+    for i in range(first, group_steps_end(first, steps, heads)):
+        hq, j = group_step(i, first, steps, first_head, heads)
         q_s, do_s = load(Q, (b, hq, j, 0), st[DT, QUERIES, D]), load(dO, (b, hq, j, 0), st[DT, QUERIES, D])
         lse_log2 = load(L, (b, hq, j), rv[f32, QUERIES]) * LOG2E
         delta = load(Delta, (b, hq, j), rv[f32, QUERIES])
         dk, dv, _ = dkdv_step(scores_t(k, q_s, KV_IN_SHARED, 0, D, DT), v, q_s, do_s, lse_log2, delta, dk, dv,
                               scale_log2, k_tile * 16 - j * QUERIES, CAUSAL, Q.shape[2] - j * QUERIES, RAGGED,
                               KV_IN_SHARED, 0, D, DT)
-    store(dK, (dk * scale).to(DT), (b, h, k_tile, 0))
-    store(dV, dv.to(DT), (b, h, k_tile, 0))
+    store(dK, (dk * scale).to(DT), (out_b, h, k_tile, 0))
+    store(dV, dv.to(DT), (out_b, h, k_tile, 0))
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_bwd_sum_parts(Parts: gl["DT", 3], Out: gl["DT", 2], D: const = 128, DT: const = bf16):
+    """Out = Parts[0] + Parts[1] + ... (f32 sums, DT out): dK or dV from the SPLIT parts' partial sums, as
+    (SPLIT, B·H_kv·Nk, D) and (B·H_kv·Nk, D). Grid: (cdiv(B·H_kv·Nk, 64),); each warp adds 16 rows."""
+    tile = block_idx()[0] * 4 + warp_id()
+    total = load(Parts, (0, tile, 0), rt[f32, 16, D])
+    for part in range(1, Parts.shape[0]):
+        total = total + load(Parts, (part, tile, 0), rt[f32, 16, D])
+    store(Out, total.to(DT), (tile, 0))
 
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
@@ -199,17 +227,21 @@ def panel_tile(j, queries, row_panel):
 
 @tkc.func
 def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq, defer,
-               ds_buffers, dt, group):
+               ds_buffers, dt, group, split):
     """The wgmma dK/dV kernels' block: 16·`warps` keys (a warpgroup per 64), K and V in shared memory, the loop over
     the queries (TMA streams Q and dO), the stores. With `with_dq`, each step's dSᵀ also goes through shared memory
     into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics. The loop
-    runs over the queries of the `group` query heads that read the block's head of K and V, one after the other."""
+    runs over the queries of the `group` query heads that read the block's head of K and V (or its part of them,
+    `split`: block_heads), one after the other."""
     static_assert(d in (64, 128), f"head dim D must be 64 or 128, got {d}")
     static_assert(group == 1 or not with_dq, "dQ by atomics takes one query head a K/V head (GROUP = 1)")
+    static_assert(group % split == 0, f"SPLIT ({split}) must divide GROUP ({group})")
     if with_dq:  # the grid's x is the head: the blocks running at once add into different heads' rows of dQ_sum
         h, blk, b = block_idx()
+        first_head, heads, out_b = h, 1, b
     else:
-        blk, h, b = block_idx()
+        blk, block_y, b = block_idx()
+        h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], group, split)
     k_block = load(K, (b, h, blk, 0), st[dt, 16 * warps, d])
     v_block = load(V, (b, h, blk, 0), st[dt, 16 * warps, d])
     k, v = load(k_block, (warpgroup_id(), 0), st[dt, 64, d]), load(v_block, (warpgroup_id(), 0), st[dt, 64, d])
@@ -224,8 +256,8 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     row_panel, col_panel = warpgroup_id() // (d // 64), warpgroup_id() % (d // 64)
     if defer:
         dq = zeros(rt[f32, 16, 64])  # the step before's panel (none before the first)
-    for i in range(first, group_steps_end(first, steps, group)):
-        hq, j = group_step(i, first, steps, h, group)
+    for i in range(first, group_steps_end(first, steps, heads)):
+        hq, j = group_step(i, first, steps, first_head, heads)
         q_s, do_s = load(Q, (b, hq, j, 0), st[dt, queries, d]), load(dO, (b, hq, j, 0), st[dt, queries, d])
         lse_log2 = load(L, (b, hq, j), rv[f32, queries]) * LOG2E
         delta = load(Delta, (b, hq, j), rv[f32, queries])
@@ -248,20 +280,21 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
                 atomic_add(dQ_sum, dq_keys, (b, h, j * (queries // 16) + warp_id() % 4, 0))
     if defer:
         atomic_add(dQ_sum, dq, (b, h, panel_tile(steps - 1, queries, row_panel), col_panel))
-    store(dK, (dk * scale).to(dt), (b, h, k_tile, 0))
-    store(dV, dv.to(dt), (b, h, k_tile, 0))
+    store(dK, (dk * scale).to(dt), (out_b, h, k_tile, 0))
+    store(dV, dv.to(dt), (out_b, h, k_tile, 0))
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
 def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                             Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 128,
                             CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
-                            PRODUCER: const = 0, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1):
-    """attention_bwd_dkdv on Hopper's wgmma (GROUP as there): a block per 16·WARPS keys (a warpgroup per 64), K and V in
-    shared memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q
-    with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the TMA loads
-    (specialize-warps). RAGGED as in attention_bwd_dkdv."""
-    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP)
+                            PRODUCER: const = 0, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1,
+                            SPLIT: const = 1):
+    """attention_bwd_dkdv on Hopper's wgmma (GROUP and SPLIT as there): a block per 16·WARPS keys (a warpgroup per 64),
+    K and V in shared memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK
+    += dSᵀ·Q with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the
+    TMA loads (specialize-warps). RAGGED as in attention_bwd_dkdv."""
+    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP, SPLIT)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
@@ -282,7 +315,7 @@ def attention_bwd_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
     static_assert(not DEFER_DQ or QUERIES // 64 * (D // 64) == WARPS // 4,
                   "DEFER_DQ needs a 64×64 panel of dQ a warpgroup (QUERIES // 64 · D // 64 = WARPS // 4)")
     dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 1, DEFER_DQ,
-               DS_BUFFERS, DT, 1)
+               DS_BUFFERS, DT, 1, 1)
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
@@ -377,8 +410,36 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     dkdv["RAGGED"], dq_cfg["RAGGED"] = int(nq % dkdv.get("QUERIES", 64) > 0), int(nk % dq_cfg.get("KEYS", 64) > 0)
     if kv_heads != heads and build != "sm_90a":  # with the grouped loop's indices ptxas spills at D=64 (K, V in
         dkdv["KV_IN_SHARED"] = 1                   # registers); none with K and V in shared memory
-    kernels[0][(ceil_div(nk, 16 * dkdv["WARPS"]), kv_heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
-                                                                    CAUSAL=int(causal), **dkdv, **dt, target=build)
+    key_blocks = ceil_div(nk, 16 * dkdv["WARPS"])
+    split = (_group_split(heads // kv_heads, key_blocks * kv_heads * batch, multiprocessors(q.get_device()))
+             if kv_heads != heads else 1)
+    if split > 1:  # each part's partial sums, then their sum (attention_bwd_sum_parts)
+        dkdv["SPLIT"] = split
+        dk_parts, dv_parts = (k.new_empty((split * batch, kv_heads, nk, d)) for _ in range(2))
+        kernels[0][(key_blocks, kv_heads * split, batch)](q, k, v, grad_out, lse, delta, dk_parts, dv_parts, scale,
+                                                          D=d, CAUSAL=int(causal), **dkdv, **dt, target=build)
+        dk, dv = (torch.empty(k.shape, dtype=k.dtype, device=k.device) for _ in range(2))  # (rows: contiguous)
+        rows = batch * kv_heads * nk
+        for parts, total in ((dk_parts, dk), (dv_parts, dv)):
+            attention_bwd_sum_parts[(ceil_div(rows, 64),)](parts.view(split, rows, d), total.view(rows, d), D=d,
+                                                           target="sm_80", **dt)
+    else:
+        kernels[0][(key_blocks, kv_heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
+                                                  CAUSAL=int(causal), **dkdv, **dt, target=build)
     kernels[1][(ceil_div(nq, 16 * dq_cfg["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d,
                                                                    CAUSAL=int(causal), **dq_cfg, **dt, target=build)
     return dq, dk, dv
+
+
+def _group_split(group: int, blocks: int, sms: int) -> int:
+    """How many parts the dK/dV blocks of a grouped-query backward split each K/V head's query heads into: 1 where
+    the grid of `blocks` (a block per K/V head's keys, each looping over its `group` query heads) fills the
+    `sms` multiprocessors, else the fewest parts (a divisor of the group) that do, or the whole group. Each part adds
+    a partial dK and dV to sum (not yet measured: a grid of fewer blocks than multiprocessors leaves the rest
+    idle, e.g. B=1, N=2048, H_kv=4: 64 blocks)."""
+    split = 1
+    while blocks * split < sms and split < group:
+        split += 1
+        while group % split:
+            split += 1
+    return split
