@@ -404,9 +404,9 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     dt = dtype_constant(q.dtype)
     attention_bwd_delta[(ceil_div(nq, 64), heads, batch)](out, grad_out, lse if grad_lse is None else grad_lse, delta,
                                                           D=d, WITH_DL=int(grad_lse is not None), target="sm_80", **dt)
-    # RAGGED: a length that its kernel's steps do not divide (the last step masks the columns past it)
     kv_heads = k.shape[1]  # dK and dV a block per K/V head's keys, over the query heads that read it
     dkdv, dq_cfg = ({"WARPS": warps, **cfg, **group_constant(heads, kv_heads)} for cfg in configs)
+    # RAGGED: a length that its kernel's steps do not divide (the last step masks the columns past it)
     dkdv["RAGGED"], dq_cfg["RAGGED"] = int(nq % dkdv.get("QUERIES", 64) > 0), int(nk % dq_cfg.get("KEYS", 64) > 0)
     if kv_heads != heads and build != "sm_90a":  # with the grouped loop's indices ptxas spills at D=64 (K, V in
         dkdv["KV_IN_SHARED"] = 1                   # registers); none with K and V in shared memory
