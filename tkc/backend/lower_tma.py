@@ -152,7 +152,8 @@ def lower_tma_load(lw: KernelLowering, op: m.TmaLoadOp) -> None:
         raise TkcError("internal: a TMA load reads a kernel argument")
     rank = op.source.type.rank  # type: ignore[attr-defined]
     multicast = t.MULTICAST in op.attributes
-    size, stride = t.multicast_group(op, op.bars.type.cluster.data) if multicast else (1, 1)  # type: ignore[attr-defined]
+    cluster = op.bars.type.cluster.data  # type: ignore[attr-defined]
+    size, stride = t.multicast_group(op, cluster) if multicast else (1, 1)
     share = rows // size  # the rows it copies
     tmap = _tensor_map(lw, f"{name}_tmap{'n' if rank > 2 else ''}_{share}x{panel_cols}_sw{swizzle}")
     ring = lw.value(op.ring)

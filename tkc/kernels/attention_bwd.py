@@ -160,12 +160,13 @@ def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
                        CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4,
                        RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, SPLIT: const = 1):
     """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS), H / GROUP · SPLIT, B): a head of K and V, whose
-    gradients sum over the GROUP query heads that read it (grouped-query attention); with SPLIT > 1 each of SPLIT
-    blocks takes GROUP / SPLIT of them and stores its partial sums at dK[part·B + b] (dK and dV of SPLIT·B rows). Each warp keeps its 16 keys' K and V and the sums
-    dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each step reads the warp's rows, which leaves
-    room in registers at D=128); the block streams the queries, dO, L and Δ QUERIES at a time. Causal (Nq = Nk): key j
-    is seen by queries i >= j, so the loop starts at the block's diagonal. RAGGED: Nq is not a multiple of QUERIES (the
-    last step's columns past it are masked; keys past Nk read zeros and are not stored)."""
+    gradients sum over the GROUP query heads that read it (grouped-query attention); with SPLIT > 1 each of SPLIT blocks
+    takes GROUP / SPLIT of them and stores its partial sums at dK[part·B + b] (dK and dV of SPLIT·B rows). Each warp
+    keeps its 16 keys' K and V and the sums dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each
+    step reads the warp's rows, which leaves room in registers at D=128); the block streams the queries, dO, L and Δ
+    QUERIES at a time. Causal (Nq = Nk): key j is seen by queries i >= j, so the loop starts at the block's diagonal.
+    RAGGED: Nq is not a multiple of QUERIES (the last step's columns past it are masked; keys past Nk read zeros and are
+    not stored)."""
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(GROUP % SPLIT == 0, f"SPLIT ({SPLIT}) must divide GROUP ({GROUP})")
     blk, block_y, b = block_idx()

@@ -67,7 +67,8 @@ def cluster_tile(stack, cluster, cluster_n):
     rank // cluster_n and column rank % cluster_n (past M's or N's end in a last stack: loads zeros, stores none)."""
     stack_m, bn = stack  # (named bn: the tile's column where a stack is one tile wide)
     if cluster_n > 1:
-        return stack_m * (cluster // cluster_n) + cluster_rank() // cluster_n, bn * cluster_n + cluster_rank() % cluster_n
+        return (stack_m * (cluster // cluster_n) + cluster_rank() // cluster_n,
+                bn * cluster_n + cluster_rank() % cluster_n)
     return stack_m * cluster + cluster_rank(), bn
 
 
