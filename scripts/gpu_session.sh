@@ -4,7 +4,7 @@
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4
+#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 decode
 #        small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -83,6 +83,16 @@ for step in ${*:-tests probe bench sanitize}; do
             > "$OUT/bench-attention-gqa.log" 2>&1; tail -12 "$OUT/bench-attention-gqa.log"
         timeout 200 python3 bench/attention_backward.py --heads 32 --kv-heads 8 --seqlens 4096 \
             > "$OUT/bench-attention-backward-gqa.log" 2>&1; tail -8 "$OUT/bench-attention-backward-gqa.log" ;;
+    decode)  # decoding (a query or a few a head over a KV cache): GPU tests, sanitizers, attention_decode vs attention_sm90 vs SDPA
+        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "decode" > "$OUT/decode-tests.log" 2>&1
+        grep -E "^FAILED|Error" "$OUT/decode-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/decode-tests.log")"
+        for tool in memcheck racecheck synccheck; do
+            timeout 90 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 -c \
+                "import sys; sys.path.insert(0, 'tests/gpu'); import sanitize, torch; sanitize.decode_attention(); torch.cuda.synchronize()" \
+                > "$OUT/decode-$tool.log" 2>&1
+            echo "compute-sanitizer $tool: exit $?, $(grep -c '========= ' "$OUT/decode-$tool.log") report lines"
+        done
+        timeout 300 python3 bench/probe_decode.py ${PROBE_ARGS:-} > "$OUT/decode.log" 2>&1; grep -v Warning "$OUT/decode.log" | tail -60 ;;
     small-batch)  # attention() at B·N = 1024 / 2048 beside configurations for few tiles (bench/probe_small_batch.py)
         timeout 300 python3 bench/probe_small_batch.py > "$OUT/small-batch.log" 2>&1; grep -E "^D=|attention\(\)|  cuDNN" "$OUT/small-batch.log" | head -40 ;;
     dependent-launch)  # layernorm's dependent-launch opt-in back to back and behind a GEMM (bench/probe_dependent_launch.py)

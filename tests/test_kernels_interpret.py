@@ -79,6 +79,39 @@ def test_grouped_query_attention(d: int, causal: int, target: str, batch: int, k
     assert rel_err(o, attention_ref(q, k, v, causal=bool(causal), scale=scale)) < TOL
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
+       nq=st.sampled_from([1, 1, 2, 3]), nk=st.integers(1, 700), parts=st.integers(1, 6),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=12)
+def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int, parts: int,
+                          seed: int) -> None:
+    """A few queries (the GROUP query heads' Nq rows of a K/V head packed into one tile) over any number of keys,
+    split into parts (the last one short, steps past Nk masked), then the parts weighed by their log-sum-exps:
+    attention_decode and attention_decode_combine against float64, out and log-sum-exp."""
+    from tkc.kernels.attention_decode import CONFIG, attention_decode, attention_decode_combine
+
+    rng = np.random.default_rng(seed)
+    heads, rows = kv_heads * group, group * nq
+    q = random_bf16(rng, batch, heads, nq, d)
+    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
+    keys, stages = CONFIG[d]
+    steps = -(-nk // (4 * keys))
+    per_part = -(-steps // parts)
+    parts = -(-steps // per_part)
+    o_parts = poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32)
+    l_parts = poisoned(parts * batch, kv_heads, rows, dtype=np.float32)
+    scale = float(rng.uniform(0.05, 0.3))
+    attention_decode.interpret(q.reshape(batch, kv_heads, rows, d), k, v, o_parts, l_parts, scale, per_part,
+                               grid=(parts, kv_heads * -(-rows // 16), batch), D=d, KEYS=keys, STAGES=stages)
+    flat = batch * heads * nq
+    out, lse = poisoned(flat, d), poisoned(flat, dtype=np.float32)
+    attention_decode_combine.interpret(o_parts.reshape(parts, flat, d), l_parts.reshape(parts, flat), out, lse,
+                                       grid=(-(-flat // 64),), D=d, LSE=1)
+    ref, ref_lse = attention_ref(q, k, v, scale=scale, lse=True)
+    assert rel_err(out.reshape(q.shape), ref) < TOL and np.abs(lse.reshape(ref_lse.shape) - ref_lse).max() < 1e-4
+
+
 @given(rows=st.integers(1, 70), d=st.sampled_from([16, 64, 256, 1024]), eps=st.sampled_from([1e-5, 1e-3]),
        residual=st.sampled_from([1, 1, 0]), rms=st.sampled_from([0, 0, 1]), seed=st.integers(0, 2**32 - 1))
 def test_layernorm(rows: int, d: int, eps: float, residual: int, rms: int, seed: int) -> None:

@@ -447,6 +447,41 @@ def test_grouped_query_attention_launches(monkeypatch) -> None:
         attention(q, k, cuda(2, 4, 192, 64), target="sm_90a")
 
 
+def test_decode_attention_launches(monkeypatch) -> None:
+    """A few queries a head (GROUP·Nq ≤ MAX_ROWS, not causal): attention() on the sm_80 path, where attention_fwd
+    refuses the lengths, and on Hopper with DECODE_ON_HOPPER, launches attention_decode over q viewed (B, H_kv,
+    GROUP·Nq, D), its keys split into parts (2 blocks a multiprocessor, ≥ MIN_STEPS steps a part, none empty), then
+    attention_decode_combine over the flat rows; causal, or a non-contiguous q, keeps the other kernels."""
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import attention
+    from tkc.kernels.attention_decode import decode_parts
+
+    attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    q, k, v = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128), cuda(2, 2, 3000, 128)
+    out, lse = attention(q, k, v, target="sm_80", return_lse=True)
+    decode, combine = launches
+    assert decode[0].kernel == "attention_decode" and combine[0].kernel == "attention_decode_combine"
+    # 2·2 K/V heads of one 16-row tile (4 rows used); 3000 keys = 47 steps of 64: 264 / 4 blocks wanted, at most
+    # 47 // 4 = 11 parts: 5 steps a part, which takes 10 (the last of 2 steps)
+    assert decode_parts(4, 47, 132) == (10, 5) and decode[1] == (10, 2, 2)
+    assert combine[1] == (1, 1, 1) and combine[0].constants["LSE"] == 1 and out.shape == q.shape
+    assert lse.shape == (2, 8, 1) and decode[0].constants["D"] == 128
+    assert decode_parts(300, 1, 132) == (1, 1) and decode_parts(1, 10**4, 132) == (264, 38)
+    attention(q, k, v, target="sm_90a")
+    assert launches[2][0].kernel == "attention_sm90"  # off on Hopper until timed
+    monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
+    monkeypatch.setattr(attention_module, "_PLANS", {})  # (the common call's plans are made under the flag)
+    attention(q, k, v, target="sm_90a")
+    assert [launch[0].kernel for launch in launches[3:]] == ["attention_decode", "attention_decode_combine"]
+    attention(q, k, v, target="sm_90a", causal=True)
+    attention(cuda(2, 1, 8, 128).transpose(1, 2), k, v, target="sm_90a")  # (B, H, 1, D) from (B, 1, H, D): contiguous
+    attention(cuda(2, 8, 2, 128)[:, :, :1], k, v, target="sm_90a")  # every other row: not contiguous
+    assert [launch[0].kernel for launch in launches[5:]] == ["attention_sm90", "attention_decode",
+                                                              "attention_decode_combine", "attention_sm90"]
+    with pytest.raises(ValueError, match="multiples of 64"):
+        attention(q, k, v, target="sm_80", causal=True)
+
+
 def test_norms_without_a_residual_and_rms(monkeypatch) -> None:
     """layernorm() without a residual and rmsnorm() launch layernorm_kernel with RESIDUAL=0 / RMS=1 (x, weight and
     out in the places of what the kernel does not touch) and return x as the new residual; the checked call (3-D)

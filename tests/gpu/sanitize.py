@@ -44,6 +44,19 @@ def grouped_query_attention() -> None:
             torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
 
 
+def decode_attention() -> None:
+    """A query a head, 4 heads a K/V head, 3000 keys split into parts of several key steps against 3 stages (the
+    sm_80 build and this GPU's), the last step past the keys' end."""
+    from tkc.kernels import attention as attention_module
+
+    attention_module.DECODE_ON_HOPPER = True
+    q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 2, 3000, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for target in ("sm_80", None):
+        attention(q, k, v, target=target, return_lse=True)
+        attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous(), target=target)
+
+
 def main() -> None:
     torch.manual_seed(0)
     bf = torch.bfloat16
@@ -113,6 +126,7 @@ def main() -> None:
                         q, k, v, do, lse, delta, dk, dv, dq_sum, 0.1, D=d, CAUSAL=int(causal), WARPS=warps, STAGES=3,
                         RAGGED=1, DEFER_DQ=deferred, DS_BUFFERS=1 + deferred)
     grouped_query_attention()
+    decode_attention()
     x = torch.randn(300, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)
     layernorm(x, x, w, w, target="sm_80")

@@ -454,6 +454,34 @@ def test_grouped_query_attention(b: int, h: int, h_kv: int, n: int, d: int, caus
         assert got.shape == ref.shape and rel_err(got, ref) < 1e-2, f"d{name}"
 
 
+# (B, H, H_kv, Nq, Nk, D): one query (decoding) with groups of 1, 4, 8 and 32 query heads a K/V head, a few queries
+# (speculative decoding: 4 × 8 and 8 × 8 rows a K/V head), lengths no step divides, B·H_kv above the SM count
+DECODE_SHAPES = [(1, 32, 8, 1, 4096, 128), (4, 32, 32, 1, 1000, 128), (1, 32, 1, 1, 8191, 64),
+                 (2, 64, 8, 4, 3000, 128), (3, 16, 2, 8, 77, 64), (1, 8, 8, 1, 1, 128), (200, 8, 1, 1, 257, 64),
+                 (1, 28, 4, 1, 32768, 128)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("b, h, h_kv, nq, nk, d", DECODE_SHAPES)
+def test_decode_attention(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, target: str | None,
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A few queries over many keys (attention_decode: the keys split into parts over the GPU, then the parts
+    weighed by their log-sum-exps), on the Hopper path too (DECODE_ON_HOPPER on): out and its log-sum-exp against
+    SDPA / logsumexp in float32."""
+    from tkc.kernels import attention as attention_module
+
+    monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
+    q, k, v = randn(b, h, nq, d), randn(b, h_kv, nk, d), randn(b, h_kv, nk, d)
+    out, lse = attention(q, k, v, out=poisoned_like((b, h, nq, d)), return_lse=True, scale=0.1, target=target)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.1,
+                                                           enable_gqa=True)
+    assert rel_err(out, ref) < 1e-2
+    s = q.float() @ k.float().repeat_interleave(h // h_kv, 1).transpose(-1, -2) * 0.1
+    assert (lse - torch.logsumexp(s, -1)).abs().max().item() < 1e-3
+    default_scale = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+    assert rel_err(attention(q, k, v, target=target), default_scale) < 1e-2  # the common call, 1/√D
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("b, h, nq, nk, d", [(1, 2, 100, 100, 64), (2, 3, 1000, 1000, 128), (1, 1, 333, 333, 64),
                                              (2, 2, 200, 77, 128), (1, 3, 1, 1, 64)])

@@ -12,6 +12,7 @@ import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import (MULTIPROCESSORS, check_tensor, dtype_constant, fail, multiprocessors,
                                  resident_blocks, wants_grad, wgmma_path)
+from tkc.kernels.attention_decode import MAX_ROWS, attention_decode_launch, takes_decode
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -237,6 +238,11 @@ FALLBACK = (16, 64, 0)
 # parts are exchanged once a tile (LATE_SUMS; RESULTS "attention probe — 2026-12-04": +1-2.5% at N = 1024 and 4096,
 # D = 64 and 128, causal and not).
 LONG_KEYS = 4096
+# A few query rows a K/V head (GROUP·Nq ≤ MAX_ROWS, not causal: decoding) on Hopper by attention_decode (the keys
+# split over the GPU, tkc/kernels/attention_decode.py) rather than attention_sm90 (a block per head, most of its
+# 128-row tile empty). Off until run and timed on the H200 (correct in the interpreter and the simulator; the
+# sm_80 path takes it already where attention_fwd refuses the lengths).
+DECODE_ON_HOPPER = False
 
 
 def sm90_config(d: int, nq: int, nk: int, causal: bool = False, units: int | None = None,
@@ -432,6 +438,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                      f"and the other strides multiples of 8 elements (16 bytes), got strides {tuple(t.stride())}")
         if batch * heads * nq == 0:
             return (out, lse) if return_lse else out
+        if DECODE_ON_HOPPER and takes_decode(heads // k.shape[1] * nq, causal, q, out):
+            attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target)
+            return (out, lse) if return_lse else out
         if lse is None:
             lse = _NO_LSE.get(device)
             if lse is None:
@@ -443,8 +452,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             _PLANS[(device, q.dtype, target, heads // k.shape[1], key)] = (spec, 16 * cfg["WARPS"],
                                                                            cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
+    if (nq % 64 or nk % 64) and nk and takes_decode(heads // k.shape[1] * nq, causal, q, out):
+        if batch * heads * nq:  # a few queries (decoding): split over the keys, any Nk
+            attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target)
+        return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
-        fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk}")
+        fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk} (or Nq · H / H_kv "
+             f"≤ {MAX_ROWS}, not causal: decoding)")
     if causal and nq != nk:
         fail(f"causal attention on this path needs Nq = Nk, got {nq} and {nk}")
     if batch * heads * nq == 0:

@@ -1,0 +1,74 @@
+"""Decoding: attention() for one query (or a few) a head over a KV cache, by attention_decode (the keys split over
+the GPU, then the parts weighed) and by attention_sm90 (DECODE_ON_HOPPER off: a block per head), beside SDPA's
+backends (enable_gqa). GB/s of K and V read (what bounds decoding) and the ratio to the best SDPA backend;
+event-timed (host work included) and from a CUDA graph (the GPU's time alone), outputs checked first.
+    python bench/probe_decode.py [--shapes B,H,H_kv,Nq,Nk ...] [--dims 128] [--rounds 5]"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import check_outputs, compare, graph_time_ms  # noqa: E402
+
+from tkc.kernels import attention  # noqa: E402
+from tkc.kernels import attention as attention_module  # noqa: E402
+
+SHAPES = ["1,32,8,1,4096", "1,32,8,1,32768", "8,32,8,1,8192", "64,32,8,1,2048", "1,32,32,1,8192", "16,64,8,4,4096",
+          "1,64,8,1,131072"]
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION,
+            "mem-efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool):
+    def run() -> torch.Tensor:
+        attention_module.DECODE_ON_HOPPER = decode
+        return attention(q, k, v)
+    return run
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: SDPBackend):
+    def run() -> torch.Tensor:
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", nargs="+", default=SHAPES)
+    parser.add_argument("--dims", type=int, nargs="+", default=[128])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    for d in args.dims:
+        for shape in args.shapes:
+            b, h, h_kv, nq, nk = map(int, shape.split(","))
+            q = torch.randn(b, h, nq, d, device="cuda", dtype=torch.bfloat16)
+            k, v = (torch.randn(b, h_kv, nk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+            impls = {"tkc decode": tkc_attention(q, k, v, True), "tkc sm90": tkc_attention(q, k, v, False)}
+            for name, backend in BACKENDS.items():
+                try:
+                    sdpa(q, k, v, backend)()
+                    impls[name] = sdpa(q, k, v, backend)
+                except RuntimeError as e:
+                    print(f"  {name} refuses: {str(e).splitlines()[0][:100]}")
+            check_outputs(impls, ref, where=f"B={b} H={h} H_kv={h_kv} Nq={nq} Nk={nk} D={d}")
+            times = compare(impls, rounds=args.rounds)
+            graphs = {name: graph_time_ms(fn) for name, fn in impls.items()}
+            nbytes = 2 * k.numel() * k.element_size()
+            best = min((name for name in impls if name in BACKENDS), key=lambda name: times[name], default=None)
+            print(f"B={b} H={h} H_kv={h_kv} Nq={nq} Nk={nk} D={d}: K+V {nbytes / 1e6:.1f} MB; GB/s event-timed "
+                  f"(graph); ratio to {best} event (graph)", flush=True)
+            for name in impls:
+                rate, graph_rate = nbytes / times[name] / 1e6, nbytes / graphs[name] / 1e6
+                ratio = (f"{times[best] / times[name]:5.2f} ({graphs[best] / graphs[name]:5.2f})" if best else "")
+                print(f"  {name:14s} {times[name] * 1e3:8.1f} µs {rate:7.0f} ({graph_rate:7.0f})  {ratio}", flush=True)
+    attention_module.DECODE_ON_HOPPER = False
+
+
+if __name__ == "__main__":
+    main()

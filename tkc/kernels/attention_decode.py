@@ -1,0 +1,139 @@
+"""Attention for a few query rows over many keys (decoding), split over the keys as flash-decoding does: the rows
+that read one K/V head (with grouped-query attention, all its query heads' rows together) are one tile, and the
+keys are cut into parts, a block each; each part's softmax·V, normalized, and its log-sum-exp go to f32 buffers,
+and a second kernel weighs the parts by their log-sum-exps. One block per (head, query tile) would leave most of
+the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile empty."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import tkc
+from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
+from tkc.kernels._checks import dtype_constant
+from tkc.lang import *  # noqa: F403
+
+if TYPE_CHECKING:
+    import torch
+
+MASKED = -1e30  # a key past Nk: finite, so that a warp that sees only such keys has m = MASKED, not -inf - -inf
+
+
+@tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
+def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[f32, 4], LParts: gl[f32, 3],
+                     scale: float, steps: int, D: const = 128, KEYS: const = 16, STAGES: const = 3,
+                     DT: const = bf16):
+    """Q (B, H_kv, R, D): the R query rows that read K/V head h (grouped-query attention: q (B, H, Nq, D) viewed so,
+    the H / H_kv heads' Nq rows each), K and V (B, H_kv, Nk, D). Grid: (P, H_kv·T, B), T = cdiv(R, 16): block
+    (p, h·T + t, b) takes query rows 16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1 of 4·KEYS keys,
+    and stores softmax(scale · q·kᵀ)·v over its keys (normalized) at OParts[p·B + b, h] and each row's log-sum-exp
+    at LParts[p·B + b, h]: (P·B, H_kv, R, D) and (P·B, H_kv, R), for attention_decode_combine.
+
+    Every warp holds the 16 query rows and takes KEYS of each step's keys (the block loads them into shared memory
+    together), keeping its own running maximum m, sum l and output o; at the end the four warps' results meet in
+    shared memory and each warp weighs a quarter of the columns. Keys past Nk score MASKED: a warp whose keys all
+    lie past Nk ends with a log-sum-exp near MASKED·scale, which weighs nothing beside a real key's.
+    """
+    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    static_assert(KEYS in (16, 32, 64), f"KEYS (keys per warp and step) must be 16, 32 or 64, got {KEYS}")
+    part, head_tile, b = block_idx()
+    row_tiles = cdiv(Q.shape[2], 16)
+    h, t = head_tile // row_tiles, head_tile % row_tiles
+    q = load(Q, (b, h, t, 0), rt[DT, 16, D])
+    scale_log2 = scale * LOG2E
+    RESCALE_LOG2 = 8.0
+    m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
+    first = part * steps
+    for j in range(first, min(first + steps, cdiv(K.shape[2], 4 * KEYS))):
+        k_s, v_s = load(K, (b, h, j, 0), st[DT, 4 * KEYS, D]), load(V, (b, h, j, 0), st[DT, 4 * KEYS, D])
+        s = mma_ABt(q, load(k_s, (warp_id(), 0), rt[DT, KEYS, D]), zeros(rt[f32, 16, KEYS]))
+        s = keep_cols(s, K.shape[2] - (4 * j + warp_id()) * KEYS, MASKED)
+        m_new = max(m, row_max(s))
+        if max(m_new - m) * scale_log2 > RESCALE_LOG2:          # as attention_fwd: rescale only on a large rise
+            correction = exp2((m - m_new) * scale_log2)
+            l, o, m = l * correction, mul_row(o, correction), m_new
+        p = exp2(sub_row(s * scale_log2, m * scale_log2))
+        l = l + row_sum(p)
+        o = mma_AB(p.to(DT), load(v_s, (warp_id(), 0), rt[DT, KEYS, D]), o)
+    # The four warps' (o / l, log-sum-exp) through shared memory; warp w weighs columns w·D/4 .. (w+1)·D/4 - 1.
+    outs = store(empty(st[f32, D, 64]), transpose(div_row(o, l)), (0, warp_id()))
+    lses = store(empty(sv[f32, 64]), m * scale + log(l), (warp_id(),))
+    top = load(lses, (0,), rv[f32, 16])
+    for w in range(1, 4):
+        top = max(top, load(lses, (w,), rv[f32, 16]))
+    total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
+    for w in range(4):
+        weight = exp(load(lses, (w,), rv[f32, 16]) - top)
+        total = total + weight
+        acc = acc + mul_row(transpose(load(outs, (warp_id(), w), rt[f32, D // 4, 16])), weight)
+    row = part * Q.shape[0] + b
+    store(OParts, div_row(acc, total), (row, h, t, warp_id()))
+    if warp_id() == 0:
+        store(LParts, top + log(total), (row, h, t))
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT", 2], L: gl[f32, 1],
+                             D: const = 128, LSE: const = 0, DT: const = bf16):
+    """The parts' outputs weighed by their log-sum-exps: O = Σ_p exp(lse_p - lse)·OParts[p], with
+    lse = ln Σ_p exp(lse_p) (into L with LSE), over (P, rows, D) and (P, rows) (attention_decode's buffers, flat)
+    into (rows, D). Grid: (cdiv(rows, 64),); each warp 16 rows, one part after the other (a running maximum)."""
+    tile = block_idx()[0] * 4 + warp_id()
+    top, total = load(LParts, (0, tile), rv[f32, 16]), ones(rv[f32, 16])
+    acc = load(OParts, (0, tile, 0), rt[f32, 16, D])
+    for part in range(1, LParts.shape[0]):
+        lse = load(LParts, (part, tile), rv[f32, 16])
+        new_top = max(top, lse)
+        old, new = exp(top - new_top), exp(lse - new_top)
+        acc = mul_row(acc, old) + mul_row(load(OParts, (part, tile, 0), rt[f32, 16, D]), new)
+        total, top = total * old + new, new_top
+    store(O, div_row(acc, total).to(DT), (tile, 0))
+    if LSE:
+        store(L, top + log(total), (tile,))
+
+
+# (KEYS, STAGES) per head dim: a step is 4·KEYS keys (32 KB of K and V at either D), STAGES - 1 steps in flight
+# per block (not yet timed on a GPU)
+CONFIG = {64: (32, 3), 128: (16, 3)}
+MAX_ROWS = 64           # query rows a K/V head (GROUP·Nq) up to which attention() may take this path
+MIN_STEPS = 4           # key steps a part at least: each part's pipeline has steps to overlap
+BLOCKS_PER_SM = 2       # parts enough for this many blocks a multiprocessor
+
+
+def decode_parts(units: int, steps: int, sms: int) -> tuple[int, int]:
+    """The keys' split for `units` blocks a part (K/V heads × query tiles × batch) over `steps` key steps: (parts,
+    steps a part). Enough parts to give every multiprocessor BLOCKS_PER_SM blocks, none of fewer than MIN_STEPS
+    steps (where there are that many), and no part empty."""
+    parts = max(1, min(ceil_div(BLOCKS_PER_SM * sms, units), steps // MIN_STEPS))
+    per_part = ceil_div(steps, parts)
+    return ceil_div(steps, per_part), per_part
+
+
+def takes_decode(rows: int, causal: bool, q: torch.Tensor, out: torch.Tensor) -> bool:
+    """Can attention() take this path for `rows` query rows a K/V head (GROUP·Nq): not causal, few rows, and q and
+    out contiguous (viewed as (B, H_kv, GROUP·Nq, D): a K/V head's query heads' rows in a row)."""
+    return not causal and rows <= MAX_ROWS and q.is_contiguous() and out.is_contiguous()
+
+
+def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                            lse: torch.Tensor | None, scale: float, sms: int, target: str | None) -> None:
+    """attention() by attention_decode and attention_decode_combine on checked tensors (q and out contiguous, not
+    causal): out, and lse (B, H, Nq) where given."""
+    import torch
+
+    batch, heads, nq, d = q.shape
+    kv_heads, nk = k.shape[1], k.shape[2]
+    rows = heads // kv_heads * nq
+    keys, stages = CONFIG[d]
+    units = batch * kv_heads * ceil_div(rows, 16)
+    parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), sms)
+    o_parts = torch.empty((parts * batch, kv_heads, rows, d), dtype=torch.float32, device=q.device)
+    l_parts = torch.empty((parts * batch, kv_heads, rows), dtype=torch.float32, device=q.device)
+    dt = dtype_constant(q.dtype)
+    attention_decode[(parts, kv_heads * ceil_div(rows, 16), batch)](
+        q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts, scale, steps, D=d, KEYS=keys, STAGES=stages, **dt,
+        target=target)
+    flat = batch * heads * nq
+    attention_decode_combine[(ceil_div(flat, 64),)](
+        o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d),
+        l_parts.view(-1) if lse is None else lse.view(flat), D=d, LSE=int(lse is not None), **dt, target=target)
