@@ -2,8 +2,9 @@
 the GPU, then the parts weighed) and by attention_sm90 (DECODE_ON_HOPPER off: a block per head), beside SDPA's
 backends (enable_gqa). GB/s of K and V read (what bounds decoding) and the ratio to the best SDPA backend;
 event-timed (host work included) and from a CUDA graph (the GPU's time alone), outputs checked first.
-    python bench/probe_decode.py [--shapes B,H,H_kv,Nq,Nk ...] [--dims 128] [--rounds 5]"""
+    python bench/probe_decode.py [--shapes B,H,H_kv,Nq,Nk ...] [--dims 128] [--rounds 5] [--variants]"""
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -14,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import check_outputs, compare, graph_time_ms  # noqa: E402
 
 from tkc.kernels import attention  # noqa: E402
-from tkc.kernels import attention as attention_module  # noqa: E402
+attention_module = importlib.import_module("tkc.kernels.attention")  # the module (tkc.kernels.attention is the function)
+decode_module = importlib.import_module("tkc.kernels.attention_decode")
 
 SHAPES = ["1,32,8,1,4096", "1,32,8,1,32768", "8,32,8,1,8192", "64,32,8,1,2048", "1,32,32,1,8192", "16,64,8,4,4096",
           "1,64,8,1,131072"]
@@ -22,10 +24,24 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTEN
             "mem-efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
-def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool):
+# attention_decode's settings beside its defaults (tkc/kernels/attention_decode.py): fewer steps a part, more blocks
+# a multiprocessor, other step sizes and pipeline depths
+VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "4 blocks an SM": {"BLOCKS_PER_SM": 4},
+            "8 steps a part": {"MIN_STEPS": 8}, "KEYS 32, 2 stages": {"CONFIG": {64: (64, 2), 128: (32, 2)}},
+            "4 stages": {"CONFIG": {64: (32, 4), 128: (16, 4)}}}
+
+
+def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):
     def run() -> torch.Tensor:
         attention_module.DECODE_ON_HOPPER = decode
-        return attention(q, k, v)
+        saved = {name: getattr(decode_module, name) for name in settings or {}}
+        for name, value in (settings or {}).items():
+            setattr(decode_module, name, value)
+        try:
+            return attention(q, k, v)
+        finally:
+            for name, value in saved.items():
+                setattr(decode_module, name, value)
     return run
 
 
@@ -41,6 +57,7 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=SHAPES)
     parser.add_argument("--dims", type=int, nargs="+", default=[128])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--variants", action="store_true", help="attention_decode's other settings too")
     args = parser.parse_args()
     torch.manual_seed(0)
     for d in args.dims:
@@ -50,6 +67,8 @@ def main() -> None:
             k, v = (torch.randn(b, h_kv, nk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
             impls = {"tkc decode": tkc_attention(q, k, v, True), "tkc sm90": tkc_attention(q, k, v, False)}
+            for name, settings in VARIANTS.items() if args.variants else ():
+                impls[f"decode, {name}"] = tkc_attention(q, k, v, True, settings)
             for name, backend in BACKENDS.items():
                 try:
                     sdpa(q, k, v, backend)()
@@ -66,7 +85,7 @@ def main() -> None:
             for name in impls:
                 rate, graph_rate = nbytes / times[name] / 1e6, nbytes / graphs[name] / 1e6
                 ratio = (f"{times[best] / times[name]:5.2f} ({graphs[best] / graphs[name]:5.2f})" if best else "")
-                print(f"  {name:14s} {times[name] * 1e3:8.1f} µs {rate:7.0f} ({graph_rate:7.0f})  {ratio}", flush=True)
+                print(f"  {name:28s} {times[name] * 1e3:8.1f} µs {rate:7.0f} ({graph_rate:7.0f})  {ratio}", flush=True)
     attention_module.DECODE_ON_HOPPER = False
 
 

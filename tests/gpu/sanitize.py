@@ -6,6 +6,8 @@ compute-sanitizer (memcheck, racecheck, synccheck):
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from tkc.kernels import attention, gemm, layernorm, rmsnorm
@@ -47,9 +49,7 @@ def grouped_query_attention() -> None:
 def decode_attention() -> None:
     """A query a head, 4 heads a K/V head, 3000 keys split into parts of several key steps against 3 stages (the
     sm_80 build and this GPU's), the last step past the keys' end."""
-    from tkc.kernels import attention as attention_module
-
-    attention_module.DECODE_ON_HOPPER = True
+    importlib.import_module("tkc.kernels.attention").DECODE_ON_HOPPER = True  # (tkc.kernels.attention: the function)
     q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(2, 2, 3000, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     for target in ("sm_80", None):

@@ -372,7 +372,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
     On Hopper (or with target="sm_90a"): attention_sm90, any Nq, Nk ≥ 1; the last dimension contiguous and the
     other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"): attention_fwd, Nq and Nk multiples of
-    64, causal with Nq = Nk. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32
+    64, causal with Nq = Nk; or, for a few queries (decoding: Nq · H / H_kv ≤ MAX_ROWS, not causal, q contiguous),
+    any Nk, by attention_decode (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER). With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32
     (B, H, Nq): (out, lse). On inputs requiring grad, autograd's backward runs tkc's backward kernels
     (tkc/kernels/attention_bwd.py: causal with Nq = Nk)."""
     import torch
