@@ -103,7 +103,7 @@ def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int
     l_parts = poisoned(parts * batch, kv_heads, rows, dtype=np.float32)
     scale = float(rng.uniform(0.05, 0.3))
     attention_decode.interpret(q.reshape(batch, kv_heads, rows, d), k, v, o_parts, l_parts, scale, per_part,
-                               grid=(parts, kv_heads * -(-rows // 16), batch), D=d, KEYS=keys, STAGES=stages)
+                               grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys, STAGES=stages)
     flat = batch * heads * nq
     out, lse = poisoned(flat, d), poisoned(flat, dtype=np.float32)
     attention_decode_combine.interpret(o_parts.reshape(parts, flat, d), l_parts.reshape(parts, flat), out, lse,

@@ -24,8 +24,8 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
                      scale: float, steps: int, D: const = 128, KEYS: const = 16, STAGES: const = 3,
                      DT: const = bf16):
     """Q (B, H_kv, R, D): the R query rows that read K/V head h (grouped-query attention: q (B, H, Nq, D) viewed so,
-    the H / H_kv heads' Nq rows each), K and V (B, H_kv, Nk, D). Grid: (P, H_kv·T, B), T = cdiv(R, 16): block
-    (p, h·T + t, b) takes query rows 16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1 of 4·KEYS keys,
+    the H / H_kv heads' Nq rows each), K and V (B, H_kv, Nk, D). Grid: (P·T, H_kv, B), T = cdiv(R, 16): block
+    (p·T + t, h, b) takes query rows 16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1 of 4·KEYS keys,
     and stores softmax(scale · q·kᵀ)·v over its keys (normalized) at OParts[p·B + b, h] and each row's log-sum-exp
     at LParts[p·B + b, h]: (P·B, H_kv, R, D) and (P·B, H_kv, R), for attention_decode_combine.
 
@@ -36,9 +36,9 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (16, 32, 64), f"KEYS (keys per warp and step) must be 16, 32 or 64, got {KEYS}")
-    part, head_tile, b = block_idx()
-    row_tiles = cdiv(Q.shape[2], 16)
-    h, t = head_tile // row_tiles, head_tile % row_tiles
+    part_tile, h, b = block_idx()
+    row_tiles = cdiv(Q.shape[2], 16)                         # a part's row tiles next to each other: their K and V
+    part, t = part_tile // row_tiles, part_tile % row_tiles  # come from L2 but for the first
     q = load(Q, (b, h, t, 0), rt[DT, 16, D])
     scale_log2 = scale * LOG2E
     RESCALE_LOG2 = 8.0
@@ -130,7 +130,7 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     o_parts = torch.empty((parts * batch, kv_heads, rows, d), dtype=torch.float32, device=q.device)
     l_parts = torch.empty((parts * batch, kv_heads, rows), dtype=torch.float32, device=q.device)
     dt = dtype_constant(q.dtype)
-    attention_decode[(parts, kv_heads * ceil_div(rows, 16), batch)](
+    attention_decode[(parts * ceil_div(rows, 16), kv_heads, batch)](
         q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts, scale, steps, D=d, KEYS=keys, STAGES=stages, **dt,
         target=target)
     flat = batch * heads * nq
