@@ -6,6 +6,7 @@ the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile e
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import tkc
@@ -129,11 +130,17 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), sms)
     o_parts = torch.empty((parts * batch, kv_heads, rows, d), dtype=torch.float32, device=q.device)
     l_parts = torch.empty((parts * batch, kv_heads, rows), dtype=torch.float32, device=q.device)
-    dt = dtype_constant(q.dtype)
-    attention_decode[(parts * ceil_div(rows, 16), kv_heads, batch)](
-        q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts, scale, steps, D=d, KEYS=keys, STAGES=stages, **dt,
-        target=target)
+    decode, combine = _specialized(d, q.dtype, keys, stages, lse is not None, target)
+    decode[(parts * ceil_div(rows, 16), kv_heads, batch)](q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts,
+                                                          scale, steps)
     flat = batch * heads * nq
-    attention_decode_combine[(ceil_div(flat, 64),)](
-        o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d),
-        l_parts.view(-1) if lse is None else lse.view(flat), D=d, LSE=int(lse is not None), **dt, target=target)
+    combine[(ceil_div(flat, 64),)](o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d),
+                                   l_parts.view(-1) if lse is None else lse.view(flat))
+
+
+@functools.lru_cache(maxsize=64)
+def _specialized(d: int, dtype: Any, keys: int, stages: int, lse: bool, target: str | None) -> tuple[Any, Any]:
+    """The two kernels with their constants bound (a decoding step's launches skip hashing them)."""
+    dt = dtype_constant(dtype)
+    return (attention_decode.specialize(D=d, KEYS=keys, STAGES=stages, **dt, target=target),
+            attention_decode_combine.specialize(D=d, LSE=int(lse), **dt, target=target))
