@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 decode
-#        small-batch sanitize
+#        norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 for step in ${*:-tests probe bench sanitize}; do
@@ -93,6 +93,12 @@ for step in ${*:-tests probe bench sanitize}; do
             echo "compute-sanitizer $tool: exit $?, $(grep -c '========= ' "$OUT/decode-$tool.log") report lines"
         done
         timeout 300 python3 bench/probe_decode.py ${PROBE_ARGS:-} > "$OUT/decode.log" 2>&1; grep -v Warning "$OUT/decode.log" | tail -60 ;;
+    norm-backward)  # layernorm's / rmsnorm's backward: GPU tests, then bench/layernorm_backward.py (and --rms)
+        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "norm_backward" > "$OUT/norm-backward-tests.log" 2>&1
+        grep -E "^FAILED|Error" "$OUT/norm-backward-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/norm-backward-tests.log")"
+        for rms in "" --rms; do
+            timeout 200 python3 bench/layernorm_backward.py $rms > "$OUT/bench-norm-backward$rms.log" 2>&1; tail -9 "$OUT/bench-norm-backward$rms.log"
+        done ;;
     small-batch)  # attention() at B·N = 1024 / 2048 beside configurations for few tiles (bench/probe_small_batch.py)
         timeout 300 python3 bench/probe_small_batch.py > "$OUT/small-batch.log" 2>&1; grep -E "^D=|attention\(\)|  cuDNN" "$OUT/small-batch.log" | head -40 ;;
     dependent-launch)  # layernorm's dependent-launch opt-in back to back and behind a GEMM (bench/probe_dependent_launch.py)

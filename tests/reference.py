@@ -75,6 +75,18 @@ def layernorm_ref(x, residual, weight, bias, eps: float, rms: bool = False):
     return (s - mean) / np.sqrt(var + eps) * f64(weight) + f64(bias), s
 
 
+def layernorm_backward_ref(s, grad_y, grad_s, weight, eps: float, rms: bool = False):
+    """float64 (ds, dweight, dbias) of y = LayerNorm(s)·weight + bias (rms: RMSNorm(s)·weight) for rows s, by
+    differentiating the formula: ds = rstd·(g - mean(g) - x̂·mean(g·x̂)) with g = dy·w (RMSNorm: without mean(g)),
+    plus grad_s (the gradient of s where s is also an output)."""
+    s, dy, w = f64(s), f64(grad_y), f64(weight)
+    centered = s if rms else s - s.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt((centered * centered).mean(-1, keepdims=True) + eps)
+    x_hat, g = centered * rstd, dy * w
+    ds = rstd * (g - (0 if rms else g.mean(-1, keepdims=True)) - x_hat * (g * x_hat).mean(-1, keepdims=True))
+    return ds + (0 if grad_s is None else f64(grad_s)), (dy * x_hat).sum(0), dy.sum(0)
+
+
 def softmax_ref(x):
     x = f64(x)
     p = np.exp(x - x.max(-1, keepdims=True))

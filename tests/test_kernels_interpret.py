@@ -132,6 +132,31 @@ def test_layernorm(rows: int, d: int, eps: float, residual: int, rms: int, seed:
         assert np.isnan(out_resid.astype(np.float32)).all()
 
 
+@given(rows=st.integers(1, 40), d=st.sampled_from([16, 64, 256, 1024]), rms=st.sampled_from([0, 1]),
+       ds_in=st.sampled_from([0, 1]), blocks=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=12)
+def test_layernorm_backward(rows: int, d: int, rms: int, ds_in: int, blocks: int, seed: int) -> None:
+    """LayerNorm's / RMSNorm's backward: ds (plus the new residual's gradient with DS_IN) from blocks that take
+    every blocks-th row, and their partial sums of dy·x̂ and dy added up by sum_splits_kernel: dweight, dbias."""
+    from reference import layernorm_backward_ref
+
+    from tkc.kernels.gemm import sum_splits_kernel
+    from tkc.kernels.layernorm_bwd import backward_warps, layernorm_bwd_kernel
+
+    rng = np.random.default_rng(seed)
+    s, dy, grad_s = (random_bf16(rng, rows, d) for _ in range(3))
+    w = random_bf16(rng, d)
+    ds, parts = poisoned(rows, d), [poisoned(blocks, d, dtype=np.float32) for _ in range(2)]
+    layernorm_bwd_kernel.interpret(s, dy, grad_s if ds_in else poisoned(rows, d), w, ds, *parts, 1e-5,
+                                   grid=(blocks,), D=d, WARPS=backward_warps(d), RMS=rms, DS_IN=ds_in)
+    ref = layernorm_backward_ref(s, dy, grad_s if ds_in else None, w, 1e-5, rms=bool(rms))
+    assert rel_err(ds, ref[0]) < TOL
+    for part, total_ref in zip(parts[:2 - rms], ref[1:]):
+        total = poisoned(1, d)
+        sum_splits_kernel.interpret(part.reshape(blocks, 1, d), total, grid=(1, -(-d // 1024)), COLS=256)
+        assert rel_err(total[0], total_ref) < TOL
+
+
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("config", [0, 1, 2])

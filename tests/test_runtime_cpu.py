@@ -482,6 +482,29 @@ def test_decode_attention_launches(monkeypatch) -> None:
         attention(q, k, v, target="sm_80", causal=True)
 
 
+def test_layernorm_backward_launches(monkeypatch) -> None:
+    """layernorm_backward(): layernorm_bwd_kernel on a few blocks a multiprocessor (at most a block a row), its row
+    spread over backward_warps(D) warps, then sum_splits_kernel over the blocks' partial sums: dweight and dbias
+    (RMSNorm: dweight only); the new residual's gradient read only when given (DS_IN)."""
+    pytest.importorskip("torch")
+    from tkc.kernels import _checks
+    from tkc.kernels.layernorm_bwd import BLOCKS_PER_SM, backward_warps, layernorm_backward
+
+    cuda, launches = _fake_gpu(monkeypatch)
+    monkeypatch.setitem(_checks.MULTIPROCESSORS, 0, 132)
+    s, dy, w = cuda(3000, 4096), cuda(3000, 4096), cuda(4096)
+    ds, dw, db = layernorm_backward(s, dy, dy, w, 1e-5)
+    bwd, dw_sum, db_sum = launches
+    assert bwd[0].kernel == "layernorm_bwd_kernel" and bwd[1] == (BLOCKS_PER_SM * 132, 1, 1)
+    assert bwd[0].constants["WARPS"] == backward_warps(4096) == 16 and bwd[0].constants["DS_IN"] == 1
+    assert dw_sum[0].kernel == db_sum[0].kernel == "sum_splits_kernel" and dw_sum[1] == (1, 4, 1)
+    assert ds.shape == s.shape and dw.shape == db.shape == w.shape
+    ds, dw, db = layernorm_backward(cuda(5, 768), cuda(5, 768), None, cuda(768), 1e-6, rms=True)
+    bwd, dw_sum = launches[3:]
+    assert bwd[1] == (5, 1, 1) and bwd[0].constants["RMS"] == 1 and bwd[0].constants["DS_IN"] == 0 and db is None
+    assert bwd[0].constants["WARPS"] == backward_warps(768) == 4
+
+
 def test_norms_without_a_residual_and_rms(monkeypatch) -> None:
     """layernorm() without a residual and rmsnorm() launch layernorm_kernel with RESIDUAL=0 / RMS=1 (x, weight and
     out in the places of what the kernel does not touch) and return x as the new residual; the checked call (3-D)

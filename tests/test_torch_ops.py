@@ -165,7 +165,19 @@ def cpu_kernels(monkeypatch):
         y = torch.nn.functional.rms_norm(s, (s.shape[-1],), weight.float(), eps)
         return y.to(x.dtype), (x if residual is None else s.to(x.dtype))
 
+    def layernorm_backward_ref(s, grad_y, grad_s, weight, eps, rms=False, target=None):
+        """layernorm_bwd_kernel's formulas in float32: ds = rstd·(g - mean(g) - x̂·mean(g·x̂)) (+ grad_s)."""
+        s, dy, w = s.float(), grad_y.float(), weight.float()
+        centered = s if rms else s - s.mean(-1, keepdim=True)
+        rstd = torch.rsqrt((centered * centered).mean(-1, keepdim=True) + eps)
+        x_hat, g = centered * rstd, dy * w
+        ds = rstd * (g - (0 if rms else g.mean(-1, keepdim=True)) - x_hat * (g * x_hat).mean(-1, keepdim=True))
+        ds = ds + (0 if grad_s is None else grad_s.float())
+        return (ds.to(grad_y.dtype), (dy * x_hat).sum(0).to(weight.dtype),
+                None if rms else dy.sum(0).to(weight.dtype))
+
     monkeypatch.setattr(torch_ops, "_gemm", gemm_ref)
+    monkeypatch.setattr(torch_ops, "_layernorm_backward_kernels", layernorm_backward_ref)
     monkeypatch.setattr(torch_ops, "_attention", attention_ref)
     monkeypatch.setattr(torch_ops, "_attention_backward_kernels", attention_backward_ref)
     monkeypatch.setattr(torch_ops, "_layernorm", layernorm_ref)
@@ -231,11 +243,33 @@ def test_the_attention_op_called_directly_has_a_backward(cpu_kernels) -> None:
         assert torch.allclose(got.grad.float(), ref.grad, rtol=3e-2, atol=3e-2)
 
 
-def test_attention_lse_alone_and_layernorm_backward(cpu_kernels) -> None:
-    """A loss on the log-sum-exp alone (no gradient for the output) runs; layernorm's backward says there is none."""
+def test_attention_lse_alone(cpu_kernels) -> None:
+    """A loss on the log-sum-exp alone (no gradient for the output) runs."""
     q = torch.randn(1, 2, 64, 64).to(bf16).requires_grad_()
     attention(q, q, q, return_lse=True)[1].sum().backward()
     assert q.grad is not None and torch.isfinite(q.grad).all()
-    x, w = torch.randn(4, 64).to(bf16).requires_grad_(), torch.ones(64, dtype=bf16)
-    with pytest.raises(RuntimeError, match="backward through tkc.layernorm.default"):
-        layernorm(x, x, w, w)[0].float().sum().backward()
+
+
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("use_new_residual", [False, True])
+def test_norm_backward_formulas(cpu_kernels, rms: bool, residual: bool, use_new_residual: bool) -> None:
+    """layernorm() / rmsnorm() on inputs requiring grad: the op's backward (x, the residual, weight and bias; with a
+    loss on the new residual stream too, or none) matches autograd on torch's own norms in float32; 3-D inputs."""
+    from tkc.kernels import rmsnorm
+
+    x, r = (torch.randn(2, 5, 64).to(bf16).requires_grad_() for _ in range(2))
+    w, b = torch.randn(64).to(bf16).requires_grad_(), torch.randn(64).to(bf16).requires_grad_()
+    grad, grad_s = torch.randn(2, 5, 64), torch.randn(2, 5, 64)
+    y, s = rmsnorm(x, r if residual else None, w) if rms else layernorm(x, r if residual else None, w, b)
+    ((y.float() * grad).sum() + ((s.float() * grad_s).sum() if use_new_residual and residual else 0)).backward()
+    leaves = [t.detach().float().requires_grad_() for t in (x, r, w, b)]
+    s_ref = leaves[0] + leaves[1] if residual else leaves[0]
+    y_ref = (torch.nn.functional.rms_norm(s_ref, (64,), leaves[2], 1e-6) if rms
+             else torch.nn.functional.layer_norm(s_ref, (64,), leaves[2], leaves[3], 1e-5))
+    ((y_ref * grad).sum() + ((s_ref * grad_s).sum() if use_new_residual and residual else 0)).backward()
+    for got, ref in zip((x, r, w, b), leaves):
+        if ref.grad is None:
+            assert got.grad is None
+        else:
+            assert got.grad.shape == got.shape and torch.allclose(got.grad.float(), ref.grad, rtol=3e-2, atol=3e-2)

@@ -727,3 +727,30 @@ def test_decode_attention_simulated(d: int, target: str, nk: int) -> None:
     ref, ref_lse = attention_ref(q, k, v, scale=0.1, lse=True)
     assert rel_err(sim[2], interp[2]) < 1e-6 and rel_err(sim[2].reshape(q.shape), ref) < 1e-2
     assert np.abs(sim[3].reshape(ref_lse.shape) - ref_lse).max() < 1e-4
+
+
+@pytest.mark.parametrize("d, rms, target", [(64, 0, "sm_80"), (1024, 1, "sm_90a"), (2048, 0, "sm_80")])
+def test_layernorm_backward_simulated(d: int, rms: int, target: str) -> None:
+    """layernorm_bwd_kernel (each block over every 3rd row, the row sums through shared memory where a row spans
+    warps, the new residual's gradient added) and the column sums of its partial dweight / dbias: the simulated PTX
+    agrees with the interpreter, and with float64."""
+    from reference import layernorm_backward_ref
+
+    from tkc.kernels.gemm import sum_splits_kernel
+    from tkc.kernels.layernorm_bwd import backward_warps, layernorm_bwd_kernel
+
+    rng = np.random.default_rng(d + rms)
+    rows = 7
+    s, dy, grad_s = (random_bf16(rng, rows, d) for _ in range(3))
+    w = random_bf16(rng, d)
+    args = [s, dy, grad_s, w, poisoned(rows, d), poisoned(3, d, dtype=np.float32), poisoned(3, d, dtype=np.float32),
+            1e-5]
+    interp, sim = run_both(layernorm_bwd_kernel, args, (3,), {"D": d, "WARPS": backward_warps(d), "RMS": rms, "DS_IN": 1},
+                           target=target, order="shuffled")
+    ref = layernorm_backward_ref(s, dy, grad_s, w, 1e-5, rms=bool(rms))
+    assert rel_err(sim[4], interp[4]) < 1e-2 and rel_err(sim[4], ref[0]) < 1e-2
+    for index, total_ref in zip((5, 6)[:2 - rms], ref[1:]):
+        assert rel_err(sim[index], interp[index]) < 1e-5
+        _, summed = run_both(sum_splits_kernel, [sim[index].reshape(3, 1, d), poisoned(1, d)], (1, -(-d // 1024)),
+                             {"COLS": 256}, target=target)
+        assert rel_err(summed[1][0], total_ref) < 1e-2

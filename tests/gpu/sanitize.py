@@ -133,6 +133,10 @@ def main() -> None:
     layernorm(x, None, w, w)  # without the residual, and RMSNorm with and without it
     rmsnorm(x, x, w, target="sm_80")
     rmsnorm(x, None, w)
+    from tkc.kernels.layernorm_bwd import layernorm_backward  # 300 rows, each over 4 warps, dweight summed
+
+    layernorm_backward(x, x, x, w, 1e-5)
+    layernorm_backward(x, x, None, w, 1e-6, rms=True, target="sm_80")
     torch.cuda.synchronize()
     print("sanitize: all kernels ran")
 

@@ -200,6 +200,29 @@ def test_rmsnorm_and_norms_without_residual(shape: tuple[int, ...], target: str 
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("shape", [(4096, 1024), (3, 100, 768), (2000, 4096), (1, 8192), (50000, 64), (7, 2048)])
+def test_norm_backward(shape: tuple[int, ...], rms: bool, target: str | None) -> None:
+    """layernorm() / rmsnorm() on inputs requiring grad, a loss on the output and on the new residual: the
+    gradients of x, the residual, weight and bias (layernorm_bwd_kernel, then the column sums) against float32
+    autograd through torch's own norms."""
+    from tkc.kernels import rmsnorm
+
+    d = shape[-1]
+    x, r, w, b = (t.requires_grad_() for t in (randn(*shape), randn(*shape), randn(d), randn(d)))
+    grad, grad_s = randn(*shape), randn(*shape)
+    y, s = rmsnorm(x, r, w, target=target) if rms else layernorm(x, r, w, b, target=target)
+    got = torch.autograd.grad((y.float() * grad).sum() + (s.float() * grad_s).sum(), (x, r, w) if rms else (x, r, w, b))
+    leaves = [t.detach().float().requires_grad_() for t in (x, r, w, b)]
+    s_ref = leaves[0] + leaves[1]
+    y_ref = (torch.nn.functional.rms_norm(s_ref, (d,), leaves[2], 1e-6) if rms
+             else torch.nn.functional.layer_norm(s_ref, (d,), leaves[2], leaves[3], 1e-5))
+    refs = torch.autograd.grad((y_ref * grad.float()).sum() + (s_ref * grad_s.float()).sum(), leaves[:len(got)])
+    for name, g, ref in zip(("x", "residual", "weight", "bias"), got, refs):
+        assert g.shape == ref.shape and rel_err(g, ref) < 1e-2, f"d{name}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_f16_attention_and_layernorm(target: str | None) -> None:
     """f16 tensors through attention (causal and not, with the log-sum-exp; the common call twice; its backward)
     and layernorm: f16 outputs and gradients against float32 references."""

@@ -5,8 +5,8 @@ Under compilation, and where an input requires grad, the entry points (tkc.kerne
 call these ops instead of launching: the traced graph holds one opaque op per call, its output shapes from the fake
 implementations below, and the op runs the entry point eagerly. gemm has a backward (tkc GEMMs), attention_lse
 and attention too (tkc's attention backward kernels; attention() on inputs requiring grad goes through
-attention_lse, which keeps the log-sum-exp the backward needs); layernorm's backward is an error saying so (no
-silently missing gradients). Imported on first use (importing tkc.kernels does not import torch).
+attention_lse, which keeps the log-sum-exp the backward needs), layernorm too (layernorm_bwd_kernel, RMSNorm
+included: dx = dresidual, dweight, dbias). Imported on first use (importing tkc.kernels does not import torch).
 
     torch.ops.tkc.gemm(a, b, trans_b, target)                          -> c
     torch.ops.tkc.attention(q, k, v, causal, scale, target)            -> o
@@ -25,6 +25,7 @@ from tkc.kernels.attention_bwd import attention_backward as _attention_backward_
 from tkc.kernels.gemm import gemm as _gemm
 from tkc.kernels.layernorm import layernorm as _layernorm
 from tkc.kernels.layernorm import rmsnorm as _rmsnorm
+from tkc.kernels.layernorm_bwd import layernorm_backward as _layernorm_backward_kernels
 from tkc.kernels.scaled_mm import scaled_mm as _scaled_mm
 
 
@@ -133,6 +134,30 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tens
 def _(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
       eps: float = 1e-5, target: str | None = None, rms: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(x), (x.new_empty(0) if residual is None else torch.empty_like(x))
+
+
+def _layernorm_setup(ctx, inputs, output) -> None:
+    """The normalized input s (the new residual, or x itself without a residual) and the weight saved."""
+    x, residual, weight, bias, eps, target, rms = inputs
+    ctx.save_for_backward(x if residual is None else output[1], weight)
+    ctx.eps, ctx.target, ctx.rms, ctx.residual = eps, target, rms, residual is not None
+    ctx.set_materialize_grads(False)  # an unused output's gradient stays None (no zeros to read)
+
+
+def _layernorm_backward(ctx, grad_y: torch.Tensor | None, grad_s: torch.Tensor | None):
+    """dx (= dresidual), dweight, dbias by layernorm_bwd_kernel and two column sums (tkc/kernels/layernorm_bwd.py),
+    on rows: (..., D) made (rows, D)."""
+    s, weight = ctx.saved_tensors
+    d = s.shape[-1]
+    rows = s.contiguous().view(-1, d)
+    grad_y = torch.zeros_like(rows) if grad_y is None else grad_y.contiguous().view(-1, d)
+    grad_s = grad_s.contiguous().view(-1, d) if grad_s is not None and ctx.residual else None
+    ds, dw, db = _layernorm_backward_kernels(rows, grad_y, grad_s, weight, ctx.eps, ctx.rms, ctx.target)
+    ds = ds.view(s.shape)
+    return ds, (ds if ctx.residual else None), dw, db, None, None, None
+
+
+layernorm.register_autograd(_layernorm_backward, setup_context=_layernorm_setup)
 
 
 @torch.library.custom_op("tkc::scaled_mm", mutates_args=())

@@ -1,0 +1,108 @@
+"""LayerNorm's and RMSNorm's backward (of layernorm() / rmsnorm(), residual fused): with s the normalized input
+(x + residual, or x), x̂ = (s - mean(s))·rstd (RMSNorm: s·rstd) and g = dy·w,
+
+    ds = rstd·(g - mean(g) - x̂·mean(g·x̂))   (RMSNorm: rstd·(g - x̂·mean(g·x̂))),  plus the new residual's gradient
+    dw = Σ_rows dy·x̂,  db = Σ_rows dy
+
+and dx = dresidual = ds. The mean and rstd are recomputed from s (the forward keeps nothing but s itself)."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import tkc
+from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
+from tkc.kernels._checks import dtype_constant, multiprocessors
+from tkc.kernels.gemm import sum_splits_kernel
+from tkc.kernels.layernorm import row_total
+from tkc.lang import *  # noqa: F403
+
+if TYPE_CHECKING:
+    import torch
+
+
+@tkc.kernel(warps="WARPS", min_target="sm_80")
+def layernorm_bwd_kernel(S: gl["DT", 2], dY: gl["DT", 2], dS: gl["DT", 2], Weight: gl["DT", 1], dX: gl["DT", 2],
+                         dWParts: gl[f32, 2], dBParts: gl[f32, 2], eps: float, D: const = 1024, WARPS: const = 1,
+                         DT: const = bf16, RMS: const = 0, DS_IN: const = 0):
+    """Rows of length D: S the forward's normalized input, dY the output's gradient, dS (with DS_IN) the new
+    residual's; writes ds into dX and each block's partial sums of dy·x̂ and dy (RMS: dy·x̂ only) into row b of
+    dWParts and dBParts (blocks, D), which sum_splits_kernel then adds up.
+
+    Grid: (blocks,): block b takes rows b, b + blocks, ... (as many blocks as the GPU holds: each keeps its partial
+    sums in registers over its rows). A row is spread over the WARPS warps, D / WARPS columns each; the row sums
+    are block-wide through shared memory, as in layernorm_kernel.
+    """
+    static_assert(D % (16 * WARPS) == 0, f"D ({D}) must be a multiple of 16 · WARPS ({16 * WARPS})")
+    COLS = D // WARPS
+    part = warp_id()                                             # this warp's columns, in units of COLS
+    scratch = empty(sv[f32, 16 * WARPS])
+    dw, db = zeros(rv[f32, COLS]), zeros(rv[f32, COLS])
+    for row in range(block_idx()[0], S.shape[0], num_blocks()[0]):
+        s = load(S, (row, part), rv[f32, COLS])
+        centered = s if RMS else s - row_total(sum(s), scratch, WARPS) / D
+        rstd = rsqrt(row_total(sum(centered * centered), scratch, WARPS) / D + eps)
+        x_hat = centered * rstd
+        dy = load(dY, (row, part), rv[f32, COLS])
+        g = dy * load(Weight, (part,), rv[f32, COLS])
+        dw = dw + dy * x_hat
+        if not RMS:
+            db = db + dy
+        mean_gx = row_total(sum(g * x_hat), scratch, WARPS) / D
+        if RMS:
+            ds = (g - x_hat * mean_gx) * rstd
+        else:
+            ds = (g - row_total(sum(g), scratch, WARPS) / D - x_hat * mean_gx) * rstd
+        if DS_IN:
+            ds = ds + load(dS, (row, part), rv[f32, COLS])
+        store(dX, ds, (row, part))
+    store(dWParts, dw, (block_idx()[0], part))
+    if not RMS:
+        store(dBParts, db, (block_idx()[0], part))
+
+
+BLOCKS_PER_SM = 4  # the backward's grid: blocks a multiprocessor (each sums dy·x̂ and dy over its rows; not timed)
+
+
+def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tensor | None, weight: torch.Tensor,
+                       eps: float, rms: bool = False,
+                       target: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(ds, dw, db) of y = layernorm(s)·w + b (rms: rmsnorm(s)·w, db None) for (rows, D) tensors of one dtype: s the
+    normalized input, grad_y y's gradient, grad_s (or None) that of s where s is also an output (the new residual
+    stream): ds adds it. ds is both x's and the residual's gradient. Called by autograd through
+    torch.ops.tkc.layernorm (tkc/kernels/torch_ops.py) on the tensors it saved and checked."""
+    import torch
+
+    rows, d = s.shape
+    spec = _specialized(d, s.dtype, rms, grad_s is not None, target)
+    blocks = max(1, min(rows, BLOCKS_PER_SM * multiprocessors(s.get_device())))
+    ds = torch.empty_like(s)
+    dw_parts = torch.empty((blocks, d), dtype=torch.float32, device=s.device)
+    db_parts = dw_parts if rms else torch.empty_like(dw_parts)
+    spec[(blocks,)](s, grad_y, s if grad_s is None else grad_s, weight, ds, dw_parts, db_parts, eps)
+    dw = torch.empty_like(weight)
+    db = None if rms else torch.empty_like(weight)
+    dt = dtype_constant(s.dtype)
+    for parts, total in ((dw_parts, dw), (db_parts, db)):
+        if total is not None:
+            sum_splits_kernel[(1, ceil_div(d, 4 * 256))](parts.view(blocks, 1, d), total.view(1, d), COLS=256, **dt,
+                                                          target="sm_80")
+    return ds, dw, db
+
+
+@functools.lru_cache(maxsize=256)
+def _specialized(d: int, dtype: Any, rms: bool, ds_in: bool, target: str | None) -> Any:
+    """layernorm_bwd_kernel for rows of d columns, made once."""
+    return layernorm_bwd_kernel.specialize(D=d, WARPS=backward_warps(d), RMS=int(rms), DS_IN=int(ds_in),
+                                           target=target, **dtype_constant(dtype))
+
+
+def backward_warps(d: int) -> int:
+    """Warps a row for the backward: up to 16, until a warp's share is at most 256 columns. It holds more of a row
+    than the forward (s, dy, the weight, ds, and the partial sums of dy·x̂ and dy): the forward's warps (up to 1024
+    columns each) take 225-255 registers a thread from D = 4096 (ptxas), 256 columns 48-63."""
+    warps = 1
+    while warps < 16 and d // warps > 256 and d % (32 * warps) == 0:
+        warps *= 2
+    return warps
