@@ -723,7 +723,7 @@ def test_decode_attention_simulated(d: int, target: str, nk: int) -> None:
     flat = batch * heads * nq
     args = [sim[3].reshape(parts, flat, d), sim[4].reshape(parts, flat), poisoned(flat, d),
             poisoned(flat, dtype=np.float32)]
-    interp, sim = run_both(attention_decode_combine, args, (1,), {"D": d, "LSE": 1}, target=target)
+    interp, sim = run_both(attention_decode_combine, args, (-(-flat // 16),), {"D": d, "LSE": 1}, target=target)
     ref, ref_lse = attention_ref(q, k, v, scale=0.1, lse=True)
     assert rel_err(sim[2], interp[2]) < 1e-6 and rel_err(sim[2].reshape(q.shape), ref) < 1e-2
     assert np.abs(sim[3].reshape(ref_lse.shape) - ref_lse).max() < 1e-4

@@ -78,19 +78,27 @@ def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT",
                              D: const = 128, LSE: const = 0, DT: const = bf16):
     """The parts' outputs weighed by their log-sum-exps: O = Σ_p exp(lse_p - lse)·OParts[p], with
     lse = ln Σ_p exp(lse_p) (into L with LSE), over (P, rows, D) and (P, rows) (attention_decode's buffers, flat)
-    into (rows, D). Grid: (cdiv(rows, 64),); each warp 16 rows, one part after the other (a running maximum)."""
-    tile = block_idx()[0] * 4 + warp_id()
-    top, total = load(LParts, (0, tile), rv[f32, 16]), ones(rv[f32, 16])
-    acc = load(OParts, (0, tile, 0), rt[f32, 16, D])
-    for part in range(1, LParts.shape[0]):
-        lse = load(LParts, (part, tile), rv[f32, 16])
+    into (rows, D). Grid: (cdiv(rows, 16),); warp w takes columns w·D/4 .. (w+1)·D/4 - 1 of the block's 16 rows,
+    one part after the other (a running maximum), with the next four parts' loads in flight (a part a round trip
+    would make the parts' loop as long as attention_decode; past the last part the loads read zeros, unused)."""
+    tile, cols = block_idx()[0], warp_id()
+    top, total, acc = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
+    o0, l0 = load(OParts, (0, tile, cols), rt[f32, 16, D // 4]), load(LParts, (0, tile), rv[f32, 16])
+    o1, l1 = load(OParts, (1, tile, cols), rt[f32, 16, D // 4]), load(LParts, (1, tile), rv[f32, 16])
+    o2, l2 = load(OParts, (2, tile, cols), rt[f32, 16, D // 4]), load(LParts, (2, tile), rv[f32, 16])
+    o3, l3 = load(OParts, (3, tile, cols), rt[f32, 16, D // 4]), load(LParts, (3, tile), rv[f32, 16])
+    for part in range(LParts.shape[0]):
+        o, lse = o0, l0
+        o0, o1, o2, l0, l1, l2 = o1, o2, o3, l1, l2, l3
+        o3, l3 = load(OParts, (part + 4, tile, cols), rt[f32, 16, D // 4]), load(LParts, (part + 4, tile), rv[f32, 16])
         new_top = max(top, lse)
-        old, new = exp(top - new_top), exp(lse - new_top)
-        acc = mul_row(acc, old) + mul_row(load(OParts, (part, tile, 0), rt[f32, 16, D]), new)
+        old, new = exp(top - new_top), exp(lse - new_top)   # the first part: old = exp(-inf) = 0
+        acc = mul_row(acc, old) + mul_row(o, new)
         total, top = total * old + new, new_top
-    store(O, div_row(acc, total).to(DT), (tile, 0))
+    store(O, div_row(acc, total).to(DT), (tile, cols))
     if LSE:
-        store(L, top + log(total), (tile,))
+        if warp_id() == 0:
+            store(L, top + log(total), (tile,))
 
 
 # (KEYS, STAGES) per head dim: a step is 4·KEYS keys (32 KB of K and V at either D), STAGES - 1 steps in flight
@@ -134,7 +142,7 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     decode[(parts * ceil_div(rows, 16), kv_heads, batch)](q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts,
                                                           scale, steps)
     flat = batch * heads * nq
-    combine[(ceil_div(flat, 64),)](o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d),
+    combine[(ceil_div(flat, 16),)](o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d),
                                    l_parts.view(-1) if lse is None else lse.view(flat))
 
 
