@@ -130,6 +130,16 @@ def graph_time_ms(fn: Callable[[], Any], launches: int = 30, replays: int = 5) -
     return statistics.median(times)
 
 
+def copy_bandwidth(rounds: int, launches: int) -> float:
+    """GB/s (read + write) of a 1 GiB device-to-device copy, timed as the implementations are (the layernorm
+    benchmarks' yardstick); printed too."""
+    big = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
+    big2 = torch.empty_like(big)
+    copy_gbs = 2 * big.numel() / compare({"copy": lambda: big2.copy_(big)}, rounds, launches)["copy"] / 1e6
+    print(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + write)")
+    return copy_gbs
+
+
 def layernorm_setup(m: int, d: int) -> Any:
     """What the layernorm probes time against at m×d: `copy_gbs` (a 1 GiB copy's GB/s), inputs x, r, w, b, outputs
     o, ro, a same-size copy's `src` and `dst`, the float32 reference `ref` and the bytes a call moves."""

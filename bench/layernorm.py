@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_timing_options, compare, environment, graph_time_ms, record, rel_err, table, triton_peer  # noqa: E402
+from common import add_timing_options, compare, copy_bandwidth, environment, graph_time_ms, record, rel_err, table, triton_peer  # noqa: E402
 
 import tkc.kernels  # noqa: E402
 
@@ -42,12 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     triton_kernels = triton_peer()
     env = environment()
-    big = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
-    big2 = torch.empty_like(big)
-    copy_ms = compare({"copy": lambda: big2.copy_(big)}, args.rounds, args.launches)["copy"]
-    copy_gbs = 2 * big.numel() / copy_ms / 1e6
-    del big, big2
-    print(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + write)")
+    copy_gbs = copy_bandwidth(args.rounds, args.launches)
     rows = []
     for shape in args.shapes:
         m, d = map(int, shape.split("x"))

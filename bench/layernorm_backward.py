@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_timing_options, compare, environment, graph_time_ms, record, rel_err, table  # noqa: E402
+from common import add_timing_options, compare, copy_bandwidth, environment, graph_time_ms, record, rel_err, table  # noqa: E402
 
 from tkc.kernels.layernorm_bwd import layernorm_backward  # noqa: E402
 
@@ -39,11 +39,7 @@ def main() -> None:
     add_timing_options(parser)
     args = parser.parse_args()
     env = environment()
-    big = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
-    big2 = torch.empty_like(big)
-    copy_gbs = 2 * big.numel() / compare({"copy": lambda: big2.copy_(big)}, args.rounds, args.launches)["copy"] / 1e6
-    del big, big2
-    print(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + write)")
+    copy_gbs = copy_bandwidth(args.rounds, args.launches)
     rows = []
     for shape in args.shapes:
         m, d = map(int, shape.split("x"))

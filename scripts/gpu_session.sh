@@ -8,6 +8,18 @@
 #        norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
+# The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
+# function $3 (their logs $OUT/$1-<tool>.log), each tool for at most $4 seconds.
+tests_and_sanitizers() {
+    timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "$2" > "$OUT/$1-tests.log" 2>&1
+    grep -E "^FAILED|Error" "$OUT/$1-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/$1-tests.log")"
+    for tool in memcheck racecheck synccheck; do
+        timeout "$4" compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 -c \
+            "import sys; sys.path.insert(0, 'tests/gpu'); import sanitize, torch; sanitize.$3(); torch.cuda.synchronize()" \
+            > "$OUT/$1-$tool.log" 2>&1
+        echo "compute-sanitizer $tool: exit $?, $(grep -c '========= ' "$OUT/$1-$tool.log") report lines"
+    done
+}
 for step in ${*:-tests probe bench sanitize}; do
     case $step in
     tests)
@@ -57,41 +69,20 @@ for step in ${*:-tests probe bench sanitize}; do
             grep -E "^M=|gemm\(\)" "$OUT/skinny-check-$tb.log" | paste - - | sed -e 's/  */ /g'
         done ;;
     few-rows-clusters)  # the one-launch few-rows GEMMs (distributed shared memory): GPU tests, sanitizers, timings
-        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "in_clusters" > "$OUT/frc-tests.log" 2>&1
-        grep -E "^FAILED|Error" "$OUT/frc-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/frc-tests.log")"
-        for tool in memcheck racecheck synccheck; do  # tests/gpu/sanitize.py runs them too, among all kernels
-            timeout 90 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 -c \
-                "import sys; sys.path.insert(0, 'tests/gpu'); import sanitize, torch; sanitize.few_rows_in_clusters(); torch.cuda.synchronize()" \
-                > "$OUT/frc-$tool.log" 2>&1
-            echo "compute-sanitizer $tool: exit $?, $(grep -c '========= ' "$OUT/frc-$tool.log") report lines"
-        done
+        tests_and_sanitizers frc in_clusters few_rows_in_clusters 90
         for tb in 1 0; do  # cuBLAS, gemm() (two kernels) and the one-launch candidates, event-timed and in a graph
             timeout 150 python3 bench/probe_skinny.py --trans-b $tb --m 1 16 32 64 --nk 4096 8192 \
                 --only '^FR(C|32|C32|C64)? W8 BK=128 (5|4)st' > "$OUT/frc-skinny-$tb.log" 2>&1
             grep -E "^M=|gemm\(\)|FRC|5st x" "$OUT/frc-skinny-$tb.log" | sed -e 's/  */ /g' | head -60
         done ;;
     gqa)  # grouped-query attention: GPU tests, sanitizers, forward and backward beside SDPA (enable_gqa), H 32, H_kv 8
-        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "grouped" > "$OUT/gqa-tests.log" 2>&1
-        grep -E "^FAILED|Error" "$OUT/gqa-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/gqa-tests.log")"
-        for tool in memcheck racecheck synccheck; do
-            timeout 120 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 -c \
-                "import sys; sys.path.insert(0, 'tests/gpu'); import sanitize, torch; sanitize.grouped_query_attention(); torch.cuda.synchronize()" \
-                > "$OUT/gqa-$tool.log" 2>&1
-            echo "compute-sanitizer $tool: exit $?, $(grep -c '========= ' "$OUT/gqa-$tool.log") report lines"
-        done
+        tests_and_sanitizers gqa grouped grouped_query_attention 120
         timeout 300 python3 bench/attention.py --heads 32 --kv-heads 8 --seqlens 1024 4096 16384 --rounds 3 \
             > "$OUT/bench-attention-gqa.log" 2>&1; tail -12 "$OUT/bench-attention-gqa.log"
         timeout 200 python3 bench/attention_backward.py --heads 32 --kv-heads 8 --seqlens 4096 \
             > "$OUT/bench-attention-backward-gqa.log" 2>&1; tail -8 "$OUT/bench-attention-backward-gqa.log" ;;
     decode)  # decoding (a query or a few a head over a KV cache): GPU tests, sanitizers, attention_decode vs attention_sm90 vs SDPA
-        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "decode" > "$OUT/decode-tests.log" 2>&1
-        grep -E "^FAILED|Error" "$OUT/decode-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/decode-tests.log")"
-        for tool in memcheck racecheck synccheck; do
-            timeout 90 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 -c \
-                "import sys; sys.path.insert(0, 'tests/gpu'); import sanitize, torch; sanitize.decode_attention(); torch.cuda.synchronize()" \
-                > "$OUT/decode-$tool.log" 2>&1
-            echo "compute-sanitizer $tool: exit $?, $(grep -c '========= ' "$OUT/decode-$tool.log") report lines"
-        done
+        tests_and_sanitizers decode decode decode_attention 90
         timeout 300 python3 bench/probe_decode.py ${PROBE_ARGS:-} > "$OUT/decode.log" 2>&1; grep -v Warning "$OUT/decode.log" | tail -60 ;;
     norm-backward)  # layernorm's / rmsnorm's backward: GPU tests, then bench/layernorm_backward.py (and --rms)
         timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "norm_backward" > "$OUT/norm-backward-tests.log" 2>&1
