@@ -32,8 +32,10 @@ VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "4 blocks an SM": {"BLOCKS_PER_S
 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):
+    plans: dict = {}  # its own common-call plans: attention_sm90's (made with the flag off) must not serve the other
+
     def run() -> torch.Tensor:
-        attention_module.DECODE_ON_HOPPER = decode
+        attention_module.DECODE_ON_HOPPER, attention_module._PLANS = decode, plans
         saved = {name: getattr(decode_module, name) for name in settings or {}}
         for name, value in (settings or {}).items():
             setattr(decode_module, name, value)

@@ -492,7 +492,9 @@ def test_decode_attention(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, t
     """A few queries over many keys (attention_decode: the keys split into parts over the GPU, then the parts
     weighed by their log-sum-exps), on the Hopper path too (DECODE_ON_HOPPER on): out and its log-sum-exp against
     SDPA / logsumexp in float32."""
-    monkeypatch.setattr(importlib.import_module("tkc.kernels.attention"), "DECODE_ON_HOPPER", True)
+    attention_module = importlib.import_module("tkc.kernels.attention")  # (tkc.kernels.attention: the function)
+    monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
+    monkeypatch.setattr(attention_module, "_PLANS", {})  # no attention_sm90 plan made with the flag off
     q, k, v = randn(b, h, nq, d), randn(b, h_kv, nk, d), randn(b, h_kv, nk, d)
     out, lse = attention(q, k, v, out=poisoned_like((b, h, nq, d)), return_lse=True, scale=0.1, target=target)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.1,
