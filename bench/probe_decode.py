@@ -18,7 +18,7 @@ from tkc.kernels import attention  # noqa: E402
 attention_module = importlib.import_module("tkc.kernels.attention")  # the module (tkc.kernels.attention is the function)
 decode_module = importlib.import_module("tkc.kernels.attention_decode")
 
-SHAPES = ["1,32,8,1,4096", "1,32,8,1,32768", "8,32,8,1,8192", "64,32,8,1,2048", "1,32,32,1,8192", "16,64,8,4,4096",
+SHAPES = ["1,32,8,1,4096", "1,32,8,1,32768", "8,32,8,1,8192", "64,32,8,1,2048", "1,32,32,1,8192", "16,32,8,4,4096",
           "1,64,8,1,131072"]
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION,
             "mem-efficient": SDPBackend.EFFICIENT_ATTENTION}

@@ -238,9 +238,9 @@ FALLBACK = (16, 64, 0)
 # parts are exchanged once a tile (LATE_SUMS; RESULTS "attention probe — 2026-12-04": +1-2.5% at N = 1024 and 4096,
 # D = 64 and 128, causal and not).
 LONG_KEYS = 4096
-# A few query rows a K/V head (GROUP·Nq ≤ MAX_ROWS, not causal: decoding) on Hopper by attention_decode (the keys
-# split over the GPU, tkc/kernels/attention_decode.py) rather than attention_sm90 (a block per head, most of its
-# 128-row tile empty). Off until run and timed on the H200 (correct in the interpreter and the simulator; the
+# A few query rows a K/V head (GROUP·Nq ≤ 16: one tile; not causal: decoding) on Hopper by attention_decode (the
+# keys split over the GPU, tkc/kernels/attention_decode.py) rather than attention_sm90 (a block per head, most of its
+# 128-row tile empty; with more rows its blocks read K and V once where attention_decode's row tiles read them each). Off until run and timed on the H200 (correct in the interpreter and the simulator; the
 # sm_80 path takes it already where attention_fwd refuses the lengths).
 DECODE_ON_HOPPER = False
 
@@ -373,8 +373,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     On Hopper (or with target="sm_90a"): attention_sm90, any Nq, Nk ≥ 1; the last dimension contiguous and the
     other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"): attention_fwd, Nq and Nk multiples of
     64, causal with Nq = Nk; or, for a few queries (decoding: Nq · H / H_kv ≤ MAX_ROWS, not causal, q contiguous),
-    any Nk, by attention_decode (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER). With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32
-    (B, H, Nq): (out, lse). On inputs requiring grad, autograd's backward runs tkc's backward kernels
+    any Nk, by attention_decode (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to 16 rows).
+    With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq): (out, lse). On inputs requiring grad, autograd's backward runs tkc's backward kernels
     (tkc/kernels/attention_bwd.py: causal with Nq = Nk)."""
     import torch
 
@@ -439,7 +439,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                      f"and the other strides multiples of 8 elements (16 bytes), got strides {tuple(t.stride())}")
         if batch * heads * nq == 0:
             return (out, lse) if return_lse else out
-        if DECODE_ON_HOPPER and takes_decode(heads // k.shape[1] * nq, causal, q, out):
+        rows = heads // k.shape[1] * nq  # a K/V head's
+        if DECODE_ON_HOPPER and rows <= 16 and takes_decode(rows, causal, q, out):
             attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target)
             return (out, lse) if return_lse else out
         if lse is None:
