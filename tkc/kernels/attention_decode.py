@@ -17,7 +17,8 @@ from tkc.lang import *  # noqa: F403
 if TYPE_CHECKING:
     import torch
 
-MASKED = -1e30  # a key past Nk: finite, so that a warp that sees only such keys has m = MASKED, not -inf - -inf
+FLOOR = -1e30  # the running maximum a row's probabilities are taken against, at least: a warp whose keys all lie
+# past Nk (score -inf) has m = -inf, and exp2(-inf - -inf) would be NaN
 
 
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
@@ -32,8 +33,10 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
 
     Every warp holds the 16 query rows and takes KEYS of each step's keys (the block loads them into shared memory
     together), keeping its own running maximum m, sum l and output o; at the end the four warps' results meet in
-    shared memory and each warp weighs a quarter of the columns. Keys past Nk score MASKED: a warp whose keys all
-    lie past Nk ends with a log-sum-exp near MASKED·scale, which weighs nothing beside a real key's.
+    shared memory and each warp weighs a quarter of the columns. Keys past Nk score -inf: a warp whose keys all
+    lie past Nk ends with l = 0, o = 0 and a log-sum-exp of -inf, which weighs nothing. (A finite score for them,
+    -1e30, failed on the GPU: ptxas contracts s·c - m·c into an fma, whose difference of two ~1e29 products is not
+    0 but ~±1e22, and exp2 of it inf; the simulator, rounding each product, agreed with the interpreter.)
     """
     static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
     static_assert(KEYS in (16, 32, 64), f"KEYS (keys per warp and step) must be 16, 32 or 64, got {KEYS}")
@@ -48,16 +51,16 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
     for j in range(first, min(first + steps, cdiv(K.shape[2], 4 * KEYS))):
         k_s, v_s = load(K, (b, h, j, 0), st[DT, 4 * KEYS, D]), load(V, (b, h, j, 0), st[DT, 4 * KEYS, D])
         s = mma_ABt(q, load(k_s, (warp_id(), 0), rt[DT, KEYS, D]), zeros(rt[f32, 16, KEYS]))
-        s = keep_cols(s, K.shape[2] - (4 * j + warp_id()) * KEYS, MASKED)
+        s = keep_cols(s, K.shape[2] - (4 * j + warp_id()) * KEYS)
         m_new = max(m, row_max(s))
         if max(m_new - m) * scale_log2 > RESCALE_LOG2:          # as attention_fwd: rescale only on a large rise
-            correction = exp2((m - m_new) * scale_log2)
+            correction = exp2((m - m_new) * scale_log2)         # (no keys yet: -inf - -inf, NaN, not > RESCALE)
             l, o, m = l * correction, mul_row(o, correction), m_new
-        p = exp2(sub_row(s * scale_log2, m * scale_log2))
+        p = exp2(sub_row(s * scale_log2, max(m, FLOOR) * scale_log2))
         l = l + row_sum(p)
         o = mma_AB(p.to(DT), load(v_s, (warp_id(), 0), rt[DT, KEYS, D]), o)
     # The four warps' (o / l, log-sum-exp) through shared memory; warp w weighs columns w·D/4 .. (w+1)·D/4 - 1.
-    outs = store(empty(st[f32, D, 64]), transpose(div_row(o, l)), (0, warp_id()))
+    outs = store(empty(st[f32, D, 64]), transpose(div_row(o, max(l, 1e-30))), (0, warp_id()))  # l = 0: o = 0
     lses = store(empty(sv[f32, 64]), m * scale + log(l), (warp_id(),))
     top = load(lses, (0,), rv[f32, 16])
     for w in range(1, 4):
