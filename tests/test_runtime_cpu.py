@@ -484,8 +484,9 @@ def test_decode_attention_launches(monkeypatch) -> None:
 
 def test_layernorm_backward_launches(monkeypatch) -> None:
     """layernorm_backward(): layernorm_bwd_kernel on a few blocks a multiprocessor (at most a block a row), its row
-    spread over backward_warps(D) warps, then sum_splits_kernel over the blocks' partial sums: dweight and dbias
-    (RMSNorm: dweight only); the new residual's gradient read only when given (DS_IN)."""
+    spread over backward_warps(D) warps, then column_sums_kernel over the blocks' partial sums, dweight's and
+    dbias's columns side by side (RMSNorm: dweight's alone), in two levels; the new residual's gradient read only
+    when given (DS_IN)."""
     pytest.importorskip("torch")
     from tkc.kernels import _checks
     from tkc.kernels.layernorm_bwd import BLOCKS_PER_SM, backward_warps, layernorm_backward
@@ -497,11 +498,14 @@ def test_layernorm_backward_launches(monkeypatch) -> None:
     bwd, dw_sum, db_sum = launches
     assert bwd[0].kernel == "layernorm_bwd_kernel" and bwd[1] == (BLOCKS_PER_SM * 132, 1, 1)
     assert bwd[0].constants["WARPS"] == backward_warps(4096) == 16 and bwd[0].constants["DS_IN"] == 1
-    assert dw_sum[0].kernel == db_sum[0].kernel == "sum_splits_kernel" and dw_sum[1] == (1, 4, 1)
+    # 2 · 4096 columns, 128 a block: the 528 partial rows into 32 groups, then one
+    assert dw_sum[0].kernel == db_sum[0].kernel == "column_sums_kernel" and (dw_sum[1], db_sum[1]) == ((64, 32, 1),
+                                                                                                        (64, 1, 1))
     assert ds.shape == s.shape and dw.shape == db.shape == w.shape
     ds, dw, db = layernorm_backward(cuda(5, 768), cuda(5, 768), None, cuda(768), 1e-6, rms=True)
-    bwd, dw_sum = launches[3:]
+    bwd, dw_groups, dw_sum = launches[3:]
     assert bwd[1] == (5, 1, 1) and bwd[0].constants["RMS"] == 1 and bwd[0].constants["DS_IN"] == 0 and db is None
+    assert (dw_groups[1], dw_sum[1]) == ((6, 5, 1), (6, 1, 1)) and dw.shape == (768,)
     assert bwd[0].constants["WARPS"] == backward_warps(768) == 4
 
 

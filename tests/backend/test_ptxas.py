@@ -14,7 +14,7 @@ import re
 from tkc.backend.ptxas import assemble, disassemble, find_nvdisasm, find_ptxas
 from tkc.compiler import compile_kernels
 from tkc.frontend.kernel import Kernel
-from tkc.lang import fp8e4m3
+from tkc.lang import bf16, fp8e4m3
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_FILES = sorted((ROOT / "tkc" / "kernels").glob("[!_]*.py")) + sorted((ROOT / "tests" / "kernels").glob("[!_]*.py"))
@@ -32,6 +32,7 @@ VARIANTS = {
     # layernorm_backward's warps a row (backward_warps)
     "layernorm_bwd_kernel": [{"D": 768, "WARPS": 4}, {"D": 1024, "WARPS": 4, "DS_IN": 1},
                              {"D": 4096, "WARPS": 16, "RMS": 1, "DS_IN": 1}, {"D": 8192, "WARPS": 16, "DS_IN": 1}],
+    "column_sums_kernel": [{}, {"DT": bf16}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
     "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}, {"WARPS": 8, "BK": 64},
                          {"TRANS_B": 1, "WARPS": 8, "BK": 64, "STAGES": 3, "CLUSTER": 4, "CLUSTER_N": 2, "PRODUCER": 1}],

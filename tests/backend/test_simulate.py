@@ -731,13 +731,13 @@ def test_decode_attention_simulated(d: int, target: str, nk: int) -> None:
 
 @pytest.mark.parametrize("d, rms, target", [(64, 0, "sm_80"), (1024, 1, "sm_90a"), (2048, 0, "sm_80")])
 def test_layernorm_backward_simulated(d: int, rms: int, target: str) -> None:
-    """layernorm_bwd_kernel (each block over every 3rd row, the row sums through shared memory where a row spans
-    warps, the new residual's gradient added) and the column sums of its partial dweight / dbias: the simulated PTX
-    agrees with the interpreter, and with float64."""
+    """layernorm_bwd_kernel (each block over every 3rd row with the next row's loads ahead, the row sums through
+    shared memory where a row spans warps, the new residual's gradient added) and column_sums_kernel's two levels
+    over its partial dweight / dbias: the simulated PTX agrees with the interpreter, and with float64."""
     from reference import layernorm_backward_ref
 
-    from tkc.kernels.gemm import sum_splits_kernel
-    from tkc.kernels.layernorm_bwd import backward_warps, layernorm_bwd_kernel
+    from tkc.kernels.layernorm_bwd import backward_warps, column_sums_kernel, layernorm_bwd_kernel
+    from tkc.lang import bf16
 
     rng = np.random.default_rng(d + rms)
     rows = 7
@@ -745,12 +745,14 @@ def test_layernorm_backward_simulated(d: int, rms: int, target: str) -> None:
     w = random_bf16(rng, d)
     args = [s, dy, grad_s, w, poisoned(rows, d), poisoned(3, d, dtype=np.float32), poisoned(3, d, dtype=np.float32),
             1e-5]
-    interp, sim = run_both(layernorm_bwd_kernel, args, (3,), {"D": d, "WARPS": backward_warps(d), "RMS": rms, "DS_IN": 1},
-                           target=target, order="shuffled")
+    interp, sim = run_both(layernorm_bwd_kernel, args, (3,), {"D": d, "WARPS": backward_warps(d), "RMS": rms,
+                                                              "DS_IN": 1}, target=target, order="shuffled")
     ref = layernorm_backward_ref(s, dy, grad_s, w, 1e-5, rms=bool(rms))
     assert rel_err(sim[4], interp[4]) < 1e-2 and rel_err(sim[4], ref[0]) < 1e-2
     for index, total_ref in zip((5, 6)[:2 - rms], ref[1:]):
         assert rel_err(sim[index], interp[index]) < 1e-5
-        _, summed = run_both(sum_splits_kernel, [sim[index].reshape(3, 1, d), poisoned(1, d)], (1, -(-d // 1024)),
-                             {"COLS": 256}, target=target)
+        _, partial = run_both(column_sums_kernel, [sim[index], poisoned(2, d, dtype=np.float32)], (-(-d // 128), 2),
+                              target=target)
+        _, summed = run_both(column_sums_kernel, [partial[1], poisoned(1, d)], (-(-d // 128), 1), {"DT": bf16},
+                             target=target)
         assert rel_err(summed[1][0], total_ref) < 1e-2

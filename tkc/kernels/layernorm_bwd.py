@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import dtype_constant, multiprocessors
-from tkc.kernels.gemm import sum_splits_kernel
 from tkc.kernels.layernorm import row_total
 from tkc.lang import *  # noqa: F403
 
@@ -28,23 +27,26 @@ def layernorm_bwd_kernel(S: gl["DT", 2], dY: gl["DT", 2], dS: gl["DT", 2], Weigh
                          DT: const = bf16, RMS: const = 0, DS_IN: const = 0):
     """Rows of length D: S the forward's normalized input, dY the output's gradient, dS (with DS_IN) the new
     residual's; writes ds into dX and each block's partial sums of dy·x̂ and dy (RMS: dy·x̂ only) into row b of
-    dWParts and dBParts (blocks, D), which sum_splits_kernel then adds up.
+    dWParts and dBParts (blocks, D), which column_sums_kernel then adds up.
 
-    Grid: (blocks,): block b takes rows b, b + blocks, ... (as many blocks as the GPU holds: each keeps its partial
-    sums in registers over its rows). A row is spread over the WARPS warps, D / WARPS columns each; the row sums
-    are block-wide through shared memory, as in layernorm_kernel.
+    Grid: (blocks,): block b takes rows b, b + blocks, ... (a few blocks a multiprocessor, each keeping its partial
+    sums in registers over its rows), reading the next row's s and dy while it reduces this one (past the last row
+    they read zeros, unused). A row is spread over the WARPS warps, D / WARPS columns each; the row sums are
+    block-wide through shared memory, as in layernorm_kernel.
     """
     static_assert(D % (16 * WARPS) == 0, f"D ({D}) must be a multiple of 16 · WARPS ({16 * WARPS})")
     COLS = D // WARPS
     part = warp_id()                                             # this warp's columns, in units of COLS
     scratch = empty(sv[f32, 16 * WARPS])
     dw, db = zeros(rv[f32, COLS]), zeros(rv[f32, COLS])
-    for row in range(block_idx()[0], S.shape[0], num_blocks()[0]):
-        s = load(S, (row, part), rv[f32, COLS])
+    first, stride = block_idx()[0], num_blocks()[0]
+    s_next, dy_next = load(S, (first, part), rv[f32, COLS]), load(dY, (first, part), rv[f32, COLS])
+    for row in range(first, S.shape[0], stride):
+        s, dy = s_next, dy_next
+        s_next, dy_next = load(S, (row + stride, part), rv[f32, COLS]), load(dY, (row + stride, part), rv[f32, COLS])
         centered = s if RMS else s - row_total(sum(s), scratch, WARPS) / D
         rstd = rsqrt(row_total(sum(centered * centered), scratch, WARPS) / D + eps)
         x_hat = centered * rstd
-        dy = load(dY, (row, part), rv[f32, COLS])
         g = dy * load(Weight, (part,), rv[f32, COLS])
         dw = dw + dy * x_hat
         if not RMS:
@@ -57,12 +59,29 @@ def layernorm_bwd_kernel(S: gl["DT", 2], dY: gl["DT", 2], dS: gl["DT", 2], Weigh
         if DS_IN:
             ds = ds + load(dS, (row, part), rv[f32, COLS])
         store(dX, ds, (row, part))
-    store(dWParts, dw, (block_idx()[0], part))
+    store(dWParts, dw, (first, part))
     if not RMS:
-        store(dBParts, db, (block_idx()[0], part))
+        store(dBParts, db, (first, part))
 
 
-BLOCKS_PER_SM = 4  # the backward's grid: blocks a multiprocessor (each sums dy·x̂ and dy over its rows; not timed)
+@tkc.kernel(warps=4, min_target="sm_80")
+def column_sums_kernel(Rows: gl[f32, 2], Sums: gl["DT", 2], DT: const = f32):
+    """Sums[g, c] = Σ_i Rows[g + i·G, c], the rows g, g + G, ... of each column (G: the grid's second size), in DT.
+    Grid: (cdiv(C, 128), G); each warp 32 columns, 8 of its rows a step with their loads in flight together (one
+    round trip a step; rows past the end read zeros)."""
+    cols, g, groups = block_idx()[0] * 4 + warp_id(), block_idx()[1], num_blocks()[1]
+    total = zeros(rv[f32, 32])
+    for i in range(g, Rows.shape[0], 8 * groups):
+        first = (load(Rows, (i, cols), rv[f32, 32]) + load(Rows, (i + groups, cols), rv[f32, 32])
+                 + load(Rows, (i + 2 * groups, cols), rv[f32, 32]) + load(Rows, (i + 3 * groups, cols), rv[f32, 32]))
+        second = (load(Rows, (i + 4 * groups, cols), rv[f32, 32]) + load(Rows, (i + 5 * groups, cols), rv[f32, 32])
+                  + load(Rows, (i + 6 * groups, cols), rv[f32, 32]) + load(Rows, (i + 7 * groups, cols), rv[f32, 32]))
+        total = total + (first + second)
+    store(Sums, total, (g, cols))
+
+
+BLOCKS_PER_SM = 4  # the backward's grid: blocks a multiprocessor (each sums dy·x̂ and dy over its rows)
+SUM_GROUPS = 32    # column_sums_kernel's first level: the blocks' partial rows summed into this many, then into one
 
 
 def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tensor | None, weight: torch.Tensor,
@@ -78,17 +97,16 @@ def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tens
     spec = _specialized(d, s.dtype, rms, grad_s is not None, target)
     blocks = max(1, min(rows, BLOCKS_PER_SM * multiprocessors(s.get_device())))
     ds = torch.empty_like(s)
-    dw_parts = torch.empty((blocks, d), dtype=torch.float32, device=s.device)
-    db_parts = dw_parts if rms else torch.empty_like(dw_parts)
-    spec[(blocks,)](s, grad_y, s if grad_s is None else grad_s, weight, ds, dw_parts, db_parts, eps)
-    dw = torch.empty_like(weight)
-    db = None if rms else torch.empty_like(weight)
-    dt = dtype_constant(s.dtype)
-    for parts, total in ((dw_parts, dw), (db_parts, db)):
-        if total is not None:
-            sum_splits_kernel[(1, ceil_div(d, 4 * 256))](parts.view(blocks, 1, d), total.view(1, d), COLS=256, **dt,
-                                                          target="sm_80")
-    return ds, dw, db
+    sums = 1 if rms else 2  # dw, and db: side by side in one buffer, summed together
+    parts = torch.empty((blocks, sums, d), dtype=torch.float32, device=s.device)
+    spec[(blocks,)](s, grad_y, s if grad_s is None else grad_s, weight, ds, parts[:, 0], parts[:, sums - 1], eps)
+    groups = min(SUM_GROUPS, blocks)
+    partial = torch.empty((groups, sums * d), dtype=torch.float32, device=s.device)
+    totals = torch.empty((1, sums * d), dtype=weight.dtype, device=s.device)
+    column_sums_kernel[(ceil_div(sums * d, 128), groups)](parts.view(blocks, sums * d), partial, target="sm_80")
+    column_sums_kernel[(ceil_div(sums * d, 128), 1)](partial, totals, **dtype_constant(weight.dtype) or {"DT": bf16},
+                                                     target="sm_80")
+    return ds, totals[0, :d], None if rms else totals[0, d:]
 
 
 @functools.lru_cache(maxsize=256)
