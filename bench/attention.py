@@ -108,7 +108,9 @@ def main() -> None:
     for d, causal, n, b, h in attention_cases(args):
         q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(b, args.kv_heads or h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        ref = sdpa(SDPBackend.EFFICIENT_ATTENTION, q.float(), k.float(), v.float(), causal)
+        group = h // k.shape[1]  # the reference's K and V repeated per query head (mem-efficient takes no GQA)
+        ref = sdpa(SDPBackend.EFFICIENT_ATTENTION, q.float(), k.float().repeat_interleave(group, 1),
+                   v.float().repeat_interleave(group, 1), causal)
         impls = {
             "tkc sm_80": lambda: tkc.kernels.attention(q, k, v, causal=causal, target="sm_80"),
             "tkc": lambda: tkc.kernels.attention(q, k, v, causal=causal),

@@ -52,9 +52,11 @@ def main() -> None:
                 for _ in range(2))
         grad = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
         leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+        group = h // k.shape[1]  # K and V repeated per query head inside autograd (mem-efficient takes no GQA)
         with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-            ref_out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal,
-                                                                       enable_gqa=k.shape[1] != h)
+            ref_out = torch.nn.functional.scaled_dot_product_attention(
+                leaves[0], leaves[1].repeat_interleave(group, 1), leaves[2].repeat_interleave(group, 1),
+                is_causal=causal)
         refs = torch.autograd.grad(ref_out, leaves, grad.float())
         impls, errors = {}, {}
         for name in IMPLS:
