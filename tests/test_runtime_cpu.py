@@ -471,8 +471,15 @@ def test_decode_attention_launches(monkeypatch) -> None:
     assert launches[2][0].kernel == "attention_sm90"  # off on Hopper until timed
     monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
     monkeypatch.setattr(attention_module, "_PLANS", {})  # (the common call's plans are made under the flag)
+    monkeypatch.setattr(attention_module, "_DECODING", set())
     attention(q, k, v, target="sm_90a")
     assert [launch[0].kernel for launch in launches[3:]] == ["attention_decode", "attention_decode_combine"]
+    checked, check_tensor = [], attention_module.check_tensor  # the common call: no checks but the launch's
+    monkeypatch.setattr(attention_module, "check_tensor", lambda *args: checked.append(args[0]))
+    attention(q, k, v, target="sm_90a")
+    assert not checked and [launch[:2] for launch in launches[5:]] == [launch[:2] for launch in launches[3:5]]
+    monkeypatch.setattr(attention_module, "check_tensor", check_tensor)
+    del launches[5:]
     attention(q, k, v, target="sm_90a", causal=True)
     attention(cuda(2, 1, 8, 128).transpose(1, 2), k, v, target="sm_90a")  # (B, H, 1, D) from (B, 1, H, D): contiguous
     attention(cuda(2, 8, 2, 128)[:, :, :1], k, v, target="sm_90a")  # every other row: not contiguous

@@ -329,6 +329,7 @@ _NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches t
 # (device, dtype, target, query heads a K/V head, configuration) → (the specialized attention_sm90, its query rows a
 # tile, tiles a block, its largest grid): what attention()'s common call launches
 _PLANS: dict[tuple[Any, ...], tuple[Any, int, int, int]] = {}
+_DECODING: set[tuple[Any, ...]] = set()  # (device, target) of Hopper launches that took attention_decode
 
 
 @functools.lru_cache(maxsize=4096)
@@ -399,20 +400,27 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         group = heads // kv_heads if kv_heads and heads % kv_heads == 0 else 0
         device = q.get_device()
         sms = MULTIPROCESSORS.get(device)
+        decode = (DECODE_ON_HOPPER and not causal and group and group * nq <= 16 and (device, target) in _DECODING
+                  and q.is_contiguous())
         plan = (_PLANS.get((device, q.dtype, target, group, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
-                if sms is not None and nq and nk and group else None)
-        if (plan is not None and k.shape == (batch, kv_heads, nk, d) and isinstance(v, torch.Tensor)
-                and v.shape == k.shape and (scale is None or type(scale) is float and 0 < scale < math.inf)):
-            spec, rows, tiles, most = plan
+                if sms is not None and nq and nk and group and not decode else None)
+        if ((plan is not None or decode and nk and nq) and k.shape == (batch, kv_heads, nk, d)
+                and isinstance(v, torch.Tensor) and v.shape == k.shape
+                and (scale is None or type(scale) is float and 0 < scale < math.inf)):
             out = torch.empty_like(q)  # q's layout, as the checked call's
             sq, sk, sv = q.stride(), k.stride(), v.stride()
             # TMA's 16-byte aligned addresses and strides (out's are q's)
             if not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15
                     or (sq[0] | sq[1] | sq[2] | sk[0] | sk[1] | sk[2] | sv[0] | sv[1] | sv[2]) & 7):
-                blocks = min(ceil_div(ceil_div(nq, rows) * heads * batch, tiles), most)
-                if spec.launch((blocks, 1, 1), (q, k, v, out, _NO_LSE[device],
-                                                1.0 / math.sqrt(d) if scale is None else scale), common_only=True):
-                    return out
+                scale = 1.0 / math.sqrt(d) if scale is None else scale
+                if decode:
+                    if attention_decode_launch(q, k, v, out, None, scale, sms, target, common_only=True):
+                        return out
+                else:
+                    spec, rows, tiles, most = plan
+                    blocks = min(ceil_div(ceil_div(nq, rows) * heads * batch, tiles), most)
+                    if spec.launch((blocks, 1, 1), (q, k, v, out, _NO_LSE[device], scale), common_only=True):
+                        return out
             out = None
 
     if scale is not None and not (isinstance(scale, numbers.Real) and 0 < scale < math.inf):
@@ -442,6 +450,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         rows = heads // k.shape[1] * nq  # a K/V head's
         if DECODE_ON_HOPPER and rows <= 16 and takes_decode(rows, causal, q, out):
             attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target)
+            _DECODING.add((device, target))  # the common call may now take it (its launches check the rest)
             return (out, lse) if return_lse else out
         if lse is None:
             lse = _NO_LSE.get(device)

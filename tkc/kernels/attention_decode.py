@@ -128,9 +128,11 @@ def takes_decode(rows: int, causal: bool, q: torch.Tensor, out: torch.Tensor) ->
 
 
 def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                            lse: torch.Tensor | None, scale: float, sms: int, target: str | None) -> None:
+                            lse: torch.Tensor | None, scale: float, sms: int, target: str | None,
+                            common_only: bool = False) -> bool:
     """attention() by attention_decode and attention_decode_combine on checked tensors (q and out contiguous, not
-    causal): out, and lse (B, H, Nq) where given."""
+    causal): out, and lse (B, H, Nq) where given; True once launched. With `common_only` (attention()'s common call,
+    shapes checked, q, k and v not), q, k and v outside the launch's common case launch nothing: False."""
     import torch
 
     batch, heads, nq, d = q.shape
@@ -139,14 +141,16 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     keys, stages = CONFIG[d]
     units = batch * kv_heads * ceil_div(rows, 16)
     parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), sms)
-    o_parts = torch.empty((parts * batch, kv_heads, rows, d), dtype=torch.float32, device=q.device)
-    l_parts = torch.empty((parts * batch, kv_heads, rows), dtype=torch.float32, device=q.device)
+    o_parts = q.new_empty((parts * batch, kv_heads, rows, d), dtype=torch.float32)
+    l_parts = q.new_empty((parts * batch, kv_heads, rows), dtype=torch.float32)
     decode, combine = _specialized(d, q.dtype, keys, stages, lse is not None, target)
-    decode[(parts * ceil_div(rows, 16), kv_heads, batch)](q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts,
-                                                          scale, steps)
+    if not decode.launch((parts * ceil_div(rows, 16), kv_heads, batch),
+                         (q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts, scale, steps), common_only):
+        return False
     flat = batch * heads * nq
     combine[(ceil_div(flat, 16),)](o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d),
                                    l_parts.view(-1) if lse is None else lse.view(flat))
+    return True
 
 
 @functools.lru_cache(maxsize=64)
