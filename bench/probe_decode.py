@@ -28,7 +28,8 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTEN
 # a multiprocessor, other step sizes and pipeline depths
 VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "4 blocks an SM": {"BLOCKS_PER_SM": 4},
             "8 steps a part": {"MIN_STEPS": 8}, "KEYS 32, 2 stages": {"CONFIG": {64: (64, 2), 128: (32, 2)}},
-            "4 stages": {"CONFIG": {64: (32, 4), 128: (16, 4)}}}
+            "4 stages": {"CONFIG": {64: (32, 4), 128: (16, 4)}},
+            "2 stages (2 blocks fit an SM)": {"CONFIG": {64: (32, 2), 128: (16, 2)}}}
 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):
