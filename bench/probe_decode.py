@@ -24,12 +24,12 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTEN
             "mem-efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
-# attention_decode's settings beside its defaults (tkc/kernels/attention_decode.py): fewer steps a part, more blocks
-# a multiprocessor, other step sizes and pipeline depths
-VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "4 blocks an SM": {"BLOCKS_PER_SM": 4},
-            "8 steps a part": {"MIN_STEPS": 8}, "KEYS 32, 2 stages": {"CONFIG": {64: (64, 2), 128: (32, 2)}},
-            "4 stages": {"CONFIG": {64: (32, 4), 128: (16, 4)}},
-            "2 stages (2 blocks fit an SM)": {"CONFIG": {64: (32, 2), 128: (16, 2)}}}
+# attention_decode's settings beside its defaults (tkc/kernels/attention_decode.py CONFIG: 128-key steps, 2 stages):
+# fewer or more steps a part, more blocks a multiprocessor, 64-key steps (the sm_80 path's CONFIG_SM80; two blocks
+# fit an SM) with 2 or 3 stages
+VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 8}, "4 blocks an SM": {"BLOCKS_PER_SM": 4},
+            "64-key steps, 2 stages": {"CONFIG": {64: (32, 2), 128: (16, 2)}},
+            "64-key steps, 3 stages": {"CONFIG": {64: (32, 3), 128: (16, 3)}}}
 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):

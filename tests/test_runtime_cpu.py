@@ -461,19 +461,21 @@ def test_decode_attention_launches(monkeypatch) -> None:
     out, lse = attention(q, k, v, target="sm_80", return_lse=True)
     decode, combine = launches
     assert decode[0].kernel == "attention_decode" and combine[0].kernel == "attention_decode_combine"
-    # 2·2 K/V heads of one 16-row tile (4 rows used); 3000 keys = 47 steps of 64: 264 / 4 blocks wanted, at most
-    # 47 // 4 = 11 parts: 5 steps a part, which takes 10 (the last of 2 steps)
-    assert decode_parts(4, 47, 132) == (10, 5) and decode[1] == (10, 2, 2)
+    # 2·2 K/V heads of one 16-row tile (4 rows used); 3000 keys = 47 steps of 64 (CONFIG_SM80): 264 / 4 blocks
+    # wanted, at most 47 // 4 = 11 parts: 5 steps a part, which takes 10 (the last of 2 steps)
+    assert decode_parts(4, 47, 132) == (10, 5) and decode[1] == (10, 2, 2) and decode[0].constants["KEYS"] == 16
     assert combine[1] == (1, 1, 1) and combine[0].constants["LSE"] == 1 and out.shape == q.shape
     assert lse.shape == (2, 8, 1) and decode[0].constants["D"] == 128
     assert decode_parts(300, 1, 132) == (1, 1) and decode_parts(1, 10**4, 132) == (264, 38)
+    monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", False)
     attention(q, k, v, target="sm_90a")
-    assert launches[2][0].kernel == "attention_sm90"  # off on Hopper until timed
+    assert launches[2][0].kernel == "attention_sm90"
     monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
     monkeypatch.setattr(attention_module, "_PLANS", {})  # (the common call's plans are made under the flag)
     monkeypatch.setattr(attention_module, "_DECODING", set())
     attention(q, k, v, target="sm_90a")
     assert [launch[0].kernel for launch in launches[3:]] == ["attention_decode", "attention_decode_combine"]
+    assert launches[3][0].constants["KEYS"] == 32 and launches[3][1] == (6, 2, 2)  # CONFIG: 24 steps of 128 keys
     checked, check_tensor = [], attention_module.check_tensor  # the common call: no checks but the launch's
     monkeypatch.setattr(attention_module, "check_tensor", lambda *args: checked.append(args[0]))
     attention(q, k, v, target="sm_90a")

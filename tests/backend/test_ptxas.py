@@ -55,7 +55,8 @@ VARIANTS = {
                            {"D": 64, "CAUSAL": 0, "QUERIES": 64, "KV_IN_SHARED": 1, "GROUP": 8, "SPLIT": 2}],
     "attention_bwd_sum_parts": [{"D": 64}, {"D": 128}],
     # attention()'s decoding path (tkc/kernels/attention_decode.py CONFIG)
-    "attention_decode": [{"D": 64, "KEYS": 32, "STAGES": 3}, {"D": 128, "KEYS": 16, "STAGES": 3}],
+    "attention_decode": [{"D": 64, "KEYS": 64, "STAGES": 2}, {"D": 128, "KEYS": 32, "STAGES": 2},
+                         {"D": 64, "KEYS": 32, "STAGES": 2}, {"D": 128, "KEYS": 16, "STAGES": 2}],
     "attention_decode_combine": [{"D": 64, "LSE": 1}, {"D": 128}],
     "attention_bwd_dq": [{"D": 64, "CAUSAL": 0, "KEYS": 64}, {"D": 64, "CAUSAL": 1, "KEYS": 64},
                          {"D": 128, "CAUSAL": 0, "KEYS": 32}, {"D": 128, "CAUSAL": 1, "KEYS": 32},

@@ -698,32 +698,37 @@ def test_grouped_dkdv_in_parts_simulated(d: int, causal: int, target: str) -> No
         assert rel_err(sim_sum[1], interp_sum[1]) < 1e-6 and rel_err(sim_sum[1], ref[0, 0]) < 1e-2
 
 
-@pytest.mark.parametrize("d, target, nk", [(64, "sm_80", 300), (128, "sm_90a", 77), (128, "sm_80", 40)])
-def test_decode_attention_simulated(d: int, target: str, nk: int) -> None:
+@pytest.mark.parametrize("d, target, nk, f16", [(64, "sm_80", 300, 0), (128, "sm_90a", 77, 0), (128, "sm_80", 40, 0),
+                                                (64, "sm_90a", 1000, 1)])
+def test_decode_attention_simulated(d: int, target: str, nk: int, f16: int) -> None:
     """attention_decode over keys split into parts (its loop over a part's key steps through the cp.async / TMA
-    ring, the last step past Nk; at Nk = 40 three of the four warps see only keys past the end), then the four
-    warps' results weighed in shared memory, and attention_decode_combine: the simulated PTX agrees with the
-    interpreter, and with float64."""
+    ring, the last step past Nk; at Nk = 40 and 77 some warps see only keys past the end), then the four warps'
+    results weighed in shared memory, and attention_decode_combine: the simulated PTX agrees with the interpreter,
+    and with float64; bf16, and f16 (DT)."""
     from tkc.kernels.attention_decode import CONFIG, attention_decode, attention_decode_combine
+    from tkc.lang import f16 as f16_type
 
     rng = np.random.default_rng(d + nk)
     batch, heads, kv_heads, nq = 1, 6, 2, 3
     rows = heads // kv_heads * nq
-    q = random_bf16(rng, batch, heads, nq, d)
-    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
+    dtype = {"DT": f16_type} if f16 else {}
+    cast = (lambda a: a.astype(np.float16)) if f16 else (lambda a: a)
+    q = cast(random_bf16(rng, batch, heads, nq, d))
+    k, v = (cast(random_bf16(rng, batch, kv_heads, nk, d)) for _ in range(2))
     keys, stages = CONFIG[d]
     steps = -(-nk // (4 * keys))
     per_part = -(-steps // 2)
     parts = -(-steps // per_part)
     args = [q.reshape(batch, kv_heads, rows, d), k, v, poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32),
             poisoned(parts * batch, kv_heads, rows, dtype=np.float32), 0.1, per_part]
-    interp, sim = run_both(attention_decode, args, (parts, kv_heads, batch), {"D": d, "KEYS": keys, "STAGES": stages},
-                           target=target, order="shuffled")
+    interp, sim = run_both(attention_decode, args, (parts, kv_heads, batch),
+                           {"D": d, "KEYS": keys, "STAGES": stages, **dtype}, target=target, order="shuffled")
     assert rel_err(sim[3], interp[3]) < 1e-4 and np.abs(sim[4] - interp[4]).max() < 1e-4
     flat = batch * heads * nq
-    args = [sim[3].reshape(parts, flat, d), sim[4].reshape(parts, flat), poisoned(flat, d),
+    args = [sim[3].reshape(parts, flat, d), sim[4].reshape(parts, flat), cast(poisoned(flat, d)),
             poisoned(flat, dtype=np.float32)]
-    interp, sim = run_both(attention_decode_combine, args, (-(-flat // 16),), {"D": d, "LSE": 1}, target=target)
+    interp, sim = run_both(attention_decode_combine, args, (-(-flat // 16),), {"D": d, "LSE": 1, **dtype},
+                           target=target)
     ref, ref_lse = attention_ref(q, k, v, scale=0.1, lse=True)
     assert rel_err(sim[2], interp[2]) < 1e-6 and rel_err(sim[2].reshape(q.shape), ref) < 1e-2
     assert np.abs(sim[3].reshape(ref_lse.shape) - ref_lse).max() < 1e-4

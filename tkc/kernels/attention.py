@@ -242,7 +242,7 @@ LONG_KEYS = 4096
 # keys split over the GPU, tkc/kernels/attention_decode.py) rather than attention_sm90 (a block per head, most of its
 # 128-row tile empty; with more rows its blocks read K and V once where attention_decode's row tiles read them each). Off until run and timed on the H200 (correct in the interpreter and the simulator; the
 # sm_80 path takes it already where attention_fwd refuses the lengths).
-DECODE_ON_HOPPER = False
+DECODE_ON_HOPPER = True
 
 
 def sm90_config(d: int, nq: int, nk: int, causal: bool = False, units: int | None = None,
@@ -465,7 +465,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         return (out, lse) if return_lse else out
     if (nq % 64 or nk % 64) and nk and takes_decode(heads // k.shape[1] * nq, causal, q, out):
         if batch * heads * nq:  # a few queries (decoding): split over the keys, any Nk
-            attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target)
+            attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target, hopper=False)
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
         fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk} (or Nq · H / H_kv "

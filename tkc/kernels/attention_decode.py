@@ -104,9 +104,12 @@ def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT",
             store(L, top + log(total), (tile,))
 
 
-# (KEYS, STAGES) per head dim: a step is 4·KEYS keys (32 KB of K and V at either D), STAGES - 1 steps in flight
-# per block (not yet timed on a GPU)
-CONFIG = {64: (32, 3), 128: (16, 3)}
+# (KEYS, STAGES) per head dim: a step is 4·KEYS keys (64 KB of K and V at either D), STAGES - 1 steps in flight per
+# block. On the H200 (RESULTS "decoding — 2026-12-05 12:10"), D=128, B=8 H_kv=8 Nk=8192: 0.91x cuDNN with 128-key
+# steps and 2 stages vs 0.76x with 64-key steps and 3 (or 4) stages; B=1 Nk=32768: 0.74-0.77x either way.
+CONFIG = {64: (64, 2), 128: (32, 2)}
+# The sm_80 path's, in 96 KB of shared memory at most (an RTX 4090 gives a block 99 KB; not timed)
+CONFIG_SM80 = {64: (32, 2), 128: (16, 2)}
 MAX_ROWS = 64           # query rows a K/V head (GROUP·Nq) up to which attention() may take this path
 MIN_STEPS = 4           # key steps a part at least: each part's pipeline has steps to overlap
 BLOCKS_PER_SM = 2       # parts enough for this many blocks a multiprocessor
@@ -129,16 +132,17 @@ def takes_decode(rows: int, causal: bool, q: torch.Tensor, out: torch.Tensor) ->
 
 def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                             lse: torch.Tensor | None, scale: float, sms: int, target: str | None,
-                            common_only: bool = False) -> bool:
+                            common_only: bool = False, hopper: bool = True) -> bool:
     """attention() by attention_decode and attention_decode_combine on checked tensors (q and out contiguous, not
     causal): out, and lse (B, H, Nq) where given; True once launched. With `common_only` (attention()'s common call,
-    shapes checked, q, k and v not), q, k and v outside the launch's common case launch nothing: False."""
+    shapes checked, q, k and v not), q, k and v outside the launch's common case launch nothing: False. hopper:
+    CONFIG, else CONFIG_SM80."""
     import torch
 
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     rows = heads // kv_heads * nq
-    keys, stages = CONFIG[d]
+    keys, stages = (CONFIG if hopper else CONFIG_SM80)[d]
     units = batch * kv_heads * ceil_div(rows, 16)
     parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), sms)
     o_parts = q.new_empty((parts * batch, kv_heads, rows, d), dtype=torch.float32)
