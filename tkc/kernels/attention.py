@@ -241,7 +241,7 @@ LONG_KEYS = 4096
 # A few query rows a K/V head (GROUP·Nq ≤ 16: one tile; not causal: decoding) on Hopper by attention_decode (the
 # keys split over the GPU, tkc/kernels/attention_decode.py) rather than attention_sm90 (a block per head, most of its
 # 128-row tile empty; with more rows its blocks read K and V once where attention_decode's row tiles read them each).
-# On the H200 2.5-8.8x attention_sm90 at one query a head (RESULTS "decoding — 2026-12-05 12:10").
+# On the H200 1.8-9x attention_sm90 at one query a head, from a CUDA graph (RESULTS "decoding — 2026-12-05").
 DECODE_ON_HOPPER = True
 
 
