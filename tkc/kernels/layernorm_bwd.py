@@ -94,7 +94,7 @@ def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tens
     import torch
 
     rows, d = s.shape
-    spec = _specialized(d, s.dtype, rms, grad_s is not None, target)
+    spec, group_sums, total_sums = _specialized(d, s.dtype, rms, grad_s is not None, target)
     blocks = max(1, min(rows, BLOCKS_PER_SM * multiprocessors(s.get_device())))
     ds = torch.empty_like(s)
     sums = 1 if rms else 2  # dw, and db: side by side in one buffer, summed together
@@ -103,17 +103,19 @@ def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tens
     groups = min(SUM_GROUPS, blocks)
     partial = torch.empty((groups, sums * d), dtype=torch.float32, device=s.device)
     totals = torch.empty((1, sums * d), dtype=weight.dtype, device=s.device)
-    column_sums_kernel[(ceil_div(sums * d, 128), groups)](parts.view(blocks, sums * d), partial, target="sm_80")
-    column_sums_kernel[(ceil_div(sums * d, 128), 1)](partial, totals, **dtype_constant(weight.dtype) or {"DT": bf16},
-                                                     target="sm_80")
+    group_sums[(ceil_div(sums * d, 128), groups)](parts.view(blocks, sums * d), partial)
+    total_sums[(ceil_div(sums * d, 128), 1)](partial, totals)
     return ds, totals[0, :d], None if rms else totals[0, d:]
 
 
 @functools.lru_cache(maxsize=256)
-def _specialized(d: int, dtype: Any, rms: bool, ds_in: bool, target: str | None) -> Any:
-    """layernorm_bwd_kernel for rows of d columns, made once."""
-    return layernorm_bwd_kernel.specialize(D=d, WARPS=backward_warps(d), RMS=int(rms), DS_IN=int(ds_in),
-                                           target=target, **dtype_constant(dtype))
+def _specialized(d: int, dtype: Any, rms: bool, ds_in: bool, target: str | None) -> tuple[Any, Any, Any]:
+    """layernorm_bwd_kernel for rows of d columns, and column_sums_kernel's two levels (f32, then the weight's
+    dtype; sm_80 builds, as the other small kernels), made once: a call launches them without hashing constants."""
+    return (layernorm_bwd_kernel.specialize(D=d, WARPS=backward_warps(d), RMS=int(rms), DS_IN=int(ds_in),
+                                            target=target, **dtype_constant(dtype)),
+            column_sums_kernel.specialize(target="sm_80"),
+            column_sums_kernel.specialize(DT=dtype_constant(dtype).get("DT", bf16), target="sm_80"))
 
 
 def backward_warps(d: int) -> int:
