@@ -12,7 +12,7 @@ import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import (MULTIPROCESSORS, check_tensor, dtype_constant, fail, multiprocessors,
                                  resident_blocks, wants_grad, wgmma_path)
-from tkc.kernels.attention_decode import MAX_ROWS, attention_decode_launch, takes_decode
+from tkc.kernels.attention_decode import HOPPER_ROWS, MAX_ROWS, attention_decode_launch, takes_decode
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -238,9 +238,9 @@ FALLBACK = (16, 64, 0)
 # parts are exchanged once a tile (LATE_SUMS; RESULTS "attention probe — 2026-12-04": +1-2.5% at N = 1024 and 4096,
 # D = 64 and 128, causal and not).
 LONG_KEYS = 4096
-# A few query rows a K/V head (GROUP·Nq ≤ 16: one tile; not causal: decoding) on Hopper by attention_decode (the
-# keys split over the GPU, tkc/kernels/attention_decode.py) rather than attention_sm90 (a block per head, most of its
-# 128-row tile empty; with more rows its blocks read K and V once where attention_decode's row tiles read them each).
+# A few query rows a K/V head (GROUP·Nq ≤ HOPPER_ROWS: one tile; not causal: decoding) on Hopper by attention_decode
+# (the keys split over the GPU, tkc/kernels/attention_decode.py) rather than attention_sm90 (a block per head, most
+# of its 128-row tile empty).
 # On the H200 1.8-9x attention_sm90 at one query a head, from a CUDA graph (RESULTS "decoding — 2026-12-05").
 DECODE_ON_HOPPER = True
 
@@ -374,8 +374,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     On Hopper (or with target="sm_90a"): attention_sm90, any Nq, Nk ≥ 1; the last dimension contiguous and the
     other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"): attention_fwd, Nq and Nk multiples of
     64, causal with Nq = Nk; or, for a few queries (decoding: Nq · H / H_kv ≤ MAX_ROWS, not causal, q contiguous),
-    any Nk, by attention_decode (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to 16 rows).
-    With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq): (out, lse). On inputs requiring grad, autograd's backward runs tkc's backward kernels
+    any Nk, by attention_decode (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to
+    HOPPER_ROWS rows). With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq):
+    (out, lse). On inputs requiring grad, autograd's backward runs tkc's backward kernels
     (tkc/kernels/attention_bwd.py: causal with Nq = Nk)."""
     import torch
 
@@ -400,8 +401,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         group = heads // kv_heads if kv_heads and heads % kv_heads == 0 else 0
         device = q.get_device()
         sms = MULTIPROCESSORS.get(device)
-        decode = (DECODE_ON_HOPPER and not causal and group and group * nq <= 16 and (device, target) in _DECODING
-                  and q.is_contiguous())
+        decode = (DECODE_ON_HOPPER and not causal and group and group * nq <= HOPPER_ROWS
+                  and (device, target) in _DECODING and q.is_contiguous())
         plan = (_PLANS.get((device, q.dtype, target, group, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
                 if sms is not None and nq and nk and group and not decode else None)
         if ((plan is not None or decode and nk and nq) and k.shape == (batch, kv_heads, nk, d)
@@ -448,7 +449,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         if batch * heads * nq == 0:
             return (out, lse) if return_lse else out
         rows = heads // k.shape[1] * nq  # a K/V head's
-        if DECODE_ON_HOPPER and rows <= 16 and takes_decode(rows, causal, q, out):
+        if DECODE_ON_HOPPER and rows <= HOPPER_ROWS and takes_decode(rows, causal, q, out):
             attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target)
             _DECODING.add((device, target))  # the common call may now take it (its launches check the rest)
             return (out, lse) if return_lse else out

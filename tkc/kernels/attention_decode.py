@@ -111,6 +111,7 @@ CONFIG = {64: (64, 2), 128: (32, 2)}
 # The sm_80 path's, in 96 KB of shared memory at most (an RTX 4090 gives a block 99 KB; not timed)
 CONFIG_SM80 = {64: (32, 2), 128: (16, 2)}
 MAX_ROWS = 64           # query rows a K/V head (GROUP·Nq) up to which attention() may take this path
+HOPPER_ROWS = 16        # on Hopper: one tile (with more, attention_sm90's blocks read K and V once for all rows)
 MIN_STEPS = 4           # key steps a part at least: each part's pipeline has steps to overlap
 BLOCKS_PER_SM = 2       # parts enough for this many blocks a multiprocessor
 
