@@ -4,7 +4,7 @@ public entry points. A memory-bound kernel of ~30 µs is host-bound once its cal
 layernorm section at --rows × --cols (default 16384 × 1024) puts host, drained, event-timed and graph-replayed
 times per call side by side.
 
-    python bench/host_breakdown.py [--profile gemm attention layernorm scaled_mm]
+    python bench/host_breakdown.py [--profile gemm attention layernorm scaled_mm] [--backward]
 """
 
 from __future__ import annotations
@@ -80,12 +80,51 @@ def big_shape(rows: int, cols: int) -> None:
     driver_module.DEPENDENT_LAUNCH = default
 
 
+def backward_shape(rows: int, cols: int) -> None:
+    """layernorm_backward() at a benchmark shape (bench/layernorm_backward.py read it at 0.18 of the copy
+    event-timed, 0.51 from a graph): host, drained, event-timed and graph-replayed times per call, of the whole
+    call and of its three kernels alone, then a cProfile of the call."""
+    from tkc.kernels import layernorm_bwd
+
+    bf = torch.bfloat16
+    s, dy = (torch.randn(rows, cols, device="cuda", dtype=bf) for _ in range(2))
+    w = torch.randn(cols, device="cuda", dtype=bf)
+    blocks = layernorm_bwd.BLOCKS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
+    groups = min(layernorm_bwd.SUM_GROUPS, blocks)
+    spec, group_sums, total_sums = layernorm_bwd._specialized(cols, bf, False, False, None)
+    ds, parts = torch.empty_like(s), torch.empty((blocks, 2, cols), device="cuda")
+    partial = torch.empty((groups, 2 * cols), device="cuda")
+    totals = torch.empty((1, 2 * cols), device="cuda", dtype=bf)
+    dw_parts, db_parts, flat_parts = parts[:, 0], parts[:, 1], parts.view(blocks, 2 * cols)
+    calls = {"layernorm_backward()": lambda: layernorm_bwd.layernorm_backward(s, dy, None, w, 1e-5),
+             f"layernorm_bwd_kernel[{blocks}]": lambda: spec[(blocks,)](s, dy, s, w, ds, dw_parts, db_parts, 1e-5),
+             f"column sums [{groups} groups]": lambda: group_sums[(2 * cols // 128, groups)](flat_parts, partial),
+             "column sums [1]": lambda: total_sums[(2 * cols // 128, 1)](partial, totals)}
+    print(f"\nlayernorm_backward {rows}×{cols}: 6 bytes per element = {6 * rows * cols / 1e6:.0f} MB")
+    for name, fn in calls.items():
+        host, wall = host_and_wall_us(fn, 300)
+        timed, graph = time_ms(fn, 30) * 1e3, graph_time_ms(fn, 30) * 1e3
+        print(f"  {name:30s} host {host:6.1f} µs, drained {wall:6.1f} µs, time_ms {timed:6.1f} µs, "
+              f"graph {graph:6.1f} µs", flush=True)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(300):
+        calls["layernorm_backward()"]()
+    profiler.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", nargs="*", default=["gemm", "attention", "layernorm", "scaled_mm"])
     parser.add_argument("--rows", type=int, default=16384)
     parser.add_argument("--cols", type=int, default=1024)
+    parser.add_argument("--backward", action="store_true", help="only layernorm_backward() at --rows × --cols")
     args = parser.parse_args()
+    if args.backward:
+        backward_shape(args.rows, args.cols)
+        return
     bf = torch.bfloat16
     x = torch.randn(4, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)

@@ -2,7 +2,7 @@
 the GPU, then the parts weighed) and by attention_sm90 (DECODE_ON_HOPPER off: a block per head), beside SDPA's
 backends (enable_gqa). GB/s of K and V read (what bounds decoding) and the ratio to the best SDPA backend;
 event-timed (host work included) and from a CUDA graph (the GPU's time alone), outputs checked first.
-    python bench/probe_decode.py [--shapes B,H,H_kv,Nq,Nk ...] [--dims 128] [--rounds 5] [--variants]"""
+    python bench/probe_decode.py [--shapes B,H,H_kv,Nq,Nk ...] [--dims 128] [--rounds 5] [--variants] [--kernels]"""
 import argparse
 import importlib
 import sys
@@ -29,7 +29,8 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTEN
 # fit an SM) with 2 or 3 stages
 VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 8}, "4 blocks an SM": {"BLOCKS_PER_SM": 4},
             "64-key steps, 2 stages": {"CONFIG": {64: (32, 2), 128: (16, 2)}},
-            "64-key steps, 3 stages": {"CONFIG": {64: (32, 3), 128: (16, 3)}}}
+            "64-key steps, 3 stages": {"CONFIG": {64: (32, 3), 128: (16, 3)}},
+            "1 block an SM": {"BLOCKS_PER_SM": 1}}
 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):
@@ -48,6 +49,27 @@ def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: boo
     return run
 
 
+def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
+    """attention_decode and attention_decode_combine launched alone, on buffers made once (as attention_decode_launch
+    launches them on Hopper): what each costs of a decoding step."""
+    batch, heads, nq, d = q.shape
+    kv_heads, nk = k.shape[1], k.shape[2]
+    rows, flat = heads // kv_heads * nq, batch * heads * nq
+    keys, stages = decode_module.CONFIG[d]
+    units = batch * kv_heads * -(-rows // 16)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    parts, steps = decode_module.decode_parts(units, -(-nk // (4 * keys)), sms)
+    o_parts = q.new_empty((parts * batch, kv_heads, rows, d), dtype=torch.float32)
+    l_parts = q.new_empty((parts * batch, kv_heads, rows), dtype=torch.float32)
+    out = torch.empty_like(q)
+    decode, combine = decode_module._specialized(d, q.dtype, keys, stages, False, None)
+    grid = (parts * -(-rows // 16), kv_heads, batch)
+    return {f"attention_decode alone ({parts} parts of {steps} steps)":
+            lambda: decode[grid](q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts, 0.1, steps),
+            "attention_decode_combine alone": lambda: combine[(-(-flat // 16), d // 32)](
+                o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d), l_parts.view(-1))}
+
+
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: SDPBackend):
     def run() -> torch.Tensor:
         with sdpa_kernel(backend):
@@ -61,6 +83,7 @@ def main() -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=[128])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--variants", action="store_true", help="attention_decode's other settings too")
+    parser.add_argument("--kernels", action="store_true", help="attention_decode and its combine alone too (graph)")
     args = parser.parse_args()
     torch.manual_seed(0)
     for d in args.dims:
@@ -89,6 +112,8 @@ def main() -> None:
                 rate, graph_rate = nbytes / times[name] / 1e6, nbytes / graphs[name] / 1e6
                 ratio = (f"{times[best] / times[name]:5.2f} ({graphs[best] / graphs[name]:5.2f})" if best else "")
                 print(f"  {name:28s} {times[name] * 1e3:8.1f} µs {rate:7.0f} ({graph_rate:7.0f})  {ratio}", flush=True)
+            for name, fn in (kernels_alone(q, k, v) if args.kernels else {}).items():
+                print(f"  {name}: {graph_time_ms(fn) * 1e3:.1f} µs from a graph", flush=True)
     attention_module.DECODE_ON_HOPPER = False
 
 

@@ -107,7 +107,7 @@ def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int
     flat = batch * heads * nq
     out, lse = poisoned(flat, d), poisoned(flat, dtype=np.float32)
     attention_decode_combine.interpret(o_parts.reshape(parts, flat, d), l_parts.reshape(parts, flat), out, lse,
-                                       grid=(-(-flat // 16),), D=d, LSE=1)
+                                       grid=(-(-flat // 16), d // 32), LSE=1)
     ref, ref_lse = attention_ref(q, k, v, scale=scale, lse=True)
     assert rel_err(out.reshape(q.shape), ref) < TOL and np.abs(lse.reshape(ref_lse.shape) - ref_lse).max() < 1e-4
 

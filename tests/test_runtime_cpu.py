@@ -464,7 +464,7 @@ def test_decode_attention_launches(monkeypatch) -> None:
     # 2·2 K/V heads of one 16-row tile (4 rows used); 3000 keys = 47 steps of 64 (CONFIG_SM80): 264 / 4 blocks
     # wanted, at most 47 // 4 = 11 parts: 5 steps a part, which takes 10 (the last of 2 steps)
     assert decode_parts(4, 47, 132) == (10, 5) and decode[1] == (10, 2, 2) and decode[0].constants["KEYS"] == 16
-    assert combine[1] == (1, 1, 1) and combine[0].constants["LSE"] == 1 and out.shape == q.shape
+    assert combine[1] == (1, 4, 1) and combine[0].constants["LSE"] == 1 and out.shape == q.shape  # 16 rows, 4 × 32 columns
     assert lse.shape == (2, 8, 1) and decode[0].constants["D"] == 128
     assert decode_parts(300, 1, 132) == (1, 1) and decode_parts(1, 10**4, 132) == (264, 38)
     monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", False)

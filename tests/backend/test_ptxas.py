@@ -57,7 +57,7 @@ VARIANTS = {
     # attention()'s decoding path (tkc/kernels/attention_decode.py CONFIG)
     "attention_decode": [{"D": 64, "KEYS": 64, "STAGES": 2}, {"D": 128, "KEYS": 32, "STAGES": 2},
                          {"D": 64, "KEYS": 32, "STAGES": 2}, {"D": 128, "KEYS": 16, "STAGES": 2}],
-    "attention_decode_combine": [{"D": 64, "LSE": 1}, {"D": 128}],
+    "attention_decode_combine": [{"LSE": 1}, {}],
     "attention_bwd_dq": [{"D": 64, "CAUSAL": 0, "KEYS": 64}, {"D": 64, "CAUSAL": 1, "KEYS": 64},
                          {"D": 128, "CAUSAL": 0, "KEYS": 32}, {"D": 128, "CAUSAL": 1, "KEYS": 32},
                          {"D": 64, "CAUSAL": 1, "KEYS": 64, "GROUP": 4}],

@@ -727,11 +727,32 @@ def test_decode_attention_simulated(d: int, target: str, nk: int, f16: int) -> N
     flat = batch * heads * nq
     args = [sim[3].reshape(parts, flat, d), sim[4].reshape(parts, flat), cast(poisoned(flat, d)),
             poisoned(flat, dtype=np.float32)]
-    interp, sim = run_both(attention_decode_combine, args, (-(-flat // 16),), {"D": d, "LSE": 1, **dtype},
+    interp, sim = run_both(attention_decode_combine, args, (-(-flat // 16), d // 32), {"LSE": 1, **dtype},
                            target=target)
     ref, ref_lse = attention_ref(q, k, v, scale=0.1, lse=True)
     assert rel_err(sim[2], interp[2]) < 1e-6 and rel_err(sim[2].reshape(q.shape), ref) < 1e-2
     assert np.abs(sim[3].reshape(ref_lse.shape) - ref_lse).max() < 1e-4
+
+
+@pytest.mark.parametrize("parts, rows, d, target", [(1, 20, 64, "sm_80"), (6, 16, 128, "sm_90a"),
+                                                    (13, 40, 64, "sm_90a")])
+def test_decode_combine_simulated(parts: int, rows: int, d: int, target: str) -> None:
+    """attention_decode_combine alone over parts' outputs and log-sum-exps far apart (some -inf: a part that saw no
+    key weighs nothing): each warp's every fourth part (none for some warps at 1 part; 4 in flight past 13), then
+    the warps' results in shared memory, against float64."""
+    from tkc.kernels.attention_decode import attention_decode_combine
+
+    rng = np.random.default_rng(parts + rows)
+    o_parts = rng.standard_normal((parts, rows, d)).astype(np.float32)
+    l_parts = rng.uniform(-30, 30, (parts, rows)).astype(np.float32)
+    if parts > 1:
+        l_parts[rng.integers(1, parts), :rows // 2] = -np.inf
+    args = [o_parts, l_parts, poisoned(rows, d), poisoned(rows, dtype=np.float32)]
+    interp, sim = run_both(attention_decode_combine, args, (-(-rows // 16), d // 32), {"LSE": 1}, target=target)
+    lse = np.logaddexp.reduce(l_parts.astype(np.float64), axis=0)
+    ref = (np.exp(l_parts - lse)[:, :, None] * o_parts).sum(axis=0)
+    assert rel_err(sim[2], interp[2]) < 1e-6 and rel_err(sim[2], ref) < 1e-2
+    assert np.abs(sim[3] - lse).max() < 1e-4 and np.abs(interp[3] - lse).max() < 1e-4
 
 
 @pytest.mark.parametrize("d, rms, target", [(64, 0, "sm_80"), (1024, 1, "sm_90a"), (2048, 0, "sm_80")])

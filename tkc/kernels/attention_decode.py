@@ -78,30 +78,44 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
 
 @tkc.kernel(warps=4, min_target="sm_80")
 def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT", 2], L: gl[f32, 1],
-                             D: const = 128, LSE: const = 0, DT: const = bf16):
+                             LSE: const = 0, DT: const = bf16):
     """The parts' outputs weighed by their log-sum-exps: O = Σ_p exp(lse_p - lse)·OParts[p], with
     lse = ln Σ_p exp(lse_p) (into L with LSE), over (P, rows, D) and (P, rows) (attention_decode's buffers, flat)
-    into (rows, D). Grid: (cdiv(rows, 16),); warp w takes columns w·D/4 .. (w+1)·D/4 - 1 of the block's 16 rows,
-    one part after the other (a running maximum), with the next four parts' loads in flight (a part a round trip
-    would make the parts' loop as long as attention_decode; past the last part the loads read zeros, unused)."""
-    tile, cols = block_idx()[0], warp_id()
-    top, total, acc = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
-    o0, l0 = load(OParts, (0, tile, cols), rt[f32, 16, D // 4]), load(LParts, (0, tile), rv[f32, 16])
-    o1, l1 = load(OParts, (1, tile, cols), rt[f32, 16, D // 4]), load(LParts, (1, tile), rv[f32, 16])
-    o2, l2 = load(OParts, (2, tile, cols), rt[f32, 16, D // 4]), load(LParts, (2, tile), rv[f32, 16])
-    o3, l3 = load(OParts, (3, tile, cols), rt[f32, 16, D // 4]), load(LParts, (3, tile), rv[f32, 16])
-    for part in range(LParts.shape[0]):
+    into (rows, D). Grid: (cdiv(rows, 16), D / 32): block (t, c) takes rows 16t .. 16t + 15, columns
+    32c .. 32c + 31. Warp w weighs parts w, w + 4, w + 8, ... (a running maximum) with its next four parts' loads in
+    flight (past the last part they read zeros, unused); the four warps' results then meet in shared memory. A warp
+    weighing every part, one round trip after the other, made this kernel a fifth of a B=1 decoding step."""
+    tile, cols = block_idx()[0], block_idx()[1]
+    top, total, acc = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, 32])
+    first = warp_id()
+    o0, l0 = load(OParts, (first, tile, cols), rt[f32, 16, 32]), load(LParts, (first, tile), rv[f32, 16])
+    o1, l1 = load(OParts, (first + 4, tile, cols), rt[f32, 16, 32]), load(LParts, (first + 4, tile), rv[f32, 16])
+    o2, l2 = load(OParts, (first + 8, tile, cols), rt[f32, 16, 32]), load(LParts, (first + 8, tile), rv[f32, 16])
+    o3, l3 = load(OParts, (first + 12, tile, cols), rt[f32, 16, 32]), load(LParts, (first + 12, tile), rv[f32, 16])
+    for part in range(first, LParts.shape[0], 4):
         o, lse = o0, l0
         o0, o1, o2, l0, l1, l2 = o1, o2, o3, l1, l2, l3
-        o3, l3 = load(OParts, (part + 4, tile, cols), rt[f32, 16, D // 4]), load(LParts, (part + 4, tile), rv[f32, 16])
-        new_top = max(top, lse)
-        old, new = exp(top - new_top), exp(lse - new_top)   # the first part: old = exp(-inf) = 0
+        o3, l3 = load(OParts, (part + 16, tile, cols), rt[f32, 16, 32]), load(LParts, (part + 16, tile), rv[f32, 16])
+        new_top = max(max(top, lse), FLOOR)                 # FLOOR: a part of lse -inf first (exp(-inf - -inf))
+        old, new = exp(top - new_top), exp(lse - new_top)   # a warp's first part: old = exp(-inf) = 0
         acc = mul_row(acc, old) + mul_row(o, new)
         total, top = total * old + new, new_top
-    store(O, div_row(acc, total).to(DT), (tile, cols))
-    if LSE:
-        if warp_id() == 0:
-            store(L, top + log(total), (tile,))
+    # A warp without parts (fewer than 4) has total 0: its output 0, its log-sum-exp -inf, its weight 0.
+    outs = store(empty(st[f32, 64, 32]), div_row(acc, max(total, 1e-30)), (warp_id(), 0))
+    lses = store(empty(sv[f32, 64]), top + log(total), (warp_id(),))
+    top = load(lses, (0,), rv[f32, 16])
+    for w in range(1, 4):
+        top = max(top, load(lses, (w,), rv[f32, 16]))
+    total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, 32])
+    for w in range(4):
+        weight = exp(load(lses, (w,), rv[f32, 16]) - top)
+        total = total + weight
+        acc = acc + mul_row(load(outs, (w, 0), rt[f32, 16, 32]), weight)
+    if warp_id() == 0:
+        store(O, div_row(acc, total).to(DT), (tile, cols))
+        if LSE:
+            if cols == 0:
+                store(L, top + log(total), (tile,))
 
 
 # (KEYS, STAGES) per head dim: a step is 4·KEYS keys (64 KB of K and V at either D), STAGES - 1 steps in flight per
@@ -153,7 +167,7 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
                          (q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts, scale, steps), common_only):
         return False
     flat = batch * heads * nq
-    combine[(ceil_div(flat, 16),)](o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d),
+    combine[(ceil_div(flat, 16), d // 32)](o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d),
                                    l_parts.view(-1) if lse is None else lse.view(flat))
     return True
 
@@ -163,4 +177,4 @@ def _specialized(d: int, dtype: Any, keys: int, stages: int, lse: bool, target: 
     """The two kernels with their constants bound (a decoding step's launches skip hashing them)."""
     dt = dtype_constant(dtype)
     return (attention_decode.specialize(D=d, KEYS=keys, STAGES=stages, **dt, target=target),
-            attention_decode_combine.specialize(D=d, LSE=int(lse), **dt, target=target))
+            attention_decode_combine.specialize(LSE=int(lse), **dt, target=target))
