@@ -92,13 +92,12 @@ def backward_shape(rows: int, cols: int) -> None:
     blocks = layernorm_bwd.BLOCKS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     groups = min(layernorm_bwd.SUM_GROUPS, blocks)
     spec, group_sums, total_sums = layernorm_bwd._specialized(cols, bf, False, False, None)
-    ds, parts = torch.empty_like(s), torch.empty((blocks, 2, cols), device="cuda")
+    ds, parts = torch.empty_like(s), torch.empty((blocks, 2 * cols), device="cuda")
     partial = torch.empty((groups, 2 * cols), device="cuda")
     totals = torch.empty((1, 2 * cols), device="cuda", dtype=bf)
-    dw_parts, db_parts, flat_parts = parts[:, 0], parts[:, 1], parts.view(blocks, 2 * cols)
     calls = {"layernorm_backward()": lambda: layernorm_bwd.layernorm_backward(s, dy, None, w, 1e-5),
-             f"layernorm_bwd_kernel[{blocks}]": lambda: spec[(blocks,)](s, dy, s, w, ds, dw_parts, db_parts, 1e-5),
-             f"column sums [{groups} groups]": lambda: group_sums[(2 * cols // 128, groups)](flat_parts, partial),
+             f"layernorm_bwd_kernel[{blocks}]": lambda: spec[(blocks,)](s, dy, s, w, ds, parts, 1e-5),
+             f"column sums [{groups} groups]": lambda: group_sums[(2 * cols // 128, groups)](parts, partial),
              "column sums [1]": lambda: total_sums[(2 * cols // 128, 1)](partial, totals)}
     print(f"\nlayernorm_backward {rows}×{cols}: 6 bytes per element = {6 * rows * cols / 1e6:.0f} MB")
     for name, fn in calls.items():

@@ -147,17 +147,16 @@ def test_layernorm_backward(rows: int, d: int, rms: int, ds_in: int, blocks: int
     rng = np.random.default_rng(seed)
     s, dy, grad_s = (random_bf16(rng, rows, d) for _ in range(3))
     w = random_bf16(rng, d)
-    ds, parts = poisoned(rows, d), poisoned(blocks, 2, d, dtype=np.float32)
-    layernorm_bwd_kernel.interpret(s, dy, grad_s if ds_in else poisoned(rows, d), w, ds, parts[:, 0], parts[:, 1],
-                                   1e-5, grid=(blocks,), D=d, WARPS=backward_warps(d), RMS=rms, DS_IN=ds_in)
+    width = d if rms else 2 * d  # dy·x̂'s partial sums, then dy's
+    ds, parts = poisoned(rows, d), poisoned(blocks, width, dtype=np.float32)
+    layernorm_bwd_kernel.interpret(s, dy, grad_s if ds_in else poisoned(rows, d), w, ds, parts, 1e-5,
+                                   grid=(blocks,), D=d, WARPS=backward_warps(d), RMS=rms, DS_IN=ds_in)
     ref = layernorm_backward_ref(s, dy, grad_s if ds_in else None, w, 1e-5, rms=bool(rms))
     assert rel_err(ds, ref[0]) < TOL
-    if rms:
-        parts[:, 1] = 0
     groups = min(3, blocks)
-    partial, totals = poisoned(groups, 2 * d, dtype=np.float32), poisoned(1, 2 * d)
-    column_sums_kernel.interpret(parts.reshape(blocks, 2 * d), partial, grid=(-(-2 * d // 128), groups))
-    column_sums_kernel.interpret(partial, totals, grid=(-(-2 * d // 128), 1), DT=bf16)
+    partial, totals = poisoned(groups, width, dtype=np.float32), poisoned(1, width)
+    column_sums_kernel.interpret(parts, partial, grid=(-(-width // 128), groups))
+    column_sums_kernel.interpret(partial, totals, grid=(-(-width // 128), 1), DT=bf16)
     assert rel_err(totals[0, :d], ref[1]) < TOL and (rms or rel_err(totals[0, d:], ref[2]) < TOL)
 
 

@@ -23,11 +23,11 @@ if TYPE_CHECKING:
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def layernorm_bwd_kernel(S: gl["DT", 2], dY: gl["DT", 2], dS: gl["DT", 2], Weight: gl["DT", 1], dX: gl["DT", 2],
-                         dWParts: gl[f32, 2], dBParts: gl[f32, 2], eps: float, D: const = 1024, WARPS: const = 1,
-                         DT: const = bf16, RMS: const = 0, DS_IN: const = 0):
+                         Parts: gl[f32, 2], eps: float, D: const = 1024, WARPS: const = 1, DT: const = bf16,
+                         RMS: const = 0, DS_IN: const = 0):
     """Rows of length D: S the forward's normalized input, dY the output's gradient, dS (with DS_IN) the new
     residual's; writes ds into dX and each block's partial sums of dy·x̂ and dy (RMS: dy·x̂ only) into row b of
-    dWParts and dBParts (blocks, D), which column_sums_kernel then adds up.
+    Parts (blocks, 2·D; RMS: D), side by side, which column_sums_kernel then adds up.
 
     Grid: (blocks,): block b takes rows b, b + blocks, ... (a few blocks a multiprocessor, each keeping its partial
     sums in registers over its rows), reading the next row's s and dy while it reduces this one (past the last row
@@ -59,9 +59,9 @@ def layernorm_bwd_kernel(S: gl["DT", 2], dY: gl["DT", 2], dS: gl["DT", 2], Weigh
         if DS_IN:
             ds = ds + load(dS, (row, part), rv[f32, COLS])
         store(dX, ds, (row, part))
-    store(dWParts, dw, (first, part))
+    store(Parts, dw, (first, part))
     if not RMS:
-        store(dBParts, db, (first, part))
+        store(Parts, db, (first, WARPS + part))
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
@@ -94,18 +94,40 @@ def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tens
     import torch
 
     rows, d = s.shape
-    spec, group_sums, total_sums = _specialized(d, s.dtype, rms, grad_s is not None, target)
-    blocks = max(1, min(rows, BLOCKS_PER_SM * multiprocessors(s.get_device())))
+    key = (rows, d, s.dtype, s.get_device(), rms, grad_s is not None, target, BLOCKS_PER_SM)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= 256:  # (many distinct row counts: start over rather than grow)
+            _PLANS.clear()
+        plan = _PLANS[key] = _plan(*key)
+    backward, group_sums, total_sums, blocks, width = plan
     ds = torch.empty_like(s)
-    sums = 1 if rms else 2  # dw, and db: side by side in one buffer, summed together
-    parts = torch.empty((blocks, sums, d), dtype=torch.float32, device=s.device)
-    spec[(blocks,)](s, grad_y, s if grad_s is None else grad_s, weight, ds, parts[:, 0], parts[:, sums - 1], eps)
-    groups = min(SUM_GROUPS, blocks)
-    partial = torch.empty((groups, sums * d), dtype=torch.float32, device=s.device)
-    totals = torch.empty((1, sums * d), dtype=weight.dtype, device=s.device)
-    group_sums[(ceil_div(sums * d, 128), groups)](parts.view(blocks, sums * d), partial)
-    total_sums[(ceil_div(sums * d, 128), 1)](partial, totals)
+    # The blocks' partial sums (rows 0 .. blocks - 1) and column_sums_kernel's groups of them (the rest): one
+    # allocation (at 16384×1024 a call read 0.18 of the copy event-timed, 0.51 from a CUDA graph: RESULTS
+    # "layernorm-backward — 2026-12-05 12:10")
+    scratch = torch.empty((blocks + min(SUM_GROUPS, blocks), width), dtype=torch.float32, device=s.device)
+    totals = torch.empty((1, width), dtype=weight.dtype, device=s.device)
+    backward(s, grad_y, s if grad_s is None else grad_s, weight, ds, scratch, eps)
+    parts, partial = scratch[:blocks], scratch[blocks:]
+    group_sums(parts, partial)
+    total_sums(partial, totals)
     return ds, totals[0, :d], None if rms else totals[0, d:]
+
+
+_PLANS: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # layernorm_backward's launches by (rows, D, dtype, device, ...)
+
+
+def _plan(rows: int, d: int, dtype: Any, device: int, rms: bool, ds_in: bool, target: str | None,
+          blocks_per_sm: int) -> tuple[Any, ...]:
+    """layernorm_backward's three launches bound to their grids, its blocks and the partial sums' width: the
+    backward kernel on a few blocks a multiprocessor (at most a block a row), then column_sums_kernel over the
+    blocks' partial rows in SUM_GROUPS groups, then over the groups."""
+    blocks = max(1, min(rows, blocks_per_sm * multiprocessors(device)))
+    width = d if rms else 2 * d  # dw, and db: side by side, summed together
+    spec, group_sums, total_sums = _specialized(d, dtype, rms, ds_in, target)
+    column_blocks = ceil_div(width, 128)
+    return (spec[(blocks,)], group_sums[(column_blocks, min(SUM_GROUPS, blocks))], total_sums[(column_blocks, 1)],
+            blocks, width)
 
 
 @functools.lru_cache(maxsize=256)
