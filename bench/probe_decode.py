@@ -24,13 +24,14 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTEN
             "mem-efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
-# attention_decode's settings beside its defaults (tkc/kernels/attention_decode.py CONFIG: 128-key steps, 2 stages):
-# fewer or more steps a part, more blocks a multiprocessor, 64-key steps (the sm_80 path's CONFIG_SM80; two blocks
-# fit an SM) with 2 or 3 stages
-VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 8}, "4 blocks an SM": {"BLOCKS_PER_SM": 4},
-            "64-key steps, 2 stages": {"CONFIG": {64: (32, 2), 128: (16, 2)}},
-            "64-key steps, 3 stages": {"CONFIG": {64: (32, 3), 128: (16, 3)}},
-            "1 block an SM": {"BLOCKS_PER_SM": 1}}
+# attention_decode's settings beside its defaults (tkc/kernels/attention_decode.py CONFIG: 128-key steps, 2 stages,
+# parts for one block a multiprocessor): fewer or more steps a part, parts for two or four blocks a multiprocessor,
+# 64-key steps (the sm_80 path's CONFIG_SM80: two blocks fit an SM) with 2 or 3 stages
+VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 8},
+            "2 blocks an SM": {"CONFIG": {64: (64, 2, 2), 128: (32, 2, 2)}},
+            "4 blocks an SM": {"CONFIG": {64: (64, 2, 4), 128: (32, 2, 4)}},
+            "64-key steps, 2 stages": {"CONFIG": {64: (32, 2, 2), 128: (16, 2, 2)}},
+            "64-key steps, 3 stages": {"CONFIG": {64: (32, 3, 1), 128: (16, 3, 1)}}}
 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):
@@ -55,10 +56,10 @@ def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     rows, flat = heads // kv_heads * nq, batch * heads * nq
-    keys, stages = decode_module.CONFIG[d]
+    keys, stages, blocks_per_sm = decode_module.CONFIG[d]
     units = batch * kv_heads * -(-rows // 16)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    parts, steps = decode_module.decode_parts(units, -(-nk // (4 * keys)), sms)
+    parts, steps = decode_module.decode_parts(units, -(-nk // (4 * keys)), blocks_per_sm * sms)
     o_parts = q.new_empty((parts * batch, kv_heads, rows, d), dtype=torch.float32)
     l_parts = q.new_empty((parts * batch, kv_heads, rows), dtype=torch.float32)
     out = torch.empty_like(q)

@@ -22,8 +22,9 @@ tests_and_sanitizers() {
 }
 for step in ${*:-tests probe bench sanitize}; do
     case $step in
-    tests)
-        timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu > "$OUT/tests.log" 2>&1
+    tests)  # with pytest-xdist (in .whl/ where fetched: see README), 8 processes: every GPU test in about a minute
+        python3 -c "import xdist" 2>/dev/null && workers="-n 8" || workers=""
+        timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider $workers tests/gpu > "$OUT/tests.log" 2>&1
         grep -E "^FAILED|Error" "$OUT/tests.log" | head -10; echo "tests: $(tail -1 "$OUT/tests.log")" ;;
     probe)
         timeout 200 python3 bench/wgmma_probe.py --what gemm --size ${GEMM_SIZE:-4096} > "$OUT/probe.log" 2>&1; tail -30 "$OUT/probe.log" ;;

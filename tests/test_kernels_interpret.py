@@ -95,7 +95,7 @@ def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int
     heads, rows = kv_heads * group, group * nq
     q = random_bf16(rng, batch, heads, nq, d)
     k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
-    keys, stages = CONFIG[d]
+    keys, stages, _ = CONFIG[d]
     steps = -(-nk // (4 * keys))
     per_part = -(-steps // parts)
     parts = -(-steps // per_part)

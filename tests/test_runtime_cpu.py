@@ -450,8 +450,8 @@ def test_grouped_query_attention_launches(monkeypatch) -> None:
 def test_decode_attention_launches(monkeypatch) -> None:
     """A few queries a head (GROUP·Nq ≤ MAX_ROWS, not causal): attention() on the sm_80 path, where attention_fwd
     refuses the lengths, and on Hopper with DECODE_ON_HOPPER, launches attention_decode over q viewed (B, H_kv,
-    GROUP·Nq, D), its keys split into parts (2 blocks a multiprocessor, ≥ MIN_STEPS steps a part, none empty), then
-    attention_decode_combine over the flat rows; causal, or a non-contiguous q, keeps the other kernels."""
+    GROUP·Nq, D), its keys split into parts (CONFIG's blocks a multiprocessor, ≥ MIN_STEPS steps a part, none
+    empty), then attention_decode_combine over the flat rows; causal, or a non-contiguous q, keeps the other kernels."""
     torch = pytest.importorskip("torch")
     from tkc.kernels import attention
     from tkc.kernels.attention_decode import decode_parts
@@ -463,10 +463,11 @@ def test_decode_attention_launches(monkeypatch) -> None:
     assert decode[0].kernel == "attention_decode" and combine[0].kernel == "attention_decode_combine"
     # 2·2 K/V heads of one 16-row tile (4 rows used); 3000 keys = 47 steps of 64 (CONFIG_SM80): 264 / 4 blocks
     # wanted, at most 47 // 4 = 11 parts: 5 steps a part, which takes 10 (the last of 2 steps)
-    assert decode_parts(4, 47, 132) == (10, 5) and decode[1] == (10, 2, 2) and decode[0].constants["KEYS"] == 16
-    assert combine[1] == (1, 4, 1) and combine[0].constants["LSE"] == 1 and out.shape == q.shape  # 16 rows, 4 × 32 columns
+    assert decode_parts(4, 47, 264) == (10, 5) and decode[1] == (10, 2, 2) and decode[0].constants["KEYS"] == 16
+    assert combine[1] == (1, 4, 1) and combine[0].constants["LSE"] == 1  # 16 rows, 4 × 32 columns
+    assert out.shape == q.shape
     assert lse.shape == (2, 8, 1) and decode[0].constants["D"] == 128
-    assert decode_parts(300, 1, 132) == (1, 1) and decode_parts(1, 10**4, 132) == (264, 38)
+    assert decode_parts(300, 1, 132) == (1, 1) and decode_parts(1, 10**4, 264) == (264, 38)
     monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", False)
     attention(q, k, v, target="sm_90a")
     assert launches[2][0].kernel == "attention_sm90"

@@ -715,7 +715,7 @@ def test_decode_attention_simulated(d: int, target: str, nk: int, f16: int) -> N
     cast = (lambda a: a.astype(np.float16)) if f16 else (lambda a: a)
     q = cast(random_bf16(rng, batch, heads, nq, d))
     k, v = (cast(random_bf16(rng, batch, kv_heads, nk, d)) for _ in range(2))
-    keys, stages = (CONFIG if target == "sm_90a" else CONFIG_SM80)[d]  # what attention() launches on each path
+    keys, stages, _ = (CONFIG if target == "sm_90a" else CONFIG_SM80)[d]  # what attention() launches on each path
     steps = -(-nk // (4 * keys))
     per_part = -(-steps // 2)
     parts = -(-steps // per_part)

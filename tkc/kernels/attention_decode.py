@@ -118,23 +118,25 @@ def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT",
                 store(L, top + log(total), (tile,))
 
 
-# (KEYS, STAGES) per head dim: a step is 4·KEYS keys (64 KB of K and V at either D), STAGES - 1 steps in flight per
-# block. On the H200 (RESULTS "decoding — 2026-12-05 12:10"), D=128, B=8 H_kv=8 Nk=8192: 0.91x cuDNN with 128-key
-# steps and 2 stages vs 0.76x with 64-key steps and 3 (or 4) stages; B=1 Nk=32768: 0.74-0.77x either way.
-CONFIG = {64: (64, 2), 128: (32, 2)}
-# The sm_80 path's, in 96 KB of shared memory at most (an RTX 4090 gives a block 99 KB; not timed)
-CONFIG_SM80 = {64: (32, 2), 128: (16, 2)}
+# (KEYS, STAGES, BLOCKS) per head dim: a step is 4·KEYS keys (64 KB of K and V at either D), STAGES - 1 steps in
+# flight per block, and the keys split into parts enough for BLOCKS blocks a multiprocessor (the blocks it holds at
+# once: 144-160 KB of shared memory leave room for one): one wave. On the H200, D=128: B=8 H_kv=8 Nk=8192 0.91x
+# cuDNN with 128-key steps and 2 stages vs 0.76x with 64-key steps and 3 (or 4) stages (RESULTS "decoding —
+# 2026-12-05 12:10"); B=1 Nk=32768 0.99x cuDNN from a CUDA graph with parts for one block a multiprocessor (128
+# blocks), 0.90x with parts for two (256: two waves), B=8 0.92x either way ("decoding — 2026-12-05 13:52").
+CONFIG = {64: (64, 2, 1), 128: (32, 2, 1)}
+# The sm_80 path's, in 96 KB of shared memory at most (an RTX 4090 gives a block 99 KB; an A100 holds two)
+CONFIG_SM80 = {64: (32, 2, 2), 128: (16, 2, 2)}
 MAX_ROWS = 64           # query rows a K/V head (GROUP·Nq) up to which attention() may take this path
 HOPPER_ROWS = 16        # on Hopper: one tile (with more, attention_sm90's blocks read K and V once for all rows)
 MIN_STEPS = 4           # key steps a part at least: each part's pipeline has steps to overlap
-BLOCKS_PER_SM = 2       # parts enough for this many blocks a multiprocessor
 
 
-def decode_parts(units: int, steps: int, sms: int) -> tuple[int, int]:
+def decode_parts(units: int, steps: int, slots: int) -> tuple[int, int]:
     """The keys' split for `units` blocks a part (K/V heads × query tiles × batch) over `steps` key steps: (parts,
-    steps a part). Enough parts to give every multiprocessor BLOCKS_PER_SM blocks, none of fewer than MIN_STEPS
-    steps (where there are that many), and no part empty."""
-    parts = max(1, min(ceil_div(BLOCKS_PER_SM * sms, units), steps // MIN_STEPS))
+    steps a part). Enough parts to fill the GPU's `slots` (multiprocessors × the blocks each holds), none of fewer
+    than MIN_STEPS steps (where there are that many), and no part empty."""
+    parts = max(1, min(ceil_div(slots, units), steps // MIN_STEPS))
     per_part = ceil_div(steps, parts)
     return ceil_div(steps, per_part), per_part
 
@@ -157,9 +159,9 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     rows = heads // kv_heads * nq
-    keys, stages = (CONFIG if hopper else CONFIG_SM80)[d]
+    keys, stages, blocks_per_sm = (CONFIG if hopper else CONFIG_SM80)[d]
     units = batch * kv_heads * ceil_div(rows, 16)
-    parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), sms)
+    parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), blocks_per_sm * sms)
     o_parts = q.new_empty((parts * batch, kv_heads, rows, d), dtype=torch.float32)
     l_parts = q.new_empty((parts * batch, kv_heads, rows), dtype=torch.float32)
     decode, combine = _specialized(d, q.dtype, keys, stages, lse is not None, target)

@@ -101,12 +101,12 @@ def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tens
             _PLANS.clear()
         plan = _PLANS[key] = _plan(*key)
     backward, group_sums, total_sums, blocks, width = plan
-    ds = torch.empty_like(s)
+    ds, device = torch.empty_like(s), s.device
     # The blocks' partial sums (rows 0 .. blocks - 1) and column_sums_kernel's groups of them (the rest): one
     # allocation (at 16384×1024 a call read 0.18 of the copy event-timed, 0.51 from a CUDA graph: RESULTS
     # "layernorm-backward — 2026-12-05 12:10")
-    scratch = torch.empty((blocks + min(SUM_GROUPS, blocks), width), dtype=torch.float32, device=s.device)
-    totals = torch.empty((1, width), dtype=weight.dtype, device=s.device)
+    scratch = torch.empty((blocks + min(SUM_GROUPS, blocks), width), dtype=torch.float32, device=device)
+    totals = torch.empty((1, width), dtype=weight.dtype, device=device)
     backward(s, grad_y, s if grad_s is None else grad_s, weight, ds, scratch, eps)
     parts, partial = scratch[:blocks], scratch[blocks:]
     group_sums(parts, partial)

@@ -317,7 +317,10 @@ class Specialized:
     def launch(self, grid: Any, args: Sequence[Any], common_only: bool = False) -> bool:
         """Launch on `grid`; True once launched. With `common_only`, arguments outside the reader's common case
         launch nothing and give False (the caller's own checks then say what is wrong, in its own words)."""
-        grid3 = normalize_grid(grid)
+        return self.launch_on(normalize_grid(grid), args, common_only)
+
+    def launch_on(self, grid3: tuple[int, int, int], args: Sequence[Any], common_only: bool = False) -> bool:
+        """As launch, on a grid already normalized (spec[grid] keeps it so)."""
         values: list[Any] = []
         fast = self.variant(args, values, common_only)
         if fast is None:
@@ -345,11 +348,11 @@ class _BoundSpecialized:
         self.spec, self.grid = spec, grid
 
     def __call__(self, *args: Any) -> None:
-        self.spec.launch(self.grid, args)
+        self.spec.launch_on(self.grid, args)
 
     def common(self, *args: Any) -> bool:
         """As `kernel[grid].common`: launch only the common case, and say whether it did."""
-        return self.spec.launch(self.grid, args, common_only=True)
+        return self.spec.launch_on(self.grid, args, common_only=True)
 
 
 _specialized: dict[tuple[Any, ...], Specialized] = {}
