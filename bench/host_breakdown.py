@@ -83,22 +83,19 @@ def big_shape(rows: int, cols: int) -> None:
 def backward_shape(rows: int, cols: int) -> None:
     """layernorm_backward() at a benchmark shape (bench/layernorm_backward.py read it at 0.18 of the copy
     event-timed, 0.51 from a graph): host, drained, event-timed and graph-replayed times per call, of the whole
-    call and of its three kernels alone, then a cProfile of the call."""
+    call and of its two kernels alone, then a cProfile of the call."""
     from tkc.kernels import layernorm_bwd
 
     bf = torch.bfloat16
     s, dy = (torch.randn(rows, cols, device="cuda", dtype=bf) for _ in range(2))
     w = torch.randn(cols, device="cuda", dtype=bf)
     blocks = layernorm_bwd.BLOCKS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
-    groups = min(layernorm_bwd.SUM_GROUPS, blocks)
-    spec, group_sums, total_sums = layernorm_bwd._specialized(cols, bf, False, False, None)
+    spec, column_sums = layernorm_bwd._specialized(cols, bf, False, False, None)
     ds, parts = torch.empty_like(s), torch.empty((blocks, 2 * cols), device="cuda")
-    partial = torch.empty((groups, 2 * cols), device="cuda")
-    totals = torch.empty((1, 2 * cols), device="cuda", dtype=bf)
+    totals = torch.empty(2 * cols, device="cuda", dtype=bf)
     calls = {"layernorm_backward()": lambda: layernorm_bwd.layernorm_backward(s, dy, None, w, 1e-5),
              f"layernorm_bwd_kernel[{blocks}]": lambda: spec[(blocks,)](s, dy, s, w, ds, parts, 1e-5),
-             f"column sums [{groups} groups]": lambda: group_sums[(2 * cols // 128, groups)](parts, partial),
-             "column sums [1]": lambda: total_sums[(2 * cols // 128, 1)](partial, totals)}
+             "column_sums_kernel": lambda: column_sums[(2 * cols // 32,)](parts, totals)}
     print(f"\nlayernorm_backward {rows}×{cols}: 6 bytes per element = {6 * rows * cols / 1e6:.0f} MB")
     for name, fn in calls.items():
         host, wall = host_and_wall_us(fn, 300)

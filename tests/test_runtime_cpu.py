@@ -495,7 +495,7 @@ def test_decode_attention_launches(monkeypatch) -> None:
 def test_layernorm_backward_launches(monkeypatch) -> None:
     """layernorm_backward(): layernorm_bwd_kernel on a few blocks a multiprocessor (at most a block a row), its row
     spread over backward_warps(D) warps, then column_sums_kernel over the blocks' partial sums, dweight's and
-    dbias's columns side by side (RMSNorm: dweight's alone), in two levels; the new residual's gradient read only
+    dbias's columns side by side (RMSNorm: dweight's alone), in one launch; the new residual's gradient read only
     when given (DS_IN)."""
     pytest.importorskip("torch")
     from tkc.kernels import _checks
@@ -505,17 +505,16 @@ def test_layernorm_backward_launches(monkeypatch) -> None:
     monkeypatch.setitem(_checks.MULTIPROCESSORS, 0, 132)
     s, dy, w = cuda(3000, 4096), cuda(3000, 4096), cuda(4096)
     ds, dw, db = layernorm_backward(s, dy, dy, w, 1e-5)
-    bwd, dw_sum, db_sum = launches
+    bwd, sums = launches
     assert bwd[0].kernel == "layernorm_bwd_kernel" and bwd[1] == (BLOCKS_PER_SM * 132, 1, 1)
     assert bwd[0].constants["WARPS"] == backward_warps(4096) == 16 and bwd[0].constants["DS_IN"] == 1
-    # 2 · 4096 columns, 128 a block: the 528 partial rows into 32 groups, then one
-    assert dw_sum[0].kernel == db_sum[0].kernel == "column_sums_kernel" and (dw_sum[1], db_sum[1]) == ((64, 32, 1),
-                                                                                                        (64, 1, 1))
+    # the 528 blocks' partial rows of 2 · 4096 columns (dweight's, then dbias's), 32 columns a block
+    assert sums[0].kernel == "column_sums_kernel" and sums[1] == (256, 1, 1)
     assert ds.shape == s.shape and dw.shape == db.shape == w.shape
     ds, dw, db = layernorm_backward(cuda(5, 768), cuda(5, 768), None, cuda(768), 1e-6, rms=True)
-    bwd, dw_groups, dw_sum = launches[3:]
+    bwd, sums = launches[2:]
     assert bwd[1] == (5, 1, 1) and bwd[0].constants["RMS"] == 1 and bwd[0].constants["DS_IN"] == 0 and db is None
-    assert (dw_groups[1], dw_sum[1]) == ((6, 5, 1), (6, 1, 1)) and dw.shape == (768,)
+    assert sums[1] == (24, 1, 1) and dw.shape == (768,)
     assert bwd[0].constants["WARPS"] == backward_warps(768) == 4
 
 

@@ -64,24 +64,30 @@ def layernorm_bwd_kernel(S: gl["DT", 2], dY: gl["DT", 2], dS: gl["DT", 2], Weigh
         store(Parts, db, (first, WARPS + part))
 
 
-@tkc.kernel(warps=4, min_target="sm_80")
-def column_sums_kernel(Rows: gl[f32, 2], Sums: gl["DT", 2], DT: const = f32):
-    """Sums[g, c] = Σ_i Rows[g + i·G, c], the rows g, g + G, ... of each column (G: the grid's second size), in DT.
-    Grid: (cdiv(C, 128), G); each warp 32 columns, 8 of its rows a step with their loads in flight together (one
-    round trip a step; rows past the end read zeros)."""
-    cols, g, groups = block_idx()[0] * 4 + warp_id(), block_idx()[1], num_blocks()[1]
+@tkc.kernel(warps=16, min_target="sm_80")
+def column_sums_kernel(Rows: gl[f32, 2], Sums: gl["DT", 1], DT: const = f32):
+    """Sums[c] = Σ_r Rows[r, c], in DT. Grid: (cdiv(C, 32),): block b adds columns 32b .. 32b + 31; warp w rows w,
+    w + 16, w + 32, ..., 8 of its rows a step with their loads in flight together (one round trip a step; rows past
+    the end read zeros), and the 16 warps' sums meet in shared memory. One launch: at 16384×1024 a launch cost
+    the host 17-23 µs against 2-3 µs of the GPU's (RESULTS "layernorm-backward — 2026-12-05 13:50"), where two
+    levels (groups of rows, then the groups) took two."""
+    cols, w = block_idx()[0], warp_id()
     total = zeros(rv[f32, 32])
-    for i in range(g, Rows.shape[0], 8 * groups):
-        first = (load(Rows, (i, cols), rv[f32, 32]) + load(Rows, (i + groups, cols), rv[f32, 32])
-                 + load(Rows, (i + 2 * groups, cols), rv[f32, 32]) + load(Rows, (i + 3 * groups, cols), rv[f32, 32]))
-        second = (load(Rows, (i + 4 * groups, cols), rv[f32, 32]) + load(Rows, (i + 5 * groups, cols), rv[f32, 32])
-                  + load(Rows, (i + 6 * groups, cols), rv[f32, 32]) + load(Rows, (i + 7 * groups, cols), rv[f32, 32]))
+    for i in range(w, Rows.shape[0], 128):
+        first = (load(Rows, (i, cols), rv[f32, 32]) + load(Rows, (i + 16, cols), rv[f32, 32])
+                 + load(Rows, (i + 32, cols), rv[f32, 32]) + load(Rows, (i + 48, cols), rv[f32, 32]))
+        second = (load(Rows, (i + 64, cols), rv[f32, 32]) + load(Rows, (i + 80, cols), rv[f32, 32])
+                  + load(Rows, (i + 96, cols), rv[f32, 32]) + load(Rows, (i + 112, cols), rv[f32, 32]))
         total = total + (first + second)
-    store(Sums, total, (g, cols))
+    warp_sums = store(empty(sv[f32, 512]), total, (w,))
+    total = load(warp_sums, (0,), rv[f32, 32])
+    for other in range(1, 16):
+        total = total + load(warp_sums, (other,), rv[f32, 32])
+    if w == 0:
+        store(Sums, total, (cols,))
 
 
 BLOCKS_PER_SM = 4  # the backward's grid: blocks a multiprocessor (each sums dy·x̂ and dy over its rows)
-SUM_GROUPS = 32    # column_sums_kernel's first level: the blocks' partial rows summed into this many, then into one
 
 
 def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tensor | None, weight: torch.Tensor,
@@ -100,18 +106,13 @@ def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tens
         if len(_PLANS) >= 256:  # (many distinct row counts: start over rather than grow)
             _PLANS.clear()
         plan = _PLANS[key] = _plan(*key)
-    backward, group_sums, total_sums, blocks, width = plan
+    backward, column_sums, blocks, width = plan
     ds, device = torch.empty_like(s), s.device
-    # The blocks' partial sums (rows 0 .. blocks - 1) and column_sums_kernel's groups of them (the rest): one
-    # allocation (at 16384×1024 a call read 0.18 of the copy event-timed, 0.51 from a CUDA graph: RESULTS
-    # "layernorm-backward — 2026-12-05 12:10")
-    scratch = torch.empty((blocks + min(SUM_GROUPS, blocks), width), dtype=torch.float32, device=device)
-    totals = torch.empty((1, width), dtype=weight.dtype, device=device)
-    backward(s, grad_y, s if grad_s is None else grad_s, weight, ds, scratch, eps)
-    parts, partial = scratch[:blocks], scratch[blocks:]
-    group_sums(parts, partial)
-    total_sums(partial, totals)
-    return ds, totals[0, :d], None if rms else totals[0, d:]
+    parts = torch.empty((blocks, width), dtype=torch.float32, device=device)
+    totals = torch.empty(width, dtype=weight.dtype, device=device)
+    backward(s, grad_y, s if grad_s is None else grad_s, weight, ds, parts, eps)
+    column_sums(parts, totals)
+    return ds, totals[:d], None if rms else totals[d:]
 
 
 _PLANS: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # layernorm_backward's launches by (rows, D, dtype, device, ...)
@@ -119,24 +120,21 @@ _PLANS: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # layernorm_backward's laun
 
 def _plan(rows: int, d: int, dtype: Any, device: int, rms: bool, ds_in: bool, target: str | None,
           blocks_per_sm: int) -> tuple[Any, ...]:
-    """layernorm_backward's three launches bound to their grids, its blocks and the partial sums' width: the
-    backward kernel on a few blocks a multiprocessor (at most a block a row), then column_sums_kernel over the
-    blocks' partial rows in SUM_GROUPS groups, then over the groups."""
+    """layernorm_backward's two launches bound to their grids, its blocks and the partial sums' width: the backward
+    kernel on a few blocks a multiprocessor (at most a block a row), then column_sums_kernel over the blocks'
+    partial rows."""
     blocks = max(1, min(rows, blocks_per_sm * multiprocessors(device)))
     width = d if rms else 2 * d  # dw, and db: side by side, summed together
-    spec, group_sums, total_sums = _specialized(d, dtype, rms, ds_in, target)
-    column_blocks = ceil_div(width, 128)
-    return (spec[(blocks,)], group_sums[(column_blocks, min(SUM_GROUPS, blocks))], total_sums[(column_blocks, 1)],
-            blocks, width)
+    spec, column_sums = _specialized(d, dtype, rms, ds_in, target)
+    return spec[(blocks,)], column_sums[(ceil_div(width, 32),)], blocks, width
 
 
 @functools.lru_cache(maxsize=256)
-def _specialized(d: int, dtype: Any, rms: bool, ds_in: bool, target: str | None) -> tuple[Any, Any, Any]:
-    """layernorm_bwd_kernel for rows of d columns, and column_sums_kernel's two levels (f32, then the weight's
-    dtype; sm_80 builds, as the other small kernels), made once: a call launches them without hashing constants."""
+def _specialized(d: int, dtype: Any, rms: bool, ds_in: bool, target: str | None) -> tuple[Any, Any]:
+    """layernorm_bwd_kernel for rows of d columns, and column_sums_kernel into the weight's dtype (an sm_80 build, as
+    the other small kernels), made once: a call launches them without hashing constants."""
     return (layernorm_bwd_kernel.specialize(D=d, WARPS=backward_warps(d), RMS=int(rms), DS_IN=int(ds_in),
                                             target=target, **dtype_constant(dtype)),
-            column_sums_kernel.specialize(target="sm_80"),
             column_sums_kernel.specialize(DT=dtype_constant(dtype).get("DT", bf16), target="sm_80"))
 
 
