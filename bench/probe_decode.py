@@ -36,9 +36,11 @@ VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):
     plans: dict = {}  # its own common-call plans: attention_sm90's (made with the flag off) must not serve the other
+    decode_plans: dict = {}  # and its own decoding plans (made under its settings)
 
     def run() -> torch.Tensor:
         attention_module.DECODE_ON_HOPPER, attention_module._PLANS = decode, plans
+        decode_module._PLANS = decode_plans
         saved = {name: getattr(decode_module, name) for name in settings or {}}
         for name, value in (settings or {}).items():
             setattr(decode_module, name, value)

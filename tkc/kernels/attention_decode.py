@@ -156,22 +156,44 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     CONFIG, else CONFIG_SM80."""
     import torch
 
-    batch, heads, nq, d = q.shape
-    kv_heads, nk = k.shape[1], k.shape[2]
+    key = (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper)
+    plan = _PLANS.get(key)
+    if plan is None:  # (a decoding step's shapes repeat: its host work is what a short step waits for)
+        if len(_PLANS) >= 256:
+            _PLANS.clear()
+        plan = _PLANS[key] = _plan(*key)
+    decode, combine, steps, q_rows, parts_shape, flat_parts = plan
+    o_parts = q.new_empty(parts_shape, dtype=torch.float32)
+    l_parts = q.new_empty(parts_shape[:3], dtype=torch.float32)
+    args = (q.view(q_rows), k, v, o_parts, l_parts, scale, steps)
+    if common_only:
+        if not decode.common(*args):
+            return False
+    else:
+        decode(*args)
+    parts, flat, d = flat_parts
+    combine(o_parts.view(flat_parts), l_parts.view(parts, flat), out.view(flat, d),
+            l_parts.view(-1) if lse is None else lse.view(flat))
+    return True
+
+
+_PLANS: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # attention_decode_launch's plans by shapes, dtype, target, ...
+
+
+def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: bool, target: str | None, sms: int,
+          hopper: bool) -> tuple[Any, ...]:
+    """The two launches bound to their grids, the steps a part, q's shape as (B, H_kv, GROUP·Nq, D), the parts'
+    output's shape (P·B, H_kv, GROUP·Nq, D) and as the combine reads it (P, B·H·Nq, D)."""
+    batch, heads, nq, d = q_shape
+    kv_heads, nk = k_shape[1], k_shape[2]
     rows = heads // kv_heads * nq
     keys, stages, blocks_per_sm = (CONFIG if hopper else CONFIG_SM80)[d]
     units = batch * kv_heads * ceil_div(rows, 16)
     parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), blocks_per_sm * sms)
-    o_parts = q.new_empty((parts * batch, kv_heads, rows, d), dtype=torch.float32)
-    l_parts = q.new_empty((parts * batch, kv_heads, rows), dtype=torch.float32)
-    decode, combine = _specialized(d, q.dtype, keys, stages, lse is not None, target)
-    if not decode.launch((parts * ceil_div(rows, 16), kv_heads, batch),
-                         (q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts, scale, steps), common_only):
-        return False
+    decode, combine = _specialized(d, dtype, keys, stages, lse, target)
     flat = batch * heads * nq
-    combine[(ceil_div(flat, 16), d // 32)](o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d),
-                                   l_parts.view(-1) if lse is None else lse.view(flat))
-    return True
+    return (decode[(parts * ceil_div(rows, 16), kv_heads, batch)], combine[(ceil_div(flat, 16), d // 32)], steps,
+            (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
 
 
 @functools.lru_cache(maxsize=64)
