@@ -468,6 +468,7 @@ def test_decode_attention_launches(monkeypatch) -> None:
     assert out.shape == q.shape
     assert lse.shape == (2, 8, 1) and decode[0].constants["D"] == 128
     assert decode_parts(300, 1, 132) == (1, 1) and decode_parts(1, 10**4, 264) == (264, 38)
+    assert decode_parts(8, 1024, 132) == (16, 64)  # one wave: 128 blocks for 132 multiprocessors, not 136
     monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", False)
     attention(q, k, v, target="sm_90a")
     assert launches[2][0].kernel == "attention_sm90"
