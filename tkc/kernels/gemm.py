@@ -249,9 +249,9 @@ def tile_choice(m: int, n: int, sms: int) -> int:
 FEW_ROWS = {"BK": 128, "WARPS": 8, "STAGES": 5, "ROTATE": 1}  # ROWS: 16 or 32, the fewest that hold A's rows
 FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLAS
 # The runs of K of a block column as a cluster summing its partial sums in distributed shared memory
-# (gemm_few_rows_cluster_kernel: one launch) rather than gemm_few_rows_kernel + sum_splits_kernel. Off until timed
-# on the H200 (correct there: tests/gpu test_few_rows_in_clusters, 2026-12-05; bench/probe_skinny.py's FRC
-# candidates wait for a timing run, `gpu_session.sh few-rows-clusters`)
+# (gemm_few_rows_cluster_kernel: one launch) rather than gemm_few_rows_kernel + sum_splits_kernel. Off: correct
+# (tests/gpu test_few_rows_in_clusters, 2026-12-05) but no faster on the GPU, from a CUDA graph on an H100: 12.5-12.9
+# µs against gemm()'s 9.3-10.7 at N=K=4096, within 1-3 % at 8192 (RESULTS "few rows in clusters — 2026-12-05")
 FEW_ROWS_IN_CLUSTERS = False
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
