@@ -124,7 +124,7 @@ def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT",
 # cuDNN with 128-key steps and 2 stages vs 0.76x with 64-key steps and 3 (or 4) stages (RESULTS "decoding —
 # 2026-12-05 12:10"); B=1 Nk=32768 0.99x cuDNN from a CUDA graph with parts for one block a multiprocessor (128
 # blocks), 0.90x with parts for two (256: two waves), B=8 0.92x either way ("13:50"). On an H100, with the parts
-# rounded down to one wave: 0.98-1.01x at one query a head ("15:20").
+# rounded down to one wave: 0.98-1.01x at one query a head ("15:09").
 CONFIG = {64: (64, 2, 1), 128: (32, 2, 1)}
 # The sm_80 path's, in 96 KB of shared memory at most (an RTX 4090 gives a block 99 KB; an A100 holds two)
 CONFIG_SM80 = {64: (32, 2, 2), 128: (16, 2, 2)}
