@@ -89,13 +89,13 @@ def backward_shape(rows: int, cols: int) -> None:
     bf = torch.bfloat16
     s, dy = (torch.randn(rows, cols, device="cuda", dtype=bf) for _ in range(2))
     w = torch.randn(cols, device="cuda", dtype=bf)
-    blocks = layernorm_bwd.BLOCKS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
-    spec, column_sums = layernorm_bwd._specialized(cols, bf, False, False, None)
-    ds, parts = torch.empty_like(s), torch.empty((blocks, 2 * cols), device="cuda")
-    totals = torch.empty(2 * cols, device="cuda", dtype=bf)
+    backward, column_sums, blocks, width = layernorm_bwd._plan(rows, cols, bf, 0, False, False, None,
+                                                               layernorm_bwd.BLOCKS_PER_SM)
+    ds, parts = torch.empty_like(s), torch.empty((blocks, width), device="cuda")
+    totals = torch.empty(width, device="cuda", dtype=bf)
     calls = {"layernorm_backward()": lambda: layernorm_bwd.layernorm_backward(s, dy, None, w, 1e-5),
-             f"layernorm_bwd_kernel[{blocks}]": lambda: spec[(blocks,)](s, dy, s, w, ds, parts, 1e-5),
-             "column_sums_kernel": lambda: column_sums[(2 * cols // 32,)](parts, totals)}
+             f"layernorm_bwd_kernel[{blocks}]": lambda: backward(s, dy, s, w, ds, parts, 1e-5),
+             "column_sums_kernel": lambda: column_sums(parts, totals)}
     print(f"\nlayernorm_backward {rows}×{cols}: 6 bytes per element = {6 * rows * cols / 1e6:.0f} MB")
     for name, fn in calls.items():
         host, wall = host_and_wall_us(fn, 300)

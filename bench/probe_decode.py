@@ -55,22 +55,16 @@ def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: boo
 def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
     """attention_decode and attention_decode_combine launched alone, on buffers made once (as attention_decode_launch
     launches them on Hopper): what each costs of a decoding step."""
-    batch, heads, nq, d = q.shape
-    kv_heads, nk = k.shape[1], k.shape[2]
-    rows, flat = heads // kv_heads * nq, batch * heads * nq
-    keys, stages, blocks_per_sm = decode_module.CONFIG[d]
-    units = batch * kv_heads * -(-rows // 16)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    parts, steps = decode_module.decode_parts(units, -(-nk // (4 * keys)), blocks_per_sm * sms)
-    o_parts = q.new_empty((parts * batch, kv_heads, rows, d), dtype=torch.float32)
-    l_parts = q.new_empty((parts * batch, kv_heads, rows), dtype=torch.float32)
+    decode, combine, steps, q_rows, parts_shape, (parts, flat, d) = decode_module._plan(
+        q.shape, k.shape, q.dtype, False, None, sms, True)
+    o_parts = q.new_empty(parts_shape, dtype=torch.float32)
+    l_parts = q.new_empty(parts_shape[:3], dtype=torch.float32)
     out = torch.empty_like(q)
-    decode, combine = decode_module._specialized(d, q.dtype, keys, stages, False, None)
-    grid = (parts * -(-rows // 16), kv_heads, batch)
     return {f"attention_decode alone ({parts} parts of {steps} steps)":
-            lambda: decode[grid](q.view(batch, kv_heads, rows, d), k, v, o_parts, l_parts, 0.1, steps),
-            "attention_decode_combine alone": lambda: combine[(-(-flat // 16), d // 32)](
-                o_parts.view(parts, flat, d), l_parts.view(parts, flat), out.view(flat, d), l_parts.view(-1))}
+            lambda: decode(q.view(q_rows), k, v, o_parts, l_parts, 0.1, steps),
+            "attention_decode_combine alone": lambda: combine(o_parts.view(parts, flat, d), l_parts.view(parts, flat),
+                                                              out.view(flat, d), l_parts.view(-1))}
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: SDPBackend):

@@ -56,6 +56,17 @@ def wgmma_path(device: int, target: str | None) -> bool:
 _HOPPER: dict[int, bool] = {}  # device index → is it sm_90
 
 
+def cached_plan(plans: dict, key: tuple, make: Any) -> Any:
+    """plans[key], made by make(*key) the first time: a call's launches worked out once per shape. Emptied when it
+    holds 256 (many distinct shapes, e.g. row counts: start over rather than grow)."""
+    plan = plans.get(key)
+    if plan is None:
+        if len(plans) >= 256:
+            plans.clear()
+        plan = plans[key] = make(*key)
+    return plan
+
+
 def multiprocessors(device: int) -> int:
     """The GPU's multiprocessor count (asked once per device)."""
     sms = MULTIPROCESSORS.get(device)

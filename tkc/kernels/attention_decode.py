@@ -6,12 +6,11 @@ the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile e
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import dtype_constant
+from tkc.kernels._checks import cached_plan, dtype_constant
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -159,13 +158,9 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     CONFIG, else CONFIG_SM80."""
     import torch
 
-    key = (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper)
-    plan = _PLANS.get(key)
-    if plan is None:  # (a decoding step's shapes repeat: its host work is what a short step waits for)
-        if len(_PLANS) >= 256:
-            _PLANS.clear()
-        plan = _PLANS[key] = _plan(*key)
-    decode, combine, steps, q_rows, parts_shape, flat_parts = plan
+    # (a decoding step's shapes repeat: its host work is what a short step waits for)
+    decode, combine, steps, q_rows, parts_shape, flat_parts = cached_plan(
+        _PLANS, (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper), _plan)
     o_parts = q.new_empty(parts_shape, dtype=torch.float32)
     l_parts = q.new_empty(parts_shape[:3], dtype=torch.float32)
     args = (q.view(q_rows), k, v, o_parts, l_parts, scale, steps)
@@ -193,15 +188,9 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
     keys, stages, blocks_per_sm = (CONFIG if hopper else CONFIG_SM80)[d]
     units = batch * kv_heads * ceil_div(rows, 16)
     parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), blocks_per_sm * sms)
-    decode, combine = _specialized(d, dtype, keys, stages, lse, target)
+    dt = dtype_constant(dtype)
+    decode = attention_decode.specialize(D=d, KEYS=keys, STAGES=stages, **dt, target=target)
+    combine = attention_decode_combine.specialize(LSE=int(lse), **dt, target=target)
     flat = batch * heads * nq
     return (decode[(parts * ceil_div(rows, 16), kv_heads, batch)], combine[(ceil_div(flat, 16), d // 32)], steps,
             (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
-
-
-@functools.lru_cache(maxsize=64)
-def _specialized(d: int, dtype: Any, keys: int, stages: int, lse: bool, target: str | None) -> tuple[Any, Any]:
-    """The two kernels with their constants bound (a decoding step's launches skip hashing them)."""
-    dt = dtype_constant(dtype)
-    return (attention_decode.specialize(D=d, KEYS=keys, STAGES=stages, **dt, target=target),
-            attention_decode_combine.specialize(LSE=int(lse), **dt, target=target))

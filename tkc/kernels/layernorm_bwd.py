@@ -8,12 +8,11 @@ and dx = dresidual = ds. The mean and rstd are recomputed from s (the forward ke
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import dtype_constant, multiprocessors
+from tkc.kernels._checks import cached_plan, dtype_constant, multiprocessors
 from tkc.kernels.layernorm import row_total
 from tkc.lang import *  # noqa: F403
 
@@ -100,13 +99,8 @@ def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tens
     import torch
 
     rows, d = s.shape
-    key = (rows, d, s.dtype, s.get_device(), rms, grad_s is not None, target, BLOCKS_PER_SM)
-    plan = _PLANS.get(key)
-    if plan is None:
-        if len(_PLANS) >= 256:  # (many distinct row counts: start over rather than grow)
-            _PLANS.clear()
-        plan = _PLANS[key] = _plan(*key)
-    backward, column_sums, blocks, width = plan
+    backward, column_sums, blocks, width = cached_plan(
+        _PLANS, (rows, d, s.dtype, s.get_device(), rms, grad_s is not None, target, BLOCKS_PER_SM), _plan)
     ds, device = torch.empty_like(s), s.device
     parts = torch.empty((blocks, width), dtype=torch.float32, device=device)
     totals = torch.empty(width, dtype=weight.dtype, device=device)
@@ -125,17 +119,11 @@ def _plan(rows: int, d: int, dtype: Any, device: int, rms: bool, ds_in: bool, ta
     partial rows."""
     blocks = max(1, min(rows, blocks_per_sm * multiprocessors(device)))
     width = d if rms else 2 * d  # dw, and db: side by side, summed together
-    spec, column_sums = _specialized(d, dtype, rms, ds_in, target)
-    return spec[(blocks,)], column_sums[(ceil_div(width, 32),)], blocks, width
-
-
-@functools.lru_cache(maxsize=256)
-def _specialized(d: int, dtype: Any, rms: bool, ds_in: bool, target: str | None) -> tuple[Any, Any]:
-    """layernorm_bwd_kernel for rows of d columns, and column_sums_kernel into the weight's dtype (an sm_80 build, as
-    the other small kernels), made once: a call launches them without hashing constants."""
-    return (layernorm_bwd_kernel.specialize(D=d, WARPS=backward_warps(d), RMS=int(rms), DS_IN=int(ds_in),
-                                            target=target, **dtype_constant(dtype)),
-            column_sums_kernel.specialize(DT=dtype_constant(dtype).get("DT", bf16), target="sm_80"))
+    backward = layernorm_bwd_kernel.specialize(D=d, WARPS=backward_warps(d), RMS=int(rms), DS_IN=int(ds_in),
+                                               target=target, **dtype_constant(dtype))
+    # into the weight's dtype; an sm_80 build, as the other small kernels
+    column_sums = column_sums_kernel.specialize(DT=dtype_constant(dtype).get("DT", bf16), target="sm_80")
+    return backward[(blocks,)], column_sums[(ceil_div(width, 32),)], blocks, width
 
 
 def backward_warps(d: int) -> int:
