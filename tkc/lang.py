@@ -547,11 +547,13 @@ def rows(n):
 
 
 @_op
-def store(dst, src, index=None):
+def store(dst, src, index=None, conflicts=1):
     """Store `src` into `dst` at `index` (in tiles, as for `load`).
 
     Into a global tensor: written past the end of it is dropped. Into a shared tile or vector held by a variable:
-    the variable now holds the updated tile (`store(o_s, o)`); `store` also returns it.
+    the variable now holds the updated tile (`store(o_s, o)`); `store` also returns it. `conflicts`: the shared
+    memory bank conflicts the kernel's author expects of this store (a known n-way conflict, e.g. once a warp at
+    the end of a kernel); the compiler warns only of worse.
     """
 
 

@@ -777,7 +777,7 @@ def unpack_count():
 
 
 # --------------------------------------------------------------------------------------------------------------
-# store(dst, src, index) with the arguments swapped
+# store(dst, src, index) with the arguments swapped, or `conflicts` misused
 
 
 def store_swapped_global():
@@ -805,6 +805,23 @@ def store_shared_into_shared():
         s = load(A, (0, 0), st[bf16, 64, 64])
         u = empty(st[bf16, 64, 64])
         store(u, s)  # ERROR
+
+    return k
+
+
+def store_conflicts_into_global():
+    @tkc.kernel
+    def k(A: gl[bf16, 2], C: gl[bf16, 2]):
+        a = load(A, (0, 0), rt[bf16, 16, 16])
+        store(C, a, (0, 0), conflicts=2)  # ERROR
+
+    return k
+
+
+def store_conflicts_zero():
+    @tkc.kernel
+    def k(A: gl[f32, 2]):
+        s = store(empty(sv[f32, 64]), load(A, (0, 0), rv[f32, 64]), conflicts=0)  # ERROR
 
     return k
 

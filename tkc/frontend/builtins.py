@@ -670,12 +670,16 @@ def _cluster_sync(cg: CodeGen) -> None:
 
 
 @implements(lang.store)
-def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None) -> SSAValue | None:
+def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None, conflicts: Any = 1) -> SSAValue | None:
     if is_global(src) or (is_register(dst) and not is_register(src)):
         raise TkcError("store(dst, src, index): the destination comes first")
+    if is_runtime(conflicts) or isinstance(conflicts, bool) or not isinstance(conflicts, int) or conflicts < 1:
+        raise TkcError(f"store's `conflicts` must be a compile-time whole number ≥ 1, got {describe(conflicts)}")
     if is_global(dst):
         if not (is_register(src) or is_shared(src)):
             raise TkcError(f"store's source must be a tile or vector, got {describe(src)}")
+        if conflicts != 1:
+            raise TkcError("store's `conflicts` is about shared memory banks; this store is into a global tensor")
         gtype: GlobalType = dst.type
         indices, in_rows = _global_indices(cg, index, gtype, src.type, f"store into {gtype.spec()}")
         cg.emit(_marked(t.StoreOp(src, dst, indices), in_rows))
@@ -687,7 +691,10 @@ def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None) -> SSAValue | Non
             if src.type.shape != stype.shape:
                 raise TkcError(f"storing {describe(src)} into {stype.spec()} needs the sub-tile's index")
             index = (0,) * len(stype.shape)
-        return cg.emit_value(t.InsertOp(src, dst, _indices(cg, index, len(stype.shape), f"store into {stype.spec()}")))
+        insert = t.InsertOp(src, dst, _indices(cg, index, len(stype.shape), f"store into {stype.spec()}"))
+        if conflicts > 1:
+            insert.attributes[t.CONFLICTS_ATTR] = IntegerAttr(conflicts, 64)
+        return cg.emit_value(insert)
     raise TkcError(f"store's destination must be a global tensor or a shared tile, got {describe(dst)}")
 
 

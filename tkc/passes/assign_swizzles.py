@@ -25,6 +25,7 @@ from tkc.backend.shared_layout import swizzle_for
 from tkc.diagnostics import TkcWarning
 from tkc.errors import SourceLoc
 from tkc.ir import async_ops as a
+from tkc.ir import ops as t
 from tkc.ir.types import SharedTileType, element_bytes
 from tkc.passes import register
 from tkc.passes.util import sync_function_types
@@ -56,8 +57,9 @@ def report_conflicts(module: ModuleOp) -> None:
     from tkc.backend.lower_memory import shared_access_patterns
 
     for op in module.walk():
+        expected = op.attributes.get(t.CONFLICTS_ATTR)  # store(..., conflicts=n): its author knows of n ways
         for what, degree in shared_access_patterns(op):
-            if degree > 1:
+            if degree > (expected.value.data if expected is not None else 1):
                 message = f"{what} has a {degree}-way shared memory bank conflict"
                 warnings.warn(TkcWarning(message, SourceLoc.from_attr(op.location)), stacklevel=2)
 
