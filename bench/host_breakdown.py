@@ -90,7 +90,7 @@ def backward_shape(rows: int, cols: int) -> None:
     s, dy = (torch.randn(rows, cols, device="cuda", dtype=bf) for _ in range(2))
     w = torch.randn(cols, device="cuda", dtype=bf)
     backward, column_sums, blocks, width = layernorm_bwd._plan(rows, cols, bf, 0, False, False, None,
-                                                               layernorm_bwd.BLOCKS_PER_SM)
+                                                               example=(s, w, 1e-5))
     ds, parts = torch.empty_like(s), torch.empty((blocks, width), device="cuda")
     totals = torch.empty(width, device="cuda", dtype=bf)
     calls = {"layernorm_backward()": lambda: layernorm_bwd.layernorm_backward(s, dy, None, w, 1e-5),

@@ -4,7 +4,7 @@ bytes, in GB/s against the 1 GiB device-to-device copy of the same run. Bytes: s
 element; weight and the partial sums are negligible). tkc recomputes each row's mean and rstd from s; torch reads
 the ones its forward saved. Outputs checked against float32 autograd first.
 
-    python bench/layernorm_backward.py [--shapes 16384x1024 ...] [--rms] [--blocks-per-sm 2 8]
+    python bench/layernorm_backward.py [--shapes 16384x1024 ...] [--rms]
 
 --rms: RMSNorm's backward (tkc only beside the copies: torch's rms_norm backward is a composite of several kernels).
 """
@@ -20,7 +20,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import add_timing_options, compare, copy_bandwidth, environment, graph_time_ms, record, rel_err, table  # noqa: E402
 
-from tkc.kernels import layernorm_bwd  # noqa: E402
 from tkc.kernels.layernorm_bwd import layernorm_backward  # noqa: E402
 
 
@@ -33,21 +32,10 @@ def reference(s: torch.Tensor, dy: torch.Tensor, w: torch.Tensor, b: torch.Tenso
     return torch.autograd.grad((y * dy.float()).sum(), leaves[:2] if rms else leaves)
 
 
-def with_blocks(blocks_per_sm: int, run):
-    def variant():
-        saved, layernorm_bwd.BLOCKS_PER_SM = layernorm_bwd.BLOCKS_PER_SM, blocks_per_sm
-        try:
-            return run()
-        finally:
-            layernorm_bwd.BLOCKS_PER_SM = saved
-    return variant
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", nargs="+", default=["16384x1024", "65536x1024", "16384x4096", "8192x8192", "32768x768"])
     parser.add_argument("--rms", action="store_true", help="RMSNorm's backward instead")
-    parser.add_argument("--blocks-per-sm", type=int, nargs="*", default=[], help="layernorm_backward's grid beside")
     add_timing_options(parser)
     args = parser.parse_args()
     env = environment()
@@ -63,8 +51,6 @@ def main() -> None:
         impls = {"same-size copy": lambda: dst.copy_(src),
                  "tkc": lambda: layernorm_backward(s, dy, None, w, eps, rms=args.rms),
                  "tkc sm_80": lambda: layernorm_backward(s, dy, None, w, eps, rms=args.rms, target="sm_80")}
-        for blocks_per_sm in args.blocks_per_sm:  # the grid's other sizes (BLOCKS_PER_SM)
-            impls[f"tkc, {blocks_per_sm} blocks an SM"] = with_blocks(blocks_per_sm, impls["tkc"])
         if not args.rms:
             _, mean, rstd = torch.ops.aten.native_layer_norm(s, (d,), w, b, eps)
             impls["torch"] = lambda: torch.ops.aten.native_layer_norm_backward(dy, s, (d,), mean, rstd, w, b,
@@ -82,9 +68,6 @@ def main() -> None:
             row[f"{name} / copy"] = row[f"{name} GB/s"] / copy_gbs
             row[f"{name} err"] = errors.get(name, float("nan"))
         row["tkc / torch"] = row["tkc GB/s"] / row["torch GB/s"]
-        for blocks_per_sm in args.blocks_per_sm:
-            name = f"tkc, {blocks_per_sm} blocks an SM"
-            row[f"{name} / copy"] = nbytes / times[name] / 1e6 / copy_gbs
         rows.append(row)
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     cols = [("shape", "rows×D"), ("copy GB/s", "copy GB/s"), ("same-size copy / copy", "same-size copy / copy")]

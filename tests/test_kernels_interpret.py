@@ -133,15 +133,19 @@ def test_layernorm(rows: int, d: int, eps: float, residual: int, rms: int, seed:
 
 
 @given(rows=st.integers(1, 40), d=st.sampled_from([16, 64, 256, 1024]), rms=st.sampled_from([0, 1]),
-       ds_in=st.sampled_from([0, 1]), blocks=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
-@settings(max_examples=12)
-def test_layernorm_backward(rows: int, d: int, rms: int, ds_in: int, blocks: int, seed: int) -> None:
+       ds_in=st.sampled_from([0, 1]), blocks=st.integers(1, 6),
+       layout=st.sampled_from([(0, 0), (1, 1), (2, 1), (4, 1), (2, 2), (4, 4)]), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=16)
+def test_layernorm_backward(rows: int, d: int, rms: int, ds_in: int, blocks: int, layout: tuple[int, int],
+                            seed: int) -> None:
     """LayerNorm's / RMSNorm's backward: ds (plus the new residual's gradient with DS_IN) from blocks that take
-    every blocks-th row (the next one's loads ahead), and their partial sums of dy·x̂ and dy added up by
-    column_sums_kernel: dweight, dbias."""
+    every blocks-th row, or every blocks-th group of WARPS rows a row a warp (the next one's loads ahead), a row
+    over the block's warps (SPLIT = WARPS) or over one (SPLIT = 1, the warps' partial sums added in shared
+    memory), as backward_layout picks (layout (0, 0), or one D does not allow) or not, and their partial sums of
+    dy·x̂ and dy added up by column_sums_kernel: dweight, dbias."""
     from reference import layernorm_backward_ref
 
-    from tkc.kernels.layernorm_bwd import backward_warps, column_sums_kernel, layernorm_bwd_kernel
+    from tkc.kernels.layernorm_bwd import backward_layout, column_sums_kernel, layernorm_bwd_kernel
     from tkc.lang import bf16
 
     rng = np.random.default_rng(seed)
@@ -149,8 +153,10 @@ def test_layernorm_backward(rows: int, d: int, rms: int, ds_in: int, blocks: int
     w = random_bf16(rng, d)
     width = d if rms else 2 * d  # dy·x̂'s partial sums, then dy's
     ds, parts = poisoned(rows, d), poisoned(blocks, width, dtype=np.float32)
+    allowed = layout[0] and layout[1] in (1, layout[0]) and d % (16 * layout[0]) == 0
+    warps, split = layout if allowed else backward_layout(d)
     layernorm_bwd_kernel.interpret(s, dy, grad_s if ds_in else poisoned(rows, d), w, ds, parts, 1e-5,
-                                   grid=(blocks,), D=d, WARPS=backward_warps(d), RMS=rms, DS_IN=ds_in)
+                                   grid=(blocks,), D=d, WARPS=warps, SPLIT=split, RMS=rms, DS_IN=ds_in)
     ref = layernorm_backward_ref(s, dy, grad_s if ds_in else None, w, 1e-5, rms=bool(rms))
     assert rel_err(ds, ref[0]) < TOL
     totals = poisoned(width)

@@ -29,9 +29,11 @@ VARIANTS = {
     "layernorm_kernel": [{"D": 768, "WARPS": 1}, {"D": 4096, "WARPS": 8}, {"D": 8192, "WARPS": 16},
                          {"D": 1024, "WARPS": 2, "RMS": 1}, {"D": 4096, "WARPS": 4, "RESIDUAL": 0, "RMS": 1},
                          {"D": 2048, "WARPS": 4, "RESIDUAL": 0}],
-    # layernorm_backward's warps a row (backward_warps)
-    "layernorm_bwd_kernel": [{"D": 768, "WARPS": 4}, {"D": 1024, "WARPS": 4, "DS_IN": 1},
-                             {"D": 4096, "WARPS": 16, "RMS": 1, "DS_IN": 1}, {"D": 8192, "WARPS": 16, "DS_IN": 1}],
+    # layernorm_backward's layouts (backward_layout)
+    "layernorm_bwd_kernel": [{"D": 768, "WARPS": 8}, {"D": 1024, "WARPS": 8, "DS_IN": 1},
+                             {"D": 1024, "WARPS": 8, "RMS": 1, "DS_IN": 1}, {"D": 2048, "WARPS": 2, "SPLIT": 2},
+                             {"D": 4096, "WARPS": 4, "SPLIT": 4, "RMS": 1, "DS_IN": 1},
+                             {"D": 8192, "WARPS": 8, "SPLIT": 8, "DS_IN": 1}],
     "column_sums_kernel": [{}, {"DT": bf16}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
     "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}, {"WARPS": 8, "BK": 64},

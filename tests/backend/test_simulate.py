@@ -771,12 +771,14 @@ def test_column_sums_simulated(rows: int, cols: int, target: str) -> None:
 
 @pytest.mark.parametrize("d, rms, target", [(64, 0, "sm_80"), (1024, 1, "sm_90a"), (2048, 0, "sm_80")])
 def test_layernorm_backward_simulated(d: int, rms: int, target: str) -> None:
-    """layernorm_bwd_kernel (each block over every 3rd row with the next row's loads ahead, the row sums through
-    shared memory where a row spans warps, the new residual's gradient added) and column_sums_kernel over its
-    partial dweight / dbias: the simulated PTX agrees with the interpreter, and with float64."""
+    """layernorm_bwd_kernel in backward_layout(D) (D = 64, 1024: a row a warp, each block's warps over every 3rd
+    group of rows, their partial sums added in shared memory; 2048: each block over every 3rd row, its sums
+    exchanged through shared memory), the next row's loads ahead and the new residual's gradient added, and
+    column_sums_kernel over its partial dweight / dbias: the simulated PTX agrees with the interpreter, and with
+    float64."""
     from reference import layernorm_backward_ref
 
-    from tkc.kernels.layernorm_bwd import backward_warps, column_sums_kernel, layernorm_bwd_kernel
+    from tkc.kernels.layernorm_bwd import backward_layout, column_sums_kernel, layernorm_bwd_kernel
     from tkc.lang import bf16
 
     rng = np.random.default_rng(d + rms)
@@ -785,7 +787,8 @@ def test_layernorm_backward_simulated(d: int, rms: int, target: str) -> None:
     w = random_bf16(rng, d)
     width = d if rms else 2 * d  # dy·x̂'s partial sums, then dy's
     args = [s, dy, grad_s, w, poisoned(rows, d), poisoned(3, width, dtype=np.float32), 1e-5]
-    interp, sim = run_both(layernorm_bwd_kernel, args, (3,), {"D": d, "WARPS": backward_warps(d), "RMS": rms,
+    warps, split = backward_layout(d)
+    interp, sim = run_both(layernorm_bwd_kernel, args, (3,), {"D": d, "WARPS": warps, "SPLIT": split, "RMS": rms,
                                                               "DS_IN": 1}, target=target, order="shuffled")
     ref = layernorm_backward_ref(s, dy, grad_s, w, 1e-5, rms=bool(rms))
     assert rel_err(sim[4], interp[4]) < 1e-2 and rel_err(sim[4], ref[0]) < 1e-2

@@ -14,24 +14,30 @@ if TYPE_CHECKING:
     import torch
 
 @tkc.func
-def block_sum(x, scratch, warps):
-    """The sum of the f32 scalar `x` over the block's `warps` warps, which all get it: each warp writes 16 copies
-    of its value into its slot of a shared vector, then every warp adds the vector up, one element per lane at a
-    time (wider reads would conflict on banks)."""
-    slots = store(scratch, zeros(rv[f32, 16]) + x, (warp_id(),))
+def row_totals(values, scratch, warps):
+    """The row sums of a tuple of f32 scalars `values`, each one warp's part of its row's sum, which all `warps`
+    warps get, through one barrier: warp w writes 16 copies of value k into slot k·warps + w of `scratch`
+    (sv[f32, 16·warps·len(values)]), then every warp adds each value's slots up, one element per lane at a time
+    (wider reads would conflict on banks). A row in one warp: `values` themselves."""
+    if warps == 1:
+        return values
     n = 32 if warps % 2 == 0 else 16
-    partial = load(slots, (0,), rv[f32, n])
-    for i in range(1, 16 * warps // n):
-        partial = partial + load(slots, (i,), rv[f32, n])
-    return sum(partial) / 16
+    for k in range(len(values)):
+        scratch = store(scratch, zeros(rv[f32, 16]) + values[k], (k * warps + warp_id(),))
+    sums = ()
+    for k in range(len(values)):
+        first = k * 16 * warps // n
+        partial = load(scratch, (first,), rv[f32, n])
+        for i in range(first + 1, first + 16 * warps // n):
+            partial = partial + load(scratch, (i,), rv[f32, n])
+        sums = sums + (sum(partial) / 16,)
+    return sums
 
 
 @tkc.func
 def row_total(x, scratch, warps):
-    """A row's sum from its warps' sums `x`: theirs through shared memory, or `x` itself for a row in one warp."""
-    if warps == 1:
-        return x
-    return block_sum(x, scratch, warps)
+    """A row's sum from its warps' sums `x` (row_totals of one value; `scratch` sv[f32, 16·warps])."""
+    return row_totals((x,), scratch, warps)[0]
 
 
 @tkc.kernel(warps="WARPS", blocks_per_sm="BLOCKS", min_target="sm_80")

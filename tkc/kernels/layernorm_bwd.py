@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import cached_plan, dtype_constant, multiprocessors
-from tkc.kernels.layernorm import row_total
+from tkc.kernels._checks import cached_plan, dtype_constant
+from tkc.kernels.layernorm import row_total, row_totals
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -22,45 +22,73 @@ if TYPE_CHECKING:
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def layernorm_bwd_kernel(S: gl["DT", 2], dY: gl["DT", 2], dS: gl["DT", 2], Weight: gl["DT", 1], dX: gl["DT", 2],
-                         Parts: gl[f32, 2], eps: float, D: const = 1024, WARPS: const = 1, DT: const = bf16,
-                         RMS: const = 0, DS_IN: const = 0):
+                         Parts: gl[f32, 2], eps: float, D: const = 1024, WARPS: const = 1, SPLIT: const = 1,
+                         DT: const = bf16, RMS: const = 0, DS_IN: const = 0):
     """Rows of length D: S the forward's normalized input, dY the output's gradient, dS (with DS_IN) the new
-    residual's; writes ds into dX and each block's partial sums of dy·x̂ and dy (RMS: dy·x̂ only) into row b of
+    residual's; writes ds into dX and the block's partial sums of dy·x̂ and dy (RMS: dy·x̂ only) into row b of
     Parts (blocks, 2·D; RMS: D), side by side, which column_sums_kernel then adds up.
 
-    Grid: (blocks,): block b takes rows b, b + blocks, ... (a few blocks a multiprocessor, each keeping its partial
-    sums in registers over its rows), reading the next row's s and dy while it reduces this one (past the last row
-    they read zeros, unused). A row is spread over the WARPS warps, D / WARPS columns each; the row sums are
-    block-wide through shared memory, as in layernorm_kernel.
+    Grid: (blocks,), as many as the GPU holds at once. A row is spread over SPLIT warps, D / SPLIT columns each,
+    its sums exchanged through shared memory (two rounds: the mean, then the other three at once; RMS: one); or,
+    SPLIT = 1, each of the WARPS warps takes rows of its own and needs no exchange, and the block adds its warps'
+    partial sums in shared memory at the end (WARPS times fewer partial rows for column_sums_kernel). Block b
+    (warp w) takes rows b, b + blocks, ... (b·WARPS + w, + blocks·WARPS, ...), keeping its partial sums in
+    registers, and reads the next row's s and dy while it works on this one (past the last row they read zeros).
     """
+    static_assert(SPLIT == WARPS or SPLIT == 1, f"a row is over all WARPS ({WARPS}) warps or over one (SPLIT={SPLIT})")
     static_assert(D % (16 * WARPS) == 0, f"D ({D}) must be a multiple of 16 · WARPS ({16 * WARPS})")
-    COLS = D // WARPS
-    part = warp_id()                                             # this warp's columns, in units of COLS
-    scratch = empty(sv[f32, 16 * WARPS])
+    COLS = D // SPLIT
+    mean_slots, sum_slots = empty(sv[f32, 16 * SPLIT]), empty(sv[f32, 48 * SPLIT])
+    if SPLIT == 1:
+        part, first, stride = 0, block_idx()[0] * WARPS + warp_id(), num_blocks()[0] * WARPS
+    else:
+        part, first, stride = warp_id(), block_idx()[0], num_blocks()[0]  # part: this warp's columns, in COLS
     dw, db = zeros(rv[f32, COLS]), zeros(rv[f32, COLS])
-    first, stride = block_idx()[0], num_blocks()[0]
+    weight = load(Weight, (part,), rv[f32, COLS])
     s_next, dy_next = load(S, (first, part), rv[f32, COLS]), load(dY, (first, part), rv[f32, COLS])
     for row in range(first, S.shape[0], stride):
         s, dy = s_next, dy_next
         s_next, dy_next = load(S, (row + stride, part), rv[f32, COLS]), load(dY, (row + stride, part), rv[f32, COLS])
-        centered = s if RMS else s - row_total(sum(s), scratch, WARPS) / D
-        rstd = rsqrt(row_total(sum(centered * centered), scratch, WARPS) / D + eps)
-        x_hat = centered * rstd
-        g = dy * load(Weight, (part,), rv[f32, COLS])
-        dw = dw + dy * x_hat
-        if not RMS:
-            db = db + dy
-        mean_gx = row_total(sum(g * x_hat), scratch, WARPS) / D
+        g = dy * weight
         if RMS:
-            ds = (g - x_hat * mean_gx) * rstd
+            squares, g_s = row_totals((sum(s * s), sum(g * s)), sum_slots, SPLIT)
+            rstd = rsqrt(squares / D + eps)
+            x_hat = s * rstd
+            ds = (g - x_hat * (g_s * rstd / D)) * rstd
         else:
-            ds = (g - row_total(sum(g), scratch, WARPS) / D - x_hat * mean_gx) * rstd
+            centered = s - row_total(sum(s), mean_slots, SPLIT) / D
+            squares, g_c, g_total = row_totals((sum(centered * centered), sum(g * centered), sum(g)), sum_slots,
+                                               SPLIT)
+            rstd = rsqrt(squares / D + eps)
+            x_hat = centered * rstd
+            ds = (g - g_total / D - x_hat * (g_c * rstd / D)) * rstd
+            db = db + dy
+        dw = dw + dy * x_hat
         if DS_IN:
             ds = ds + load(dS, (row, part), rv[f32, COLS])
         store(dX, ds, (row, part))
-    store(Parts, dw, (first, part))
-    if not RMS:
-        store(Parts, db, (first, WARPS + part))
+    if SPLIT == 1:
+        rows = block_parts(Parts, empty(sv[f32, WARPS * D]), dw, 0, WARPS, D)
+        if not RMS:
+            block_parts(Parts, rows, db, WARPS, WARPS, D)
+    else:
+        store(Parts, dw, (first, part))
+        if not RMS:
+            store(Parts, db, (first, WARPS + part))
+
+
+@tkc.func
+def block_parts(Parts, rows, partial, offset, warps, d):
+    """The sum of the block's `warps` warps' `partial` rows (rv[f32, d] each) into row b of Parts at columns
+    offset·d/warps ...: the warps write theirs to `rows` (sv[f32, warps·d]; returned), then warp w adds up columns
+    w·d/warps ... of them. Each lane holds runs of 8 columns (32 bytes of f32): the store conflicts 2-way, once a
+    warp at the end of the kernel."""
+    rows = store(rows, partial, (warp_id(),), conflicts=2)
+    total = load(rows, (warp_id(),), rv[f32, d // warps])
+    for i in range(1, warps):
+        total = total + load(rows, (i * warps + warp_id(),), rv[f32, d // warps])
+    store(Parts, total, (block_idx()[0], offset + warp_id()))
+    return rows
 
 
 @tkc.kernel(warps=16, min_target="sm_80")
@@ -86,9 +114,6 @@ def column_sums_kernel(Rows: gl[f32, 2], Sums: gl["DT", 1], DT: const = f32):
         store(Sums, total, (cols,))
 
 
-BLOCKS_PER_SM = 4  # the backward's grid: blocks a multiprocessor (each sums dy·x̂ and dy over its rows)
-
-
 def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tensor | None, weight: torch.Tensor,
                        eps: float, rms: bool = False,
                        target: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -100,7 +125,8 @@ def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tens
 
     rows, d = s.shape
     backward, column_sums, blocks, width = cached_plan(
-        _PLANS, (rows, d, s.dtype, s.get_device(), rms, grad_s is not None, target, BLOCKS_PER_SM), _plan)
+        _PLANS, (rows, d, s.dtype, s.get_device(), rms, grad_s is not None, target),
+        lambda *key: _plan(*key, example=(s, weight, eps)))
     ds, device = torch.empty_like(s), s.device
     parts = torch.empty((blocks, width), dtype=torch.float32, device=device)
     totals = torch.empty(width, dtype=weight.dtype, device=device)
@@ -113,24 +139,38 @@ _PLANS: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # layernorm_backward's laun
 
 
 def _plan(rows: int, d: int, dtype: Any, device: int, rms: bool, ds_in: bool, target: str | None,
-          blocks_per_sm: int) -> tuple[Any, ...]:
+          example: tuple[Any, ...]) -> tuple[Any, ...]:
     """layernorm_backward's two launches bound to their grids, its blocks and the partial sums' width: the backward
-    kernel on a few blocks a multiprocessor (at most a block a row), then column_sums_kernel over the blocks'
-    partial rows."""
-    blocks = max(1, min(rows, blocks_per_sm * multiprocessors(device)))
+    kernel on as many blocks as the GPU holds at once (fewer where the rows run out), then column_sums_kernel over
+    the blocks' partial rows. `example`: (s, weight, eps) of the call, to ask the driver how many blocks fit."""
+    import torch
+
+    warps, split = backward_layout(d)
     width = d if rms else 2 * d  # dw, and db: side by side, summed together
-    backward = layernorm_bwd_kernel.specialize(D=d, WARPS=backward_warps(d), RMS=int(rms), DS_IN=int(ds_in),
+    backward = layernorm_bwd_kernel.specialize(D=d, WARPS=warps, SPLIT=split, RMS=int(rms), DS_IN=int(ds_in),
                                                target=target, **dtype_constant(dtype))
+    s, weight, eps = example
+    resident = backward.resident_blocks(s, s, s, weight, s, torch.empty((1, width), dtype=torch.float32,
+                                                                       device=s.device), eps)
+    blocks = max(1, min(ceil_div(rows, warps // split), resident))
     # into the weight's dtype; an sm_80 build, as the other small kernels
     column_sums = column_sums_kernel.specialize(DT=dtype_constant(dtype).get("DT", bf16), target="sm_80")
     return backward[(blocks,)], column_sums[(ceil_div(width, 32),)], blocks, width
 
 
-def backward_warps(d: int) -> int:
-    """Warps a row for the backward: up to 16, until a warp's share is at most 256 columns. It holds more of a row
-    than the forward (s, dy, the weight, ds, and the partial sums of dy·x̂ and dy): the forward's warps (up to 1024
-    columns each) take 225-255 registers a thread from D = 4096 (ptxas), 256 columns 48-63."""
-    warps = 1
-    while warps < 16 and d // warps > 256 and d % (32 * warps) == 0:
-        warps *= 2
-    return warps
+def backward_layout(d: int) -> tuple[int, int]:
+    """(WARPS, SPLIT) for the backward: a warp takes at most 1024 columns of a row (32 a lane: s, dy, the next
+    row's s and dy, the weight and the partial sums of dy·x̂ and dy in ~250 registers, no spills (ptxas)). Rows of
+    up to 1024 columns: a row a warp, 8 warps a block, with no exchanges and an eighth of the partial rows (16384
+    and 65536 rows × 1024 on an H100: RESULTS "norms' backward probe — 2026-12-05 15:58 and 16:16"); wider rows:
+    over the fewest warps that hold them (at most 16), all of the block's."""
+    if d <= 1024:
+        warps = 8
+        while d % (16 * warps):
+            warps //= 2
+        return warps, 1
+    splits = [split for split in (2, 4, 8, 16) if d % (16 * split) == 0]
+    if not splits:
+        return 1, 1  # an odd multiple of 16: a row a warp, whatever its registers
+    split = next((split for split in splits if d // split <= 1024), splits[-1])
+    return split, split
