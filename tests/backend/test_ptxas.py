@@ -33,7 +33,7 @@ VARIANTS = {
     "layernorm_bwd_kernel": [{"D": 768, "WARPS": 8}, {"D": 1024, "WARPS": 8, "DS_IN": 1},
                              {"D": 1024, "WARPS": 8, "RMS": 1, "DS_IN": 1}, {"D": 2048, "WARPS": 2, "SPLIT": 2},
                              {"D": 4096, "WARPS": 4, "SPLIT": 4, "RMS": 1, "DS_IN": 1},
-                             {"D": 8192, "WARPS": 8, "SPLIT": 8, "DS_IN": 1}],
+                             {"D": 8192, "WARPS": 16, "SPLIT": 16, "DS_IN": 1}],
     "column_sums_kernel": [{}, {"DT": bf16}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
     "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}, {"WARPS": 8, "BK": 64},

@@ -163,7 +163,10 @@ def backward_layout(d: int) -> tuple[int, int]:
     row's s and dy, the weight and the partial sums of dy·x̂ and dy in ~250 registers, no spills (ptxas)). Rows of
     up to 1024 columns: a row a warp, 8 warps a block, with no exchanges and an eighth of the partial rows (16384
     and 65536 rows × 1024 on an H100: RESULTS "norms' backward probe — 2026-12-05 15:58 and 16:16"); wider rows:
-    over the fewest warps that hold them (at most 16), all of the block's."""
+    over the fewest warps that hold them, all of the block's, two blocks or more a multiprocessor up to D = 4096;
+    from there a block fills its multiprocessor alone, and 16 warps hide its barriers better than 8 (8192×8192:
+    0.90 of the copy from a graph with 16 warps of 512 columns, 0.83 with 8 of 1024; 16384×4096: 0.89 with 4 warps
+    of 1024, 2 blocks an SM, 0.77 / 0.74 with 8 / 16 warps, 1 block an SM; RESULTS "... 16:24")."""
     if d <= 1024:
         warps = 8
         while d % (16 * warps):
@@ -173,4 +176,6 @@ def backward_layout(d: int) -> tuple[int, int]:
     if not splits:
         return 1, 1  # an odd multiple of 16: a row a warp, whatever its registers
     split = next((split for split in splits if d // split <= 1024), splits[-1])
+    if d > 4096:
+        split = splits[-1]
     return split, split
