@@ -521,7 +521,7 @@ def mm_AtBt(a, b):
 
 # Memory
 @_op
-def load(src, index=None, spec=None, multicast=False, rank=None):
+def load(src, index=None, spec=None, multicast=False, rank=None, conflicts=1):
     """Load a tile or vector.
 
     `load(G, (b, h, i, j), rt[bf16, 16, 64])` or `st[...]`: from a global tensor; the last indices count in
@@ -535,7 +535,7 @@ def load(src, index=None, spec=None, multicast=False, rank=None):
     `rank=r` (in a kernel with `cluster=N`): the register sub-tile from block r's copy of the shared tile s
     (distributed shared memory), after a `cluster_sync()` that follows the blocks' writes into s; store into s
     again only after another `cluster_sync()` (a peer may still be reading it). Without clusters, a block's own
-    copy.
+    copy. `conflicts` (from a shared tile into registers): as `store`'s.
     """
 
 

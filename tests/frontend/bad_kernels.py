@@ -777,7 +777,7 @@ def unpack_count():
 
 
 # --------------------------------------------------------------------------------------------------------------
-# store(dst, src, index) with the arguments swapped, or `conflicts` misused
+# store(dst, src, index) with the arguments swapped, or `conflicts` (of store or load) misused
 
 
 def store_swapped_global():
@@ -814,6 +814,14 @@ def store_conflicts_into_global():
     def k(A: gl[bf16, 2], C: gl[bf16, 2]):
         a = load(A, (0, 0), rt[bf16, 16, 16])
         store(C, a, (0, 0), conflicts=2)  # ERROR
+
+    return k
+
+
+def load_conflicts_from_global():
+    @tkc.kernel
+    def k(A: gl[f32, 2]):
+        a = load(A, (0, 0), rt[f32, 16, 16], conflicts=2)  # ERROR
 
     return k
 

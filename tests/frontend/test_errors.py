@@ -240,11 +240,13 @@ def test_wrong_argument_count(case: Case) -> None:
     Case(bad.store_swapped_global, ["store(dst, src, index)", "destination comes first"], at="store("),
     Case(bad.store_swapped_shared, ["store(dst, src, index)", "destination comes first"], at="store("),
     Case(bad.store_shared_into_shared, ["must be in registers", "load("], at="store("),
-    Case(bad.store_conflicts_into_global, ["`conflicts` is about shared memory banks", "global tensor"], at="store("),
+    Case(bad.store_conflicts_into_global, ["`conflicts` is about shared memory banks", "shared tile"], at="store("),
+    Case(bad.load_conflicts_from_global, ["load's `conflicts` is about shared memory banks"], at="load("),
     Case(bad.store_conflicts_zero, ["`conflicts` must be a compile-time whole number ≥ 1", "0"], at="store("),
 )
 def test_store_misuse(case: Case) -> None:
-    """store() with its arguments swapped, a shared tile as the source, or `conflicts` where it means nothing."""
+    """store() with its arguments swapped, a shared tile as the source; store's or load's `conflicts` where it means
+    nothing."""
     check(case)
 
 

@@ -578,9 +578,10 @@ def _marked(op: Any, in_rows: bool) -> Any:
 
 @implements(lang.load)
 def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast: Any = False,
-          rank: Any = None) -> SSAValue:
+          rank: Any = None, conflicts: Any = 1) -> SSAValue:
     if isinstance(index, lang.TileSpec) and spec is None:
         index, spec = None, index
+    conflicts = _conflicts(conflicts, "load", shared=is_shared(src) and rank is None)
     if rank is not None:
         return _cluster_load(cg, src, index, spec, rank)
     group = _multicast_group(cg, multicast)
@@ -607,7 +608,7 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
         reg_kind = "rt" if isinstance(src.type, SharedTileType) else "rv"
         # from a shared tile: a register sub-tile, or (st) a view of some of its rows
         spec, indices = _from_shared(cg, src, index, spec, (reg_kind, "st") if reg_kind == "rt" else (reg_kind,))
-        return cg.emit_value(t.LoadOp(src, indices, spec.ir))
+        return cg.emit_value(_expecting(t.LoadOp(src, indices, spec.ir), conflicts))
     if is_register(src):
         raise TkcError(f"{describe(src)} is already in registers")
     raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
@@ -669,17 +670,31 @@ def _cluster_sync(cg: CodeGen) -> None:
     cg.cluster_syncs += 1
 
 
+def _conflicts(conflicts: Any, what: str, shared: bool) -> int:
+    """A load's or store's `conflicts`: the bank conflicts its author expects of this shared access."""
+    if is_runtime(conflicts) or isinstance(conflicts, bool) or not isinstance(conflicts, int) or conflicts < 1:
+        raise TkcError(f"{what}'s `conflicts` must be a compile-time whole number ≥ 1, got {describe(conflicts)}")
+    if conflicts > 1 and not shared:
+        raise TkcError(f"{what}'s `conflicts` is about shared memory banks; this {what} is not from or into a shared "
+                       "tile")
+    return conflicts
+
+
+def _expecting(op: Any, conflicts: int) -> Any:
+    """`op` marked with the bank conflicts its author expects (assign-swizzles then warns only of worse)."""
+    if conflicts > 1:
+        op.attributes[t.CONFLICTS_ATTR] = IntegerAttr(conflicts, 64)
+    return op
+
+
 @implements(lang.store)
 def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None, conflicts: Any = 1) -> SSAValue | None:
     if is_global(src) or (is_register(dst) and not is_register(src)):
         raise TkcError("store(dst, src, index): the destination comes first")
-    if is_runtime(conflicts) or isinstance(conflicts, bool) or not isinstance(conflicts, int) or conflicts < 1:
-        raise TkcError(f"store's `conflicts` must be a compile-time whole number ≥ 1, got {describe(conflicts)}")
     if is_global(dst):
         if not (is_register(src) or is_shared(src)):
             raise TkcError(f"store's source must be a tile or vector, got {describe(src)}")
-        if conflicts != 1:
-            raise TkcError("store's `conflicts` is about shared memory banks; this store is into a global tensor")
+        _conflicts(conflicts, "store", shared=False)
         gtype: GlobalType = dst.type
         indices, in_rows = _global_indices(cg, index, gtype, src.type, f"store into {gtype.spec()}")
         cg.emit(_marked(t.StoreOp(src, dst, indices), in_rows))
@@ -692,9 +707,7 @@ def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None, conflicts: Any = 
                 raise TkcError(f"storing {describe(src)} into {stype.spec()} needs the sub-tile's index")
             index = (0,) * len(stype.shape)
         insert = t.InsertOp(src, dst, _indices(cg, index, len(stype.shape), f"store into {stype.spec()}"))
-        if conflicts > 1:
-            insert.attributes[t.CONFLICTS_ATTR] = IntegerAttr(conflicts, 64)
-        return cg.emit_value(insert)
+        return cg.emit_value(_expecting(insert, _conflicts(conflicts, "store", shared=True)))
     raise TkcError(f"store's destination must be a global tensor or a shared tile, got {describe(dst)}")
 
 

@@ -100,7 +100,8 @@ def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT",
         acc = mul_row(acc, old) + mul_row(o, new)
         total, top = total * old + new, new_top
     # A warp without parts (fewer than 4) has total 0: its output 0, its log-sum-exp -inf, its weight 0.
-    outs = store(empty(st[f32, 64, 32]), div_row(acc, max(total, 1e-30)), (warp_id(), 0))
+    # f32 rows: the warps' results cross shared memory once a block, 2-way conflicting each way
+    outs = store(empty(st[f32, 64, 32]), div_row(acc, max(total, 1e-30)), (warp_id(), 0), conflicts=2)
     lses = store(empty(sv[f32, 64]), top + log(total), (warp_id(),))
     top = load(lses, (0,), rv[f32, 16])
     for w in range(1, 4):
@@ -109,7 +110,7 @@ def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT",
     for w in range(4):
         weight = exp(load(lses, (w,), rv[f32, 16]) - top)
         total = total + weight
-        acc = acc + mul_row(load(outs, (w, 0), rt[f32, 16, 32]), weight)
+        acc = acc + mul_row(load(outs, (w, 0), rt[f32, 16, 32], conflicts=2), weight)
     if warp_id() == 0:
         store(O, div_row(acc, total).to(DT), (tile, cols))
         if LSE:

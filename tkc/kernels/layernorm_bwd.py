@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def layernorm_bwd_kernel(S: gl["DT", 2], dY: gl["DT", 2], dS: gl["DT", 2], Weight: gl["DT", 1], dX: gl["DT", 2],
-                         Parts: gl[f32, 2], eps: float, D: const = 1024, WARPS: const = 1, SPLIT: const = 1,
+                         Parts: gl[f32, 2], eps: float, D: const = 1024, WARPS: const = 8, SPLIT: const = 1,
                          DT: const = bf16, RMS: const = 0, DS_IN: const = 0):
     """Rows of length D: S the forward's normalized input, dY the output's gradient, dS (with DS_IN) the new
     residual's; writes ds into dX and the block's partial sums of dy·x̂ and dy (RMS: dy·x̂ only) into row b of
