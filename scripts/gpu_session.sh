@@ -85,9 +85,8 @@ for step in ${*:-tests probe bench sanitize}; do
     decode)  # decoding (a query or a few a head over a KV cache): GPU tests, sanitizers, attention_decode vs attention_sm90 vs SDPA
         tests_and_sanitizers decode decode decode_attention 90
         timeout 300 python3 bench/probe_decode.py ${PROBE_ARGS:-} > "$OUT/decode.log" 2>&1; grep -v Warning "$OUT/decode.log" | tail -60 ;;
-    norm-backward)  # layernorm's / rmsnorm's backward: GPU tests, then bench/layernorm_backward.py (and --rms)
-        timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "norm_backward" > "$OUT/norm-backward-tests.log" 2>&1
-        grep -E "^FAILED|Error" "$OUT/norm-backward-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/norm-backward-tests.log")"
+    norm-backward)  # layernorm's / rmsnorm's backward: GPU tests, sanitizers, then bench/layernorm_backward.py (and --rms)
+        tests_and_sanitizers norm-backward norm_backward norms_backward 200
         for rms in "" --rms; do
             timeout 200 python3 bench/layernorm_backward.py $rms > "$OUT/bench-norm-backward$rms.log" 2>&1; tail -9 "$OUT/bench-norm-backward$rms.log"
         done ;;

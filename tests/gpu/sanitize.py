@@ -14,6 +14,21 @@ from tkc.kernels import attention, gemm, layernorm, rmsnorm
 from tkc.kernels.attention import LONG_KEYS, launch_sm90, sm90_config
 
 
+def norms_backward() -> None:
+    """layernorm_backward in both layouts, each warp or block over 2-3 rows (the next row's loads ahead): 2500 rows
+    of 1024 a row a warp (8 warps a block over rows of their own, their partial sums added in shared memory), 600
+    rows of 4096 over 4 warps each (the row sums exchanged through shared memory); LayerNorm and RMSNorm, sm_90a
+    and sm_80 builds."""
+    from tkc.kernels.layernorm_bwd import layernorm_backward
+
+    bf = torch.bfloat16
+    for rows, d in ((2500, 1024), (600, 4096)):
+        x = torch.randn(rows, d, device="cuda", dtype=bf)
+        w = torch.randn(d, device="cuda", dtype=bf)
+        layernorm_backward(x, x, x, w, 1e-5)
+        layernorm_backward(x, x, None, w, 1e-6, rms=True, target="sm_80")
+
+
 def few_rows_in_clusters() -> None:
     """The one-launch few-rows kernels (FEW_ROWS_IN_CLUSTERS, whatever its default): blocks of a cluster reading
     each other's shared memory; 36 steps of K in 4 runs (a cluster of 4) and 3 runs, against 5 stages."""
@@ -135,10 +150,7 @@ def main() -> None:
     layernorm(x, None, w, w)  # without the residual, and RMSNorm with and without it
     rmsnorm(x, x, w, target="sm_80")
     rmsnorm(x, None, w)
-    from tkc.kernels.layernorm_bwd import layernorm_backward  # 300 rows, each over 4 warps, dweight summed
-
-    layernorm_backward(x, x, x, w, 1e-5)
-    layernorm_backward(x, x, None, w, 1e-6, rms=True, target="sm_80")
+    norms_backward()
     torch.cuda.synchronize()
     print("sanitize: all kernels ran")
 
