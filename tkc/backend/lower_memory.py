@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import Float32Type, IntegerAttr
+from xdsl.dialects.builtin import BFloat16Type, Float32Type, IntegerAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tkc.backend import ptx
 from tkc.backend.fragments import G, LANES, Q, is_packed, tile_fragment, vector_fragment
 from tkc.backend.index import LANE, TID, Const, Expr, Leaf, share_bases
-from tkc.backend.lower_compute import pack, unpack
+from tkc.backend.lower_compute import pack, ptx_type_name, unpack
 from tkc.backend.shared_layout import conflict_degree, tile_offset
 from tkc.errors import SourceLoc, TkcError
 from tkc.ir import async_ops as a
@@ -371,8 +371,10 @@ def _load_runs(lw: KernelLowering, space: str, reg_type: Attribute, runs: list[R
 
 
 def _load_pairs(lw: KernelLowering, space: str, nregs: int, runs: list[Run], addr: SSAValue, base_of: np.ndarray,
-                offset: np.ndarray, guard: SSAValue | None, guard_index: np.ndarray | None) -> SSAValue:
-    """16-bit vector elements, one per register, loaded two per 32-bit word and split (low half first)."""
+                offset: np.ndarray, guard: SSAValue | None, guard_index: np.ndarray | None,
+                bf16_as_f32: bool = False) -> SSAValue:
+    """16-bit vector elements, one per register, loaded two per 32-bit word and split (low half first); with
+    `bf16_as_f32`, bf16 elements split straight into f32 slots (shl / and: an f32 is a bf16 and 16 zero bits)."""
     if len({run.length for run in runs}) != 1:
         raise TkcError("internal: a 16-bit vector needs accesses of several widths")
     words_per_run = runs[0].length // 2
@@ -381,9 +383,48 @@ def _load_pairs(lw: KernelLowering, space: str, nregs: int, runs: list[Run], add
                                guard, guard_index)).results[0]
     out = lw.emit(ptx.RegsOp("b32", nregs)).results[0]
     lo = np.array([run.reg + 2 * w for run in runs for w in range(words_per_run)])
+    if bf16_as_f32:
+        lw.op("shl.b32", None, words, Imm(16), into=out, dest=lo, n=len(lo))
+        lw.op("and.b32", None, words, Imm(-65536), into=out, dest=lo + 1, n=len(lo))
+        return out
     lw.op("and.b32", None, words, Imm(0xFFFF), into=out, dest=lo, n=len(lo))
     lw.op("shr.b32", None, words, Imm(16), into=out, dest=lo + 1, n=len(lo))
     return out
+
+
+def _load_converted(lw: KernelLowering, space: str, mem_type: Attribute, dst_type: Attribute, runs: list[Run],
+                    addr: SSAValue, base_of: np.ndarray, offset: np.ndarray, guard: SSAValue | None) -> SSAValue:
+    """Registers of `dst_type` loaded by `runs` of `mem_type` (memory's dtype), converted where the two differ: a
+    bf16 vector's words go straight into f32 slots (two instructions a word, not four)."""
+    index = np.arange(len(runs))
+    if (mem_type != dst_type and _pairs(mem_type) and isinstance(mem_type.element_type, BFloat16Type)
+            and any(run.length > 1 for run in runs)):
+        slots = _load_pairs(lw, space, _nregs(mem_type), runs, addr, base_of, offset, guard,
+                            index if guard is not None else None, bf16_as_f32=True)
+        return pack(lw, slots, dst_type)
+    regs = _load_runs(lw, space, mem_type, runs, addr, base_of, offset, guard, index)
+    return pack(lw, unpack(lw, regs, mem_type), dst_type) if mem_type != dst_type else regs
+
+
+def _store_converted(lw: KernelLowering, space: str, mem_type: Attribute, value_type: Attribute, value: SSAValue,
+                     runs: list[Run], addr: SSAValue, base_of: np.ndarray, offset: np.ndarray,
+                     guard: SSAValue | None) -> None:
+    """Registers `value` of `value_type` stored by `runs` of `mem_type` (memory's dtype), converted where the two
+    differ: a 16-bit vector's elements converted two at a time straight into the words stored (cvt.rn.bf16x2.f32:
+    one instruction a word, not three)."""
+    index = np.arange(len(runs))
+    if mem_type != value_type and _pairs(mem_type) and any(run.length > 1 for run in runs):
+        slots = unpack(lw, value, value_type)
+        words_per_run = runs[0].length // 2
+        lo = np.array([run.reg + 2 * w for run in runs for w in range(words_per_run)])
+        name = ptx_type_name(mem_type.element_type)
+        words = lw.op(f"cvt.rn.{name}x2.f32", "b32", (slots, lo + 1), (slots, lo), n=len(lo))
+        lw.emit(ptx.StoreOp(space, "b32", words_per_run, addr, base_of, offset, words,
+                            index * words_per_run, guard, index if guard is not None else None))
+        return
+    if mem_type != value_type:
+        value = pack(lw, unpack(lw, value, value_type), mem_type)
+    _store_runs(lw, space, mem_type, value, runs, addr, base_of, offset, guard, index)
 
 
 def _store_runs(lw: KernelLowering, space: str, reg_type: Attribute, value: SSAValue, runs: list[Run], addr: SSAValue,
@@ -533,10 +574,7 @@ def _load_global_registers(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     coords = global_coords(lw, op)
     reg_type = op.result.type
     mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords)
-    regs = _load_runs(lw, "global", mem_type, runs, addr, base_of, offset, guard, np.arange(len(runs)))
-    if mem_type != reg_type:
-        regs = pack(lw, unpack(lw, regs, mem_type), reg_type)
-    return [regs]
+    return [_load_converted(lw, "global", mem_type, reg_type, runs, addr, base_of, offset, guard)]
 
 
 def _store_global_registers(lw: KernelLowering, op: t.StoreOp) -> None:
@@ -545,16 +583,17 @@ def _store_global_registers(lw: KernelLowering, op: t.StoreOp) -> None:
     reg_type = op.value.type
     value = lw.reg(lw.value(op.value))
     mem_type = _register_type(reg_type, g.type.element_type)
-    if mem_type != reg_type:
-        value = pack(lw, unpack(lw, value, reg_type), mem_type)
     # The exchange holds a few more registers; with 512 threads or more (128 registers a thread at entry) the
     # kernel has none to spare (attention_sm90 at D=64 with three consumer warpgroups would spill).
     wide = quad_transposable(mem_type) and g.align >= 16 and lw.threads < 512
     sc = quad_transposed_coords(mem_type) if wide else None
+    access_type = mem_type
     mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords, sc)
     if not wide:
-        _store_runs(lw, "global", mem_type, value, runs, addr, base_of, offset, guard, np.arange(len(runs)))
+        _store_converted(lw, "global", mem_type, reg_type, value, runs, addr, base_of, offset, guard)
         return
+    if access_type != reg_type:
+        value = pack(lw, unpack(lw, value, reg_type), access_type)
     assert all(run.start == 8 * i and run.length == 8 for i, run in enumerate(runs))
     # Each 16-byte run stored as soon as its quad is transposed: few registers live at once.
     quad_transpose(lw, value, mem_type, lambda out, i: _store_runs(
@@ -826,8 +865,7 @@ def _load_shared_runs(lw: KernelLowering, ref: SharedRef, dst_type: Attribute, c
     holds another dtype)."""
     mem_type = _register_type(dst_type, ref.type.element_type)
     runs, bundle, base_of, offset, guard = _shared_run_access(lw, ref, mem_type, coords)
-    regs = _load_runs(lw, space, mem_type, runs, bundle, base_of, offset, guard, np.arange(len(runs)))
-    return pack(lw, unpack(lw, regs, mem_type), dst_type) if mem_type != dst_type else regs
+    return _load_converted(lw, space, mem_type, dst_type, runs, bundle, base_of, offset, guard)
 
 
 @handles(t.ClusterLoadOp)
@@ -923,10 +961,8 @@ def lower_insert(lw: KernelLowering, op: t.InsertOp) -> list[Any]:
     value_type, dest_type = op.value.type, op.dest.type
     value = lw.reg(lw.value(op.value))
     mem_type = _register_type(value_type, dest_type.element_type)
-    if mem_type != value_type:
-        value = pack(lw, unpack(lw, value, value_type), mem_type)
     runs, bundle, base_of, offset, guard = _shared_run_access(lw, ref, mem_type, [lw.value(i) for i in op.indices])
-    _store_runs(lw, "shared", mem_type, value, runs, bundle, base_of, offset, guard, np.arange(len(runs)))
+    _store_converted(lw, "shared", mem_type, value_type, value, runs, bundle, base_of, offset, guard)
     return [SharedRef(ref.addr, dest_type)]
 
 
