@@ -23,7 +23,7 @@ from tkc.lang import bf16  # noqa: E402
 from tkc.kernels.layernorm_bwd import column_sums_kernel, layernorm_backward, layernorm_bwd_kernel  # noqa: E402
 
 
-def variant(s, dy, w, eps, rms, warps, split, blocks_per_sm):
+def variant(s, dy, w, eps, rms, warps, split, blocks_per_sm, sums_target="sm_80"):
     rows, d = s.shape
     spec = layernorm_bwd_kernel.specialize(D=d, WARPS=warps, SPLIT=split, RMS=int(rms), DS_IN=0,
                                            **dtype_constant(s.dtype))
@@ -38,7 +38,7 @@ def variant(s, dy, w, eps, rms, warps, split, blocks_per_sm):
         blocks = blocks_per_sm * multiprocessors(s.get_device())
     blocks = max(1, min(cdiv(rows, rows_a_block), blocks))
     parts = torch.empty((blocks, width), dtype=torch.float32, device=s.device)
-    backward, sums = spec[(blocks,)], column_sums_kernel.specialize(target="sm_80", DT=dtype_constant(s.dtype).get("DT", bf16))[(cdiv(width, 32),)]
+    backward, sums = spec[(blocks,)], column_sums_kernel.specialize(target=sums_target, DT=dtype_constant(s.dtype).get("DT", bf16))[(cdiv(width, 32),)]
 
     def run():
         backward(s, dy, s, w, ds, parts, eps)
@@ -54,6 +54,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["W1S1B8", "W8S1B0", "W4S1B0", "W4S4B4"],
                         help="W<warps a block>S<warps a row: 1 or all>B<blocks an SM, 0: as many as fit>")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sums-target", default="sm_80", help="column_sums_kernel's build (sm_90a: it can take a "
+                        "programmatic dependent launch, TKC_DEPENDENT_LAUNCH=1)")
     args = parser.parse_args()
     copy_gbs = copy_bandwidth(3, 30)
     eps = 1e-6 if args.rms else 1e-5
@@ -70,7 +72,7 @@ def main() -> None:
         for name in args.variants:
             warps, split, per_sm = map(int, re.fullmatch(r"W(\d+)S(\d+)B(\d+)", name).groups())
             try:
-                impls[name], blocks = variant(s, dy, w, eps, args.rms, warps, split, per_sm)
+                impls[name], blocks = variant(s, dy, w, eps, args.rms, warps, split, per_sm, args.sums_target)
                 notes[name] = f"{blocks} blocks"
             except Exception as e:
                 print(f"  {name}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
