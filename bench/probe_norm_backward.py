@@ -1,8 +1,10 @@
 """layernorm_bwd_kernel's variants beside layernorm_backward() as shipped: the warps a block (WARPS), a row over all
-of them or over one (SPLIT) and the grid (blocks an SM; 0: as many as the GPU holds at once). Each variant is the kernel then column_sums_kernel,
-checked against float32 autograd, then timed event-timed and from a CUDA graph; GB/s as a fraction of a 1 GiB copy's.
+of them or over one (SPLIT) and the grid (blocks an SM; 0: as many as the GPU holds at once). Each variant is the
+kernel then column_sums_kernel, checked against float32 autograd, then timed event-timed and from a CUDA graph;
+GB/s as a fraction of a 1 GiB copy's.
 
     python bench/probe_norm_backward.py [--shapes 16384x1024 ...] [--rms] [--variants W8S1B0 ...]
+                                        [--sums-target sm_90a]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tkc.kernels.layernorm_bwd import column_sums_kernel, layernorm_backward, la
 
 
 def variant(s, dy, w, eps, rms, warps, split, blocks_per_sm, sums_target="sm_80"):
+    """(the variant's two launches as one call, its blocks)."""
     rows, d = s.shape
     spec = layernorm_bwd_kernel.specialize(D=d, WARPS=warps, SPLIT=split, RMS=int(rms), DS_IN=0,
                                            **dtype_constant(s.dtype))
@@ -38,7 +41,8 @@ def variant(s, dy, w, eps, rms, warps, split, blocks_per_sm, sums_target="sm_80"
         blocks = blocks_per_sm * multiprocessors(s.get_device())
     blocks = max(1, min(cdiv(rows, rows_a_block), blocks))
     parts = torch.empty((blocks, width), dtype=torch.float32, device=s.device)
-    backward, sums = spec[(blocks,)], column_sums_kernel.specialize(target=sums_target, DT=dtype_constant(s.dtype).get("DT", bf16))[(cdiv(width, 32),)]
+    sums_spec = column_sums_kernel.specialize(target=sums_target, DT=dtype_constant(s.dtype).get("DT", bf16))
+    backward, sums = spec[(blocks,)], sums_spec[(cdiv(width, 32),)]
 
     def run():
         backward(s, dy, s, w, ds, parts, eps)
