@@ -796,3 +796,29 @@ def test_layernorm_backward_simulated(d: int, rms: int, target: str) -> None:
     _, summed = run_both(column_sums_kernel, [sim[5], poisoned(width)], (-(-width // 32),), {"DT": bf16},
                          target=target)
     assert rel_err(summed[1][:d], ref[1]) < 1e-2 and (rms or rel_err(summed[1][d:], ref[2]) < 1e-2)
+
+
+@tkc.kernel(warps="WARPS", min_target="sm_80")
+def copy_tile(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], ROWS: const = 32, COLS: const = 96, WARPS: const = 4):
+    """A's tile b into shared memory (the block's threads each copying chunks of it), then to B's tile b straight
+    from shared memory, and to C's through registers (warp w its 16-row slices w, w + WARPS, ...)."""
+    s = load(A, (block_idx()[0], 0), st[bf16, ROWS, COLS])
+    store(B, s, (block_idx()[0], 0))
+    for i in range(warp_id(), ROWS // 16, WARPS):
+        store(C, load(s, (i, 0), rt[bf16, 16, COLS]), (block_idx()[0] * (ROWS // 16) + i, 0))
+
+
+@pytest.mark.parametrize("rows, cols, warps, pad", [(32, 96, 4, 0), (16, 80, 3, 0), (16, 1040, 4, 0), (32, 96, 4, 2),
+                                                    (32, 64, 4, 0)])
+def test_tile_copies_whose_rows_do_not_divide_the_threads(rows: int, cols: int, warps: int, pad: int) -> None:
+    """A tile's collective copies (cp.async into shared memory, and shared to global) when its rows of 16-byte
+    chunks do not divide the block's threads: 12 chunks a row over 128 threads (10 rows a pass), 10 over 96,
+    130 over 128 (two passes a row), and 4-byte chunks where the tensor's rows are 2 elements off 16 bytes; the
+    last tile partly outside the tensor (its rows read zeros, its writes dropped)."""
+    rng = np.random.default_rng(cols + pad)
+    n = rows + rows // 2 + 3  # two tiles, the second cut short
+    a = random_bf16(rng, n, cols + pad)[:, :cols]
+    b, c = poisoned(n, cols), poisoned(n, cols)
+    interp, sim = run_both(copy_tile, [a, b, c], (2,), {"ROWS": rows, "COLS": cols, "WARPS": warps}, order="shuffled")
+    for got in (sim[1], sim[2], interp[1], interp[2]):
+        np.testing.assert_array_equal(got.astype(np.float32), a.astype(np.float32))

@@ -659,25 +659,64 @@ def quad_transpose(lw: KernelLowering, value: SSAValue, type_: RegTileType, each
 # Global → shared (cp.async), shared → global
 
 
-def _chunk_plan(lw: KernelLowering, shape: tuple[int, ...], e: int, align: int) -> tuple[int, int, int, int]:
-    """(bytes per chunk, chunks per row, total chunks, chunks per thread) for a collective copy."""
+@dataclass(frozen=True)
+class ChunkPlan:
+    """How a block's threads split a collective copy of a tile into chunks: `chunk` bytes each, `per_row` a row,
+    `iters` a thread. A row of at most as many chunks as threads: thread t takes column t % per_row of row
+    t // per_row + j·rows_per_pass in its j-th chunk, `rows_per_pass` = threads // per_row rows at once (a row of
+    12 chunks over 128 threads: 10 rows a pass, 8 threads idle); a longer row: column t + threads·(j % passes)
+    of row j // passes. Either way chunk j of every thread sits at one step from its first (its address one add),
+    and `limits[j]` says which threads have a chunk j (tid < limits[j])."""
+
+    chunk: int
+    per_row: int
+    rows: int
+    threads: int
+
+    @property
+    def rows_per_pass(self) -> int:
+        return self.threads // self.per_row
+
+    @property
+    def passes(self) -> int:  # passes over one row, for rows longer than the threads
+        return -(-self.per_row // self.threads)
+
+    @property
+    def iters(self) -> int:
+        if self.per_row <= self.threads:
+            return -(-self.rows // self.rows_per_pass)
+        return self.rows * self.passes
+
+    @property
+    def limits(self) -> list[int]:
+        if self.per_row <= self.threads:
+            return [min(self.rows_per_pass, self.rows - j * self.rows_per_pass) * self.per_row
+                    for j in range(self.iters)]
+        return [min(self.threads, self.per_row - self.threads * (j % self.passes)) for j in range(self.iters)]
+
+    def position(self, j: int) -> tuple[Expr, Expr]:
+        """(row, column in chunks) of chunk j of thread TID."""
+        if self.per_row <= self.threads:
+            return TID // self.per_row + j * self.rows_per_pass, TID % self.per_row
+        return Const(j // self.passes), TID + self.threads * (j % self.passes)
+
+
+def _chunk_plan(lw: KernelLowering, shape: tuple[int, ...], e: int, align: int) -> ChunkPlan:
+    """The chunks of a collective copy of a tile of `shape` (elements of `e` bytes, rows `align`-aligned)."""
     row_bytes = shape[-1] * e
     chunk = min(16, align, row_bytes)
     while row_bytes % chunk:
         chunk //= 2
-    per_row = row_bytes // chunk
-    rows = shape[0] if len(shape) == 2 else 1
-    total = rows * per_row
-    return chunk, per_row, total, -(-total // lw.copy_threads)
+    return ChunkPlan(chunk, row_bytes // chunk, shape[0] if len(shape) == 2 else 1, lw.copy_threads)
 
 
-def _collective_exprs(lw: KernelLowering, shape: tuple[int, ...], chunk: int, e: int, per_row: int, iters: int):
-    """Row and column (in elements, within the tile) of chunk tid + j·threads, for each j."""
+def _collective_exprs(plan: ChunkPlan, shape: tuple[int, ...], e: int):
+    """Row and column (in elements, within the tile) of each chunk j of thread tid."""
     rows_exprs, cols_exprs = [], []
-    for j in range(iters):
-        k_ = TID + j * lw.copy_threads
-        rows_exprs.append(k_ // per_row if len(shape) == 2 else Const(0))
-        cols_exprs.append(k_ % per_row * (chunk // e))
+    for j in range(plan.iters):
+        row, col = plan.position(j)
+        rows_exprs.append(row if len(shape) == 2 else Const(0))
+        cols_exprs.append(col * (plan.chunk // e))
     return rows_exprs, cols_exprs
 
 
@@ -694,8 +733,8 @@ def _static_steps(exprs: list[Expr], threads: int) -> list[int] | None:
     return steps
 
 
-def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape: tuple[int, ...], chunk: int,
-                     per_row: int, total: int, iters: int) -> tuple[SSAValue, SSAValue]:
+def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape: tuple[int, ...],
+                     plan: ChunkPlan) -> tuple[SSAValue, SSAValue]:
     """Global byte addresses (b64 bundle) of each thread's chunks of a tile, and whether each is inside the
     tensor. Chunk j of a thread sits at a fixed step from the thread's first chunk, the same step for every
     thread; so the thread's offset into a tile is computed once at kernel entry, and per tile the corner
@@ -704,10 +743,12 @@ def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape:
     k = len(shape)
     rank = g.type.rank
     lead, tile_coords = coords[:-k], coords[-k:]
-    rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
+    iters = plan.iters
+    rows_e, cols_e = _collective_exprs(plan, shape, e)
     steps = [_static_steps(cols_e, lw.copy_threads)] + ([_static_steps(rows_e, lw.copy_threads)] if k == 2 else [])
     if any(s is None for s in steps):
-        raise TkcError(f"internal: a copy of {shape} in {chunk}-byte chunks over {lw.copy_threads} threads has no regular pattern")
+        raise TkcError(f"internal: a copy of {shape} in {plan.chunk}-byte chunks over {lw.copy_threads} threads has "
+                       "no regular pattern")
     axes = [(cols_e[0], rank - 1, shape[-1], tile_coords[-1], steps[0])]
     if k == 2:
         axes.append((rows_e[0], rank - 2, shape[0], tile_coords[0], steps[1]))
@@ -720,7 +761,7 @@ def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape:
                       else lw.op("mad.lo.s64", "b64", wide, g.strides[dim], offset, n=1))
         return offset  # type: ignore[return-value]
 
-    offset = lw.at_entry(f"chunk offset {id(g)} {shape} {chunk}", thread_offset)
+    offset = lw.at_entry(f"chunk offset {id(g)} {shape} {plan.chunk}", thread_offset)
     ptr, ok = _lead_pointer(lw, g, lead)
     for first, dim, extent, coord, step in axes:
         origin = _mul_imm(lw, coord, extent)
@@ -754,13 +795,12 @@ def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape:
     return addrs, ok  # type: ignore[return-value]
 
 
-def _inside_tile(lw: KernelLowering, total: int, iters: int) -> SSAValue | None:
+def _inside_tile(lw: KernelLowering, plan: ChunkPlan) -> SSAValue | None:
     """Which of this thread's chunks to copy: those that exist (when a tile's chunks do not divide evenly among
     the threads), and none where an if-converted branch is not taken (lw.guard)."""
-    inside = None
-    if total % lw.copy_threads:
-        inside = lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)),
-                       ptx.PerInstr([total - j * lw.copy_threads for j in range(iters)]), n=iters)
+    inside, iters = None, plan.iters
+    if any(limit < lw.copy_threads for limit in plan.limits):
+        inside = lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)), ptx.PerInstr(plan.limits), n=iters)
     if lw.guard is not None:
         inside = lw.op("mov.pred", "pred", lw.guard, n=iters) if inside is None else \
             lw.op("and.pred", "pred", inside, lw.guard, n=iters)
@@ -771,18 +811,19 @@ def _copy_global_to_shared(lw: KernelLowering, g: GlobalRef, coords: list[Any], 
     """Every thread of the block copies its chunks of the tile; out-of-bounds chunks are zero-filled."""
     shape = dst.type.shape
     e = element_bytes(g.type.element_type)
-    chunk, per_row, total, iters = _chunk_plan(lw, shape, e, g.align)
+    plan = _chunk_plan(lw, shape, e, g.align)
+    chunk, iters = plan.chunk, plan.iters
     if chunk < 4:
         _copy_global_to_shared_sync(lw, g, coords, dst)
         return
-    rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
+    rows_e, cols_e = _collective_exprs(plan, shape, e)
     exprs = [_subtile_exprs(dst.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
     shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
     dst_bases = _bundle(lw, [_add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
-    srcs, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
+    srcs, ok = _chunk_addresses(lw, g, coords, shape, plan)
     srcs = lw.op("selp.b64", "b64", srcs, g.ptr, ok, n=iters)  # a chunk that reads nothing points at the tensor
     sizes = lw.op("selp.b32", "b32", Imm(chunk), Imm(0), ok, n=iters)
-    guard = _inside_tile(lw, total, iters)
+    guard = _inside_tile(lw, plan)
     lw.emit(ptx.CpAsyncOp(chunk, dst_bases, shared.base, shared.offset, srcs, np.arange(iters),
                           np.zeros(iters, dtype=np.int64), sizes, np.arange(iters), guard,
                           np.arange(iters) if guard is not None else None))
@@ -793,14 +834,15 @@ def _copy_global_to_shared_sync(lw: KernelLowering, g: GlobalRef, coords: list[A
     out of bounds) and stores them to shared memory. Synchronous, so the data is there before any wait."""
     shape = dst.type.shape
     e = element_bytes(g.type.element_type)
-    chunk, per_row, total, iters = _chunk_plan(lw, shape, e, e)
-    rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
+    plan = _chunk_plan(lw, shape, e, e)
+    iters = plan.iters
+    rows_e, cols_e = _collective_exprs(plan, shape, e)
     exprs = [_subtile_exprs(dst.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
     shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
     dst_bases = _bundle(lw, [_add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
-    srcs, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
+    srcs, ok = _chunk_addresses(lw, g, coords, shape, plan)
     kind = f"b{8 * e}"
-    inside = _inside_tile(lw, total, iters)
+    inside = _inside_tile(lw, plan)
     if lw.guard is not None:
         ok = lw.op("and.pred", "pred", ok, lw.guard, n=iters)
     data = lw.emit(ptx.LoadOp("global", kind, 1, srcs, np.arange(iters), np.zeros(iters, dtype=np.int64),
@@ -812,18 +854,20 @@ def _copy_global_to_shared_sync(lw: KernelLowering, g: GlobalRef, coords: list[A
 def _copy_shared_to_global(lw: KernelLowering, src: SharedRef, g: GlobalRef, coords: list[Any]) -> None:
     shape = src.type.shape
     e = element_bytes(g.type.element_type)
-    chunk, per_row, total, iters = _chunk_plan(lw, shape, e, max(g.align, e))
-    rows_e, cols_e = _collective_exprs(lw, shape, chunk, e, per_row, iters)
+    plan = _chunk_plan(lw, shape, e, max(g.align, e))
+    chunk, iters = plan.chunk, plan.iters
+    rows_e, cols_e = _collective_exprs(plan, shape, e)
     exprs = [_subtile_exprs(src.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
     shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
     src_bases = _bundle(lw, [_add_address(lw, src.addr, lw.expr(b)) for b in shared.bases], "b32")
     word = min(chunk, 4)
     words = chunk // word
     kind = f"b{8 * word}"
+    inside = _inside_tile(lw, plan)  # a thread's chunk j past the tile reads nothing (it may lie past the buffer)
     data = lw.emit(ptx.LoadOp("shared", kind, words, src_bases, shared.base, shared.offset,
-                              np.arange(iters) * words, ptx.regs("b32", iters * words))).results[0]
-    dsts, ok = _chunk_addresses(lw, g, coords, shape, chunk, per_row, total, iters)
-    inside = _inside_tile(lw, total, iters)
+                              np.arange(iters) * words, ptx.regs("b32", iters * words), inside,
+                              np.arange(iters) if inside is not None else None)).results[0]
+    dsts, ok = _chunk_addresses(lw, g, coords, shape, plan)
     if inside is not None:
         ok = lw.op("and.pred", "pred", ok, inside, n=iters)  # type: ignore[assignment]
     lw.emit(ptx.StoreOp("global", kind, words, dsts, np.arange(iters), np.zeros(iters, dtype=np.int64),
