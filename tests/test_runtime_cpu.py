@@ -248,7 +248,7 @@ def _fake_gpu(monkeypatch):
         compiled = compile_for_launch(kernel, target or "sm_80", kernel.resolve_constants(constants), aligns, pipeline)
         loaded = types.SimpleNamespace(params=[tuple(p) for p in compiled.meta()["params"]],
                                        cluster=compiled.meta().get("cluster", 1), kernel=kernel.name,
-                                       constants=kernel.resolve_constants(constants))
+                                       constants=kernel.resolve_constants(constants), target=target)
         return loaded, None, types.SimpleNamespace(ordinal=0, multiprocessors=132)
 
     launches = []
@@ -414,6 +414,33 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
     monkeypatch.setattr(attention_module, "check_tensor", check_tensor)
     with pytest.raises(ValueError, match="k: the Hopper kernel reads and writes through TMA"):
         attention(q, cuda(2, 3, 300, 68)[..., :64], v, target="sm_90a")
+
+
+def test_attention_head_dims_32_and_96_take_the_sm80_kernels(monkeypatch) -> None:
+    """D = 32 and 96 on a Hopper GPU: attention() and attention_backward() launch the sm_80 kernels built for sm_80
+    (no wgmma kernel takes them), a few queries too (no decoding kernel either: the lengths must then be multiples
+    of 64); target="sm_90a" at these D is one error naming the head dims it takes."""
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import _checks, attention, attention_backward
+
+    attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    monkeypatch.setitem(_checks._HOPPER, 0, True)
+    monkeypatch.setattr(attention_module, "_DECODING", {(0, None)})  # a decoding launch came before
+    for d in (32, 96):
+        q, k, v = cuda(2, 4, 128, d), cuda(2, 4, 128, d), cuda(2, 4, 128, d)
+        out = attention(q, k, v, causal=True)
+        fwd = launches[-1]
+        assert fwd[0].kernel == "attention_fwd" and fwd[0].target == "sm_80" and fwd[0].constants["D"] == d
+        attention_backward(q, k, v, out, cuda(2, 4, 128, d), cuda(2, 4, 128, dtype=torch.float32), causal=True)
+        assert [launch[0].kernel for launch in launches[-3:]] == ["attention_bwd_delta", "attention_bwd_dkdv",
+                                                                  "attention_bwd_dq"]
+        assert all(launch[0].target == "sm_80" for launch in launches[-3:])
+        with pytest.raises(ValueError, match="sequence lengths must be multiples of 64"):
+            attention(cuda(1, 4, 1, d), cuda(1, 4, 100, d), cuda(1, 4, 100, d))  # no decoding kernel at this D
+        with pytest.raises(ValueError, match=f"target sm_90a's kernels take head dims 64 and 128, got {d}"):
+            attention(q, k, v, target="sm_90a")
+    with pytest.raises(ValueError, match="q: head dim must be 32, 64, 96 or 128, got 80"):
+        attention(*(cuda(1, 1, 64, 80) for _ in range(3)))
 
 
 def test_grouped_query_attention_launches(monkeypatch) -> None:

@@ -24,6 +24,10 @@ KERNEL_FILES = sorted((ROOT / "tkc" / "kernels").glob("[!_]*.py")) + sorted((ROO
 # Constant values worth assembling separately (the rest use their defaults).
 VARIANTS = {
     "attention_fwd": [{"D": 64, "CAUSAL": 0}, {"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0}, {"D": 128, "CAUSAL": 1},
+                      # D = 32 / 96 in attention()'s CONFIG, and its FALLBACK
+                      {"D": 32, "CAUSAL": 1, "ROWS": 32, "KEYS": 64}, {"D": 96, "CAUSAL": 0, "ROWS": 32, "KEYS": 32,
+                                                                        "Q_IN_SHARED": 1},
+                      {"D": 96, "CAUSAL": 1, "ROWS": 16, "KEYS": 64},
                       {"D": 64, "CAUSAL": 1, "ROWS": 32}, {"D": 64, "CAUSAL": 0, "ROWS": 32},
                       {"D": 128, "CAUSAL": 1, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1},
                       {"D": 128, "CAUSAL": 0, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1},
@@ -56,13 +60,15 @@ VARIANTS = {
                            # grouped-query attention (K and V in shared memory at D=64 too)
                            {"D": 64, "CAUSAL": 1, "QUERIES": 64, "KV_IN_SHARED": 1, "GROUP": 4},
                            {"D": 128, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1, "RAGGED": 1, "GROUP": 2},
-                           {"D": 64, "CAUSAL": 0, "QUERIES": 64, "KV_IN_SHARED": 1, "GROUP": 8, "SPLIT": 2}],
+                           {"D": 64, "CAUSAL": 0, "QUERIES": 64, "KV_IN_SHARED": 1, "GROUP": 8, "SPLIT": 2},
+                           {"D": 32, "CAUSAL": 1, "QUERIES": 64}, {"D": 96, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1}],
     "attention_bwd_sum_parts": [{"D": 64}, {"D": 128}],
     # attention()'s decoding path (tkc/kernels/attention_decode.py CONFIG)
     "attention_decode": [{"D": 64, "KEYS": 64, "STAGES": 2}, {"D": 128, "KEYS": 32, "STAGES": 2},
                          {"D": 64, "KEYS": 32, "STAGES": 2}, {"D": 128, "KEYS": 16, "STAGES": 2}],
     "attention_decode_combine": [{"LSE": 1}, {}],
-    "attention_bwd_dq": [{"D": 64, "CAUSAL": 0, "KEYS": 64}, {"D": 64, "CAUSAL": 1, "KEYS": 64},
+    "attention_bwd_dq": [{"D": 32, "CAUSAL": 0, "KEYS": 64}, {"D": 96, "CAUSAL": 1, "KEYS": 32},
+                         {"D": 64, "CAUSAL": 0, "KEYS": 64}, {"D": 64, "CAUSAL": 1, "KEYS": 64},
                          {"D": 128, "CAUSAL": 0, "KEYS": 32}, {"D": 128, "CAUSAL": 1, "KEYS": 32},
                          {"D": 64, "CAUSAL": 1, "KEYS": 64, "GROUP": 4}],
     # attention_backward's Hopper constants (CONFIG_SM90)

@@ -78,13 +78,20 @@ def test_gemm(m: int, n: int, k: int, trans_b: int, order: str) -> None:
     assert rel_err(sim[2], interp[2]) < 2e-3
 
 
-@pytest.mark.parametrize("d, causal, order", [(64, 0, "shuffled"), (64, 1, "descending"), (128, 1, "ascending")])
+@pytest.mark.parametrize("d, causal, order", [(64, 0, "shuffled"), (64, 1, "descending"), (128, 1, "ascending"),
+                                              (32, 1, "shuffled"), (96, 0, "shuffled")])
 def test_attention(d: int, causal: int, order: str) -> None:
+    """attention_fwd with attention()'s constants for D (32 and 96 too), against the interpreter and float64."""
+    from tkc.kernels.attention import CONFIG
+
     rng = np.random.default_rng(d + causal)
     q, k, v = (random_bf16(rng, 1, 2, 128, d) for _ in range(3))
-    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 2, 128, d), d**-0.5], (2, 2, 1), {"D": d, "CAUSAL": causal},
+    rows, keys, q_in_shared = CONFIG[d]
+    constants = {"D": d, "CAUSAL": causal, "ROWS": 16, "KEYS": keys, "Q_IN_SHARED": q_in_shared}
+    interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 2, 128, d), d**-0.5], (2, 2, 1), constants,
                            order=order)
     assert rel_err(sim[3], interp[3]) < 2e-3
+    assert rel_err(interp[3], attention_ref(q, k, v, causal=bool(causal))) < 1e-2
 
 
 def test_attention_forward_lse() -> None:
@@ -99,7 +106,8 @@ def test_attention_forward_lse() -> None:
 
 
 @pytest.mark.parametrize("d, causal, order, n", [(64, 1, "descending", 256), (128, 1, "shuffled", 256),
-                                                  (64, 0, "shuffled", 200)])
+                                                  (64, 0, "shuffled", 200), (32, 1, "shuffled", 200),
+                                                  (96, 0, "descending", 256)])
 def test_attention_backward(d: int, causal: int, order: str, n: int) -> None:
     """attention_bwd_delta, _dkdv and _dq with attention_backward's constants: more query and key steps than
     pipeline stages, two heads, a length the steps do not divide (RAGGED); the simulation agrees with the

@@ -364,7 +364,8 @@ def _backward(nq: int = 64, nk: int | None = None, causal: bool = False, grad_sh
      ["q:", "multiples of 8 elements"]),
     (lambda: attention(randn(1, 1, 64, 64), randn(1, 1, 0, 64), randn(1, 1, 0, 64), target="sm_90a"), ValueError,
      ["at least one key"]),
-    (lambda: attention(randn(1, 1, 64, 96), randn(1, 1, 64, 96), randn(1, 1, 64, 96)), ValueError, ["64 or 128"]),
+    (lambda: attention(randn(1, 1, 64, 80), randn(1, 1, 64, 80), randn(1, 1, 64, 80)), ValueError,
+     ["head dim must be 32, 64, 96 or 128, got 80"]),
     (lambda: _backward(nq=64, nk=128, causal=True), ValueError, ["causal", "Nq = Nk"]),
     (lambda: _backward(grad_shape=(1, 1, 64, 128)), ValueError, ["grad_out: expected the shape of q"]),
     (lambda: _backward(lse_dtype=torch.bfloat16), ValueError, ["lse must be torch.float32"]),
@@ -432,6 +433,30 @@ def test_attention_backward(b: int, h: int, n: int, d: int, causal: bool, target
     grads = torch.autograd.grad(out, (q, k, v), grad)
     for name, got, ref in zip("qkv", grads, attention_grads_ref(q, k, v, grad, causal)):
         assert rel_err(got, ref) < 1e-2, f"d{name}"
+
+
+@pytest.mark.parametrize("target", [*TARGETS, "sm_90a"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b, h, n, d", [(2, 3, 256, 32), (1, 4, 512, 96), (3, 2, 192, 96), (1, 140, 64, 32)])
+def test_attention_head_dims_32_and_96(b: int, h: int, n: int, d: int, causal: bool, target: str | None) -> None:
+    """D = 32 and 96 (the sm_80 kernels on every GPU, Hopper included): the forward, its log-sum-exp and autograd's
+    backward against float64; target="sm_90a" at these D is one clear error."""
+    q, k, v = (randn(b, h, n, d).requires_grad_() for _ in range(3))
+    grad = randn(b, h, n, d)
+    if target == "sm_90a":
+        with pytest.raises(ValueError, match="target sm_90a's kernels take head dims 64 and 128"):
+            attention(q.detach(), k.detach(), v.detach(), causal=causal, target=target)
+        return
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    out, lse = attention(q.detach(), k.detach(), v.detach(), causal=causal, target=target, return_lse=True)
+    assert rel_err(out, ref) < 1e-2
+    s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(d)
+    if causal:
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device="cuda").triu(1), -math.inf)
+    assert (lse.double() - torch.logsumexp(s, -1)).abs().max().item() < 1e-3
+    grads = torch.autograd.grad(attention(q, k, v, causal=causal, target=target), (q, k, v), grad)
+    for name, got, want in zip("qkv", grads, attention_grads_ref(q, k, v, grad, causal)):
+        assert rel_err(got, want) < 1e-2, f"d{name}"
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -30,7 +30,7 @@ def kv_head(h, group):
 @tkc.func
 def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE, DT, GROUP):
     """attention_fwd's body; with LSE it also stores each row's log-sum-exp into L."""
-    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    static_assert(D in (32, 64, 96, 128), f"head dim D must be 32, 64, 96 or 128, got {D}")
     static_assert(ROWS in (16, 32), f"ROWS (query rows per warp) must be 16 or 32, got {ROWS}")
     static_assert(KEYS in (32, 64), f"KEYS (keys per step) must be 32 or 64, got {KEYS}")
     static_assert(Q_IN_SHARED or ROWS * D <= 2048,
@@ -212,7 +212,8 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
 
 # (ROWS, KEYS, Q_IN_SHARED) per head dim, from bench/sweep.py on the H200 (N = 4096, causal and not); FALLBACK
 # where N does not divide.
-CONFIG = {64: (32, 64, 0), 128: (32, 32, 1)}
+CONFIG = {32: (32, 64, 0), 64: (32, 64, 0), 96: (32, 32, 1), 128: (32, 32, 1)}  # D = 32 / 96 as 64 / 128: not swept
+HOPPER_HEAD_DIMS = (64, 128)  # attention_sm90's (and attention_decode's); D = 32, 96 take the sm_80 kernels anywhere
 FALLBACK = (16, 64, 0)
 
 
@@ -340,7 +341,7 @@ def _config_key(d: int, nq: int, nk: int, causal: bool, units: int, sms: int) ->
 
 def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
     """Attention's operands: bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H_kv, Nk, D) of one dtype on
-    one device, D ∈ {64, 128}, H_kv dividing H (grouped-query attention: query head h reads K/V head
+    one device, D ∈ {32, 64, 96, 128}, H_kv dividing H (grouped-query attention: query head h reads K/V head
     h // (H / H_kv)); (B, H, Nq, Nk, D), or the error naming the first that is not."""
     import torch
 
@@ -350,8 +351,8 @@ def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
     check_tensor("v", v, dtype, 4)
     batch, heads, nq, d = q.shape
     nk = k.shape[2]
-    if d not in (64, 128):
-        fail(f"q: head dim must be 64 or 128, got {d}")
+    if d not in CONFIG:
+        fail(f"q: head dim must be 32, 64, 96 or 128, got {d}")
     kv_heads = k.shape[1]
     if k.shape[0] != batch or k.shape[3] != d or (kv_heads == 0) != (heads == 0) or heads and heads % kv_heads:
         fail(f"k: expected shape ({batch}, H_kv, Nk, {d}) with H_kv dividing q's {heads} heads (H_kv = {heads}: "
@@ -366,16 +367,17 @@ def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
               target: str | None = None, out: torch.Tensor | None = None,
               return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """softmax(scale · q·kᵀ)·v for bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H_kv, Nk, D), D ∈ {64, 128}
-    (the output of their dtype), where H_kv divides H: query head h reads K/V head h // (H / H_kv) (grouped-query
-    attention, as torch's SDPA with enable_gqa=True; H_kv = 1: multi-query). scale defaults to 1/√D (any scale > 0).
-    Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for Nq ≠ Nk).
+    """softmax(scale · q·kᵀ)·v for bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H_kv, Nk, D),
+    D ∈ {32, 64, 96, 128} (the output of their dtype), where H_kv divides H: query head h reads K/V head
+    h // (H / H_kv) (grouped-query attention, as torch's SDPA with enable_gqa=True; H_kv = 1: multi-query). scale
+    defaults to 1/√D (any scale > 0). Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for
+    Nq ≠ Nk).
 
-    On Hopper (or with target="sm_90a"): attention_sm90, any Nq, Nk ≥ 1; the last dimension contiguous and the
-    other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"): attention_fwd, Nq and Nk multiples of
-    64, causal with Nq = Nk; or, for a few queries (decoding: Nq · H / H_kv ≤ MAX_ROWS, not causal, q contiguous),
-    any Nk, by attention_decode (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to
-    HOPPER_ROWS rows). With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq):
+    On Hopper (or with target="sm_90a") at D = 64 or 128: attention_sm90, any Nq, Nk ≥ 1; the last dimension
+    contiguous and the other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"), and at D = 32 or 96
+    on every GPU: attention_fwd, Nq and Nk multiples of 64, causal with Nq = Nk; or, at D = 64 or 128 for a few
+    queries (decoding: Nq · H / H_kv ≤ MAX_ROWS, not causal, q contiguous), any Nk, by attention_decode
+    (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to HOPPER_ROWS rows). With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq):
     (out, lse). On inputs requiring grad, autograd's backward runs tkc's backward kernels
     (tkc/kernels/attention_bwd.py: causal with Nq = Nk)."""
     import torch
@@ -401,7 +403,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         group = heads // kv_heads if kv_heads and heads % kv_heads == 0 else 0
         device = q.get_device()
         sms = MULTIPROCESSORS.get(device)
-        decode = (DECODE_ON_HOPPER and not causal and group and group * nq <= HOPPER_ROWS
+        decode = (DECODE_ON_HOPPER and not causal and group and group * nq <= HOPPER_ROWS and d in HOPPER_HEAD_DIMS
                   and (device, target) in _DECODING and q.is_contiguous())
         plan = (_PLANS.get((device, q.dtype, target, group, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
                 if sms is not None and nq and nk and group and not decode else None)
@@ -436,7 +438,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         if out.shape != q.shape:
             fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    hopper = wgmma_path(device, target)
+    if target == "sm_90a" and d not in HOPPER_HEAD_DIMS:
+        fail(f"q: target sm_90a's kernels take head dims 64 and 128, got {d} (D = 32 and 96 run the sm_80 kernels: "
+             "target=None or \"sm_80\")")
+    on_hopper = wgmma_path(device, target)
+    hopper = on_hopper and d in HOPPER_HEAD_DIMS
     lse = torch.empty((batch, heads, nq), dtype=torch.float32, device=q.device) if return_lse else None
     if hopper:
         if nk == 0 and nq:
@@ -464,13 +470,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             _PLANS[(device, q.dtype, target, heads // k.shape[1], key)] = (spec, 16 * cfg["WARPS"],
                                                                            cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
-    if (nq % 64 or nk % 64) and nk and takes_decode(heads // k.shape[1] * nq, causal, q, out):
+    if (nq % 64 or nk % 64) and nk and d in HOPPER_HEAD_DIMS and takes_decode(heads // k.shape[1] * nq, causal, q, out):
         if batch * heads * nq:  # a few queries (decoding): split over the keys, any Nk
             attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target, hopper=False)
         return (out, lse) if return_lse else out
     if nq % 64 or nk % 64:
-        fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk} (or Nq · H / H_kv "
-             f"≤ {MAX_ROWS}, not causal: decoding)")
+        fail(f"q, k: on this path sequence lengths must be multiples of 64, got Nq={nq}, Nk={nk} (or, at D = 64 "
+             f"or 128, Nq · H / H_kv ≤ {MAX_ROWS}, not causal: decoding)")
     if causal and nq != nk:
         fail(f"causal attention on this path needs Nq = Nk, got {nq} and {nk}")
     if batch * heads * nq == 0:
@@ -478,8 +484,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     rows, keys, q_in_shared = CONFIG[d]
     if nq % (4 * rows) or nk % keys:
         rows, keys, q_in_shared = FALLBACK
+    build = "sm_80" if on_hopper else target  # D = 32, 96 on Hopper: the sm_80 build, as the backward's kernels
     grid, constants = (nq // (4 * rows), heads, batch), {"D": d, "CAUSAL": int(causal), "ROWS": rows, "KEYS": keys,
-                                                         "Q_IN_SHARED": q_in_shared, "target": target,
+                                                         "Q_IN_SHARED": q_in_shared, "target": build,
                                                          **dtype_constant(q.dtype),
                                                          **group_constant(heads, k.shape[1])}
     if return_lse:

@@ -167,7 +167,7 @@ def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
     QUERIES at a time. Causal (Nq = Nk): key j is seen by queries i >= j, so the loop starts at the block's diagonal.
     RAGGED: Nq is not a multiple of QUERIES (the last step's columns past it are masked; keys past Nk read zeros and are
     not stored)."""
-    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    static_assert(D in (32, 64, 96, 128), f"head dim D must be 32, 64, 96 or 128, got {D}")
     static_assert(GROUP % SPLIT == 0, f"SPLIT ({SPLIT}) must divide GROUP ({GROUP})")
     blk, block_y, b = block_idx()
     h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], GROUP, SPLIT)
@@ -211,7 +211,7 @@ def attention_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT"
     queries' Q, dO, L, Δ and the sum dQ in registers; the block streams K and V KEYS keys at a time (causal: up to the
     block's diagonal, the longest blocks first). RAGGED: Nk is not a multiple of KEYS (the last step's keys past it are
     masked)."""
-    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    static_assert(D in (32, 64, 96, 128), f"head dim D must be 32, 64, 96 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
         blk = num_blocks()[0] - 1 - blk
@@ -349,6 +349,7 @@ def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl
 # 64-query steps 463-488 µs vs 582-598 with 32, B·N = 16384, H = 16 / 4; D=128 with K and V in shared memory
 # 886 µs vs 1098 in registers with 64-query steps; eight warps a block no faster, 17:31).
 CONFIG = {64: ({"QUERIES": 64}, {"KEYS": 64}), 128: ({"QUERIES": 32, "KV_IN_SHARED": 1}, {"KEYS": 32})}
+CONFIG[32], CONFIG[96] = CONFIG[64], CONFIG[128]  # not swept: D = 96's dK/dV kernel at 246 registers, no spills
 # On Hopper, the wgmma kernels' (RESULTS "attention backward probe — 2026-12-04 17:37", B=2 H=8 N=4096, µs not
 # causal / causal): D=128 three stages, eight warps: dkdv 499 / 294 (two stages 652 / 349; the mma.sync kernel
 # 884 / 549), dq 327 / 205 (591 / 371); D=64 dkdv four warps 379 / 217 (eight 533 / 267), dq three stages 162 / 133;
@@ -369,10 +370,10 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     """The gradients (dq, dk, dv) of out = attention(q, k, v, causal=causal, scale=scale) given grad_out, the
     forward's `out` and its log-sum-exp `lse` (attention(..., return_lse=True)); with grad_lse, also through lse.
     bf16 or f16 tensors of one dtype, q, out and grad_out (B, H, Nq, D), k and v (B, H_kv, Nk, D) with H_kv dividing
-    H (grouped-query attention: dk and dv sum over the query heads that read each K/V head), D ∈ {64, 128}, any Nq,
-    Nk ≥ 1 (causal: Nq = Nk); lse float32 (B, H, Nq).
-    On Hopper (or with target="sm_90a") the wgmma kernels, where the tensors' strides suit TMA (else, and with
-    target="sm_80", the mma.sync kernels)."""
+    H (grouped-query attention: dk and dv sum over the query heads that read each K/V head), D ∈ {32, 64, 96, 128},
+    any Nq, Nk ≥ 1 (causal: Nq = Nk); lse float32 (B, H, Nq).
+    On Hopper (or with target="sm_90a") at D = 64 or 128 the wgmma kernels, where the tensors' strides suit TMA
+    (else, and with target="sm_80", the mma.sync kernels)."""
     import torch
 
     batch, heads, nq, nk, d = check_qkv(q, k, v)
@@ -396,7 +397,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     # Hopper: the wgmma kernels where TMA can read the operands; elsewhere (or with target="sm_80") the mma.sync ones,
     # built for sm_80 on every GPU (their sm_90a build, TMA rings instead of cp.async, is slower: RESULTS "attention
     # backward probe — 2026-12-04 17:05", dkdv at D=128 1294 vs 886 µs)
-    if wgmma_path(q.get_device(), target) and _tma_ready(q, k, v, grad_out, dq, dk, dv):
+    if d in CONFIG_SM90 and wgmma_path(q.get_device(), target) and _tma_ready(q, k, v, grad_out, dq, dk, dv):
         kernels, configs, warps, build = (attention_bwd_dkdv_sm90, attention_bwd_dq_sm90), CONFIG_SM90[d], 8, "sm_90a"
     else:
         kernels, configs, warps = (attention_bwd_dkdv, attention_bwd_dq), CONFIG[d], 4
