@@ -377,9 +377,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     contiguous and the other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"), and at D = 32 or 96
     on every GPU: attention_fwd, Nq and Nk multiples of 64, causal with Nq = Nk; or, at D = 64 or 128 for a few
     queries (decoding: Nq · H / H_kv ≤ MAX_ROWS, not causal, q contiguous), any Nk, by attention_decode
-    (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to HOPPER_ROWS rows). With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq):
-    (out, lse). On inputs requiring grad, autograd's backward runs tkc's backward kernels
-    (tkc/kernels/attention_bwd.py: causal with Nq = Nk)."""
+    (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to HOPPER_ROWS rows). With return_lse,
+    also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq): (out, lse). On inputs requiring
+    grad, autograd's backward runs tkc's backward kernels (tkc/kernels/attention_bwd.py: causal with Nq = Nk)."""
     import torch
 
     if torch.compiler.is_compiling() or wants_grad(torch, q, k, v):  # one op of the graph / of autograd
@@ -470,7 +470,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             _PLANS[(device, q.dtype, target, heads // k.shape[1], key)] = (spec, 16 * cfg["WARPS"],
                                                                            cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
-    if (nq % 64 or nk % 64) and nk and d in HOPPER_HEAD_DIMS and takes_decode(heads // k.shape[1] * nq, causal, q, out):
+    few_queries = d in HOPPER_HEAD_DIMS and takes_decode(heads // k.shape[1] * nq, causal, q, out)
+    if (nq % 64 or nk % 64) and nk and few_queries:
         if batch * heads * nq:  # a few queries (decoding): split over the keys, any Nk
             attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target, hopper=False)
         return (out, lse) if return_lse else out
