@@ -619,7 +619,7 @@ def test_atomic_add_simulated(target: str, pitch: int, rows: int) -> None:
 
 
 @pytest.mark.parametrize("d, causal, target", [(64, 1, "sm_80"), (128, 0, "sm_80"), (64, 0, "sm_90a"),
-                                               (128, 1, "sm_90a")])
+                                               (128, 1, "sm_90a"), (96, 1, "sm_80"), (32, 0, "sm_80")])
 def test_grouped_query_attention_simulated(d: int, causal: int, target: str) -> None:
     """Two query heads reading one K/V head (GROUP=2): the forward, and dK/dV, whose one loop runs over both query
     heads' steps (its pipeline, cp.async or TMA, runs on from one head into the next); the simulation agrees with
