@@ -410,17 +410,11 @@ def _store_converted(lw: KernelLowering, space: str, mem_type: Attribute, value_
                      runs: list[Run], addr: SSAValue, base_of: np.ndarray, offset: np.ndarray,
                      guard: SSAValue | None) -> None:
     """Registers `value` of `value_type` stored by `runs` of `mem_type` (memory's dtype), converted where the two
-    differ: a 16-bit vector's elements converted two at a time straight into the words stored (cvt.rn.bf16x2.f32:
-    one instruction a word, not three)."""
+    differ: a 16-bit vector's straight from its f32 slots into the words stored (_store_runs's f32_slots)."""
     index = np.arange(len(runs))
     if mem_type != value_type and _pairs(mem_type) and any(run.length > 1 for run in runs):
-        slots = unpack(lw, value, value_type)
-        words_per_run = runs[0].length // 2
-        lo = np.array([run.reg + 2 * w for run in runs for w in range(words_per_run)])
-        name = ptx_type_name(mem_type.element_type)
-        words = lw.op(f"cvt.rn.{name}x2.f32", "b32", (slots, lo + 1), (slots, lo), n=len(lo))
-        lw.emit(ptx.StoreOp(space, "b32", words_per_run, addr, base_of, offset, words,
-                            index * words_per_run, guard, index if guard is not None else None))
+        _store_runs(lw, space, mem_type, value, runs, addr, base_of, offset, guard, index,
+                    f32_slots=unpack(lw, value, value_type))
         return
     if mem_type != value_type:
         value = pack(lw, unpack(lw, value, value_type), mem_type)
@@ -429,7 +423,10 @@ def _store_converted(lw: KernelLowering, space: str, mem_type: Attribute, value_
 
 def _store_runs(lw: KernelLowering, space: str, reg_type: Attribute, value: SSAValue, runs: list[Run], addr: SSAValue,
                 base_of: np.ndarray, offset: np.ndarray, guard: SSAValue | None = None,
-                guard_index: np.ndarray | None = None) -> None:
+                guard_index: np.ndarray | None = None, f32_slots: SSAValue | None = None) -> None:
+    """Store `value` (registers of `reg_type`) by `runs`; a 16-bit vector's elements go two to a word, merged by
+    prmt, or with `f32_slots` (the value as f32, one element a register) converted two at a time straight into
+    the word (cvt.rn.bf16x2.f32: one instruction a word, not three)."""
     packed = isinstance(reg_type, RegTileType) and is_packed(reg_type.element_type)
     if packed and all(run.length == 1 for run in runs):
         byte = element_bytes(reg_type.element_type) == 1  # type: ignore[attr-defined]
@@ -444,7 +441,11 @@ def _store_runs(lw: KernelLowering, space: str, reg_type: Attribute, value: SSAV
     if _pairs(reg_type) and any(run.length > 1 for run in runs):
         words_per_run = runs[0].length // 2
         lo = np.array([run.reg + 2 * w for run in runs for w in range(words_per_run)])
-        words = lw.op("prmt.b32", "b32", (value, lo), (value, lo + 1), Imm(0x5410), n=len(lo))
+        if f32_slots is not None:
+            name = ptx_type_name(reg_type.element_type)  # type: ignore[attr-defined]
+            words = lw.op(f"cvt.rn.{name}x2.f32", "b32", (f32_slots, lo + 1), (f32_slots, lo), n=len(lo))
+        else:
+            words = lw.op("prmt.b32", "b32", (value, lo), (value, lo + 1), Imm(0x5410), n=len(lo))
         lw.emit(ptx.StoreOp(space, "b32", words_per_run, addr, base_of, offset, words,
                             np.arange(len(runs)) * words_per_run, guard, gi))
         return

@@ -945,7 +945,7 @@ def _verify_transfer(what: str, src: Attribute, dst: Attribute, indexed: Attribu
 
 
 ROWS_ATTR = "tile.index_in_rows"  # on a global load/store of a 2-D tile: its row index counts rows, not tiles
-CONFLICTS_ATTR = "tile.conflicts"  # on a store into shared memory: the bank conflicts its author expects (no warning)
+CONFLICTS_ATTR = "tile.conflicts"  # on a shared-memory store / load: the bank conflicts its author expects (no warning)
 
 
 def index_units(op: Operation, tile_shape: Sequence[int]) -> list[int]:

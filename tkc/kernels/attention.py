@@ -470,8 +470,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             _PLANS[(device, q.dtype, target, heads // k.shape[1], key)] = (spec, 16 * cfg["WARPS"],
                                                                            cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
-    few_queries = d in HOPPER_HEAD_DIMS and takes_decode(heads // k.shape[1] * nq, causal, q, out)
-    if (nq % 64 or nk % 64) and nk and few_queries:
+    if ((nq % 64 or nk % 64) and nk and d in HOPPER_HEAD_DIMS
+            and takes_decode(heads // k.shape[1] * nq, causal, q, out)):
         if batch * heads * nq:  # a few queries (decoding): split over the keys, any Nk
             attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target, hopper=False)
         return (out, lse) if return_lse else out

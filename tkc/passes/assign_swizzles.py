@@ -57,7 +57,7 @@ def report_conflicts(module: ModuleOp) -> None:
     from tkc.backend.lower_memory import shared_access_patterns
 
     for op in module.walk():
-        expected = op.attributes.get(t.CONFLICTS_ATTR)  # store(..., conflicts=n): its author knows of n ways
+        expected = op.attributes.get(t.CONFLICTS_ATTR)  # store / load(..., conflicts=n): known to its author
         for what, degree in shared_access_patterns(op):
             if degree > (expected.value.data if expected is not None else 1):
                 message = f"{what} has a {degree}-way shared memory bank conflict"
