@@ -64,7 +64,7 @@ def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
     attention()."""
     regs = {"WARPS": 8, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1}
     overlapped = {**regs, "KEYS": 64, "DEFER": 1, "OVERLAP": 1}
-    if d == 128:
+    if d >= 96:  # D = 96 as 128
         grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
         return {"tkc alt A": {**regs, "KEYS": 128, "DEFER": 1, **grid}, "tkc alt B": {**overlapped, **grid},
                 "tkc alt C": {**regs, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}}

@@ -82,6 +82,12 @@ for step in ${*:-tests probe bench sanitize}; do
             > "$OUT/bench-attention-gqa.log" 2>&1; tail -12 "$OUT/bench-attention-gqa.log"
         timeout 200 python3 bench/attention_backward.py --heads 32 --kv-heads 8 --seqlens 4096 \
             > "$OUT/bench-attention-backward-gqa.log" 2>&1; tail -8 "$OUT/bench-attention-backward-gqa.log" ;;
+    d96)  # head dim 96 on Hopper (wgmma kernels): GPU tests, sanitizers, forward (with variants) and backward beside SDPA
+        tests_and_sanitizers d96 "96 or head_dims" head_dim_96 150
+        timeout 300 python3 bench/attention.py --dims 96 --seqlens 1024 4096 16384 --variants --rounds 3 \
+            > "$OUT/bench-attention-d96.log" 2>&1; tail -14 "$OUT/bench-attention-d96.log"
+        timeout 200 python3 bench/attention_backward.py --dims 96 --seqlens 1024 4096 16384 \
+            > "$OUT/bench-attention-backward-d96.log" 2>&1; tail -10 "$OUT/bench-attention-backward-d96.log" ;;
     decode)  # decoding (a query or a few a head over a KV cache): GPU tests, sanitizers, attention_decode vs attention_sm90 vs SDPA
         tests_and_sanitizers decode decode decode_attention 90
         timeout 300 python3 bench/probe_decode.py ${PROBE_ARGS:-} > "$OUT/decode.log" 2>&1; grep -v Warning "$OUT/decode.log" | tail -60 ;;

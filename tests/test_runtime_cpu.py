@@ -416,10 +416,11 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
         attention(q, cuda(2, 3, 300, 68)[..., :64], v, target="sm_90a")
 
 
-def test_attention_head_dims_32_and_96_take_the_sm80_kernels(monkeypatch) -> None:
-    """D = 32 and 96 on a Hopper GPU: attention() and attention_backward() launch the sm_80 kernels built for sm_80
-    (no wgmma kernel takes them), a few queries too (no decoding kernel either: the lengths must then be multiples
-    of 64); target="sm_90a" at these D is one error naming the head dims it takes."""
+def test_attention_head_dims_32_and_96_on_hopper(monkeypatch) -> None:
+    """On a Hopper GPU, D = 32: attention() and attention_backward() launch the sm_80 kernels built for sm_80 (no
+    wgmma kernel takes it), a few queries too (no decoding kernel either: the lengths must then be multiples of 64),
+    and target="sm_90a" is one error naming the head dims it takes. D = 96: the wgmma kernels (forward, dK/dV, dQ),
+    a few queries too (attention_sm90: no decoding kernel at D = 96)."""
     torch = pytest.importorskip("torch")
     from tkc.kernels import _checks, attention, attention_backward
 
@@ -430,14 +431,23 @@ def test_attention_head_dims_32_and_96_take_the_sm80_kernels(monkeypatch) -> Non
         q, k, v = cuda(2, 4, 128, d), cuda(2, 4, 128, d), cuda(2, 4, 128, d)
         out = attention(q, k, v, causal=True)
         fwd = launches[-1]
-        assert fwd[0].kernel == "attention_fwd" and fwd[0].target == "sm_80" and fwd[0].constants["D"] == d
+        hopper = d == 96
+        assert fwd[0].kernel == ("attention_sm90" if hopper else "attention_fwd") and fwd[0].constants["D"] == d
+        assert fwd[0].target == ("sm_90a" if hopper else "sm_80")
         attention_backward(q, k, v, out, cuda(2, 4, 128, d), cuda(2, 4, 128, dtype=torch.float32), causal=True)
-        assert [launch[0].kernel for launch in launches[-3:]] == ["attention_bwd_delta", "attention_bwd_dkdv",
-                                                                  "attention_bwd_dq"]
-        assert all(launch[0].target == "sm_80" for launch in launches[-3:])
+        suffix = "_sm90" if hopper else ""
+        assert [launch[0].kernel for launch in launches[-3:]] == ["attention_bwd_delta", f"attention_bwd_dkdv{suffix}",
+                                                                  f"attention_bwd_dq{suffix}"]
+        assert [launch[0].target for launch in launches[-2:]] == ["sm_90a" if hopper else "sm_80"] * 2
+        if hopper:
+            attention(cuda(1, 4, 1, d), cuda(1, 4, 100, d), cuda(1, 4, 100, d))  # a few queries, any length
+            assert launches[-1][0].kernel == "attention_sm90"
+            attention(cuda(1, 4, 1, d), cuda(1, 4, 100, d), cuda(1, 4, 100, d))  # the common call: no decoding plan
+            assert launches[-1][0].kernel == "attention_sm90"
+            continue
         with pytest.raises(ValueError, match="sequence lengths must be multiples of 64"):
             attention(cuda(1, 4, 1, d), cuda(1, 4, 100, d), cuda(1, 4, 100, d))  # no decoding kernel at this D
-        with pytest.raises(ValueError, match=f"target sm_90a's kernels take head dims 64 and 128, got {d}"):
+        with pytest.raises(ValueError, match=f"target sm_90a's kernels take head dims 64, 96 and 128, got {d}"):
             attention(q, k, v, target="sm_90a")
     with pytest.raises(ValueError, match="q: head dim must be 32, 64, 96 or 128, got 80"):
         attention(*(cuda(1, 1, 64, 80) for _ in range(3)))

@@ -74,6 +74,15 @@ def decode_attention() -> None:
     attention_module.DECODE_ON_HOPPER = False
 
 
+def head_dim_96() -> None:
+    """D = 96 (three 64-byte swizzled panels a row): attention() and its backward, causal and not, 1024 keys in
+    8 steps of 128 against 2 stages (the wgmma kernels on Hopper), 16 query steps of dK/dV against 3."""
+    for causal in (False, True):
+        q, k, v = (torch.randn(1, 4, 1024, 96, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3))
+        out = attention(q, k, v, causal=causal)
+        torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+
+
 def main() -> None:
     torch.manual_seed(0)
     bf = torch.bfloat16

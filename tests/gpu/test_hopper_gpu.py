@@ -161,7 +161,8 @@ def test_dsl_wgmma_register_a(trans_b: int, via_shared: int) -> None:
 
 
 @pytest.mark.parametrize("causal", [0, 1])
-@pytest.mark.parametrize("b, h, n, d, warps", [(2, 3, 256, 64, 4), (1, 4, 1024, 128, 8), (2, 2, 384, 128, 8)])
+@pytest.mark.parametrize("b, h, n, d, warps", [(2, 3, 256, 64, 4), (1, 4, 1024, 128, 8), (2, 2, 384, 128, 8),
+                                              (2, 2, 384, 96, 8)])
 def test_hopper_attention(b: int, h: int, n: int, d: int, warps: int, causal: int) -> None:
     """attention_sm90 on the H200 against torch's float32 attention."""
     if torch.cuda.get_device_capability() != (9, 0):
@@ -202,7 +203,8 @@ def test_hopper_attention_any_length(b: int, h: int, nq: int, nk: int, d: int, c
 ATTENTION_SHAPES = [(1, 1, 1, 1, 64), (2, 3, 17, 17, 128), (1, 2, 113, 113, 64), (1, 2, 113, 1000, 128),
                     (2, 2, 1000, 113, 64), (1, 4, 1000, 1000, 128), (1, 2, 4097, 4097, 64), (1, 2, 4097, 4097, 128),
                     (2, 16, 512, 512, 128), (1, 1, 64, 4096, 128), (3, 5, 200, 300, 64), (160, 1, 128, 128, 64),
-                    (1, 8, 2048, 1024, 128), (2, 3, 2100, 2100, 64), (1, 2, 1000, 3000, 64)]
+                    (1, 8, 2048, 1024, 128), (2, 3, 2100, 2100, 64), (1, 2, 1000, 3000, 64), (1, 1, 1, 1, 96),
+                    (2, 3, 17, 100, 96), (1, 4, 1000, 1000, 96), (1, 2, 4097, 4097, 96), (2, 16, 512, 512, 96)]
 
 
 def _lse_ref(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool) -> torch.Tensor:

@@ -145,7 +145,7 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
     STAGGER=N starts warpgroup 1 N key steps after warpgroup 0 (`stagger-warpgroups`), so that one's epilogue and
     step 0 run under the other's wgmmas. LATE_PV=1 issues the deferred P·V after the step's row max (`defer-wgmma`).
     """
-    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
     static_assert(DEFER or not Q_REGS, "Q_REGS=1 needs DEFER=1: with P·V running on into the next step, ptxas gives "
                   "P the registers of Q that the next Q·Kᵀ reads (wrong results)")
@@ -213,7 +213,8 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
 # (ROWS, KEYS, Q_IN_SHARED) per head dim, from bench/sweep.py on the H200 (N = 4096, causal and not); FALLBACK
 # where N does not divide.
 CONFIG = {32: (32, 64, 0), 64: (32, 64, 0), 96: (32, 32, 1), 128: (32, 32, 1)}  # D = 32 / 96 as 64 / 128: not swept
-HOPPER_HEAD_DIMS = (64, 128)  # attention_sm90's (and attention_decode's); D = 32, 96 take the sm_80 kernels anywhere
+HOPPER_HEAD_DIMS = (64, 96, 128)  # attention_sm90's; D = 32 takes the sm_80 kernels anywhere
+DECODE_HEAD_DIMS = (64, 128)  # attention_decode's
 FALLBACK = (16, 64, 0)
 
 
@@ -276,7 +277,7 @@ def _for_few_tiles(cfg: dict[str, int], d: int, nq: int, causal: bool, units: in
 
 def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
     """sm90_config's warps, key steps, passes and grid per head dim, key length and mask."""
-    if d == 128:
+    if d >= 96:  # D = 96 as 128 (not swept)
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
         if not causal:
             return {**cfg, "PERSISTENT": 1}
@@ -403,7 +404,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         group = heads // kv_heads if kv_heads and heads % kv_heads == 0 else 0
         device = q.get_device()
         sms = MULTIPROCESSORS.get(device)
-        decode = (DECODE_ON_HOPPER and not causal and group and group * nq <= HOPPER_ROWS and d in HOPPER_HEAD_DIMS
+        decode = (DECODE_ON_HOPPER and not causal and group and group * nq <= HOPPER_ROWS and d in DECODE_HEAD_DIMS
                   and (device, target) in _DECODING and q.is_contiguous())
         plan = (_PLANS.get((device, q.dtype, target, group, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
                 if sms is not None and nq and nk and group and not decode else None)
@@ -439,7 +440,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if target == "sm_90a" and d not in HOPPER_HEAD_DIMS:
-        fail(f"q: target sm_90a's kernels take head dims 64 and 128, got {d} (D = 32 and 96 run the sm_80 kernels: "
+        fail(f"q: target sm_90a's kernels take head dims 64, 96 and 128, got {d} (D = 32 runs the sm_80 kernels: "
              "target=None or \"sm_80\")")
     on_hopper = wgmma_path(device, target)
     hopper = on_hopper and d in HOPPER_HEAD_DIMS
@@ -455,7 +456,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         if batch * heads * nq == 0:
             return (out, lse) if return_lse else out
         rows = heads // k.shape[1] * nq  # a K/V head's
-        if DECODE_ON_HOPPER and rows <= HOPPER_ROWS and takes_decode(rows, causal, q, out):
+        if DECODE_ON_HOPPER and rows <= HOPPER_ROWS and d in DECODE_HEAD_DIMS and takes_decode(rows, causal, q, out):
             attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target)
             _DECODING.add((device, target))  # the common call may now take it (its launches check the rest)
             return (out, lse) if return_lse else out
@@ -470,7 +471,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             _PLANS[(device, q.dtype, target, heads // k.shape[1], key)] = (spec, 16 * cfg["WARPS"],
                                                                            cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
-    if ((nq % 64 or nk % 64) and nk and d in HOPPER_HEAD_DIMS
+    if ((nq % 64 or nk % 64) and nk and d in DECODE_HEAD_DIMS
             and takes_decode(heads // k.shape[1] * nq, causal, q, out)):
         if batch * heads * nq:  # a few queries (decoding): split over the keys, any Nk
             attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target, hopper=False)

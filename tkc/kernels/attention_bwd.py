@@ -234,7 +234,7 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics. The loop
     runs over the queries of the `group` query heads that read the block's head of K and V (or its part of them,
     `split`: block_heads), one after the other."""
-    static_assert(d in (64, 128), f"head dim D must be 64 or 128, got {d}")
+    static_assert(d in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {d}")
     static_assert(group == 1 or not with_dq, "dQ by atomics takes one query head a K/V head (GROUP = 1)")
     static_assert(group % split == 0, f"SPLIT ({split}) must divide GROUP ({group})")
     if with_dq:  # the grid's x is the head: the blocks running at once add into different heads' rows of dQ_sum
@@ -335,7 +335,7 @@ def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl
     """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
     memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
     Grid: (Nq / (16·WARPS), H, B). PRODUCER as in attention_bwd_dkdv_sm90, RAGGED and GROUP as in attention_bwd_dq."""
-    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
         blk = num_blocks()[0] - 1 - blk
@@ -355,6 +355,7 @@ CONFIG[32], CONFIG[96] = CONFIG[64], CONFIG[128]  # not swept: D = 96's dK/dV ke
 # 884 / 549), dq 327 / 205 (591 / 371); D=64 dkdv four warps 379 / 217 (eight 533 / 267), dq three stages 162 / 133;
 # D=64 dkdv with three stages 302 / 201 (two 385 / 217; "attention backward, dQ by atomics — 2026-12-04").
 CONFIG_SM90 = {64: ({"WARPS": 4, "STAGES": 3}, {"STAGES": 3}), 128: ({"STAGES": 3}, {"STAGES": 3})}
+CONFIG_SM90[96] = CONFIG_SM90[128]  # not swept
 
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:
