@@ -374,9 +374,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     defaults to 1/√D (any scale > 0). Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for
     Nq ≠ Nk).
 
-    On Hopper (or with target="sm_90a") at D = 64 or 128: attention_sm90, any Nq, Nk ≥ 1; the last dimension
-    contiguous and the other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"), and at D = 32 or 96
-    on every GPU: attention_fwd, Nq and Nk multiples of 64, causal with Nq = Nk; or, at D = 64 or 128 for a few
+    On Hopper (or with target="sm_90a") at D = 64, 96 or 128: attention_sm90, any Nq, Nk ≥ 1; the last dimension
+    contiguous and the other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"), and at D = 32 on
+    every GPU: attention_fwd, Nq and Nk multiples of 64, causal with Nq = Nk; or, at D = 64 or 128 for a few
     queries (decoding: Nq · H / H_kv ≤ MAX_ROWS, not causal, q contiguous), any Nk, by attention_decode
     (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to HOPPER_ROWS rows). With return_lse,
     also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq): (out, lse). On inputs requiring
@@ -486,7 +486,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     rows, keys, q_in_shared = CONFIG[d]
     if nq % (4 * rows) or nk % keys:
         rows, keys, q_in_shared = FALLBACK
-    build = "sm_80" if on_hopper else target  # D = 32, 96 on Hopper: the sm_80 build, as the backward's kernels
+    build = "sm_80" if on_hopper else target  # D = 32 on Hopper: the sm_80 build, as the backward's kernels
     grid, constants = (nq // (4 * rows), heads, batch), {"D": d, "CAUSAL": int(causal), "ROWS": rows, "KEYS": keys,
                                                          "Q_IN_SHARED": q_in_shared, "target": build,
                                                          **dtype_constant(q.dtype),

@@ -373,7 +373,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     bf16 or f16 tensors of one dtype, q, out and grad_out (B, H, Nq, D), k and v (B, H_kv, Nk, D) with H_kv dividing
     H (grouped-query attention: dk and dv sum over the query heads that read each K/V head), D ∈ {32, 64, 96, 128},
     any Nq, Nk ≥ 1 (causal: Nq = Nk); lse float32 (B, H, Nq).
-    On Hopper (or with target="sm_90a") at D = 64 or 128 the wgmma kernels, where the tensors' strides suit TMA
+    On Hopper (or with target="sm_90a") at D = 64, 96 or 128 the wgmma kernels, where the tensors' strides suit TMA
     (else, and with target="sm_80", the mma.sync kernels)."""
     import torch
 
