@@ -50,7 +50,10 @@ VARIANTS = {
     "gemm_few_rows_kernel": [{}, {"DT": fp8e4m3, "TRANS_B": 1, "ROWS": 16, "BK": 128, "WARPS": 8, "STAGES": 5},
                              {"DT": fp8e4m3, "TRANS_B": 1, "ROWS": 32, "BK": 128, "WARPS": 8, "STAGES": 5}],
     "attention_sm90": [{"D": 128}, {"D": 128, "CAUSAL": 1}, {"D": 64, "WARPS": 4}, {"D": 128, "KEYS": 128},
-                       {"D": 128, "CAUSAL": 1, "GROUP": 4}],
+                       {"D": 128, "CAUSAL": 1, "GROUP": 4},
+                       # attention()'s D = 96 (three 64-byte swizzled panels a row), not causal and causal
+                       {"D": 96, "KEYS": 128, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1},
+                       {"D": 96, "CAUSAL": 1, "KEYS": 128, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1}],
     "attention_fwd_lse": [{"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1}],
     "attention_bwd_delta": [{"D": 64}, {"D": 128, "WITH_DL": 1}],
     # attention_backward's constants (tkc/kernels/attention_bwd.py CONFIG), causal and not
@@ -76,10 +79,11 @@ VARIANTS = {
                                 {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
                                 {"D": 64, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "GROUP": 4},
                                 {"D": 128, "CAUSAL": 0, "STAGES": 3, "RAGGED": 1, "GROUP": 8},
-                                {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 8, "SPLIT": 4}],
+                                {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 8, "SPLIT": 4},
+                                {"D": 96, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1}],
     "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
                               {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3},
-                              {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 4}],
+                              {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 4}, {"D": 96, "CAUSAL": 0, "STAGES": 3}],
     # the fused kernel (not attention_backward's path yet): D=128's panels (dS in two buffers); D=64 with its dQ
     # deferred a step
     "attention_bwd_sm90": [{"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3, "DS_BUFFERS": 2},

@@ -385,7 +385,7 @@ def test_allocations_of_one_type_are_distinct_buffers(make: str) -> None:
 
 
 @pytest.mark.parametrize("d, causal, warps, producer, n", [(128, 0, 8, 0, 256), (64, 1, 4, 0, 256), (128, 1, 8, 1, 256),
-                                                            (64, 0, 8, 0, 300)])
+                                                            (64, 0, 8, 0, 300), (96, 0, 8, 1, 200)])
 def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: int, n: int) -> None:
     """attention_bwd_dkdv_sm90 and attention_bwd_dq_sm90 with attention_backward's Hopper constants (and a producer
     warpgroup, and a length the steps do not divide): two heads, more steps than stages, warps handed over every
@@ -653,10 +653,10 @@ def test_grouped_query_attention_simulated(d: int, causal: int, target: str) -> 
     assert rel_err(sim[6], interp[6]) < 2e-3 and rel_err(sim[7], interp[7]) < 2e-3
 
 
-@pytest.mark.parametrize("d, causal", [(128, 0), (128, 1), (64, 0)])
+@pytest.mark.parametrize("d, causal", [(128, 0), (128, 1), (64, 0), (96, 1)])
 def test_grouped_query_attention_as_attention_launches_it(d: int, causal: int) -> None:
-    """attention_sm90 with GROUP=2 in attention()'s configuration (D=128: the tile loop rotated, the next tile's
-    first Q·Kᵀ issued under this one's epilogue; a producer warpgroup) on a grid of a third of the tiles, so that
+    """attention_sm90 with GROUP=2 in attention()'s configuration (D=128 and 96: the tile loop rotated, the next tile's
+    first Q·Kᵀ issued under this one's epilogue; a producer warpgroup; D=96 rows of three 64-byte panels) on a grid of a third of the tiles, so that
     each block walks on into query heads of another K/V head: the simulated PTX (after every pass) against float64."""
     from tkc.kernels import attention_sm90
     from tkc.kernels.attention import sm90_blocks, sm90_config, sm90_constants
