@@ -13,8 +13,9 @@ import tkc
 from tkc.backend.simulator import simulate
 from tkc.compiler import compile_kernels, lower_kernel, tensor_alignment
 from tkc.kernels import attention_fwd, attention_fwd_lse, gemm_kernel, layernorm_kernel
-from tkc.lang import (atomic_add, bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt, rows,
-                      rt, rv, st, store, sv, warp_id, zeros)
+from tkc.kernels.attention import longest_first
+from tkc.lang import (atomic_add, bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt,
+                      num_blocks, rows, rt, rv, st, store, sv, warp_id, zeros)
 
 ORDERS = ["ascending", "descending", "shuffled"]
 
@@ -92,6 +93,38 @@ def test_attention(d: int, causal: int, order: str) -> None:
                            order=order)
     assert rel_err(sim[3], interp[3]) < 2e-3
     assert rel_err(interp[3], attention_ref(q, k, v, causal=bool(causal))) < 1e-2
+
+
+@tkc.kernel(warps=1, min_target="sm_80")
+def causal_block_order(Out: gl[f32, 2], GROWS: const = 1, TOGETHER: const = 8):
+    """Row L (the block of linear index L, the order the GPU starts blocks in) gets the (x, y, z) longest_first
+    hands that block, as its linear index, and that x."""
+    x, y, z = longest_first(GROWS, TOGETHER)
+    nx, ny, _ = num_blocks()
+    bx, by, bz = block_idx()
+    linear = bx + nx * (by + ny * bz)
+    store(Out, zeros(rv[f32, 16]) + (x + nx * (y + ny * z)), (linear, 0))
+    store(Out, zeros(rv[f32, 16]) + x, (linear, 1))
+
+
+@pytest.mark.parametrize("grows, together", [(0, 8), (1, 8), (1, 3)])
+@pytest.mark.parametrize("grid", [(5, 7, 3), (4, 8, 2), (3, 2, 1), (1, 9, 1)])
+def test_causal_blocks_longest_first(grid: tuple[int, int, int], grows: int, together: int) -> None:
+    """longest_first (the causal sm_80 forward's block order) gives every block of the grid to exactly one block,
+    and in launch order walks groups of `together` heads (the last one shorter), in each the longest blocks first
+    (x = 0 where work falls with x, the last x where it grows): simulated and interpreted alike."""
+    nx, ny, nz = grid
+    out = np.full((nx * ny * nz, 32), np.nan, np.float32)
+    interp, sim = run_both(causal_block_order, [out], grid, {"GROWS": grows, "TOGETHER": together}, order="shuffled")
+    np.testing.assert_array_equal(sim[0], interp[0])
+    taken, x = interp[0][:, 0].astype(int), interp[0][:, 16].astype(int)
+    assert sorted(taken) == list(range(nx * ny * nz))
+    length_rank = nx - 1 - x if grows else x                 # 0: a longest block
+    heads = ny * nz
+    for first in range(0, heads, together):
+        group = slice(first * nx, min(first + together, heads) * nx)
+        assert (np.diff(length_rank[group]) >= 0).all()
+        assert set(taken[group] // nx) == set(range(first, min(first + together, heads)))
 
 
 def test_attention_forward_lse() -> None:

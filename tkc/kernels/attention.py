@@ -28,6 +28,28 @@ def kv_head(h, group):
 
 
 @tkc.func
+def longest_first(grows_with_x, heads_together):
+    """This block's (x, y, z) in a causal grid (query or key blocks, heads, batch) whose blocks' work grows with x
+    (`grows_with_x`: the forward's and dQ's query blocks, later queries seeing more keys) or falls with it (dK/dV's
+    key blocks). The GPU starts blocks in the order of their linear index; taken as they come, one head's blocks
+    after another's, the last head's longest block would start near the end (a tail of up to ~10 % of the kernel at
+    B·N = 16384). Here the linear index walks groups of `heads_together` heads (whose K and V, or Q and dO, share
+    L2), in each the longest blocks of all of them first, then the next longest, ... The sm_80 forward, in groups
+    of 8: +6-10 % at N = 4096 and 16384 (H100, RESULTS "causal block order — 2026-12-05 18:31"). The wgmma
+    backward kernels keep one head at a time (longest first within it): in groups of 2, 4 or 8 heads they were
+    0-4 % slower at N = 16384, whose concurrent blocks then stream several heads' Q and dO through L2."""
+    x, y, z = block_idx()
+    nx, ny, nz = num_blocks()
+    linear = x + nx * (y + ny * z)
+    group = linear // (heads_together * nx)
+    width = min(heads_together, ny * nz - heads_together * group)  # heads in this group (the last may have fewer)
+    rank = linear - heads_together * nx * group
+    head = heads_together * group + rank % width
+    longest = rank // width                                  # 0: the group's longest blocks
+    return (nx - 1 - longest if grows_with_x else longest), head % ny, head // ny
+
+
+@tkc.func
 def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE, DT, GROUP):
     """attention_fwd's body; with LSE it also stores each row's log-sum-exp into L."""
     static_assert(D in (32, 64, 96, 128), f"head dim D must be 32, 64, 96 or 128, got {D}")
@@ -35,9 +57,7 @@ def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE,
     static_assert(KEYS in (32, 64), f"KEYS (keys per step) must be 32 or 64, got {KEYS}")
     static_assert(Q_IN_SHARED or ROWS * D <= 2048,
                   f"ROWS={ROWS} with D={D} needs more than 255 registers per thread; use ROWS=16 or Q_IN_SHARED=1")
-    blk, h, b = block_idx()
-    if CAUSAL:
-        blk = num_blocks()[0] - 1 - blk
+    blk, h, b = longest_first(1, 8) if CAUSAL else block_idx()
     kv_h = kv_head(h, GROUP)
     q_tile = blk * 4 + warp_id()                             # this warp's rows, in tiles of ROWS
     if Q_IN_SHARED:
@@ -77,8 +97,8 @@ def attention_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4]
                   D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0,
                   DT: const = bf16, GROUP: const = 1):
     """q: (B, H, Nq, D), k and v: (B, H / GROUP, Nk, D), o like q. Grid: (Nq / (4·ROWS), H, B): the query blocks
-    first, so that the blocks running at once share a few heads' K and V in L2 (causal: the longest first). Query
-    head h reads K and V's head h // GROUP (grouped-query attention; GROUP = 1: multi-head).
+    first, so that the blocks running at once share a few heads' K and V in L2 (causal: the longest blocks of 8
+    heads first, `longest_first`). Query head h reads K and V's head h // GROUP (grouped-query attention; GROUP = 1: multi-head).
 
     Each of the 4 warps owns ROWS query rows; the block streams K and V through shared memory KEYS rows at a time
     and keeps the running row maximum m, the running sum l and the unnormalized output o in registers. With
