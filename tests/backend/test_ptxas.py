@@ -25,7 +25,7 @@ KERNEL_FILES = sorted((ROOT / "tkc" / "kernels").glob("[!_]*.py")) + sorted((ROO
 VARIANTS = {
     "attention_fwd": [{"D": 64, "CAUSAL": 0}, {"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0}, {"D": 128, "CAUSAL": 1},
                       # D = 32 / 96 in attention()'s CONFIG, and its FALLBACK
-                      {"D": 32, "CAUSAL": 1, "ROWS": 32, "KEYS": 64}, {"D": 96, "CAUSAL": 0, "ROWS": 32, "KEYS": 32,
+                      {"D": 32, "CAUSAL": 1, "ROWS": 32, "KEYS": 64}, {"D": 96, "CAUSAL": 0, "ROWS": 32, "KEYS": 64,
                                                                         "Q_IN_SHARED": 1},
                       {"D": 96, "CAUSAL": 1, "ROWS": 16, "KEYS": 64},
                       {"D": 64, "CAUSAL": 1, "ROWS": 32}, {"D": 64, "CAUSAL": 0, "ROWS": 32},
