@@ -98,7 +98,8 @@ def attention_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4]
                   DT: const = bf16, GROUP: const = 1):
     """q: (B, H, Nq, D), k and v: (B, H / GROUP, Nk, D), o like q. Grid: (Nq / (4·ROWS), H, B): the query blocks
     first, so that the blocks running at once share a few heads' K and V in L2 (causal: the longest blocks of 8
-    heads first, `longest_first`). Query head h reads K and V's head h // GROUP (grouped-query attention; GROUP = 1: multi-head).
+    heads first, `longest_first`). Query head h reads K and V's head h // GROUP (grouped-query attention; GROUP = 1:
+    multi-head).
 
     Each of the 4 warps owns ROWS query rows; the block streams K and V through shared memory KEYS rows at a time
     and keeps the running row maximum m, the running sum l and the unnormalized output o in registers. With
