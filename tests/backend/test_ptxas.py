@@ -76,6 +76,8 @@ VARIANTS = {
                          {"D": 64, "CAUSAL": 1, "KEYS": 64, "GROUP": 4}],
     # attention_backward's Hopper constants (CONFIG_SM90)
     "attention_bwd_dkdv_sm90": [{"D": 64, "CAUSAL": 0, "WARPS": 4}, {"D": 64, "CAUSAL": 1, "WARPS": 4},
+                                {"D": 64, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "BLOCKS": 3, "RAGGED": 1},
+                                {"D": 64, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "BLOCKS": 3, "GROUP": 4},
                                 {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
                                 {"D": 64, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "GROUP": 4},
                                 {"D": 128, "CAUSAL": 0, "STAGES": 3, "RAGGED": 1, "GROUP": 8},

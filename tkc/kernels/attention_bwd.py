@@ -285,16 +285,17 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     store(dV, dv.to(dt), (out_b, h, k_tile, 0))
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", min_target="sm_90a")
 def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                             Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 128,
                             CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
                             PRODUCER: const = 0, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1,
-                            SPLIT: const = 1):
+                            SPLIT: const = 1, BLOCKS: const = 0):
     """attention_bwd_dkdv on Hopper's wgmma (GROUP and SPLIT as there): a block per 16·WARPS keys (a warpgroup per 64),
     K and V in shared memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK
     += dSᵀ·Q with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the
-    TMA loads (specialize-warps). RAGGED as in attention_bwd_dkdv."""
+    TMA loads (specialize-warps). RAGGED as in attention_bwd_dkdv. BLOCKS asks ptxas to fit that many blocks on a
+    multiprocessor (0: its choice)."""
     dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP, SPLIT)
 
 
