@@ -203,14 +203,15 @@ def attention_bwd_sum_parts(Parts: gl["DT", 3], Out: gl["DT", 2], D: const = 128
     store(Out, total.to(DT), (tile, 0))
 
 
-@tkc.kernel(warps="WARPS", min_target="sm_80")
+@tkc.kernel(warps="WARPS", blocks_per_sm="BLOCKS", min_target="sm_80")
 def attention_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                      Delta: gl[f32, 3], dQ: gl["DT", 4], scale: float, D: const = 64, CAUSAL: const = 0,
-                     KEYS: const = 64, WARPS: const = 4, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1):
+                     KEYS: const = 64, WARPS: const = 4, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1,
+                     BLOCKS: const = 0):
     """dQ of 16·WARPS queries a block. Grid: (Nq / (16·WARPS), H, B); K and V's head h // GROUP. Each warp keeps its 16
     queries' Q, dO, L, Δ and the sum dQ in registers; the block streams K and V KEYS keys at a time (causal: up to the
     block's diagonal, the longest blocks first). RAGGED: Nk is not a multiple of KEYS (the last step's keys past it are
-    masked)."""
+    masked). BLOCKS as in attention_bwd_dkdv_sm90."""
     static_assert(D in (32, 64, 96, 128), f"head dim D must be 32, 64, 96 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
@@ -328,14 +329,15 @@ def attention_bwd_dq_scale(dQ_sum: gl[f32, 4], dQ: gl["DT", 4], scale: float, D:
     store(dQ, (load(dQ_sum, (b, h, tile, 0), rt[f32, 16, D]) * scale).to(DT), (b, h, tile, 0))
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", min_target="sm_90a")
 def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                           Delta: gl[f32, 3], dQ: gl["DT", 4], scale: float, D: const = 128, CAUSAL: const = 0,
                           KEYS: const = 64, WARPS: const = 8, STAGES: const = 2, PRODUCER: const = 0,
-                          RAGGED: const = 0, DT: const = bf16, GROUP: const = 1):
+                          RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, BLOCKS: const = 0):
     """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
     memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
-    Grid: (Nq / (16·WARPS), H, B). PRODUCER as in attention_bwd_dkdv_sm90, RAGGED and GROUP as in attention_bwd_dq."""
+    Grid: (Nq / (16·WARPS), H, B). PRODUCER and BLOCKS as in attention_bwd_dkdv_sm90, RAGGED and GROUP as in
+    attention_bwd_dq."""
     static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
