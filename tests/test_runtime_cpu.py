@@ -457,7 +457,8 @@ def test_grouped_query_attention_launches(monkeypatch) -> None:
     """K and V of fewer heads than q: attention() launches its kernel with GROUP = H / H_kv over q's heads (the
     common call from a plan of its own, not multi-head attention's), attention_backward() dK and dV a block per K/V
     head's keys (with K and V in shared memory on the mma.sync path; a grid short of the multiprocessors splits the
-    query heads into parts, then sums their partial dK and dV); heads that do not divide are one error."""
+    query heads into parts, then sums their partial dK and dV; on the wgmma path D = 64's at three blocks a
+    multiprocessor); heads that do not divide are one error."""
     torch = pytest.importorskip("torch")
     from tkc.kernels import attention, attention_backward
 
@@ -479,6 +480,11 @@ def test_grouped_query_attention_launches(monkeypatch) -> None:
                                                                  (2, 8, 2))
     assert dkdv[0].constants["GROUP"] == dq[0].constants["GROUP"] == 4 and dkdv[0].constants["KV_IN_SHARED"] == 1
     assert dkdv[0].constants["SPLIT"] == 4 and dk_sum[0].kernel == "attention_bwd_sum_parts"
+    # the wgmma path: D = 64's dK/dV kernel at three blocks a multiprocessor (CONFIG_SM90)
+    qk = cuda(2, 8, 192, 64)
+    attention_backward(qk, k, v, qk, qk, cuda(2, 8, 192, dtype=torch.float32), causal=True, target="sm_90a")
+    dkdv = next(launch for launch in launches[9:] if launch[0].kernel == "attention_bwd_dkdv_sm90")
+    assert dkdv[0].constants["BLOCKS"] == 3 and dkdv[0].constants["GROUP"] == 4 and dkdv[0].target == "sm_90a"
     for heads in (3, 0):
         with pytest.raises(ValueError, match=r"k: expected shape \(2, H_kv, Nk, 64\) with H_kv dividing q's 8 heads"):
             attention(q, cuda(2, heads, 192, 64), cuda(2, heads, 192, 64), target="sm_90a")
