@@ -112,8 +112,8 @@ def test_compile_attention(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_compile_resources(capsys: pytest.CaptureFixture[str], two_kernels: str) -> None:
-    """--resources: what ptxas says each kernel uses, and the shared memory its launch asks for (also named in a
-    comment before each .entry of the PTX)."""
+    """--resources: what ptxas says each kernel uses, the shared memory its launch asks for (also named in a
+    comment before each .entry of the PTX), and how many of its blocks a multiprocessor holds."""
     from tkc.backend import ptxas
 
     if ptxas.find_ptxas() is None:
@@ -123,7 +123,9 @@ def test_compile_resources(capsys: pytest.CaptureFixture[str], two_kernels: str)
     lines = err.strip().splitlines()
     assert len(lines) == 2 and all(re.fullmatch(r"tkc: `(double|negate)` on sm_90a: \d+ registers a thread, 0 / 0 "
                                                 r"bytes of spill stores / loads, 0 bytes of stack, \d+ bytes of shared "
-                                                r"memory", line) for line in lines), lines
+                                                r"memory; \d+ blocks? a multiprocessor on an H100 / H200 \(registers "
+                                                r"allow \d+, shared memory \d+, threads \d+\)(; \d+ would need at most "
+                                                r"\d+ registers a thread)?", line) for line in lines), lines
     rc, out, err = run(capsys, "compile", *TILE, ATTENTION, "-D", "D=64", "--target", "sm_80", "--resources")
     assert rc == 0 and out.startswith("builtin.module") and "bytes of shared memory" in err
     shared = re.search(r"(\d+) bytes of shared memory", err).group(1)

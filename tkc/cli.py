@@ -160,18 +160,25 @@ def cmd_compile(args: argparse.Namespace) -> None:
 
 
 def resources_report(ptx: str, target: str) -> str:
-    """Per kernel of `ptx`, what ptxas says it uses on `target` (and the shared memory the launch asks for)."""
+    """Per kernel of `ptx`, what ptxas says it uses on `target` (and the shared memory the launch asks for), and
+    how many of its blocks fit on a multiprocessor of the target's GPU."""
     import re
 
+    from tkc.backend.occupancy import describe, occupancy
     from tkc.backend.ptxas import assemble
 
-    shared = dict(re.findall(r"^// (\w+): (\d+) bytes of dynamic shared memory$", ptx, re.M))
+    shared = {name: int(n) for name, n in re.findall(r"^// (\w+): (\d+) bytes of dynamic shared memory$", ptx, re.M)}
+    threads = {name: int(x) * int(y) * int(z)
+               for name, x, y, z in re.findall(r"\.entry (\w+)\([^{]*?\.maxntid (\d+), (\d+), (\d+)", ptx)}
     lines = []
     for name, report in assemble(ptx, target).items():
         spills = f"{report.spill_stores} / {report.spill_loads} bytes of spill stores / loads"
         notes = f"; ptxas notes: {' '.join(report.notes)}" if report.notes else ""
+        smem = shared.get(name, 0) + report.static_shared_bytes
+        blocks = (f"; {describe(occupancy(report.registers, threads[name], smem, target), target)}"
+                  if name in threads else "")
         lines.append(f"tkc: `{name}` on {target}: {report.registers} registers a thread, {spills}, "
-                     f"{report.stack_bytes} bytes of stack, {shared.get(name, '0')} bytes of shared memory{notes}\n")
+                     f"{report.stack_bytes} bytes of stack, {smem} bytes of shared memory{blocks}{notes}\n")
     return "".join(lines)
 
 

@@ -49,6 +49,7 @@ class PtxasReport:
     spill_loads: int
     notes: tuple[str, ...]  # performance notes such as C7508 / C7511 / C7515
     log: str
+    static_shared_bytes: int = 0  # shared memory the PTX declares (tkc's kernels ask for theirs at launch)
 
 
 def assemble(ptx_text: str, arch: str) -> dict[str, PtxasReport]:
@@ -73,6 +74,7 @@ def assemble(ptx_text: str, arch: str) -> dict[str, PtxasReport]:
         regs = re.search(r"Used (\d+) registers", block)
         stack = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", block)
         notes = tuple(sorted(set(re.findall(r"\((C\d{4})\)", block))))
+        smem = re.search(r"(\d+) bytes smem", block)
         reports[m.group(1)] = PtxasReport(
             int(regs.group(1)) if regs else 0,
             int(stack.group(1)) if stack else 0,
@@ -80,6 +82,7 @@ def assemble(ptx_text: str, arch: str) -> dict[str, PtxasReport]:
             int(stack.group(3)) if stack else 0,
             notes,
             block,
+            int(smem.group(1)) if smem else 0,
         )
     return reports
 
