@@ -82,6 +82,12 @@ for step in ${*:-tests probe bench sanitize}; do
             > "$OUT/bench-attention-gqa.log" 2>&1; tail -12 "$OUT/bench-attention-gqa.log"
         timeout 200 python3 bench/attention_backward.py --heads 32 --kv-heads 8 --seqlens 4096 \
             > "$OUT/bench-attention-backward-gqa.log" 2>&1; tail -8 "$OUT/bench-attention-backward-gqa.log" ;;
+    blocks)  # backward kernels one block a multiprocessor more (BLOCKS, `tkc compile --resources`) beside the shipped constants
+        P="timeout 200 python3 bench/probe_attention_backward.py --causal 0 1 --configs"
+        $P '["sm90",{"STAGES":3},{"STAGES":3}]' '["sm90",{"STAGES":3},{"STAGES":2,"BLOCKS":2}]' --no-mma-sync \
+            --shapes 2,16,4096,96 > "$OUT/blocks-96.log" 2>&1
+        $P '["sm_80",{"QUERIES":64},{"KEYS":64,"BLOCKS":3}]' --shapes 2,16,4096,64 > "$OUT/blocks-64.log" 2>&1
+        cat "$OUT/blocks-96.log" "$OUT/blocks-64.log" | grep backward | sed -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-220 ;;
     d96)  # head dim 96 on Hopper (wgmma kernels): GPU tests, sanitizers, forward (with variants) and backward beside SDPA
         tests_and_sanitizers d96 "96 or head_dims" head_dim_96 150
         timeout 300 python3 bench/attention.py --dims 96 --seqlens 1024 4096 16384 --variants --rounds 3 \
