@@ -58,7 +58,7 @@ def occupancy(registers: int, threads: int, shared_bytes: int, target: str) -> O
     multiprocessor of `target`'s GPU at once."""
     sm = MULTIPROCESSORS[target]
     warps = -(-threads // 32)
-    by_registers = sm.registers // max(warp_registers(max(registers, 1)), REGISTER_UNIT) // warps
+    by_registers = sm.registers // warp_registers(max(registers, 1)) // warps
     by_shared = sm.shared_bytes // (shared_bytes + sm.reserved_shared_bytes)
     by_threads = min(sm.max_blocks, sm.max_threads // (32 * warps))
     blocks = min(by_registers, by_shared, by_threads)
