@@ -22,6 +22,30 @@ def test_no_driver_is_one_clear_error() -> None:
         driver()
 
 
+@pytest.mark.parametrize("limit, message", [(101376, "`k` needs 131072 bytes of shared memory a block; this GPU "
+                                                     "allows 101376"),
+                                            (232448, "cuFuncSetAttribute\\(MAX_DYNAMIC_SHARED_SIZE_BYTES\\) failed")])
+def test_shared_memory_beyond_the_gpu_is_one_clear_error(monkeypatch, limit: int, message: str) -> None:
+    """Loading a kernel that asks for more shared memory a block than the GPU has (an sm_80 build on an sm_89 card:
+    99 KB) says so, with both numbers; a refusal for another reason stays the driver's error (stand-in driver)."""
+    import types
+
+    from tkc.runtime import driver
+    from tkc.runtime.driver import TkcRuntimeError
+
+    enum = types.SimpleNamespace
+    cu = enum(CUjit_option=enum(CU_JIT_ERROR_LOG_BUFFER=0, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES=1,
+                                CU_JIT_INFO_LOG_BUFFER=2, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES=3),
+              CUresult=enum(CUDA_SUCCESS=0), CUfunction_attribute=enum(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
+              CUdevice_attribute=enum(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN=97),
+              cuModuleLoadDataEx=lambda *args: (0, "module"), cuModuleGetFunction=lambda module, name: (0, "function"),
+              cuFuncSetAttribute=lambda function, attribute, value: (1,), cuCtxGetDevice=lambda: (0, 0),
+              cuDeviceGetAttribute=lambda attribute, dev: (0, limit), cuGetErrorName=lambda err: (0, b"CUDA_ERROR_INVALID_VALUE"))
+    monkeypatch.setattr(driver, "driver", lambda: cu)
+    with pytest.raises(TkcRuntimeError, match=message):
+        driver.load_ptx("// ptx", "k", 128, 131072)
+
+
 def test_kernel_entry_points_refuse_cpu_tensors() -> None:
     torch = pytest.importorskip("torch")
     from tkc.kernels import attention, attention_backward, gemm, layernorm
@@ -447,10 +471,39 @@ def test_attention_head_dims_32_and_96_on_hopper(monkeypatch) -> None:
             continue
         with pytest.raises(ValueError, match="sequence lengths must be multiples of 64"):
             attention(cuda(1, 4, 1, d), cuda(1, 4, 100, d), cuda(1, 4, 100, d))  # no decoding kernel at this D
-        with pytest.raises(ValueError, match=f"target sm_90a's kernels take head dims 64, 96 and 128, got {d}"):
+        with pytest.raises(ValueError, match=f"target sm_90a's kernels take head dims 64, 96, 128 and 256, got {d}"):
             attention(q, k, v, target="sm_90a")
-    with pytest.raises(ValueError, match="q: head dim must be 32, 64, 96 or 128, got 80"):
+    with pytest.raises(ValueError, match="q: head dim must be 32, 64, 96, 128 or 256, got 80"):
         attention(*(cuda(1, 1, 64, 80) for _ in range(3)))
+
+
+def test_attention_head_dim_256(monkeypatch) -> None:
+    """D = 256 is forward-only: on Hopper attention_sm90 in its configuration (64-key steps, two stages, a producer;
+    persistent not causal, two query blocks a block causal), a few queries too; with target="sm_80" attention_fwd
+    (16 rows a warp, 32-key steps, Q in shared memory). attention_backward() and attention() on inputs requiring
+    grad are one error each, naming the backward's head dims."""
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import _checks, attention, attention_backward
+
+    attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    monkeypatch.setitem(_checks._HOPPER, 0, True)
+    q, k, v = cuda(2, 4, 128, 256), cuda(2, 4, 128, 256), cuda(2, 4, 128, 256)
+    for causal in (False, True):
+        attention(q, k, v, causal=causal)
+        launch = launches[-1][0]
+        assert launch.kernel == "attention_sm90" and launch.target == "sm_90a"
+        assert {key: launch.constants[key] for key in ("D", "KEYS", "WARPS", "STAGES", "PRODUCER")} == \
+            {"D": 256, "KEYS": 64, "WARPS": 8, "STAGES": 2, "PRODUCER": 1}
+    attention(cuda(1, 4, 1, 256), cuda(1, 4, 100, 256), cuda(1, 4, 100, 256))  # a few queries: no decoding kernel
+    assert launches[-1][0].kernel == "attention_sm90"
+    attention(q, k, v, causal=True, target="sm_80")
+    launch = launches[-1][0]
+    assert launch.kernel == "attention_fwd" and launch.target == "sm_80"
+    assert (launch.constants["ROWS"], launch.constants["KEYS"], launch.constants["Q_IN_SHARED"]) == (16, 32, 1)
+    with pytest.raises(ValueError, match="attention's backward takes head dims 32, 64, 96 and 128, got 256"):
+        attention_backward(q, k, v, q, q, cuda(2, 4, 128, dtype=torch.float32))
+    with pytest.raises(ValueError, match="attention's backward takes head dims 32, 64, 96 and 128, got 256"):
+        attention(q.requires_grad_(), k, v)
 
 
 def test_grouped_query_attention_launches(monkeypatch) -> None:

@@ -148,9 +148,26 @@ def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int, dependent_lau
     _warn_performance_notes(info_log.split(b"\0", 1)[0].decode(errors="replace"), name)
     function = check(cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
     if shared_bytes > 48 * 1024:
-        check(cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    shared_bytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+        err, *_ = cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        shared_bytes)
+        if err:  # most likely a GPU with less shared memory a block than the target's (an sm_86 / sm_89 card)
+            limit = _shared_bytes_limit(cu)
+            if limit is not None and shared_bytes > limit:
+                raise TkcRuntimeError(f"`{name}` needs {shared_bytes} bytes of shared memory a block; this GPU allows "
+                                      f"{limit} (its constants ask for more than the card has: smaller tiles or fewer "
+                                      "pipeline stages)")
+            check(err, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
     return LoadedKernel(module, function, threads, shared_bytes, dependent_launch, cluster=cluster, name=name)
+
+
+def _shared_bytes_limit(cu: Any) -> int | None:
+    """The current context's device's largest dynamic shared memory a block (opt-in), or None if it cannot say."""
+    err, dev = cu.cuCtxGetDevice()
+    if err:
+        return None
+    err, limit = cu.cuDeviceGetAttribute(
+        cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev)
+    return None if err else int(limit)
 
 
 _SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
