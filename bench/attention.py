@@ -64,6 +64,12 @@ def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
     attention()."""
     regs = {"WARPS": 8, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1}
     overlapped = {**regs, "KEYS": 64, "DEFER": 1, "OVERLAP": 1}
+    if d == 256:  # beside attention()'s DEFER=2: P·V deferred only, P·V after the row max, no producer warpgroup
+        grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
+        base = {"KEYS": 64, "WARPS": 8, "STAGES": 2, "LATE_SUMS": 1, **grid}
+        return {"tkc alt A": {**base, "PRODUCER": 1, "DEFER": 1}, "tkc alt B": {**base, "PRODUCER": 1, "DEFER": 2,
+                                                                                 "LATE_PV": 1},
+                "tkc alt C": {**base, "DEFER": 1}}
     if d >= 96:  # D = 96 as 128
         grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
         return {"tkc alt A": {**regs, "KEYS": 128, "DEFER": 1, **grid}, "tkc alt B": {**overlapped, **grid},

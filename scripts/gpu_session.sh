@@ -4,7 +4,7 @@
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 decode
+#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 decode
 #        norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -94,6 +94,10 @@ for step in ${*:-tests probe bench sanitize}; do
             > "$OUT/bench-attention-d96.log" 2>&1; tail -14 "$OUT/bench-attention-d96.log"
         timeout 200 python3 bench/attention_backward.py --dims 96 --seqlens 1024 4096 16384 \
             > "$OUT/bench-attention-backward-d96.log" 2>&1; tail -10 "$OUT/bench-attention-backward-d96.log" ;;
+    d256)  # head dim 256 (forward-only): GPU tests, sanitizers, the forward (with variants) beside SDPA
+        tests_and_sanitizers d256 "256 and attention" head_dim_256 150
+        timeout 400 python3 bench/attention.py --dims 256 --seqlens 1024 4096 16384 --variants --rounds 3 \
+            > "$OUT/bench-attention-d256.log" 2>&1; tail -14 "$OUT/bench-attention-d256.log" ;;
     decode)  # decoding (a query or a few a head over a KV cache): GPU tests, sanitizers, attention_decode vs attention_sm90 vs SDPA
         tests_and_sanitizers decode decode decode_attention 90
         timeout 300 python3 bench/probe_decode.py ${PROBE_ARGS:-} > "$OUT/decode.log" 2>&1; grep -v Warning "$OUT/decode.log" | tail -60 ;;

@@ -374,12 +374,12 @@ def test_compile_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str
 
 def test_kernel_error_points_at_the_line(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(capsys, "compile", *TILE, ATTENTION, "-D", "D=100")
-    lines = assert_one_error(err, "head dim D must be 32, 64, 96 or 128, got 100")
+    lines = assert_one_error(err, "head dim D must be 32, 64, 96, 128 or 256, got 100")
     assert rc == 1 and out == ""
     source = Path(ATTENTION).read_text().splitlines()
     line = next(i for i, text in enumerate(source, 1) if text.strip().startswith("static_assert(D in"))
     col = source[line - 1].index("static_assert") + 1
-    assert lines[0] == f"{ATTENTION}:{line}:{col}: error: head dim D must be 32, 64, 96 or 128, got 100"
+    assert lines[0] == f"{ATTENTION}:{line}:{col}: error: head dim D must be 32, 64, 96, 128 or 256, got 100"
     assert lines[1].strip() == source[line - 1].strip()
     assert lines[2] == "    " + " " * (col - 1) + "^"
 
@@ -478,7 +478,7 @@ def test_script_error_exit(tmp_path: Path) -> None:
     result = subprocess.run([_script(), "compile", *TILE, ATTENTION, "-D", "D=100"], capture_output=True, text=True,
                             timeout=120, cwd=tmp_path, env={**os.environ, "TKC_TRACEBACK": "0"})
     assert result.returncode == 1 and result.stdout == ""
-    assert_one_error(result.stderr, f"{ATTENTION}:", "head dim D must be 32, 64, 96 or 128, got 100")
+    assert_one_error(result.stderr, f"{ATTENTION}:", "head dim D must be 32, 64, 96, 128 or 256, got 100")
 
 
 def test_compile_a_dtype_constant(capsys: pytest.CaptureFixture[str]) -> None:

@@ -80,9 +80,10 @@ def test_gemm(m: int, n: int, k: int, trans_b: int, order: str) -> None:
 
 
 @pytest.mark.parametrize("d, causal, order", [(64, 0, "shuffled"), (64, 1, "descending"), (128, 1, "ascending"),
-                                              (32, 1, "shuffled"), (96, 0, "shuffled")])
+                                              (32, 1, "shuffled"), (96, 0, "shuffled"), (256, 1, "shuffled")])
 def test_attention(d: int, causal: int, order: str) -> None:
-    """attention_fwd with attention()'s constants for D (32 and 96 too), against the interpreter and float64."""
+    """attention_fwd with attention()'s constants for D (32, 96 and 256 too; 16 rows a warp), against the
+    interpreter and float64."""
     from tkc.kernels.attention import CONFIG
 
     rng = np.random.default_rng(d + causal)
@@ -704,6 +705,25 @@ def test_grouped_query_attention_as_attention_launches_it(d: int, causal: int) -
     module = lower_kernel(attention_sm90, "sm_90a", constants,
                           aligns={"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
     simulate(module, "attention_sm90", args, (sm90_blocks(batch, heads, n, cfg["WARPS"], 3),), order="shuffled")
+    out, lse = attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5, lse=True)
+    assert rel_err(args[3], out) < 2e-2 and rel_err(args[4], lse) < 1e-4
+
+
+@pytest.mark.parametrize("causal, n, grid", [(0, 200, 3), (1, 300, 2)])
+def test_attention_head_dim_256_as_attention_launches_it(causal: int, n: int, grid: int) -> None:
+    """attention_sm90 at D = 256 in attention()'s configuration (64-key steps, two stages, a producer warpgroup; rows
+    of four 128-byte swizzled panels) on a grid of fewer blocks than tiles, so that each block takes several, at a
+    length its steps do not divide: the simulated PTX (after every pass) against float64, with the log-sum-exp."""
+    from tkc.kernels import attention_sm90
+    from tkc.kernels.attention import sm90_config, sm90_constants
+
+    batch, heads, d = 1, 2, 256
+    constants = {"D": d, **sm90_constants(sm90_config(d, n, n, bool(causal))), "CAUSAL": causal, "LSE": 1}
+    rng = np.random.default_rng(causal)
+    q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))
+    args = [q, k, v, poisoned(batch, heads, n, d), poisoned(batch, heads, n, dtype=np.float32), d**-0.5]
+    module = lower_kernel(attention_sm90, "sm_90a", constants, aligns={"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    simulate(module, "attention_sm90", args, (grid,), order="shuffled")
     out, lse = attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5, lse=True)
     assert rel_err(args[3], out) < 2e-2 and rel_err(args[4], lse) < 1e-4
 

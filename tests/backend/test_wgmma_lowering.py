@@ -510,7 +510,7 @@ def test_hopper_gemm_random_shapes(m: int, n: int, k: int, trans_b: int, warps: 
 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("nq, nk", [(100, 1024), (1024, 1024), (4096, 4096)])
 def test_attention_sm90_assembles_cleanly(d: int, causal: int, nq: int, nk: int) -> None:

@@ -83,6 +83,17 @@ def head_dim_96() -> None:
         torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
 
 
+def head_dim_256() -> None:
+    """D = 256 (forward-only; four 128-byte swizzled panels a row): attention() causal and not, 1000 keys in 16 steps
+    of 64 against 2 stages, on Hopper's persistent grid (each block several tiles) and two query blocks a block;
+    then the sm_80 kernel (32-key steps against its stages)."""
+    for causal in (False, True):
+        q, k, v = (torch.randn(2, 4, 1000, 256, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        attention(q, k, v, causal=causal)
+        q, k, v = (torch.randn(2, 4, 960, 256, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        attention(q, k, v, causal=causal, target="sm_80")
+
+
 def main() -> None:
     torch.manual_seed(0)
     bf = torch.bfloat16

@@ -444,7 +444,7 @@ def test_attention_head_dims_32_and_96(b: int, h: int, n: int, d: int, causal: b
     q, k, v = (randn(b, h, n, d).requires_grad_() for _ in range(3))
     grad = randn(b, h, n, d)
     if target == "sm_90a" and d == 32:
-        with pytest.raises(ValueError, match="target sm_90a's kernels take head dims 64, 96 and 128"):
+        with pytest.raises(ValueError, match="target sm_90a's kernels take head dims 64, 96, 128 and 256"):
             attention(q.detach(), k.detach(), v.detach(), causal=causal, target=target)
         return
     if target == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
@@ -459,6 +459,32 @@ def test_attention_head_dims_32_and_96(b: int, h: int, n: int, d: int, causal: b
     grads = torch.autograd.grad(attention(q, k, v, causal=causal, target=target), (q, k, v), grad)
     for name, got, want in zip("qkv", grads, attention_grads_ref(q, k, v, grad, causal)):
         assert rel_err(got, want) < 1e-2, f"d{name}"
+
+
+@pytest.mark.parametrize("target", [*TARGETS, "sm_90a"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b, h, kv_heads, n, d", [(2, 3, 3, 256, 256), (1, 4, 4, 512, 256), (3, 2, 2, 192, 256),
+                                                  (1, 140, 140, 64, 256), (2, 8, 2, 320, 256)])
+def test_attention_head_dim_256(b: int, h: int, kv_heads: int, n: int, d: int, causal: bool,
+                                target: str | None) -> None:
+    """D = 256 (forward-only; the wgmma kernel on Hopper, the sm_80 one with target="sm_80"): the output and its
+    log-sum-exp against float64, grouped-query heads too; inputs requiring grad are one clear error."""
+    if target == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm_90a needs Hopper")
+    q = randn(b, h, n, d)
+    k, v = (randn(b, kv_heads, n, d) for _ in range(2))
+    group = h // kv_heads
+    kr, vr = (t.double().repeat_interleave(group, 1) for t in (k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), kr, vr, is_causal=causal)
+    out = poisoned_like((b, h, n, d))
+    got, lse = attention(q, k, v, causal=causal, target=target, out=out, return_lse=True)
+    assert got is out and rel_err(out, ref) < 1e-2
+    s = q.double() @ kr.transpose(-1, -2) / math.sqrt(d)
+    if causal:
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device="cuda").triu(1), -math.inf)
+    assert (lse.double() - torch.logsumexp(s, -1)).abs().max().item() < 1e-3
+    with pytest.raises(ValueError, match="attention's backward takes head dims 32, 64, 96 and 128, got 256"):
+        attention(q.requires_grad_(), k, v, causal=causal, target=target)
 
 
 @pytest.mark.parametrize("target", TARGETS)

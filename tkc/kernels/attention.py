@@ -52,7 +52,7 @@ def longest_first(grows_with_x, heads_together):
 @tkc.func
 def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE, DT, GROUP):
     """attention_fwd's body; with LSE it also stores each row's log-sum-exp into L."""
-    static_assert(D in (32, 64, 96, 128), f"head dim D must be 32, 64, 96 or 128, got {D}")
+    static_assert(D in (32, 64, 96, 128, 256), f"head dim D must be 32, 64, 96, 128 or 256, got {D}")
     static_assert(ROWS in (16, 32), f"ROWS (query rows per warp) must be 16 or 32, got {ROWS}")
     static_assert(KEYS in (32, 64), f"KEYS (keys per step) must be 32 or 64, got {KEYS}")
     static_assert(Q_IN_SHARED or ROWS * D <= 2048,
@@ -166,7 +166,7 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
     STAGGER=N starts warpgroup 1 N key steps after warpgroup 0 (`stagger-warpgroups`), so that one's epilogue and
     step 0 run under the other's wgmmas. LATE_PV=1 issues the deferred P·V after the step's row max (`defer-wgmma`).
     """
-    static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
+    static_assert(D in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
     static_assert(DEFER or not Q_REGS, "Q_REGS=1 needs DEFER=1: with P·V running on into the next step, ptxas gives "
                   "P the registers of Q that the next Q·Kᵀ reads (wrong results)")
@@ -234,8 +234,11 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
 # (ROWS, KEYS, Q_IN_SHARED) per head dim, from bench/sweep.py on the H200 (N = 4096, causal and not; D = 32 and 96 on
 # an H100, RESULTS "sm_80 attention at D = 32 and 96 — 2026-12-05 18:40": D = 96 1.00 / 1.11x flash with 64-key steps
 # against 0.90 / 1.03 with 32); FALLBACK where N does not divide.
-CONFIG = {32: (32, 64, 0), 64: (32, 64, 0), 96: (32, 64, 1), 128: (32, 32, 1)}
-HOPPER_HEAD_DIMS = (64, 96, 128)  # attention_sm90's; D = 32 takes the sm_80 kernels anywhere
+CONFIG = {32: (32, 64, 0), 64: (32, 64, 0), 96: (32, 64, 1), 128: (32, 32, 1),
+          256: (16, 32, 1)}  # D = 256: the one that fits (243 registers, no spills; 128 KB, a block an SM)
+HEAD_DIMS = tuple(CONFIG)  # the forward's
+BACKWARD_HEAD_DIMS = (32, 64, 96, 128)  # the backward's (tkc/kernels/attention_bwd.py): D = 256 is forward-only
+HOPPER_HEAD_DIMS = (64, 96, 128, 256)  # attention_sm90's; D = 32 takes the sm_80 kernels anywhere
 DECODE_HEAD_DIMS = (64, 128)  # attention_decode's
 FALLBACK = (16, 64, 0)
 
@@ -299,6 +302,9 @@ def _for_few_tiles(cfg: dict[str, int], d: int, nq: int, causal: bool, units: in
 
 def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
     """sm90_config's warps, key steps, passes and grid per head dim, key length and mask."""
+    if d == 256:  # 64-key steps: O takes 128 registers a thread, S 32; two stages of K and V (64 KB each) beside Q
+        cfg = {"KEYS": 64, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": 1}
+        return {**cfg, "TILES": 2} if causal else {**cfg, "PERSISTENT": 1}
     if d >= 96:  # D = 96 as 128 (not swept)
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
         if not causal:
@@ -364,7 +370,7 @@ def _config_key(d: int, nq: int, nk: int, causal: bool, units: int, sms: int) ->
 
 def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
     """Attention's operands: bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H_kv, Nk, D) of one dtype on
-    one device, D ∈ {32, 64, 96, 128}, H_kv dividing H (grouped-query attention: query head h reads K/V head
+    one device, D ∈ {32, 64, 96, 128, 256}, H_kv dividing H (grouped-query attention: query head h reads K/V head
     h // (H / H_kv)); (B, H, Nq, Nk, D), or the error naming the first that is not."""
     import torch
 
@@ -375,7 +381,7 @@ def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
     batch, heads, nq, d = q.shape
     nk = k.shape[2]
     if d not in CONFIG:
-        fail(f"q: head dim must be 32, 64, 96 or 128, got {d}")
+        fail(f"q: head dim must be 32, 64, 96, 128 or 256, got {d}")
     kv_heads = k.shape[1]
     if k.shape[0] != batch or k.shape[3] != d or (kv_heads == 0) != (heads == 0) or heads and heads % kv_heads:
         fail(f"k: expected shape ({batch}, H_kv, Nk, {d}) with H_kv dividing q's {heads} heads (H_kv = {heads}: "
@@ -391,21 +397,26 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               target: str | None = None, out: torch.Tensor | None = None,
               return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """softmax(scale · q·kᵀ)·v for bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H_kv, Nk, D),
-    D ∈ {32, 64, 96, 128} (the output of their dtype), where H_kv divides H: query head h reads K/V head
+    D ∈ {32, 64, 96, 128, 256} (the output of their dtype), where H_kv divides H: query head h reads K/V head
     h // (H / H_kv) (grouped-query attention, as torch's SDPA with enable_gqa=True; H_kv = 1: multi-query). scale
     defaults to 1/√D (any scale > 0). Causal keeps key j for query i when j ≤ i (torch's `is_causal`, also for
     Nq ≠ Nk).
 
-    On Hopper (or with target="sm_90a") at D = 64, 96 or 128: attention_sm90, any Nq, Nk ≥ 1; the last dimension
+    On Hopper (or with target="sm_90a") at D = 64, 96, 128 or 256: attention_sm90, any Nq, Nk ≥ 1; the last dimension
     contiguous and the other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"), and at D = 32 on
     every GPU: attention_fwd, Nq and Nk multiples of 64, causal with Nq = Nk; or, at D = 64 or 128 for a few
     queries (decoding: Nq · H / H_kv ≤ MAX_ROWS, not causal, q contiguous), any Nk, by attention_decode
     (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to HOPPER_ROWS rows). With return_lse,
     also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq): (out, lse). On inputs requiring
-    grad, autograd's backward runs tkc's backward kernels (tkc/kernels/attention_bwd.py: causal with Nq = Nk)."""
+    grad, autograd's backward runs tkc's backward kernels (tkc/kernels/attention_bwd.py: causal with Nq = Nk; D up
+    to 128: at D = 256 attention is forward-only, and inputs requiring grad are refused)."""
     import torch
 
     if torch.compiler.is_compiling() or wants_grad(torch, q, k, v):  # one op of the graph / of autograd
+        if wants_grad(torch, q, k, v) and q.dim() == 4 and q.shape[3] not in BACKWARD_HEAD_DIMS:
+            fail(f"q: attention's backward takes head dims 32, 64, 96 and 128, got {q.shape[3]} (q, k or v requires "
+                 "grad): at this head dim attention is forward-only (run it under torch.no_grad() or on detached "
+                 "tensors)")
         from tkc.kernels import torch_ops
 
         scale = None if scale is None else float(scale)
@@ -462,7 +473,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if target == "sm_90a" and d not in HOPPER_HEAD_DIMS:
-        fail(f"q: target sm_90a's kernels take head dims 64, 96 and 128, got {d} (D = 32 runs the sm_80 kernels: "
+        fail(f"q: target sm_90a's kernels take head dims 64, 96, 128 and 256, got {d} (D = 32 runs the sm_80 kernels: "
              "target=None or \"sm_80\")")
     on_hopper = wgmma_path(device, target)
     hopper = on_hopper and d in HOPPER_HEAD_DIMS

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_tensor, dtype_constant, fail, multiprocessors, wgmma_path
-from tkc.kernels.attention import check_qkv, group_constant, kv_head
+from tkc.kernels.attention import BACKWARD_HEAD_DIMS, check_qkv, group_constant, kv_head
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -353,6 +353,7 @@ def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl
 # 886 µs vs 1098 in registers with 64-query steps; eight warps a block no faster, 17:31).
 CONFIG = {64: ({"QUERIES": 64}, {"KEYS": 64}), 128: ({"QUERIES": 32, "KV_IN_SHARED": 1}, {"KEYS": 32})}
 CONFIG[32], CONFIG[96] = CONFIG[64], CONFIG[128]  # not swept: D = 96's dK/dV kernel at 246 registers, no spills
+assert tuple(sorted(CONFIG)) == BACKWARD_HEAD_DIMS
 # On Hopper, the wgmma kernels' (RESULTS "attention backward probe — 2026-12-04 17:37", B=2 H=8 N=4096, µs not
 # causal / causal): D=128 three stages, eight warps: dkdv 499 / 294 (two stages 652 / 349; the mma.sync kernel
 # 884 / 549), dq 327 / 205 (591 / 371); D=64 dkdv four warps 379 / 217 (eight 533 / 267), dq three stages 162 / 133;
@@ -384,6 +385,8 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     import torch
 
     batch, heads, nq, nk, d = check_qkv(q, k, v)
+    if d not in BACKWARD_HEAD_DIMS:
+        fail(f"q: attention's backward takes head dims 32, 64, 96 and 128, got {d} (the forward also takes 256)")
     for name, t in (("out", out), ("grad_out", grad_out)):
         check_tensor(name, t, q.dtype, 4)
         if t.shape != q.shape:
