@@ -67,6 +67,7 @@ def main() -> None:
                                           else (attention_bwd_dkdv, attention_bwd_dq))
                 build = "sm_90a" if wgmma else target
                 kv_grid, q_grid = ((n // (16 * c.get("WARPS", 8 if wgmma else 4)), h, b) for c in (dkdv_cfg, dq_cfg))
+                kv_grid = (kv_grid[0] * d // dkdv_cfg.get("COLS", d), h, b)  # COLS: a block each part of dK, dV
                 dq_sum = torch.full(q.shape, math.nan, device="cuda")
                 runs = {
                     "delta": lambda: attention_bwd_delta[grid](o, grad, lse, delta, D=d, target="sm_80"),

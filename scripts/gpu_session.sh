@@ -4,7 +4,7 @@
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 decode
+#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
 #        norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -88,16 +88,24 @@ for step in ${*:-tests probe bench sanitize}; do
             --shapes 2,16,4096,96 > "$OUT/blocks-96.log" 2>&1
         $P '["sm_80",{"QUERIES":64},{"KEYS":64,"BLOCKS":3}]' --shapes 2,16,4096,64 > "$OUT/blocks-64.log" 2>&1
         cat "$OUT/blocks-96.log" "$OUT/blocks-64.log" | grep backward | sed -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-220 ;;
+    d256-probe)  # D = 256's backward kernels beside other constants (the shipped first), B=2 H=16 N=4096
+        timeout 300 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes 2,16,4096,256 --configs \
+            '["sm90",{"WARPS":4,"STAGES":3,"QUERIES":32,"COLS":128},{"WARPS":8,"KEYS":32,"STAGES":2}]' \
+            '["sm90",{"WARPS":4,"STAGES":2,"QUERIES":32,"COLS":128},{"WARPS":4,"KEYS":64,"STAGES":2}]' \
+            '["sm90",{"WARPS":4,"STAGES":2,"QUERIES":64,"COLS":64},{"WARPS":4,"KEYS":32,"STAGES":3}]' \
+            > "$OUT/d256-probe.log" 2>&1; grep backward "$OUT/d256-probe.log" | sed -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-220 ;;
     d96)  # head dim 96 on Hopper (wgmma kernels): GPU tests, sanitizers, forward (with variants) and backward beside SDPA
         tests_and_sanitizers d96 "96 or head_dims" head_dim_96 150
         timeout 300 python3 bench/attention.py --dims 96 --seqlens 1024 4096 16384 --variants --rounds 3 \
             > "$OUT/bench-attention-d96.log" 2>&1; tail -14 "$OUT/bench-attention-d96.log"
         timeout 200 python3 bench/attention_backward.py --dims 96 --seqlens 1024 4096 16384 \
             > "$OUT/bench-attention-backward-d96.log" 2>&1; tail -10 "$OUT/bench-attention-backward-d96.log" ;;
-    d256)  # head dim 256 (forward-only): GPU tests, sanitizers, the forward (with variants) beside SDPA
+    d256)  # head dim 256: GPU tests, sanitizers, the forward (with variants) and the backward beside SDPA
         tests_and_sanitizers d256 "256 and attention" head_dim_256 150
-        timeout 400 python3 bench/attention.py --dims 256 --seqlens 1024 4096 16384 --variants --rounds 3 \
-            > "$OUT/bench-attention-d256.log" 2>&1; tail -14 "$OUT/bench-attention-d256.log" ;;
+        timeout 300 python3 bench/attention.py --dims 256 --seqlens 1024 4096 16384 --variants --rounds 3 \
+            > "$OUT/bench-attention-d256.log" 2>&1; tail -14 "$OUT/bench-attention-d256.log"
+        timeout 200 python3 bench/attention_backward.py --dims 256 --seqlens 1024 4096 16384 \
+            > "$OUT/bench-attention-backward-d256.log" 2>&1; tail -10 "$OUT/bench-attention-backward-d256.log" ;;
     decode)  # decoding (a query or a few a head over a KV cache): GPU tests, sanitizers, attention_decode vs attention_sm90 vs SDPA
         tests_and_sanitizers decode decode decode_attention 90
         timeout 300 python3 bench/probe_decode.py ${PROBE_ARGS:-} > "$OUT/decode.log" 2>&1; grep -v Warning "$OUT/decode.log" | tail -60 ;;

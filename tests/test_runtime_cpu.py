@@ -478,10 +478,10 @@ def test_attention_head_dims_32_and_96_on_hopper(monkeypatch) -> None:
 
 
 def test_attention_head_dim_256(monkeypatch) -> None:
-    """D = 256 is forward-only: on Hopper attention_sm90 in its configuration (64-key steps, two stages, a producer;
-    persistent not causal, two query blocks a block causal), a few queries too; with target="sm_80" attention_fwd
-    (16 rows a warp, 32-key steps, Q in shared memory). attention_backward() and attention() on inputs requiring
-    grad are one error each, naming the backward's head dims."""
+    """D = 256 on Hopper: attention_sm90 in its configuration (64-key steps, two stages, a producer; persistent not
+    causal, two query blocks a block causal), a few queries too; the backward's wgmma kernels, dK and dV in halves
+    of 128 columns (two blocks a key block). With target="sm_80": attention_fwd (16 rows a warp, 32-key steps, Q in
+    shared memory), and the backward, or inputs requiring grad, one error each."""
     torch = pytest.importorskip("torch")
     from tkc.kernels import _checks, attention, attention_backward
 
@@ -494,16 +494,20 @@ def test_attention_head_dim_256(monkeypatch) -> None:
         assert launch.kernel == "attention_sm90" and launch.target == "sm_90a"
         assert {key: launch.constants[key] for key in ("D", "KEYS", "WARPS", "STAGES", "PRODUCER")} == \
             {"D": 256, "KEYS": 64, "WARPS": 8, "STAGES": 2, "PRODUCER": 1}
+        attention_backward(q, k, v, q, q, cuda(2, 4, 128, dtype=torch.float32), causal=causal)
+        (_, _, _), (dkdv, dkdv_grid, _), (dq, dq_grid, _) = launches[-3:]
+        assert (dkdv.kernel, dkdv.constants["COLS"], dkdv_grid) == ("attention_bwd_dkdv_sm90", 128, (2 * 2, 4, 2))
+        assert (dq.kernel, dq.constants["WARPS"], dq_grid) == ("attention_bwd_dq_sm90", 8, (1, 4, 2))
     attention(cuda(1, 4, 1, 256), cuda(1, 4, 100, 256), cuda(1, 4, 100, 256))  # a few queries: no decoding kernel
     assert launches[-1][0].kernel == "attention_sm90"
     attention(q, k, v, causal=True, target="sm_80")
     launch = launches[-1][0]
     assert launch.kernel == "attention_fwd" and launch.target == "sm_80"
     assert (launch.constants["ROWS"], launch.constants["KEYS"], launch.constants["Q_IN_SHARED"]) == (16, 32, 1)
-    with pytest.raises(ValueError, match="attention's backward takes head dims 32, 64, 96 and 128, got 256"):
-        attention_backward(q, k, v, q, q, cuda(2, 4, 128, dtype=torch.float32))
-    with pytest.raises(ValueError, match="attention's backward takes head dims 32, 64, 96 and 128, got 256"):
-        attention(q.requires_grad_(), k, v)
+    with pytest.raises(ValueError, match="attention's backward at head dim 256 runs on Hopper only"):
+        attention_backward(q, k, v, q, q, cuda(2, 4, 128, dtype=torch.float32), target="sm_80")
+    with pytest.raises(ValueError, match="attention's backward at head dim 256 runs on Hopper only"):
+        attention(q.requires_grad_(), k, v, target="sm_80")
 
 
 def test_grouped_query_attention_launches(monkeypatch) -> None:

@@ -53,9 +53,13 @@ VARIANTS = {
                        {"D": 128, "CAUSAL": 1, "GROUP": 4},
                        # attention()'s D = 96 (three 64-byte swizzled panels a row), not causal and causal
                        {"D": 96, "KEYS": 128, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1},
-                       {"D": 96, "CAUSAL": 1, "KEYS": 128, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1}],
-    "attention_fwd_lse": [{"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1}],
-    "attention_bwd_delta": [{"D": 64}, {"D": 128, "WITH_DL": 1}],
+                       {"D": 96, "CAUSAL": 1, "KEYS": 128, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1},
+                       # attention()'s D = 256 (64-key steps, two stages), causal with query heads a K/V head
+                       {"D": 256, "CAUSAL": 1, "KEYS": 64, "STAGES": 2, "DEFER": 2, "PRODUCER": 1, "LATE_SUMS": 1,
+                        "LSE": 1, "GROUP": 4}],
+    "attention_fwd_lse": [{"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1},
+                          {"D": 256, "CAUSAL": 1, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1}],
+    "attention_bwd_delta": [{"D": 64}, {"D": 128, "WITH_DL": 1}, {"D": 256}],
     # attention_backward's constants (tkc/kernels/attention_bwd.py CONFIG), causal and not
     "attention_bwd_dkdv": [{"D": 64, "CAUSAL": 0, "QUERIES": 64}, {"D": 64, "CAUSAL": 1, "QUERIES": 64},
                            {"D": 128, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1},
@@ -65,7 +69,7 @@ VARIANTS = {
                            {"D": 128, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1, "RAGGED": 1, "GROUP": 2},
                            {"D": 64, "CAUSAL": 0, "QUERIES": 64, "KV_IN_SHARED": 1, "GROUP": 8, "SPLIT": 2},
                            {"D": 32, "CAUSAL": 1, "QUERIES": 64}, {"D": 96, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1}],
-    "attention_bwd_sum_parts": [{"D": 64}, {"D": 128}],
+    "attention_bwd_sum_parts": [{"D": 64}, {"D": 128}, {"D": 256}],
     # attention()'s decoding path (tkc/kernels/attention_decode.py CONFIG)
     "attention_decode": [{"D": 64, "KEYS": 64, "STAGES": 2}, {"D": 128, "KEYS": 32, "STAGES": 2},
                          {"D": 64, "KEYS": 32, "STAGES": 2}, {"D": 128, "KEYS": 16, "STAGES": 2}],
@@ -82,10 +86,15 @@ VARIANTS = {
                                 {"D": 64, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "GROUP": 4},
                                 {"D": 128, "CAUSAL": 0, "STAGES": 3, "RAGGED": 1, "GROUP": 8},
                                 {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 8, "SPLIT": 4},
-                                {"D": 96, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1}],
+                                {"D": 96, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
+                                # D = 256: dK and dV in halves, with query heads a K/V head in two parts
+                                {"D": 256, "CAUSAL": 0, "WARPS": 4, "STAGES": 3, "QUERIES": 32, "COLS": 128},
+                                {"D": 256, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "QUERIES": 32, "COLS": 128,
+                                 "RAGGED": 1, "GROUP": 4, "SPLIT": 2}],
     "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
                               {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3},
-                              {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 4}, {"D": 96, "CAUSAL": 0, "STAGES": 3}],
+                              {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 4}, {"D": 96, "CAUSAL": 0, "STAGES": 3},
+                              {"D": 256, "CAUSAL": 1, "WARPS": 8, "KEYS": 32, "STAGES": 2, "RAGGED": 1, "GROUP": 4}],
     # the fused kernel (not attention_backward's path yet): D=128's panels (dS in two buffers); D=64 with its dQ
     # deferred a step
     "attention_bwd_sm90": [{"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3, "DS_BUFFERS": 2},

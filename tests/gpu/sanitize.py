@@ -84,12 +84,15 @@ def head_dim_96() -> None:
 
 
 def head_dim_256() -> None:
-    """D = 256 (forward-only; four 128-byte swizzled panels a row): attention() causal and not, 1000 keys in 16 steps
-    of 64 against 2 stages, on Hopper's persistent grid (each block several tiles) and two query blocks a block;
-    then the sm_80 kernel (32-key steps against its stages)."""
+    """D = 256 (four 128-byte swizzled panels a row): attention() causal and not, 1000 keys in 16 steps of 64
+    against 2 stages on Hopper's persistent grid (each block several tiles) and two query blocks a block, and its
+    backward (dK and dV in halves: 32 query steps of 32 against 3 stages; dQ 32 key steps of 32 against 2); then
+    the sm_80 forward (32-key steps against its stages)."""
     for causal in (False, True):
-        q, k, v = (torch.randn(2, 4, 1000, 256, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        attention(q, k, v, causal=causal)
+        q, k, v = (torch.randn(2, 4, 1000, 256, device="cuda", dtype=torch.bfloat16).requires_grad_()
+                   for _ in range(3))
+        out = attention(q, k, v, causal=causal)
+        torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
         q, k, v = (torch.randn(2, 4, 960, 256, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         attention(q, k, v, causal=causal, target="sm_80")
 

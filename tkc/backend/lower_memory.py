@@ -945,15 +945,16 @@ def _row_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index: A
 
 
 def _column_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index: Any) -> SharedRef:
-    """Columns index·C .. index·C + C − 1 (all rows) of a shared tile, as a tile of its own: one column panel of
-    the parent (C columns fill its swizzle width), which lies contiguous, rows × swizzle bytes from the previous
-    one; its XOR pattern (and a wgmma descriptor) is the parent's."""
+    """Columns index·C .. index·C + C − 1 (all rows) of a shared tile, as a tile of its own: whole column panels of
+    the parent (C columns fill its swizzle width once or more), each contiguous, rows × swizzle bytes from the
+    previous one, as a tile of C columns lies; their XOR pattern (and a wgmma descriptor) is the parent's."""
     panel_bytes = ref.type.swizzle or 0
-    if view.shape[1] * element_bytes(view.element_type) != panel_bytes or ref.panel_rows is not None:
-        raise TkcError(f"a view of columns of {ref.type.spec()} must be one whole column panel: "
+    view_bytes = view.shape[1] * element_bytes(view.element_type)  # a row of the view
+    if not panel_bytes or view_bytes % panel_bytes or ref.panel_rows is not None:
+        raise TkcError(f"a view of columns of {ref.type.spec()} must be whole column panels: a multiple of "
                        f"{panel_bytes // element_bytes(view.element_type)} columns of a tile stored whole, got "
                        f"{view.spec()}")
-    offset = _mul_imm(lw, index, ref.type.shape[0] * panel_bytes)
+    offset = _mul_imm(lw, index, ref.type.shape[0] * view_bytes)
     return SharedRef(lw.reg(_add_i32(lw, ref.addr, offset)), view, None)
 
 

@@ -72,20 +72,30 @@ def scores_t(k, q_s, kv_in_shared, wgmma, d, dt):
 
 
 @tkc.func
+def columns(tile, part, cols, dt):
+    """Columns part·cols .. (part + 1)·cols of a shared tile (the tile itself where those are all of them)."""
+    if cols == tile.shape[1]:
+        return tile
+    return load(tile, (0, part), st[dt, tile.shape[0], cols])
+
+
+@tkc.func
 def dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, causal, queries, ragged,
-              kv_in_shared, wgmma, d, dt):
+              kv_in_shared, wgmma, d, dt, part=0, cols=0):
     """dK and dV of a warp's 16 keys over one step of queries from its scores Sᵀ, everything transposed (query c
     sees key r iff c >= r + diagonal; with `ragged`, only the first `queries` columns are queries):
-    dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale); also returns dSᵀ (in `dt`)."""
+    dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale); also returns dSᵀ (in `dt`). With `cols` < D, dK and dV are their
+    columns part·cols .. (part + 1)·cols (Sᵀ and dPᵀ take all of D)."""
     if ragged:  # the last step's columns past Nq (zeros read past the end, with an L of 0: no P for them)
         s_t = keep_cols(s_t, queries)
     if causal:  # every step (a no-op before the diagonal): a branch around it costs ptxas ~90 registers
         s_t = triu(s_t, diagonal, -math.inf)
     p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
-    dv = mma_AB(p_t.to(dt), operand(do_s, wgmma), dv)
+    cols = cols or d
+    dv = mma_AB(p_t.to(dt), operand(columns(do_s, part, cols, dt), wgmma), dv)
     dp_t = mma_ABt(warp_rows(v, kv_in_shared, d, dt), operand(do_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
     ds_t = (p_t * sub_col(dp_t, delta)).to(dt)
-    return mma_AB(ds_t, operand(q_s, wgmma), dk), dv, ds_t
+    return mma_AB(ds_t, operand(columns(q_s, part, cols, dt), wgmma), dk), dv, ds_t
 
 
 @tkc.func
@@ -229,27 +239,35 @@ def panel_tile(j, queries, row_panel):
 
 @tkc.func
 def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq, defer,
-               ds_buffers, dt, group, split):
+               ds_buffers, dt, group, split, cols=0):
     """The wgmma dK/dV kernels' block: 16·`warps` keys (a warpgroup per 64), K and V in shared memory, the loop over
     the queries (TMA streams Q and dO), the stores. With `with_dq`, each step's dSᵀ also goes through shared memory
     into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics. The loop
     runs over the queries of the `group` query heads that read the block's head of K and V (or its part of them,
-    `split`: block_heads), one after the other."""
-    static_assert(d in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {d}")
+    `split`: block_heads), one after the other. With `cols` < D, the block sums only those columns of dK and dV
+    (D = 256: both whole would take 256 registers a thread): D / cols blocks in a row of the grid take the same
+    keys, each its columns, each computing all of Sᵀ and dPᵀ."""
+    static_assert(d in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {d}")
     static_assert(group == 1 or not with_dq, "dQ by atomics takes one query head a K/V head (GROUP = 1)")
     static_assert(group % split == 0, f"SPLIT ({split}) must divide GROUP ({group})")
+    cols = cols or d
+    static_assert(cols == d or d % cols == 0 and cols % 64 == 0 and not with_dq,
+                  f"COLS ({cols}) must be a multiple of 64 dividing D ({d}), without dQ")
     if with_dq:  # the grid's x is the head: the blocks running at once add into different heads' rows of dQ_sum
         h, blk, b = block_idx()
         first_head, heads, out_b = h, 1, b
     else:
         blk, block_y, b = block_idx()
         h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], group, split)
+    part = 0  # which columns of dK and dV, in units of cols
+    if cols < d:
+        blk, part = blk // (d // cols), blk % (d // cols)
     k_block = load(K, (b, h, blk, 0), st[dt, 16 * warps, d])
     v_block = load(V, (b, h, blk, 0), st[dt, 16 * warps, d])
     k, v = load(k_block, (warpgroup_id(), 0), st[dt, 64, d]), load(v_block, (warpgroup_id(), 0), st[dt, 64, d])
     k_tile = blk * warps + warp_id()
     scale_log2 = scale * LOG2E
-    dk, dv = zeros(rt[f32, 16, d]), zeros(rt[f32, 16, d])
+    dk, dv = zeros(rt[f32, 16, cols]), zeros(rt[f32, 16, cols])
     first = blk * 16 * warps // queries if causal else 0
     steps = cdiv(Q.shape[2], queries)
     # each warpgroup one 64×64 panel of the block's dQ (queries × columns) over all the block's keys: one add an
@@ -267,7 +285,7 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
         if defer:  # the step before's dQ panel, added once this step's Sᵀ is in (its wgmma ran on until then)
             atomic_add(dQ_sum, dq, (b, h, panel_tile(j - 1, queries, row_panel), col_panel))
         dk, dv, ds_t = dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * queries,
-                                 causal, Q.shape[2] - j * queries, ragged, 0, 1, d, dt)
+                                 causal, Q.shape[2] - j * queries, ragged, 0, 1, d, dt, part, cols)
         if with_dq:  # dSᵀ (the block's keys × the step's queries) is A of dQ's product, read transposed
             ds_s = store(empty(st[dt, 16 * warps, queries], buffers=ds_buffers), ds_t, (warp_id(), 0))
             if panel:
@@ -282,8 +300,8 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
                 atomic_add(dQ_sum, dq_keys, (b, h, j * (queries // 16) + warp_id() % 4, 0))
     if defer:
         atomic_add(dQ_sum, dq, (b, h, panel_tile(steps - 1, queries, row_panel), col_panel))
-    store(dK, (dk * scale).to(dt), (out_b, h, k_tile, 0))
-    store(dV, dv.to(dt), (out_b, h, k_tile, 0))
+    store(dK, (dk * scale).to(dt), (out_b, h, k_tile, part))
+    store(dV, dv.to(dt), (out_b, h, k_tile, part))
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", min_target="sm_90a")
@@ -291,13 +309,15 @@ def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
                             Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 128,
                             CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
                             PRODUCER: const = 0, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1,
-                            SPLIT: const = 1, BLOCKS: const = 0):
+                            SPLIT: const = 1, BLOCKS: const = 0, COLS: const = 0):
     """attention_bwd_dkdv on Hopper's wgmma (GROUP and SPLIT as there): a block per 16·WARPS keys (a warpgroup per 64),
     K and V in shared memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK
-    += dSᵀ·Q with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS), H, B). PRODUCER=1 adds a warpgroup that issues the
-    TMA loads (specialize-warps). RAGGED as in attention_bwd_dkdv. BLOCKS asks ptxas to fit that many blocks on a
-    multiprocessor (0: its choice)."""
-    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP, SPLIT)
+    += dSᵀ·Q with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS) · D / COLS, H, B). PRODUCER=1 adds a warpgroup that
+    issues the TMA loads (specialize-warps). RAGGED as in attention_bwd_dkdv. BLOCKS asks ptxas to fit that many blocks
+    on a multiprocessor (0: its choice). COLS (0: all of D): the columns of dK and dV a block sums, D / COLS blocks
+    next to each other in the grid's x taking the same keys (D = 256: dK and dV in halves)."""
+    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP, SPLIT,
+               COLS)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
@@ -338,7 +358,7 @@ def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl
     memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
     Grid: (Nq / (16·WARPS), H, B). PRODUCER and BLOCKS as in attention_bwd_dkdv_sm90, RAGGED and GROUP as in
     attention_bwd_dq."""
-    static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
+    static_assert(D in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
         blk = num_blocks()[0] - 1 - blk
@@ -363,6 +383,10 @@ assert tuple(sorted(CONFIG)) == BACKWARD_HEAD_DIMS
 # multiprocessor — 2026-12-05 19:04": causal +4-5 %, grouped causal +10 %, H100).
 CONFIG_SM90 = {64: ({"WARPS": 4, "STAGES": 3, "BLOCKS": 3}, {"STAGES": 3}), 128: ({"STAGES": 3}, {"STAGES": 3})}
 CONFIG_SM90[96] = CONFIG_SM90[128]  # not swept
+# D = 256 (not yet timed on a GPU): dK and dV in halves of 128 columns (both whole would take 256 registers a
+# thread), a warpgroup of 64 keys, 32-query steps in three stages (225-235 registers, no spills, 160 KB); dQ eight
+# warps, 32-key steps in two stages (189 registers, 192 KB). Only these kernels take D = 256 (Hopper).
+CONFIG_SM90[256] = ({"WARPS": 4, "STAGES": 3, "QUERIES": 32, "COLS": 128}, {"WARPS": 8, "KEYS": 32, "STAGES": 2})
 
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:
@@ -378,15 +402,17 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     """The gradients (dq, dk, dv) of out = attention(q, k, v, causal=causal, scale=scale) given grad_out, the
     forward's `out` and its log-sum-exp `lse` (attention(..., return_lse=True)); with grad_lse, also through lse.
     bf16 or f16 tensors of one dtype, q, out and grad_out (B, H, Nq, D), k and v (B, H_kv, Nk, D) with H_kv dividing
-    H (grouped-query attention: dk and dv sum over the query heads that read each K/V head), D ∈ {32, 64, 96, 128},
-    any Nq, Nk ≥ 1 (causal: Nq = Nk); lse float32 (B, H, Nq).
-    On Hopper (or with target="sm_90a") at D = 64, 96 or 128 the wgmma kernels, where the tensors' strides suit TMA
-    (else, and with target="sm_80", the mma.sync kernels)."""
+    H (grouped-query attention: dk and dv sum over the query heads that read each K/V head), D ∈ {32, 64, 96, 128,
+    256}, any Nq, Nk ≥ 1 (causal: Nq = Nk); lse float32 (B, H, Nq).
+    On Hopper (or with target="sm_90a") at D = 64, 96, 128 or 256 the wgmma kernels, where the tensors' strides suit
+    TMA (else, and with target="sm_80", the mma.sync kernels, which do not take D = 256)."""
     import torch
 
     batch, heads, nq, nk, d = check_qkv(q, k, v)
-    if d not in BACKWARD_HEAD_DIMS:
-        fail(f"q: attention's backward takes head dims 32, 64, 96 and 128, got {d} (the forward also takes 256)")
+    wgmma = wgmma_path(q.get_device(), target)
+    if d not in CONFIG and not wgmma:
+        fail(f"q: attention's backward at head dim {d} runs on Hopper only (its wgmma kernels); this path takes "
+             f"{', '.join(map(str, CONFIG))}")
     for name, t in (("out", out), ("grad_out", grad_out)):
         check_tensor(name, t, q.dtype, 4)
         if t.shape != q.shape:
@@ -407,8 +433,11 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     # Hopper: the wgmma kernels where TMA can read the operands; elsewhere (or with target="sm_80") the mma.sync ones,
     # built for sm_80 on every GPU (their sm_90a build, TMA rings instead of cp.async, is slower: RESULTS "attention
     # backward probe — 2026-12-04 17:05", dkdv at D=128 1294 vs 886 µs)
-    if d in CONFIG_SM90 and wgmma_path(q.get_device(), target) and _tma_ready(q, k, v, grad_out, dq, dk, dv):
+    if d in CONFIG_SM90 and wgmma and _tma_ready(q, k, v, grad_out, dq, dk, dv):
         kernels, configs, warps, build = (attention_bwd_dkdv_sm90, attention_bwd_dq_sm90), CONFIG_SM90[d], 8, "sm_90a"
+    elif d not in CONFIG:
+        fail(f"q, k, v, grad_out: attention's backward at head dim {d} reads them through TMA: the last dimension "
+             "contiguous and the other strides multiples of 8 elements (16 bytes)")
     else:
         kernels, configs, warps = (attention_bwd_dkdv, attention_bwd_dq), CONFIG[d], 4
         build = "sm_80" if target in (None, "sm_90a") else target
@@ -422,7 +451,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     dkdv["RAGGED"], dq_cfg["RAGGED"] = int(nq % dkdv.get("QUERIES", 64) > 0), int(nk % dq_cfg.get("KEYS", 64) > 0)
     if kv_heads != heads and build != "sm_90a":  # with the grouped loop's indices ptxas spills at D=64 (K, V in
         dkdv["KV_IN_SHARED"] = 1                   # registers); none with K and V in shared memory
-    key_blocks = ceil_div(nk, 16 * dkdv["WARPS"])
+    key_blocks = ceil_div(nk, 16 * dkdv["WARPS"]) * (d // dkdv.get("COLS", d))  # COLS: a block each part of dK, dV
     split = (_group_split(heads // kv_heads, key_blocks * kv_heads * batch, multiprocessors(q.get_device()))
              if kv_heads != heads else 1)
     if split > 1:  # each part's partial sums, then their sum (attention_bwd_sum_parts)
