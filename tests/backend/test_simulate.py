@@ -758,11 +758,11 @@ def test_attention_head_dim_256_as_attention_launches_it(causal: int, n: int, gr
     assert rel_err(args[3], out) < 2e-2 and rel_err(args[4], lse) < 1e-4
 
 
-@pytest.mark.parametrize("d, causal, target", [(128, 1, "sm_80"), (64, 0, "sm_90a")])
+@pytest.mark.parametrize("d, causal, target", [(128, 1, "sm_80"), (64, 0, "sm_90a"), (256, 1, "sm_90a")])
 def test_grouped_dkdv_in_parts_simulated(d: int, causal: int, target: str) -> None:
     """Four query heads a K/V head split into two parts (SPLIT=2: a block each, two query heads' steps in its loop),
-    each storing its partial dK and dV at part·B + b, then attention_bwd_sum_parts: the simulated PTX agrees with
-    the interpreter, and their sums with float64."""
+    each storing its partial dK and dV at part·B + b (at D = 256 in halves of columns too), then
+    attention_bwd_sum_parts: the simulated PTX agrees with the interpreter, and their sums with float64."""
     from reference import attention_backward_ref
 
     from tkc.kernels.attention_bwd import CONFIG, CONFIG_SM90, attention_bwd_dkdv, attention_bwd_dkdv_sm90
@@ -779,7 +779,7 @@ def test_grouped_dkdv_in_parts_simulated(d: int, causal: int, target: str) -> No
     else:
         kernel, cfg = attention_bwd_dkdv_sm90, {"WARPS": 4, **CONFIG_SM90[d][0]}
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(2, 1, n, d), poisoned(2, 1, n, d), 0.1]
-    grid = (-(-n // (16 * cfg["WARPS"])), 2, 1)
+    grid = (-(-n // (16 * cfg["WARPS"])) * (d // cfg.get("COLS", d)), 2, 1)  # D = 256: dK, dV in halves
     interp, sim = run_both(kernel, args, grid, {"D": d, "CAUSAL": causal, "GROUP": 4, "SPLIT": 2, **cfg},
                            target=target, order="shuffled")
     assert rel_err(sim[6], interp[6]) < 2e-3 and rel_err(sim[7], interp[7]) < 2e-3
