@@ -479,7 +479,7 @@ def test_attention_head_dims_32_and_96_on_hopper(monkeypatch) -> None:
 
 def test_attention_head_dim_256(monkeypatch) -> None:
     """D = 256 on Hopper: attention_sm90 in its configuration (64-key steps, two stages, a producer; persistent not
-    causal, two query blocks a block causal), a few queries too; the backward's wgmma kernels, dK and dV in halves
+    causal, two query blocks a block causal), a few queries by the decoding kernels; the backward's wgmma kernels, dK and dV in halves
     of 128 columns (two blocks a key block). With target="sm_80": attention_fwd (16 rows a warp, 32-key steps, Q in
     shared memory), and the backward, or inputs requiring grad, one error each."""
     torch = pytest.importorskip("torch")
@@ -498,8 +498,12 @@ def test_attention_head_dim_256(monkeypatch) -> None:
         (_, _, _), (dkdv, dkdv_grid, _), (dq, dq_grid, _) = launches[-3:]
         assert (dkdv.kernel, dkdv.constants["COLS"], dkdv_grid) == ("attention_bwd_dkdv_sm90", 128, (2 * 2, 4, 2))
         assert (dq.kernel, dq.constants["WARPS"], dq_grid) == ("attention_bwd_dq_sm90", 8, (1, 4, 2))
-    attention(cuda(1, 4, 1, 256), cuda(1, 4, 100, 256), cuda(1, 4, 100, 256))  # a few queries: no decoding kernel
-    assert launches[-1][0].kernel == "attention_sm90"
+    for _ in range(2):  # a few queries: the decoding kernels (Hopper's configuration), then from the common call
+        attention(cuda(1, 4, 1, 256), cuda(1, 4, 100, 256), cuda(1, 4, 100, 256), target="sm_90a")
+        assert [launch[0].kernel for launch in launches[-2:]] == ["attention_decode", "attention_decode_combine"]
+        assert launches[-2][0].constants["KEYS"] == 16
+    with pytest.raises(ValueError, match="sequence lengths must be multiples of 64"):  # none on the sm_80 path
+        attention(cuda(1, 4, 1, 256), cuda(1, 4, 100, 256), cuda(1, 4, 100, 256), target="sm_80")
     attention(q, k, v, causal=True, target="sm_80")
     launch = launches[-1][0]
     assert launch.kernel == "attention_fwd" and launch.target == "sm_80"
@@ -547,6 +551,25 @@ def test_grouped_query_attention_launches(monkeypatch) -> None:
             attention(q, cuda(2, heads, 192, 64), cuda(2, heads, 192, 64), target="sm_90a")
     with pytest.raises(ValueError, match="v: expected the shape of k"):
         attention(q, k, cuda(2, 4, 192, 64), target="sm_90a")
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_decoding_after_a_prefill_takes_the_decoding_kernels(monkeypatch, d: int) -> None:
+    """A prefill (many queries) and then decoding steps (one query a head) at one head dim: attention_sm90's plan
+    from the prefill (its key holds no lengths) does not serve the steps; they launch attention_decode, the first
+    from the checked call, the next from the common call."""
+    from tkc.kernels import _checks, attention
+
+    attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    monkeypatch.setitem(_checks._HOPPER, 0, True)
+    monkeypatch.setattr(attention_module, "_DECODING", set())
+    k, v = cuda(1, 2, 300, d), cuda(1, 2, 300, d)
+    attention(cuda(1, 8, 300, d), k, v, target="sm_90a")
+    attention(cuda(1, 8, 300, d), k, v, target="sm_90a")  # the common call, from the plan
+    assert [launch[0].kernel for launch in launches] == ["attention_sm90"] * 2
+    for _ in range(2):
+        attention(cuda(1, 8, 1, d), k, v, target="sm_90a")
+    assert [launch[0].kernel for launch in launches[2:]] == ["attention_decode", "attention_decode_combine"] * 2
 
 
 def test_decode_attention_launches(monkeypatch) -> None:

@@ -790,7 +790,7 @@ def test_grouped_dkdv_in_parts_simulated(d: int, causal: int, target: str) -> No
 
 
 @pytest.mark.parametrize("d, target, nk, f16", [(64, "sm_80", 300, 0), (128, "sm_90a", 300, 0), (128, "sm_80", 40, 0),
-                                                (64, "sm_90a", 1000, 1)])
+                                                (64, "sm_90a", 1000, 1), (256, "sm_90a", 300, 0)])
 def test_decode_attention_simulated(d: int, target: str, nk: int, f16: int) -> None:
     """attention_decode over keys split into parts (its loop over a part's key steps through the cp.async / TMA
     ring, the last step past Nk; at Nk = 40 and 300 some warps see only keys past the end), then the four warps'

@@ -568,6 +568,27 @@ def test_decode_attention(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, t
     assert rel_err(attention(q, k, v, target=target), default_scale) < 1e-2  # the common call, 1/√D
 
 
+@pytest.mark.parametrize("b, h, h_kv, nq, nk", [(1, 16, 8, 1, 4096), (2, 8, 2, 1, 1000), (1, 8, 8, 2, 77)])
+def test_decode_attention_head_dim_256(b: int, h: int, h_kv: int, nq: int, nk: int,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """D = 256's decoding (Hopper only: 193 KB of shared memory), after a prefill at D = 256 in the same process:
+    out and its log-sum-exp against float32, the checked call and then the common call."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("D = 256's decoding kernel needs Hopper")
+    attention_module = importlib.import_module("tkc.kernels.attention")
+    monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
+    k, v = randn(b, h_kv, nk, 256), randn(b, h_kv, nk, 256)
+    attention(randn(b, h, 128, 256), k, v)  # a prefill: attention_sm90's plan
+    for _ in range(2):
+        q = randn(b, h, nq, 256)
+        out, lse = attention(q, k, v, out=poisoned_like((b, h, nq, 256)), return_lse=True)
+        ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+        assert rel_err(out, ref) < 1e-2
+        s = q.float() @ k.float().repeat_interleave(h // h_kv, 1).transpose(-1, -2) / 16
+        assert (lse - torch.logsumexp(s, -1)).abs().max().item() < 1e-3
+        assert rel_err(attention(q, k, v), ref) < 1e-2  # the common call
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("b, h, nq, nk, d", [(1, 2, 100, 100, 64), (2, 3, 1000, 1000, 128), (1, 1, 333, 333, 64),
                                              (2, 2, 200, 77, 128), (1, 3, 1, 1, 64), (2, 3, 1000, 1000, 96),

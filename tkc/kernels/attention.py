@@ -12,6 +12,8 @@ import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import (MULTIPROCESSORS, check_tensor, dtype_constant, fail, multiprocessors,
                                  resident_blocks, wants_grad, wgmma_path)
+from tkc.kernels.attention_decode import CONFIG as DECODE_CONFIG
+from tkc.kernels.attention_decode import CONFIG_SM80 as DECODE_CONFIG_SM80
 from tkc.kernels.attention_decode import HOPPER_ROWS, MAX_ROWS, attention_decode_launch, takes_decode
 from tkc.lang import *  # noqa: F403
 
@@ -239,7 +241,7 @@ CONFIG = {32: (32, 64, 0), 64: (32, 64, 0), 96: (32, 64, 1), 128: (32, 32, 1),
 HEAD_DIMS = tuple(CONFIG)  # the forward's
 BACKWARD_HEAD_DIMS = (32, 64, 96, 128)  # the mma.sync backward's (tkc/kernels/attention_bwd.py); D = 256: Hopper's
 HOPPER_HEAD_DIMS = (64, 96, 128, 256)  # attention_sm90's; D = 32 takes the sm_80 kernels anywhere
-DECODE_HEAD_DIMS = (64, 128)  # attention_decode's
+DECODE_HEAD_DIMS = tuple(DECODE_CONFIG)  # attention_decode's on Hopper (64, 128, 256); elsewhere DECODE_CONFIG_SM80's
 FALLBACK = (16, 64, 0)
 
 
@@ -406,8 +408,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     contiguous and the other strides multiples of 16 bytes. Elsewhere (or with target="sm_80"), and at D = 32 on
     every GPU: attention_fwd, Nq and Nk multiples of 64, causal with Nq = Nk; or, at D = 64 or 128 for a few
     queries (decoding: Nq · H / H_kv ≤ MAX_ROWS, not causal, q contiguous), any Nk, by attention_decode
-    (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to HOPPER_ROWS rows). With return_lse,
-    also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq): (out, lse). On inputs requiring
+    (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to HOPPER_ROWS rows, at D = 256 too).
+    With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq): (out, lse). On
+    inputs requiring
     grad, autograd's backward runs tkc's backward kernels (tkc/kernels/attention_bwd.py: causal with Nq = Nk; at
     D = 256 on Hopper only: elsewhere inputs requiring grad are refused)."""
     import torch
@@ -437,10 +440,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         group = heads // kv_heads if kv_heads and heads % kv_heads == 0 else 0
         device = q.get_device()
         sms = MULTIPROCESSORS.get(device)
-        decode = (DECODE_ON_HOPPER and not causal and group and group * nq <= HOPPER_ROWS and d in DECODE_HEAD_DIMS
-                  and (device, target) in _DECODING and q.is_contiguous())
+        # a decoding call's shape never takes attention_sm90's plan (whose key holds no lengths: a prefill's plan
+        # would serve every later decoding step): the decoding kernels, or the checked call, which picks them
+        decoding = (DECODE_ON_HOPPER and not causal and group and group * nq <= HOPPER_ROWS and d in DECODE_HEAD_DIMS
+                    and q.is_contiguous())
+        decode = decoding and (device, target) in _DECODING
         plan = (_PLANS.get((device, q.dtype, target, group, _config_key(d, nq, nk, bool(causal), batch * heads, sms)))
-                if sms is not None and nq and nk and group and not decode else None)
+                if sms is not None and nq and nk and group and not decoding else None)
         if ((plan is not None or decode and nk and nq) and k.shape == (batch, kv_heads, nk, d)
                 and isinstance(v, torch.Tensor) and v.shape == k.shape
                 and (scale is None or type(scale) is float and 0 < scale < math.inf)):
@@ -504,7 +510,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             _PLANS[(device, q.dtype, target, heads // k.shape[1], key)] = (spec, 16 * cfg["WARPS"],
                                                                            cfg.get("TILES", 1), most)
         return (out, lse) if return_lse else out
-    if ((nq % 64 or nk % 64) and nk and d in DECODE_HEAD_DIMS
+    if ((nq % 64 or nk % 64) and nk and d in DECODE_CONFIG_SM80
             and takes_decode(heads // k.shape[1] * nq, causal, q, out)):
         if batch * heads * nq:  # a few queries (decoding): split over the keys, any Nk
             attention_decode_launch(q, k, v, out, lse, scale, multiprocessors(device), target, hopper=False)

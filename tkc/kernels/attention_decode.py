@@ -37,7 +37,7 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
     -1e30, failed on the GPU: ptxas contracts s·c - m·c into an fma, whose difference of two ~1e29 products is not
     0 but ~±1e22, and exp2 of it inf; the simulator, rounding each product, agreed with the interpreter.)
     """
-    static_assert(D in (64, 128), f"head dim D must be 64 or 128, got {D}")
+    static_assert(D in (64, 128, 256), f"head dim D must be 64, 128 or 256, got {D}")
     static_assert(KEYS in (16, 32, 64), f"KEYS (keys per warp and step) must be 16, 32 or 64, got {KEYS}")
     part_tile, h, b = block_idx()
     row_tiles = cdiv(Q.shape[2], 16)                         # a part's row tiles next to each other: their K and V
@@ -125,7 +125,8 @@ def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT",
 # 2026-12-05 12:10"); B=1 Nk=32768 0.99x cuDNN from a CUDA graph with parts for one block a multiprocessor (128
 # blocks), 0.90x with parts for two (256: two waves), B=8 0.92x either way ("13:50"). On an H100, with the parts
 # rounded down to one wave: 0.98-1.01x at one query a head ("15:09").
-CONFIG = {64: (64, 2, 1), 128: (32, 2, 1)}
+CONFIG = {64: (64, 2, 1), 128: (32, 2, 1),
+          256: (16, 2, 1)}  # D = 256 (not yet timed): 64-key steps, 242 registers, no spills, 193 KB; Hopper only
 # The sm_80 path's, in 96 KB of shared memory at most (an RTX 4090 gives a block 99 KB; an A100 holds two)
 CONFIG_SM80 = {64: (32, 2, 2), 128: (16, 2, 2)}
 MAX_ROWS = 64           # query rows a K/V head (GROUP·Nq) up to which attention() may take this path
