@@ -479,25 +479,30 @@ def test_attention_head_dims_32_and_96_on_hopper(monkeypatch) -> None:
 
 def test_attention_head_dim_256(monkeypatch) -> None:
     """D = 256 on Hopper: attention_sm90 in its configuration (64-key steps, two stages, a producer; persistent not
-    causal, two query blocks a block causal), a few queries by the decoding kernels; the backward's wgmma kernels, dK and dV in halves
-    of 128 columns (two blocks a key block). With target="sm_80": attention_fwd (16 rows a warp, 32-key steps, Q in
-    shared memory), and the backward, or inputs requiring grad, one error each."""
+    causal, two query blocks a block causal), a few queries by the decoding kernels; the backward's wgmma kernels,
+    dK and dV in halves of 128 columns (two blocks a key block). With target="sm_80": attention_fwd (16 rows a
+    warp, 32-key steps, Q in shared memory) and the mma.sync backward, dK, dV and dQ in halves."""
     torch = pytest.importorskip("torch")
     from tkc.kernels import _checks, attention, attention_backward
 
     attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
     monkeypatch.setitem(_checks._HOPPER, 0, True)
     q, k, v = cuda(2, 4, 128, 256), cuda(2, 4, 128, 256), cuda(2, 4, 128, 256)
+    lse = cuda(2, 4, 128, dtype=torch.float32)
     for causal in (False, True):
         attention(q, k, v, causal=causal)
         launch = launches[-1][0]
         assert launch.kernel == "attention_sm90" and launch.target == "sm_90a"
         assert {key: launch.constants[key] for key in ("D", "KEYS", "WARPS", "STAGES", "PRODUCER")} == \
             {"D": 256, "KEYS": 64, "WARPS": 8, "STAGES": 2, "PRODUCER": 1}
-        attention_backward(q, k, v, q, q, cuda(2, 4, 128, dtype=torch.float32), causal=causal)
+        attention_backward(q, k, v, q, q, lse, causal=causal)
         (_, _, _), (dkdv, dkdv_grid, _), (dq, dq_grid, _) = launches[-3:]
         assert (dkdv.kernel, dkdv.constants["COLS"], dkdv_grid) == ("attention_bwd_dkdv_sm90", 128, (2 * 2, 4, 2))
         assert (dq.kernel, dq.constants["WARPS"], dq_grid) == ("attention_bwd_dq_sm90", 8, (1, 4, 2))
+        attention_backward(q, k, v, q, q, lse, causal=causal, target="sm_80")
+        (_, _, _), (dkdv, dkdv_grid, _), (dq, dq_grid, _) = launches[-3:]
+        assert (dkdv.kernel, dkdv.constants["COLS"], dkdv_grid) == ("attention_bwd_dkdv", 128, (2 * 2, 4, 2))
+        assert (dq.kernel, dq.constants["COLS"], dq_grid) == ("attention_bwd_dq", 128, (2 * 2, 4, 2))
     for _ in range(2):  # a few queries: the decoding kernels (Hopper's configuration), then from the common call
         attention(cuda(1, 4, 1, 256), cuda(1, 4, 100, 256), cuda(1, 4, 100, 256), target="sm_90a")
         assert [launch[0].kernel for launch in launches[-2:]] == ["attention_decode", "attention_decode_combine"]
@@ -508,10 +513,6 @@ def test_attention_head_dim_256(monkeypatch) -> None:
     launch = launches[-1][0]
     assert launch.kernel == "attention_fwd" and launch.target == "sm_80"
     assert (launch.constants["ROWS"], launch.constants["KEYS"], launch.constants["Q_IN_SHARED"]) == (16, 32, 1)
-    with pytest.raises(ValueError, match="attention's backward at head dim 256 runs on Hopper only"):
-        attention_backward(q, k, v, q, q, cuda(2, 4, 128, dtype=torch.float32), target="sm_80")
-    with pytest.raises(ValueError, match="attention's backward at head dim 256 runs on Hopper only"):
-        attention(q.requires_grad_(), k, v, target="sm_80")
 
 
 def test_grouped_query_attention_launches(monkeypatch) -> None:

@@ -68,7 +68,10 @@ VARIANTS = {
                            {"D": 64, "CAUSAL": 1, "QUERIES": 64, "KV_IN_SHARED": 1, "GROUP": 4},
                            {"D": 128, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1, "RAGGED": 1, "GROUP": 2},
                            {"D": 64, "CAUSAL": 0, "QUERIES": 64, "KV_IN_SHARED": 1, "GROUP": 8, "SPLIT": 2},
-                           {"D": 32, "CAUSAL": 1, "QUERIES": 64}, {"D": 96, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1}],
+                           {"D": 32, "CAUSAL": 1, "QUERIES": 64}, {"D": 96, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1},
+                           # D = 256: dK and dV in halves of 128 columns
+                           {"D": 256, "CAUSAL": 1, "QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128, "RAGGED": 1,
+                            "GROUP": 4}, {"D": 256, "CAUSAL": 0, "QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128}],
     "attention_bwd_sum_parts": [{"D": 64}, {"D": 128}, {"D": 256}],
     # attention()'s decoding path (tkc/kernels/attention_decode.py CONFIG)
     "attention_decode": [{"D": 64, "KEYS": 64, "STAGES": 2}, {"D": 128, "KEYS": 32, "STAGES": 2},
@@ -78,7 +81,10 @@ VARIANTS = {
     "attention_bwd_dq": [{"D": 32, "CAUSAL": 0, "KEYS": 64}, {"D": 96, "CAUSAL": 1, "KEYS": 32},
                          {"D": 64, "CAUSAL": 0, "KEYS": 64}, {"D": 64, "CAUSAL": 1, "KEYS": 64},
                          {"D": 128, "CAUSAL": 0, "KEYS": 32}, {"D": 128, "CAUSAL": 1, "KEYS": 32},
-                         {"D": 64, "CAUSAL": 1, "KEYS": 64, "GROUP": 4}],
+                         {"D": 64, "CAUSAL": 1, "KEYS": 64, "GROUP": 4},
+                         # D = 256: dQ in halves of 128 columns
+                         {"D": 256, "CAUSAL": 1, "KEYS": 16, "COLS": 128, "RAGGED": 1, "GROUP": 4},
+                         {"D": 256, "CAUSAL": 0, "KEYS": 16, "COLS": 128}],
     # attention_backward's Hopper constants (CONFIG_SM90)
     "attention_bwd_dkdv_sm90": [{"D": 64, "CAUSAL": 0, "WARPS": 4}, {"D": 64, "CAUSAL": 1, "WARPS": 4},
                                 {"D": 64, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "BLOCKS": 3, "RAGGED": 1},

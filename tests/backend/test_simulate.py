@@ -444,33 +444,37 @@ def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: 
     assert rel_err(sim[6], dq_ref) < 1e-2
 
 
-@pytest.mark.parametrize("causal, n", [(0, 200), (1, 160)])
-def test_attention_backward_head_dim_256(causal: int, n: int) -> None:
-    """D = 256 on the wgmma kernels with attention_backward's constants: dK and dV in halves of 128 columns (two
-    blocks a key block, each computing all of Sᵀ and dPᵀ and storing its columns), dQ whole; more query and key
-    steps than stages, a length the steps do not divide; the simulation agrees with float64."""
+@pytest.mark.parametrize("causal, n, target", [(0, 200, "sm_90a"), (1, 160, "sm_90a"), (0, 192, "sm_80"),
+                                              (1, 128, "sm_80")])
+def test_attention_backward_head_dim_256(causal: int, n: int, target: str) -> None:
+    """D = 256 with attention_backward's constants: the wgmma kernels (dK and dV in halves of 128 columns, two blocks
+    a key block, each computing all of Sᵀ and dPᵀ and storing its columns; dQ whole) and the mma.sync ones (dQ in
+    halves too); more query and key steps than stages, on Hopper a length the steps do not divide; the simulation
+    and the interpreter agree with float64."""
     from reference import attention_backward_ref
 
-    from tkc.kernels.attention_bwd import CONFIG_SM90, attention_bwd_dkdv_sm90, attention_bwd_dq_sm90
+    from tkc.kernels import attention_bwd as bwd
 
     d = 256
     rng = np.random.default_rng(causal)
     q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
     out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
-    dkdv, dq_cfg = CONFIG_SM90[d]
+    if target == "sm_90a":
+        (dkdv, dq_cfg), kernels = bwd.CONFIG_SM90[d], (bwd.attention_bwd_dkdv_sm90, bwd.attention_bwd_dq_sm90)
+    else:
+        (dkdv, dq_cfg), kernels = bwd.CONFIG[d], (bwd.attention_bwd_dkdv, bwd.attention_bwd_dq)
+        dkdv, dq_cfg = {"WARPS": 4, **dkdv}, {"WARPS": 4, **dq_cfg}
     dkdv = {**dkdv, "RAGGED": int(n % dkdv["QUERIES"] > 0)}
     dq_cfg = {**dq_cfg, "RAGGED": int(n % dq_cfg["KEYS"] > 0)}
-    grid = (-(-n // (16 * dkdv["WARPS"])) * (d // dkdv["COLS"]), 2, 1)
+    grid = (-(-n // (16 * dkdv["WARPS"])) * (d // dkdv.get("COLS", d)), 2, 1)
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
-    interp, sim = run_both(attention_bwd_dkdv_sm90, args, grid, {"D": d, "CAUSAL": causal, **dkdv}, target="sm_90a",
-                           order="sliced")
+    interp, sim = run_both(kernels[0], args, grid, {"D": d, "CAUSAL": causal, **dkdv}, target=target, order="sliced")
     for got in (interp, sim):
         assert rel_err(got[6], dk_ref) < 1e-2 and rel_err(got[7], dv_ref) < 1e-2
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), 0.1]
-    grid = (-(-n // (16 * dq_cfg["WARPS"])), 2, 1)
-    interp, sim = run_both(attention_bwd_dq_sm90, args, grid, {"D": d, "CAUSAL": causal, **dq_cfg}, target="sm_90a",
-                           order="sliced")
+    grid = (-(-n // (16 * dq_cfg["WARPS"])) * (d // dq_cfg.get("COLS", d)), 2, 1)
+    interp, sim = run_both(kernels[1], args, grid, {"D": d, "CAUSAL": causal, **dq_cfg}, target=target, order="sliced")
     assert rel_err(interp[6], dq_ref) < 1e-2 and rel_err(sim[6], dq_ref) < 1e-2
 
 

@@ -87,14 +87,13 @@ def head_dim_256() -> None:
     """D = 256 (four 128-byte swizzled panels a row): attention() causal and not, 1000 keys in 16 steps of 64
     against 2 stages on Hopper's persistent grid (each block several tiles) and two query blocks a block, and its
     backward (dK and dV in halves: 32 query steps of 32 against 3 stages; dQ 32 key steps of 32 against 2); then
-    the sm_80 forward (32-key steps against its stages)."""
+    the sm_80 forward and backward (16-query / 16-key steps against their stages, dK, dV and dQ in halves)."""
     for causal in (False, True):
-        q, k, v = (torch.randn(2, 4, 1000, 256, device="cuda", dtype=torch.bfloat16).requires_grad_()
-                   for _ in range(3))
-        out = attention(q, k, v, causal=causal)
-        torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
-        q, k, v = (torch.randn(2, 4, 960, 256, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        attention(q, k, v, causal=causal, target="sm_80")
+        for n, target in ((1000, None), (960, "sm_80")):
+            q, k, v = (torch.randn(2, 4, n, 256, device="cuda", dtype=torch.bfloat16).requires_grad_()
+                       for _ in range(3))
+            out = attention(q, k, v, causal=causal, target=target)
+            torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
 
 
 def main() -> None:

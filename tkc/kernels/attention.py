@@ -238,7 +238,6 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
 # against 0.90 / 1.03 with 32); FALLBACK where N does not divide.
 CONFIG = {32: (32, 64, 0), 64: (32, 64, 0), 96: (32, 64, 1), 128: (32, 32, 1),
           256: (16, 32, 1)}  # D = 256: the one that fits (243 registers, no spills; 128 KB, a block an SM)
-BACKWARD_HEAD_DIMS = (32, 64, 96, 128)  # the mma.sync backward's (tkc/kernels/attention_bwd.py); D = 256: Hopper's
 HOPPER_HEAD_DIMS = (64, 96, 128, 256)  # attention_sm90's; D = 32 takes the sm_80 kernels anywhere
 DECODE_HEAD_DIMS = tuple(DECODE_CONFIG)  # attention_decode's on Hopper (64, 128, 256); elsewhere DECODE_CONFIG_SM80's
 FALLBACK = (16, 64, 0)
@@ -410,14 +409,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     (tkc/kernels/attention_decode.py; on Hopper with DECODE_ON_HOPPER, up to HOPPER_ROWS rows, at D = 256 too).
     With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j), float32 (B, H, Nq): (out, lse). On
     inputs requiring grad, autograd's backward runs tkc's backward kernels (tkc/kernels/attention_bwd.py: causal with
-    Nq = Nk; at D = 256 on Hopper only: elsewhere inputs requiring grad are refused)."""
+    Nq = Nk)."""
     import torch
 
     if torch.compiler.is_compiling() or wants_grad(torch, q, k, v):  # one op of the graph / of autograd
-        if (wants_grad(torch, q, k, v) and q.dim() == 4 and q.shape[3] not in BACKWARD_HEAD_DIMS
-                and not wgmma_path(q.get_device(), target)):
-            fail(f"q: attention's backward at head dim {q.shape[3]} runs on Hopper only (q, k or v requires grad; "
-                 "elsewhere run the forward under torch.no_grad() or on detached tensors)")
         from tkc.kernels import torch_ops
 
         scale = None if scale is None else float(scale)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_tensor, dtype_constant, fail, multiprocessors, wgmma_path
-from tkc.kernels.attention import BACKWARD_HEAD_DIMS, check_qkv, group_constant, kv_head
+from tkc.kernels.attention import check_qkv, group_constant, kv_head
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -99,9 +99,11 @@ def dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, 
 
 
 @tkc.func
-def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, keys, ragged, wgmma, dt):
+def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, keys, ragged, wgmma, dt, part=0,
+            cols=0):
     """dQ of a warp's 16 queries over one step of keys (query r sees key c iff c <= r + diagonal; with `ragged`, only
-    the first `keys` columns are keys): dQ += dS·K (without the scale)."""
+    the first `keys` columns are keys): dQ += dS·K (without the scale); with `cols` < D, dQ's columns
+    part·cols .. (part + 1)·cols."""
     s = mma_ABt(q, operand(k_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
     if ragged:  # the last step's keys past Nk
         s = keep_cols(s, keys)
@@ -110,7 +112,7 @@ def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, 
     p = exp2(sub_row(s * scale_log2, lse_log2))
     dp = mma_ABt(do, operand(v_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
     ds = p * sub_row(dp, delta)
-    return mma_AB(ds.to(dt), operand(k_s, wgmma), dq)
+    return mma_AB(ds.to(dt), operand(columns(k_s, part, cols or k_s.shape[1], dt), wgmma), dq)
 
 
 @tkc.func
@@ -146,40 +148,47 @@ def group_step(i, first, steps, first_head, heads):
 
 
 @tkc.func
-def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, ragged, wgmma, dt, group):
+def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, ragged, wgmma, dt, group, part=0,
+            cols=0):
     """dQ of the block's query block `blk` of head h (each warp its 16 rows; q, do: the warp's rows in registers, or
     with `wgmma` its warpgroup's in shared memory): the loop over the keys of head kv_head(h, group), KEYS a step,
-    then the store."""
+    then the store; with `cols` < D, dQ's columns part·cols .. (part + 1)·cols."""
+    cols = cols or d
     q_tile = blk * warps + warp_id()
     lse_log2 = load(L, (b, h, q_tile), rv[f32, 16]) * LOG2E
     delta = load(Delta, (b, h, q_tile), rv[f32, 16])
     scale_log2 = scale * LOG2E
-    dq = zeros(rt[f32, 16, d])
+    dq = zeros(rt[f32, 16, cols])
     n_blocks = cdiv((blk + 1) * 16 * warps, keys) if causal else cdiv(K.shape[2], keys)
     kv_h = kv_head(h, group)
     for j in range(n_blocks):
         k_s, v_s = load(K, (b, kv_h, j, 0), st[dt, keys, d]), load(V, (b, kv_h, j, 0), st[dt, keys, d])
         dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, q_tile * 16 - j * keys, causal,
-                     K.shape[2] - j * keys, ragged, wgmma, dt)
-    store(dQ, (dq * scale).to(dt), (b, h, q_tile, 0))
+                     K.shape[2] - j * keys, ragged, wgmma, dt, part, cols)
+    store(dQ, (dq * scale).to(dt), (b, h, q_tile, part))
 
 
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                        Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 64,
                        CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4,
-                       RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, SPLIT: const = 1):
-    """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS), H / GROUP · SPLIT, B): a head of K and V, whose
+                       RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, SPLIT: const = 1, COLS: const = 0):
+    """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS) · D / COLS, H / GROUP · SPLIT, B): a head of K and V, whose
     gradients sum over the GROUP query heads that read it (grouped-query attention); with SPLIT > 1 each of SPLIT blocks
     takes GROUP / SPLIT of them and stores its partial sums at dK[part·B + b] (dK and dV of SPLIT·B rows). Each warp
     keeps its 16 keys' K and V and the sums dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each
     step reads the warp's rows, which leaves room in registers at D=128); the block streams the queries, dO, L and Δ
     QUERIES at a time. Causal (Nq = Nk): key j is seen by queries i >= j, so the loop starts at the block's diagonal.
     RAGGED: Nq is not a multiple of QUERIES (the last step's columns past it are masked; keys past Nk read zeros and are
-    not stored)."""
-    static_assert(D in (32, 64, 96, 128), f"head dim D must be 32, 64, 96 or 128, got {D}")
+    not stored). COLS as in attention_bwd_dkdv_sm90 (D = 256: dK and dV in halves, each block all of Sᵀ and dPᵀ)."""
+    static_assert(D in (32, 64, 96, 128, 256), f"head dim D must be 32, 64, 96, 128 or 256, got {D}")
     static_assert(GROUP % SPLIT == 0, f"SPLIT ({SPLIT}) must divide GROUP ({GROUP})")
+    cols = COLS or D
+    static_assert(cols == D or D % cols == 0 and cols % 64 == 0, f"COLS ({cols}) must be a multiple of 64 dividing D")
     blk, block_y, b = block_idx()
+    part = 0  # which columns of dK and dV, in units of cols
+    if cols < D:
+        blk, part = blk // (D // cols), blk % (D // cols)
     h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], GROUP, SPLIT)
     k_tile = blk * WARPS + warp_id()                         # this warp's keys, in tiles of 16
     if KV_IN_SHARED:
@@ -187,7 +196,7 @@ def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
     else:
         k, v = load(K, (b, h, k_tile, 0), rt[DT, 16, D]), load(V, (b, h, k_tile, 0), rt[DT, 16, D])
     scale_log2 = scale * LOG2E                               # exp(x·scale - L) = exp2(x·scale_log2 - L·LOG2E)
-    dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
+    dk, dv = zeros(rt[f32, 16, cols]), zeros(rt[f32, 16, cols])
     first = blk * 16 * WARPS // QUERIES if CAUSAL else 0     # query blocks before it see none of the block's keys
     steps = cdiv(Q.shape[2], QUERIES)
     for i in range(first, group_steps_end(first, steps, heads)):
@@ -197,9 +206,9 @@ def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
         delta = load(Delta, (b, hq, j), rv[f32, QUERIES])
         dk, dv, _ = dkdv_step(scores_t(k, q_s, KV_IN_SHARED, 0, D, DT), v, q_s, do_s, lse_log2, delta, dk, dv,
                               scale_log2, k_tile * 16 - j * QUERIES, CAUSAL, Q.shape[2] - j * QUERIES, RAGGED,
-                              KV_IN_SHARED, 0, D, DT)
-    store(dK, (dk * scale).to(DT), (out_b, h, k_tile, 0))
-    store(dV, dv.to(DT), (out_b, h, k_tile, 0))
+                              KV_IN_SHARED, 0, D, DT, part, cols)
+    store(dK, (dk * scale).to(DT), (out_b, h, k_tile, part))
+    store(dV, dv.to(DT), (out_b, h, k_tile, part))
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
@@ -217,18 +226,25 @@ def attention_bwd_sum_parts(Parts: gl["DT", 3], Out: gl["DT", 2], D: const = 128
 def attention_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                      Delta: gl[f32, 3], dQ: gl["DT", 4], scale: float, D: const = 64, CAUSAL: const = 0,
                      KEYS: const = 64, WARPS: const = 4, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1,
-                     BLOCKS: const = 0):
-    """dQ of 16·WARPS queries a block. Grid: (Nq / (16·WARPS), H, B); K and V's head h // GROUP. Each warp keeps its 16
-    queries' Q, dO, L, Δ and the sum dQ in registers; the block streams K and V KEYS keys at a time (causal: up to the
-    block's diagonal, the longest blocks first). RAGGED: Nk is not a multiple of KEYS (the last step's keys past it are
-    masked). BLOCKS as in attention_bwd_dkdv_sm90."""
-    static_assert(D in (32, 64, 96, 128), f"head dim D must be 32, 64, 96 or 128, got {D}")
+                     BLOCKS: const = 0, COLS: const = 0):
+    """dQ of 16·WARPS queries a block. Grid: (Nq / (16·WARPS) · D / COLS, H, B); K and V's head h // GROUP. Each warp
+    keeps its 16 queries' Q, dO, L, Δ and the sum dQ in registers; the block streams K and V KEYS keys at a time
+    (causal: up to the block's diagonal, the longest blocks first). RAGGED: Nk is not a multiple of KEYS (the last
+    step's keys past it are masked). BLOCKS as in attention_bwd_dkdv_sm90. COLS (0: all of D): the columns of dQ a
+    block sums, D / COLS blocks next to each other in the grid's x taking the same queries (D = 256: in halves, each
+    block all of S and dP)."""
+    static_assert(D in (32, 64, 96, 128, 256), f"head dim D must be 32, 64, 96, 128 or 256, got {D}")
+    cols = COLS or D
+    static_assert(cols == D or D % cols == 0 and cols % 64 == 0, f"COLS ({cols}) must be a multiple of 64 dividing D")
     blk, h, b = block_idx()
+    part = 0  # which columns of dQ, in units of cols
+    if cols < D:
+        blk, part = blk // (D // cols), blk % (D // cols)
     if CAUSAL:
-        blk = num_blocks()[0] - 1 - blk
+        blk = num_blocks()[0] // (D // cols) - 1 - blk
     q_tile = blk * WARPS + warp_id()
     q, do = load(Q, (b, h, q_tile, 0), rt[DT, 16, D]), load(dO, (b, h, q_tile, 0), rt[DT, 16, D])
-    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 0, DT, GROUP)
+    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 0, DT, GROUP, part, cols)
 
 
 @tkc.func
@@ -373,7 +389,9 @@ def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl
 # 886 µs vs 1098 in registers with 64-query steps; eight warps a block no faster, 17:31).
 CONFIG = {64: ({"QUERIES": 64}, {"KEYS": 64}), 128: ({"QUERIES": 32, "KV_IN_SHARED": 1}, {"KEYS": 32})}
 CONFIG[32], CONFIG[96] = CONFIG[64], CONFIG[128]  # not swept: D = 96's dK/dV kernel at 246 registers, no spills
-assert tuple(sorted(CONFIG)) == BACKWARD_HEAD_DIMS
+# D = 256 (not yet timed on a GPU): dK, dV and dQ each in halves of 128 columns (whole, they would not fit 255
+# registers a thread), 16-query and 16-key steps: 244-253 and 255 registers, no spills; 112 and 48 KB
+CONFIG[256] = ({"QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128}, {"KEYS": 16, "COLS": 128})
 # On Hopper, the wgmma kernels' (RESULTS "attention backward probe — 2026-12-04 17:37", B=2 H=8 N=4096, µs not
 # causal / causal): D=128 three stages, eight warps: dkdv 499 / 294 (two stages 652 / 349; the mma.sync kernel
 # 884 / 549), dq 327 / 205 (591 / 371); D=64 dkdv four warps 379 / 217 (eight 533 / 267), dq three stages 162 / 133;
@@ -405,14 +423,10 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     H (grouped-query attention: dk and dv sum over the query heads that read each K/V head), D ∈ {32, 64, 96, 128,
     256}, any Nq, Nk ≥ 1 (causal: Nq = Nk); lse float32 (B, H, Nq).
     On Hopper (or with target="sm_90a") at D = 64, 96, 128 or 256 the wgmma kernels, where the tensors' strides suit
-    TMA (else, and with target="sm_80", the mma.sync kernels, which do not take D = 256)."""
+    TMA (else, and with target="sm_80", the mma.sync kernels)."""
     import torch
 
     batch, heads, nq, nk, d = check_qkv(q, k, v)
-    wgmma = wgmma_path(q.get_device(), target)
-    if d not in CONFIG and not wgmma:
-        fail(f"q: attention's backward at head dim {d} runs on Hopper only (its wgmma kernels); this path takes "
-             f"{', '.join(map(str, CONFIG))}")
     for name, t in (("out", out), ("grad_out", grad_out)):
         check_tensor(name, t, q.dtype, 4)
         if t.shape != q.shape:
@@ -433,11 +447,8 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     # Hopper: the wgmma kernels where TMA can read the operands; elsewhere (or with target="sm_80") the mma.sync ones,
     # built for sm_80 on every GPU (their sm_90a build, TMA rings instead of cp.async, is slower: RESULTS "attention
     # backward probe — 2026-12-04 17:05", dkdv at D=128 1294 vs 886 µs)
-    if d in CONFIG_SM90 and wgmma and _tma_ready(q, k, v, grad_out, dq, dk, dv):
+    if d in CONFIG_SM90 and wgmma_path(q.get_device(), target) and _tma_ready(q, k, v, grad_out, dq, dk, dv):
         kernels, configs, warps, build = (attention_bwd_dkdv_sm90, attention_bwd_dq_sm90), CONFIG_SM90[d], 8, "sm_90a"
-    elif d not in CONFIG:
-        fail(f"q, k, v, grad_out: attention's backward at head dim {d} reads them through TMA: the last dimension "
-             "contiguous and the other strides multiples of 8 elements (16 bytes)")
     else:
         kernels, configs, warps = (attention_bwd_dkdv, attention_bwd_dq), CONFIG[d], 4
         build = "sm_80" if target in (None, "sm_90a") else target
@@ -467,8 +478,9 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     else:
         kernels[0][(key_blocks, kv_heads, batch)](q, k, v, grad_out, lse, delta, dk, dv, scale, D=d,
                                                   CAUSAL=int(causal), **dkdv, **dt, target=build)
-    kernels[1][(ceil_div(nq, 16 * dq_cfg["WARPS"]), heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d,
-                                                                   CAUSAL=int(causal), **dq_cfg, **dt, target=build)
+    query_blocks = ceil_div(nq, 16 * dq_cfg["WARPS"]) * (d // dq_cfg.get("COLS", d))  # COLS: a block each part of dQ
+    kernels[1][(query_blocks, heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d, CAUSAL=int(causal),
+                                             **dq_cfg, **dt, target=build)
     return dq, dk, dv
 
 
