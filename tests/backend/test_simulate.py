@@ -743,18 +743,21 @@ def test_grouped_query_attention_as_attention_launches_it(d: int, causal: int) -
     assert rel_err(args[3], out) < 2e-2 and rel_err(args[4], lse) < 1e-4
 
 
-@pytest.mark.parametrize("causal, n, grid", [(0, 200, 3), (1, 300, 2)])
-def test_attention_head_dim_256_as_attention_launches_it(causal: int, n: int, grid: int) -> None:
+@pytest.mark.parametrize("causal, n, grid, group", [(0, 200, 3, 1), (1, 300, 2, 2)])
+def test_attention_head_dim_256_as_attention_launches_it(causal: int, n: int, grid: int, group: int) -> None:
     """attention_sm90 at D = 256 in attention()'s configuration (64-key steps, two stages, a producer warpgroup; rows
     of four 128-byte swizzled panels) on a grid of fewer blocks than tiles, so that each block takes several, at a
-    length its steps do not divide: the simulated PTX (after every pass) against float64, with the log-sum-exp."""
+    length its steps do not divide (and two query heads a K/V head): the simulated PTX (after every pass) against
+    float64, with the log-sum-exp."""
     from tkc.kernels import attention_sm90
     from tkc.kernels.attention import sm90_config, sm90_constants
 
     batch, heads, d = 1, 2, 256
-    constants = {"D": d, **sm90_constants(sm90_config(d, n, n, bool(causal))), "CAUSAL": causal, "LSE": 1}
+    constants = {"D": d, **sm90_constants(sm90_config(d, n, n, bool(causal))), "CAUSAL": causal, "LSE": 1,
+                 **({"GROUP": group} if group > 1 else {})}
     rng = np.random.default_rng(causal)
-    q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))
+    q = random_bf16(rng, batch, heads, n, d)
+    k, v = (random_bf16(rng, batch, heads // group, n, d) for _ in range(2))
     args = [q, k, v, poisoned(batch, heads, n, d), poisoned(batch, heads, n, dtype=np.float32), d**-0.5]
     module = lower_kernel(attention_sm90, "sm_90a", constants, aligns={"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
     simulate(module, "attention_sm90", args, (grid,), order="shuffled")
