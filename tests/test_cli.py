@@ -130,6 +130,10 @@ def test_compile_resources(capsys: pytest.CaptureFixture[str], two_kernels: str)
     assert rc == 0 and out.startswith("builtin.module") and "bytes of shared memory" in err
     shared = re.search(r"(\d+) bytes of shared memory", err).group(1)
     assert int(shared) > 0
+    # a producer warpgroup: the registers each side holds at run time (setmaxnreg) beside ptxas's launch count
+    rc, out, err = run(capsys, "compile", ATTENTION, "--kernel", "attention_sm90", "-D", "PRODUCER=1", "--resources")
+    assert rc == 0 and re.search(r"`attention_sm90` on sm_90a: \d+ registers a thread \(at run time the producer "
+                                 r"warpgroup \d+, the others \d+: setmaxnreg\), 0 / 0 bytes", err), err
 
 
 def test_compile_every_kernel_or_one(capsys: pytest.CaptureFixture[str], two_kernels: str) -> None:

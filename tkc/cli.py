@@ -170,6 +170,10 @@ def resources_report(ptx: str, target: str) -> str:
     shared = {name: int(n) for name, n in re.findall(r"^// (\w+): (\d+) bytes of dynamic shared memory$", ptx, re.M)}
     threads = {name: int(x) * int(y) * int(z)
                for name, x, y, z in re.findall(r"\.entry (\w+)\([^{]*?\.maxntid (\d+), (\d+), (\d+)", ptx)}
+    # a kernel with a producer warpgroup hands registers over at run time (setmaxnreg): ptxas's count is the launch's
+    bodies = dict(re.findall(r"\.entry (\w+)\((.*?)(?=\.entry |\Z)", ptx, re.S))
+    handover = {name: (re.findall(r"setmaxnreg\.dec\S* (\d+);", body), re.findall(r"setmaxnreg\.inc\S* (\d+);", body))
+                for name, body in bodies.items()}
     lines = []
     for name, report in assemble(ptx, target).items():
         spills = f"{report.spill_stores} / {report.spill_loads} bytes of spill stores / loads"
@@ -177,7 +181,10 @@ def resources_report(ptx: str, target: str) -> str:
         smem = shared.get(name, 0) + report.static_shared_bytes
         blocks = (f"; {describe(occupancy(report.registers, threads[name], smem, target), target)}"
                   if name in threads else "")
-        lines.append(f"tkc: `{name}` on {target}: {report.registers} registers a thread, {spills}, "
+        dec, inc = handover.get(name, ([], []))
+        regs = (f" (at run time the producer warpgroup {'/'.join(sorted(set(dec)))}, the others "
+                f"{'/'.join(sorted(set(inc)))}: setmaxnreg)" if dec and inc else "")
+        lines.append(f"tkc: `{name}` on {target}: {report.registers} registers a thread{regs}, {spills}, "
                      f"{report.stack_bytes} bytes of stack, {smem} bytes of shared memory{blocks}{notes}\n")
     return "".join(lines)
 
