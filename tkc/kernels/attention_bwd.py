@@ -401,10 +401,13 @@ CONFIG[256] = ({"QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128}, {"KEYS": 16, "CO
 # multiprocessor — 2026-12-05 19:04": causal +4-5 %, grouped causal +10 %, H100).
 CONFIG_SM90 = {64: ({"WARPS": 4, "STAGES": 3, "BLOCKS": 3}, {"STAGES": 3}), 128: ({"STAGES": 3}, {"STAGES": 3})}
 CONFIG_SM90[96] = CONFIG_SM90[128]  # not swept
-# D = 256 (not yet timed on a GPU): dK and dV in halves of 128 columns (both whole would take 256 registers a
-# thread), a warpgroup of 64 keys, 32-query steps in three stages (225-235 registers, no spills, 160 KB); dQ eight
-# warps, 32-key steps in two stages (189 registers, 192 KB). Only these kernels take D = 256 (Hopper).
-CONFIG_SM90[256] = ({"WARPS": 4, "STAGES": 3, "QUERIES": 32, "COLS": 128}, {"WARPS": 8, "KEYS": 32, "STAGES": 2})
+# D = 256: dK and dV in halves of 128 columns (both whole would take 256 registers a thread), a warpgroup of 64 keys
+# with a producer warpgroup, 32-query steps in four stages (221-227 registers, no spills, 193 KB); dQ four warps,
+# 64-key steps in two stages. On the H200 (RESULTS "head dim 256 — 2026-12-05 21:30", B=2 H=16 N=4096, µs not causal
+# / causal): dkdv 3568 / 1885 (without the producer, three stages 5172 / 2684), dq 1646 / 980 (eight warps of
+# 32-key steps 2060 / 1152).
+CONFIG_SM90[256] = ({"WARPS": 4, "STAGES": 4, "QUERIES": 32, "COLS": 128, "PRODUCER": 1},
+                    {"WARPS": 4, "KEYS": 64, "STAGES": 2})
 
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:
