@@ -73,10 +73,22 @@ def scores_t(k, q_s, kv_in_shared, wgmma, d, dt):
 
 @tkc.func
 def columns(tile, part, cols, dt):
-    """Columns part·cols .. (part + 1)·cols of a shared tile (the tile itself where those are all of them)."""
-    if cols == tile.shape[1]:
+    """Columns part·cols .. (part + 1)·cols of a shared tile (the tile itself where cols is 0 or all of them)."""
+    if not cols or cols == tile.shape[1]:
         return tile
     return load(tile, (0, part), st[dt, tile.shape[0], cols])
+
+
+@tkc.func
+def column_part(blk, d, cols):
+    """A block's index along the grid's x where D / `cols` blocks in a row take the same keys or queries, each
+    summing `cols` columns of their gradients (0: all of D): (its key or query block, which columns in units of
+    cols, cols)."""
+    cols = cols or d
+    static_assert(cols == d or d % cols == 0 and cols % 64 == 0, f"COLS ({cols}) must be a multiple of 64 dividing D")
+    if cols < d:
+        return blk // (d // cols), blk % (d // cols), cols
+    return blk, 0, cols
 
 
 @tkc.func
@@ -91,7 +103,6 @@ def dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, 
     if causal:  # every step (a no-op before the diagonal): a branch around it costs ptxas ~90 registers
         s_t = triu(s_t, diagonal, -math.inf)
     p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
-    cols = cols or d
     dv = mma_AB(p_t.to(dt), operand(columns(do_s, part, cols, dt), wgmma), dv)
     dp_t = mma_ABt(warp_rows(v, kv_in_shared, d, dt), operand(do_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
     ds_t = (p_t * sub_col(dp_t, delta)).to(dt)
@@ -112,7 +123,7 @@ def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, 
     p = exp2(sub_row(s * scale_log2, lse_log2))
     dp = mma_ABt(do, operand(v_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
     ds = p * sub_row(dp, delta)
-    return mma_AB(ds.to(dt), operand(columns(k_s, part, cols or k_s.shape[1], dt), wgmma), dq)
+    return mma_AB(ds.to(dt), operand(columns(k_s, part, cols, dt), wgmma), dq)
 
 
 @tkc.func
@@ -153,12 +164,11 @@ def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps,
     """dQ of the block's query block `blk` of head h (each warp its 16 rows; q, do: the warp's rows in registers, or
     with `wgmma` its warpgroup's in shared memory): the loop over the keys of head kv_head(h, group), KEYS a step,
     then the store; with `cols` < D, dQ's columns part·cols .. (part + 1)·cols."""
-    cols = cols or d
     q_tile = blk * warps + warp_id()
     lse_log2 = load(L, (b, h, q_tile), rv[f32, 16]) * LOG2E
     delta = load(Delta, (b, h, q_tile), rv[f32, 16])
     scale_log2 = scale * LOG2E
-    dq = zeros(rt[f32, 16, cols])
+    dq = zeros(rt[f32, 16, cols or d])
     n_blocks = cdiv((blk + 1) * 16 * warps, keys) if causal else cdiv(K.shape[2], keys)
     kv_h = kv_head(h, group)
     for j in range(n_blocks):
@@ -173,22 +183,18 @@ def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
                        Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 64,
                        CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4,
                        RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, SPLIT: const = 1, COLS: const = 0):
-    """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS) · D / COLS, H / GROUP · SPLIT, B): a head of K and V, whose
-    gradients sum over the GROUP query heads that read it (grouped-query attention); with SPLIT > 1 each of SPLIT blocks
-    takes GROUP / SPLIT of them and stores its partial sums at dK[part·B + b] (dK and dV of SPLIT·B rows). Each warp
-    keeps its 16 keys' K and V and the sums dK, dV in registers (KV_IN_SHARED: K and V wait in shared memory and each
-    step reads the warp's rows, which leaves room in registers at D=128); the block streams the queries, dO, L and Δ
-    QUERIES at a time. Causal (Nq = Nk): key j is seen by queries i >= j, so the loop starts at the block's diagonal.
+    """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS) · D / COLS, H / GROUP · SPLIT, B): a head of K and V,
+    whose gradients sum over the GROUP query heads that read it (grouped-query attention); with SPLIT > 1 each of
+    SPLIT blocks takes GROUP / SPLIT of them and stores its partial sums at dK[part·B + b] (dK and dV of SPLIT·B
+    rows). Each warp keeps its 16 keys' K and V and the sums dK, dV in registers (KV_IN_SHARED: K and V wait in
+    shared memory and each step reads the warp's rows, which leaves room in registers at D=128); the block streams
+    the queries, dO, L and Δ QUERIES at a time. Causal (Nq = Nk): key j is seen by queries i >= j, so the loop starts at the block's diagonal.
     RAGGED: Nq is not a multiple of QUERIES (the last step's columns past it are masked; keys past Nk read zeros and are
     not stored). COLS as in attention_bwd_dkdv_sm90 (D = 256: dK and dV in halves, each block all of Sᵀ and dPᵀ)."""
     static_assert(D in (32, 64, 96, 128, 256), f"head dim D must be 32, 64, 96, 128 or 256, got {D}")
     static_assert(GROUP % SPLIT == 0, f"SPLIT ({SPLIT}) must divide GROUP ({GROUP})")
-    cols = COLS or D
-    static_assert(cols == D or D % cols == 0 and cols % 64 == 0, f"COLS ({cols}) must be a multiple of 64 dividing D")
-    blk, block_y, b = block_idx()
-    part = 0  # which columns of dK and dV, in units of cols
-    if cols < D:
-        blk, part = blk // (D // cols), blk % (D // cols)
+    x, block_y, b = block_idx()
+    blk, part, cols = column_part(x, D, COLS)
     h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], GROUP, SPLIT)
     k_tile = blk * WARPS + warp_id()                         # this warp's keys, in tiles of 16
     if KV_IN_SHARED:
@@ -234,12 +240,8 @@ def attention_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT"
     block sums, D / COLS blocks next to each other in the grid's x taking the same queries (D = 256: in halves, each
     block all of S and dP)."""
     static_assert(D in (32, 64, 96, 128, 256), f"head dim D must be 32, 64, 96, 128 or 256, got {D}")
-    cols = COLS or D
-    static_assert(cols == D or D % cols == 0 and cols % 64 == 0, f"COLS ({cols}) must be a multiple of 64 dividing D")
-    blk, h, b = block_idx()
-    part = 0  # which columns of dQ, in units of cols
-    if cols < D:
-        blk, part = blk // (D // cols), blk % (D // cols)
+    x, h, b = block_idx()
+    blk, part, cols = column_part(x, D, COLS)
     if CAUSAL:
         blk = num_blocks()[0] // (D // cols) - 1 - blk
     q_tile = blk * WARPS + warp_id()
@@ -266,18 +268,14 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     static_assert(d in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {d}")
     static_assert(group == 1 or not with_dq, "dQ by atomics takes one query head a K/V head (GROUP = 1)")
     static_assert(group % split == 0, f"SPLIT ({split}) must divide GROUP ({group})")
-    cols = cols or d
-    static_assert(cols == d or d % cols == 0 and cols % 64 == 0 and not with_dq,
-                  f"COLS ({cols}) must be a multiple of 64 dividing D ({d}), without dQ")
+    static_assert(not cols or cols == d or not with_dq, "dQ by atomics takes dK and dV whole (COLS = 0)")
     if with_dq:  # the grid's x is the head: the blocks running at once add into different heads' rows of dQ_sum
         h, blk, b = block_idx()
         first_head, heads, out_b = h, 1, b
     else:
         blk, block_y, b = block_idx()
         h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], group, split)
-    part = 0  # which columns of dK and dV, in units of cols
-    if cols < d:
-        blk, part = blk // (d // cols), blk % (d // cols)
+    blk, part, cols = column_part(blk, d, cols)
     k_block = load(K, (b, h, blk, 0), st[dt, 16 * warps, d])
     v_block = load(V, (b, h, blk, 0), st[dt, 16 * warps, d])
     k, v = load(k_block, (warpgroup_id(), 0), st[dt, 64, d]), load(v_block, (warpgroup_id(), 0), st[dt, 64, d])
