@@ -272,7 +272,8 @@ def _fake_gpu(monkeypatch):
         compiled = compile_for_launch(kernel, target or "sm_80", kernel.resolve_constants(constants), aligns, pipeline)
         loaded = types.SimpleNamespace(params=[tuple(p) for p in compiled.meta()["params"]],
                                        cluster=compiled.meta().get("cluster", 1), kernel=kernel.name,
-                                       constants=kernel.resolve_constants(constants), target=target)
+                                       constants=kernel.resolve_constants(constants), target=target,
+                                       shared_bytes=compiled.shared_bytes)
         return loaded, None, types.SimpleNamespace(ordinal=0, multiprocessors=132)
 
     launches = []
@@ -397,10 +398,11 @@ def test_gemm_split_along_k_launches_one_cluster_kernel(monkeypatch) -> None:
 
 
 def _fake_gpu_for_attention(monkeypatch):
-    """_fake_gpu for attention(): a GPU of 132 multiprocessors that holds one block of each on each, no plans made
-    yet; (the module tkc.kernels.attention, tensor maker, recorded launches)."""
+    """_fake_gpu for attention(): a GPU of 132 multiprocessors (227 KB of shared memory a block) that holds one block
+    of each on each, no plans made yet; (the module tkc.kernels.attention, tensor maker, recorded launches)."""
     import importlib
 
+    from tkc.kernels import _checks
     from tkc.runtime import launch
 
     attention_module = importlib.import_module("tkc.kernels.attention")
@@ -408,6 +410,7 @@ def _fake_gpu_for_attention(monkeypatch):
     monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: sms)
     monkeypatch.setattr(attention_module, "_PLANS", {})
     monkeypatch.setitem(attention_module.MULTIPROCESSORS, 0, 132)
+    monkeypatch.setitem(_checks.SHARED_MEMORY_LIMITS, 0, 232448)
     return attention_module, cuda, launches
 
 
@@ -513,6 +516,25 @@ def test_attention_head_dim_256(monkeypatch) -> None:
     launch = launches[-1][0]
     assert launch.kernel == "attention_fwd" and launch.target == "sm_80"
     assert (launch.constants["ROWS"], launch.constants["KEYS"], launch.constants["Q_IN_SHARED"]) == (16, 32, 1)
+    assert launch.constants["STAGES"] == 3 and launch.shared_bytes > 101376  # more than a 99 KB card has
+
+
+def test_attention_head_dim_256_on_a_card_of_99_kb(monkeypatch) -> None:
+    """D = 256 on an sm_86 / sm_89 card (99 KB of shared memory a block): attention() and attention_backward() take
+    the sm_80 kernels with two stages instead of three, and each kernel fits the card's shared memory."""
+    torch = pytest.importorskip("torch")
+    from tkc.kernels import _checks, attention, attention_backward
+
+    _, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    monkeypatch.setitem(_checks._HOPPER, 0, False)
+    monkeypatch.setitem(_checks.SHARED_MEMORY_LIMITS, 0, 101376)
+    q, k, v = cuda(1, 2, 128, 256), cuda(1, 2, 128, 256), cuda(1, 2, 128, 256)
+    out = attention(q, k, v, causal=True)
+    attention_backward(q, k, v, out, q, cuda(1, 2, 128, dtype=torch.float32), causal=True)
+    fwd, delta, dkdv, dq = (launch[0] for launch in launches[-4:])
+    assert [fwd.kernel, dkdv.kernel, dq.kernel] == ["attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq"]
+    assert fwd.constants["STAGES"] == dkdv.constants["STAGES"] == 2
+    assert all(launch.shared_bytes <= 101376 for launch in (fwd, delta, dkdv, dq))
 
 
 def test_grouped_query_attention_launches(monkeypatch) -> None:

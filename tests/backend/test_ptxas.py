@@ -58,7 +58,8 @@ VARIANTS = {
                        {"D": 256, "CAUSAL": 1, "KEYS": 64, "STAGES": 2, "DEFER": 2, "PRODUCER": 1, "LATE_SUMS": 1,
                         "LSE": 1, "GROUP": 4}],
     "attention_fwd_lse": [{"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1},
-                          {"D": 256, "CAUSAL": 1, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1}],
+                          {"D": 256, "CAUSAL": 1, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1},
+                          {"D": 256, "CAUSAL": 0, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1, "STAGES": 2}],  # 99 KB cards
     "attention_bwd_delta": [{"D": 64}, {"D": 128, "WITH_DL": 1}, {"D": 256}],
     # attention_backward's constants (tkc/kernels/attention_bwd.py CONFIG), causal and not
     "attention_bwd_dkdv": [{"D": 64, "CAUSAL": 0, "QUERIES": 64}, {"D": 64, "CAUSAL": 1, "QUERIES": 64},
@@ -71,7 +72,8 @@ VARIANTS = {
                            {"D": 32, "CAUSAL": 1, "QUERIES": 64}, {"D": 96, "CAUSAL": 0, "QUERIES": 32, "KV_IN_SHARED": 1},
                            # D = 256: dK and dV in halves of 128 columns
                            {"D": 256, "CAUSAL": 1, "QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128, "RAGGED": 1,
-                            "GROUP": 4}, {"D": 256, "CAUSAL": 0, "QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128}],
+                            "GROUP": 4}, {"D": 256, "CAUSAL": 0, "QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128},
+                           {"D": 256, "CAUSAL": 1, "QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128, "STAGES": 2}],
     "attention_bwd_sum_parts": [{"D": 64}, {"D": 128}, {"D": 256}],
     # attention()'s decoding path (tkc/kernels/attention_decode.py CONFIG)
     "attention_decode": [{"D": 64, "KEYS": 64, "STAGES": 2}, {"D": 128, "KEYS": 32, "STAGES": 2},

@@ -79,17 +79,19 @@ def test_gemm(m: int, n: int, k: int, trans_b: int, order: str) -> None:
     assert rel_err(sim[2], interp[2]) < 2e-3
 
 
-@pytest.mark.parametrize("d, causal, order", [(64, 0, "shuffled"), (64, 1, "descending"), (128, 1, "ascending"),
-                                              (32, 1, "shuffled"), (96, 0, "shuffled"), (256, 1, "shuffled")])
-def test_attention(d: int, causal: int, order: str) -> None:
-    """attention_fwd with attention()'s constants for D (32, 96 and 256 too; 16 rows a warp), against the
-    interpreter and float64."""
+@pytest.mark.parametrize("d, causal, order, stages", [(64, 0, "shuffled", 3), (64, 1, "descending", 3),
+                                                      (128, 1, "ascending", 3), (32, 1, "shuffled", 3),
+                                                      (96, 0, "shuffled", 3), (256, 1, "shuffled", 3),
+                                                      (256, 0, "sliced", 2)])
+def test_attention(d: int, causal: int, order: str, stages: int) -> None:
+    """attention_fwd with attention()'s constants for D (32, 96 and 256 too; 16 rows a warp; at D = 256 also in two
+    stages, as on a card of 99 KB), against the interpreter and float64."""
     from tkc.kernels.attention import CONFIG
 
     rng = np.random.default_rng(d + causal)
     q, k, v = (random_bf16(rng, 1, 2, 128, d) for _ in range(3))
     rows, keys, q_in_shared = CONFIG[d]
-    constants = {"D": d, "CAUSAL": causal, "ROWS": 16, "KEYS": keys, "Q_IN_SHARED": q_in_shared}
+    constants = {"D": d, "CAUSAL": causal, "ROWS": 16, "KEYS": keys, "Q_IN_SHARED": q_in_shared, "STAGES": stages}
     interp, sim = run_both(attention_fwd, [q, k, v, poisoned(1, 2, 128, d), d**-0.5], (2, 2, 1), constants,
                            order=order)
     assert rel_err(sim[3], interp[3]) < 2e-3
@@ -444,13 +446,13 @@ def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: 
     assert rel_err(sim[6], dq_ref) < 1e-2
 
 
-@pytest.mark.parametrize("causal, n, target", [(0, 200, "sm_90a"), (1, 160, "sm_90a"), (0, 192, "sm_80"),
-                                              (1, 128, "sm_80")])
-def test_attention_backward_head_dim_256(causal: int, n: int, target: str) -> None:
+@pytest.mark.parametrize("causal, n, target, stages", [(0, 200, "sm_90a", 0), (1, 160, "sm_90a", 0),
+                                                      (0, 192, "sm_80", 3), (1, 128, "sm_80", 3), (1, 128, "sm_80", 2)])
+def test_attention_backward_head_dim_256(causal: int, n: int, target: str, stages: int) -> None:
     """D = 256 with attention_backward's constants: the wgmma kernels (dK and dV in halves of 128 columns, two blocks
     a key block, each computing all of Sᵀ and dPᵀ and storing its columns; dQ whole) and the mma.sync ones (dQ in
-    halves too); more query and key steps than stages, on Hopper a length the steps do not divide; the simulation
-    and the interpreter agree with float64."""
+    halves too; dK/dV also in two stages, as on a card of 99 KB); more query and key steps than stages, on Hopper a
+    length the steps do not divide; the simulation and the interpreter agree with float64."""
     from reference import attention_backward_ref
 
     from tkc.kernels import attention_bwd as bwd
@@ -464,7 +466,7 @@ def test_attention_backward_head_dim_256(causal: int, n: int, target: str) -> No
         (dkdv, dq_cfg), kernels = bwd.CONFIG_SM90[d], (bwd.attention_bwd_dkdv_sm90, bwd.attention_bwd_dq_sm90)
     else:
         (dkdv, dq_cfg), kernels = bwd.CONFIG[d], (bwd.attention_bwd_dkdv, bwd.attention_bwd_dq)
-        dkdv, dq_cfg = {"WARPS": 4, **dkdv}, {"WARPS": 4, **dq_cfg}
+        dkdv, dq_cfg = {"WARPS": 4, **dkdv, "STAGES": stages}, {"WARPS": 4, **dq_cfg}
     dkdv = {**dkdv, "RAGGED": int(n % dkdv["QUERIES"] > 0)}
     dq_cfg = {**dq_cfg, "RAGGED": int(n % dq_cfg["KEYS"] > 0)}
     grid = (-(-n // (16 * dkdv["WARPS"])) * (d // dkdv.get("COLS", d)), 2, 1)

@@ -492,6 +492,26 @@ def test_attention_head_dim_256(b: int, h: int, kv_heads: int, n: int, d: int, c
         assert rel_err(got, want) < 1e-2, f"d{name}"
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_head_dim_256_as_on_a_card_of_99_kb(causal: bool, monkeypatch) -> None:
+    """D = 256's sm_80 kernels as attention() runs them on a card of 99 KB of shared memory a block (sm_86 / sm_89:
+    the forward and dK/dV in two stages, sm80_stages), here told the card has 99 KB: output, log-sum-exp and
+    gradients against float64, with more steps than stages."""
+    from tkc.kernels import _checks
+
+    monkeypatch.setitem(_checks.SHARED_MEMORY_LIMITS, torch.cuda.current_device(), 101376)
+    b, h, n, d = 2, 3, 320, 256
+    q, k, v = (randn(b, h, n, d) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    out = poisoned_like((b, h, n, d))
+    assert attention(q, k, v, causal=causal, target="sm_80", out=out) is out and rel_err(out, ref) < 1e-2
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    grad = randn(b, h, n, d)
+    grads = torch.autograd.grad(attention(q, k, v, causal=causal, target="sm_80"), (q, k, v), grad)
+    for name, got, want in zip("qkv", grads, attention_grads_ref(q, k, v, grad, causal)):
+        assert rel_err(got, want) < 1e-2, f"d{name}"
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_backward_unequal_lengths_scale_and_lse(causal: bool, target: str | None) -> None:

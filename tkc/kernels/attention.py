@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import (MULTIPROCESSORS, check_tensor, dtype_constant, fail, multiprocessors,
-                                 resident_blocks, wants_grad, wgmma_path)
+                                 resident_blocks, shared_memory_limit, wants_grad, wgmma_path)
 from tkc.kernels.attention_decode import CONFIG as DECODE_CONFIG
 from tkc.kernels.attention_decode import CONFIG_SM80 as DECODE_CONFIG_SM80
 from tkc.kernels.attention_decode import HOPPER_ROWS, MAX_ROWS, attention_decode_launch, takes_decode
@@ -94,10 +94,10 @@ def flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, LSE,
 
 
 
-@tkc.kernel(warps=4, min_target="sm_80")
+@tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
 def attention_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], scale: float,
                   D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0,
-                  DT: const = bf16, GROUP: const = 1):
+                  DT: const = bf16, GROUP: const = 1, STAGES: const = 3):
     """q: (B, H, Nq, D), k and v: (B, H / GROUP, Nk, D), o like q. Grid: (Nq / (4·ROWS), H, B): the query blocks
     first, so that the blocks running at once share a few heads' K and V in L2 (causal: the longest blocks of 8
     heads first, `longest_first`). Query head h reads K and V's head h // GROUP (grouped-query attention; GROUP = 1:
@@ -116,10 +116,10 @@ def attention_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4]
     flash_forward(Q, K, V, O, O, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 0, DT, GROUP)
 
 
-@tkc.kernel(warps=4, min_target="sm_80")
+@tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
 def attention_fwd_lse(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3], scale: float,
                       D: const = 64, CAUSAL: const = 0, ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0,
-                      DT: const = bf16, GROUP: const = 1):
+                      DT: const = bf16, GROUP: const = 1, STAGES: const = 3):
     """attention_fwd that also writes each query row's log-sum-exp ln Σ_j exp(scale · q·k_j) into L (B, H, Nq),
     for the backward pass."""
     flash_forward(Q, K, V, O, L, scale, D, CAUSAL, ROWS, KEYS, Q_IN_SHARED, 1, DT, GROUP)
@@ -241,6 +241,12 @@ CONFIG = {32: (32, 64, 0), 64: (32, 64, 0), 96: (32, 64, 1), 128: (32, 32, 1),
 HOPPER_HEAD_DIMS = (64, 96, 128, 256)  # attention_sm90's; D = 32 takes the sm_80 kernels anywhere
 DECODE_HEAD_DIMS = tuple(DECODE_CONFIG)  # attention_decode's on Hopper (64, 128, 256); elsewhere DECODE_CONFIG_SM80's
 FALLBACK = (16, 64, 0)
+
+
+def sm80_stages(d: int, device: int) -> dict[str, int]:
+    """The pipeline depth of the sm_80 kernels at D = 256 where the card has less shared memory a block than three
+    stages need (the forward 128 KB, the backward's dK/dV 112 KB): two (96 KB each) on sm_86 / sm_89 cards' 99 KB."""
+    return {"STAGES": 2} if d == 256 and shared_memory_limit(device) < 128 * 1024 else {}
 
 
 # attention_sm90's configuration per head dim, length and mask, from bench/attention.py --variants on the H200
@@ -524,7 +530,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     grid, constants = (nq // (4 * rows), heads, batch), {"D": d, "CAUSAL": int(causal), "ROWS": rows, "KEYS": keys,
                                                          "Q_IN_SHARED": q_in_shared, "target": build,
                                                          **dtype_constant(q.dtype),
-                                                         **group_constant(heads, k.shape[1])}
+                                                         **group_constant(heads, k.shape[1]), **sm80_stages(d, device)}
     if return_lse:
         attention_fwd_lse[grid](q, k, v, out, lse, scale, **constants)
         return out, lse

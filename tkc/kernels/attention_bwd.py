@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_tensor, dtype_constant, fail, multiprocessors, wgmma_path
-from tkc.kernels.attention import check_qkv, group_constant, kv_head
+from tkc.kernels.attention import check_qkv, group_constant, kv_head, sm80_stages
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -178,11 +178,12 @@ def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps,
     store(dQ, (dq * scale).to(dt), (b, h, q_tile, part))
 
 
-@tkc.kernel(warps="WARPS", min_target="sm_80")
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_80")
 def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                        Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 64,
                        CAUSAL: const = 0, QUERIES: const = 64, KV_IN_SHARED: const = 0, WARPS: const = 4,
-                       RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, SPLIT: const = 1, COLS: const = 0):
+                       RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, SPLIT: const = 1, COLS: const = 0,
+                       STAGES: const = 3):
     """dK and dV of 16·WARPS keys a block. Grid: (Nk / (16·WARPS) · D / COLS, H / GROUP · SPLIT, B): a head of K and V,
     whose gradients sum over the GROUP query heads that read it (grouped-query attention); with SPLIT > 1 each of
     SPLIT blocks takes GROUP / SPLIT of them and stores its partial sums at dK[part·B + b] (dK and dV of SPLIT·B
@@ -387,8 +388,9 @@ def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl
 # 886 µs vs 1098 in registers with 64-query steps; eight warps a block no faster, 17:31).
 CONFIG = {64: ({"QUERIES": 64}, {"KEYS": 64}), 128: ({"QUERIES": 32, "KV_IN_SHARED": 1}, {"KEYS": 32})}
 CONFIG[32], CONFIG[96] = CONFIG[64], CONFIG[128]  # not swept: D = 96's dK/dV kernel at 246 registers, no spills
-# D = 256 (not yet timed on a GPU): dK, dV and dQ each in halves of 128 columns (whole, they would not fit 255
-# registers a thread), 16-query and 16-key steps: 244-253 and 255 registers, no spills; 112 and 48 KB
+# D = 256 (not swept): dK, dV and dQ each in halves of 128 columns (whole, they would not fit 255 registers a thread),
+# 16-query and 16-key steps: 244-253 and 255 registers, no spills; 112 and 48 KB (dK/dV 96 KB in two stages where the
+# card has less: sm80_stages)
 CONFIG[256] = ({"QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128}, {"KEYS": 16, "COLS": 128})
 # On Hopper, the wgmma kernels' (RESULTS "attention backward probe — 2026-12-04 17:37", B=2 H=8 N=4096, µs not
 # causal / causal): D=128 three stages, eight warps: dkdv 499 / 294 (two stages 652 / 349; the mma.sync kernel
@@ -451,7 +453,8 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     if d in CONFIG_SM90 and wgmma_path(q.get_device(), target) and _tma_ready(q, k, v, grad_out, dq, dk, dv):
         kernels, configs, warps, build = (attention_bwd_dkdv_sm90, attention_bwd_dq_sm90), CONFIG_SM90[d], 8, "sm_90a"
     else:
-        kernels, configs, warps = (attention_bwd_dkdv, attention_bwd_dq), CONFIG[d], 4
+        (dkdv, dq_cfg), warps = CONFIG[d], 4
+        kernels, configs = (attention_bwd_dkdv, attention_bwd_dq), ({**dkdv, **sm80_stages(d, q.get_device())}, dq_cfg)
         build = "sm_80" if target in (None, "sm_90a") else target
     delta = lse.new_empty(lse.shape)
     dt = dtype_constant(q.dtype)
