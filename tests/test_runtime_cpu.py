@@ -481,8 +481,8 @@ def test_attention_head_dims_32_and_96_on_hopper(monkeypatch) -> None:
 
 
 def test_attention_head_dim_256(monkeypatch) -> None:
-    """D = 256 on Hopper: attention_sm90 in its configuration (64-key steps, two stages, a producer; persistent not
-    causal, two query blocks a block causal), a few queries by the decoding kernels; the backward's wgmma kernels,
+    """D = 256 on Hopper: attention_sm90 in its configuration (two stages, a producer; persistent with 80-key steps
+    not causal, two query blocks a block with 64-key steps causal), a few queries by the decoding kernels; the backward's wgmma kernels,
     dK and dV in halves of 128 columns (two blocks a key block). With target="sm_80": attention_fwd (16 rows a
     warp, 32-key steps, Q in shared memory) and the mma.sync backward, dK, dV and dQ in halves."""
     torch = pytest.importorskip("torch")
@@ -497,7 +497,7 @@ def test_attention_head_dim_256(monkeypatch) -> None:
         launch = launches[-1][0]
         assert launch.kernel == "attention_sm90" and launch.target == "sm_90a"
         assert {key: launch.constants[key] for key in ("D", "KEYS", "WARPS", "STAGES", "PRODUCER")} == \
-            {"D": 256, "KEYS": 64, "WARPS": 8, "STAGES": 2, "PRODUCER": 1}
+            {"D": 256, "KEYS": 64 if causal else 80, "WARPS": 8, "STAGES": 2, "PRODUCER": 1 if causal else 2}
         attention_backward(q, k, v, q, q, lse, causal=causal)
         (_, _, _), (dkdv, dkdv_grid, _), (dq, dq_grid, _) = launches[-3:]
         assert (dkdv.kernel, dkdv.constants["COLS"], dkdv_grid) == ("attention_bwd_dkdv_sm90", 128, (2 * 2, 4, 2))

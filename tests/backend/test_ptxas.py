@@ -56,7 +56,10 @@ VARIANTS = {
                        {"D": 96, "CAUSAL": 1, "KEYS": 128, "DEFER": 2, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1},
                        # attention()'s D = 256 (64-key steps, two stages), causal with query heads a K/V head
                        {"D": 256, "CAUSAL": 1, "KEYS": 64, "STAGES": 2, "DEFER": 2, "PRODUCER": 1, "LATE_SUMS": 1,
-                        "LSE": 1, "GROUP": 4}],
+                        "LSE": 1, "GROUP": 4},
+                       # and not causal (80-key steps, a lean producer)
+                       {"D": 256, "KEYS": 80, "STAGES": 2, "DEFER": 2, "PRODUCER": 2, "LATE_SUMS": 1, "LSE": 1,
+                        "GROUP": 4}],
     "attention_fwd_lse": [{"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1},
                           {"D": 256, "CAUSAL": 1, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1},
                           {"D": 256, "CAUSAL": 0, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1, "STAGES": 2}],  # 99 KB cards

@@ -747,8 +747,8 @@ def test_grouped_query_attention_as_attention_launches_it(d: int, causal: int) -
 
 @pytest.mark.parametrize("causal, n, grid, group", [(0, 200, 3, 1), (1, 300, 2, 2)])
 def test_attention_head_dim_256_as_attention_launches_it(causal: int, n: int, grid: int, group: int) -> None:
-    """attention_sm90 at D = 256 in attention()'s configuration (64-key steps, two stages, a producer warpgroup; rows
-    of four 128-byte swizzled panels) on a grid of fewer blocks than tiles, so that each block takes several, at a
+    """attention_sm90 at D = 256 in attention()'s configuration (two stages, a producer warpgroup; 80-key steps not
+    causal, 64 causal; rows of four 128-byte swizzled panels) on a grid of fewer blocks than tiles, so that each block takes several, at a
     length its steps do not divide (and two query heads a K/V head): the simulated PTX (after every pass) against
     float64, with the log-sum-exp."""
     from tkc.kernels import attention_sm90

@@ -365,7 +365,7 @@ def _backward(nq: int = 64, nk: int | None = None, causal: bool = False, grad_sh
     (lambda: attention(randn(1, 1, 64, 64), randn(1, 1, 0, 64), randn(1, 1, 0, 64), target="sm_90a"), ValueError,
      ["at least one key"]),
     (lambda: attention(randn(1, 1, 64, 80), randn(1, 1, 64, 80), randn(1, 1, 64, 80)), ValueError,
-     ["head dim must be 32, 64, 96 or 128, got 80"]),
+     ["head dim must be 32, 64, 96, 128 or 256, got 80"]),
     (lambda: _backward(nq=64, nk=128, causal=True), ValueError, ["causal", "Nq = Nk"]),
     (lambda: _backward(grad_shape=(1, 1, 64, 128)), ValueError, ["grad_out: expected the shape of q"]),
     (lambda: _backward(lse_dtype=torch.bfloat16), ValueError, ["lse must be torch.float32"]),

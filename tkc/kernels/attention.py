@@ -169,7 +169,7 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
     step 0 run under the other's wgmmas. LATE_PV=1 issues the deferred P·V after the step's row max (`defer-wgmma`).
     """
     static_assert(D in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {D}")
-    static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
+    static_assert(KEYS in (64, 80, 128), f"KEYS (keys per step) must be 64, 80 or 128, got {KEYS}")
     static_assert(DEFER or not Q_REGS, "Q_REGS=1 needs DEFER=1: with P·V running on into the next step, ptxas gives "
                   "P the registers of Q that the next Q·Kᵀ reads (wrong results)")
     BLOCK_ROWS = 16 * WARPS
@@ -308,11 +308,14 @@ def _for_few_tiles(cfg: dict[str, int], d: int, nq: int, causal: bool, units: in
 
 def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
     """sm90_config's warps, key steps, passes and grid per head dim, key length and mask."""
-    if d == 256:  # 64-key steps: O takes 128 registers a thread, S 32; two stages of K and V (64 KB each) beside Q
-        # (on the H200 at N = 4096 P·V deferred one step, after the row max, or no producer: all within 3 %,
-        # RESULTS "head dim 256 on the GPU — 2026-12-05")
-        cfg = {"KEYS": 64, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": 1}
-        return {**cfg, "TILES": 2} if causal else {**cfg, "PERSISTENT": 1}
+    if d == 256:  # O takes 128 registers a thread. Not causal: 80-key steps (S 40 registers; two stages of K and V,
+        # 80 KB each, beside Q's 64: 225 KB) with a lean producer (the consumers 240 registers): +2-7 % over 64-key
+        # steps on an H100 (RESULTS "head dim 256, 80-key steps — 2026-12-05 22:36"). Causal: 64-key steps (with
+        # 80, +3-9 % at N >= 4096, but the 24-register producer spills 8 bytes); on the H200 at N = 4096 P·V
+        # deferred one step, after the row max, or no producer: all within 3 % ("head dim 256 on the GPU")
+        if not causal:
+            return {"KEYS": 80, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": 2, "PERSISTENT": 1}
+        return {"KEYS": 64, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": 1, "TILES": 2}
     if d >= 96:  # D = 96 as 128 (not swept)
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
         if not causal:
