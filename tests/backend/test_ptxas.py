@@ -58,7 +58,7 @@ VARIANTS = {
                        {"D": 256, "CAUSAL": 1, "KEYS": 64, "STAGES": 2, "DEFER": 2, "PRODUCER": 1, "LATE_SUMS": 1,
                         "LSE": 1, "GROUP": 4},
                        # and not causal (80-key steps, a lean producer)
-                       {"D": 256, "KEYS": 80, "STAGES": 2, "DEFER": 2, "PRODUCER": 2, "LATE_SUMS": 1, "LSE": 1,
+                       {"D": 256, "KEYS": 80, "STAGES": 2, "DEFER": 1, "PRODUCER": 2, "LATE_SUMS": 1, "LSE": 1,
                         "GROUP": 4}],
     "attention_fwd_lse": [{"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1},
                           {"D": 256, "CAUSAL": 1, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1},

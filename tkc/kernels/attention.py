@@ -309,12 +309,13 @@ def _for_few_tiles(cfg: dict[str, int], d: int, nq: int, causal: bool, units: in
 def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
     """sm90_config's warps, key steps, passes and grid per head dim, key length and mask."""
     if d == 256:  # O takes 128 registers a thread. Not causal: 80-key steps (S 40 registers; two stages of K and V,
-        # 80 KB each, beside Q's 64: 225 KB) with a lean producer (the consumers 240 registers): +2-7 % over 64-key
-        # steps on an H100 (RESULTS "head dim 256, 80-key steps — 2026-12-05 22:36"). Causal: 64-key steps (with
-        # 80, +3-9 % at N >= 4096, but the 24-register producer spills 8 bytes); on the H200 at N = 4096 P·V
-        # deferred one step, after the row max, or no producer: all within 3 % ("head dim 256 on the GPU")
+        # 80 KB each, beside Q's 64: 225 KB) with a lean producer (the consumers 240 registers), P·V deferred one
+        # step: +6-7 % over 64-key steps on an H100 (RESULTS "head dim 256, 80-key steps — 2026-12-05 22:36";
+        # DEFER=2 4 % behind at N = 1024). Causal: 64-key steps (with 80, +3-9 % at N >= 4096, but the 24-register
+        # producer spills 8 bytes); on the H200 at N = 4096 P·V deferred one step, after the row max, or no
+        # producer: all within 3 % ("head dim 256 on the GPU")
         if not causal:
-            return {"KEYS": 80, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": 2, "PERSISTENT": 1}
+            return {"KEYS": 80, "WARPS": 8, "STAGES": 2, "DEFER": 1, "PRODUCER": 2, "PERSISTENT": 1}
         return {"KEYS": 64, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": 1, "TILES": 2}
     if d >= 96:  # D = 96 as 128 (not swept)
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
