@@ -20,7 +20,7 @@ from common import rel_err, time_ms  # noqa: E402
 from tkc.kernels import attention  # noqa: E402
 from tkc.kernels.attention_bwd import (CONFIG, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dkdv_sm90,  # noqa: E402
                                       attention_bwd_dq, attention_bwd_dq_scale, attention_bwd_dq_sm90,
-                                      attention_bwd_sm90)
+                                      attention_bwd_sm90, dkdv_blocks)
 
 
 def reference(q, k, v, grad, causal: bool, scale: float):
@@ -67,7 +67,7 @@ def main() -> None:
                                           else (attention_bwd_dkdv, attention_bwd_dq))
                 build = "sm_90a" if wgmma else target
                 kv_grid, q_grid = ((n // (16 * c.get("WARPS", 8 if wgmma else 4)), h, b) for c in (dkdv_cfg, dq_cfg))
-                kv_grid = (kv_grid[0] * d // dkdv_cfg.get("COLS", d), h, b)  # COLS: a block each part of dK, dV
+                kv_grid = (dkdv_blocks(n, d, {"WARPS": 8 if wgmma else 4, **dkdv_cfg}), h, b)
                 dq_sum = torch.full(q.shape, math.nan, device="cuda")
                 runs = {
                     "delta": lambda: attention_bwd_delta[grid](o, grad, lse, delta, D=d, target="sm_80"),

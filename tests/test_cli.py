@@ -108,7 +108,7 @@ def test_compile_attention(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.startswith('builtin.module attributes {tkc.target = "sm_90a"}')
     assert "func.func @attention_fwd" in out and "scf.for" in out and "tile.tril" in out
     assert ("tkc.constants = {D = 64 : i64, CAUSAL = 1 : i64, ROWS = 16 : i64, KEYS = 64 : i64, Q_IN_SHARED = 0 : i64, "
-            "DT = \"bf16\", GROUP = 1 : i64}") in out
+            "DT = \"bf16\", GROUP = 1 : i64, STAGES = 3 : i64}") in out
 
 
 def test_compile_resources(capsys: pytest.CaptureFixture[str], two_kernels: str) -> None:

@@ -482,9 +482,10 @@ def test_attention_head_dims_32_and_96_on_hopper(monkeypatch) -> None:
 
 def test_attention_head_dim_256(monkeypatch) -> None:
     """D = 256 on Hopper: attention_sm90 in its configuration (two stages, a producer; persistent with 80-key steps
-    not causal, two query blocks a block with 64-key steps causal), a few queries by the decoding kernels; the backward's wgmma kernels,
-    dK and dV in halves of 128 columns (two blocks a key block). With target="sm_80": attention_fwd (16 rows a
-    warp, 32-key steps, Q in shared memory) and the mma.sync backward, dK, dV and dQ in halves."""
+    not causal, two query blocks a block with 64-key steps causal), a few queries by the decoding kernels; the
+    backward's wgmma kernels, dK and dV in halves of 128 columns (HALVES: a block of two warpgroups each 64 keys).
+    With target="sm_80": attention_fwd (16 rows a warp, 32-key steps, Q in shared memory) and the mma.sync
+    backward, dK, dV and dQ in halves (two blocks a key block)."""
     torch = pytest.importorskip("torch")
     from tkc.kernels import _checks, attention, attention_backward
 
@@ -500,7 +501,7 @@ def test_attention_head_dim_256(monkeypatch) -> None:
             {"D": 256, "KEYS": 64 if causal else 80, "WARPS": 8, "STAGES": 2, "PRODUCER": 1 if causal else 2}
         attention_backward(q, k, v, q, q, lse, causal=causal)
         (_, _, _), (dkdv, dkdv_grid, _), (dq, dq_grid, _) = launches[-3:]
-        assert (dkdv.kernel, dkdv.constants["COLS"], dkdv_grid) == ("attention_bwd_dkdv_sm90", 128, (2 * 2, 4, 2))
+        assert (dkdv.kernel, dkdv.constants["HALVES"], dkdv_grid) == ("attention_bwd_dkdv_sm90", 1, (2, 4, 2))
         assert (dq.kernel, dq.constants["WARPS"], dq_grid) == ("attention_bwd_dq_sm90", 4, (2, 4, 2))
         attention_backward(q, k, v, q, q, lse, causal=causal, target="sm_80")
         (_, _, _), (dkdv, dkdv_grid, _), (dq, dq_grid, _) = launches[-3:]

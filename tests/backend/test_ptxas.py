@@ -99,8 +99,11 @@ VARIANTS = {
                                 {"D": 128, "CAUSAL": 0, "STAGES": 3, "RAGGED": 1, "GROUP": 8},
                                 {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 8, "SPLIT": 4},
                                 {"D": 96, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
-                                # D = 256: dK and dV in halves, with query heads a K/V head in two parts
-                                {"D": 256, "CAUSAL": 0, "WARPS": 4, "STAGES": 3, "QUERIES": 32, "COLS": 128},
+                                # D = 256: dK and dV in halves (a warpgroup each: HALVES; a block each: COLS), with
+                                # query heads a K/V head in two parts
+                                {"D": 256, "CAUSAL": 0, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1},
+                                {"D": 256, "CAUSAL": 1, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1,
+                                 "RAGGED": 1, "GROUP": 4, "SPLIT": 2},
                                 {"D": 256, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "QUERIES": 32, "COLS": 128,
                                  "RAGGED": 1, "GROUP": 4, "SPLIT": 2}],
     "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},

@@ -449,9 +449,10 @@ def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: 
 @pytest.mark.parametrize("causal, n, target, stages", [(0, 200, "sm_90a", 0), (1, 160, "sm_90a", 0),
                                                       (0, 192, "sm_80", 3), (1, 128, "sm_80", 3), (1, 128, "sm_80", 2)])
 def test_attention_backward_head_dim_256(causal: int, n: int, target: str, stages: int) -> None:
-    """D = 256 with attention_backward's constants: the wgmma kernels (dK and dV in halves of 128 columns, two blocks
-    a key block, each computing all of Sᵀ and dPᵀ and storing its columns; dQ whole) and the mma.sync ones (dQ in
-    halves too; dK/dV also in two stages, as on a card of 99 KB); more query and key steps than stages, on Hopper a
+    """D = 256 with attention_backward's constants: the wgmma kernels (dK and dV in halves of 128 columns, two
+    warpgroups on the same 64 keys, each its half of Sᵀ's and dPᵀ's sums passed to the other through shared memory;
+    dQ whole) and the mma.sync ones (two blocks a key block, each all of Sᵀ and dPᵀ; dQ in halves too; dK/dV also
+    in two stages, as on a card of 99 KB); more query and key steps than stages, on Hopper a
     length the steps do not divide; the simulation and the interpreter agree with float64."""
     from reference import attention_backward_ref
 
@@ -469,7 +470,7 @@ def test_attention_backward_head_dim_256(causal: int, n: int, target: str, stage
         dkdv, dq_cfg = {"WARPS": 4, **dkdv, "STAGES": stages}, {"WARPS": 4, **dq_cfg}
     dkdv = {**dkdv, "RAGGED": int(n % dkdv["QUERIES"] > 0)}
     dq_cfg = {**dq_cfg, "RAGGED": int(n % dq_cfg["KEYS"] > 0)}
-    grid = (-(-n // (16 * dkdv["WARPS"])) * (d // dkdv.get("COLS", d)), 2, 1)
+    grid = (bwd.dkdv_blocks(n, d, dkdv), 2, 1)
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
     interp, sim = run_both(kernels[0], args, grid, {"D": d, "CAUSAL": causal, **dkdv}, target=target, order="sliced")
     for got in (interp, sim):
@@ -775,7 +776,7 @@ def test_grouped_dkdv_in_parts_simulated(d: int, causal: int, target: str) -> No
     from reference import attention_backward_ref
 
     from tkc.kernels.attention_bwd import CONFIG, CONFIG_SM90, attention_bwd_dkdv, attention_bwd_dkdv_sm90
-    from tkc.kernels.attention_bwd import attention_bwd_sum_parts
+    from tkc.kernels.attention_bwd import attention_bwd_sum_parts, dkdv_blocks
 
     rng = np.random.default_rng(d + causal + 7)
     n = 128
@@ -788,7 +789,7 @@ def test_grouped_dkdv_in_parts_simulated(d: int, causal: int, target: str) -> No
     else:
         kernel, cfg = attention_bwd_dkdv_sm90, {"WARPS": 4, **CONFIG_SM90[d][0]}
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(2, 1, n, d), poisoned(2, 1, n, d), 0.1]
-    grid = (-(-n // (16 * cfg["WARPS"])) * (d // cfg.get("COLS", d)), 2, 1)  # D = 256: dK, dV in halves
+    grid = (dkdv_blocks(n, d, cfg), 2, 1)  # D = 256: dK, dV in halves
     interp, sim = run_both(kernel, args, grid, {"D": d, "CAUSAL": causal, "GROUP": 4, "SPLIT": 2, **cfg},
                            target=target, order="shuffled")
     assert rel_err(sim[6], interp[6]) < 2e-3 and rel_err(sim[7], interp[7]) < 2e-3

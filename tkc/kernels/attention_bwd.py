@@ -319,20 +319,70 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     store(dV, dv.to(dt), (out_b, h, k_tile, part))
 
 
+@tkc.func
+def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, ragged, dt, group, split):
+    """dkdv_block's block for D = 256 with two warpgroups on the same 64 keys, each summing one half of dK's and dV's
+    columns: each computes its half of the sums in Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (over its 128 of D), the two pass
+    their partial sums to each other through shared memory and add them (both in the same order: the same Pᵀ and
+    dSᵀ), then dV += Pᵀ·dO and dK += dSᵀ·Q over its columns. Four products' work a step where two blocks of one
+    warpgroup, each all of Sᵀ and dPᵀ (COLS = 128), take six."""
+    blk, block_y, b = block_idx()
+    h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], group, split)
+    half, cols = warpgroup_id(), d // 2
+    k = columns(load(K, (b, h, blk, 0), st[dt, 64, d]), half, cols, dt)
+    v = columns(load(V, (b, h, blk, 0), st[dt, 64, d]), half, cols, dt)
+    row = warp_id() % 4                                      # this warp's 16 of the block's keys
+    k_tile = blk * 4 + row
+    scale_log2 = scale * LOG2E
+    dk, dv = zeros(rt[f32, 16, cols]), zeros(rt[f32, 16, cols])
+    first = blk * 64 // queries if causal else 0
+    steps = cdiv(Q.shape[2], queries)
+    for i in range(first, group_steps_end(first, steps, heads)):
+        hq, j = group_step(i, first, steps, first_head, heads)
+        q_s, do_s = load(Q, (b, hq, j, 0), st[dt, queries, d]), load(dO, (b, hq, j, 0), st[dt, queries, d])
+        lse_log2 = load(L, (b, hq, j), rv[f32, queries]) * LOG2E
+        delta = load(Delta, (b, hq, j), rv[f32, queries])
+        q_half, do_half = columns(q_s, half, cols, dt), columns(do_s, half, cols, dt)
+        s_part = mma_ABt(k, q_half, zeros(rt[f32, 16, queries]))
+        dp_part = mma_ABt(v, do_half, zeros(rt[f32, 16, queries]))
+        # warp w's partial sums at rows 16·w; the other warpgroup's warp on the same keys reads them (f32 rows of
+        # 128 bytes: 2-way bank conflicts, a few hundred bytes a warp a step)
+        s_parts = store(empty(st[f32, 128, queries], buffers=2), s_part, (warp_id(), 0), conflicts=2)
+        dp_parts = store(empty(st[f32, 128, queries], buffers=2), dp_part, (warp_id(), 0), conflicts=2)
+        other = (warp_id() + 4) % 8                          # (a + b = b + a in f32: both get the same sums)
+        s_t = s_part + load(s_parts, (other, 0), rt[f32, 16, queries], conflicts=2)
+        dp_t = dp_part + load(dp_parts, (other, 0), rt[f32, 16, queries], conflicts=2)
+        if ragged:  # as in dkdv_step
+            s_t = keep_cols(s_t, Q.shape[2] - j * queries)
+        if causal:
+            s_t = triu(s_t, k_tile * 16 - j * queries, -math.inf)
+        p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
+        dv = mma_AB(p_t.to(dt), do_half, dv)
+        dk = mma_AB((p_t * sub_col(dp_t, delta)).to(dt), q_half, dk)
+    store(dK, (dk * scale).to(dt), (out_b, h, k_tile, half))
+    store(dV, dv.to(dt), (out_b, h, k_tile, half))
+
+
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", min_target="sm_90a")
 def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                             Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 128,
                             CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
                             PRODUCER: const = 0, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1,
-                            SPLIT: const = 1, BLOCKS: const = 0, COLS: const = 0):
+                            SPLIT: const = 1, BLOCKS: const = 0, COLS: const = 0, HALVES: const = 0):
     """attention_bwd_dkdv on Hopper's wgmma (GROUP and SPLIT as there): a block per 16·WARPS keys (a warpgroup per 64),
     K and V in shared memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK
     += dSᵀ·Q with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS) · D / COLS, H, B). PRODUCER=1 adds a warpgroup that
     issues the TMA loads (specialize-warps). RAGGED as in attention_bwd_dkdv. BLOCKS asks ptxas to fit that many blocks
     on a multiprocessor (0: its choice). COLS (0: all of D): the columns of dK and dV a block sums, D / COLS blocks
-    next to each other in the grid's x taking the same keys (D = 256: dK and dV in halves)."""
-    dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP, SPLIT,
-               COLS)
+    next to each other in the grid's x taking the same keys (D = 256: dK and dV in halves). HALVES=1 (D = 256, WARPS
+    = 8): instead two warpgroups a block on the same 64 keys, each one half of the columns (dkdv_block_halves); grid
+    (Nk / 64, H, B)."""
+    if HALVES:
+        static_assert(D == 256 and WARPS == 8 and not COLS, "HALVES=1 takes D = 256, WARPS = 8 and COLS = 0")
+        dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, D, CAUSAL, QUERIES, RAGGED, DT, GROUP, SPLIT)
+    else:
+        dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP,
+                   SPLIT, COLS)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
@@ -401,12 +451,14 @@ CONFIG[256] = ({"QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128}, {"KEYS": 16, "CO
 # multiprocessor — 2026-12-05 19:04": causal +4-5 %, grouped causal +10 %, H100).
 CONFIG_SM90 = {64: ({"WARPS": 4, "STAGES": 3, "BLOCKS": 3}, {"STAGES": 3}), 128: ({"STAGES": 3}, {"STAGES": 3})}
 CONFIG_SM90[96] = CONFIG_SM90[128]  # not swept
-# D = 256: dK and dV in halves of 128 columns (both whole would take 256 registers a thread), a warpgroup of 64 keys
-# with a producer warpgroup, 32-query steps in four stages (221-227 registers, no spills, 193 KB); dQ four warps,
-# 64-key steps in two stages. On the H200 (RESULTS "head dim 256 — 2026-12-05 21:30", B=2 H=16 N=4096, µs not causal
-# / causal): dkdv 3568 / 1885 (without the producer, three stages 5172 / 2684), dq 1646 / 980 (eight warps of
+# D = 256: dK and dV in halves of 128 columns (both whole would take 256 registers a thread): two warpgroups on the
+# same 64 keys, each one half, passing their halves of Sᵀ's and dPᵀ's sums to each other (HALVES), with a producer
+# warpgroup, 32-query steps in three stages (232 registers, no spills, 225 KB); dQ four warps, 64-key steps in two
+# stages. On an H100 (RESULTS "head dim 256, the dK/dV kernel's halves — 2026-12-05 22:53", B=2 H=16 N=4096, µs not
+# causal / causal): dkdv 3008 / 1611 against 3508 / 1924 for two blocks of one warpgroup a key block, each all of Sᵀ
+# and dPᵀ (COLS=128, four stages; RESULTS "head dim 256 — 2026-12-05 21:30"); dq 1646 / 980 (H200; eight warps of
 # 32-key steps 2060 / 1152).
-CONFIG_SM90[256] = ({"WARPS": 4, "STAGES": 4, "QUERIES": 32, "COLS": 128, "PRODUCER": 1},
+CONFIG_SM90[256] = ({"WARPS": 8, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1},
                     {"WARPS": 4, "KEYS": 64, "STAGES": 2})
 
 
@@ -466,7 +518,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     dkdv["RAGGED"], dq_cfg["RAGGED"] = int(nq % dkdv.get("QUERIES", 64) > 0), int(nk % dq_cfg.get("KEYS", 64) > 0)
     if kv_heads != heads and build != "sm_90a":  # with the grouped loop's indices ptxas spills at D=64 (K, V in
         dkdv["KV_IN_SHARED"] = 1                   # registers); none with K and V in shared memory
-    key_blocks = ceil_div(nk, 16 * dkdv["WARPS"]) * (d // dkdv.get("COLS", d))  # COLS: a block each part of dK, dV
+    key_blocks = dkdv_blocks(nk, d, dkdv)
     split = (_group_split(heads // kv_heads, key_blocks * kv_heads * batch, multiprocessors(q.get_device()))
              if kv_heads != heads else 1)
     if split > 1:  # each part's partial sums, then their sum (attention_bwd_sum_parts)
@@ -486,6 +538,14 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     kernels[1][(query_blocks, heads, batch)](q, k, v, grad_out, lse, delta, dq, scale, D=d, CAUSAL=int(causal),
                                              **dq_cfg, **dt, target=build)
     return dq, dk, dv
+
+
+def dkdv_blocks(nk: int, d: int, cfg: dict[str, int]) -> int:
+    """The dK/dV kernels' grid x for Nk keys under constants `cfg` (WARPS given): a block each 16·WARPS keys, times
+    D / COLS (a block each part of dK's and dV's columns), or each 64 keys with HALVES (two warpgroups on them)."""
+    if cfg.get("HALVES"):
+        return ceil_div(nk, 64)
+    return ceil_div(nk, 16 * cfg["WARPS"]) * (d // cfg.get("COLS", d))
 
 
 def _group_split(group: int, blocks: int, sms: int) -> int:
