@@ -88,15 +88,14 @@ for step in ${*:-tests probe bench sanitize}; do
             --shapes 2,16,4096,96 > "$OUT/blocks-96.log" 2>&1
         $P '["sm_80",{"QUERIES":64},{"KEYS":64,"BLOCKS":3}]' --shapes 2,16,4096,64 > "$OUT/blocks-64.log" 2>&1
         cat "$OUT/blocks-96.log" "$OUT/blocks-64.log" | grep backward | sed -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-220 ;;
-    d256-probe)  # D = 256's dK/dV kernel beside two warpgroups on the same keys (HALVES; the shipped first), B=2 H=16 N=4096
-        dq='{"WARPS":4,"KEYS":64,"STAGES":2}'
+    d256-probe)  # D = 256's dK/dV kernel (HALVES) beside other constants (the shipped first), B=2 H=16 N=4096
+        dq='{"WARPS":4,"KEYS":64,"STAGES":2}' halves='"WARPS":8,"HALVES":1,"QUERIES":32'
         timeout 300 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes 2,16,4096,256 --configs \
-            "[\"sm90\",{\"WARPS\":4,\"STAGES\":4,\"QUERIES\":32,\"COLS\":128,\"PRODUCER\":1},$dq]" \
-            "[\"sm90\",{\"WARPS\":8,\"HALVES\":1,\"QUERIES\":32,\"STAGES\":2,\"PRODUCER\":1},$dq]" \
-            "[\"sm90\",{\"WARPS\":8,\"HALVES\":1,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":1},$dq]" \
-            "[\"sm90\",{\"WARPS\":8,\"HALVES\":1,\"QUERIES\":32,\"STAGES\":2},$dq]" \
-            "[\"sm90\",{\"WARPS\":8,\"HALVES\":1,\"QUERIES\":32,\"STAGES\":3},$dq]" \
-            > "$OUT/d256-probe.log" 2>&1; grep backward "$OUT/d256-probe.log" | sed -e 's/dq [0-9.e-]* dk/dk/' | cut -c1-240 ;;
+            "[\"sm90\",{$halves,\"STAGES\":3,\"PRODUCER\":1},$dq]" \
+            "[\"sm90\",{$halves,\"STAGES\":4,\"PRODUCER\":1,\"EXCHANGE_BUFFERS\":1},$dq]" \
+            "[\"sm90\",{$halves,\"STAGES\":3,\"PRODUCER\":1,\"EXCHANGE_BUFFERS\":1},$dq]" \
+            "[\"sm90\",{$halves,\"STAGES\":3,\"PRODUCER\":2},$dq]" \
+            > "$OUT/d256-probe.log" 2>&1; grep backward "$OUT/d256-probe.log" | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-240 ;;
     d96)  # head dim 96 on Hopper (wgmma kernels): GPU tests, sanitizers, forward (with variants) and backward beside SDPA
         tests_and_sanitizers d96 "96 or head_dims" head_dim_96 150
         timeout 300 python3 bench/attention.py --dims 96 --seqlens 1024 4096 16384 --variants --rounds 3 \

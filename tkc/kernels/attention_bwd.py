@@ -320,12 +320,13 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
 
 
 @tkc.func
-def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, ragged, dt, group, split):
+def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, ragged, dt, group, split, buffers):
     """dkdv_block's block for D = 256 with two warpgroups on the same 64 keys, each summing one half of dK's and dV's
     columns: each computes its half of the sums in Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (over its 128 of D), the two pass
     their partial sums to each other through shared memory and add them (both in the same order: the same Pᵀ and
     dSᵀ), then dV += Pᵀ·dO and dK += dSᵀ·Q over its columns. Four products' work a step where two blocks of one
-    warpgroup, each all of Sᵀ and dPᵀ (COLS = 128), take six."""
+    warpgroup, each all of Sᵀ and dPᵀ (COLS = 128), take six. `buffers`: of the shared tiles the partial sums pass
+    through (2: one barrier a step, 1: two)."""
     blk, block_y, b = block_idx()
     h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], group, split)
     half, cols = warpgroup_id(), d // 2
@@ -347,8 +348,8 @@ def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, 
         dp_part = mma_ABt(v, do_half, zeros(rt[f32, 16, queries]))
         # warp w's partial sums at rows 16·w; the other warpgroup's warp on the same keys reads them (f32 rows of
         # 128 bytes: 2-way bank conflicts, a few hundred bytes a warp a step)
-        s_parts = store(empty(st[f32, 128, queries], buffers=2), s_part, (warp_id(), 0), conflicts=2)
-        dp_parts = store(empty(st[f32, 128, queries], buffers=2), dp_part, (warp_id(), 0), conflicts=2)
+        s_parts = store(empty(st[f32, 128, queries], buffers=buffers), s_part, (warp_id(), 0), conflicts=2)
+        dp_parts = store(empty(st[f32, 128, queries], buffers=buffers), dp_part, (warp_id(), 0), conflicts=2)
         other = (warp_id() + 4) % 8                          # (a + b = b + a in f32: both get the same sums)
         s_t = s_part + load(s_parts, (other, 0), rt[f32, 16, queries], conflicts=2)
         dp_t = dp_part + load(dp_parts, (other, 0), rt[f32, 16, queries], conflicts=2)
@@ -368,7 +369,8 @@ def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
                             Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 128,
                             CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
                             PRODUCER: const = 0, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1,
-                            SPLIT: const = 1, BLOCKS: const = 0, COLS: const = 0, HALVES: const = 0):
+                            SPLIT: const = 1, BLOCKS: const = 0, COLS: const = 0, HALVES: const = 0,
+                            EXCHANGE_BUFFERS: const = 2):
     """attention_bwd_dkdv on Hopper's wgmma (GROUP and SPLIT as there): a block per 16·WARPS keys (a warpgroup per 64),
     K and V in shared memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK
     += dSᵀ·Q with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS) · D / COLS, H, B). PRODUCER=1 adds a warpgroup that
@@ -376,10 +378,11 @@ def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
     on a multiprocessor (0: its choice). COLS (0: all of D): the columns of dK and dV a block sums, D / COLS blocks
     next to each other in the grid's x taking the same keys (D = 256: dK and dV in halves). HALVES=1 (D = 256, WARPS
     = 8): instead two warpgroups a block on the same 64 keys, each one half of the columns (dkdv_block_halves); grid
-    (Nk / 64, H, B)."""
+    (Nk / 64, H, B); EXCHANGE_BUFFERS: of the tiles its partial sums pass through (dkdv_block_halves)."""
     if HALVES:
         static_assert(D == 256 and WARPS == 8 and not COLS, "HALVES=1 takes D = 256, WARPS = 8 and COLS = 0")
-        dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, D, CAUSAL, QUERIES, RAGGED, DT, GROUP, SPLIT)
+        dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, D, CAUSAL, QUERIES, RAGGED, DT, GROUP, SPLIT,
+                          EXCHANGE_BUFFERS)
     else:
         dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP,
                    SPLIT, COLS)
