@@ -159,6 +159,15 @@ def group_step(i, first, steps, first_head, heads):
 
 
 @tkc.func
+def query_step(Q, dO, L, Delta, b, i, first, steps, first_head, heads, queries, d, dt):
+    """Step i of a dK/dV block's loop over the queries (group_step): (its query step j, the step's Q and dO in shared
+    memory, its rows' L · log2(e) and Δ)."""
+    hq, j = group_step(i, first, steps, first_head, heads)
+    q_s, do_s = load(Q, (b, hq, j, 0), st[dt, queries, d]), load(dO, (b, hq, j, 0), st[dt, queries, d])
+    return j, q_s, do_s, load(L, (b, hq, j), rv[f32, queries]) * LOG2E, load(Delta, (b, hq, j), rv[f32, queries])
+
+
+@tkc.func
 def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, ragged, wgmma, dt, group, part=0,
             cols=0):
     """dQ of the block's query block `blk` of head h (each warp its 16 rows; q, do: the warp's rows in registers, or
@@ -207,10 +216,8 @@ def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
     first = blk * 16 * WARPS // QUERIES if CAUSAL else 0     # query blocks before it see none of the block's keys
     steps = cdiv(Q.shape[2], QUERIES)
     for i in range(first, group_steps_end(first, steps, heads)):
-        hq, j = group_step(i, first, steps, first_head, heads)
-        q_s, do_s = load(Q, (b, hq, j, 0), st[DT, QUERIES, D]), load(dO, (b, hq, j, 0), st[DT, QUERIES, D])
-        lse_log2 = load(L, (b, hq, j), rv[f32, QUERIES]) * LOG2E
-        delta = load(Delta, (b, hq, j), rv[f32, QUERIES])
+        j, q_s, do_s, lse_log2, delta = query_step(Q, dO, L, Delta, b, i, first, steps, first_head, heads, QUERIES,
+                                                   D, DT)
         dk, dv, _ = dkdv_step(scores_t(k, q_s, KV_IN_SHARED, 0, D, DT), v, q_s, do_s, lse_log2, delta, dk, dv,
                               scale_log2, k_tile * 16 - j * QUERIES, CAUSAL, Q.shape[2] - j * QUERIES, RAGGED,
                               KV_IN_SHARED, 0, D, DT, part, cols)
@@ -292,10 +299,8 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     if defer:
         dq = zeros(rt[f32, 16, 64])  # the step before's panel (none before the first)
     for i in range(first, group_steps_end(first, steps, heads)):
-        hq, j = group_step(i, first, steps, first_head, heads)
-        q_s, do_s = load(Q, (b, hq, j, 0), st[dt, queries, d]), load(dO, (b, hq, j, 0), st[dt, queries, d])
-        lse_log2 = load(L, (b, hq, j), rv[f32, queries]) * LOG2E
-        delta = load(Delta, (b, hq, j), rv[f32, queries])
+        j, q_s, do_s, lse_log2, delta = query_step(Q, dO, L, Delta, b, i, first, steps, first_head, heads, queries,
+                                                   d, dt)
         s_t = scores_t(k, q_s, 0, 1, d, dt)
         if defer:  # the step before's dQ panel, added once this step's Sᵀ is in (its wgmma ran on until then)
             atomic_add(dQ_sum, dq, (b, h, panel_tile(j - 1, queries, row_panel), col_panel))
@@ -339,10 +344,8 @@ def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, 
     first = blk * 64 // queries if causal else 0
     steps = cdiv(Q.shape[2], queries)
     for i in range(first, group_steps_end(first, steps, heads)):
-        hq, j = group_step(i, first, steps, first_head, heads)
-        q_s, do_s = load(Q, (b, hq, j, 0), st[dt, queries, d]), load(dO, (b, hq, j, 0), st[dt, queries, d])
-        lse_log2 = load(L, (b, hq, j), rv[f32, queries]) * LOG2E
-        delta = load(Delta, (b, hq, j), rv[f32, queries])
+        j, q_s, do_s, lse_log2, delta = query_step(Q, dO, L, Delta, b, i, first, steps, first_head, heads, queries,
+                                                   d, dt)
         q_half, do_half = columns(q_s, half, cols, dt), columns(do_s, half, cols, dt)
         s_part = mma_ABt(k, q_half, zeros(rt[f32, 16, queries]))
         dp_part = mma_ABt(v, do_half, zeros(rt[f32, 16, queries]))
