@@ -481,6 +481,29 @@ def test_attention_backward_head_dim_256(causal: int, n: int, target: str, stage
     assert rel_err(interp[6], dq_ref) < 1e-2 and rel_err(sim[6], dq_ref) < 1e-2
 
 
+@pytest.mark.parametrize("mutated", [False, True])
+def test_dkdv_halves_exchange(monkeypatch: pytest.MonkeyPatch, mutated: bool) -> None:
+    """D = 256's dK/dV block of two warpgroups on the same keys (HALVES), which pass their partial sums of Sᵀ and dPᵀ
+    to each other through two buffers a step: with the steps all in the first buffer (mutated), a warpgroup run
+    ahead overwrites partial sums the other has yet to read, and the simulated gradients come out wrong."""
+    from reference import attention_backward_ref
+
+    from tkc.backend import lower_memory
+    from tkc.kernels import attention_bwd as bwd
+
+    d, n = 256, 128
+    rng = np.random.default_rng(3)
+    q, k, v, do = (random_bf16(rng, 1, 1, n, d) for _ in range(4))
+    out, lse, _, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, False, 0.1)
+    delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
+    if mutated:
+        monkeypatch.setattr(lower_memory, "this_steps_buffer", lambda lw, op, base: base)
+    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 1, n, d), poisoned(1, 1, n, d), 0.1]
+    _, sim = run_both(bwd.attention_bwd_dkdv_sm90, args, (2, 1, 1), {"D": d, **bwd.CONFIG_SM90[d][0]},
+                      target="sm_90a", order="descending")
+    assert (rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2) != mutated
+
+
 @pytest.mark.parametrize("path", ["sm_80", "sm_90a", "fused"])
 def test_attention_backward_f16(path: str) -> None:
     """The backward kernels with DT=f16 (f16 q, k, v, dO and gradients; P and dS rounded to f16): Δ, then dK/dV and
