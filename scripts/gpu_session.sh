@@ -11,7 +11,8 @@ source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
 # function $3 (their logs $OUT/$1-<tool>.log), each tool for at most $4 seconds.
 tests_and_sanitizers() {
-    timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "$2" > "$OUT/$1-tests.log" 2>&1
+    python3 -c "import xdist" 2>/dev/null && workers="-n 8" || workers=""
+    timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider $workers tests/gpu -k "$2" > "$OUT/$1-tests.log" 2>&1
     grep -E "^FAILED|Error" "$OUT/$1-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/$1-tests.log")"
     for tool in memcheck racecheck synccheck; do
         timeout "$4" compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 7 python3 -c \
