@@ -328,8 +328,8 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
 def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, ragged, dt, group, split, buffers):
     """dkdv_block's block for D = 256 with two warpgroups on the same 64 keys, each summing one half of dK's and dV's
     columns: each computes its half of the sums in Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (over its 128 of D), the two pass
-    their partial sums to each other through shared memory and add them (both in the same order: the same Pᵀ and
-    dSᵀ), then dV += Pᵀ·dO and dK += dSᵀ·Q over its columns. Four products' work a step where two blocks of one
+    their partial sums to each other through shared memory and add them (f32 addition commutes: both get the same
+    Pᵀ and dSᵀ), then dV += Pᵀ·dO and dK += dSᵀ·Q over its columns. Four products' work a step where two blocks of one
     warpgroup, each all of Sᵀ and dPᵀ (COLS = 128), take six. `buffers`: of the shared tiles the partial sums pass
     through (2: one barrier a step, 1: two)."""
     blk, block_y, b = block_idx()
