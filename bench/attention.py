@@ -64,13 +64,15 @@ def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
     attention()."""
     regs = {"WARPS": 8, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1}
     overlapped = {**regs, "KEYS": 64, "DEFER": 1, "OVERLAP": 1}
-    if d == 256:  # beside attention()'s (80-key steps with P·V deferred (DEFER=1) not causal, 64-key steps with
-        # step 0 peeled (DEFER=2) causal): A the other step, B 80-key steps with DEFER=2 (causal: DEFER=1), C 80-key
-        # steps with P·V after the row max; 80-key steps with a lean producer
+    if d == 256:  # beside attention()'s (80-key steps with P·V deferred (DEFER=1) not causal; causal step 0 peeled
+        # (DEFER=2), 80-key steps from LONG_KEYS keys on, else 64): A the other step, B 80-key steps with DEFER=2
+        # (causal: DEFER=1), C 80-key steps with P·V after the row max; 80-key steps with a lean producer
+        from tkc.kernels.attention import LONG_KEYS
+
         grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
         base = {"WARPS": 8, "STAGES": 2, "LATE_SUMS": 1, "DEFER": 2, **grid}
         keys80 = {**base, "KEYS": 80, "PRODUCER": 2}
-        return {"tkc alt A": keys80 if causal else {**base, "KEYS": 64, "PRODUCER": 1},
+        return {"tkc alt A": keys80 if causal and n < LONG_KEYS else {**base, "KEYS": 64, "PRODUCER": 1},
                 "tkc alt B": {**keys80, "DEFER": 1 if causal else 2}, "tkc alt C": {**keys80, "LATE_PV": 1}}
     if d >= 96:  # D = 96 as 128
         grid = {"TILES": 2} if causal else {"PERSISTENT": 1}

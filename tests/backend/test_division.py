@@ -41,6 +41,14 @@ def test_tile_indices_divide_unsigned() -> None:
     assert ptx.count("div.s32") == 1 and ptx.count("rem.s32") == 1 and ptx.count("div.u32") >= 4
 
 
+def test_causal_tile_order_divides_unsigned() -> None:
+    """Causal, the tile loop also orders the tiles by groups of 8 heads (rank = tile % (8·q_blocks), then by the
+    group's head count, ≥ 1): the compiler sees Python's % of non-negative values as non-negative, so those divide
+    unsigned too (with the signed fix-ups the producer warpgroup of 24 registers spilled at D = 256)."""
+    ptx = compile_kernels([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "STAGES": 3, "CAUSAL": 1})
+    assert ptx.count("div.s32") == 1 and ptx.count("rem.s32") == 1 and ptx.count("div.u32") >= 10
+
+
 def test_most_small_divisors_avoid_div() -> None:
     assert [d for d in range(2, 17) if lower_to_ptx._division_magic(d) is None] == [7, 14]
     ptx = compile_kernels([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "STAGES": 3})

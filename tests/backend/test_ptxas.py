@@ -57,7 +57,9 @@ VARIANTS = {
                        # attention()'s D = 256 (64-key steps, two stages), causal with query heads a K/V head
                        {"D": 256, "CAUSAL": 1, "KEYS": 64, "STAGES": 2, "DEFER": 2, "PRODUCER": 1, "LATE_SUMS": 1,
                         "LSE": 1, "GROUP": 4},
-                       # and not causal (80-key steps, a lean producer)
+                       # 80-key steps with a lean producer: causal from LONG_KEYS keys on, and not causal
+                       {"D": 256, "CAUSAL": 1, "KEYS": 80, "STAGES": 2, "DEFER": 2, "PRODUCER": 2, "LATE_SUMS": 1,
+                        "LSE": 1, "GROUP": 4},
                        {"D": 256, "KEYS": 80, "STAGES": 2, "DEFER": 1, "PRODUCER": 2, "LATE_SUMS": 1, "LSE": 1,
                         "GROUP": 4}],
     "attention_fwd_lse": [{"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1},

@@ -184,8 +184,10 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
         blk, head = tile % q_blocks, tile // q_blocks
         if CAUSAL:  # the longest rows first (not last), over groups of 8 heads whose K and V stay in L2 together
             first_head = head // 8 * 8
-            group = min(8, heads * Q.shape[0] - first_head)
-            rank = tile - first_head * q_blocks              # within the group: longest blocks of all its heads first
+            # (both ≥ 1 / ≥ 0 anyway: written so, the compiler sees it and divides unsigned, which spares the
+            # producer warpgroup registers)
+            group = min(8, max(heads * Q.shape[0] - first_head, 1))
+            rank = tile % (8 * q_blocks)                     # within the group: longest blocks of all its heads first
             blk, head = q_blocks - 1 - rank // group, first_head + rank % group
         h, b = head % heads, head // heads
         kv_h = kv_head(h, GROUP)
@@ -311,11 +313,15 @@ def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
     if d == 256:  # O takes 128 registers a thread. Not causal: 80-key steps (S 40 registers; two stages of K and V,
         # 80 KB each, beside Q's 64: 225 KB) with a lean producer (the consumers 240 registers), P·V deferred one
         # step: +6-7 % over 64-key steps on an H100 (RESULTS "head dim 256, 80-key steps — 2026-12-05 22:36";
-        # DEFER=2 4 % behind at N = 1024). Causal: 64-key steps (with 80, +3-9 % at N >= 4096, but the 24-register
-        # producer spills 8 bytes); on the H200 at N = 4096 P·V deferred one step, after the row max, or no
-        # producer: all within 3 % ("head dim 256 on the GPU")
+        # DEFER=2 4 % behind at N = 1024). Causal from LONG_KEYS keys on: 80-key steps too, step 0 peeled (DEFER=2),
+        # +1-2.5 % at N = 4096 and +7-9 % at 16384 in two runs ("... 22:36" and "... the dK/dV kernel's halves —
+        # 2026-12-05 22:53"; timed with 8 bytes spilled by the producer's signed divisions, since made unsigned);
+        # shorter, 64-key steps (80: 0-3 % behind at N = 1024); on the H200 at N = 4096 P·V deferred one step,
+        # after the row max, or no producer: all within 3 % ("head dim 256 on the GPU")
         if not causal:
             return {"KEYS": 80, "WARPS": 8, "STAGES": 2, "DEFER": 1, "PRODUCER": 2, "PERSISTENT": 1}
+        if nk >= LONG_KEYS:
+            return {"KEYS": 80, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": 2, "TILES": 2}
         return {"KEYS": 64, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": 1, "TILES": 2}
     if d >= 96:  # D = 96 as 128 (not swept)
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}

@@ -481,7 +481,7 @@ _CLOSED_OPS = (arith.AddiOp, arith.MuliOp, arith.FloorDivSIOp, arith.CeilDivSIOp
 
 def non_negative(value: SSAValue, depth: int = 0) -> bool:
     """Is this i32 value never negative: built from grid indices and counts, tensor sizes and non-negative
-    constants by +, ·, division and min, or the index of a loop from a non-negative start by a positive step? Then
+    constants by +, ·, division, % and min, or the index of a loop from a non-negative start by a positive step? Then
     Python's floor division by it is an unsigned one (a persistent kernel's tile index by its query blocks)."""
     if depth > 32:
         return False
@@ -496,6 +496,12 @@ def non_negative(value: SSAValue, depth: int = 0) -> bool:
         return True
     if isinstance(owner, arith.MaxSIOp):
         return any(non_negative(v, depth + 1) for v in owner.operands)
+    if isinstance(owner, arith.SubiOp):  # Python's a % b as the frontend spells it, a - (a // b)·b: of a, b ≥ 0
+        product = owner.rhs.owner
+        quotient = product.lhs.owner if isinstance(product, arith.MuliOp) else None
+        return (isinstance(quotient, arith.FloorDivSIOp) and quotient.lhs is owner.lhs
+                and quotient.rhs is product.rhs and non_negative(owner.lhs, depth + 1)
+                and non_negative(quotient.rhs, depth + 1))
     return isinstance(owner, _CLOSED_OPS) and all(non_negative(v, depth + 1) for v in owner.operands)
 
 
