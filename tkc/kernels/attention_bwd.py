@@ -198,9 +198,10 @@ def attention_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["D
     SPLIT blocks takes GROUP / SPLIT of them and stores its partial sums at dK[part·B + b] (dK and dV of SPLIT·B
     rows). Each warp keeps its 16 keys' K and V and the sums dK, dV in registers (KV_IN_SHARED: K and V wait in
     shared memory and each step reads the warp's rows, which leaves room in registers at D=128); the block streams
-    the queries, dO, L and Δ QUERIES at a time. Causal (Nq = Nk): key j is seen by queries i >= j, so the loop starts at the block's diagonal.
-    RAGGED: Nq is not a multiple of QUERIES (the last step's columns past it are masked; keys past Nk read zeros and are
-    not stored). COLS as in attention_bwd_dkdv_sm90 (D = 256: dK and dV in halves, each block all of Sᵀ and dPᵀ)."""
+    the queries, dO, L and Δ QUERIES at a time. Causal (Nq = Nk): key j is seen by queries i >= j, so the loop starts
+    at the block's diagonal. RAGGED: Nq is not a multiple of QUERIES (the last step's columns past it are masked;
+    keys past Nk read zeros and are not stored). COLS as in attention_bwd_dkdv_sm90 (D = 256: dK and dV in halves,
+    each block all of Sᵀ and dPᵀ). STAGES: the depth of its cp.async pipeline (D = 256: two on a card of 99 KB)."""
     static_assert(D in (32, 64, 96, 128, 256), f"head dim D must be 32, 64, 96, 128 or 256, got {D}")
     static_assert(GROUP % SPLIT == 0, f"SPLIT ({SPLIT}) must divide GROUP ({GROUP})")
     x, block_y, b = block_idx()
@@ -511,8 +512,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     if d in CONFIG_SM90 and wgmma_path(q.get_device(), target) and _tma_ready(q, k, v, grad_out, dq, dk, dv):
         kernels, configs, warps, build = (attention_bwd_dkdv_sm90, attention_bwd_dq_sm90), CONFIG_SM90[d], 8, "sm_90a"
     else:
-        (dkdv, dq_cfg), warps = CONFIG[d], 4
-        kernels, configs = (attention_bwd_dkdv, attention_bwd_dq), ({**dkdv, **sm80_stages(d, q.get_device())}, dq_cfg)
+        kernels, configs, warps = (attention_bwd_dkdv, attention_bwd_dq), CONFIG[d], 4
         build = "sm_80" if target in (None, "sm_90a") else target
     delta = lse.new_empty(lse.shape)
     dt = dtype_constant(q.dtype)
@@ -522,8 +522,10 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     dkdv, dq_cfg = ({"WARPS": warps, **cfg, **group_constant(heads, kv_heads)} for cfg in configs)
     # RAGGED: a length that its kernel's steps do not divide (the last step masks the columns past it)
     dkdv["RAGGED"], dq_cfg["RAGGED"] = int(nq % dkdv.get("QUERIES", 64) > 0), int(nk % dq_cfg.get("KEYS", 64) > 0)
-    if kv_heads != heads and build != "sm_90a":  # with the grouped loop's indices ptxas spills at D=64 (K, V in
-        dkdv["KV_IN_SHARED"] = 1                   # registers); none with K and V in shared memory
+    if build != "sm_90a":
+        dkdv.update(sm80_stages(d, q.get_device()))  # fewer stages on a card of less shared memory
+        if kv_heads != heads:  # with the grouped loop's indices ptxas spills at D=64 (K, V in registers); none with
+            dkdv["KV_IN_SHARED"] = 1  # K and V in shared memory
     key_blocks = dkdv_blocks(nk, d, dkdv)
     split = (_group_split(heads // kv_heads, key_blocks * kv_heads * batch, multiprocessors(q.get_device()))
              if kv_heads != heads else 1)
