@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        norm-backward small-batch sanitize
+#        d256-tests d256-bench norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -103,8 +103,9 @@ for step in ${*:-tests probe bench sanitize}; do
             > "$OUT/bench-attention-d96.log" 2>&1; tail -14 "$OUT/bench-attention-d96.log"
         timeout 200 python3 bench/attention_backward.py --dims 96 --seqlens 1024 4096 16384 \
             > "$OUT/bench-attention-backward-d96.log" 2>&1; tail -10 "$OUT/bench-attention-backward-d96.log" ;;
-    d256)  # head dim 256: GPU tests, sanitizers, the forward (with variants) and the backward beside SDPA
-        tests_and_sanitizers d256 "256 and attention" head_dim_256 150
+    d256|d256-tests|d256-bench)  # head dim 256: GPU tests, sanitizers, the forward (with variants) and the backward beside SDPA
+        [ $step != d256-bench ] && tests_and_sanitizers d256 "256 and attention" head_dim_256 150
+        [ $step = d256-tests ] && continue
         timeout 300 python3 bench/attention.py --dims 256 --seqlens 1024 4096 16384 --variants --rounds 3 \
             > "$OUT/bench-attention-d256.log" 2>&1; tail -14 "$OUT/bench-attention-d256.log"
         timeout 200 python3 bench/attention_backward.py --dims 256 --seqlens 1024 4096 16384 \
