@@ -117,6 +117,19 @@ def register_a_gemm(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[bf16, 2], BN: const = 
     store(C, acc.to(bf16), (bm * 4 + warp_id(), bn))
 
 
+@tkc.kernel(warps=4, min_target="sm_90a")
+def two_products(A: gl[bf16, 2], B: gl[bf16, 2], D: gl[bf16, 2], C: gl[f32, 2], READ_BETWEEN: const = 0):
+    """C = 2·(A·Bᵀ) + A·Dᵀ for one 64×64 block: two independent wgmmas back to back (as the dK/dV block's Sᵀ and dPᵀ
+    parts), the first waited for by the second's wait; READ_BETWEEN=1 doubles the first product between the two,
+    which must then wait for it first."""
+    a, b, d = load(A, (0, 0), st[bf16, 64, 64]), load(B, (0, 0), st[bf16, 64, 64]), load(D, (0, 0), st[bf16, 64, 64])
+    s = mma_ABt(a, b, zeros(rt[f32, 16, 64]))
+    if READ_BETWEEN:
+        s = s * 2.0
+    t = mma_ABt(a, d, zeros(rt[f32, 16, 64]))
+    store(C, s * (1.0 if READ_BETWEEN else 2.0) + t, (warp_id(), 0))
+
+
 @tkc.kernel(warps=4, stages=2, min_target="sm_90a")
 def typed_gemm(A: gl["DT", 2], B: gl["DT", 2], C: gl[f32, 2], BK: const = 64, DT: const = bf16):
     """C (f32) = A · Bᵀ on wgmma for A (M×K) and B (N×K) of dtype DT (f16, or fp8 with K in steps of 32): one

@@ -12,13 +12,14 @@ import pytest
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st_
 from backend.test_simulate import run_both
-from hopper_kernels import typed_gemm, warpgroup_gemm
+from hopper_kernels import two_products, typed_gemm, warpgroup_gemm
 from reference import random_bf16, rel_err
 
 import tkc
 from tkc.backend import ptxas
 from tkc.compiler import compile_kernels
 from tkc.errors import TkcError
+from tkc.ir import ops as t
 from tkc.lang import bf16, f32, gl, load, mma_AB, rt, st, store, warp_id, zeros
 from tkc.passes.util import carries_only_the_accumulator
 
@@ -464,6 +465,35 @@ def test_register_a_in_flight_is_caught(monkeypatch: pytest.MonkeyPatch) -> None
     c = np.full((64, 64), np.nan, dtype=a.dtype)
     with pytest.raises(TkcError, match="overwrites the registers of a wgmma's A operand"):
         run_both(register_a_gemm, [a, b, c], (1, 1), {}, target="sm_90a")
+
+
+@pytest.mark.parametrize("read_between, mutated", [(0, False), (1, False), (1, True)])
+def test_independent_wgmmas_share_one_wait(read_between: int, mutated: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two independent wgmmas back to back are waited for once, behind the second (lower_compute's
+    _waited_by_the_next_wgmma); where an op between reads the first one's result, it is waited for before that op.
+    The mutation leaves it running past such a reader: the simulated reader sees the accumulator's old zeros."""
+    from tkc.backend import lower_compute
+
+    def next_wgmma_anywhere(op: t.WgmmaOp) -> bool:  # the mutation: whatever comes between
+        later = op.next_op
+        while later is not None and not isinstance(later, t.WgmmaOp):
+            later = later.next_op
+        return later is not None
+
+    if mutated:
+        monkeypatch.setattr(lower_compute, "_waited_by_the_next_wgmma", next_wgmma_anywhere)
+    ptx_text = compile_kernels([two_products], "sm_90a", {"READ_BETWEEN": read_between})
+    waits = re.findall(r"wgmma\.(commit_group|wait_group)", ptx_text)
+    if not mutated:
+        assert waits == (["commit_group", "commit_group", "wait_group"] if not read_between else
+                         ["commit_group", "wait_group", "commit_group", "wait_group"])
+    rng = np.random.default_rng(read_between)
+    a, b, d = (random_bf16(rng, 64, 64) for _ in range(3))
+    c = np.full((64, 64), np.nan, dtype=np.float32)
+    interp, sim = run_both(two_products, [a, b, d, c], (1, 1), {"READ_BETWEEN": read_between}, target="sm_90a")
+    af, bf, df = (x.astype(np.float64) for x in (a, b, d))
+    assert rel_err(interp[3], 2 * af @ bf.T + af @ df.T) < 1e-5
+    assert (rel_err(sim[3], interp[3]) > 0.1) if mutated else (rel_err(sim[3], interp[3]) < 1e-6)
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])

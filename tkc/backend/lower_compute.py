@@ -20,7 +20,7 @@ from tkc.backend.fragments import LANES, is_packed, reduction_lanes, tile_fragme
 from tkc.backend.index import LANE
 from tkc.errors import TkcError
 from tkc.ir import ops as t
-from tkc.ir.types import FP8_TYPES, Layout, RegTileType, RegVecType, element_bytes, element_name
+from tkc.ir.types import FP8_TYPES, Layout, RegTileType, RegVecType, SharedTileType, element_bytes, element_name
 from tkc.passes.lower_to_ptx import Imm, KernelLowering, handles
 
 LOG2E = 1.4426950408889634
@@ -489,12 +489,7 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
                                                                             a_value.panel_rows)
                                                    for kk in range(k_steps)])
         a_regs = np.arange(k_steps).reshape(k_steps, 1)
-    from tkc.passes.defer_wgmma import DEFERRED
-
-    waited_by_an_op = DEFERRED in op.attributes  # defer-wgmma placed tile.wgmma_waits for it
-    in_flight = not waited_by_an_op and _accumulates_in_flight(op)
-    into_next_step = not (in_flight or waited_by_an_op) and _waited_by_the_next_step(op)
-    deferred = waited_by_an_op or into_next_step or (not in_flight and _waited_by_a_later_wgmma(op))
+    waited_by_an_op, in_flight, into_next_step, deferred = _wait_policy(op)
     if in_flight or into_next_step:  # the loop waits for it after its last step
         lw.wgmma_loops.add(op.parent_op())
     if in_flight or (waited_by_an_op and _only_use_of_a_loop_argument(op)) or _last_use_in_its_branch(op):
@@ -524,6 +519,41 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     if not deferred:
         lw.emit(ptx.WgmmaSyncOp("wait", 1 if in_flight else 0))
     return [acc]
+
+
+def _wait_policy(op: t.WgmmaOp) -> tuple[bool, bool, bool, bool]:
+    """How the wgmma is waited for: (waited_by_an_op: defer-wgmma placed tile.wgmma_waits for it; in_flight: waited
+    for at the loop's next step, one group left running; into_next_step: by the next step's first wgmma; deferred:
+    no wait right behind it, one of these or a later wgmma's wait covering it)."""
+    from tkc.passes.defer_wgmma import DEFERRED
+
+    waited_by_an_op = DEFERRED in op.attributes
+    in_flight = not waited_by_an_op and _accumulates_in_flight(op)
+    into_next_step = not (in_flight or waited_by_an_op) and _waited_by_the_next_step(op)
+    deferred = waited_by_an_op or into_next_step or (not in_flight and (_waited_by_a_later_wgmma(op)
+                                                                         or _waited_by_the_next_wgmma(op)))
+    return waited_by_an_op, in_flight, into_next_step, deferred
+
+
+def _waited_by_the_next_wgmma(op: t.WgmmaOp) -> bool:
+    """May this wgmma run on beside the next wgmma of its block, both waited for by that one's wait (which covers
+    every older group)? When only index arithmetic, zero fills and views of shared tiles come between them (nothing
+    reads its result, writes its operands or releases their memory) and the next one is itself waited for at once:
+    two independent products (the dK/dV block's Sᵀ and dPᵀ parts) then queue on the tensor cores back to back instead
+    of each waiting out its own pipeline."""
+    from xdsl.dialects import arith
+
+    later = op.next_op
+    while later is not None and not isinstance(later, t.WgmmaOp):
+        view = (isinstance(later, t.LoadOp) and isinstance(later.source.type, SharedTileType)
+                and isinstance(later.result.type, SharedTileType))
+        if not (view or isinstance(later, t.FillOp) and not later.operands or later.dialect_name() == "arith"):
+            return False
+        later = later.next_op
+    if later is None or any(operand is op.results[0] for operand in later.operands):
+        return False
+    waited_by_an_op, in_flight, into_next_step, deferred = _wait_policy(later)
+    return not deferred
 
 
 def _last_use_in_its_branch(op: t.WgmmaOp) -> bool:
