@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench norm-backward small-batch sanitize
+#        d256-tests d256-bench d256-probe-ab norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -97,6 +97,18 @@ for step in ${*:-tests probe bench sanitize}; do
             "[\"sm90\",{$halves,\"STAGES\":3,\"PRODUCER\":1,\"EXCHANGE_BUFFERS\":1},$dq]" \
             "[\"sm90\",{$halves,\"STAGES\":3,\"PRODUCER\":2},$dq]" \
             > "$OUT/d256-probe.log" 2>&1; grep backward "$OUT/d256-probe.log" | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-240 ;;
+    d256-probe-ab)  # D = 256's shipped dK/dV build from this tree and from the tree under .prev/ (an export of an earlier
+        # commit: `git archive REV tkc | tar -x -C .prev`, carried), each with its own compile cache, twice in turn
+        cfg='["sm90",{"WARPS":8,"HALVES":1,"QUERIES":32,"STAGES":3,"PRODUCER":1},{"WARPS":4,"KEYS":64,"STAGES":2}]'
+        for round in 1 2; do
+            for tree in .prev .; do
+                PYTHONPATH=/tmp/site:$PWD/$tree TKC_CACHE_DIR=/tmp/tkc-cache-ab${tree//\//} timeout 150 python3 \
+                    bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes 2,16,4096,256 --configs "$cfg" \
+                    > "$OUT/d256-probe-ab-$round${tree//\//}.log" 2>&1
+                echo "round $round tree $tree: $(python3 -c "import sys; sys.path.insert(0, '$tree'); import tkc, os; print(os.path.dirname(tkc.__file__))")"
+                grep backward "$OUT/d256-probe-ab-$round${tree//\//}.log" | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-200
+            done
+        done ;;
     d96)  # head dim 96 on Hopper (wgmma kernels): GPU tests, sanitizers, forward (with variants) and backward beside SDPA
         tests_and_sanitizers d96 "96 or head_dims" head_dim_96 150
         timeout 300 python3 bench/attention.py --dims 96 --seqlens 1024 4096 16384 --variants --rounds 3 \
