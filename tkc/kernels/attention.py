@@ -315,7 +315,8 @@ def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
         # step: +6-7 % over 64-key steps on an H100 (RESULTS "head dim 256, 80-key steps — 2026-12-05 22:36";
         # DEFER=2 4 % behind at N = 1024). Causal from LONG_KEYS keys on: 80-key steps too, step 0 peeled (DEFER=2),
         # +1-2.5 % at N = 4096 and +7-9 % at 16384 in two runs ("... 22:36" and "... the dK/dV kernel's halves —
-        # 2026-12-05 22:53"; timed with 8 bytes spilled by the producer's signed divisions, since made unsigned);
+        # 2026-12-05 22:53", with 8 bytes spilled by the producer's signed divisions; unsigned since, both builds
+        # faster: +1 % at 4096 and 16384, "GPU suite, head dim 256 and the causal tile order on the GPU — 2026-12-06");
         # shorter, 64-key steps (80: 0-3 % behind at N = 1024); on the H200 at N = 4096 P·V deferred one step,
         # after the row max, or no producer: all within 3 % ("head dim 256 on the GPU")
         if not causal:
