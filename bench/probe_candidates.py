@@ -3,7 +3,8 @@ and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 la
 (--rounds), every output checked against cuDNN first. One line per implementation. late P·V: LATE_PV=1 (the
 deferred P·V issued after the step's row max, not right behind its Q·Kᵀ: ptxas spreads its wgmmas through the
 softmax), at D=64 (DEFER=1 or 2) also with a 24-register producer (lean) or 4 stages; at D=64 causal with
-N < 4096 the short configuration on tiled grids; at D=128 causal below 4096 keys DEFER=2 on grids of 2-4 query blocks a block.
+N < 4096 the short configuration on tiled grids; at D=128 causal below 4096 keys DEFER=2 on grids of 2-4 query blocks a block;
+at D=256 the warpgroups in ping-pong or staggered a step.
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
 import sys
 from pathlib import Path
@@ -32,6 +33,12 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
     if d == 128 and causal and n < LONG_KEYS:  # causal short sequences (DEFER=2 gained 4-6% at N=512/1024, 07:33)
         for tiles in (2, 3, 4):
             found[f"defer 2, {tiles} tiles a block"] = {**own, "DEFER": 2, "TILES": tiles}
+    if d == 256:  # the warpgroups taking turns at the tensor cores (as FlashAttention-3's D = 256), or one started
+        # a step behind the other, beside attention()'s deferred P·V
+        found["ping-pong"] = {**own, "PINGPONG": 1}
+        found["ping-pong, P·V not deferred"] = {**own, "PINGPONG": 1, "DEFER": 0}
+        found["ping-pong, 64-key steps"] = {**own, "PINGPONG": 1, "KEYS": 64}
+        found["staggered a step"] = {**own, "STAGGER": 1}
     return found
 
 

@@ -800,8 +800,8 @@ def _probe_candidates() -> list[tuple[int, int, str, dict]]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from probe_candidates import candidates
 
-    return [(d, causal, f"N={n} {name}", cfg) for d in (64, 128) for causal in (0, 1) for n in (1024, 4096)
-            for name, cfg in candidates(d, bool(causal), n).items()]
+    return [(d, causal, f"N={n} {name}", cfg) for d in (64, 128, 256) for causal in (0, 1)
+            for n in ((1024, 4096) if d < 256 else (4096,)) for name, cfg in candidates(d, bool(causal), n).items()]
 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
