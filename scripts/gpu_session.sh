@@ -90,13 +90,14 @@ for step in ${*:-tests probe bench sanitize}; do
         $P '["sm_80",{"QUERIES":64},{"KEYS":64,"BLOCKS":3}]' --shapes 2,16,4096,64 > "$OUT/blocks-64.log" 2>&1
         cat "$OUT/blocks-96.log" "$OUT/blocks-64.log" | grep backward | sed -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-220 ;;
     d256-probe)  # D = 256's dK/dV kernel (HALVES) beside other constants (the shipped first), B=2 H=16 N=4096
-        # (48-query steps: two stages and one exchange buffer fit 209 KB; the last step ragged at N = 4096)
+        # (48-query steps: two stages and one exchange buffer fit 209 KB; the last step ragged at N = 4096; DEFER=1: dV
+        # and dK in the next step under the exchange)
         dq='{"WARPS":4,"KEYS":64,"STAGES":2}' halves='"WARPS":8,"HALVES":1'
         timeout 300 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes 2,16,4096,256 --configs \
             "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":1},$dq]" \
             "[\"sm90\",{$halves,\"QUERIES\":48,\"STAGES\":2,\"PRODUCER\":2,\"EXCHANGE_BUFFERS\":1},$dq]" \
-            "[\"sm90\",{$halves,\"QUERIES\":48,\"STAGES\":2,\"PRODUCER\":1,\"EXCHANGE_BUFFERS\":1},$dq]" \
-            "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":2},$dq]" \
+            "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":1,\"DEFER\":1},$dq]" \
+            "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":2,\"DEFER\":1},$dq]" \
             > "$OUT/d256-probe.log" 2>&1; grep backward "$OUT/d256-probe.log" | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-240 ;;
     d256-probe-ab)  # D = 256's shipped dK/dV build from this tree and from the tree under .prev/ (an export of an earlier
         # commit: `git archive REV tkc | tar -x -C .prev`, carried), each with its own compile cache, twice in turn

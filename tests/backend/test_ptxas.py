@@ -106,6 +106,8 @@ VARIANTS = {
                                 {"D": 256, "CAUSAL": 0, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1},
                                 {"D": 256, "CAUSAL": 1, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1,
                                  "RAGGED": 1, "GROUP": 4, "SPLIT": 2},
+                                {"D": 256, "CAUSAL": 1, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1,
+                                 "DEFER": 1, "RAGGED": 1, "GROUP": 4, "SPLIT": 2},  # dV, dK in the next step
                                 {"D": 256, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "QUERIES": 32, "COLS": 128,
                                  "RAGGED": 1, "GROUP": 4, "SPLIT": 2}],
     "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},

@@ -504,6 +504,33 @@ def test_dkdv_halves_exchange(monkeypatch: pytest.MonkeyPatch, mutated: bool) ->
     assert (rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2) != mutated
 
 
+@pytest.mark.parametrize("causal, n, mutated", [(0, 200, False), (1, 160, False), (0, 200, True)])
+def test_dkdv_halves_deferred(monkeypatch: pytest.MonkeyPatch, causal: int, n: int, mutated: bool) -> None:
+    """HALVES with DEFER=1: defer-wgmma issues each step's dV and dK products (two A operands, P and dS, carried;
+    B views of the Q and dO ring stages) in the next step behind its Sᵀ and dPᵀ parts and waits for those alone;
+    more steps than stages, a ragged last step. The mutation waits for two groups fewer: the partial sums are stored
+    before their wgmmas are done, and the simulated gradients come out wrong."""
+    from reference import attention_backward_ref
+
+    from tkc.ir import ops as t
+    from tkc.kernels import attention_bwd as bwd
+    from tkc.passes import defer_wgmma
+
+    if mutated:
+        wait = t.WgmmaWaitOp
+        monkeypatch.setattr(defer_wgmma.t, "WgmmaWaitOp", lambda pending: wait(pending + 2 if pending else 0))
+    d = 256
+    rng = np.random.default_rng(causal)
+    q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
+    out, lse, _, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
+    delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
+    dkdv = {**bwd.CONFIG_SM90[d][0], "HALVES": 1, "DEFER": 1, "RAGGED": int(n % 32 > 0)}
+    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
+    _, sim = run_both(bwd.attention_bwd_dkdv_sm90, args, (bwd.dkdv_blocks(n, d, dkdv), 2, 1),
+                      {"D": d, "CAUSAL": causal, **dkdv}, target="sm_90a", order="sliced")
+    assert (rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2) != mutated
+
+
 @pytest.mark.parametrize("path", ["sm_80", "sm_90a", "fused"])
 def test_attention_backward_f16(path: str) -> None:
     """The backward kernels with DT=f16 (f16 q, k, v, dO and gradients; P and dS rounded to f16): Δ, then dK/dV and

@@ -368,13 +368,14 @@ def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, 
     store(dV, dv.to(dt), (out_b, h, k_tile, half))
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", defer="DEFER",
+            min_target="sm_90a")
 def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                             Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], scale: float, D: const = 128,
                             CAUSAL: const = 0, QUERIES: const = 64, WARPS: const = 8, STAGES: const = 2,
                             PRODUCER: const = 0, RAGGED: const = 0, DT: const = bf16, GROUP: const = 1,
                             SPLIT: const = 1, BLOCKS: const = 0, COLS: const = 0, HALVES: const = 0,
-                            EXCHANGE_BUFFERS: const = 2):
+                            EXCHANGE_BUFFERS: const = 2, DEFER: const = 0):
     """attention_bwd_dkdv on Hopper's wgmma (GROUP and SPLIT as there): a block per 16·WARPS keys (a warpgroup per 64),
     K and V in shared memory, Q and dO streamed by TMA; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK
     += dSᵀ·Q with Pᵀ and dSᵀ from registers. Grid: (Nk / (16·WARPS) · D / COLS, H, B). PRODUCER=1 adds a warpgroup that
@@ -382,7 +383,10 @@ def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
     on a multiprocessor (0: its choice). COLS (0: all of D): the columns of dK and dV a block sums, D / COLS blocks
     next to each other in the grid's x taking the same keys (D = 256: dK and dV in halves). HALVES=1 (D = 256, WARPS
     = 8): instead two warpgroups a block on the same 64 keys, each one half of the columns (dkdv_block_halves); grid
-    (Nk / 64, H, B); EXCHANGE_BUFFERS: of the tiles its partial sums pass through (dkdv_block_halves)."""
+    (Nk / 64, H, B); EXCHANGE_BUFFERS: of the tiles its partial sums pass through (dkdv_block_halves). DEFER=1 (with
+    HALVES) issues each step's dV and dK products in the next step, behind its Sᵀ and dPᵀ parts (`defer-wgmma`): they
+    run while the warpgroups exchange and exponentiate, which otherwise leave the tensor cores idle."""
+    static_assert(not DEFER or HALVES, "DEFER=1 takes HALVES=1")
     if HALVES:
         static_assert(D == 256 and WARPS == 8 and not COLS, "HALVES=1 takes D = 256, WARPS = 8 and COLS = 0")
         dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, D, CAUSAL, QUERIES, RAGGED, DT, GROUP, SPLIT,

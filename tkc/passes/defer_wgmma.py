@@ -10,6 +10,10 @@ multiplies a zero P by its own stage (adds 0); the last P·V runs after the loop
 
 Every wgmma after the first that takes the same P is deferred alike (attention's ROWSUM_MMA: P·1 for the row
 sums beside P·V, its B a tile from outside the loop); the wait before the softmax then leaves them all running.
+More generally the step's trailing wgmmas (A registers the step computes, result only to the yield) are deferred,
+each A carried once, each B a ring stage, a view of one, or a tile from outside the loop; the wgmmas before them are
+the step's leads, waited for together: the dK/dV block's (HALVES) Sᵀ and dPᵀ parts lead, its dV (A = P, B a view of
+the dO stage) and dK (A = dS, B a view of the Q stage) run in the next step under its exchange and softmax.
 All of them are marked `tkc.deferred`: the lowering leaves them running and the explicit waits cover them. What
 reads the deferred result moves to the end of the step, after the wait: an scf.if that updates it together with
 other values (attention's rescale of O, l and m) is split in two, the ops the moved part needs cloned into it.
@@ -68,13 +72,13 @@ from tkc.errors import SourceLoc, TkcError
 from tkc.ir import async_ops as a
 from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
-from tkc.ir.types import RegTileType
+from tkc.ir.types import RegTileType, SharedTileType
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, value_slice
 from tkc.passes.insert_tma_pipeline import _top_level, step_index
 from tkc.passes.overlap_wgmma import _clone_at
 from tkc.passes.unroll_overlapped_loop import UNROLL2
-from tkc.passes.util import wgmma_loops, with_one_more_carried, yielded_at
+from tkc.passes.util import defined_in, wgmma_loops, with_more_carried, yielded_at
 
 DEFER_ATTR = "tkc.defer"
 DEFERRED = "tkc.deferred"  # on a wgmma that does not wait for itself: a tile.wgmma_wait after it does
@@ -170,28 +174,62 @@ def _after_row_max(first: Operation, body: Block) -> Operation | None:
     return None
 
 
+def _trailing(gemms: list[t.WgmmaOp], loop: scf.ForOp) -> list[t.WgmmaOp]:
+    """The wgmmas that end the step and run in the next one: from the last back, those whose A is a register tile the
+    step computes and whose result only feeds the yield (attention's P·V and P·1; the dK/dV block's dV and dK)."""
+    body, tails = loop.body.block, []
+    for gemm in reversed(gemms[1:]):
+        if not (isinstance(gemm.a.type, RegTileType) and defined_in(gemm.a, loop) and yielded_at(gemm, body) is not None):
+            break
+        tails.insert(0, gemm)
+    return tails or gemms[1:]  # (none: the checks below say what is wrong with the last one)
+
+
+def _stage_of(gemm: t.WgmmaOp, loop: scf.ForOp) -> tuple[a.RingReadOp, t.LoadOp | None] | None:
+    """Where a trailing wgmma's B comes from: a ring stage of this step (the ring read, and the view of it the wgmma
+    takes, if any), or None for a tile from outside the loop."""
+    owner = gemm.b.owner
+    view = None
+    if isinstance(owner, t.LoadOp) and isinstance(owner.source.type, SharedTileType) and defined_in(gemm.b, loop):
+        view, owner = owner, owner.source.owner
+    if isinstance(owner, a.RingReadOp) and owner.parent_block() is loop.body.block \
+            and isinstance(owner.stage.owner, arith.RemUIOp):
+        return owner, view
+    if not defined_in(gemm.b, loop):
+        return None
+    raise _fail("a deferred wgmma's B must be a ring stage of a pipelined loop (insert-tma-pipeline), a view of one, "
+                "or a tile from outside the loop", gemm)
+
+
+def _read_stage(read: a.RingReadOp, view: t.LoadOp | None, stage: SSAValue) -> list[Operation]:
+    """The ring read (and the view of it) again, at another stage: the ops, the tile last."""
+    again = a.RingReadOp(read.ring, stage)
+    again.location = read.location
+    if view is None:
+        return [again]
+    viewed = view.clone()
+    viewed.operands = [again.result, *view.operands[1:]]
+    return [again, viewed]
+
+
 def _defer(loop: scf.ForOp, late: bool = False) -> None:
     body = loop.body.block
     gemms = [op for op in body.ops if isinstance(op, t.WgmmaOp)]
     if len(gemms) < 2:
         raise _fail("the loop needs two wgmmas (the first is waited for, the last is deferred)", loop)
-    first, tails = gemms[0], gemms[1:]  # the tails (P·V; also P·1 for row sums) all take the same P
-    last = tails[-1]
+    tails = _trailing(gemms, loop)
+    leads = gemms[:len(gemms) - len(tails)]  # waited for in the step, the tails issued behind them
+    first, last = leads[0], tails[-1]
     indices = [yielded_at(tail, body) for tail in tails]
     for tail, index in zip(tails, indices):
         if index is None:
             raise _fail("the loop's last wgmma must only feed the loop's next step (its result goes to the yield)",
                         tail)
-        if not isinstance(tail.a.type, RegTileType) or tail.a is not last.a:
+        if not isinstance(tail.a.type, RegTileType) or (tail.a is not last.a and not defined_in(tail.a, loop)):
             raise _fail("the loop's last wgmmas must take one A from registers (carried to the next step)", tail)
-    read = last.b.owner
-    stage = read.stage.owner if isinstance(read, a.RingReadOp) else None
-    if not (isinstance(read, a.RingReadOp) and read.parent_block() is body and isinstance(stage, arith.RemUIOp)):
+    stages = {tail: _stage_of(tail, loop) for tail in tails}
+    if stages[last] is None:
         raise _fail("the last wgmma's B must be a ring stage of a pipelined loop (insert-tma-pipeline)", last)
-    for tail in tails[:-1]:  # the others read a tile from outside the loop (a constant one: P·1)
-        if isinstance(tail.b.owner, Operation) and tail.b.owner.parent_block() is body:
-            raise _fail("a deferred wgmma's B must be the last one's ring stage or a tile from outside the loop",
-                        tail)
     if WGMMA_IN_FLIGHT not in loop.attributes:
         raise _fail("the loop's ring must release each step one iteration late", loop)
     k = step_index(loop)
@@ -204,46 +242,65 @@ def _defer(loop: scf.ForOp, late: bool = False) -> None:
     rotated = yielded_at(first, body) is not None
 
     # this step's P·V is the previous step's: A carried, B the previous stage (step 0: its own, times zero)
-    zero_a = t.FillOp(0.0, last.a.type)
-    Rewriter.insert_op(zero_a, InsertPoint.before(loop))
-    a_prev = body.insert_arg(last.a.type, len(body.args))
-    ring_step, stages = stage.lhs, stage.rhs
+    a_values = list(dict.fromkeys(tail.a for tail in tails))  # each A once (P·V and P·1 share P)
+    zero_as = [t.FillOp(0.0, value.type) for value in a_values]
+    Rewriter.insert_op(zero_as, InsertPoint.before(loop))
+    a_prev = {value: body.insert_arg(value.type, len(body.args)) for value in a_values}
     c0, c1 = arith.ConstantOp(IntegerAttr(0, i32)), arith.ConstantOp(IntegerAttr(1, i32))
     has_prev = arith.CmpiOp(k, c0, "sgt")
-    back = arith.SubiOp(ring_step, c1)
-    prev_step = arith.SelectOp(has_prev, back, ring_step)
-    prev_stage = arith.RemUIOp(prev_step, stages)
-    v_prev = a.RingReadOp(read.ring, prev_stage)
-    v_prev.location = read.location
+    prologue: list[Operation] = [c0, c1, has_prev]
+    prev_stages: dict[tuple[SSAValue, SSAValue], SSAValue] = {}
+    b_prev: dict[t.WgmmaOp, SSAValue] = {}
+    for tail in tails:
+        if stages[tail] is None:  # a constant tile (P·1's ones)
+            b_prev[tail] = tail.b
+            continue
+        read, view = stages[tail]  # type: ignore[misc]
+        stage = read.stage.owner
+        key = (stage.lhs, stage.rhs)
+        if key not in prev_stages:
+            back = arith.SubiOp(stage.lhs, c1)
+            prev_step = arith.SelectOp(has_prev, back, stage.lhs)
+            prev_stage = arith.RemUIOp(prev_step, stage.rhs)
+            prologue += [back, prev_step, prev_stage]
+            prev_stages[key] = prev_stage.result
+        reread = _read_stage(read, view, prev_stages[key])
+        prologue += reread
+        b_prev[tail] = reread[-1].results[0]
     deferred = []
     for tail, acc in zip(tails, carried):
         pv = tail.clone()
         pv.attributes[DEFERRED] = UnitAttr()
         acc.replace_all_uses_with(pv.result)  # what read the carried value now reads it with this P·V added
-        pv.operands = [a_prev, v_prev.result if tail is last else tail.b, acc]
+        pv.operands = [a_prev[tail.a], b_prev[tail], acc]
         deferred.append(pv)
-    first.attributes[DEFERRED] = UnitAttr()
-    prologue = [c0, c1, has_prev, back, prev_step, prev_stage, v_prev, *deferred]
+    for lead in leads:
+        lead.attributes[DEFERRED] = UnitAttr()
+    prologue += deferred
     if rotated:  # S_j came from the step before (waited for there): the softmax waits for nothing
         Rewriter.insert_op(prologue, InsertPoint.before(first))
     elif late:  # wait for S_j (nothing else runs), issue P·V once S_j's row max is taken
         wait = t.WgmmaWaitOp(0)
-        Rewriter.insert_op(wait, InsertPoint.after(first))
+        Rewriter.insert_op(wait, InsertPoint.after(leads[-1]))
         Rewriter.insert_op(prologue, InsertPoint.after(_after_row_max(first, body) or wait))
-    else:  # wait for S_j alone: each wgmma is a group of its own, the deferred ones issued after it
-        Rewriter.insert_op([*prologue, t.WgmmaWaitOp(len(deferred))], InsertPoint.after(first))
+    else:  # wait for the leads alone: each wgmma is a group of its own, the deferred ones issued after them
+        Rewriter.insert_op([*prologue, t.WgmmaWaitOp(len(deferred))], InsertPoint.after(leads[-1]))
 
     yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
     finals = {index: tail.c for tail, index in zip(tails, indices)}
-    yield_op.operands = [*(finals.get(i, v) for i, v in enumerate(yield_op.operands)), last.a]
-    next_a = last.a.owner  # written only after the wait (ptxas would put it in the registers the P·V reads)
+    yield_op.operands = [*(finals.get(i, v) for i, v in enumerate(yield_op.operands)), *a_values]
+    next_as = [value.owner for value in a_values]  # written only after the wait (ptxas would put them in the
+    # registers the deferred wgmmas read)
+    ring_reads = {stages[tail][0] for tail in tails if stages[tail] is not None}  # type: ignore[index]
+    views = [stages[tail][1] for tail in tails if stages[tail] is not None and stages[tail][1] is not None]  # type: ignore[index]
     for tail in tails:
         tail.detach()
         tail.erase()
-    if not read.result.uses:
-        read.detach()
-        read.erase()
+    for op in [*views, *ring_reads]:
+        if not op.results[0].uses:
+            op.detach()
+            op.erase()
 
     # what reads the P·V results, and the next P, wait for them: at the end of the step
     for pv in deferred:
@@ -253,7 +310,7 @@ def _defer(loop: scf.ForOp, late: bool = False) -> None:
     dependent: set[SSAValue] = {pv.result for pv in deferred}
     late = []
     for op in list(body.ops):
-        if op is yield_op or op in deferred or not (op is next_a or any(_reads(op, v) for v in dependent)):
+        if op is yield_op or op in deferred or not (op in next_as or any(_reads(op, v) for v in dependent)):
             continue
         if not (is_side_effect_free(op) or (isinstance(op, scf.IfOp) and all(
                 is_side_effect_free(o) for o in op.walk() if o is not op and not isinstance(o, scf.YieldOp)))):
@@ -269,34 +326,48 @@ def _defer(loop: scf.ForOp, late: bool = False) -> None:
     Rewriter.insert_op(t.WgmmaWaitOp(0), InsertPoint.before(wait_at))  # (rotated: also S_{j+1}, before its yield)
 
     # the loop carries P; the last P·V after it
-    rebuilt = with_one_more_carried(loop, zero_a.result)
+    rebuilt = with_more_carried(loop, [zero.result for zero in zero_as])
     if rotated:  # S_{j+1} is carried too: two steps an iteration spare its copy (unroll-overlapped-loop)
         rebuilt.attributes[UNROLL2] = UnitAttr()
-    _last_step(rebuilt, indices, read.ring, ring_step, stages, tails)  # type: ignore[arg-type]
+    _last_step(rebuilt, indices, [stages[tail] for tail in tails], tails, len(a_values),  # type: ignore[arg-type]
+               [a_values.index(tail.a) for tail in tails])
 
 
-def _last_step(loop: scf.ForOp, indices: list[int], ring: SSAValue, ring_step: SSAValue, stages: SSAValue,
-               gemms: list[Operation]) -> None:
+def _last_step(loop: scf.ForOp, indices: list[int], stages: list[tuple[a.RingReadOp, t.LoadOp | None] | None],
+               gemms: list[Operation], carried_as: int, a_of: list[int]) -> None:
     """After the loop: O += P_last · V_last on the last step's stage (and the other deferred wgmmas on their B),
-    if the loop ran."""
+    if the loop ran. The loop's last `carried_as` results are the A operands; gemm i takes the a_of[i]-th."""
     pre = [span := arith.SubiOp(loop.ub, loop.lb), trips := arith.CeilDivSIOp(span, loop.step),
            c0 := arith.ConstantOp(IntegerAttr(0, i32)), c1 := arith.ConstantOp(IntegerAttr(1, i32)),
            ran := arith.CmpiOp(trips, c0, "sgt"), last_k := arith.SubiOp(trips, c1),
            offset := arith.MuliOp(last_k, loop.step), last_iv := arith.AddiOp(loop.lb, offset)]
     Rewriter.insert_op(pre, InsertPoint.after(loop))
-    stage_ops = value_slice([ring_step, stages], loop)
-    assert stage_ops is not None
     then = Block()
-    mapping = _clone_at(stage_ops, loop.body.block.args[0], last_iv.result, InsertPoint.at_end(then))
-    last_stage = arith.RemUIOp(mapping.get(ring_step, ring_step), mapping.get(stages, stages))
-    v_last = a.RingReadOp(ring, last_stage)
-    for op in (last_stage, v_last):
-        then.add_op(op)
+    last_b: dict[int, SSAValue] = {}
+    last_stages: dict[tuple[SSAValue, SSAValue], SSAValue] = {}
+    for i, where in enumerate(stages):
+        if where is None:
+            continue
+        read, view = where
+        stage = read.stage.owner
+        key = (stage.lhs, stage.rhs)
+        if key not in last_stages:
+            stage_ops = value_slice([stage.lhs, stage.rhs], loop)
+            assert stage_ops is not None
+            mapping = _clone_at(stage_ops, loop.body.block.args[0], last_iv.result, InsertPoint.at_end(then))
+            last_stage = arith.RemUIOp(mapping.get(stage.lhs, stage.lhs), mapping.get(stage.rhs, stage.rhs))
+            then.add_op(last_stage)
+            last_stages[key] = last_stage.result
+        reread = _read_stage(read, view, last_stages[key])
+        for op in reread:
+            then.add_op(op)
+        last_b[i] = reread[-1].results[0]
     results = [loop.results[index] for index in indices]
+    carried_a = loop.results[len(loop.results) - carried_as:]
     pvs = []
-    for gemm, result in zip(gemms, results):
+    for i, (gemm, result) in enumerate(zip(gemms, results)):
         pv = gemm.clone()
-        pv.operands = [loop.results[-1], v_last.result if gemm is gemms[-1] else gemm.b, result]
+        pv.operands = [carried_a[a_of[i]], last_b.get(i, gemm.b), result]
         then.add_op(pv)
         pvs.append(pv)
     then.add_op(scf.YieldOp(*[pv.results[0] for pv in pvs]))

@@ -159,12 +159,17 @@ def waited_by_the_next_step(op: Operation, loop: Operation) -> bool:
 def with_one_more_carried(loop: Operation, init: SSAValue) -> Operation:
     """`loop` (an scf.for whose body already has one more block argument and yields one more value) rebuilt with
     `init` as that value's start; uses of the old loop's results go to the new one's, whose last result is new."""
+    return with_more_carried(loop, [init])
+
+
+def with_more_carried(loop: Operation, inits: list[SSAValue]) -> Operation:
+    """with_one_more_carried for len(inits) more values (the body's last block arguments and yielded values)."""
     from xdsl.dialects import scf
     from xdsl.rewriter import InsertPoint, Rewriter
 
     assert isinstance(loop, scf.ForOp)
     region = loop.detach_region(loop.body)
-    rebuilt = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, init], region)
+    rebuilt = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, *inits], region)
     rebuilt.attributes |= loop.attributes
     rebuilt.location = loop.location
     Rewriter.insert_op(rebuilt, InsertPoint.before(loop))
