@@ -463,8 +463,9 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     so that the result is an ordinary register tile. A loop's accumulator, where the pipeline left room, is
     updated in place and only the previous step's group is waited for (`_accumulates_in_flight`); attention's P·V
     is accumulated in the loop-carried registers and waited for with the next step's Q·Kᵀ
-    (`_waited_by_the_next_step`); overlap-wgmma's early Q·Kᵀ with the P·V after it (`_waited_by_a_later_wgmma`). A warp's
-    rt[f32, 16, N] (row layout) is its slice of the m64nN accumulator, register for register."""
+    (`_waited_by_the_next_step`); overlap-wgmma's early Q·Kᵀ with the P·V after it (`_waited_by_a_later_wgmma`);
+    two independent products in a row with the second (`_waited_by_the_next_wgmma`). A warp's rt[f32, 16, N] (row
+    layout) is its slice of the m64nN accumulator, register for register."""
     from tkc.backend import wgmma
 
     if not lw.target.startswith("sm_90"):
@@ -541,8 +542,6 @@ def _waited_by_the_next_wgmma(op: t.WgmmaOp) -> bool:
     reads its result, writes its operands or releases their memory) and the next one is itself waited for at once:
     two independent products (the dK/dV block's Sᵀ and dPᵀ parts) then queue on the tensor cores back to back instead
     of each waiting out its own pipeline."""
-    from xdsl.dialects import arith
-
     later = op.next_op
     while later is not None and not isinstance(later, t.WgmmaOp):
         view = (isinstance(later, t.LoadOp) and isinstance(later.source.type, SharedTileType)
