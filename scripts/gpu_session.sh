@@ -98,6 +98,7 @@ for step in ${*:-tests probe bench sanitize}; do
             "[\"sm90\",{$halves,\"QUERIES\":48,\"STAGES\":2,\"PRODUCER\":2,\"EXCHANGE_BUFFERS\":1},$dq]" \
             "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":1,\"DEFER\":1},$dq]" \
             "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":2,\"DEFER\":1},$dq]" \
+            "[\"sm90\",{$halves,\"QUERIES\":48,\"STAGES\":2,\"PRODUCER\":2,\"EXCHANGE_BUFFERS\":1,\"DEFER\":1},$dq]" \
             > "$OUT/d256-probe.log" 2>&1; grep backward "$OUT/d256-probe.log" | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-240 ;;
     d256-probe-ab)  # D = 256's shipped dK/dV build from this tree and from the tree under .prev/ (an export of an earlier
         # commit: `git archive REV tkc | tar -x -C .prev`, carried), each with its own compile cache, twice in turn
