@@ -504,6 +504,26 @@ def test_dkdv_halves_exchange(monkeypatch: pytest.MonkeyPatch, mutated: bool) ->
     assert (rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2) != mutated
 
 
+@pytest.mark.parametrize("d, causal, warps, queries, n", [(128, 0, 8, 32, 200), (64, 1, 4, 64, 256), (96, 1, 8, 64, 160)])
+def test_dkdv_deferred_on_wgmma(d: int, causal: int, warps: int, queries: int, n: int) -> None:
+    """attention_bwd_dkdv_sm90 with DEFER=1 (D ≤ 128): each step takes Sᵀ and dPᵀ first, and its dV and dK products
+    run in the next step under the softmax (defer-wgmma, two A operands carried); more steps than stages, lengths the
+    steps do not divide; the simulation agrees with float64."""
+    from reference import attention_backward_ref
+
+    from tkc.kernels.attention_bwd import attention_bwd_dkdv_sm90
+
+    rng = np.random.default_rng(d + causal)
+    q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
+    out, lse, _, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
+    delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
+    dkdv = {"WARPS": warps, "QUERIES": queries, "STAGES": 3, "DEFER": 1, "RAGGED": int(n % queries > 0)}
+    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
+    _, sim = run_both(attention_bwd_dkdv_sm90, args, (-(-n // (16 * warps)), 2, 1), {"D": d, "CAUSAL": causal, **dkdv},
+                      target="sm_90a", order="sliced")
+    assert rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2
+
+
 @pytest.mark.parametrize("causal, n, mutated", [(0, 200, False), (1, 160, False), (0, 200, True)])
 def test_dkdv_halves_deferred(monkeypatch: pytest.MonkeyPatch, causal: int, n: int, mutated: bool) -> None:
     """HALVES with DEFER=1: defer-wgmma issues each step's dV and dK products (two A operands, P and dS, carried;

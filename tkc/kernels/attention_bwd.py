@@ -92,17 +92,24 @@ def column_part(blk, d, cols):
 
 
 @tkc.func
+def probabilities_t(s_t, lse_log2, scale_log2, diagonal, causal, queries, ragged):
+    """Pᵀ of a warp's 16 keys over one step of queries from their scores Sᵀ (query c sees key r iff c >= r +
+    diagonal; with `ragged`, only the first `queries` columns are queries)."""
+    if ragged:  # the last step's columns past Nq (zeros read past the end, with an L of 0: no P for them)
+        s_t = keep_cols(s_t, queries)
+    if causal:  # every step (a no-op before the diagonal): a branch around it costs ptxas ~90 registers
+        s_t = triu(s_t, diagonal, -math.inf)
+    return exp2(sub_col(s_t * scale_log2, lse_log2))
+
+
+@tkc.func
 def dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, causal, queries, ragged,
               kv_in_shared, wgmma, d, dt, part=0, cols=0):
     """dK and dV of a warp's 16 keys over one step of queries from its scores Sᵀ, everything transposed (query c
     sees key r iff c >= r + diagonal; with `ragged`, only the first `queries` columns are queries):
     dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale); also returns dSᵀ (in `dt`). With `cols` < D, dK and dV are their
     columns part·cols .. (part + 1)·cols (Sᵀ and dPᵀ take all of D)."""
-    if ragged:  # the last step's columns past Nq (zeros read past the end, with an L of 0: no P for them)
-        s_t = keep_cols(s_t, queries)
-    if causal:  # every step (a no-op before the diagonal): a branch around it costs ptxas ~90 registers
-        s_t = triu(s_t, diagonal, -math.inf)
-    p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
+    p_t = probabilities_t(s_t, lse_log2, scale_log2, diagonal, causal, queries, ragged)
     dv = mma_AB(p_t.to(dt), operand(columns(do_s, part, cols, dt), wgmma), dv)
     dp_t = mma_ABt(warp_rows(v, kv_in_shared, d, dt), operand(do_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
     ds_t = (p_t * sub_col(dp_t, delta)).to(dt)
@@ -266,15 +273,18 @@ def panel_tile(j, queries, row_panel):
 
 @tkc.func
 def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries, warps, ragged, with_dq, defer,
-               ds_buffers, dt, group, split, cols=0):
+               ds_buffers, dt, group, split, cols=0, scores_first=0):
     """The wgmma dK/dV kernels' block: 16·`warps` keys (a warpgroup per 64), K and V in shared memory, the loop over
     the queries (TMA streams Q and dO), the stores. With `with_dq`, each step's dSᵀ also goes through shared memory
     into dQ += dS·K (one more product, A = dSᵀ read transposed), added into the f32 dQ_sum by atomics. The loop
     runs over the queries of the `group` query heads that read the block's head of K and V (or its part of them,
     `split`: block_heads), one after the other. With `cols` < D, the block sums only those columns of dK and dV
     (D = 256: both whole would take 256 registers a thread): D / cols blocks in a row of the grid take the same
-    keys, each its columns, each computing all of Sᵀ and dPᵀ."""
+    keys, each its columns, each computing all of Sᵀ and dPᵀ. With `scores_first`, each step takes both products
+    of scores (Sᵀ, dPᵀ) before the softmax and the two of gradients (dV, dK) after it, which defer-wgmma can then
+    run in the next step (DEFER=1)."""
     static_assert(d in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {d}")
+    static_assert(not (scores_first and with_dq), "the dK/dV products after the scores' take no dQ product")
     static_assert(group == 1 or not with_dq, "dQ by atomics takes one query head a K/V head (GROUP = 1)")
     static_assert(group % split == 0, f"SPLIT ({split}) must divide GROUP ({group})")
     static_assert(not cols or cols == d or not with_dq, "dQ by atomics takes dK and dV whole (COLS = 0)")
@@ -305,8 +315,16 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
         s_t = scores_t(k, q_s, 0, 1, d, dt)
         if defer:  # the step before's dQ panel, added once this step's Sᵀ is in (its wgmma ran on until then)
             atomic_add(dQ_sum, dq, (b, h, panel_tile(j - 1, queries, row_panel), col_panel))
-        dk, dv, ds_t = dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * queries,
-                                 causal, Q.shape[2] - j * queries, ragged, 0, 1, d, dt, part, cols)
+        if scores_first:
+            dp_t = mma_ABt(v, do_s, zeros(rt[f32, 16, queries]))
+            rest = Q.shape[2] - j * queries
+            p_t = probabilities_t(s_t, lse_log2, scale_log2, k_tile * 16 - j * queries, causal, rest, ragged)
+            dv = mma_AB(p_t.to(dt), columns(do_s, part, cols, dt), dv)
+            dk = mma_AB((p_t * sub_col(dp_t, delta)).to(dt), columns(q_s, part, cols, dt), dk)
+        else:
+            dk, dv, ds_t = dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2,
+                                     k_tile * 16 - j * queries, causal, Q.shape[2] - j * queries, ragged, 0, 1, d, dt,
+                                     part, cols)
         if with_dq:  # dSᵀ (the block's keys × the step's queries) is A of dQ's product, read transposed
             ds_s = store(empty(st[dt, 16 * warps, queries], buffers=ds_buffers), ds_t, (warp_id(), 0))
             if panel:
@@ -357,11 +375,8 @@ def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, 
         other = (warp_id() + 4) % 8                          # (a + b = b + a in f32: both get the same sums)
         s_t = s_part + load(s_parts, (other, 0), rt[f32, 16, queries], conflicts=2)
         dp_t = dp_part + load(dp_parts, (other, 0), rt[f32, 16, queries], conflicts=2)
-        if ragged:  # as in dkdv_step
-            s_t = keep_cols(s_t, Q.shape[2] - j * queries)
-        if causal:
-            s_t = triu(s_t, k_tile * 16 - j * queries, -math.inf)
-        p_t = exp2(sub_col(s_t * scale_log2, lse_log2))
+        rest = Q.shape[2] - j * queries                      # the step's queries (ragged: the last one fewer)
+        p_t = probabilities_t(s_t, lse_log2, scale_log2, k_tile * 16 - j * queries, causal, rest, ragged)
         dv = mma_AB(p_t.to(dt), do_half, dv)
         dk = mma_AB((p_t * sub_col(dp_t, delta)).to(dt), q_half, dk)
     store(dK, (dk * scale).to(dt), (out_b, h, k_tile, half))
@@ -383,17 +398,16 @@ def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
     on a multiprocessor (0: its choice). COLS (0: all of D): the columns of dK and dV a block sums, D / COLS blocks
     next to each other in the grid's x taking the same keys (D = 256: dK and dV in halves). HALVES=1 (D = 256, WARPS
     = 8): instead two warpgroups a block on the same 64 keys, each one half of the columns (dkdv_block_halves); grid
-    (Nk / 64, H, B); EXCHANGE_BUFFERS: of the tiles its partial sums pass through (dkdv_block_halves). DEFER=1 (with
-    HALVES) issues each step's dV and dK products in the next step, behind its Sᵀ and dPᵀ parts (`defer-wgmma`): they
-    run while the warpgroups exchange and exponentiate, which otherwise leave the tensor cores idle."""
-    static_assert(not DEFER or HALVES, "DEFER=1 takes HALVES=1")
+    (Nk / 64, H, B); EXCHANGE_BUFFERS: of the tiles its partial sums pass through (dkdv_block_halves). DEFER=1 issues each
+    step's dV and dK products in the next step, behind its Sᵀ and dPᵀ (parts) (`defer-wgmma`): they run while the
+    warpgroups exponentiate (and exchange), which otherwise leaves the tensor cores idle."""
     if HALVES:
         static_assert(D == 256 and WARPS == 8 and not COLS, "HALVES=1 takes D = 256, WARPS = 8 and COLS = 0")
         dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, D, CAUSAL, QUERIES, RAGGED, DT, GROUP, SPLIT,
                           EXCHANGE_BUFFERS)
     else:
         dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP,
-                   SPLIT, COLS)
+                   SPLIT, COLS, DEFER)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
