@@ -3,8 +3,8 @@ and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 la
 (--rounds), every output checked against cuDNN first. One line per implementation. late P·V: LATE_PV=1 (the
 deferred P·V issued after the step's row max, not right behind its Q·Kᵀ: ptxas spreads its wgmmas through the
 softmax), at D=64 (DEFER=1 or 2) also with a 24-register producer (lean) or 4 stages; at D=64 causal with
-N < 4096 the short configuration on tiled grids; at D=128 causal below 4096 keys DEFER=2 on grids of 2-4 query blocks a block;
-at D=256 the warpgroups in ping-pong or staggered a step.
+N < 4096 the short configuration on tiled grids; at D=128 causal below 4096 keys DEFER=2 on grids of 2-4 query blocks a
+block; at D=256 the warpgroups in ping-pong or staggered a step.
     python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
 import sys
 from pathlib import Path

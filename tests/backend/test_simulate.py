@@ -504,7 +504,8 @@ def test_dkdv_halves_exchange(monkeypatch: pytest.MonkeyPatch, mutated: bool) ->
     assert (rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2) != mutated
 
 
-@pytest.mark.parametrize("d, causal, warps, queries, n", [(128, 0, 8, 32, 200), (64, 1, 4, 64, 256), (96, 1, 8, 64, 160)])
+@pytest.mark.parametrize("d, causal, warps, queries, n", [(128, 0, 8, 32, 200), (64, 1, 4, 64, 256),
+                                                           (96, 1, 8, 64, 160)])
 def test_dkdv_deferred_on_wgmma(d: int, causal: int, warps: int, queries: int, n: int) -> None:
     """attention_bwd_dkdv_sm90 with DEFER=1 (D ≤ 128): each step takes Sᵀ and dPᵀ first, and its dV and dK products
     run in the next step under the softmax (defer-wgmma, two A operands carried); more steps than stages, lengths the

@@ -398,9 +398,9 @@ def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
     on a multiprocessor (0: its choice). COLS (0: all of D): the columns of dK and dV a block sums, D / COLS blocks
     next to each other in the grid's x taking the same keys (D = 256: dK and dV in halves). HALVES=1 (D = 256, WARPS
     = 8): instead two warpgroups a block on the same 64 keys, each one half of the columns (dkdv_block_halves); grid
-    (Nk / 64, H, B); EXCHANGE_BUFFERS: of the tiles its partial sums pass through (dkdv_block_halves). DEFER=1 issues each
-    step's dV and dK products in the next step, behind its Sᵀ and dPᵀ (parts) (`defer-wgmma`): they run while the
-    warpgroups exponentiate (and exchange), which otherwise leaves the tensor cores idle."""
+    (Nk / 64, H, B); EXCHANGE_BUFFERS: of the tiles its partial sums pass through (dkdv_block_halves). DEFER=1
+    issues each step's dV and dK products in the next step, behind its Sᵀ and dPᵀ (parts) (`defer-wgmma`): they run
+    while the warpgroups exponentiate (and exchange), which otherwise leaves the tensor cores idle."""
     if HALVES:
         static_assert(D == 256 and WARPS == 8 and not COLS, "HALVES=1 takes D = 256, WARPS = 8 and COLS = 0")
         dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, D, CAUSAL, QUERIES, RAGGED, DT, GROUP, SPLIT,

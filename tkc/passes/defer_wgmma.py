@@ -179,7 +179,8 @@ def _trailing(gemms: list[t.WgmmaOp], loop: scf.ForOp) -> list[t.WgmmaOp]:
     step computes and whose result only feeds the yield (attention's P·V and P·1; the dK/dV block's dV and dK)."""
     body, tails = loop.body.block, []
     for gemm in reversed(gemms[1:]):
-        if not (isinstance(gemm.a.type, RegTileType) and defined_in(gemm.a, loop) and yielded_at(gemm, body) is not None):
+        if not (isinstance(gemm.a.type, RegTileType) and defined_in(gemm.a, loop)
+                and yielded_at(gemm, body) is not None):
             break
         tails.insert(0, gemm)
     return tails or gemms[1:]  # (none: the checks below say what is wrong with the last one)
@@ -292,8 +293,8 @@ def _defer(loop: scf.ForOp, late: bool = False) -> None:
     yield_op.operands = [*(finals.get(i, v) for i, v in enumerate(yield_op.operands)), *a_values]
     next_as = [value.owner for value in a_values]  # written only after the wait (ptxas would put them in the
     # registers the deferred wgmmas read)
-    ring_reads = {stages[tail][0] for tail in tails if stages[tail] is not None}  # type: ignore[index]
-    views = [stages[tail][1] for tail in tails if stages[tail] is not None and stages[tail][1] is not None]  # type: ignore[index]
+    sources = [where for where in stages.values() if where is not None]
+    ring_reads, views = {read for read, _ in sources}, [view for _, view in sources if view is not None]
     for tail in tails:
         tail.detach()
         tail.erase()
