@@ -102,6 +102,26 @@ def head_dim_256() -> None:
             _checks.SHARED_MEMORY_LIMITS.clear()
 
 
+def deferred_dkdv() -> None:
+    """attention_bwd_dkdv_sm90 with DEFER=1 (dV and dK products run into the next step): D = 256 in halves (32-query
+    steps against 3 stages; 48-query ones against 2, the last ragged), D = 128 (32-query steps against 3) and D = 64
+    (64-query steps against 3), 1000 queries, causal and not."""
+    from tkc.kernels.attention_bwd import attention_bwd_dkdv_sm90, dkdv_blocks
+
+    n = 1000
+    for d, constants in ((256, {"WARPS": 8, "HALVES": 1, "QUERIES": 32, "STAGES": 3, "PRODUCER": 1}),
+                         (256, {"WARPS": 8, "HALVES": 1, "QUERIES": 48, "STAGES": 2, "PRODUCER": 2,
+                                "EXCHANGE_BUFFERS": 1}),
+                         (128, {"WARPS": 8, "QUERIES": 32, "STAGES": 3}), (64, {"WARPS": 4, "STAGES": 3, "BLOCKS": 2})):
+        cfg = {**constants, "DEFER": 1, "RAGGED": int(n % constants.get("QUERIES", 64) > 0)}
+        q, k, v, grad = (torch.randn(1, 2, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        lse, delta = torch.randn(1, 2, n, device="cuda"), torch.randn(1, 2, n, device="cuda")
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        for causal in (0, 1):
+            attention_bwd_dkdv_sm90[(dkdv_blocks(n, d, cfg), 2, 1)](q, k, v, grad, lse, delta, dk, dv, d**-0.5, D=d,
+                                                                    CAUSAL=causal, **cfg)
+
+
 def main() -> None:
     torch.manual_seed(0)
     bf = torch.bfloat16

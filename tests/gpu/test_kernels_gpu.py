@@ -652,6 +652,33 @@ def test_atomic_add(target: str, rows: int) -> None:
 
 
 @pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n, d, constants", [
+    (1000, 256, {"WARPS": 8, "HALVES": 1, "QUERIES": 32, "STAGES": 3, "PRODUCER": 1}),
+    (1000, 256, {"WARPS": 8, "HALVES": 1, "QUERIES": 48, "STAGES": 2, "PRODUCER": 2, "EXCHANGE_BUFFERS": 1}),
+    (1000, 128, {"WARPS": 8, "QUERIES": 32, "STAGES": 3}), (1024, 64, {"WARPS": 4, "STAGES": 3, "BLOCKS": 2})])
+def test_attention_backward_dkdv_deferred(n: int, d: int, constants: dict, causal: bool) -> None:
+    """attention_bwd_dkdv_sm90 with DEFER=1 (each step's dV and dK products run in the next step, under its
+    exchange and softmax): dK and dV against float64, two heads a K/V head (grouped-query), lengths the steps do not
+    divide."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs Hopper")
+    from tkc.kernels.attention_bwd import attention_bwd_delta, attention_bwd_dkdv_sm90, dkdv_blocks
+
+    b, h = 2, 4
+    q, grad = randn(b, h, n, d), randn(b, h, n, d)
+    k, v = randn(b, h // 2, n, d), randn(b, h // 2, n, d)
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    delta = torch.full((b, h, n), math.nan, device="cuda")
+    dk, dv = (torch.full_like(k, math.nan) for _ in range(2))
+    cfg = {**constants, "DEFER": 1, "RAGGED": int(n % constants.get("QUERIES", 64) > 0)}
+    attention_bwd_delta[(-(-n // 64), h, b)](out, grad, lse, delta, D=d)
+    attention_bwd_dkdv_sm90[(dkdv_blocks(n, d, cfg), h // 2, b)](q, k, v, grad, lse, delta, dk, dv, d**-0.5, D=d,
+                                                                 CAUSAL=int(causal), GROUP=2, **cfg)
+    _, dk_ref, dv_ref = attention_grads_ref(q, k, v, grad, causal)  # (summed over each K/V head's two query heads)
+    assert rel_err(dk, dk_ref) < 1e-2 and rel_err(dv, dv_ref) < 1e-2
+
+
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("b, h, n, d, warps, queries, defer", [
     (2, 3, 1024, 64, 4, 64, 0), (1, 4, 1000, 128, 8, 64, 0), (4, 8, 256, 128, 8, 64, 0), (2, 2, 1000, 64, 8, 128, 0),
     (2, 3, 1000, 64, 4, 64, 1), (1, 4, 1000, 128, 8, 64, 1), (1, 4, 1000, 128, 8, 64, 2)])
