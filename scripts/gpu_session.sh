@@ -106,6 +106,7 @@ for step in ${*:-tests probe bench sanitize}; do
         P="timeout 200 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --configs"
         $P '["sm90",{"STAGES":3},{"STAGES":3}]' '["sm90",{"STAGES":3,"QUERIES":32,"DEFER":1},{"STAGES":3}]' \
             '["sm90",{"STAGES":4,"QUERIES":32,"DEFER":1},{"STAGES":3}]' '["sm90",{"STAGES":3,"QUERIES":32},{"STAGES":3}]' \
+            '["sm90",{"WARPS":4,"STAGES":3,"QUERIES":32,"DEFER":1},{"STAGES":3}]' \
             --shapes 2,16,4096,128 > "$OUT/dkdv-defer-128.log" 2>&1
         $P '["sm90",{"WARPS":4,"STAGES":3,"BLOCKS":3},{"STAGES":3}]' \
             '["sm90",{"WARPS":4,"STAGES":3,"BLOCKS":2,"DEFER":1},{"STAGES":3}]' --shapes 2,16,4096,64 > "$OUT/dkdv-defer-64.log" 2>&1

@@ -104,6 +104,7 @@ VARIANTS = {
                                 # dV and dK in the next step (DEFER=1): 32-query steps at D = 128, two blocks at 64
                                 {"D": 128, "CAUSAL": 1, "STAGES": 3, "QUERIES": 32, "DEFER": 1, "RAGGED": 1},
                                 {"D": 64, "CAUSAL": 0, "WARPS": 4, "STAGES": 3, "BLOCKS": 2, "DEFER": 1},
+                                {"D": 128, "CAUSAL": 0, "WARPS": 4, "STAGES": 3, "QUERIES": 32, "DEFER": 1},
                                 # D = 256: dK and dV in halves (a warpgroup each: HALVES; a block each: COLS), with
                                 # query heads a K/V head in two parts
                                 {"D": 256, "CAUSAL": 0, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1},
