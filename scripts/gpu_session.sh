@@ -97,19 +97,22 @@ for step in ${*:-tests probe bench sanitize}; do
             "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":1},$dq]" \
             "[\"sm90\",{$halves,\"QUERIES\":48,\"STAGES\":2,\"PRODUCER\":2,\"EXCHANGE_BUFFERS\":1},$dq]" \
             "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":1,\"DEFER\":1},$dq]" \
+            "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":1,\"DEFER\":1},{\"WARPS\":4,\"KEYS\":64,\"STAGES\":2,\"DEFER\":1}]" \
             "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":2,\"DEFER\":1},$dq]" \
             "[\"sm90\",{$halves,\"QUERIES\":48,\"STAGES\":2,\"PRODUCER\":2,\"EXCHANGE_BUFFERS\":1,\"DEFER\":1},$dq]" \
             > "$OUT/d256-probe.log" 2>&1; grep backward "$OUT/d256-probe.log" | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-240 ;;
     defer-check)  # DEFER=1's dK/dV builds: GPU tests and compute-sanitizer (tests/gpu/sanitize.py deferred_dkdv)
         tests_and_sanitizers defer dkdv_deferred deferred_dkdv 120 ;;
-    dkdv-defer)  # the D = 64 / 128 dK/dV kernels with DEFER=1 (dV, dK in the next step) beside the shipped, B=2 H=16 N=4096
-        P="timeout 200 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --configs"
+    dkdv-defer)  # D = 64 / 128 backward kernels with DEFER=1 (dV, dK or dQ in the next step) beside the shipped, N=4096
+        P="timeout 300 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --configs"
         $P '["sm90",{"STAGES":3},{"STAGES":3}]' '["sm90",{"STAGES":3,"QUERIES":32,"DEFER":1},{"STAGES":3}]' \
             '["sm90",{"STAGES":4,"QUERIES":32,"DEFER":1},{"STAGES":3}]' '["sm90",{"STAGES":3,"QUERIES":32},{"STAGES":3}]' \
             '["sm90",{"WARPS":4,"STAGES":3,"QUERIES":32,"DEFER":1},{"STAGES":3}]' \
+            '["sm90",{"STAGES":3},{"STAGES":3,"DEFER":1}]' \
             --shapes 2,16,4096,128 > "$OUT/dkdv-defer-128.log" 2>&1
         $P '["sm90",{"WARPS":4,"STAGES":3,"BLOCKS":3},{"STAGES":3}]' \
-            '["sm90",{"WARPS":4,"STAGES":3,"BLOCKS":2,"DEFER":1},{"STAGES":3}]' --shapes 2,16,4096,64 > "$OUT/dkdv-defer-64.log" 2>&1
+            '["sm90",{"WARPS":4,"STAGES":3,"BLOCKS":2,"DEFER":1},{"STAGES":3}]' \
+            '["sm90",{"WARPS":4,"STAGES":3,"BLOCKS":3},{"STAGES":3,"DEFER":1}]' --shapes 2,16,4096,64 > "$OUT/dkdv-defer-64.log" 2>&1
         cat "$OUT/dkdv-defer-128.log" "$OUT/dkdv-defer-64.log" | grep backward | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-220 ;;
     d256-probe-ab)  # D = 256's shipped dK/dV build from this tree and from the tree under .prev/ (an export of an earlier
         # commit: `git archive REV tkc | tar -x -C .prev`, carried), each with its own compile cache, twice in turn

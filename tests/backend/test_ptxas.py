@@ -115,6 +115,8 @@ VARIANTS = {
                                 {"D": 256, "CAUSAL": 1, "WARPS": 4, "STAGES": 3, "QUERIES": 32, "COLS": 128,
                                  "RAGGED": 1, "GROUP": 4, "SPLIT": 2}],
     "attention_bwd_dq_sm90": [{"D": 64, "CAUSAL": 0, "STAGES": 3}, {"D": 64, "CAUSAL": 1, "STAGES": 3, "RAGGED": 1},
+                              {"D": 128, "CAUSAL": 1, "STAGES": 3, "DEFER": 1},  # dQ's product in the next step
+                              {"D": 256, "CAUSAL": 0, "WARPS": 4, "KEYS": 64, "STAGES": 2, "DEFER": 1},
                               {"D": 128, "CAUSAL": 0, "STAGES": 3}, {"D": 128, "CAUSAL": 1, "STAGES": 3},
                               {"D": 128, "CAUSAL": 1, "STAGES": 3, "GROUP": 4}, {"D": 96, "CAUSAL": 0, "STAGES": 3},
                               {"D": 256, "CAUSAL": 1, "WARPS": 8, "KEYS": 32, "STAGES": 2, "RAGGED": 1, "GROUP": 4}],

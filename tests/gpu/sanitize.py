@@ -105,8 +105,9 @@ def head_dim_256() -> None:
 def deferred_dkdv() -> None:
     """attention_bwd_dkdv_sm90 with DEFER=1 (dV and dK products run into the next step): D = 256 in halves (32-query
     steps against 3 stages; 48-query ones against 2, the last ragged), D = 128 (32-query steps against 3) and D = 64
-    (64-query steps against 3), 1000 queries, causal and not."""
-    from tkc.kernels.attention_bwd import attention_bwd_dkdv_sm90, dkdv_blocks
+    (64-query steps against 3), 1000 queries, causal and not; each with attention_bwd_dq_sm90 at DEFER=1 and
+    attention_backward's other constants (16 key steps of 64 against 2-3 stages)."""
+    from tkc.kernels.attention_bwd import CONFIG_SM90, attention_bwd_dkdv_sm90, attention_bwd_dq_sm90, dkdv_blocks
 
     n = 1000
     for d, constants in ((256, {"WARPS": 8, "HALVES": 1, "QUERIES": 32, "STAGES": 3, "PRODUCER": 1}),
@@ -117,9 +118,14 @@ def deferred_dkdv() -> None:
         q, k, v, grad = (torch.randn(1, 2, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         lse, delta = torch.randn(1, 2, n, device="cuda"), torch.randn(1, 2, n, device="cuda")
         dk, dv = torch.empty_like(k), torch.empty_like(v)
+        dq_cfg = {**CONFIG_SM90[d][1], "DEFER": 1}
+        dq_cfg["RAGGED"] = int(n % dq_cfg.get("KEYS", 64) > 0)
+        dq = torch.empty_like(q)
         for causal in (0, 1):
             attention_bwd_dkdv_sm90[(dkdv_blocks(n, d, cfg), 2, 1)](q, k, v, grad, lse, delta, dk, dv, d**-0.5, D=d,
                                                                     CAUSAL=causal, **cfg)
+            attention_bwd_dq_sm90[(-(-n // (16 * dq_cfg.get("WARPS", 8))), 2, 1)](q, k, v, grad, lse, delta, dq,
+                                                                                 d**-0.5, D=d, CAUSAL=causal, **dq_cfg)
 
 
 def main() -> None:

@@ -657,12 +657,13 @@ def test_atomic_add(target: str, rows: int) -> None:
     (1000, 256, {"WARPS": 8, "HALVES": 1, "QUERIES": 48, "STAGES": 2, "PRODUCER": 2, "EXCHANGE_BUFFERS": 1}),
     (1000, 128, {"WARPS": 8, "QUERIES": 32, "STAGES": 3}), (1024, 64, {"WARPS": 4, "STAGES": 3, "BLOCKS": 2})])
 def test_attention_backward_dkdv_deferred(n: int, d: int, constants: dict, causal: bool) -> None:
-    """attention_bwd_dkdv_sm90 with DEFER=1 (each step's dV and dK products run in the next step, under its
-    exchange and softmax): dK and dV against float64, two heads a K/V head (grouped-query), lengths the steps do not
-    divide."""
+    """attention_bwd_dkdv_sm90 and attention_bwd_dq_sm90 with DEFER=1 (each step's dV and dK, or dQ, products run in
+    the next step, under its exchange and softmax): the gradients against float64, two heads a K/V head
+    (grouped-query), lengths the steps do not divide."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs Hopper")
-    from tkc.kernels.attention_bwd import attention_bwd_delta, attention_bwd_dkdv_sm90, dkdv_blocks
+    from tkc.kernels.attention_bwd import (CONFIG_SM90, attention_bwd_delta, attention_bwd_dkdv_sm90,
+                                           attention_bwd_dq_sm90, dkdv_blocks)
 
     b, h = 2, 4
     q, grad = randn(b, h, n, d), randn(b, h, n, d)
@@ -674,8 +675,15 @@ def test_attention_backward_dkdv_deferred(n: int, d: int, constants: dict, causa
     attention_bwd_delta[(-(-n // 64), h, b)](out, grad, lse, delta, D=d)
     attention_bwd_dkdv_sm90[(dkdv_blocks(n, d, cfg), h // 2, b)](q, k, v, grad, lse, delta, dk, dv, d**-0.5, D=d,
                                                                  CAUSAL=int(causal), GROUP=2, **cfg)
-    _, dk_ref, dv_ref = attention_grads_ref(q, k, v, grad, causal)  # (summed over each K/V head's two query heads)
+    dq_ref, dk_ref, dv_ref = attention_grads_ref(q, k, v, grad, causal)  # (dK, dV summed over two query heads)
     assert rel_err(dk, dk_ref) < 1e-2 and rel_err(dv, dv_ref) < 1e-2
+    # dQ with DEFER=1 too, as each head dim's dQ kernel runs (attention_backward's constants)
+    dq_cfg = {**CONFIG_SM90[d][1], "DEFER": 1}
+    dq_cfg["RAGGED"] = int(n % dq_cfg.get("KEYS", 64) > 0)
+    dq = torch.full_like(q, math.nan)
+    attention_bwd_dq_sm90[(-(-n // (16 * dq_cfg.get("WARPS", 8))), h, b)](q, k, v, grad, lse, delta, dq, d**-0.5, D=d,
+                                                                        CAUSAL=int(causal), GROUP=2, **dq_cfg)
+    assert rel_err(dq, dq_ref) < 1e-2
 
 
 @pytest.mark.parametrize("causal", [False, True])

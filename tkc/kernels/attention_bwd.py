@@ -118,17 +118,21 @@ def dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, 
 
 @tkc.func
 def dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, diagonal, causal, keys, ragged, wgmma, dt, part=0,
-            cols=0):
+            cols=0, scores_first=0):
     """dQ of a warp's 16 queries over one step of keys (query r sees key c iff c <= r + diagonal; with `ragged`, only
     the first `keys` columns are keys): dQ += dS·K (without the scale); with `cols` < D, dQ's columns
-    part·cols .. (part + 1)·cols."""
+    part·cols .. (part + 1)·cols. With `scores_first`, dP before the softmax (both products of scores first, as
+    defer-wgmma wants them)."""
     s = mma_ABt(q, operand(k_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
+    if scores_first:
+        dp = mma_ABt(do, operand(v_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
     if ragged:  # the last step's keys past Nk
         s = keep_cols(s, keys)
     if causal:  # every step, as in dkdv_step
         s = tril(s, diagonal, -math.inf)
     p = exp2(sub_row(s * scale_log2, lse_log2))
-    dp = mma_ABt(do, operand(v_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
+    if not scores_first:
+        dp = mma_ABt(do, operand(v_s, wgmma), zeros(rt[f32, 16, k_s.shape[0]]))
     ds = p * sub_row(dp, delta)
     return mma_AB(ds.to(dt), operand(columns(k_s, part, cols, dt), wgmma), dq)
 
@@ -176,7 +180,7 @@ def query_step(Q, dO, L, Delta, b, i, first, steps, first_head, heads, queries, 
 
 @tkc.func
 def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps, ragged, wgmma, dt, group, part=0,
-            cols=0):
+            cols=0, scores_first=0):
     """dQ of the block's query block `blk` of head h (each warp its 16 rows; q, do: the warp's rows in registers, or
     with `wgmma` its warpgroup's in shared memory): the loop over the keys of head kv_head(h, group), KEYS a step,
     then the store; with `cols` < D, dQ's columns part·cols .. (part + 1)·cols."""
@@ -190,7 +194,7 @@ def dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, d, causal, keys, warps,
     for j in range(n_blocks):
         k_s, v_s = load(K, (b, kv_h, j, 0), st[dt, keys, d]), load(V, (b, kv_h, j, 0), st[dt, keys, d])
         dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, q_tile * 16 - j * keys, causal,
-                     K.shape[2] - j * keys, ragged, wgmma, dt, part, cols)
+                     K.shape[2] - j * keys, ragged, wgmma, dt, part, cols, scores_first)
     store(dQ, (dq * scale).to(dt), (b, h, q_tile, part))
 
 
@@ -439,15 +443,17 @@ def attention_bwd_dq_scale(dQ_sum: gl[f32, 4], dQ: gl["DT", 4], scale: float, D:
     store(dQ, (load(dQ_sum, (b, h, tile, 0), rt[f32, 16, D]) * scale).to(DT), (b, h, tile, 0))
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", defer="DEFER",
+            min_target="sm_90a")
 def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                           Delta: gl[f32, 3], dQ: gl["DT", 4], scale: float, D: const = 128, CAUSAL: const = 0,
                           KEYS: const = 64, WARPS: const = 8, STAGES: const = 2, PRODUCER: const = 0,
-                          RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, BLOCKS: const = 0):
+                          RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, BLOCKS: const = 0,
+                          DEFER: const = 0):
     """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
     memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
     Grid: (Nq / (16·WARPS), H, B). PRODUCER and BLOCKS as in attention_bwd_dkdv_sm90, RAGGED and GROUP as in
-    attention_bwd_dq."""
+    attention_bwd_dq. DEFER=1: S and dP first, each step's dQ product run in the next step under its softmax."""
     static_assert(D in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
@@ -455,7 +461,7 @@ def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl
     q_block = load(Q, (b, h, blk, 0), st[DT, 16 * WARPS, D])
     do_block = load(dO, (b, h, blk, 0), st[DT, 16 * WARPS, D])
     q, do = load(q_block, (warpgroup_id(), 0), st[DT, 64, D]), load(do_block, (warpgroup_id(), 0), st[DT, 64, D])
-    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 1, DT, GROUP)
+    dq_rows(K, V, L, Delta, dQ, q, do, b, h, blk, scale, D, CAUSAL, KEYS, WARPS, RAGGED, 1, DT, GROUP, 0, 0, DEFER)
 
 # Per head dim: attention_bwd_dkdv's and attention_bwd_dq's constants, the fastest on the H200 of those ptxas fits
 # in 255 registers a thread without spills (RESULTS "attention backward probe — 2026-12-04 17:05": D=64 dkdv
