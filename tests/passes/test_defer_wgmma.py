@@ -397,3 +397,24 @@ def test_late_pv_with_a_wait_that_misses_the_scores_is_caught(monkeypatch: pytes
                                                      "LATE_PV": 1}, aligns=ALIGNS)
     simulate(module, "attention_sm90", args, (2,), order="shuffled")
     assert made[0] == 0 and not np.isfinite(args[3].astype(np.float32)).all()
+
+
+@given(n=st.integers(1, 160), causal=st.integers(0, 1), seed=st.integers(0, 2**31))
+@settings(max_examples=3, deadline=None)
+def test_dkdv_interpreter_agrees_before_and_after(n: int, causal: int, seed: int) -> None:
+    """The dK/dV kernel's trailing wgmmas deferred (dV with A = P, dK with A = dS, B views of the dO and Q stages;
+    the leads Sᵀ and dPᵀ): the interpreter gives the same dK and dV before and after the pass, at D = 256 in halves
+    and at D = 64."""
+    from tkc.kernels.attention_bwd import attention_bwd_dkdv_sm90, dkdv_blocks
+
+    rng = np.random.default_rng(seed)
+    for d, constants in ((256, {"WARPS": 8, "HALVES": 1, "QUERIES": 32, "STAGES": 3}),
+                         (64, {"WARPS": 4, "QUERIES": 64, "STAGES": 3})):
+        q, k, v, do = (random_bf16(rng, 1, 1, n, d) for _ in range(4))
+        lse, delta = (rng.standard_normal((1, 1, n)).astype(np.float32) for _ in range(2))
+        args = [q, k, v, do, lse, delta, poisoned(1, 1, n, d), poisoned(1, 1, n, d), 0.1]
+        cfg = {**constants, "DEFER": 1, "CAUSAL": causal, "D": d, "RAGGED": int(n % constants["QUERIES"] > 0)}
+        before, after, _ = before_and_after(attention_bwd_dkdv_sm90, "defer-wgmma", args, (dkdv_blocks(n, d, cfg), 1, 1),
+                                            cfg, target="sm_90a", prefix=PREFIX)
+        for i in (6, 7):
+            assert np.array_equal(before[i].astype(np.float32), after[i].astype(np.float32), equal_nan=True)
