@@ -104,14 +104,18 @@ def probabilities_t(s_t, lse_log2, scale_log2, diagonal, causal, queries, ragged
 
 @tkc.func
 def dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, diagonal, causal, queries, ragged,
-              kv_in_shared, wgmma, d, dt, part=0, cols=0):
+              kv_in_shared, wgmma, d, dt, part=0, cols=0, scores_first=0):
     """dK and dV of a warp's 16 keys over one step of queries from its scores Sᵀ, everything transposed (query c
     sees key r iff c >= r + diagonal; with `ragged`, only the first `queries` columns are queries):
     dV += Pᵀ·dO, dK += dSᵀ·Q (without the scale); also returns dSᵀ (in `dt`). With `cols` < D, dK and dV are their
-    columns part·cols .. (part + 1)·cols (Sᵀ and dPᵀ take all of D)."""
+    columns part·cols .. (part + 1)·cols (Sᵀ and dPᵀ take all of D). With `scores_first`, dPᵀ before the softmax (both
+    products of scores first, the two of gradients last, as defer-wgmma wants them: DEFER=1)."""
+    if scores_first:
+        dp_t = mma_ABt(warp_rows(v, kv_in_shared, d, dt), operand(do_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
     p_t = probabilities_t(s_t, lse_log2, scale_log2, diagonal, causal, queries, ragged)
     dv = mma_AB(p_t.to(dt), operand(columns(do_s, part, cols, dt), wgmma), dv)
-    dp_t = mma_ABt(warp_rows(v, kv_in_shared, d, dt), operand(do_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
+    if not scores_first:
+        dp_t = mma_ABt(warp_rows(v, kv_in_shared, d, dt), operand(do_s, wgmma), zeros(rt[f32, 16, q_s.shape[0]]))
     ds_t = (p_t * sub_col(dp_t, delta)).to(dt)
     return mma_AB(ds_t, operand(columns(q_s, part, cols, dt), wgmma), dk), dv, ds_t
 
@@ -284,9 +288,7 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
     runs over the queries of the `group` query heads that read the block's head of K and V (or its part of them,
     `split`: block_heads), one after the other. With `cols` < D, the block sums only those columns of dK and dV
     (D = 256: both whole would take 256 registers a thread): D / cols blocks in a row of the grid take the same
-    keys, each its columns, each computing all of Sᵀ and dPᵀ. With `scores_first`, each step takes both products
-    of scores (Sᵀ, dPᵀ) before the softmax and the two of gradients (dV, dK) after it, which defer-wgmma can then
-    run in the next step (DEFER=1)."""
+    keys, each its columns, each computing all of Sᵀ and dPᵀ. `scores_first` as in dkdv_step."""
     static_assert(d in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {d}")
     static_assert(not (scores_first and with_dq), "the dK/dV products after the scores' take no dQ product")
     static_assert(group == 1 or not with_dq, "dQ by atomics takes one query head a K/V head (GROUP = 1)")
@@ -319,16 +321,8 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
         s_t = scores_t(k, q_s, 0, 1, d, dt)
         if defer:  # the step before's dQ panel, added once this step's Sᵀ is in (its wgmma ran on until then)
             atomic_add(dQ_sum, dq, (b, h, panel_tile(j - 1, queries, row_panel), col_panel))
-        if scores_first:
-            dp_t = mma_ABt(v, do_s, zeros(rt[f32, 16, queries]))
-            rest = Q.shape[2] - j * queries
-            p_t = probabilities_t(s_t, lse_log2, scale_log2, k_tile * 16 - j * queries, causal, rest, ragged)
-            dv = mma_AB(p_t.to(dt), columns(do_s, part, cols, dt), dv)
-            dk = mma_AB((p_t * sub_col(dp_t, delta)).to(dt), columns(q_s, part, cols, dt), dk)
-        else:
-            dk, dv, ds_t = dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2,
-                                     k_tile * 16 - j * queries, causal, Q.shape[2] - j * queries, ragged, 0, 1, d, dt,
-                                     part, cols)
+        dk, dv, ds_t = dkdv_step(s_t, v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2, k_tile * 16 - j * queries,
+                                 causal, Q.shape[2] - j * queries, ragged, 0, 1, d, dt, part, cols, scores_first)
         if with_dq:  # dSᵀ (the block's keys × the step's queries) is A of dQ's product, read transposed
             ds_s = store(empty(st[dt, 16 * warps, queries], buffers=ds_buffers), ds_t, (warp_id(), 0))
             if panel:

@@ -60,6 +60,8 @@ becomes
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i32
@@ -202,15 +204,31 @@ def _stage_of(gemm: t.WgmmaOp, loop: scf.ForOp) -> tuple[a.RingReadOp, t.LoadOp 
                 "or a tile from outside the loop", gemm)
 
 
-def _read_stage(read: a.RingReadOp, view: t.LoadOp | None, stage: SSAValue) -> list[Operation]:
-    """The ring read (and the view of it) again, at another stage: the ops, the tile last."""
-    again = a.RingReadOp(read.ring, stage)
-    again.location = read.location
-    if view is None:
-        return [again]
-    viewed = view.clone()
-    viewed.operands = [again.result, *view.operands[1:]]
-    return [again, viewed]
+def _tiles_at(sources: list[tuple[a.RingReadOp, t.LoadOp | None] | None], stage_at: Callable[[arith.RemUIOp], SSAValue],
+              emit: Callable[[list[Operation]], object]) -> list[SSAValue | None]:
+    """The trailing wgmmas' B tiles at another step: each ring read (and the view of it) again, at the stage
+    `stage_at` gives for its stage op (asked once per ring index), its ops passed to `emit`; None where a B is from
+    outside the loop."""
+    stages: dict[tuple[SSAValue, SSAValue], SSAValue] = {}
+    tiles: list[SSAValue | None] = []
+    for where in sources:
+        if where is None:
+            tiles.append(None)
+            continue
+        read, view = where
+        stage = read.stage.owner
+        key = (stage.lhs, stage.rhs)
+        if key not in stages:
+            stages[key] = stage_at(stage)
+        again = a.RingReadOp(read.ring, stages[key])
+        again.location = read.location
+        ops: list[Operation] = [again]
+        if view is not None:
+            ops.append(view.clone())
+            ops[-1].operands = [again.result, *view.operands[1:]]
+        emit(ops)
+        tiles.append(ops[-1].results[0])
+    return tiles
 
 
 def _defer(loop: scf.ForOp, late: bool = False) -> None:
@@ -250,30 +268,21 @@ def _defer(loop: scf.ForOp, late: bool = False) -> None:
     c0, c1 = arith.ConstantOp(IntegerAttr(0, i32)), arith.ConstantOp(IntegerAttr(1, i32))
     has_prev = arith.CmpiOp(k, c0, "sgt")
     prologue: list[Operation] = [c0, c1, has_prev]
-    prev_stages: dict[tuple[SSAValue, SSAValue], SSAValue] = {}
-    b_prev: dict[t.WgmmaOp, SSAValue] = {}
-    for tail in tails:
-        if stages[tail] is None:  # a constant tile (P·1's ones)
-            b_prev[tail] = tail.b
-            continue
-        read, view = stages[tail]  # type: ignore[misc]
-        stage = read.stage.owner
-        key = (stage.lhs, stage.rhs)
-        if key not in prev_stages:
-            back = arith.SubiOp(stage.lhs, c1)
-            prev_step = arith.SelectOp(has_prev, back, stage.lhs)
-            prev_stage = arith.RemUIOp(prev_step, stage.rhs)
-            prologue += [back, prev_step, prev_stage]
-            prev_stages[key] = prev_stage.result
-        reread = _read_stage(read, view, prev_stages[key])
-        prologue += reread
-        b_prev[tail] = reread[-1].results[0]
+
+    def previous(stage: arith.RemUIOp) -> SSAValue:  # the step before's stage (step 0: its own)
+        back = arith.SubiOp(stage.lhs, c1)
+        prev_step = arith.SelectOp(has_prev, back, stage.lhs)
+        prev_stage = arith.RemUIOp(prev_step, stage.rhs)
+        prologue.extend([back, prev_step, prev_stage])
+        return prev_stage.result
+
+    b_prev = _tiles_at([stages[tail] for tail in tails], previous, prologue.extend)
     deferred = []
-    for tail, acc in zip(tails, carried):
+    for tail, acc, b in zip(tails, carried, b_prev):
         pv = tail.clone()
         pv.attributes[DEFERRED] = UnitAttr()
         acc.replace_all_uses_with(pv.result)  # what read the carried value now reads it with this P·V added
-        pv.operands = [a_prev[tail.a], b_prev[tail], acc]
+        pv.operands = [a_prev[tail.a], tail.b if b is None else b, acc]  # (None: a constant tile, P·1's ones)
         deferred.append(pv)
     for lead in leads:
         lead.attributes[DEFERRED] = UnitAttr()
@@ -344,31 +353,22 @@ def _last_step(loop: scf.ForOp, indices: list[int], stages: list[tuple[a.RingRea
            offset := arith.MuliOp(last_k, loop.step), last_iv := arith.AddiOp(loop.lb, offset)]
     Rewriter.insert_op(pre, InsertPoint.after(loop))
     then = Block()
-    last_b: dict[int, SSAValue] = {}
-    last_stages: dict[tuple[SSAValue, SSAValue], SSAValue] = {}
-    for i, where in enumerate(stages):
-        if where is None:
-            continue
-        read, view = where
-        stage = read.stage.owner
-        key = (stage.lhs, stage.rhs)
-        if key not in last_stages:
-            stage_ops = value_slice([stage.lhs, stage.rhs], loop)
-            assert stage_ops is not None
-            mapping = _clone_at(stage_ops, loop.body.block.args[0], last_iv.result, InsertPoint.at_end(then))
-            last_stage = arith.RemUIOp(mapping.get(stage.lhs, stage.lhs), mapping.get(stage.rhs, stage.rhs))
-            then.add_op(last_stage)
-            last_stages[key] = last_stage.result
-        reread = _read_stage(read, view, last_stages[key])
-        for op in reread:
-            then.add_op(op)
-        last_b[i] = reread[-1].results[0]
+
+    def last(stage: arith.RemUIOp) -> SSAValue:  # the last step's stage
+        stage_ops = value_slice([stage.lhs, stage.rhs], loop)
+        assert stage_ops is not None
+        mapping = _clone_at(stage_ops, loop.body.block.args[0], last_iv.result, InsertPoint.at_end(then))
+        last_stage = arith.RemUIOp(mapping.get(stage.lhs, stage.lhs), mapping.get(stage.rhs, stage.rhs))
+        then.add_op(last_stage)
+        return last_stage.result
+
+    last_b = _tiles_at(stages, last, then.add_ops)
     results = [loop.results[index] for index in indices]
     carried_a = loop.results[len(loop.results) - carried_as:]
     pvs = []
     for i, (gemm, result) in enumerate(zip(gemms, results)):
         pv = gemm.clone()
-        pv.operands = [carried_a[a_of[i]], last_b.get(i, gemm.b), result]
+        pv.operands = [carried_a[a_of[i]], gemm.b if last_b[i] is None else last_b[i], result]
         then.add_op(pv)
         pvs.append(pv)
     then.add_op(scf.YieldOp(*[pv.results[0] for pv in pvs]))
