@@ -460,7 +460,7 @@ def test_attention_backward_head_dim_256(causal: int, n: int, target: str, stage
 
     d = 256
     rng = np.random.default_rng(causal)
-    q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
+    q, k, v, do = (random_bf16(rng, 1, 1, n, d) for _ in range(4))
     out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
     if target == "sm_90a":
@@ -470,13 +470,13 @@ def test_attention_backward_head_dim_256(causal: int, n: int, target: str, stage
         dkdv, dq_cfg = {"WARPS": 4, **dkdv, "STAGES": stages}, {"WARPS": 4, **dq_cfg}
     dkdv = {**dkdv, "RAGGED": int(n % dkdv["QUERIES"] > 0)}
     dq_cfg = {**dq_cfg, "RAGGED": int(n % dq_cfg["KEYS"] > 0)}
-    grid = (bwd.dkdv_blocks(n, d, dkdv), 2, 1)
-    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
+    grid = (bwd.dkdv_blocks(n, d, dkdv), 1, 1)
+    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 1, n, d), poisoned(1, 1, n, d), 0.1]
     interp, sim = run_both(kernels[0], args, grid, {"D": d, "CAUSAL": causal, **dkdv}, target=target, order="sliced")
     for got in (interp, sim):
         assert rel_err(got[6], dk_ref) < 1e-2 and rel_err(got[7], dv_ref) < 1e-2
-    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), 0.1]
-    grid = (-(-n // (16 * dq_cfg["WARPS"])) * (d // dq_cfg.get("COLS", d)), 2, 1)
+    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 1, n, d), 0.1]
+    grid = (-(-n // (16 * dq_cfg["WARPS"])) * (d // dq_cfg.get("COLS", d)), 1, 1)
     interp, sim = run_both(kernels[1], args, grid, {"D": d, "CAUSAL": causal, **dq_cfg}, target=target, order="sliced")
     assert rel_err(interp[6], dq_ref) < 1e-2 and rel_err(sim[6], dq_ref) < 1e-2
 
@@ -562,12 +562,12 @@ def test_dkdv_halves_deferred(monkeypatch: pytest.MonkeyPatch, causal: int, n: i
         monkeypatch.setattr(defer_wgmma.t, "WgmmaWaitOp", lambda pending: wait(pending + 2 if pending else 0))
     d = 256
     rng = np.random.default_rng(causal)
-    q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
+    q, k, v, do = (random_bf16(rng, 1, 1, n, d) for _ in range(4))
     out, lse, _, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
     dkdv = {**bwd.CONFIG_SM90[d][0], "HALVES": 1, "DEFER": 1, "RAGGED": int(n % 32 > 0)}
-    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
-    _, sim = run_both(bwd.attention_bwd_dkdv_sm90, args, (bwd.dkdv_blocks(n, d, dkdv), 2, 1),
+    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 1, n, d), poisoned(1, 1, n, d), 0.1]
+    _, sim = run_both(bwd.attention_bwd_dkdv_sm90, args, (bwd.dkdv_blocks(n, d, dkdv), 1, 1),
                       {"D": d, "CAUSAL": causal, **dkdv}, target="sm_90a", order="sliced")
     assert (rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2) != mutated
 
