@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench d256-probe-ab dkdv-defer defer-check norm-backward small-batch sanitize
+#        d256-tests d256-bench d256-probe-ab d256-anatomy dkdv-defer defer-check norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -101,6 +101,12 @@ for step in ${*:-tests probe bench sanitize}; do
             "[\"sm90\",{$halves,\"QUERIES\":32,\"STAGES\":3,\"PRODUCER\":2,\"DEFER\":1},$dq]" \
             "[\"sm90\",{$halves,\"QUERIES\":48,\"STAGES\":2,\"PRODUCER\":2,\"EXCHANGE_BUFFERS\":1,\"DEFER\":1},$dq]" \
             > "$OUT/d256-probe.log" 2>&1; grep backward "$OUT/d256-probe.log" | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-240 ;;
+    d256-anatomy)  # where D = 256's forward goes: bench/attention_anatomy.py at 64-key steps (full, no softmax, no P·V,
+        # no exp2), Q·Kᵀ's A from shared memory and from registers (QREG=1: is the operand traffic the limit?)
+        for qreg in 0 1; do
+            timeout 120 python3 bench/attention_anatomy.py --d 256 --keys 64 -D STAGES=2 -D PRODUCER=2 -D DEFER=1 \
+                -D QREG=$qreg > "$OUT/d256-anatomy-$qreg.log" 2>&1; echo "QREG=$qreg"; tail -4 "$OUT/d256-anatomy-$qreg.log"
+        done ;;
     defer-check)  # DEFER=1's dK/dV builds: GPU tests and compute-sanitizer (tests/gpu/sanitize.py deferred_dkdv)
         tests_and_sanitizers defer dkdv_deferred deferred_dkdv 120 ;;
     dkdv-defer)  # D = 64 / 128 backward kernels with DEFER=1 (dV, dK or dQ in the next step) beside the shipped, N=4096
