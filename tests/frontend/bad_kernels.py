@@ -321,6 +321,18 @@ def shared_192kb():
     return k
 
 
+def views_of_128kb():
+    @tkc.kernel
+    def k(A: gl[bf16, 2], B: gl[f32, 2]):
+        a = load(A, (0, 0), st[bf16, 256, 256])
+        left, right = load(a, (0, 0), st[bf16, 256, 128]), load(a, (0, 1), st[bf16, 256, 128])
+        top = load(a, (1, 0), st[bf16, 128, 256])
+        x = load(left, (0, 0), rt[f32, 16, 16]) + load(right, (0, 0), rt[f32, 16, 16])
+        store(B, x + load(top, (0, 0), rt[f32, 16, 16]), (0, 0))
+
+    return k
+
+
 def shared_256kb():
     @tkc.kernel
     def k(A: gl[bf16, 2]):

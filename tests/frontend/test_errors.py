@@ -163,6 +163,10 @@ def test_shared_memory_budget_depends_on_the_target() -> None:
     bad.shared_192kb().build("sm_90a")  # 192 KB fit in sm_90a's 227 KB
 
 
+def test_views_take_no_shared_memory_of_their_own() -> None:
+    bad.views_of_128kb().build("sm_80")  # views of its rows and columns move no data: 128 KB in all
+
+
 @cases(
     Case(bad.unknown_name, ["unknown name `exp3`", "did you mean `exp"], at="exp3"),
     Case(bad.unknown_name_no_match, ["unknown name `qqqqqq`"], at="qqqqqq"),

@@ -12,10 +12,13 @@ from tkc.targets import Target
 
 
 def shared_allocations(fn: func.FuncOp) -> list[tuple[object, int]]:
-    """Ops that create a shared tile or vector (rather than update one), with their bytes. Each is one buffer: an
-    op inside a loop reuses its buffer on every iteration. Later passes (pipelining) multiply buffers."""
+    """Ops that create a shared tile or vector (rather than update one or view part of one), with their bytes. Each
+    is one buffer: an op inside a loop reuses its buffer on every iteration. Later passes (pipelining) multiply
+    buffers."""
     allocs = []
     for op in fn.walk():
+        if isinstance(op, LoadOp) and isinstance(op.source.type, SharedTileType):
+            continue  # a view of rows or columns of a shared tile: no bytes of its own
         if isinstance(op, LoadOp | FillOp | EmptyOp) and isinstance(op.result.type, SharedTileType | SharedVecType):
             allocs.append((op, op.result.type.nbytes))
     return allocs
