@@ -7,7 +7,7 @@ benchmark of record; the variants compute wrong answers on purpose). At B·N = 1
   no-softmax  P = S in bf16: the two wgmmas and the ring only
   no-pv       S = Q·Kᵀ and the softmax, no P·V
   no-exp      the softmax with exp2 taken out (max, subtract, sum): what MUFU costs
--D QREG=1: Q·Kᵀ takes Q from registers rather than shared memory. -D BLOCKS_FIRST=1: grid (blocks, H, B).
+-D QREG=1: Q·Kᵀ takes Q from registers rather than shared memory (QREG=2: the first half of its columns). -D BLOCKS_FIRST=1: grid (blocks, H, B).
 Figures are the full kernel's FLOPs over each variant's time.
 """
 
@@ -35,15 +35,23 @@ def anatomy(Q: gl[bf16, 4], K: gl[bf16, 4], V: gl[bf16, 4], O: gl[bf16, 4], scal
         blk, h, b = block_idx()  # noqa: F405
     else:
         b, h, blk = block_idx()  # noqa: F405
-    q = load(load(Q, (b, h, blk, 0), st[bf16, 16 * WARPS, D]), (warpgroup_id(), 0), st[bf16, 64, D])  # noqa: F405
+    q_block = load(Q, (b, h, blk, 0), st[bf16, 16 * WARPS, D])  # noqa: F405
+    q = load(q_block, (warpgroup_id(), 0), st[bf16, 64, D])  # noqa: F405
     q_tile = blk * WARPS + warp_id()  # noqa: F405
-    if QREG:  # Q·Kᵀ with A from registers (each warp its 16 rows), not from shared memory
+    if QREG == 1:  # Q·Kᵀ with A from registers (each warp its 16 rows), not from shared memory
         q = load(Q, (b, h, q_tile, 0), rt[bf16, 16, D])  # noqa: F405
+    if QREG == 2:  # the first half of Q's columns from registers, the second from shared memory
+        q_low = load(Q, (b, h, q_tile, 0), rt[bf16, 16, D // 2])  # noqa: F405
+        q_high = load(load(q_block, (0, 1), st[bf16, 16 * WARPS, D // 2]), (warpgroup_id(), 0), st[bf16, 64, D // 2])  # noqa: F405
     scale_log2 = scale * LOG2E  # noqa: F405
     m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])  # noqa: F405
     for j in range(cdiv(K.shape[2], KEYS)):  # noqa: F405
         k_s, v_s = load(K, (b, h, j, 0), st[bf16, KEYS, D]), load(V, (b, h, j, 0), st[bf16, KEYS, D])  # noqa: F405
-        s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))  # noqa: F405
+        if QREG == 2:
+            s = mma_ABt(q_low, load(k_s, (0, 0), st[bf16, KEYS, D // 2]), zeros(rt[f32, 16, KEYS]))  # noqa: F405
+            s = mma_ABt(q_high, load(k_s, (0, 1), st[bf16, KEYS, D // 2]), s)  # noqa: F405
+        else:
+            s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))  # noqa: F405
         if PART == 1:  # no softmax
             p = s
         else:

@@ -102,8 +102,8 @@ for step in ${*:-tests probe bench sanitize}; do
             "[\"sm90\",{$halves,\"QUERIES\":48,\"STAGES\":2,\"PRODUCER\":2,\"EXCHANGE_BUFFERS\":1,\"DEFER\":1},$dq]" \
             > "$OUT/d256-probe.log" 2>&1; grep backward "$OUT/d256-probe.log" | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-240 ;;
     d256-anatomy)  # where D = 256's forward goes: bench/attention_anatomy.py at 64-key steps (full, no softmax, no P·V,
-        # no exp2), Q·Kᵀ's A from shared memory and from registers (QREG=1: is the operand traffic the limit?)
-        for qreg in 0 1; do
+        # no exp2), Q·Kᵀ's A from shared memory, from registers (QREG=1), half from each (QREG=2): is its traffic the limit?
+        for qreg in 0 1 2; do
             timeout 120 python3 bench/attention_anatomy.py --d 256 --keys 64 -D STAGES=2 -D PRODUCER=2 -D DEFER=1 \
                 -D QREG=$qreg > "$OUT/d256-anatomy-$qreg.log" 2>&1; echo "QREG=$qreg"; tail -4 "$OUT/d256-anatomy-$qreg.log"
         done ;;
