@@ -861,6 +861,25 @@ def test_attention_head_dim_256_as_attention_launches_it(causal: int, n: int, gr
     assert rel_err(args[3], out) < 2e-2 and rel_err(args[4], lse) < 1e-4
 
 
+@pytest.mark.parametrize("causal, keys", [(0, 64), (1, 80)])
+def test_attention_head_dim_256_half_the_queries_in_registers(causal: int, keys: int) -> None:
+    """attention_sm90 at D = 256 with Q_REGS=2: each warp's 16 rows of the first 128 columns of Q in registers, the
+    other 128 read from the tile's shared stage by every Q·Kᵀ (a column view of the K stage beside each), so the
+    query stage is held to the tile's end; two tiles a block, a length its steps do not divide: the simulated PTX
+    against float64."""
+    from tkc.kernels import attention_sm90
+
+    batch, heads, n, d = 1, 2, 200, 256
+    constants = {"D": d, "KEYS": keys, "WARPS": 8, "STAGES": 2, "DEFER": 1, "PRODUCER": 2, "Q_REGS": 2,
+                 "CAUSAL": causal}
+    rng = np.random.default_rng(causal)
+    q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))
+    args = [q, k, v, poisoned(batch, heads, n, d), poisoned(batch, heads, n, dtype=np.float32), d**-0.5]
+    module = lower_kernel(attention_sm90, "sm_90a", constants, aligns={"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    simulate(module, "attention_sm90", args, (2,), order="shuffled")
+    assert rel_err(args[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
+
+
 @pytest.mark.parametrize("d, causal, target", [(128, 1, "sm_80"), (64, 0, "sm_90a"), (256, 1, "sm_90a")])
 def test_grouped_dkdv_in_parts_simulated(d: int, causal: int, target: str) -> None:
     """Four query heads a K/V head split into two parts (SPLIT=2: a block each, two query heads' steps in its loop),

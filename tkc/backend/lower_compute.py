@@ -464,7 +464,7 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     updated in place and only the previous step's group is waited for (`_accumulates_in_flight`); attention's P·V
     is accumulated in the loop-carried registers and waited for with the next step's Q·Kᵀ
     (`_waited_by_the_next_step`); overlap-wgmma's early Q·Kᵀ with the P·V after it (`_waited_by_a_later_wgmma`);
-    two independent products in a row with the second (`_waited_by_the_next_wgmma`). A warp's rt[f32, 16, N] (row
+    two independent products in a row, or one in parts along K (`_chained`), with the second (`_waited_by_the_next_wgmma`). A warp's rt[f32, 16, N] (row
     layout) is its slice of the m64nN accumulator, register for register."""
     from tkc.backend import wgmma
 
@@ -493,7 +493,8 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     waited_by_an_op, in_flight, into_next_step, deferred = _wait_policy(op)
     if in_flight or into_next_step:  # the loop waits for it after its last step
         lw.wgmma_loops.add(op.parent_op())
-    if in_flight or (waited_by_an_op and _only_use_of_a_loop_argument(op)) or _last_use_in_its_branch(op):
+    if (in_flight or (waited_by_an_op and _only_use_of_a_loop_argument(op)) or _last_use_in_its_branch(op)
+            or _chained(op)):
         # the accumulator's own registers, in place: nothing else reads them before the wait covers it (or ever)
         acc = lw.value(op.c)
     elif into_next_step:
@@ -549,10 +550,19 @@ def _waited_by_the_next_wgmma(op: t.WgmmaOp) -> bool:
         if not (view or isinstance(later, t.FillOp) and not later.operands or later.dialect_name() == "arith"):
             return False
         later = later.next_op
-    if later is None or any(operand is op.results[0] for operand in later.operands):
+    if later is None or any(operand is op.results[0] for operand in later.operands) and not _chained(later):
         return False
     waited_by_an_op, in_flight, into_next_step, deferred = _wait_policy(later)
     return not deferred
+
+
+def _chained(op: t.WgmmaOp) -> bool:
+    """Does the wgmma accumulate onto another wgmma's result that nothing else reads (a product split in parts along
+    K: Q·Kᵀ over two halves of D)? Then it adds in place, behind that one: wgmmas of one shape on the same
+    accumulator registers run in order without a wait between them."""
+    source = op.c.owner
+    return (isinstance(source, t.WgmmaOp) and source.parent_block() is op.parent_block() and len(list(op.c.uses)) == 1
+            and op.a is not op.c and op.b is not op.c and source.c.type == op.c.type)
 
 
 def _last_use_in_its_branch(op: t.WgmmaOp) -> bool:

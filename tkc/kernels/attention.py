@@ -148,7 +148,8 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
     reaching before row 0 (those rows see no key: their NaN stays in them, and they are not stored). The first step's
     block holds key 0, which every real query sees, so m is finite from then on (no -inf - -inf in the correction).
 
-    With Q_REGS each warp keeps its 16 rows of queries in registers (Q·Kᵀ then reads only K from shared memory).
+    With Q_REGS each warp keeps its 16 rows of queries in registers (Q·Kᵀ then reads only K from shared memory);
+    Q_REGS=2 only the first half of their columns (D = 128 or 256), Q·Kᵀ in two parts, the second from shared memory.
     A block with several tiles gets a ring for the queries on the tile loop: the next tile's load while this one
     runs (one stage with Q_REGS). Scheduling is the compiler's: DEFER=1 runs each P·V
     in the next step under the softmax (`defer-wgmma`), DEFER=2 also runs step 0 before the key loop without its
@@ -172,6 +173,8 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
     static_assert(KEYS in (64, 80, 128), f"KEYS (keys per step) must be 64, 80 or 128, got {KEYS}")
     static_assert(DEFER or not Q_REGS, "Q_REGS=1 needs DEFER=1: with P·V running on into the next step, ptxas gives "
                   "P the registers of Q that the next Q·Kᵀ reads (wrong results)")
+    static_assert(Q_REGS != 2 or D in (128, 256), f"Q_REGS=2 splits Q's columns in two halves of whole 64-column "
+                  f"panels: D must be 128 or 256, got {D}")
     BLOCK_ROWS = 16 * WARPS
     scale_log2 = scale * LOG2E
     key_blocks = cdiv(K.shape[2], KEYS)
@@ -195,8 +198,11 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
         # shortest (not the last, the longest: 1/18 of the work at N = 4096 in blocks of 192), in whole warp tiles
         first_row = blk * BLOCK_ROWS - ((q_blocks * BLOCK_ROWS - Q.shape[2]) // 16 * 16 if CAUSAL else 0)
         q_block = load(Q, (b, h, rows(first_row), 0), st[DT, BLOCK_ROWS, D])
-        if Q_REGS:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
+        if Q_REGS == 1:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
             q = load(q_block, (warp_id(), 0), rt[DT, 16, D])
+        elif Q_REGS == 2:  # the first half of its columns in registers, the second half read from shared memory
+            q = load(q_block, (warp_id(), 0), rt[DT, 16, D // 2])
+            q_high = load(load(q_block, (0, 1), st[DT, BLOCK_ROWS, D // 2]), (warpgroup_id(), 0), st[DT, 64, D // 2])
         else:
             q = load(q_block, (warpgroup_id(), 0), st[DT, 64, D])
         q_tile = first_row // 16 + warp_id()                 # this warp's 16 rows, in tiles of 16
@@ -206,7 +212,11 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
         first_masked = max(first_row, 0) // KEYS
         for j in range(n_blocks):
             k_s, v_s = load(K, (b, kv_h, j, 0), st[DT, KEYS, D]), load(V, (b, kv_h, j, 0), st[DT, KEYS, D])
-            s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
+            if Q_REGS == 2:
+                s = mma_ABt(q, load(k_s, (0, 0), st[DT, KEYS, D // 2]), zeros(rt[f32, 16, KEYS]))
+                s = mma_ABt(q_high, load(k_s, (0, 1), st[DT, KEYS, D // 2]), s)
+            else:
+                s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
             if j == key_blocks - 1:
                 s = keep_cols(s, K.shape[2] - j * KEYS)  # keys past the end (TMA read them as zeros)
             if CAUSAL:
