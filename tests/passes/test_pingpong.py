@@ -91,6 +91,12 @@ def test_misuse_is_a_clear_error() -> None:
         lower_kernel(attention_sm90, "sm_90a", {"D": 64, "WARPS": 4, "PINGPONG": 1})
     with pytest.raises(TkcError, match="stages >= 3"):
         lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "PINGPONG": 1, "STAGES": 2})
+    # with a producer too, unless P·V runs on into the next step (the simulator finds the hang: every warp waits)
+    with pytest.raises(TkcError, match="producer warpgroup and P·V waited for in its own step"):
+        lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "PINGPONG": 1, "STAGES": 2,
+                                                "PRODUCER": 1})
+    lower_kernel(attention_sm90, "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "PINGPONG": 1, "STAGES": 2,
+                                            "PRODUCER": 1, "DEFER": 1})
     with pytest.raises(TkcError, match="no loop with wgmmas"):
         lower_kernel(no_wgmma, "sm_90a", {})
     with pytest.raises(TkcError, match="overlap=1: the kernel has no loop with wgmmas"):

@@ -52,6 +52,7 @@ from tkc.ir import async_ops as a
 from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.passes import register
+from tkc.passes.defer_wgmma import DEFERRED
 from tkc.passes.insert_async_pipeline import kernel_stages
 from tkc.passes.specialize_warps import CONSUMER_WARPS
 from tkc.passes.util import wgmma_loops
@@ -148,7 +149,14 @@ def pingpong_warpgroups(module: ModuleOp) -> None:
             raise TkcError("pingpong=1 with a TMA ring needs stages >= 3: warpgroup 1 refills the ring inside its "
                            "turn, so a refill must run two steps ahead of warpgroup 0's wait (with 2 it waits for "
                            "a refill that comes after its own turn: a hang)", loc)
-        for loop in wgmma_loops(fn, "pingpong=1"):
+        loops = wgmma_loops(fn, "pingpong=1")
+        deferred = any(DEFERRED in o.attributes for loop in loops for o in loop.body.block.ops)
+        if producer and not deferred and kernel_stages(fn, None) < 3:
+            raise TkcError("pingpong=1 with a producer warpgroup and P·V waited for in its own step (defer=0) needs "
+                           "stages >= 3: a warpgroup waits inside its turn for a stage the other releases only "
+                           "after its next turn (with 2: a hang once there are more steps than stages; or defer=1)",
+                           loc)
+        for loop in loops:
             _take_turns(loop)
 
 
