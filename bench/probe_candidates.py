@@ -36,9 +36,11 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
     if d == 256:  # the warpgroups taking turns at the tensor cores (as FlashAttention-3's D = 256), or one started
         # a step behind the other, beside attention()'s deferred P·V
         found["ping-pong"] = {**own, "PINGPONG": 1}
-        found["ping-pong, P·V not deferred"] = {**own, "PINGPONG": 1, "DEFER": 0}
         found["ping-pong, 64-key steps"] = {**own, "PINGPONG": 1, "KEYS": 64}
         found["staggered a step"] = {**own, "STAGGER": 1}
+        # half of Q's columns in registers: Q·Kᵀ reads 3/4 of the shared-memory bytes a step (is its traffic the limit?)
+        found["half Q in registers, 64-key steps"] = {**own, "Q_REGS": 2, "KEYS": 64, "PRODUCER": 2, "DEFER": 1}
+        found["half Q in registers"] = {**own, "Q_REGS": 2, "DEFER": max(own.get("DEFER", 1), 1)}
     return found
 
 
