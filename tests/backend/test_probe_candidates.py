@@ -1,0 +1,38 @@
+"""bench/probe_candidates.py's D = 256 configurations, simulated on the CPU before any of them runs on the GPU: each
+attention_sm90 build (a block taking two tiles, a length its steps do not divide) against float64. One of them hung
+three device calls before the simulator was asked (ping-pong with P·V in its own step and 2 stages)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from reference import attention_ref, poisoned, random_bf16, rel_err
+
+from tkc.backend.simulator import simulate
+from tkc.compiler import lower_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+
+def _candidates(causal: bool) -> dict[str, dict[str, int]]:
+    from probe_candidates import candidates
+
+    return candidates(256, causal, 4096)
+
+
+@pytest.mark.parametrize("causal, name", [(c, name) for c in (0, 1) for name in _candidates(bool(c))])
+def test_d256_candidate_simulates(causal: int, name: str) -> None:
+    from tkc.kernels import attention_sm90
+    from tkc.kernels.attention import sm90_constants
+
+    batch, heads, n, d = 1, 2, 200, 256
+    constants = {"D": d, **sm90_constants(_candidates(bool(causal))[name]), "CAUSAL": causal}
+    rng = np.random.default_rng(causal)
+    q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))
+    args = [q, k, v, poisoned(batch, heads, n, d), poisoned(batch, heads, n, dtype=np.float32), d**-0.5]
+    module = lower_kernel(attention_sm90, "sm_90a", constants, aligns={"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    simulate(module, "attention_sm90", args, (2,), order="shuffled")
+    assert rel_err(args[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
