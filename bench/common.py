@@ -194,8 +194,26 @@ def check_outputs(impls: dict[str, Callable[[], Any]], ref: torch.Tensor, tol: f
     """Run each implementation once: its output must be finite and within `tol` (relative) of `ref` (probes check
     before they time)."""
     for name, fn in impls.items():
-        err = rel_err(fn(), ref)
+        out = fn()
+        finished_or_exit(f"{where} {name}")
+        err = rel_err(out, ref)
         assert err < tol, f"{where} {name}: relative error {err}"
+
+
+def finished_or_exit(what: str, seconds: float = 60.0) -> None:
+    """Wait for the work queued on the current stream, at most `seconds`; past that, say what hung and end the
+    process (only that frees the GPU of a kernel that never returns), so that the device call's other steps run."""
+    import os
+    import time
+
+    done = torch.cuda.Event()
+    done.record()
+    deadline = time.monotonic() + seconds
+    while not done.query():
+        if time.monotonic() > deadline:
+            print(f"{what}: not finished after {seconds:.0f} s (a hang?): ending this probe", flush=True)
+            os._exit(3)
+        time.sleep(0.001)
 
 
 def print_rates(title: str, times: dict[str, float], flops: float, peers: tuple[str, ...] = ("cuDNN", "flash")) -> None:
