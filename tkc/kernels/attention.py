@@ -170,7 +170,7 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
     step 0 run under the other's wgmmas. LATE_PV=1 issues the deferred P·V after the step's row max (`defer-wgmma`).
     """
     static_assert(D in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {D}")
-    static_assert(KEYS in (64, 80, 128), f"KEYS (keys per step) must be 64, 80 or 128, got {KEYS}")
+    static_assert(KEYS in (48, 64, 80, 128), f"KEYS (keys per step) must be 48, 64, 80 or 128, got {KEYS}")
     static_assert(DEFER or not Q_REGS, "Q_REGS=1 needs DEFER=1: with P·V running on into the next step, ptxas gives "
                   "P the registers of Q that the next Q·Kᵀ reads (wrong results)")
     static_assert(Q_REGS != 2 or D in (128, 256), f"Q_REGS=2 splits Q's columns in two halves of whole 64-column "
