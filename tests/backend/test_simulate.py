@@ -861,16 +861,17 @@ def test_attention_head_dim_256_as_attention_launches_it(causal: int, n: int, gr
     assert rel_err(args[3], out) < 2e-2 and rel_err(args[4], lse) < 1e-4
 
 
-@pytest.mark.parametrize("causal, keys", [(0, 64), (1, 80)])
-def test_attention_head_dim_256_half_the_queries_in_registers(causal: int, keys: int) -> None:
-    """attention_sm90 at D = 256 with Q_REGS=2: each warp's 16 rows of the first 128 columns of Q in registers, the
-    other 128 read from the tile's shared stage by every Q·Kᵀ (a column view of the K stage beside each), so the
-    query stage is held to the tile's end; two tiles a block, a length its steps do not divide: the simulated PTX
-    against float64."""
+@pytest.mark.parametrize("causal, keys, stages", [(0, 64, 3), (1, 64, 3), (1, 80, 2)])
+def test_attention_head_dim_256_half_the_queries_in_registers(causal: int, keys: int, stages: int) -> None:
+    """attention_sm90 at D = 256 with Q_REGS=2: each warp's 16 rows of the first 128 columns of Q loaded from global
+    memory into registers (causal: the first block's rows before row 0 masked), the other 128 a shared tile of their
+    own read by every Q·Kᵀ (beside a column view of the K stage), held to the tile's end; three stages of 64 keys
+    (which fit beside the half tile) or two of 80; two tiles a block, a length the steps do not divide: the
+    simulated PTX against float64."""
     from tkc.kernels import attention_sm90
 
     batch, heads, n, d = 1, 2, 200, 256
-    constants = {"D": d, "KEYS": keys, "WARPS": 8, "STAGES": 2, "DEFER": 1, "PRODUCER": 2, "Q_REGS": 2,
+    constants = {"D": d, "KEYS": keys, "WARPS": 8, "STAGES": stages, "DEFER": 1, "PRODUCER": 2, "Q_REGS": 2,
                  "CAUSAL": causal}
     rng = np.random.default_rng(causal)
     q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))

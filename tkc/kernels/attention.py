@@ -149,7 +149,8 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
     block holds key 0, which every real query sees, so m is finite from then on (no -inf - -inf in the correction).
 
     With Q_REGS each warp keeps its 16 rows of queries in registers (Q·Kᵀ then reads only K from shared memory);
-    Q_REGS=2 only the first half of their columns (D = 128 or 256), Q·Kᵀ in two parts, the second from shared memory.
+    Q_REGS=2 only the first half of their columns (D = 128 or 256), loaded straight from global memory, Q·Kᵀ in two
+    parts, the second from shared memory, which holds only that half of the block's queries.
     A block with several tiles gets a ring for the queries on the tile loop: the next tile's load while this one
     runs (one stage with Q_REGS). Scheduling is the compiler's: DEFER=1 runs each P·V
     in the next step under the softmax (`defer-wgmma`), DEFER=2 also runs step 0 before the key loop without its
@@ -197,14 +198,17 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
         # Causal: the query blocks end at the last row, so that the one left partly empty is the first, the
         # shortest (not the last, the longest: 1/18 of the work at N = 4096 in blocks of 192), in whole warp tiles
         first_row = blk * BLOCK_ROWS - ((q_blocks * BLOCK_ROWS - Q.shape[2]) // 16 * 16 if CAUSAL else 0)
-        q_block = load(Q, (b, h, rows(first_row), 0), st[DT, BLOCK_ROWS, D])
-        if Q_REGS == 1:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
-            q = load(q_block, (warp_id(), 0), rt[DT, 16, D])
-        elif Q_REGS == 2:  # the first half of its columns in registers, the second half read from shared memory
-            q = load(q_block, (warp_id(), 0), rt[DT, 16, D // 2])
-            q_high = load(load(q_block, (0, 1), st[DT, BLOCK_ROWS, D // 2]), (warpgroup_id(), 0), st[DT, 64, D // 2])
+        if Q_REGS == 2:  # the first half of the columns straight into registers; only the second half in shared
+            # memory (half the tile: at D = 256 three stages of 64 keys fit beside it)
+            q = load(Q, (b, h, first_row // 16 + warp_id(), 0), rt[DT, 16, D // 2])
+            q_high_block = load(Q, (b, h, rows(first_row), 1), st[DT, BLOCK_ROWS, D // 2])
+            q_high = load(q_high_block, (warpgroup_id(), 0), st[DT, 64, D // 2])
         else:
-            q = load(q_block, (warpgroup_id(), 0), st[DT, 64, D])
+            q_block = load(Q, (b, h, rows(first_row), 0), st[DT, BLOCK_ROWS, D])
+            if Q_REGS == 1:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
+                q = load(q_block, (warp_id(), 0), rt[DT, 16, D])
+            else:
+                q = load(q_block, (warpgroup_id(), 0), st[DT, 64, D])
         q_tile = first_row // 16 + warp_id()                 # this warp's 16 rows, in tiles of 16
         m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
         l_cols = zeros(rt[f32, 16, 16])                      # ROWSUM_MMA: P·1, each column the row sums
