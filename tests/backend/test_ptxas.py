@@ -63,7 +63,9 @@ VARIANTS = {
                        {"D": 256, "KEYS": 80, "STAGES": 2, "DEFER": 1, "PRODUCER": 2, "LATE_SUMS": 1, "LSE": 1,
                         "GROUP": 4},
                        # half of Q in registers, three stages of 64 keys beside the other half (a candidate)
-                       {"D": 256, "KEYS": 64, "STAGES": 3, "DEFER": 1, "PRODUCER": 2, "LATE_SUMS": 1, "Q_REGS": 2}],
+                       {"D": 256, "KEYS": 64, "STAGES": 3, "DEFER": 1, "PRODUCER": 2, "LATE_SUMS": 1, "Q_REGS": 2},
+                       # K and V rings with barriers of their own (a candidate)
+                       {"D": 256, "KEYS": 80, "STAGES": 2, "DEFER": 2, "PRODUCER": 2, "LATE_SUMS": 1, "SPLIT_RING": 1}],
     "attention_fwd_lse": [{"D": 64, "CAUSAL": 1}, {"D": 128, "CAUSAL": 0, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1},
                           {"D": 256, "CAUSAL": 1, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1},
                           {"D": 256, "CAUSAL": 0, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1, "STAGES": 2}],  # 99 KB cards

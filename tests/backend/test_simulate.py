@@ -881,6 +881,36 @@ def test_attention_head_dim_256_half_the_queries_in_registers(causal: int, keys:
     assert rel_err(args[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
 
 
+@pytest.mark.parametrize("d, causal, keys, producer, mutated", [
+    (256, 0, 80, 2, False), (256, 1, 64, 1, False), (128, 0, 128, 0, False), (256, 0, 80, 2, True)])
+def test_attention_split_ring(monkeypatch: pytest.MonkeyPatch, d: int, causal: int, keys: int, producer: int,
+                              mutated: bool) -> None:
+    """SPLIT_RING=1 (DEFER=2, two stages): K and V with barriers of their own, K released once Q·Kᵀ is waited for
+    and refilled a step ahead, V waited for at the end of its step and released a step late, after the deferred P·V
+    that reads it; with a producer warpgroup (which fills both) or without; more steps than stages, two tiles a
+    block, a ragged length. The mutation releases V at once as well: the refill lands in the stage the deferred P·V
+    still reads, and the simulated output comes out wrong."""
+    from tkc.kernels import attention_sm90
+    from tkc.passes import insert_tma_pipeline as pipeline
+
+    if mutated:
+        monkeypatch.setattr(pipeline, "_read_by_a_lasting_wgmma", lambda stage, loop: False)
+    batch, heads, n = 1, 2, 400
+    constants = {"D": d, "KEYS": keys, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": producer, "SPLIT_RING": 1,
+                 "CAUSAL": causal}
+    rng = np.random.default_rng(d + causal)
+    q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))
+    args = [q, k, v, poisoned(batch, heads, n, d), poisoned(batch, heads, n, dtype=np.float32), d**-0.5]
+    module = lower_kernel(attention_sm90, "sm_90a", constants, aligns={"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    ok = True
+    try:
+        simulate(module, "attention_sm90", args, (2,), order="shuffled")
+        ok = rel_err(args[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
+    except Exception:  # noqa: BLE001  (the simulator may also report the race itself)
+        ok = False
+    assert ok != mutated
+
+
 @pytest.mark.parametrize("d, causal, target", [(128, 1, "sm_80"), (64, 0, "sm_90a"), (256, 1, "sm_90a")])
 def test_grouped_dkdv_in_parts_simulated(d: int, causal: int, target: str) -> None:
     """Four query heads a K/V head split into two parts (SPLIT=2: a block each, two query heads' steps in its loop),

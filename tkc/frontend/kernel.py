@@ -118,7 +118,7 @@ class Kernel:
                  overlap: int | str | None = None, defer: int | str | None = None,
                  exp2_poly: int | str | None = None, late_sums: int | str | None = None,
                  stagger: int | str | None = None, late_pv: int | str | None = None, dependent_launch: bool = False,
-                 cluster: int | str | None = None):
+                 cluster: int | str | None = None, split_ring: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -143,6 +143,7 @@ class Kernel:
         self.late_sums = late_sums
         self.stagger = stagger
         self.late_pv = late_pv
+        self.split_ring = split_ring
         self.cluster = cluster
         if not isinstance(dependent_launch, bool):
             raise TkcError(f"@tkc.kernel(dependent_launch=...) must be True or False, got {dependent_launch!r}",
@@ -163,6 +164,8 @@ class Kernel:
             self._check_count("stagger", stagger, 0, 8)
         if late_pv is not None:
             self._check_count("late_pv", late_pv, 0, 1)
+        if split_ring is not None:
+            self._check_count("split_ring", split_ring, 0, 1)
         if defer is not None:
             self._check_count("defer", defer, 0, 4)
         if exp2_poly is not None:
@@ -363,6 +366,8 @@ class Kernel:
             fn.attributes["tkc.late_sums"] = UnitAttr()
         if self.late_pv is not None and self._resolve_count("late_pv", self.late_pv, values, 0, 1):
             fn.attributes["tkc.late_pv"] = UnitAttr()
+        if self.split_ring is not None and self._resolve_count("split_ring", self.split_ring, values, 0, 1):
+            fn.attributes["tkc.split_ring"] = UnitAttr()
         stagger = 0 if self.stagger is None else self._resolve_count("stagger", self.stagger, values, 0, 8)
         if stagger:
             fn.attributes["tkc.stagger"] = IntegerAttr(stagger, 64)
@@ -445,7 +450,7 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
            tma_store: int | str | None = None, pingpong: int | str | None = None, overlap: int | str | None = None,
            defer: int | str | None = None, exp2_poly: int | str | None = None, late_sums: int | str | None = None,
            stagger: int | str | None = None, late_pv: int | str | None = None, dependent_launch: bool = False,
-           cluster: int | str | None = None, **unknown: Any) -> Any:
+           cluster: int | str | None = None, split_ring: int | str | None = None, **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
@@ -472,7 +477,10 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     the loop: one cross-lane reduction instead of one a step (`sum-rows-after-loop`). `stagger=N` starts the second
     of two warpgroups N key steps after the first, so that their tiles' ends (epilogue, step 0) fall apart
     (`stagger-warpgroups`, sm_90a). `late_pv=1` (with `defer`) issues the deferred wgmma after the step's row max
-    instead of right behind the step's first. These options may name a const parameter instead, e.g.
+    instead of right behind the step's first. `split_ring=1` gives each of a pipelined loop's TMA loads barriers of
+    its own (`insert-tma-pipeline`): each waited for where the step first reads it, released once its own readers are
+    done (K after Q·Kᵀ, V a step late after the deferred P·V), so that a two-stage ring still loads a step ahead.
+    These options may name a const parameter instead, e.g.
     `warps="WARPS"`. `dependent_launch=True` launches the kernel on sm_90 with programmatic dependent launch (its
     blocks may start while the kernel before it in the stream finishes, each waiting at its entry for that kernel's
     results: a short memory-bound kernel loses no launch gap to the one before it, though its waiting blocks may
@@ -484,7 +492,7 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=..., late_sums=..., stagger=..., late_pv=..., dependent_launch=... and cluster=..., not "
+            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=..., late_sums=..., stagger=..., late_pv=..., dependent_launch=..., cluster=... and split_ring=..., not "
             f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
@@ -492,6 +500,6 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
         return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                      exp2_poly, late_sums, stagger, late_pv, dependent_launch, cluster)
+                      exp2_poly, late_sums, stagger, late_pv, dependent_launch, cluster, split_ring)
     return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                            exp2_poly, late_sums, stagger, late_pv, dependent_launch, cluster)
+                            exp2_poly, late_sums, stagger, late_pv, dependent_launch, cluster, split_ring)

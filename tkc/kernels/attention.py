@@ -127,13 +127,13 @@ def attention_fwd_lse(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT"
 
 @tkc.kernel(warps="WARPS", stages="STAGES", pingpong="PINGPONG", overlap="OVERLAP", defer="DEFER", producer="PRODUCER",
             exp2_poly="EXP2_POLY", tma_store="TMA_STORE", blocks_per_sm="BLOCKS", late_sums="LATE_SUMS",
-            stagger="STAGGER", late_pv="LATE_PV", min_target="sm_90a")
+            stagger="STAGGER", late_pv="LATE_PV", split_ring="SPLIT_RING", min_target="sm_90a")
 def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3], scale: float,
                    D: const = 128, CAUSAL: const = 0, KEYS: const = 64, WARPS: const = 8, LSE: const = 0,
                    STAGES: const = 3, PINGPONG: const = 0, OVERLAP: const = 0, DEFER: const = 0, PRODUCER: const = 0,
                    Q_REGS: const = 0, EXP2_POLY: const = 0, TMA_STORE: const = 0, SKIP_RESCALE: const = 0,
                    ROWSUM_MMA: const = 0, BLOCKS: const = 0, LATE_SUMS: const = 0, STAGGER: const = 0,
-                   LATE_PV: const = 0, DT: const = bf16, GROUP: const = 1):
+                   LATE_PV: const = 0, DT: const = bf16, GROUP: const = 1, SPLIT_RING: const = 0):
     """attention_fwd on Hopper's wgmma (GROUP as there). Its tiles are the B·H·cdiv(Nq, 16·WARPS) query blocks, those of
     a head next to each other (so that the blocks running at once share a few heads' K and V, read from L2, not HBM;
     causal takes them longest first within groups of 8 heads). Grid: (G,), any G ≥ 1: block i takes tiles i, i + G,
@@ -169,6 +169,9 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
     lane parts apart until after the key loop (`sum-rows-after-loop`: one exchange a tile instead of one a step).
     STAGGER=N starts warpgroup 1 N key steps after warpgroup 0 (`stagger-warpgroups`), so that one's epilogue and
     step 0 run under the other's wgmmas. LATE_PV=1 issues the deferred P·V after the step's row max (`defer-wgmma`).
+    SPLIT_RING=1 (with DEFER=2) gives K and V barriers of their own: K's stage is released once Q·Kᵀ is done, V is
+    waited for only before its (deferred) P·V, so that a ring of two stages still loads a step ahead
+    (`insert-tma-pipeline`).
     """
     static_assert(D in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {D}")
     static_assert(KEYS in (48, 64, 80, 128), f"KEYS (keys per step) must be 48, 64, 80 or 128, got {KEYS}")
@@ -176,6 +179,8 @@ def attention_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4
                   "P the registers of Q that the next Q·Kᵀ reads (wrong results)")
     static_assert(Q_REGS != 2 or D in (128, 256), f"Q_REGS=2 splits Q's columns in two halves of whole 64-column "
                   f"panels: D must be 128 or 256, got {D}")
+    static_assert(not SPLIT_RING or DEFER == 2, "SPLIT_RING=1 needs DEFER=2: with DEFER=1 step 0's P·V of a zero P "
+                  "would read V's stage before its wait (peeling step 0 leaves that P·V out)")
     BLOCK_ROWS = 16 * WARPS
     scale_log2 = scale * LOG2E
     key_blocks = cdiv(K.shape[2], KEYS)

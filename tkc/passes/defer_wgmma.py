@@ -77,7 +77,7 @@ from tkc.ir import tma_ops as m
 from tkc.ir.types import RegTileType, SharedTileType
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, value_slice
-from tkc.passes.insert_tma_pipeline import _top_level, step_index
+from tkc.passes.insert_tma_pipeline import EARLY_RELEASE, _top_level, step_index
 from tkc.passes.overlap_wgmma import _clone_at
 from tkc.passes.unroll_overlapped_loop import UNROLL2
 from tkc.passes.util import defined_in, wgmma_loops, with_more_carried, yielded_at
@@ -330,7 +330,8 @@ def _defer(loop: scf.ForOp, late: bool = False) -> None:
     for op in late:
         op.detach()
         Rewriter.insert_op(op, InsertPoint.before(yield_op))
-    releases = [_top_level(op, body) for op in body.walk() if isinstance(op, m.StageReleaseOp)]
+    releases = [_top_level(op, body) for op in body.walk()  # (split_ring=1: K's own release is not the P·V's)
+                if isinstance(op, m.StageReleaseOp) and EARLY_RELEASE not in op.attributes]
     order = {op: n for n, op in enumerate(body.ops)}
     wait_at = min([*late, *releases, yield_op], key=order.__getitem__)
     Rewriter.insert_op(t.WgmmaWaitOp(0), InsertPoint.before(wait_at))  # (rotated: also S_{j+1}, before its yield)

@@ -51,10 +51,13 @@ from tkc.ir import tma_ops as m
 from tkc.ir.types import GlobalType, RegTileType, SharedTileType, element_bytes
 from tkc.passes import register
 from tkc.passes.insert_async_pipeline import WGMMA_IN_FLIGHT, _constant, _index_slice, kernel_stages
-from tkc.passes.util import carries_only_the_accumulator, constant_int, waited_by_the_next_step, with_one_more_carried
+from tkc.passes.util import (carries_only_the_accumulator, constant_int, waited_by_the_next_step, with_one_more_carried,
+                             yielded_at)
 from tkc.targets import SM_90A
 
 MAX_BOX_ROWS = 256  # a TMA box dimension
+SPLIT_RING = "tkc.split_ring"  # on a kernel with split_ring=1: each load of a pipelined loop its own barriers
+EARLY_RELEASE = "tkc.early_release"  # on such a load's release that does not lag a step
 
 
 def _aligned_args(fn: func.FuncOp) -> set[SSAValue]:
@@ -330,7 +333,12 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
         ring.location = p.op.location
         p.ring = ring.result
     cluster = _multicast_cluster(loop, candidates)
-    bars = alloc.insert(m.StageBarriersOp(m.StageBarriersType(stages, threads, cluster))).result
+    fn = _kernel_of(loop)
+    split = (fn is not None and SPLIT_RING in fn.attributes and len(loads) > 1 and cluster == 1 and stages > 1
+             and not _tile_loop(loop))
+    bars_of = [alloc.insert(m.StageBarriersOp(m.StageBarriersType(stages, threads, cluster))).result
+               for _ in (loads if split else [None])]
+    bars = bars_of[0]
     base, rebuilt = _thread_base(chain)
 
     def step_at(b: Builder, k: SSAValue) -> SSAValue:
@@ -339,6 +347,9 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
 
     pre = Builder(InsertPoint.before(loop))
     trips = pre.insert(arith.CeilDivSIOp(pre.insert(arith.SubiOp(loop.ub, loop.lb)).result, step)).result
+    if split:
+        _pipeline_each_load(loop, loads, bars_of, stages, pre, trips, base, rebuilt, step_at)
+        return True
     for s in range(max(stages - 1, 1)):  # (one stage: step 0, and each step refills the next after its release)
         c_s = _constant(pre, s)
         j = pre.insert(arith.AddiOp(loop.lb, _times(pre, step, s))).result
@@ -399,6 +410,85 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
             yield_op = outer.body.block.last_op
             yield_op.operands = [*yield_op.operands[:-1], inner]  # type: ignore[union-attr]
     return True
+
+
+def _pipeline_each_load(loop: scf.ForOp, loads: list[_Load], bars_of: list[SSAValue], stages: int, pre: Builder,
+                        trips: SSAValue, base: SSAValue | None, rebuilt: list[scf.ForOp],
+                        step_at: Callable[[Builder, SSAValue], SSAValue]) -> None:
+    """split_ring=1: each load its own stage barriers, its wait right before the step's first read of it, its
+    release after its own last reader (a step late only where that is a wgmma that may run on: attention's P·V,
+    deferred; K is released once Q·Kᵀ is waited for), its refill right after (a lagging load) or after its wait."""
+    body, iv, step = loop.body.block, loop.body.block.args[0], loop.step
+    for s in range(stages - 1):
+        c_s = _constant(pre, s)
+        j = pre.insert(arith.AddiOp(loop.lb, _times(pre, step, s))).result
+        g = step_at(pre, c_s)
+        runs = pre.insert(arith.CmpiOp(c_s, trips, "slt")).result
+        for p, bars in zip(loads, bars_of):
+            _guarded(pre, runs, lambda b, j=j, g=g, p=p, bars=bars: _fill(b, [p], iv, j, bars, g,
+                                                                          acquire=base is not None, cluster=1))
+    first = body.first_op
+    assert first is not None
+    inb = Builder(InsertPoint.before(first))
+    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, step)).result
+    g = step_at(inb, k)
+    stage = inb.insert(arith.RemUIOp(g, _constant(inb, stages))).result
+    in_flight = any(_may_accumulate_in_flight(op, loop) for op in body.ops) or _deferred_kernel(loop)
+    if in_flight:
+        loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
+    ahead = stages - 1
+    lagging = []
+    for p, bars in zip(loads, bars_of):
+        order = {op: n for n, op in enumerate(body.ops)}
+        readers = stage_readers(body, [p.op.result])
+        at = min(readers, key=order.__getitem__) if readers else p.op
+        wb = Builder(InsertPoint.before(at))
+        wait = wb.insert(m.StageWaitOp(bars, g))
+        read = a.RingReadOp(p.ring, stage)  # type: ignore[arg-type]
+        read.location = p.op.location
+        wb.insert(read)
+        p.op.result.replace_all_uses_with(read.result)
+        p.op.detach()
+        p.op.erase()
+        last = _last_use(body, [read.result])
+        lags = in_flight and _read_by_a_lasting_wgmma(read.result, loop)
+        after = Builder(InsertPoint.after(last if last is not None else read))
+        if lags:
+            has_previous = after.insert(arith.CmpiOp(k, _constant(after, 0), "sgt")).result
+            previous = after.insert(arith.SubiOp(g, _constant(after, 1))).result
+            _guarded(after, has_previous, lambda b, bars=bars, previous=previous: b.insert(
+                m.StageReleaseOp(bars, previous)))
+            refill = after
+            lagging.append(bars)
+        else:
+            release = after.insert(m.StageReleaseOp(bars, g))
+            release.attributes[EARLY_RELEASE] = UnitAttr()  # (defer-wgmma's end-of-step wait is not for it)
+            refill = Builder(InsertPoint.after(wait))  # the stage step k - 1 released
+        k_next = refill.insert(arith.AddiOp(k, _constant(refill, ahead))).result
+        g_next = k_next if base is None else refill.insert(arith.AddiOp(g, _constant(refill, ahead))).result
+        j_next = refill.insert(arith.AddiOp(iv, _times(refill, step, ahead))).result
+        _guarded(refill, refill.insert(arith.CmpiOp(k_next, trips, "slt")).result,
+                 lambda b, p=p, bars=bars, j_next=j_next, g_next=g_next: _fill(b, [p], iv, j_next, bars, g_next,
+                                                                                acquire=True, cluster=1))
+    if base is not None:
+        post = Builder(InsertPoint.after(loop))
+        end = post.insert(arith.AddiOp(base, trips)).result
+        if lagging:
+            ran = post.insert(arith.CmpiOp(_constant(post, 0), trips, "slt")).result
+            last_step = post.insert(arith.SubiOp(end, _constant(post, 1))).result
+            for bars in lagging:
+                _guarded(post, ran, lambda b, bars=bars: b.insert(m.StageReleaseOp(bars, last_step)))
+        for inner, outer in zip([end, *[o.results[-1] for o in rebuilt[:-1]]], rebuilt):
+            yield_op = outer.body.block.last_op
+            yield_op.operands = [*yield_op.operands[:-1], inner]  # type: ignore[union-attr]
+
+
+def _read_by_a_lasting_wgmma(stage: SSAValue, loop: scf.ForOp) -> bool:
+    """Does a wgmma that may run on into the next step read the stage (a loop-carried accumulator, or attention's
+    P·V, which defer-wgmma issues a step late)? Then it is released a step late."""
+    return any(isinstance(u, t.WgmmaOp) and (_may_accumulate_in_flight(u, loop)
+                                             or yielded_at(u, loop.body.block) is not None)
+               for u in stage_uses([stage]))
 
 
 def _times(b: Builder, step: SSAValue, n: int) -> SSAValue:

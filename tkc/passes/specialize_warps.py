@@ -80,8 +80,9 @@ def _refill_as_this_step(loop: scf.ForOp, refill: scf.IfOp, step: SSAValue, iv: 
     return fill
 
 
-def _producer_loop(loop: scf.ForOp, refill: scf.IfOp) -> scf.ForOp:
-    """A loop over the same steps as `loop` that does, at step k, what `refill` does for step k + stages - 1."""
+def _producer_loop(loop: scf.ForOp, refills: list[scf.IfOp]) -> scf.ForOp:
+    """A loop over the same steps as `loop` that does, at step k, what `refills` do for step k + stages - 1 (one
+    refill, or one a load with split_ring=1, in the order of the consumers' loop)."""
     body = loop.body.block
     wait = next(op for op in body.ops if isinstance(op, m.StageWaitOp))
     k = step_index(loop)
@@ -93,7 +94,8 @@ def _producer_loop(loop: scf.ForOp, refill: scf.IfOp) -> scf.ForOp:
     if wait.step is not k:
         base = wait.step.owner.lhs  # type: ignore[union-attr]
         step_g = pb.insert(arith.AddiOp(base, step_k)).result
-    _refill_as_this_step(loop, refill, step_g, iv, pb)
+    for refill in refills:
+        _refill_as_this_step(loop, refill, step_g, iv, pb)
     pb.insert(scf.YieldOp())
     producer = scf.ForOp(loop.lb, loop.ub, loop.step, [], Region(producer_body))
     producer.location = loop.location
@@ -178,8 +180,8 @@ def specialize(fn: func.FuncOp) -> None:
                        f"{len(loops)}; the loads must be 16-byte aligned 2-D tiles)", SourceLoc.from_attr(fn.location))
     loop = loops[-1]
     tile_loop = loops[0] if nested else None
-    refill = next((op for op in loop.body.block.ops if isinstance(op, scf.IfOp) and _holds(op, m.StageAcquireOp)), None)
-    if refill is None or step_index(loop) is None:
+    refills = [op for op in loop.body.block.ops if isinstance(op, scf.IfOp) and _holds(op, m.StageAcquireOp)]
+    if not refills or step_index(loop) is None:
         raise TkcError("internal: specialize-warps expects insert-tma-pipeline's loop", SourceLoc.from_attr(loop.location))
     top: Operation = loop
     while not isinstance(top.parent_op(), func.FuncOp):
@@ -192,8 +194,9 @@ def specialize(fn: func.FuncOp) -> None:
         tile_bars = next(op for op in tile_loop.body.block.ops if isinstance(op, m.StageWaitOp)).bars
         tile_refill = next(op for op in tile_loop.body.block.ops if isinstance(op, scf.IfOp)
                            and any(isinstance(o, m.StageAcquireOp) and o.bars is tile_bars for o in op.walk()))
-    producer_loop = _producer_loop(loop, refill)
-    _drop_refill(loop, refill)
+    producer_loop = _producer_loop(loop, refills)
+    for refill in refills:
+        _drop_refill(loop, refill)
     for op in _fills(loop.parent_block()):  # type: ignore[arg-type]
         if op is not tile_refill:
             _erase(op)  # the consumers' steps before the loop: the producer fills them now

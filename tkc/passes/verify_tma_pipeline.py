@@ -163,7 +163,7 @@ def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int) -> None:
     rings = {use.operation.ring for use in bars.uses if isinstance(use.operation, m.TmaLoadOp)}
     reads = [op for op in body.ops if isinstance(op, a.RingReadOp) and op.ring in rings]
     for read in reads:
-        if order[read] < wait_at:
+        if order[read] < wait_at and not (_first_step(loop) >= 1 and _previous_step_read(read, k)):
             raise _fail("a stage is read before the wait for its step", read)
 
     refills = [op for op in body.walk() if isinstance(op, m.StageExpectOp) and op.bars is bars]
@@ -183,6 +183,17 @@ def _check_loop(loop: scf.ForOp, bars: SSAValue, stages: int) -> None:
                     f"before it, got {sorted(before)}", loop)
 
     _check_releases(loop, bars, k, reads, order, (refill, d), stages)
+
+
+def _previous_step_read(read: a.RingReadOp, k: SSAValue) -> bool:
+    """Does the read take step k - 1's stage (defer-wgmma's deferred P·V: `(k > 0 ? k - 1 : k) mod stages`), which
+    the step before waited for? (Only in a loop that starts at step 1, where k > 0 always holds.)"""
+    stage = read.stage.owner
+    if not isinstance(stage, arith.RemUIOp) or not isinstance(stage.lhs.owner, arith.SelectOp):
+        return False
+    back = stage.lhs.owner.lhs
+    return _offset_from(back, k) == -1 or (back is not k and isinstance(back.owner, arith.SubiOp)
+                                           and _same(back.owner.lhs, k) and _constant(back.owner.rhs) == 1)
 
 
 def _same(x: SSAValue, y: SSAValue, depth: int = 0) -> bool:
