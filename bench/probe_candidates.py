@@ -44,6 +44,10 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
         # three stages of 48 keys (two of 64 or 80 leave the ring no slack once P·V's release lags a step: at D=128
         # two stages read 0.67x cuDNN against three's 1.00, RESULTS "attention — 2026-12-03 13:11")
         found["48-key steps, 3 stages"] = {**own, "KEYS": 48, "STAGES": 3}
+        # K and V with barriers of their own: K's stage refilled once Q·Kᵀ is done, V's a step late (FA3's two
+        # pipelines), so that two stages still load a step ahead
+        found["K and V rings apart"] = {**own, "SPLIT_RING": 1, "DEFER": 2}
+        found["K and V rings apart, 64-key steps"] = {**own, "SPLIT_RING": 1, "DEFER": 2, "KEYS": 64}
         # half of Q in registers leaves room for three stages of 64 keys (225 KB)
         found["half Q in registers, 3 stages of 64 keys"] = {**own, "Q_REGS": 2, "KEYS": 64, "STAGES": 3,
                                                              "PRODUCER": 2, "DEFER": max(own.get("DEFER", 1), 1)}
