@@ -33,6 +33,10 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
     if d == 128 and causal and n < LONG_KEYS:  # causal short sequences (DEFER=2 gained 4-6% at N=512/1024, 07:33)
         for tiles in (2, 3, 4):
             found[f"defer 2, {tiles} tiles a block"] = {**own, "DEFER": 2, "TILES": tiles}
+    if d in (64, 128):  # K and V with barriers of their own (K refilled once Q·Kᵀ is done), step 0 peeled
+        found["K and V rings apart"] = {**own, "SPLIT_RING": 1, "DEFER": 2}
+        if own.get("STAGES", 3) > 2:
+            found["K and V rings apart, 2 stages"] = {**own, "SPLIT_RING": 1, "DEFER": 2, "STAGES": 2}
     if d == 256:  # the warpgroups taking turns at the tensor cores (as FlashAttention-3's D = 256), or one started
         # a step behind the other, beside attention()'s deferred P·V
         found["ping-pong"] = {**own, "PINGPONG": 1}
