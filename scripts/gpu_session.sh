@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench d256-probe-ab d256-anatomy dkdv-defer defer-check norm-backward small-batch sanitize
+#        d256-tests d256-bench d256-probe-ab d256-anatomy forward-candidates dkdv-defer defer-check norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -106,6 +106,13 @@ for step in ${*:-tests probe bench sanitize}; do
         for qreg in 0 1 2; do
             timeout 120 python3 bench/attention_anatomy.py --d 256 --keys 64 -D STAGES=2 -D PRODUCER=2 -D DEFER=1 \
                 -D QREG=$qreg > "$OUT/d256-anatomy-$qreg.log" 2>&1; echo "QREG=$qreg"; tail -4 "$OUT/d256-anatomy-$qreg.log"
+        done ;;
+    forward-candidates)  # attention_sm90 candidates beside attention() at N = 4096 (each simulated on the CPU first:
+        # tests/backend/test_probe_candidates.py): D = 256 (K and V rings apart, three stages of 48 keys, half of Q in
+        # registers with three stages of 64, ping-pong, staggered), then D = 128 (rings apart, three stages and two)
+        for d in 256 128; do
+            timeout 280 python3 -u bench/probe_candidates.py --dims $d --seqlens 4096 --rounds 3 > "$OUT/candidates-$d.log" 2>&1
+            grep -v -e "^  flash" -e Warning -e "return Var" "$OUT/candidates-$d.log" | tail -30
         done ;;
     defer-check)  # DEFER=1's dK/dV builds: GPU tests and compute-sanitizer (tests/gpu/sanitize.py deferred_dkdv)
         tests_and_sanitizers defer dkdv_deferred deferred_dkdv 120 ;;
