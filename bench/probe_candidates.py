@@ -44,7 +44,6 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
         found["staggered a step"] = {**own, "STAGGER": 1}
         # half of Q's columns in registers: Q·Kᵀ reads 3/4 of the shared-memory bytes a step (is its traffic the limit?)
         found["half Q in registers, 64-key steps"] = {**own, "Q_REGS": 2, "KEYS": 64, "PRODUCER": 2, "DEFER": 1}
-        found["half Q in registers"] = {**own, "Q_REGS": 2, "DEFER": max(own.get("DEFER", 1), 1)}
         # three stages of 48 keys (two of 64 or 80 leave the ring no slack once P·V's release lags a step: at D=128
         # two stages read 0.67x cuDNN against three's 1.00, RESULTS "attention — 2026-12-03 13:11")
         found["48-key steps, 3 stages"] = {**own, "KEYS": 48, "STAGES": 3}

@@ -358,12 +358,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
                  lambda b, j=j, g=g: _fill(b, loads, iv, j, bars, g, acquire=base is not None, cluster=cluster))
 
     # step k: wait for its bytes, read its stage
-    first = body.first_op
-    assert first is not None
-    inb = Builder(InsertPoint.before(first))
-    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, step)).result
-    g = step_at(inb, k)
-    stage = inb.insert(arith.RemUIOp(g, _constant(inb, stages))).result
+    inb, k, g, stage = _step_of(loop, stages, step_at)
     wait = inb.insert(m.StageWaitOp(bars, g))
     reads = []
     for p in loads:
@@ -392,24 +387,49 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
         after.insert(m.StageReleaseOp(bars, g))
         # step k - 1 released its stage: refill it before this step's work (one stage: the one just released)
         refill = after if stages == 1 else Builder(InsertPoint.after(wait))
-    k_next = refill.insert(arith.AddiOp(k, _constant(refill, ahead))).result
-    g_next = k_next if base is None else refill.insert(arith.AddiOp(g, _constant(refill, ahead))).result
-    j_next = refill.insert(arith.AddiOp(iv, _times(refill, step, ahead))).result
-    _guarded(refill, refill.insert(arith.CmpiOp(k_next, trips, "slt")).result,
+    _refill(refill, loop, loads, bars, k, g, ahead, trips, base, cluster)
+    _after_loop(loop, base, trips, rebuilt, [bars] if lags else [])
+    return True
+
+
+def _step_of(loop: scf.ForOp, stages: int, step_at: Callable[[Builder, SSAValue], SSAValue]
+             ) -> tuple[Builder, SSAValue, SSAValue, SSAValue]:
+    """At the top of the body: the step index k, the ring's step g and its stage (a builder there, for the wait)."""
+    first = loop.body.block.first_op
+    assert first is not None
+    inb = Builder(InsertPoint.before(first))
+    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(loop.body.block.args[0], loop.lb)).result, loop.step)).result
+    g = step_at(inb, k)
+    return inb, k, g, inb.insert(arith.RemUIOp(g, _constant(inb, stages))).result
+
+
+def _refill(at: Builder, loop: scf.ForOp, loads: list[_Load], bars: SSAValue, k: SSAValue, g: SSAValue, ahead: int,
+            trips: SSAValue, base: SSAValue | None, cluster: int) -> None:
+    """At `at`: if step k + ahead runs, acquire its stage and start its loads."""
+    iv = loop.body.block.args[0]
+    k_next = at.insert(arith.AddiOp(k, _constant(at, ahead))).result
+    g_next = k_next if base is None else at.insert(arith.AddiOp(g, _constant(at, ahead))).result
+    j_next = at.insert(arith.AddiOp(iv, _times(at, loop.step, ahead))).result
+    _guarded(at, at.insert(arith.CmpiOp(k_next, trips, "slt")).result,
              lambda b: _fill(b, loads, iv, j_next, bars, g_next, acquire=True, cluster=cluster))
 
-    if base is not None:
-        # after the loop: release the last step (its wgmma is waited for at the loop's end), count the steps
-        post = Builder(InsertPoint.after(loop))
-        end = post.insert(arith.AddiOp(base, trips)).result
-        if lags:
-            ran = post.insert(arith.CmpiOp(_constant(post, 0), trips, "slt")).result
-            last_step = post.insert(arith.SubiOp(end, _constant(post, 1))).result
-            _guarded(post, ran, lambda b: b.insert(m.StageReleaseOp(bars, last_step)))
-        for inner, outer in zip([end, *[o.results[-1] for o in rebuilt[:-1]]], rebuilt):
-            yield_op = outer.body.block.last_op
-            yield_op.operands = [*yield_op.operands[:-1], inner]  # type: ignore[union-attr]
-    return True
+
+def _after_loop(loop: scf.ForOp, base: SSAValue | None, trips: SSAValue, rebuilt: list[scf.ForOp],
+                lagging: list[SSAValue]) -> None:
+    """In loops around this one: after it, release the last step of each ring that releases a step late (its wgmma is
+    waited for at the loop's end) and count the steps into the ring's base."""
+    if base is None:
+        return
+    post = Builder(InsertPoint.after(loop))
+    end = post.insert(arith.AddiOp(base, trips)).result
+    if lagging:
+        ran = post.insert(arith.CmpiOp(_constant(post, 0), trips, "slt")).result
+        last_step = post.insert(arith.SubiOp(end, _constant(post, 1))).result
+        for bars in lagging:
+            _guarded(post, ran, lambda b, bars=bars: b.insert(m.StageReleaseOp(bars, last_step)))
+    for inner, outer in zip([end, *[o.results[-1] for o in rebuilt[:-1]]], rebuilt):
+        yield_op = outer.body.block.last_op
+        yield_op.operands = [*yield_op.operands[:-1], inner]  # type: ignore[union-attr]
 
 
 def _pipeline_each_load(loop: scf.ForOp, loads: list[_Load], bars_of: list[SSAValue], stages: int, pre: Builder,
@@ -427,12 +447,7 @@ def _pipeline_each_load(loop: scf.ForOp, loads: list[_Load], bars_of: list[SSAVa
         for p, bars in zip(loads, bars_of):
             _guarded(pre, runs, lambda b, j=j, g=g, p=p, bars=bars: _fill(b, [p], iv, j, bars, g,
                                                                           acquire=base is not None, cluster=1))
-    first = body.first_op
-    assert first is not None
-    inb = Builder(InsertPoint.before(first))
-    k = inb.insert(arith.DivUIOp(inb.insert(arith.SubiOp(iv, loop.lb)).result, step)).result
-    g = step_at(inb, k)
-    stage = inb.insert(arith.RemUIOp(g, _constant(inb, stages))).result
+    _, k, g, stage = _step_of(loop, stages, step_at)
     in_flight = any(_may_accumulate_in_flight(op, loop) for op in body.ops) or _deferred_kernel(loop)
     if in_flight:
         loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
@@ -464,23 +479,8 @@ def _pipeline_each_load(loop: scf.ForOp, loads: list[_Load], bars_of: list[SSAVa
             release = after.insert(m.StageReleaseOp(bars, g))
             release.attributes[EARLY_RELEASE] = UnitAttr()  # (defer-wgmma's end-of-step wait is not for it)
             refill = Builder(InsertPoint.after(wait))  # the stage step k - 1 released
-        k_next = refill.insert(arith.AddiOp(k, _constant(refill, ahead))).result
-        g_next = k_next if base is None else refill.insert(arith.AddiOp(g, _constant(refill, ahead))).result
-        j_next = refill.insert(arith.AddiOp(iv, _times(refill, step, ahead))).result
-        _guarded(refill, refill.insert(arith.CmpiOp(k_next, trips, "slt")).result,
-                 lambda b, p=p, bars=bars, j_next=j_next, g_next=g_next: _fill(b, [p], iv, j_next, bars, g_next,
-                                                                                acquire=True, cluster=1))
-    if base is not None:
-        post = Builder(InsertPoint.after(loop))
-        end = post.insert(arith.AddiOp(base, trips)).result
-        if lagging:
-            ran = post.insert(arith.CmpiOp(_constant(post, 0), trips, "slt")).result
-            last_step = post.insert(arith.SubiOp(end, _constant(post, 1))).result
-            for bars in lagging:
-                _guarded(post, ran, lambda b, bars=bars: b.insert(m.StageReleaseOp(bars, last_step)))
-        for inner, outer in zip([end, *[o.results[-1] for o in rebuilt[:-1]]], rebuilt):
-            yield_op = outer.body.block.last_op
-            yield_op.operands = [*yield_op.operands[:-1], inner]  # type: ignore[union-attr]
+        _refill(refill, loop, [p], bars, k, g, ahead, trips, base, 1)
+    _after_loop(loop, base, trips, rebuilt, lagging)
 
 
 def _read_by_a_lasting_wgmma(stage: SSAValue, loop: scf.ForOp) -> bool:
