@@ -545,7 +545,7 @@ def test_dq_deferred_on_wgmma(d: int, causal: int, n: int, constants: dict) -> N
     assert rel_err(sim[6], dq_ref) < 1e-2
 
 
-@pytest.mark.parametrize("causal, n, mutated", [(0, 200, False), (1, 160, False), (0, 200, True)])
+@pytest.mark.parametrize("causal, n, mutated", [(0, 136, False), (1, 160, False), (0, 136, True)])
 def test_dkdv_halves_deferred(monkeypatch: pytest.MonkeyPatch, causal: int, n: int, mutated: bool) -> None:
     """HALVES with DEFER=1: defer-wgmma issues each step's dV and dK products (two A operands, P and dS, carried;
     B views of the Q and dO ring stages) in the next step behind its Sᵀ and dPᵀ parts and waits for those alone;
