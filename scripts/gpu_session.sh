@@ -110,8 +110,9 @@ for step in ${*:-tests probe bench sanitize}; do
     forward-candidates)  # attention_sm90 candidates beside attention() at N = 4096 (each simulated on the CPU first:
         # tests/backend/test_probe_candidates.py): D = 256 (K and V rings apart, three stages of 48 keys, half of Q in
         # registers with three stages of 64, ping-pong, staggered), then D = 128 (rings apart, three stages and two)
-        for d in 256 128; do
-            timeout 280 python3 -u bench/probe_candidates.py --dims $d --seqlens 4096 --rounds 3 > "$OUT/candidates-$d.log" 2>&1
+        for d in 256 128; do  # (a call's 600 s: 370 for D = 256's 22 builds and timings, 190 for D = 128's)
+            timeout $((d == 256 ? 370 : 190)) python3 -u bench/probe_candidates.py --dims $d --seqlens 4096 --rounds 3 \
+                > "$OUT/candidates-$d.log" 2>&1
             grep -v -e "^  flash" -e Warning -e "return Var" "$OUT/candidates-$d.log" | tail -30
         done ;;
     defer-check)  # DEFER=1's dK/dV builds: GPU tests and compute-sanitizer (tests/gpu/sanitize.py deferred_dkdv)
