@@ -12,7 +12,10 @@ previous step's wgmma only there), so the refill never overwrites what a running
 around another pipelined loop: a persistent kernel's, attention's over query blocks) gets one stage, released
 after the tile's last read (queries moved into registers at the tile's start: released then and refilled for the
 next tile while the inner loop runs), or two where the tile reads it to its end and shared memory has room (the
-next tile's load then runs during this one). Loops that do not qualify are left to `insert-async-pipeline`.
+next tile's load then runs during this one). With `split_ring=1` each load of a loop gets barriers of its own,
+waited for right before the step first reads it and released after its own readers (attention's K once Q·Kᵀ is
+done, its V a step late after the deferred P·V), so that one load's late release does not hold the other's refill.
+Loops that do not qualify are left to `insert-async-pipeline`.
 
     scf.for %j = %lb to %ub step %c1 {
       %a = tile.load %A[%i, %j] : !tile.gl<?x?xbf16> -> !tile.st<128x64xbf16>
