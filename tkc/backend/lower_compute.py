@@ -464,8 +464,9 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     updated in place and only the previous step's group is waited for (`_accumulates_in_flight`); attention's P·V
     is accumulated in the loop-carried registers and waited for with the next step's Q·Kᵀ
     (`_waited_by_the_next_step`); overlap-wgmma's early Q·Kᵀ with the P·V after it (`_waited_by_a_later_wgmma`);
-    two independent products in a row, or one in parts along K (`_chained`), with the second (`_waited_by_the_next_wgmma`). A warp's rt[f32, 16, N] (row
-    layout) is its slice of the m64nN accumulator, register for register."""
+    two independent products in a row, or one in parts along K (`_chained`), with the second
+    (`_waited_by_the_next_wgmma`). A warp's rt[f32, 16, N] (row layout) is its slice of the m64nN accumulator,
+    register for register."""
     from tkc.backend import wgmma
 
     if not lw.target.startswith("sm_90"):
@@ -561,8 +562,7 @@ def _chained(op: t.WgmmaOp) -> bool:
     K: Q·Kᵀ over two halves of D)? Then it adds in place, behind that one: wgmmas of one shape on the same
     accumulator registers run in order without a wait between them."""
     source = op.c.owner
-    return (isinstance(source, t.WgmmaOp) and source.parent_block() is op.parent_block() and len(list(op.c.uses)) == 1
-            and op.a is not op.c and op.b is not op.c and source.c.type == op.c.type)
+    return isinstance(source, t.WgmmaOp) and source.parent_block() is op.parent_block() and len(list(op.c.uses)) == 1
 
 
 def _last_use_in_its_branch(op: t.WgmmaOp) -> bool:

@@ -326,7 +326,6 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
             return False
         loads.append(_Load(op, sl))
     step = loop.step  # a run-time step too: a persistent kernel's tile loop (the grid's size)
-    iv = body.args[0]
 
     # rings and barriers live for the whole kernel, before the loops around this one
     top = chain[-1] if chain else loop
@@ -353,12 +352,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     if split:
         _pipeline_each_load(loop, loads, bars_of, stages, pre, trips, base, rebuilt, step_at)
         return True
-    for s in range(max(stages - 1, 1)):  # (one stage: step 0, and each step refills the next after its release)
-        c_s = _constant(pre, s)
-        j = pre.insert(arith.AddiOp(loop.lb, _times(pre, step, s))).result
-        g = step_at(pre, c_s)
-        _guarded(pre, pre.insert(arith.CmpiOp(c_s, trips, "slt")).result,
-                 lambda b, j=j, g=g: _fill(b, loads, iv, j, bars, g, acquire=base is not None, cluster=cluster))
+    _fill_first_steps(pre, loop, [(loads, bars)], stages, trips, step_at, base, cluster)
 
     # step k: wait for its bytes, read its stage
     inb, k, g, stage = _step_of(loop, stages, step_at)
@@ -376,15 +370,11 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     # release after the last read (a wgmma's: one step later, when the next step's wgmma has been issued and
     # the lowering waited for this one), then refill the released stage for step k + stages - 1
     last = _last_use(body, reads)
-    if any(_may_accumulate_in_flight(op, loop) for op in body.ops) or _deferred_kernel(loop):
-        loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
+    lags = _mark_in_flight(loop)
     after = Builder(InsertPoint.after(last if last is not None else wait))
-    lags = _release_lags(loop)
     ahead = max(stages - 1, 1)  # the step the refill fills, after this one
     if lags:
-        has_previous = after.insert(arith.CmpiOp(k, _constant(after, 0), "sgt")).result
-        previous = after.insert(arith.SubiOp(g, _constant(after, 1))).result
-        _guarded(after, has_previous, lambda b: b.insert(m.StageReleaseOp(bars, previous)))
+        _release_previous(after, bars, k, g)
         refill = after
     else:
         after.insert(m.StageReleaseOp(bars, g))
@@ -393,6 +383,35 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     _refill(refill, loop, loads, bars, k, g, ahead, trips, base, cluster)
     _after_loop(loop, base, trips, rebuilt, [bars] if lags else [])
     return True
+
+
+def _fill_first_steps(pre: Builder, loop: scf.ForOp, rings: list[tuple[list[_Load], SSAValue]], stages: int,
+                      trips: SSAValue, step_at: Callable[[Builder, SSAValue], SSAValue], base: SSAValue | None,
+                      cluster: int) -> None:
+    """Before the loop: steps 0 .. stages - 2 of each ring (its loads and barriers), each if it runs (one stage: step
+    0, and each step refills the next after its release)."""
+    for s in range(max(stages - 1, 1)):
+        c_s = _constant(pre, s)
+        j = pre.insert(arith.AddiOp(loop.lb, _times(pre, loop.step, s))).result
+        g = step_at(pre, c_s)
+        runs = pre.insert(arith.CmpiOp(c_s, trips, "slt")).result
+        for loads, bars in rings:
+            _guarded(pre, runs, lambda b, j=j, g=g, loads=loads, bars=bars: _fill(
+                b, loads, loop.body.block.args[0], j, bars, g, acquire=base is not None, cluster=cluster))
+
+
+def _mark_in_flight(loop: scf.ForOp) -> bool:
+    """Mark the loop `tkc.wgmma_in_flight` where a wgmma may run on into the next step (a lagging release)."""
+    if any(_may_accumulate_in_flight(op, loop) for op in loop.body.block.ops) or _deferred_kernel(loop):
+        loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
+    return _release_lags(loop)
+
+
+def _release_previous(at: Builder, bars: SSAValue, k: SSAValue, g: SSAValue) -> None:
+    """At `at`: release step k - 1's stage, if there was one (a release a step late)."""
+    has_previous = at.insert(arith.CmpiOp(k, _constant(at, 0), "sgt")).result
+    previous = at.insert(arith.SubiOp(g, _constant(at, 1))).result
+    _guarded(at, has_previous, lambda b: b.insert(m.StageReleaseOp(bars, previous)))
 
 
 def _step_of(loop: scf.ForOp, stages: int, step_at: Callable[[Builder, SSAValue], SSAValue]
@@ -441,19 +460,10 @@ def _pipeline_each_load(loop: scf.ForOp, loads: list[_Load], bars_of: list[SSAVa
     """split_ring=1: each load its own stage barriers, its wait right before the step's first read of it, its
     release after its own last reader (a step late only where that is a wgmma that may run on: attention's P·V,
     deferred; K is released once Q·Kᵀ is waited for), its refill right after (a lagging load) or after its wait."""
-    body, iv, step = loop.body.block, loop.body.block.args[0], loop.step
-    for s in range(stages - 1):
-        c_s = _constant(pre, s)
-        j = pre.insert(arith.AddiOp(loop.lb, _times(pre, step, s))).result
-        g = step_at(pre, c_s)
-        runs = pre.insert(arith.CmpiOp(c_s, trips, "slt")).result
-        for p, bars in zip(loads, bars_of):
-            _guarded(pre, runs, lambda b, j=j, g=g, p=p, bars=bars: _fill(b, [p], iv, j, bars, g,
-                                                                          acquire=base is not None, cluster=1))
+    body = loop.body.block
+    _fill_first_steps(pre, loop, [([p], bars) for p, bars in zip(loads, bars_of)], stages, trips, step_at, base, 1)
     _, k, g, stage = _step_of(loop, stages, step_at)
-    in_flight = any(_may_accumulate_in_flight(op, loop) for op in body.ops) or _deferred_kernel(loop)
-    if in_flight:
-        loop.attributes[WGMMA_IN_FLIGHT] = UnitAttr()
+    in_flight = _mark_in_flight(loop)
     ahead = stages - 1
     lagging = []
     for p, bars in zip(loads, bars_of):
@@ -472,10 +482,7 @@ def _pipeline_each_load(loop: scf.ForOp, loads: list[_Load], bars_of: list[SSAVa
         lags = in_flight and _read_by_a_lasting_wgmma(read.result, loop)
         after = Builder(InsertPoint.after(last if last is not None else read))
         if lags:
-            has_previous = after.insert(arith.CmpiOp(k, _constant(after, 0), "sgt")).result
-            previous = after.insert(arith.SubiOp(g, _constant(after, 1))).result
-            _guarded(after, has_previous, lambda b, bars=bars, previous=previous: b.insert(
-                m.StageReleaseOp(bars, previous)))
+            _release_previous(after, bars, k, g)
             refill = after
             lagging.append(bars)
         else:

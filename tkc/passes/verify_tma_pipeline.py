@@ -191,9 +191,8 @@ def _previous_step_read(read: a.RingReadOp, k: SSAValue) -> bool:
     stage = read.stage.owner
     if not isinstance(stage, arith.RemUIOp) or not isinstance(stage.lhs.owner, arith.SelectOp):
         return False
-    back = stage.lhs.owner.lhs
-    return _offset_from(back, k) == -1 or (back is not k and isinstance(back.owner, arith.SubiOp)
-                                           and _same(back.owner.lhs, k) and _constant(back.owner.rhs) == 1)
+    back = stage.lhs.owner.lhs.owner
+    return isinstance(back, arith.SubiOp) and _same(back.lhs, k) and _constant(back.rhs) == 1
 
 
 def _same(x: SSAValue, y: SSAValue, depth: int = 0) -> bool:
