@@ -139,3 +139,22 @@ def typed_gemm(A: gl["DT", 2], B: gl["DT", 2], C: gl[f32, 2], BK: const = 64, DT
     for k in range(cdiv(A.shape[1], BK)):
         acc = mma_ABt(load(A, (bm, k), st[DT, 64, BK]), load(B, (bn, k), st[DT, 64, BK]), acc)
     store(C, acc, (bm * 4 + warp_id(), bn))
+
+
+def simulated_attention_sm90_error(constants: dict[str, int], n: int, seed: int, grid: int = 2) -> float:
+    """attention_sm90 with `constants` (D and CAUSAL among them) lowered for sm_90a and simulated, its warps in
+    shuffled order, on fresh inputs of one batch, two heads and `n` rows, on `grid` blocks (fewer than the tiles:
+    each block takes several): ‖O − ref‖ / ‖ref‖ against float64 (a poisoned O left unwritten reads infinite)."""
+    from reference import attention_ref, poisoned, random_bf16, rel_err
+
+    from tkc.backend.simulator import simulate
+    from tkc.compiler import lower_kernel
+    from tkc.kernels import attention_sm90
+
+    d, causal = constants["D"], bool(constants.get("CAUSAL", 0))
+    rng = np.random.default_rng(seed)
+    q, k, v = (random_bf16(rng, 1, 2, n, d) for _ in range(3))
+    args = [q, k, v, poisoned(1, 2, n, d), poisoned(1, 2, n, dtype=np.float32), d**-0.5]
+    module = lower_kernel(attention_sm90, "sm_90a", constants, aligns={"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
+    simulate(module, "attention_sm90", args, (grid,), order="shuffled")
+    return rel_err(args[3], attention_ref(q, k, v, causal=causal, scale=d**-0.5))

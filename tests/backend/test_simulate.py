@@ -868,17 +868,11 @@ def test_attention_head_dim_256_half_the_queries_in_registers(causal: int, keys:
     own read by every Q·Kᵀ (beside a column view of the K stage), held to the tile's end; three stages of 64 keys
     (which fit beside the half tile) or two of 80; two tiles a block, a length the steps do not divide: the
     simulated PTX against float64."""
-    from tkc.kernels import attention_sm90
+    from hopper_kernels import simulated_attention_sm90_error
 
-    batch, heads, n, d = 1, 2, 200, 256
-    constants = {"D": d, "KEYS": keys, "WARPS": 8, "STAGES": stages, "DEFER": 1, "PRODUCER": 2, "Q_REGS": 2,
+    constants = {"D": 256, "KEYS": keys, "WARPS": 8, "STAGES": stages, "DEFER": 1, "PRODUCER": 2, "Q_REGS": 2,
                  "CAUSAL": causal}
-    rng = np.random.default_rng(causal)
-    q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))
-    args = [q, k, v, poisoned(batch, heads, n, d), poisoned(batch, heads, n, dtype=np.float32), d**-0.5]
-    module = lower_kernel(attention_sm90, "sm_90a", constants, aligns={"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
-    simulate(module, "attention_sm90", args, (2,), order="shuffled")
-    assert rel_err(args[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
+    assert simulated_attention_sm90_error(constants, 200, seed=causal) < 2e-2
 
 
 @pytest.mark.parametrize("d, causal, keys, producer, mutated", [
@@ -890,23 +884,18 @@ def test_attention_split_ring(monkeypatch: pytest.MonkeyPatch, d: int, causal: i
     that reads it; with a producer warpgroup (which fills both) or without; more steps than stages, two tiles a
     block, a ragged length. The mutation releases V at once as well: the refill lands in the stage the deferred P·V
     still reads, and the simulated output comes out wrong."""
-    from tkc.kernels import attention_sm90
+    from hopper_kernels import simulated_attention_sm90_error
+
+    from tkc.backend.simulator import SimulationError
     from tkc.passes import insert_tma_pipeline as pipeline
 
     if mutated:
         monkeypatch.setattr(pipeline, "_read_by_a_lasting_wgmma", lambda stage, loop: False)
-    batch, heads, n = 1, 2, 400
     constants = {"D": d, "KEYS": keys, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": producer, "SPLIT_RING": 1,
                  "CAUSAL": causal}
-    rng = np.random.default_rng(d + causal)
-    q, k, v = (random_bf16(rng, batch, heads, n, d) for _ in range(3))
-    args = [q, k, v, poisoned(batch, heads, n, d), poisoned(batch, heads, n, dtype=np.float32), d**-0.5]
-    module = lower_kernel(attention_sm90, "sm_90a", constants, aligns={"Q": 16, "K": 16, "V": 16, "O": 16, "L": 4})
-    ok = True
     try:
-        simulate(module, "attention_sm90", args, (2,), order="shuffled")
-        ok = rel_err(args[3], attention_ref(q, k, v, causal=bool(causal), scale=d**-0.5)) < 2e-2
-    except Exception:  # noqa: BLE001  (the simulator may also report the race itself)
+        ok = simulated_attention_sm90_error(constants, 400, seed=d + causal) < 2e-2
+    except SimulationError:  # (the simulator may also report the race itself)
         ok = False
     assert ok != mutated
 
