@@ -64,16 +64,16 @@ def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
     attention()."""
     regs = {"WARPS": 8, "PRODUCER": 1, "Q_REGS": 1, "LATE_SUMS": 1}
     overlapped = {**regs, "KEYS": 64, "DEFER": 1, "OVERLAP": 1}
-    if d == 256:  # beside attention()'s (80-key steps with P·V deferred (DEFER=1) not causal; causal step 0 peeled
-        # (DEFER=2), 80-key steps from LONG_KEYS keys on, else 64): A the other step, B 80-key steps with DEFER=2
-        # (causal: DEFER=1), C 80-key steps with P·V after the row max; 80-key steps with a lean producer
-        from tkc.kernels.attention import LONG_KEYS
+    if d == 256:  # beside attention()'s (K and V in rings apart, two stages; 80-key steps, causal below LONG_KEYS
+        # keys 64): A one ring for both (attention() before 2026-12-06: P·V deferred one step not causal), B half of
+        # Q in registers with three stages of 64 keys, C 64-key steps with a lean producer
+        from tkc.kernels.attention import sm90_config
 
-        grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
-        base = {"WARPS": 8, "STAGES": 2, "LATE_SUMS": 1, "DEFER": 2, **grid}
-        keys80 = {**base, "KEYS": 80, "PRODUCER": 2}
-        return {"tkc alt A": keys80 if causal and n < LONG_KEYS else {**base, "KEYS": 64, "PRODUCER": 1},
-                "tkc alt B": {**keys80, "DEFER": 1 if causal else 2}, "tkc alt C": {**keys80, "LATE_PV": 1}}
+        own = sm90_config(d, n, n, causal)
+        one_ring = {key: value for key, value in own.items() if key != "SPLIT_RING"}
+        return {"tkc alt A": {**one_ring, "DEFER": 2 if causal else 1},
+                "tkc alt B": {**own, "Q_REGS": 2, "KEYS": 64, "STAGES": 3, "PRODUCER": 2},
+                "tkc alt C": {**own, "KEYS": 64, "PRODUCER": 2}}
     if d >= 96:  # D = 96 as 128
         grid = {"TILES": 2} if causal else {"PERSISTENT": 1}
         return {"tkc alt A": {**regs, "KEYS": 128, "DEFER": 1, **grid}, "tkc alt B": {**overlapped, **grid},

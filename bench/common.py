@@ -49,8 +49,9 @@ def attention_sm90_variant(const: str, swaps: dict[str, str]) -> Any:
     return module.attention_probe
 
 
-def probe_arguments(dims: list[int], seqlens: list[int], rounds: int) -> Any:
-    """A probe's command line: --dims, --causal, --seqlens, --rounds (with these defaults; causal 0 and 1)."""
+def probe_arguments(dims: list[int], seqlens: list[int], rounds: int, only: bool = False) -> Any:
+    """A probe's command line: --dims, --causal, --seqlens, --rounds (with these defaults; causal 0 and 1), and where
+    `only`, --only: a regular expression the names of the candidates to time must match."""
     import argparse
 
     parser = argparse.ArgumentParser()
@@ -58,6 +59,8 @@ def probe_arguments(dims: list[int], seqlens: list[int], rounds: int) -> Any:
     parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--seqlens", type=int, nargs="+", default=seqlens)
     parser.add_argument("--rounds", type=int, default=rounds)
+    if only:
+        parser.add_argument("--only", default="", help="time only the candidates whose names match (re.search)")
     return parser.parse_args()
 
 

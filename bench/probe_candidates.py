@@ -4,8 +4,9 @@ and flash, at N = 1024 and 4096 (B·N = 16384, H = 16): TFLOP/s, median of 30 la
 deferred P·V issued after the step's row max, not right behind its Q·Kᵀ: ptxas spreads its wgmmas through the
 softmax), at D=64 (DEFER=1 or 2) also with a 24-register producer (lean) or 4 stages; at D=64 causal with
 N < 4096 the short configuration on tiled grids; at D=128 causal below 4096 keys DEFER=2 on grids of 2-4 query blocks a
-block; at D=256 the warpgroups in ping-pong or staggered a step.
-    python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5]"""
+block; at D = 64 and 128 K and V in rings apart; at D=256 one ring for K and V, or three stages.
+    python bench/probe_candidates.py [--dims 64 128] [--causal 0 1] [--seqlens 1024 4096] [--rounds 5] [--only RE]"""
+import re
 import sys
 from pathlib import Path
 
@@ -37,27 +38,21 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
         found["K and V rings apart"] = {**own, "SPLIT_RING": 1, "DEFER": 2}
         if own.get("STAGES", 3) > 2:
             found["K and V rings apart, 2 stages"] = {**own, "SPLIT_RING": 1, "DEFER": 2, "STAGES": 2}
-    if d == 256:  # the warpgroups taking turns at the tensor cores (as FlashAttention-3's D = 256), or one started
-        # a step behind the other, beside attention()'s deferred P·V
-        found["ping-pong"] = {**own, "PINGPONG": 1}
-        found["ping-pong, 64-key steps"] = {**own, "PINGPONG": 1, "KEYS": 64}
-        found["staggered a step"] = {**own, "STAGGER": 1}
-        # half of Q's columns in registers: Q·Kᵀ reads 3/4 of the shared-memory bytes a step (is its traffic the limit?)
-        found["half Q in registers, 64-key steps"] = {**own, "Q_REGS": 2, "KEYS": 64, "PRODUCER": 2, "DEFER": 1}
-        # three stages of 48 keys (two of 64 or 80 leave the ring no slack once P·V's release lags a step: at D=128
-        # two stages read 0.67x cuDNN against three's 1.00, RESULTS "attention — 2026-12-03 13:11")
-        found["48-key steps, 3 stages"] = {**own, "KEYS": 48, "STAGES": 3}
-        # K and V with barriers of their own: K's stage refilled once Q·Kᵀ is done, V's a step late (FA3's two
-        # pipelines), so that two stages still load a step ahead
-        found["K and V rings apart"] = {**own, "SPLIT_RING": 1, "DEFER": 2}
-        found["K and V rings apart, 64-key steps"] = {**own, "SPLIT_RING": 1, "DEFER": 2, "KEYS": 64}
-        # half of Q in registers leaves room for three stages of 64 keys (225 KB)
-        found["half Q in registers, 3 stages of 64 keys"] = {**own, "Q_REGS": 2, "KEYS": 64, "STAGES": 3,
-                                                             "PRODUCER": 2, "DEFER": max(own.get("DEFER", 1), 1)}
+    if d == 256:  # attention() keeps K and V in rings apart (RESULTS "head dim 256, K and V rings apart —
+        # 2026-12-06"); beside it one ring for both (as before), 64-key steps, and three stages: of 48 keys, or of 64
+        # beside half of Q's columns in registers (225 KB), with rings apart or one ring
+        one_ring = {key: value for key, value in own.items() if key != "SPLIT_RING"}
+        found["one ring for K and V"] = {**one_ring, "DEFER": 2 if causal else 1}
+        found["64-key steps"] = {**own, "KEYS": 64, "PRODUCER": 2}
+        found["3 stages of 48 keys"] = {**own, "KEYS": 48, "STAGES": 3}
+        half_q = {"Q_REGS": 2, "KEYS": 64, "STAGES": 3, "PRODUCER": 2}
+        found["half Q in registers, 3 stages of 64 keys"] = {**own, **half_q}
+        found["one ring, half Q in registers, 3 stages of 64 keys"] = {**one_ring, **half_q, "DEFER": 2 if causal else 1}
     return found
 
 
 if __name__ == "__main__":
-    args = probe_arguments([64, 128], [1024, 4096], 5)
+    args = probe_arguments([64, 128], [1024, 4096], 5, only=True)
     for d, causal, n, q, k, v in probe_inputs(args):
-        compare_candidates(q, k, v, causal, candidates(d, causal, n), f"D={d} causal={int(causal)} N={n}", args.rounds)
+        chosen = {name: cfg for name, cfg in candidates(d, causal, n).items() if re.search(args.only, name)}
+        compare_candidates(q, k, v, causal, chosen, f"D={d} causal={int(causal)} N={n}", args.rounds)

@@ -840,16 +840,16 @@ def test_grouped_query_attention_as_attention_launches_it(d: int, causal: int) -
 @pytest.mark.parametrize("causal, n, grid, group, long", [(0, 200, 3, 1, 0), (1, 300, 2, 2, 0), (1, 300, 3, 1, 1)])
 def test_attention_head_dim_256_as_attention_launches_it(causal: int, n: int, grid: int, group: int,
                                                          long: int) -> None:
-    """attention_sm90 at D = 256 in attention()'s configuration (two stages, a producer warpgroup; 80-key steps not
-    causal and causal from LONG_KEYS keys on (`long`), else 64; rows of four 128-byte swizzled panels) on a grid of
-    fewer blocks than tiles, so that each block takes several, at a length its steps do not divide (and two query
-    heads a K/V head): the simulated PTX (after every pass) against float64, with the log-sum-exp."""
+    """attention_sm90 at D = 256 in attention()'s configuration (two stages, K and V in rings apart, a producer;
+    80-key steps not causal and causal from LONG_KEYS keys on (`long`), else 64; rows of four 128-byte swizzled
+    panels) on a grid of fewer blocks than tiles, so that each block takes several, at a length its steps do not
+    divide (and two query heads a K/V head): the simulated PTX (after every pass) against float64, with the log-sum-exp."""
     from tkc.kernels import attention_sm90
     from tkc.kernels.attention import LONG_KEYS, sm90_config, sm90_constants
 
     batch, heads, d = 1, 2, 256
     cfg = sm90_config(d, n, LONG_KEYS if long else n, bool(causal))
-    assert cfg["KEYS"] == (80 if long or not causal else 64)
+    assert cfg["KEYS"] == (80 if long or not causal else 64) and cfg["SPLIT_RING"] == 1
     constants = {"D": d, **sm90_constants(cfg), "CAUSAL": causal, "LSE": 1, **({"GROUP": group} if group > 1 else {})}
     rng = np.random.default_rng(causal)
     q = random_bf16(rng, batch, heads, n, d)

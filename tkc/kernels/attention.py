@@ -329,20 +329,20 @@ def _for_few_tiles(cfg: dict[str, int], d: int, nq: int, causal: bool, units: in
 
 def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
     """sm90_config's warps, key steps, passes and grid per head dim, key length and mask."""
-    if d == 256:  # O takes 128 registers a thread. Not causal: 80-key steps (S 40 registers; two stages of K and V,
-        # 80 KB each, beside Q's 64: 225 KB) with a lean producer (the consumers 240 registers), P·V deferred one
-        # step: +6-7 % over 64-key steps on an H100 (RESULTS "head dim 256, 80-key steps — 2026-12-05 22:36";
-        # DEFER=2 4 % behind at N = 1024). Causal from LONG_KEYS keys on: 80-key steps too, step 0 peeled (DEFER=2),
-        # +1-2.5 % at N = 4096 and +7-9 % at 16384 in two runs ("... 22:36" and "... the dK/dV kernel's halves —
-        # 2026-12-05 22:53", with 8 bytes spilled by the producer's signed divisions; unsigned since, both builds
-        # faster: +1 % at 4096 and 16384, "GPU suite, head dim 256 and the causal tile order on the GPU — 2026-12-06");
-        # shorter, 64-key steps (80: 0-3 % behind at N = 1024); on the H200 at N = 4096 P·V deferred one step,
-        # after the row max, or no producer: all within 3 % ("head dim 256 on the GPU")
+    if d == 256:  # O takes 128 registers a thread. K and V with barriers of their own (SPLIT_RING, which takes
+        # DEFER=2): K's stage refilled once Q·Kᵀ is done, V's a step late behind the deferred P·V, so two stages of
+        # 80 keys (80 KB each, beside Q's 64: 225 KB) still load a step ahead: +27-35 % over one ring for both at
+        # every length, causal or not, 0.93-1.10x cuDNN (H100, RESULTS "head dim 256, K and V rings apart —
+        # 2026-12-06"); three stages (of 48 keys, or of 64 beside half of Q in registers) no better. Lean producer
+        # (the consumers 240 registers). Causal from LONG_KEYS keys on: 80-key steps too, step 0 peeled; shorter,
+        # 64-key steps with one producer warp (80: 0-3 % behind at N = 1024, "head dim 256, 80-key steps —
+        # 2026-12-05 22:36")
+        apart = {"WARPS": 8, "STAGES": 2, "DEFER": 2, "SPLIT_RING": 1}
         if not causal:
-            return {"KEYS": 80, "WARPS": 8, "STAGES": 2, "DEFER": 1, "PRODUCER": 2, "PERSISTENT": 1}
+            return {**apart, "KEYS": 80, "PRODUCER": 2, "PERSISTENT": 1}
         if nk >= LONG_KEYS:
-            return {"KEYS": 80, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": 2, "TILES": 2}
-        return {"KEYS": 64, "WARPS": 8, "STAGES": 2, "DEFER": 2, "PRODUCER": 1, "TILES": 2}
+            return {**apart, "KEYS": 80, "PRODUCER": 2, "TILES": 2}
+        return {**apart, "KEYS": 64, "PRODUCER": 1, "TILES": 2}
     if d >= 96:  # D = 96 as 128 (not swept)
         cfg = {"KEYS": 128, "WARPS": 8, "DEFER": 3, "PRODUCER": 1, "Q_REGS": 1}
         if not causal:
