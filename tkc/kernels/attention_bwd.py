@@ -438,16 +438,18 @@ def attention_bwd_dq_scale(dQ_sum: gl[f32, 4], dQ: gl["DT", 4], scale: float, D:
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", defer="DEFER",
-            min_target="sm_90a")
+            split_ring="SPLIT_RING", min_target="sm_90a")
 def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                           Delta: gl[f32, 3], dQ: gl["DT", 4], scale: float, D: const = 128, CAUSAL: const = 0,
                           KEYS: const = 64, WARPS: const = 8, STAGES: const = 2, PRODUCER: const = 0,
                           RAGGED: const = 0, DT: const = bf16, GROUP: const = 1, BLOCKS: const = 0,
-                          DEFER: const = 0):
+                          DEFER: const = 0, SPLIT_RING: const = 0):
     """attention_bwd_dq on Hopper's wgmma: a block per 16·WARPS queries (a warpgroup per 64), Q and dO in shared
     memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
     Grid: (Nq / (16·WARPS), H, B). PRODUCER and BLOCKS as in attention_bwd_dkdv_sm90, RAGGED and GROUP as in
-    attention_bwd_dq. DEFER=1: S and dP first, each step's dQ product run in the next step under its softmax."""
+    attention_bwd_dq. DEFER=1: S and dP first, each step's dQ product run in the next step under its softmax.
+    SPLIT_RING=1: K and V with barriers of their own, V's stage released once dP = dO·Vᵀ is done (K's only after
+    the dQ product, which runs on into the next step)."""
     static_assert(D in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:
