@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench d256-probe-ab d256-anatomy forward-candidates dkdv-defer defer-check norm-backward small-batch sanitize
+#        d256-tests d256-bench d256-probe-ab d256-anatomy forward-candidates dq-rings dkdv-defer defer-check norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -115,6 +115,15 @@ for step in ${*:-tests probe bench sanitize}; do
                 > "$OUT/candidates-$d.log" 2>&1
             grep -v -e "^  flash" -e Warning -e "return Var" "$OUT/candidates-$d.log" | tail -30
         done ;;
+    dq-rings)  # the dQ kernel with K and V in rings apart and / or a producer warpgroup beside the shipped, N=4096
+        # (RESULTS "the dQ kernel's rings apart — 2026-12-06"; each build simulated by tests/backend/test_simulate.py)
+        P="timeout 230 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes"
+        K='{"WARPS":8,"HALVES":1,"STAGES":3,"QUERIES":32,"PRODUCER":1}' Q='"WARPS":4,"KEYS":64,"STAGES":2'
+        $P 2,16,4096,256 --configs "[\"sm90\",$K,{$Q}]" "[\"sm90\",$K,{$Q,\"PRODUCER\":1}]" \
+            "[\"sm90\",$K,{$Q,\"PRODUCER\":1,\"SPLIT_RING\":1}]" > "$OUT/dq-rings-256.log" 2>&1
+        $P 2,16,4096,128 --configs '["sm90",{"STAGES":3},{"STAGES":3}]' '["sm90",{"STAGES":3},{"STAGES":3,"SPLIT_RING":1}]' \
+            > "$OUT/dq-rings-128.log" 2>&1
+        grep -h backward "$OUT"/dq-rings-*.log | sed -e 's/.*D=\([0-9]*\) causal=\([01]\) backward sm90 {[^}]*} /\1 c\2 /' | cut -c1-220 ;;
     defer-check)  # DEFER=1's dK/dV builds: GPU tests and compute-sanitizer (tests/gpu/sanitize.py deferred_dkdv)
         tests_and_sanitizers defer dkdv_deferred deferred_dkdv 120 ;;
     dkdv-defer)  # D = 64 / 128 backward kernels with DEFER=1 (dV, dK or dQ in the next step) beside the shipped, N=4096

@@ -545,24 +545,39 @@ def test_dq_deferred_on_wgmma(d: int, causal: int, n: int, constants: dict) -> N
     assert rel_err(sim[6], dq_ref) < 1e-2
 
 
-@pytest.mark.parametrize("d, causal, n, constants", [(256, 0, 200, {"WARPS": 4, "KEYS": 64, "STAGES": 2}),
-                                                      (256, 1, 300, {"WARPS": 4, "KEYS": 64, "STAGES": 2}),
-                                                      (128, 1, 160, {"STAGES": 3, "PRODUCER": 1})])
-def test_dq_split_ring_on_wgmma(d: int, causal: int, n: int, constants: dict) -> None:
-    """attention_bwd_dq_sm90 with SPLIT_RING=1 (K and V their own barriers: V released once dP is done, K after
-    the dQ product): more steps than stages, lengths the steps do not divide; the simulation agrees with float64."""
+@pytest.mark.parametrize("d, causal, n, constants, mutated", [
+    (256, 0, 200, {"WARPS": 4, "KEYS": 64, "STAGES": 2}, False), (256, 1, 300, {"WARPS": 4, "KEYS": 64, "STAGES": 2, "PRODUCER": 1}, False),
+    (128, 1, 160, {"STAGES": 3, "PRODUCER": 1}, False), (256, 0, 200, {"WARPS": 4, "KEYS": 64, "STAGES": 2}, True)])
+def test_dq_split_ring_on_wgmma(monkeypatch: pytest.MonkeyPatch, d: int, causal: int, n: int, constants: dict,
+                                mutated: bool) -> None:
+    """attention_bwd_dq_sm90 with SPLIT_RING=1 (K and V their own barriers: V released once dP is done, the previous
+    step's K once this step's S is waited for, which leaves the previous dQ product done): more steps than stages,
+    lengths the steps do not divide; the simulation agrees with float64. The mutation releases K before the S wgmma
+    is issued (so before anything waits for the previous dQ product): the refill lands under that product."""
     from reference import attention_backward_ref
 
+    from tkc.backend.simulator import SimulationError
+    from tkc.ir import ops as t
     from tkc.kernels.attention_bwd import attention_bwd_dq_sm90
+    from tkc.passes import insert_tma_pipeline
 
+    if mutated:
+        monkeypatch.setattr(insert_tma_pipeline, "_after_an_earlier_wgmma",  # (the op before S = Q·Kᵀ)
+                            lambda body, lasting: next(op for op in body.ops if isinstance(op, t.WgmmaOp)).prev_op)
     rng = np.random.default_rng(d + causal)
     q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
     out, lse, dq_ref, _, _ = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
     cfg = {"WARPS": 8, **constants, "SPLIT_RING": 1, "RAGGED": int(n % constants.get("KEYS", 64) > 0)}
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), 0.1]
-    _, sim = run_both(attention_bwd_dq_sm90, args, (-(-n // (16 * cfg["WARPS"])), 2, 1),
-                      {"D": d, "CAUSAL": causal, **cfg}, target="sm_90a", order="sliced")
+    grid = (-(-n // (16 * cfg["WARPS"])), 2, 1)
+    if mutated:
+        with pytest.raises(SimulationError, match="writes shared memory that a wgmma"):
+            run_both(attention_bwd_dq_sm90, args, grid, {"D": d, "CAUSAL": causal, **cfg}, target="sm_90a",
+                     order="sliced")
+        return
+    _, sim = run_both(attention_bwd_dq_sm90, args, grid, {"D": d, "CAUSAL": causal, **cfg}, target="sm_90a",
+                      order="sliced")
     assert rel_err(sim[6], dq_ref) < 1e-2
 
 

@@ -481,12 +481,14 @@ CONFIG_SM90[96] = CONFIG_SM90[128]  # not swept
 # D = 256: dK and dV in halves of 128 columns (both whole would take 256 registers a thread): two warpgroups on the
 # same 64 keys, each one half, passing their halves of Sᵀ's and dPᵀ's sums to each other (HALVES), with a producer
 # warpgroup, 32-query steps in three stages (232 registers, no spills, 225 KB); dQ four warps, 64-key steps in two
-# stages. On an H100 (RESULTS "head dim 256, the dK/dV kernel's halves — 2026-12-05 22:53", B=2 H=16 N=4096, µs not
-# causal / causal): dkdv 3008 / 1611 against 3508 / 1924 for two blocks of one warpgroup a key block, each all of Sᵀ
-# and dPᵀ (COLS=128, four stages; RESULTS "head dim 256 — 2026-12-05 21:30"); dq 1646 / 980 (H200; eight warps of
-# 32-key steps 2060 / 1152).
+# stages with a producer warpgroup and K and V in rings apart (SPLIT_RING: V's stage released once dP is done, K's
+# once the next step's S is in). On an H100 (RESULTS "head dim 256, the dK/dV kernel's halves — 2026-12-05 22:53",
+# B=2 H=16 N=4096, µs not causal / causal): dkdv 3008 / 1611 against 3508 / 1924 for two blocks of one warpgroup a
+# key block, each all of Sᵀ and dPᵀ (COLS=128, four stages; RESULTS "head dim 256 — 2026-12-05 21:30"); dq 1306-1390
+# / 802-806 against 1632-1645 / 974-975 with one ring and no producer, 1615 / 949 with a producer alone, three stages of
+# 48 keys 1432 / 862 ("the dQ kernel's rings apart — 2026-12-06"). At D <= 128 (three stages) rings apart are slower.
 CONFIG_SM90[256] = ({"WARPS": 8, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1},
-                    {"WARPS": 4, "KEYS": 64, "STAGES": 2})
+                    {"WARPS": 4, "KEYS": 64, "STAGES": 2, "PRODUCER": 1, "SPLIT_RING": 1})
 
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:

@@ -14,8 +14,9 @@ after the tile's last read (queries moved into registers at the tile's start: re
 next tile while the inner loop runs), or two where the tile reads it to its end and shared memory has room (the
 next tile's load then runs during this one). With `split_ring=1` each load of a loop gets barriers of its own,
 waited for right before the step first reads it and released after its own readers (attention's K once Q·Kᵀ is
-done, its V a step late after the deferred P·V), so that one load's late release does not hold the other's refill.
-Loops that do not qualify are left to `insert-async-pipeline`.
+done, its V a step late after the deferred P·V), so that one load's late release does not hold the other's refill;
+one read by a wgmma that runs on into the next step is released in that step as soon as an earlier wgmma's result
+is used (the dQ kernel's K once the next S = Q·Kᵀ is in; without defer). Loops that do not qualify are left to `insert-async-pipeline`.
 
     scf.for %j = %lb to %ub step %c1 {
       %a = tile.load %A[%i, %j] : !tile.gl<?x?xbf16> -> !tile.st<128x64xbf16>
@@ -482,6 +483,9 @@ def _pipeline_each_load(loop: scf.ForOp, loads: list[_Load], bars_of: list[SSAVa
         lags = in_flight and _read_by_a_lasting_wgmma(read.result, loop)
         after = Builder(InsertPoint.after(last if last is not None else read))
         if lags:
+            earlier = None if _deferred_kernel(loop) or last is None else _after_an_earlier_wgmma(body, last)
+            if earlier is not None:  # step k - 1's wgmma is done once an earlier one of step k is waited for
+                after = Builder(InsertPoint.after(earlier))
             _release_previous(after, bars, k, g)
             refill = after
             lagging.append(bars)
@@ -491,6 +495,24 @@ def _pipeline_each_load(loop: scf.ForOp, loads: list[_Load], bars_of: list[SSAVa
             refill = Builder(InsertPoint.after(wait))  # the stage step k - 1 released
         _refill(refill, loop, [p], bars, k, g, ahead, trips, base, 1)
     _after_loop(loop, base, trips, rebuilt, lagging)
+
+
+def _after_an_earlier_wgmma(body: Block, lasting: Operation) -> Operation | None:
+    """The first op of the body, before the `lasting` wgmma (which runs on into the next step), that reads the
+    result of a wgmma issued before it: the lowering waits for that wgmma there, and wgmma groups complete in order,
+    so the previous step's `lasting` wgmma is done by then and its stage can be released (split_ring=1: the dQ
+    kernel's K, free once the next step's S = Q·Kᵀ is in, not only after its own dQ product is issued). None if
+    there is none (or only inside a region, whose wait may sit in one branch)."""
+    order = {op: n for n, op in enumerate(body.ops)}
+    for op in body.ops:
+        if op is lasting:
+            return None
+        if isinstance(op, t.WgmmaOp) or op.regions:
+            continue
+        if any(isinstance(v.owner, t.WgmmaOp) and v.owner.parent_block() is body and order[v.owner] < order[op]
+               for v in op.operands):
+            return op
+    return None
 
 
 def _read_by_a_lasting_wgmma(stage: SSAValue, loop: scf.ForOp) -> bool:
