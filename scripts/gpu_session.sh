@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench d256-probe-ab d256-anatomy forward-candidates dq-rings dkdv-defer defer-check norm-backward small-batch sanitize
+#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates dq-rings dkdv-defer defer-check norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -137,16 +137,21 @@ for step in ${*:-tests probe bench sanitize}; do
             '["sm90",{"WARPS":4,"STAGES":3,"BLOCKS":2,"DEFER":1},{"STAGES":3}]' \
             '["sm90",{"WARPS":4,"STAGES":3,"BLOCKS":3},{"STAGES":3,"DEFER":1}]' --shapes 2,16,4096,64 > "$OUT/dkdv-defer-64.log" 2>&1
         cat "$OUT/dkdv-defer-128.log" "$OUT/dkdv-defer-64.log" | grep backward | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-220 ;;
-    d256-probe-ab)  # D = 256's shipped dK/dV build from this tree and from the tree under .prev/ (an export of an earlier
-        # commit: `git archive REV tkc | tar -x -C .prev`, carried), each with its own compile cache, twice in turn
-        cfg='["sm90",{"WARPS":8,"HALVES":1,"QUERIES":32,"STAGES":3,"PRODUCER":1},{"WARPS":4,"KEYS":64,"STAGES":2}]'
-        for round in 1 2; do
-            for tree in .prev .; do
-                PYTHONPATH=/tmp/site:$PWD/$tree TKC_CACHE_DIR=/tmp/tkc-cache-ab${tree//\//} timeout 150 python3 \
-                    bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes 2,16,4096,256 --configs "$cfg" \
-                    > "$OUT/d256-probe-ab-$round${tree//\//}.log" 2>&1
-                echo "round $round tree $tree: $(python3 -c "import sys; sys.path.insert(0, '$tree'); import tkc, os; print(os.path.dirname(tkc.__file__))")"
-                grep backward "$OUT/d256-probe-ab-$round${tree//\//}.log" | sed -e 's/.*backward sm90 //' -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-200
+    bwd-ab)  # the backward's shipped builds (CONFIG_SM90) at D in $DIMS (64 128 256) from this tree and from the tree
+        # under .prev/ (an export of an earlier commit: `git archive REV tkc | tar -x -C .prev`, carried), each with its
+        # own compile cache, twice in turn, N = 4096
+        declare -A cfg=([64]='["sm90",{"WARPS":4,"STAGES":3,"BLOCKS":3},{"STAGES":3}]'
+            [128]='["sm90",{"STAGES":3},{"STAGES":3}]'
+            [256]='["sm90",{"WARPS":8,"HALVES":1,"QUERIES":32,"STAGES":3,"PRODUCER":1},{"WARPS":4,"KEYS":64,"STAGES":2,"PRODUCER":1,"SPLIT_RING":1}]')
+        for d in ${DIMS:-64 128 256}; do
+            for round in 1 2; do
+                for tree in .prev .; do
+                    PYTHONPATH=/tmp/site:$PWD/$tree TKC_CACHE_DIR=/tmp/tkc-cache-ab${tree//\//} timeout 150 python3 \
+                        bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes 2,16,4096,$d --configs "${cfg[$d]}" \
+                        > "$OUT/bwd-ab-$d-$round${tree//\//}.log" 2>&1
+                    grep backward "$OUT/bwd-ab-$d-$round${tree//\//}.log" | sed -e "s/.*causal=\([01]\) backward sm90 .*}: /D=$d c\1 $tree /" \
+                        -e 's/dq [0-9.e-]* dk [0-9.e-]* dv/dv/' | cut -c1-200
+                done
             done
         done ;;
     d96)  # head dim 96 on Hopper (wgmma kernels): GPU tests, sanitizers, forward (with variants) and backward beside SDPA

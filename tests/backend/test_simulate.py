@@ -525,11 +525,9 @@ def test_dkdv_deferred_on_wgmma(d: int, causal: int, warps: int, queries: int, n
     assert rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2
 
 
-@pytest.mark.parametrize("d, causal, n, constants", [(256, 0, 200, {"WARPS": 4, "KEYS": 64, "STAGES": 2}),
-                                                      (128, 1, 160, {"STAGES": 3}), (64, 1, 300, {"STAGES": 3})])
-def test_dq_deferred_on_wgmma(d: int, causal: int, n: int, constants: dict) -> None:
-    """attention_bwd_dq_sm90 with DEFER=1: S and dP first, each step's dQ product run in the next step under the
-    softmax; more steps than stages, lengths the steps do not divide; the simulation agrees with float64."""
+def _dq_on_wgmma_error(d: int, causal: int, n: int, cfg: dict) -> float:
+    """attention_bwd_dq_sm90 with `cfg` (eight warps unless it says; RAGGED where its steps do not divide n) on two
+    heads of n queries and keys, simulated (and interpreted): its dQ's error against float64."""
     from reference import attention_backward_ref
 
     from tkc.kernels.attention_bwd import attention_bwd_dq_sm90
@@ -538,15 +536,24 @@ def test_dq_deferred_on_wgmma(d: int, causal: int, n: int, constants: dict) -> N
     q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
     out, lse, dq_ref, _, _ = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
-    cfg = {"WARPS": 8, **constants, "DEFER": 1, "RAGGED": int(n % constants.get("KEYS", 64) > 0)}
+    cfg = {"WARPS": 8, **cfg, "RAGGED": int(n % cfg.get("KEYS", 64) > 0)}
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), 0.1]
     _, sim = run_both(attention_bwd_dq_sm90, args, (-(-n // (16 * cfg["WARPS"])), 2, 1),
                       {"D": d, "CAUSAL": causal, **cfg}, target="sm_90a", order="sliced")
-    assert rel_err(sim[6], dq_ref) < 1e-2
+    return rel_err(sim[6], dq_ref)
+
+
+@pytest.mark.parametrize("d, causal, n, constants", [(256, 0, 200, {"WARPS": 4, "KEYS": 64, "STAGES": 2}),
+                                                      (128, 1, 160, {"STAGES": 3}), (64, 1, 300, {"STAGES": 3})])
+def test_dq_deferred_on_wgmma(d: int, causal: int, n: int, constants: dict) -> None:
+    """attention_bwd_dq_sm90 with DEFER=1: S and dP first, each step's dQ product run in the next step under the
+    softmax; more steps than stages, lengths the steps do not divide; the simulation agrees with float64."""
+    assert _dq_on_wgmma_error(d, causal, n, {**constants, "DEFER": 1}) < 1e-2
 
 
 @pytest.mark.parametrize("d, causal, n, constants, mutated", [
-    (256, 0, 200, {"WARPS": 4, "KEYS": 64, "STAGES": 2}, False), (256, 1, 300, {"WARPS": 4, "KEYS": 64, "STAGES": 2, "PRODUCER": 1}, False),
+    (256, 0, 200, {"WARPS": 4, "KEYS": 64, "STAGES": 2}, False),
+    (256, 1, 300, {"WARPS": 4, "KEYS": 64, "STAGES": 2, "PRODUCER": 1}, False),
     (128, 1, 160, {"STAGES": 3, "PRODUCER": 1}, False), (256, 0, 200, {"WARPS": 4, "KEYS": 64, "STAGES": 2}, True)])
 def test_dq_split_ring_on_wgmma(monkeypatch: pytest.MonkeyPatch, d: int, causal: int, n: int, constants: dict,
                                 mutated: bool) -> None:
@@ -554,31 +561,18 @@ def test_dq_split_ring_on_wgmma(monkeypatch: pytest.MonkeyPatch, d: int, causal:
     step's K once this step's S is waited for, which leaves the previous dQ product done): more steps than stages,
     lengths the steps do not divide; the simulation agrees with float64. The mutation releases K before the S wgmma
     is issued (so before anything waits for the previous dQ product): the refill lands under that product."""
-    from reference import attention_backward_ref
-
     from tkc.backend.simulator import SimulationError
     from tkc.ir import ops as t
-    from tkc.kernels.attention_bwd import attention_bwd_dq_sm90
     from tkc.passes import insert_tma_pipeline
 
-    if mutated:
-        monkeypatch.setattr(insert_tma_pipeline, "_after_an_earlier_wgmma",  # (the op before S = Q·Kᵀ)
-                            lambda body, lasting: next(op for op in body.ops if isinstance(op, t.WgmmaOp)).prev_op)
-    rng = np.random.default_rng(d + causal)
-    q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
-    out, lse, dq_ref, _, _ = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
-    delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
-    cfg = {"WARPS": 8, **constants, "SPLIT_RING": 1, "RAGGED": int(n % constants.get("KEYS", 64) > 0)}
-    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), 0.1]
-    grid = (-(-n // (16 * cfg["WARPS"])), 2, 1)
-    if mutated:
-        with pytest.raises(SimulationError, match="writes shared memory that a wgmma"):
-            run_both(attention_bwd_dq_sm90, args, grid, {"D": d, "CAUSAL": causal, **cfg}, target="sm_90a",
-                     order="sliced")
+    cfg = {**constants, "SPLIT_RING": 1}
+    if not mutated:
+        assert _dq_on_wgmma_error(d, causal, n, cfg) < 1e-2
         return
-    _, sim = run_both(attention_bwd_dq_sm90, args, grid, {"D": d, "CAUSAL": causal, **cfg}, target="sm_90a",
-                      order="sliced")
-    assert rel_err(sim[6], dq_ref) < 1e-2
+    monkeypatch.setattr(insert_tma_pipeline, "_after_an_earlier_wgmma",  # (the op before S = Q·Kᵀ)
+                        lambda body, lasting: next(op for op in body.ops if isinstance(op, t.WgmmaOp)).prev_op)
+    with pytest.raises(SimulationError, match="writes shared memory that a wgmma"):
+        _dq_on_wgmma_error(d, causal, n, cfg)
 
 
 @pytest.mark.parametrize("causal, n, mutated", [(0, 136, False), (1, 160, False), (0, 136, True)])

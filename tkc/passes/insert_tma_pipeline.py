@@ -16,7 +16,8 @@ next tile's load then runs during this one). With `split_ring=1` each load of a 
 waited for right before the step first reads it and released after its own readers (attention's K once Q·Kᵀ is
 done, its V a step late after the deferred P·V), so that one load's late release does not hold the other's refill;
 one read by a wgmma that runs on into the next step is released in that step as soon as an earlier wgmma's result
-is used (the dQ kernel's K once the next S = Q·Kᵀ is in; without defer). Loops that do not qualify are left to `insert-async-pipeline`.
+is used (the dQ kernel's K once the next S = Q·Kᵀ is in; without defer; one ring keeps its release behind the
+step's own last read). Loops that do not qualify are left to `insert-async-pipeline`.
 
     scf.for %j = %lb to %ub step %c1 {
       %a = tile.load %A[%i, %j] : !tile.gl<?x?xbf16> -> !tile.st<128x64xbf16>
@@ -374,7 +375,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     lags = _mark_in_flight(loop)
     after = Builder(InsertPoint.after(last if last is not None else wait))
     ahead = max(stages - 1, 1)  # the step the refill fills, after this one
-    if lags:
+    if lags:  # (not sooner, as split_ring's: on an H100 1-9 % slower at D = 128, "early releases — 2026-12-06")
         _release_previous(after, bars, k, g)
         refill = after
     else:
@@ -483,9 +484,7 @@ def _pipeline_each_load(loop: scf.ForOp, loads: list[_Load], bars_of: list[SSAVa
         lags = in_flight and _read_by_a_lasting_wgmma(read.result, loop)
         after = Builder(InsertPoint.after(last if last is not None else read))
         if lags:
-            earlier = None if _deferred_kernel(loop) or last is None else _after_an_earlier_wgmma(body, last)
-            if earlier is not None:  # step k - 1's wgmma is done once an earlier one of step k is waited for
-                after = Builder(InsertPoint.after(earlier))
+            after = _early_release_point(loop, body, last, after)
             _release_previous(after, bars, k, g)
             refill = after
             lagging.append(bars)
@@ -495,6 +494,15 @@ def _pipeline_each_load(loop: scf.ForOp, loads: list[_Load], bars_of: list[SSAVa
             refill = Builder(InsertPoint.after(wait))  # the stage step k - 1 released
         _refill(refill, loop, [p], bars, k, g, ahead, trips, base, 1)
     _after_loop(loop, base, trips, rebuilt, lagging)
+
+
+def _early_release_point(loop: scf.ForOp, body: Block, last: Operation | None, after: Builder) -> Builder:
+    """Where step k releases step k - 1's stage, read last by `last`, a wgmma that runs on into the next step:
+    step k - 1's wgmmas are done once one of step k's is waited for (wgmma groups complete in order), so right
+    after the first op that uses such a result, where there is one (in a loop without defer, which moves wgmmas
+    across steps); else `after` (behind step k's own `last`)."""
+    earlier = None if _deferred_kernel(loop) or last is None else _after_an_earlier_wgmma(body, last)
+    return after if earlier is None else Builder(InsertPoint.after(earlier))
 
 
 def _after_an_earlier_wgmma(body: Block, lasting: Operation) -> Operation | None:
