@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates dq-rings dkdv-defer defer-check norm-backward small-batch sanitize
+#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates dq-rings dkdv-rings dkdv-defer defer-check norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -124,6 +124,23 @@ for step in ${*:-tests probe bench sanitize}; do
         $P 2,16,4096,128 --configs '["sm90",{"STAGES":3},{"STAGES":3}]' '["sm90",{"STAGES":3},{"STAGES":3,"SPLIT_RING":1}]' \
             > "$OUT/dq-rings-128.log" 2>&1
         grep -h backward "$OUT"/dq-rings-*.log | sed -e 's/.*D=\([0-9]*\) causal=\([01]\) backward sm90 {[^}]*} /\1 c\2 /' | cut -c1-220 ;;
+    dkdv-rings)  # the dK/dV kernel with Q and dO in rings apart (step k - 1's stages released once step k's Sᵀ is in),
+        # with or without a producer, beside the shipped, N=4096 (RESULTS "early releases in one ring — 2026-12-06": one
+        # ring released so was 4-11 % faster at D = 64, slower at 128; each build simulated by tests/backend/test_simulate.py)
+        P="timeout 170 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes"
+        K='"WARPS":4,"STAGES":3' H='"WARPS":8,"HALVES":1,"QUERIES":32,"STAGES":3,"PRODUCER":1'
+        $P 2,16,4096,64 --configs "[\"sm90\",{$K,\"BLOCKS\":3},{\"STAGES\":3}]" \
+            "[\"sm90\",{$K,\"BLOCKS\":3,\"SPLIT_RING\":1},{\"STAGES\":3}]" \
+            "[\"sm90\",{$K,\"BLOCKS\":2,\"PRODUCER\":1,\"SPLIT_RING\":1},{\"STAGES\":3}]" \
+            "[\"sm90\",{$K,\"BLOCKS\":3},{\"STAGES\":3}]" > "$OUT/dkdv-rings-64.log" 2>&1
+        $P 2,16,4096,128 --configs '["sm90",{"STAGES":3},{"STAGES":3}]' '["sm90",{"STAGES":3,"SPLIT_RING":1},{"STAGES":3}]' \
+            '["sm90",{"STAGES":3,"PRODUCER":1,"SPLIT_RING":1},{"STAGES":3}]' '["sm90",{"STAGES":3},{"STAGES":3}]' \
+            > "$OUT/dkdv-rings-128.log" 2>&1
+        $P 2,16,4096,256 --configs "[\"sm90\",{$H},{\"WARPS\":4,\"KEYS\":64,\"STAGES\":2,\"PRODUCER\":1,\"SPLIT_RING\":1}]" \
+            "[\"sm90\",{$H,\"SPLIT_RING\":1},{\"WARPS\":4,\"KEYS\":64,\"STAGES\":2,\"PRODUCER\":1,\"SPLIT_RING\":1}]" \
+            > "$OUT/dkdv-rings-256.log" 2>&1
+        grep -h backward "$OUT"/dkdv-rings-*.log | sed -e 's/.*D=\([0-9]*\) causal=\([01]\) backward sm90 /\1 c\2 /' \
+            -e 's/dq [0-9.e-]* dk [0-9.e-]* dv [0-9.e-]*;//' | cut -c1-220 ;;
     defer-check)  # DEFER=1's dK/dV builds: GPU tests and compute-sanitizer (tests/gpu/sanitize.py deferred_dkdv)
         tests_and_sanitizers defer dkdv_deferred deferred_dkdv 120 ;;
     dkdv-defer)  # D = 64 / 128 backward kernels with DEFER=1 (dV, dK or dQ in the next step) beside the shipped, N=4096
