@@ -48,6 +48,10 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
         half_q = {"Q_REGS": 2, "KEYS": 64, "STAGES": 3, "PRODUCER": 2}
         found["half Q in registers, 3 stages of 64 keys"] = {**own, **half_q}
         found["one ring, half Q in registers, 3 stages of 64 keys"] = {**one_ring, **half_q, "DEFER": 2 if causal else 1}
+        if causal and n < LONG_KEYS:  # short causal (0.93x cuDNN at N = 1024): the long configuration, other grids
+            found["80-key steps, lean producer"] = {**own, "KEYS": 80, "PRODUCER": 2}
+            for tiles in (1, 4):
+                found[f"{tiles} tile{'s' * (tiles > 1)} a block"] = {**own, "TILES": tiles}
     return found
 
 

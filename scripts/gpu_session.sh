@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates dq-rings dkdv-rings dkdv-defer defer-check norm-backward small-batch sanitize
+#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-defer defer-check norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -115,6 +115,10 @@ for step in ${*:-tests probe bench sanitize}; do
                 > "$OUT/candidates-$d.log" 2>&1
             grep -v -e "^  flash" -e Warning -e "return Var" "$OUT/candidates-$d.log" | tail -30
         done ;;
+    d256-short-causal)  # D = 256 causal at N = 1024 (0.93x cuDNN): 80-key steps with a lean producer, 1 or 4 tiles a block
+        timeout 200 python3 -u bench/probe_candidates.py --dims 256 --causal 1 --seqlens 1024 2048 --rounds 5 \
+            --only "producer|a block" > "$OUT/d256-short-causal.log" 2>&1
+        grep -v -e "^  flash" -e Warning -e "return Var" "$OUT/d256-short-causal.log" | tail -14 ;;
     dq-rings)  # the dQ kernel with K and V in rings apart and / or a producer warpgroup beside the shipped, N=4096
         # (RESULTS "the dQ kernel's rings apart — 2026-12-06"; each build simulated by tests/backend/test_simulate.py)
         P="timeout 230 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes"
