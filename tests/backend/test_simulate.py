@@ -447,7 +447,7 @@ def test_attention_backward_on_wgmma(d: int, causal: int, warps: int, producer: 
 
 
 @pytest.mark.parametrize("causal, n, target, stages", [(0, 200, "sm_90a", 0), (1, 160, "sm_90a", 0),
-                                                      (0, 192, "sm_80", 3), (1, 128, "sm_80", 3), (1, 128, "sm_80", 2)])
+                                                      (0, 128, "sm_80", 3), (1, 128, "sm_80", 3), (1, 128, "sm_80", 2)])
 def test_attention_backward_head_dim_256(causal: int, n: int, target: str, stages: int) -> None:
     """D = 256 with attention_backward's constants: the wgmma kernels (dK and dV in halves of 128 columns, two
     warpgroups on the same 64 keys, each its half of Sᵀ's and dPᵀ's sums passed to the other through shared memory;
