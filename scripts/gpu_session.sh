@@ -123,8 +123,10 @@ for step in ${*:-tests probe bench sanitize}; do
         # (RESULTS "the dQ kernel's rings apart — 2026-12-06"; each build simulated by tests/backend/test_simulate.py)
         P="timeout 230 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes"
         K='{"WARPS":8,"HALVES":1,"STAGES":3,"QUERIES":32,"PRODUCER":1}' Q='"WARPS":4,"KEYS":64,"STAGES":2'
+        W8='"WARPS":8,"KEYS":32,"PRODUCER":1,"SPLIT_RING":1'  # two consumer warpgroups (128 queries), 32-key steps
         $P 2,16,4096,256 --configs "[\"sm90\",$K,{$Q}]" "[\"sm90\",$K,{$Q,\"PRODUCER\":1}]" \
-            "[\"sm90\",$K,{$Q,\"PRODUCER\":1,\"SPLIT_RING\":1}]" > "$OUT/dq-rings-256.log" 2>&1
+            "[\"sm90\",$K,{$Q,\"PRODUCER\":1,\"SPLIT_RING\":1}]" "[\"sm90\",$K,{$W8,\"STAGES\":3}]" \
+            "[\"sm90\",$K,{$W8,\"STAGES\":2}]" > "$OUT/dq-rings-256.log" 2>&1
         $P 2,16,4096,128 --configs '["sm90",{"STAGES":3},{"STAGES":3}]' '["sm90",{"STAGES":3},{"STAGES":3,"SPLIT_RING":1}]' \
             > "$OUT/dq-rings-128.log" 2>&1
         grep -h backward "$OUT"/dq-rings-*.log | sed -e 's/.*D=\([0-9]*\) causal=\([01]\) backward sm90 {[^}]*} /\1 c\2 /' | cut -c1-220 ;;
