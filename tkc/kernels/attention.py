@@ -331,8 +331,8 @@ def _sm90_schedule(d: int, nk: int, causal: bool) -> dict[str, int]:
     """sm90_config's warps, key steps, passes and grid per head dim, key length and mask."""
     if d == 256:  # O takes 128 registers a thread. K and V with barriers of their own (SPLIT_RING, which takes
         # DEFER=2): K's stage refilled once Q·Kᵀ is done, V's a step late behind the deferred P·V, so two stages of
-        # 80 keys (80 KB each, beside Q's 64: 225 KB) still load a step ahead: +27-35 % over one ring for both at
-        # every length, causal or not, 0.93-1.10x cuDNN (H100, RESULTS "head dim 256, K and V rings apart —
+        # 80 keys (80 KB each, beside Q's 64: 225 KB) still load a step ahead: +27-39 % over one ring for both at
+        # every length, causal or not, 0.92-1.07x cuDNN (H100, RESULTS "head dim 256, K and V rings apart —
         # 2026-12-06"); three stages (of 48 keys, or of 64 beside half of Q in registers) no better. Lean producer
         # (the consumers 240 registers). Causal from LONG_KEYS keys on: 80-key steps too, step 0 peeled; shorter,
         # 64-key steps with one producer warp (80: 0-3 % behind at N = 1024, "head dim 256, 80-key steps —

@@ -450,8 +450,8 @@ def attention_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl
     memory, K and V streamed by TMA; S = Q·Kᵀ and dP = dO·Vᵀ from shared memory, dQ += dS·K with dS from registers.
     Grid: (Nq / (16·WARPS), H, B). PRODUCER and BLOCKS as in attention_bwd_dkdv_sm90, RAGGED and GROUP as in
     attention_bwd_dq. DEFER=1: S and dP first, each step's dQ product run in the next step under its softmax.
-    SPLIT_RING=1: K and V with barriers of their own, V's stage released once dP = dO·Vᵀ is done (K's only after
-    the dQ product, which runs on into the next step)."""
+    SPLIT_RING=1: K and V with barriers of their own, V's stage released once dP = dO·Vᵀ is done, K's (read by the
+    dQ product, which runs on into the next step) once the next step's S is in."""
     static_assert(D in (64, 96, 128, 256), f"head dim D must be 64, 96, 128 or 256, got {D}")
     blk, h, b = block_idx()
     if CAUSAL:

@@ -375,7 +375,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     lags = _mark_in_flight(loop)
     after = Builder(InsertPoint.after(last if last is not None else wait))
     ahead = max(stages - 1, 1)  # the step the refill fills, after this one
-    if lags:  # (not sooner, as split_ring's: on an H100 1-9 % slower at D = 128, "early releases — 2026-12-06")
+    if lags:  # (not sooner, as split_ring's: 1-9 % slower at D = 128, RESULTS "early releases in one ring")
         _release_previous(after, bars, k, g)
         refill = after
     else:
