@@ -132,7 +132,8 @@ for step in ${*:-tests probe bench sanitize}; do
         grep -h backward "$OUT"/dq-rings-*.log | sed -e 's/.*D=\([0-9]*\) causal=\([01]\) backward sm90 {[^}]*} /\1 c\2 /' | cut -c1-220 ;;
     dkdv-rings)  # the dK/dV kernel with Q and dO in rings apart (step k - 1's stages released once step k's Sᵀ is in),
         # with or without a producer, beside the shipped, N=4096 (RESULTS "early releases in one ring — 2026-12-06": one
-        # ring released so was 4-11 % faster at D = 64, slower at 128; each build simulated by tests/backend/test_simulate.py)
+        # ring released so was 4-11 % faster at D = 64, slower at 128; each build simulated by tests/backend/test_simulate.py;
+        # D = 256 also with a lean producer, PRODUCER=2: consumers 240 registers, no spills, simulated)
         P="timeout 170 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes"
         K='"WARPS":4,"STAGES":3' H='"WARPS":8,"HALVES":1,"QUERIES":32,"STAGES":3,"PRODUCER":1'
         $P 2,16,4096,64 --configs "[\"sm90\",{$K,\"BLOCKS\":3},{\"STAGES\":3}]" \
@@ -144,6 +145,8 @@ for step in ${*:-tests probe bench sanitize}; do
             > "$OUT/dkdv-rings-128.log" 2>&1
         $P 2,16,4096,256 --configs "[\"sm90\",{$H},{\"WARPS\":4,\"KEYS\":64,\"STAGES\":2,\"PRODUCER\":1,\"SPLIT_RING\":1}]" \
             "[\"sm90\",{$H,\"SPLIT_RING\":1},{\"WARPS\":4,\"KEYS\":64,\"STAGES\":2,\"PRODUCER\":1,\"SPLIT_RING\":1}]" \
+            "[\"sm90\",{$H,\"PRODUCER\":2},{\"WARPS\":4,\"KEYS\":64,\"STAGES\":2,\"PRODUCER\":1,\"SPLIT_RING\":1}]" \
+            "[\"sm90\",{$H,\"PRODUCER\":2,\"SPLIT_RING\":1},{\"WARPS\":4,\"KEYS\":64,\"STAGES\":2,\"PRODUCER\":1,\"SPLIT_RING\":1}]" \
             > "$OUT/dkdv-rings-256.log" 2>&1
         grep -h backward "$OUT"/dkdv-rings-*.log | sed -e 's/.*D=\([0-9]*\) causal=\([01]\) backward sm90 /\1 c\2 /' \
             -e 's/dq [0-9.e-]* dk [0-9.e-]* dv [0-9.e-]*;//' | cut -c1-220 ;;
