@@ -70,8 +70,7 @@ def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
         from tkc.kernels.attention import sm90_config
 
         own = sm90_config(d, n, n, causal)
-        one_ring = {key: value for key, value in own.items() if key != "SPLIT_RING"}
-        return {"tkc alt A": {**one_ring, "DEFER": 2 if causal else 1},
+        return {"tkc alt A": one_ring_d256(own, causal),
                 "tkc alt B": {**own, "Q_REGS": 2, "KEYS": 64, "STAGES": 3, "PRODUCER": 2},
                 "tkc alt C": {**own, "KEYS": 64, "PRODUCER": 2}}
     if d >= 96:  # D = 96 as 128
@@ -80,6 +79,12 @@ def variant_configs(d: int, n: int, causal: bool) -> dict[str, dict[str, int]]:
                 "tkc alt C": {**regs, "KEYS": 128, "DEFER": 3, "PINGPONG": 1, **grid}}
     return {"tkc alt A": {**regs, "KEYS": 128, "DEFER": 2, "PRODUCER": 2, "LATE_PV": 1, "PERSISTENT": 1},
             "tkc alt B": {**overlapped, "PERSISTENT": 1}, "tkc alt C": {**overlapped, "STAGES": 5, "PERSISTENT": 1}}
+
+
+def one_ring_d256(own: dict[str, int], causal: bool) -> dict[str, int]:
+    """attention()'s D = 256 configuration `own` with one ring for K and V, as before 2026-12-06 (P·V deferred one
+    step not causal, step 0 peeled causal)."""
+    return {**{key: value for key, value in own.items() if key != "SPLIT_RING"}, "DEFER": 2 if causal else 1}
 
 
 def sm90_variant(q, k, v, causal: bool, cfg: dict[str, int]):

@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import probe_arguments, probe_inputs  # noqa: E402
 
-from attention import compare_candidates  # noqa: E402
+from attention import compare_candidates, one_ring_d256  # noqa: E402
 
 
 def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
@@ -41,13 +41,13 @@ def candidates(d: int, causal: bool, n: int) -> dict[str, dict[str, int]]:
     if d == 256:  # attention() keeps K and V in rings apart (RESULTS "head dim 256, K and V rings apart —
         # 2026-12-06"); beside it one ring for both (as before), 64-key steps, and three stages: of 48 keys, or of 64
         # beside half of Q's columns in registers (225 KB), with rings apart or one ring
-        one_ring = {key: value for key, value in own.items() if key != "SPLIT_RING"}
-        found["one ring for K and V"] = {**one_ring, "DEFER": 2 if causal else 1}
+        one_ring = one_ring_d256(own, causal)
+        found["one ring for K and V"] = one_ring
         found["64-key steps"] = {**own, "KEYS": 64, "PRODUCER": 2}
         found["3 stages of 48 keys"] = {**own, "KEYS": 48, "STAGES": 3}
         half_q = {"Q_REGS": 2, "KEYS": 64, "STAGES": 3, "PRODUCER": 2}
         found["half Q in registers, 3 stages of 64 keys"] = {**own, **half_q}
-        found["one ring, half Q in registers, 3 stages of 64 keys"] = {**one_ring, **half_q, "DEFER": 2 if causal else 1}
+        found["one ring, half Q in registers, 3 stages of 64 keys"] = {**one_ring, **half_q}
         if causal and n < LONG_KEYS:  # short causal (0.93x cuDNN at N = 1024): the long configuration, other grids
             found["80-key steps, lean producer"] = {**own, "KEYS": 80, "PRODUCER": 2}
             for tiles in (1, 4):

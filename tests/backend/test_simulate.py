@@ -525,20 +525,27 @@ def test_dkdv_deferred_on_wgmma(d: int, causal: int, warps: int, queries: int, n
     assert rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2
 
 
-def _dq_on_wgmma_error(d: int, causal: int, n: int, cfg: dict) -> float:
-    """attention_bwd_dq_sm90 with `cfg` (eight warps unless it says; RAGGED where its steps do not divide n) on two
-    heads of n queries and keys, simulated (and interpreted): its dQ's error against float64."""
+def _backward_case(d: int, causal: int, n: int) -> tuple[list, tuple]:
+    """Two heads of n queries and keys at head dim d: the backward kernels' inputs (q, k, v, dO, L, Δ) and float64's
+    (dQ, dK, dV)."""
     from reference import attention_backward_ref
-
-    from tkc.kernels.attention_bwd import attention_bwd_dq_sm90
 
     rng = np.random.default_rng(d + causal)
     q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
-    out, lse, dq_ref, _, _ = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
+    out, lse, dq_ref, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
+    return [q, k, v, do, lse.astype(np.float32), delta], (dq_ref, dk_ref, dv_ref)
+
+
+def _dq_on_wgmma_error(d: int, causal: int, n: int, cfg: dict) -> float:
+    """attention_bwd_dq_sm90 with `cfg` (eight warps unless it says; RAGGED where its steps do not divide n) on two
+    heads of n queries and keys, simulated (and interpreted): its dQ's error against float64."""
+    from tkc.kernels.attention_bwd import attention_bwd_dq_sm90
+
+    inputs, (dq_ref, _, _) = _backward_case(d, causal, n)
     cfg = {"WARPS": 8, **cfg, "RAGGED": int(n % cfg.get("KEYS", 64) > 0)}
-    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), 0.1]
-    _, sim = run_both(attention_bwd_dq_sm90, args, (-(-n // (16 * cfg["WARPS"])), 2, 1),
+    grid = (-(-n // (16 * cfg["WARPS"])), 2, 1)
+    _, sim = run_both(attention_bwd_dq_sm90, [*inputs, poisoned(1, 2, n, d), 0.1], grid,
                       {"D": d, "CAUSAL": causal, **cfg}, target="sm_90a", order="sliced")
     return rel_err(sim[6], dq_ref)
 
@@ -575,22 +582,18 @@ def test_dq_split_ring_on_wgmma(monkeypatch: pytest.MonkeyPatch, d: int, causal:
         _dq_on_wgmma_error(d, causal, n, cfg)
 
 
-@pytest.mark.parametrize("d, causal, n, constants", [(64, 0, 300, {"WARPS": 4, "STAGES": 3, "BLOCKS": 3}),
-                                                      (64, 1, 260, {"WARPS": 4, "STAGES": 3, "BLOCKS": 2, "PRODUCER": 1}),
-                                                      (128, 1, 200, {"STAGES": 3, "PRODUCER": 1})])
+@pytest.mark.parametrize("d, causal, n, constants", [
+    (64, 0, 300, {"WARPS": 4, "STAGES": 3, "BLOCKS": 3}),
+    (64, 1, 260, {"WARPS": 4, "STAGES": 3, "BLOCKS": 2, "PRODUCER": 1}), (128, 1, 200, {"STAGES": 3, "PRODUCER": 1})])
 def test_dkdv_split_ring_on_wgmma(d: int, causal: int, n: int, constants: dict) -> None:
     """attention_bwd_dkdv_sm90 with SPLIT_RING=1 (Q and dO their own barriers, each step k - 1's stages released once
-    step k's Sᵀ is in): more steps than stages, lengths the steps do not divide; the simulation agrees with float64."""
-    from reference import attention_backward_ref
-
+    step k's Sᵀ is in): more steps than stages, lengths the steps do not divide; the simulation agrees with
+    float64."""
     from tkc.kernels.attention_bwd import attention_bwd_dkdv_sm90
 
-    rng = np.random.default_rng(d + causal)
-    q, k, v, do = (random_bf16(rng, 1, 2, n, d) for _ in range(4))
-    out, lse, _, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
-    delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
+    inputs, (_, dk_ref, dv_ref) = _backward_case(d, causal, n)
     cfg = {"WARPS": 8, **constants, "SPLIT_RING": 1, "RAGGED": int(n % 64 > 0)}
-    args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
+    args = [*inputs, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
     _, sim = run_both(attention_bwd_dkdv_sm90, args, (-(-n // (16 * cfg["WARPS"])), 2, 1),
                       {"D": d, "CAUSAL": causal, **cfg}, target="sm_90a", order="sliced")
     assert rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2

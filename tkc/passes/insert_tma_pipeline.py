@@ -511,15 +511,12 @@ def _after_an_earlier_wgmma(body: Block, lasting: Operation) -> Operation | None
     so the previous step's `lasting` wgmma is done by then and its stage can be released (split_ring=1: the dQ
     kernel's K, free once the next step's S = Q·Kᵀ is in, not only after its own dQ product is issued). None if
     there is none (or only inside a region, whose wait may sit in one branch)."""
-    order = {op: n for n, op in enumerate(body.ops)}
     for op in body.ops:
         if op is lasting:
             return None
-        if isinstance(op, t.WgmmaOp) or op.regions:
-            continue
-        if any(isinstance(v.owner, t.WgmmaOp) and v.owner.parent_block() is body and order[v.owner] < order[op]
-               for v in op.operands):
-            return op
+        if not isinstance(op, t.WgmmaOp) and not op.regions and any(
+                isinstance(v.owner, t.WgmmaOp) and v.owner.parent_block() is body for v in op.operands):
+            return op  # (that wgmma is in the body before it, so before `lasting` too)
     return None
 
 
