@@ -501,7 +501,7 @@ def test_attention_head_dim_256(monkeypatch) -> None:
             {"D": 256, "KEYS": 64 if causal else 80, "WARPS": 8, "STAGES": 2, "PRODUCER": 1 if causal else 2}
         attention_backward(q, k, v, q, q, lse, causal=causal)
         (_, _, _), (dkdv, dkdv_grid, _), (dq, dq_grid, _) = launches[-3:]
-        assert (dkdv.kernel, dkdv.constants["HALVES"], dkdv_grid) == ("attention_bwd_dkdv_sm90", 1, (2, 4, 2))
+        assert (dkdv.kernel, dkdv.constants["HALVES"], dkdv_grid) == ("attention_bwd_dkdv_sm90", 2, (2, 4, 2))
         assert (dq.kernel, dq.constants["WARPS"], dq_grid) == ("attention_bwd_dq_sm90", 4, (2, 4, 2))
         attention_backward(q, k, v, q, q, lse, causal=causal, target="sm_80")
         (_, _, _), (dkdv, dkdv_grid, _), (dq, dq_grid, _) = launches[-3:]

@@ -112,6 +112,10 @@ VARIANTS = {
                                 # D = 256: dK and dV in halves (a warpgroup each: HALVES; a block each: COLS), with
                                 # query heads a K/V head in two parts
                                 {"D": 256, "CAUSAL": 0, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1},
+                                {"D": 256, "CAUSAL": 0, "HALVES": 2, "STAGES": 2, "QUERIES": 64, "PRODUCER": 2,
+                                 "EXCHANGE_BUFFERS": 1},
+                                {"D": 256, "CAUSAL": 1, "HALVES": 2, "STAGES": 2, "QUERIES": 64, "PRODUCER": 2,
+                                 "EXCHANGE_BUFFERS": 1, "RAGGED": 1, "GROUP": 4, "SPLIT": 2},
                                 {"D": 256, "CAUSAL": 1, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1,
                                  "RAGGED": 1, "GROUP": 4, "SPLIT": 2},
                                 {"D": 256, "CAUSAL": 1, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1,

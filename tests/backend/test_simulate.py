@@ -481,11 +481,17 @@ def test_attention_backward_head_dim_256(causal: int, n: int, target: str, stage
     assert rel_err(interp[6], dq_ref) < 1e-2 and rel_err(sim[6], dq_ref) < 1e-2
 
 
+# D = 256's dK/dV block before HALVES=2: each warpgroup half of Sᵀ's and dPᵀ's sums, 32-query steps in three stages
+HALVES_1 = {"WARPS": 8, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1}
+
+
+@pytest.mark.parametrize("halves", [1, 2])
 @pytest.mark.parametrize("mutated", [False, True])
-def test_dkdv_halves_exchange(monkeypatch: pytest.MonkeyPatch, mutated: bool) -> None:
+def test_dkdv_halves_exchange(monkeypatch: pytest.MonkeyPatch, mutated: bool, halves: int) -> None:
     """D = 256's dK/dV block of two warpgroups on the same keys (HALVES), which pass their partial sums of Sᵀ and dPᵀ
-    to each other through two buffers a step: with the steps all in the first buffer (mutated), a warpgroup run
-    ahead overwrites partial sums the other has yet to read, and the simulated gradients come out wrong."""
+    (HALVES=2: all of Sᵀ one way, all of dPᵀ the other) to each other through two buffers a step: with the steps all
+    in the first buffer (mutated), a warpgroup run ahead overwrites sums the other has yet to read, and the
+    simulated gradients come out wrong."""
     from reference import attention_backward_ref
 
     from tkc.backend import lower_memory
@@ -499,9 +505,25 @@ def test_dkdv_halves_exchange(monkeypatch: pytest.MonkeyPatch, mutated: bool) ->
     if mutated:
         monkeypatch.setattr(lower_memory, "this_steps_buffer", lambda lw, op, base: base)
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 1, n, d), poisoned(1, 1, n, d), 0.1]
-    _, sim = run_both(bwd.attention_bwd_dkdv_sm90, args, (2, 1, 1), {"D": d, **bwd.CONFIG_SM90[d][0]},
+    _, sim = run_both(bwd.attention_bwd_dkdv_sm90, args, (2, 1, 1), {"D": d, **HALVES_1, "HALVES": halves},
                       target="sm_90a", order="descending")
     assert (rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2) != mutated
+
+
+@pytest.mark.parametrize("causal, n, cfg", [(0, 200, {"QUERIES": 32, "STAGES": 3}),
+                                            (1, 160, {"QUERIES": 64, "STAGES": 2, "PRODUCER": 2, "EXCHANGE_BUFFERS": 1})])
+def test_dkdv_halves_by_product(causal: int, n: int, cfg: dict) -> None:
+    """HALVES=2: warpgroup 0 computes all of Sᵀ, warpgroup 1 all of dPᵀ, each reads both through one shared tile;
+    more steps than stages, a length the steps do not divide, a producer; the simulation agrees with float64."""
+    from tkc.kernels import attention_bwd as bwd
+
+    d = 256
+    inputs, (_, dk_ref, dv_ref) = _backward_case(d, causal, n)
+    dkdv = {**HALVES_1, "HALVES": 2, **cfg, "RAGGED": int(n % cfg["QUERIES"] > 0)}
+    args = [*inputs, poisoned(1, 2, n, d), poisoned(1, 2, n, d), 0.1]
+    _, sim = run_both(bwd.attention_bwd_dkdv_sm90, args, (-(-n // 64), 2, 1), {"D": d, "CAUSAL": causal, **dkdv},
+                      target="sm_90a", order="sliced")
+    assert rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2
 
 
 @pytest.mark.parametrize("d, causal, warps, queries, n", [(128, 0, 8, 32, 200), (64, 1, 4, 64, 256),
@@ -619,7 +641,7 @@ def test_dkdv_halves_deferred(monkeypatch: pytest.MonkeyPatch, causal: int, n: i
     q, k, v, do = (random_bf16(rng, 1, 1, n, d) for _ in range(4))
     out, lse, _, dk_ref, dv_ref = attention_backward_ref(q, k, v, do, bool(causal), 0.1)
     delta = (do.astype(np.float64) * out.astype(q.dtype).astype(np.float64)).sum(-1).astype(np.float32)
-    dkdv = {**bwd.CONFIG_SM90[d][0], "HALVES": 1, "DEFER": 1, "RAGGED": int(n % 32 > 0)}
+    dkdv = {**HALVES_1, "DEFER": 1, "RAGGED": int(n % 32 > 0)}
     args = [q, k, v, do, lse.astype(np.float32), delta, poisoned(1, 1, n, d), poisoned(1, 1, n, d), 0.1]
     _, sim = run_both(bwd.attention_bwd_dkdv_sm90, args, (bwd.dkdv_blocks(n, d, dkdv), 1, 1),
                       {"D": d, "CAUSAL": causal, **dkdv}, target="sm_90a", order="sliced")

@@ -86,9 +86,9 @@ def head_dim_96() -> None:
 def head_dim_256() -> None:
     """D = 256 (four 128-byte swizzled panels a row): attention() causal and not, 1000 keys in 13 steps of 80 / 16
     of 64 against 2 stages, K and V in rings apart, on Hopper's persistent grid (each block several tiles) and two
-    query blocks a block, and its backward (dK and dV in halves: 32 query steps of 32 against 4 stages, a producer
-    warpgroup; dQ 16 key steps of 64 against 2, a producer, K and V in rings apart); then the sm_80 forward and backward (16-query / 16-key steps
-    against their stages, dK, dV and dQ in halves), and those as on a card of 99 KB (the forward and dK/dV in two
+    query blocks a block, and its backward (dK and dV in halves, one warpgroup Sᵀ and the other dPᵀ: 16 query steps
+    of 64 against 2 stages, a lean producer warpgroup; dQ 16 key steps of 64 against 2, a producer, K and V in rings
+    apart); then the sm_80 forward and backward (16-query / 16-key steps against their stages, dK, dV and dQ in halves), and those as on a card of 99 KB (the forward and dK/dV in two
     stages)."""
     from tkc.kernels import _checks
 

@@ -342,18 +342,20 @@ def dkdv_block(Q, K, V, dO, L, Delta, dK, dV, dQ_sum, scale, d, causal, queries,
 
 
 @tkc.func
-def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, ragged, dt, group, split, buffers):
+def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, ragged, dt, group, split, buffers,
+                      by_product=0):
     """dkdv_block's block for D = 256 with two warpgroups on the same 64 keys, each summing one half of dK's and dV's
     columns: each computes its half of the sums in Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (over its 128 of D), the two pass
     their partial sums to each other through shared memory and add them (f32 addition commutes: both get the same
     Pᵀ and dSᵀ), then dV += Pᵀ·dO and dK += dSᵀ·Q over its columns. Four products' work a step where two blocks of one
     warpgroup, each all of Sᵀ and dPᵀ (COLS = 128), take six. `buffers`: of the shared tiles the partial sums pass
-    through (2: one barrier a step, 1: two)."""
+    through (2: one barrier a step, 1: two). With `by_product` (HALVES=2), warpgroup 0 computes all of Sᵀ and 1 all of
+    dPᵀ (over all of D) and each reads both from one shared tile: half the bytes of the partial sums, no additions."""
     blk, block_y, b = block_idx()
     h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], group, split)
     half, cols = warpgroup_id(), d // 2
-    k = columns(load(K, (b, h, blk, 0), st[dt, 64, d]), half, cols, dt)
-    v = columns(load(V, (b, h, blk, 0), st[dt, 64, d]), half, cols, dt)
+    k_all, v_all = load(K, (b, h, blk, 0), st[dt, 64, d]), load(V, (b, h, blk, 0), st[dt, 64, d])
+    k, v = columns(k_all, half, cols, dt), columns(v_all, half, cols, dt)
     row = warp_id() % 4                                      # this warp's 16 of the block's keys
     k_tile = blk * 4 + row
     scale_log2 = scale * LOG2E
@@ -364,15 +366,24 @@ def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, 
         j, q_s, do_s, lse_log2, delta = query_step(Q, dO, L, Delta, b, i, first, steps, first_head, heads, queries,
                                                    d, dt)
         q_half, do_half = columns(q_s, half, cols, dt), columns(do_s, half, cols, dt)
-        s_part = mma_ABt(k, q_half, zeros(rt[f32, 16, queries]))
-        dp_part = mma_ABt(v, do_half, zeros(rt[f32, 16, queries]))
-        # warp w's partial sums at rows 16·w; the other warpgroup's warp on the same keys reads them (f32 rows of
-        # 128 bytes: 2-way bank conflicts, a few hundred bytes a warp a step)
-        s_parts = store(empty(st[f32, 128, queries], buffers=buffers), s_part, (warp_id(), 0), conflicts=2)
-        dp_parts = store(empty(st[f32, 128, queries], buffers=buffers), dp_part, (warp_id(), 0), conflicts=2)
-        other = (warp_id() + 4) % 8                          # (a + b = b + a in f32: both get the same sums)
-        s_t = s_part + load(s_parts, (other, 0), rt[f32, 16, queries], conflicts=2)
-        dp_t = dp_part + load(dp_parts, (other, 0), rt[f32, 16, queries], conflicts=2)
+        if by_product:  # warpgroup 0 all of Sᵀ, 1 all of dPᵀ; each reads both from the shared tile (no selects)
+            if half == 0:
+                own = mma_ABt(k_all, q_s, zeros(rt[f32, 16, queries]))
+            else:
+                own = mma_ABt(v_all, do_s, zeros(rt[f32, 16, queries]))
+            both = store(empty(st[f32, 128, queries], buffers=buffers), own, (warp_id(), 0), conflicts=2)
+            s_t = load(both, (row, 0), rt[f32, 16, queries], conflicts=2)
+            dp_t = load(both, (row + 4, 0), rt[f32, 16, queries], conflicts=2)
+        else:
+            s_part = mma_ABt(k, q_half, zeros(rt[f32, 16, queries]))
+            dp_part = mma_ABt(v, do_half, zeros(rt[f32, 16, queries]))
+            # warp w's partial sums at rows 16·w; the other warpgroup's warp on the same keys reads them (f32 rows of
+            # 128 bytes: 2-way bank conflicts, a few hundred bytes a warp a step)
+            s_parts = store(empty(st[f32, 128, queries], buffers=buffers), s_part, (warp_id(), 0), conflicts=2)
+            dp_parts = store(empty(st[f32, 128, queries], buffers=buffers), dp_part, (warp_id(), 0), conflicts=2)
+            other = (warp_id() + 4) % 8                      # (a + b = b + a in f32: both get the same sums)
+            s_t = s_part + load(s_parts, (other, 0), rt[f32, 16, queries], conflicts=2)
+            dp_t = dp_part + load(dp_parts, (other, 0), rt[f32, 16, queries], conflicts=2)
         rest = Q.shape[2] - j * queries                      # the step's queries (ragged: the last one fewer)
         p_t = probabilities_t(s_t, lse_log2, scale_log2, k_tile * 16 - j * queries, causal, rest, ragged)
         dv = mma_AB(p_t.to(dt), do_half, dv)
@@ -396,15 +407,16 @@ def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
     on a multiprocessor (0: its choice). COLS (0: all of D): the columns of dK and dV a block sums, D / COLS blocks
     next to each other in the grid's x taking the same keys (D = 256: dK and dV in halves). HALVES=1 (D = 256, WARPS
     = 8): instead two warpgroups a block on the same 64 keys, each one half of the columns (dkdv_block_halves); grid
-    (Nk / 64, H, B); EXCHANGE_BUFFERS: of the tiles its partial sums pass through (dkdv_block_halves). DEFER=1
+    (Nk / 64, H, B); HALVES=2: warpgroup 0 computes all of Sᵀ, 1 all of dPᵀ, each reads both (by_product there);
+    EXCHANGE_BUFFERS: of the tiles the sums pass through. DEFER=1
     issues each step's dV and dK products in the next step, behind its Sᵀ and dPᵀ (parts) (`defer-wgmma`): they run
     while the warpgroups exponentiate (and exchange), which otherwise leaves the tensor cores idle. SPLIT_RING=1: Q
     and dO (and L, Δ) with barriers of their own, each step k - 1's stages released once step k's Sᵀ is in (one ring
     released so at D = 64: dK/dV 4-11 % faster, at D = 128 slower; RESULTS "early releases in one ring")."""
     if HALVES:
-        static_assert(D == 256 and WARPS == 8 and not COLS, "HALVES=1 takes D = 256, WARPS = 8 and COLS = 0")
+        static_assert(D == 256 and WARPS == 8 and not COLS, "HALVES takes D = 256, WARPS = 8 and COLS = 0")
         dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, D, CAUSAL, QUERIES, RAGGED, DT, GROUP, SPLIT,
-                          EXCHANGE_BUFFERS)
+                          EXCHANGE_BUFFERS, HALVES == 2)
     else:
         dkdv_block(Q, K, V, dO, L, Delta, dK, dV, 0, scale, D, CAUSAL, QUERIES, WARPS, RAGGED, 0, 0, 1, DT, GROUP,
                    SPLIT, COLS, DEFER)
@@ -481,15 +493,17 @@ CONFIG[256] = ({"QUERIES": 16, "KV_IN_SHARED": 1, "COLS": 128}, {"KEYS": 16, "CO
 CONFIG_SM90 = {64: ({"WARPS": 4, "STAGES": 3, "BLOCKS": 3}, {"STAGES": 3}), 128: ({"STAGES": 3}, {"STAGES": 3})}
 CONFIG_SM90[96] = CONFIG_SM90[128]  # not swept
 # D = 256: dK and dV in halves of 128 columns (both whole would take 256 registers a thread): two warpgroups on the
-# same 64 keys, each one half, passing their halves of Sᵀ's and dPᵀ's sums to each other (HALVES), with a producer
-# warpgroup, 32-query steps in three stages (232 registers, no spills, 225 KB); dQ four warps, 64-key steps in two
-# stages with a producer warpgroup and K and V in rings apart (SPLIT_RING: V's stage released once dP is done, K's
-# once the next step's S is in). On an H100 (RESULTS "head dim 256, the dK/dV kernel's halves — 2026-12-05 22:53",
-# B=2 H=16 N=4096, µs not causal / causal): dkdv 3008 / 1611 against 3508 / 1924 for two blocks of one warpgroup a
-# key block, each all of Sᵀ and dPᵀ (COLS=128, four stages; RESULTS "head dim 256 — 2026-12-05 21:30"); dq 1306-1390
-# / 802-806 against 1632-1645 / 974-975 with one ring and no producer, 1615 / 949 with a producer alone, three stages of
-# 48 keys 1432 / 862 ("the dQ kernel's rings apart — 2026-12-06"). At D <= 128 (three stages) rings apart are slower.
-CONFIG_SM90[256] = ({"WARPS": 8, "HALVES": 1, "STAGES": 3, "QUERIES": 32, "PRODUCER": 1},
+# same 64 keys, each one half, warpgroup 0 computing all of Sᵀ and 1 all of dPᵀ and each reading both through one
+# shared tile (HALVES=2), a lean producer warpgroup, 64-query steps in two stages (240 registers, no spills, 225 KB);
+# dQ four warps, 64-key steps in two stages with a producer warpgroup and K and V in rings apart (SPLIT_RING: V's
+# stage released once dP is done, K's once the next step's S is in). On an H100 (B=2 H=16 N=4096, µs not causal /
+# causal): dkdv 2783 / 1437 against 3006-3062 / 1604-1622 with each warpgroup half of both sums added through shared
+# memory (HALVES=1, 32-query steps in three stages; RESULTS "D = 256's dK/dV by product — 2026-12-06"), 3508 / 1924
+# for two blocks of one warpgroup a key block, each all of Sᵀ and dPᵀ (COLS=128; "head dim 256 — 2026-12-05 21:30");
+# dq 1306-1390 / 802-806 against 1632-1645 / 974-975 with one ring and no producer, 1615 / 949 with a producer alone,
+# three stages of 48 keys 1432 / 862 ("the dQ kernel's rings apart — 2026-12-06"). At D <= 128 (three stages) rings
+# apart are slower.
+CONFIG_SM90[256] = ({"WARPS": 8, "HALVES": 2, "STAGES": 2, "QUERIES": 64, "PRODUCER": 2, "EXCHANGE_BUFFERS": 1},
                     {"WARPS": 4, "KEYS": 64, "STAGES": 2, "PRODUCER": 1, "SPLIT_RING": 1})
 
 
