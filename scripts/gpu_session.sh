@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-defer defer-check norm-backward small-batch sanitize
+#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer defer-check norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -161,6 +161,15 @@ for step in ${*:-tests probe bench sanitize}; do
             "[\"sm90\",{$H2,\"QUERIES\":64,\"STAGES\":2,\"PRODUCER\":2,\"EXCHANGE_BUFFERS\":1},$Q]" \
             "[\"sm90\",{$H},$Q]" > "$OUT/dkdv-by-product.log" 2>&1
         grep backward "$OUT/dkdv-by-product.log" | sed -e "s/.*N=\([0-9]*\) D=256 causal=\([01]\).*'HALVES': \([12]\), 'QUERIES': \([0-9]*\), 'STAGES': \([0-9]\)[^}]*}[^}]*}: \(dq [^;]*\);.*dkdv \([0-9]*\).*/N=\1 c\2 H\3 Q\4 S\5 \6 dkdv \7/" ;;
+    dkdv-by-product-defer)  # the shipped D = 256 dK/dV (HALVES=2, 64-query steps) beside it with DEFER=1 (dV and dK
+        # products issued behind the next step's Sᵀ / dPᵀ, under the exchange; 96 / 24 bytes of spills at 64 / 48 queries)
+        P="timeout 300 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes 2,16,4096,256 8,16,1024,256"
+        S='"WARPS":8,"HALVES":2,"QUERIES":64,"STAGES":2,"PRODUCER":2,"EXCHANGE_BUFFERS":1'
+        Q='{"WARPS":4,"KEYS":64,"STAGES":2,"PRODUCER":1,"SPLIT_RING":1}'
+        $P --configs "[\"sm90\",{$S},$Q]" "[\"sm90\",{$S,\"DEFER\":1},$Q]" \
+            "[\"sm90\",{\"WARPS\":8,\"HALVES\":2,\"QUERIES\":48,\"STAGES\":2,\"PRODUCER\":2,\"EXCHANGE_BUFFERS\":1,\"DEFER\":1},$Q]" \
+            "[\"sm90\",{$S},$Q]" > "$OUT/dkdv-by-product-defer.log" 2>&1
+        grep backward "$OUT/dkdv-by-product-defer.log" | sed -e "s/.*N=\([0-9]*\) D=256 causal=\([01]\) backward sm90 {'RAGGED': [01], \([^}]*\)}[^}]*}: \(dq [^;]*\);.*dkdv \([0-9]*\).*/N=\1 c\2 \3 \4 dkdv \5/" -e "s/'WARPS': 8, 'HALVES': 2, //" ;;
     defer-check)  # DEFER=1's dK/dV builds: GPU tests and compute-sanitizer (tests/gpu/sanitize.py deferred_dkdv)
         tests_and_sanitizers defer dkdv_deferred deferred_dkdv 120 ;;
     dkdv-defer)  # D = 64 / 128 backward kernels with DEFER=1 (dV, dK or dQ in the next step) beside the shipped, N=4096
