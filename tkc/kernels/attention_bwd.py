@@ -408,12 +408,13 @@ def attention_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
     next to each other in the grid's x taking the same keys (D = 256: dK and dV in halves). HALVES=1 (D = 256, WARPS
     = 8): instead two warpgroups a block on the same 64 keys, each one half of the columns (dkdv_block_halves); grid
     (Nk / 64, H, B); HALVES=2: warpgroup 0 computes all of Sᵀ, 1 all of dPᵀ, each reads both (by_product there);
-    EXCHANGE_BUFFERS: of the tiles the sums pass through. DEFER=1
-    issues each step's dV and dK products in the next step, behind its Sᵀ and dPᵀ (parts) (`defer-wgmma`): they run
-    while the warpgroups exponentiate (and exchange), which otherwise leaves the tensor cores idle. SPLIT_RING=1: Q
-    and dO (and L, Δ) with barriers of their own, each step k - 1's stages released once step k's Sᵀ is in (one ring
-    released so at D = 64: dK/dV 4-11 % faster, at D = 128 slower; RESULTS "early releases in one ring")."""
+    EXCHANGE_BUFFERS: of the tiles the sums pass through. DEFER=1 issues each step's dV and dK products in the next
+    step, behind its Sᵀ and dPᵀ (parts) (`defer-wgmma`): they run while the warpgroups exponentiate (and exchange),
+    which otherwise leaves the tensor cores idle. SPLIT_RING=1: Q and dO (and L, Δ) with barriers of their own, each
+    step k - 1's stages released once step k's Sᵀ is in (one ring released so at D = 64: dK/dV 4-11 % faster, at
+    D = 128 slower; RESULTS "early releases in one ring")."""
     if HALVES:
+        static_assert(HALVES in (1, 2), f"HALVES must be 0, 1 (partial sums) or 2 (by product), got {HALVES}")
         static_assert(D == 256 and WARPS == 8 and not COLS, "HALVES takes D = 256, WARPS = 8 and COLS = 0")
         dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, D, CAUSAL, QUERIES, RAGGED, DT, GROUP, SPLIT,
                           EXCHANGE_BUFFERS, HALVES == 2)
