@@ -510,7 +510,7 @@ def test_dkdv_halves_exchange(monkeypatch: pytest.MonkeyPatch, mutated: bool, ha
     assert (rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2) != mutated
 
 
-@pytest.mark.parametrize("causal, n, cfg", [(0, 200, {"QUERIES": 32, "STAGES": 3}),
+@pytest.mark.parametrize("causal, n, cfg", [(0, 104, {"QUERIES": 32, "STAGES": 3}),
                                             (1, 160, {"QUERIES": 64, "STAGES": 2, "PRODUCER": 2, "EXCHANGE_BUFFERS": 1})])
 def test_dkdv_halves_by_product(causal: int, n: int, cfg: dict) -> None:
     """HALVES=2: warpgroup 0 computes all of Sᵀ, warpgroup 1 all of dPᵀ, each reads both through one shared tile;
