@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer defer-check norm-backward small-batch sanitize
+#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -272,6 +272,18 @@ for step in ${*:-tests probe bench sanitize}; do
         ncu --import "$OUT/ncu-source.ncu-rep" --page details > "$OUT/ncu-details.txt" 2>&1
         rm -f "$OUT/ncu-source.ncu-rep"; tail -2 "$OUT/ncu-source.log"; wc -l "$OUT/ncu-source.csv"
         grep -E "Issue Slots Busy|Eligible Warps|No Eligible|Warp Cycles Per Issued" "$OUT/ncu-details.txt" | head -6 ;;
+    ncu-dkdv-256)  # D = 256's shipped dK/dV kernel (B=1 H=16 N=2048, not causal): stalls per SASS instruction, pipes
+        C='["sm90",{"WARPS":8,"HALVES":2,"QUERIES":64,"STAGES":2,"PRODUCER":2,"EXCHANGE_BUFFERS":1},{"WARPS":4,"KEYS":64,"STAGES":2,"PRODUCER":1,"SPLIT_RING":1}]'
+        timeout 300 ncu --clock-control none --kernel-name attention_bwd_dkdv_sm90 --launch-skip 1 --launch-count 1 \
+            --section SourceCounters --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+            --section SpeedOfLight --metrics "regex:^(sm__pipe_tensor_op_gmma_cycles_active\.avg\.pct_of_peak_sustained_active|smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio)$" \
+            -f -o "$OUT/ncu-dkdv" python3 bench/probe_attention_backward.py --no-mma-sync --shapes 1,16,2048,256 \
+            --configs "$C" > "$OUT/ncu-dkdv.log" 2>&1
+        ncu --import "$OUT/ncu-dkdv.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-dkdv.csv" 2>&1
+        ncu --import "$OUT/ncu-dkdv.ncu-rep" --page details > "$OUT/ncu-dkdv-details.txt" 2>&1
+        ncu --import "$OUT/ncu-dkdv.ncu-rep" --page raw --csv > "$OUT/ncu-dkdv-raw.csv" 2>&1
+        rm -f "$OUT/ncu-dkdv.ncu-rep"; tail -2 "$OUT/ncu-dkdv.log"; wc -l "$OUT/ncu-dkdv.csv"
+        grep -E "Duration|Issue Slots Busy|Eligible Warps|No Eligible|Warp Cycles Per Issued|Compute \(SM\)" "$OUT/ncu-dkdv-details.txt" | head -8 ;;
     softmax-parts)  # what the row sum, row max, exp2 and O's rescale each cost attention() (bench/probe_softmax.py)
         timeout 200 python3 bench/probe_softmax.py > "$OUT/softmax-parts.log" 2>&1; tail -20 "$OUT/softmax-parts.log" ;;
     fold)  # row sums folded into P·V (P·[V | 1]) beside attention() at D=64 N=1024 (bench/probe_fold.py)
