@@ -21,7 +21,7 @@ from tkc.compiler import compile_kernels
 from tkc.errors import TkcError
 from tkc.ir import ops as t
 from tkc.lang import bf16, f32, gl, load, mma_AB, rt, st, store, warp_id, zeros
-from tkc.passes.util import carries_only_the_accumulator
+from tkc.passes.util import carries_only_the_accumulator, yielded_at
 
 
 SHAPES = [(64, 64, 64, 64), (128, 128, 192, 64), (64, 256, 128, 256), (100, 80, 72, 64), (64, 48, 16, 16)]
@@ -1050,3 +1050,47 @@ def test_f16_attention_simulated(kernel_name: str, d: int, causal: int) -> None:
     assert rel_err(sim[3], interp[3]) < 1e-3
     if kernel_name != "attention_fwd":
         assert rel_err(sim[4], ref_lse) < 1e-5
+
+
+def releases_under_a_running_wgmma(ptx: str) -> list[str]:
+    """The stage releases (`mbarrier.arrive` on a ring's empty barrier) that a thread makes while a wgmma group it
+    committed is not yet waited for, read in straight lines: a TMA refill may then land under that wgmma's B."""
+    pending, found = 0, []
+    for line in ptx.splitlines():
+        code = line.strip()
+        if code.startswith("wgmma.commit_group"):
+            pending += 1
+        elif code.startswith("wgmma.wait_group"):
+            pending = min(pending, int(re.search(r"(\d+);", code).group(1)))
+        elif re.match(r"(@!?%p\d+ )?mbarrier\.arrive\.shared::cta\.b64 _,", code) and pending:
+            found.append(code)
+    return found
+
+
+DKDV_SPLIT_RINGS = [{"D": 64, "WARPS": 4, "STAGES": 3, "BLOCKS": 3, "SPLIT_RING": 1},
+                    {"D": 128, "STAGES": 3, "PRODUCER": 1, "SPLIT_RING": 1},
+                    {"D": 256, "WARPS": 8, "HALVES": 2, "QUERIES": 64, "STAGES": 2, "PRODUCER": 2,
+                     "EXCHANGE_BUFFERS": 1, "SPLIT_RING": 1}]
+
+
+@pytest.mark.parametrize("mutated", [False, True])
+def test_split_ring_release_waits_for_its_wgmma(monkeypatch: pytest.MonkeyPatch, mutated: bool) -> None:
+    """split_ring=1 releases each ring right after its last reader: in the dK/dV kernels that is the dV product
+    (A from registers, its accumulator carried), which the lowering would otherwise let run on until the step's
+    last wgmma is waited for — past the release of the dO stage it reads. Its wait comes first (the simulation
+    cannot see this: the producer refills Q's stage, released after that last wait, before dO's). Mutated: the
+    old policy, found at D = 256."""
+    from tkc.backend import lower_compute
+    from tkc.kernels.attention_bwd import attention_bwd_dkdv_sm90
+
+    def any_later_wgmma(op: t.WgmmaOp) -> bool:  # the policy before: a carried result, a later wgmma in the block
+        later = op.next_op
+        while later is not None and not isinstance(later, t.WgmmaOp):
+            later = later.next_op
+        return yielded_at(op, op.parent_block()) is not None and later is not None
+
+    if mutated:
+        monkeypatch.setattr(lower_compute, "_waited_by_a_later_wgmma", any_later_wgmma)
+    for constants in DKDV_SPLIT_RINGS[2:] if mutated else DKDV_SPLIT_RINGS:
+        ptx = compile_kernels([attention_bwd_dkdv_sm90], "sm_90a", constants)
+        assert bool(releases_under_a_running_wgmma(ptx)) == mutated, constants

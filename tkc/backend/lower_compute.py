@@ -595,13 +595,18 @@ def _only_use_of_a_loop_argument(op: t.WgmmaOp) -> bool:
 
 def _waited_by_a_later_wgmma(op: t.WgmmaOp) -> bool:
     """May this wgmma run on until a later wgmma of its block waits (which waits for every older group)? When its
-    result only goes to the loop's next step (overlap-wgmma's early Q·Kᵀ): nothing reads it before that wait."""
+    result only goes to the loop's next step (overlap-wgmma's early Q·Kᵀ): nothing reads it before that wait, and
+    no stage is released before it (split_ring=1 releases a ring right after its last reader: a refill could then
+    land under this wgmma's B)."""
+    from tkc.ir import tma_ops as m
     from tkc.passes.util import yielded_at
 
     if yielded_at(op, op.parent_block()) is None:
         return False
     later = op.next_op
     while later is not None and not isinstance(later, t.WgmmaOp):
+        if any(isinstance(inner, m.StageReleaseOp) for inner in later.walk()):
+            return False
         later = later.next_op
     return later is not None
 
