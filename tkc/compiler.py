@@ -308,6 +308,7 @@ def compile_for_launch(kernel: Any, target: str, constants: Mapping[str, Any], a
     """Frontend → PTX for one kernel, specialized to its tensors' alignment."""
     from tkc.backend.ptx import GridDependencyOp, KernelOp
     from tkc.backend.ptx_printer import emit_ptx
+    from tkc.passes.allocate_shared import ALIGNMENT_PAD
 
     module = lower_kernel(kernel, target, constants, pipeline, aligns)
     ptx_kernel = next(op for op in module.walk() if isinstance(op, KernelOp))
@@ -318,7 +319,7 @@ def compile_for_launch(kernel: Any, target: str, constants: Mapping[str, Any], a
         ptx=emit_ptx(module, target),
         params=[tuple(p) for p in ptx_kernel.param_list],  # type: ignore[misc]
         threads=ptx_kernel.threads.data,
-        shared_bytes=shared + 1024 if shared else 0,
+        shared_bytes=shared + ALIGNMENT_PAD if shared else 0,
         dependent_launch=any(isinstance(op, GridDependencyOp) for op in ptx_kernel.body.block.ops),
         cluster=ptx_kernel.cluster_blocks,
     )

@@ -321,6 +321,17 @@ def shared_192kb():
     return k
 
 
+def shared_163kb_unaligned():
+    # 128 KB + 35 KB: the buffers fill sm_80's 163 KB exactly, but a launch also asks for the 1 KB that aligns them
+    @tkc.kernel
+    def k(A: gl[bf16, 2], B: gl[f32, 2]):
+        a = load(A, (0, 0), st[bf16, 256, 256])
+        b = load(A, (0, 0), st[bf16, 16, 1120])  # ERROR
+        store(B, load(a, (0, 0), rt[f32, 16, 16]) + load(b, (0, 0), rt[f32, 16, 16]), (0, 0))
+
+    return k
+
+
 def views_of_128kb():
     @tkc.kernel
     def k(A: gl[bf16, 2], B: gl[f32, 2]):

@@ -429,3 +429,17 @@ def test_a_dsl_word_not_imported_is_named_as_such(tmp_path, monkeypatch) -> None
     kernel = importlib.import_module("forgot_import").k
     with pytest.raises(TkcError, match=r"unknown name `zeros`: it is tkc.lang's; import it \(`from tkc.lang import zeros`\)"):
         compile_kernels([kernel], "sm_80", {})
+
+
+def test_shared_memory_budget_counts_the_alignment_pad() -> None:
+    """Buffers that fill the budget exactly are refused when compiled (allocate-shared), at the buffer that tips
+    it: a launch asks for 1 KB more to align them, which the driver would refuse only at load time."""
+    from tkc.compiler import compile_kernels
+
+    kernel = bad.shared_163kb_unaligned()
+    kernel.build("sm_80")  # the frontend's count of the buffers alone: 163 KB, within sm_80's budget
+    with pytest.raises(TkcError) as info:
+        compile_kernels([kernel], "sm_80")
+    line, _ = marked_line(inspect.unwrap(bad.shared_163kb_unaligned))
+    assert info.value.loc is not None and info.value.loc.line == line
+    assert all(words in info.value.message for words in ("164 KB", "1 KB of it aligns", "163 KB"))
