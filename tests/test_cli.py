@@ -112,8 +112,9 @@ def test_compile_attention(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_compile_resources(capsys: pytest.CaptureFixture[str], two_kernels: str) -> None:
-    """--resources: what ptxas says each kernel uses, the shared memory its launch asks for (also named in a
-    comment before each .entry of the PTX), and how many of its blocks a multiprocessor holds."""
+    """--resources: what ptxas says each kernel uses, the shared memory its launch asks for (its buffers, named in a
+    comment before each .entry of the PTX, and the 1 KB that aligns them), and how many of its blocks a
+    multiprocessor holds."""
     from tkc.backend import ptxas
 
     if ptxas.find_ptxas() is None:
@@ -129,7 +130,7 @@ def test_compile_resources(capsys: pytest.CaptureFixture[str], two_kernels: str)
     rc, out, err = run(capsys, "compile", *TILE, ATTENTION, "-D", "D=64", "--target", "sm_80", "--resources")
     assert rc == 0 and out.startswith("builtin.module") and "bytes of shared memory" in err
     shared = re.search(r"(\d+) bytes of shared memory", err).group(1)
-    assert int(shared) > 0
+    assert int(shared) > 1024
     # a producer warpgroup: the registers each side holds at run time (setmaxnreg) beside ptxas's launch count
     rc, out, err = run(capsys, "compile", ATTENTION, "--kernel", "attention_sm90", "-D", "PRODUCER=1", "--resources")
     assert rc == 0 and re.search(r"`attention_sm90` on sm_90a: \d+ registers a thread \(at run time the producer "

@@ -166,6 +166,7 @@ def resources_report(ptx: str, target: str) -> str:
 
     from tkc.backend.occupancy import describe, occupancy
     from tkc.backend.ptxas import assemble
+    from tkc.passes.allocate_shared import ALIGNMENT_PAD
 
     shared = {name: int(n) for name, n in re.findall(r"^// (\w+): (\d+) bytes of dynamic shared memory$", ptx, re.M)}
     threads = {name: int(x) * int(y) * int(z)
@@ -178,7 +179,8 @@ def resources_report(ptx: str, target: str) -> str:
     for name, report in assemble(ptx, target).items():
         spills = f"{report.spill_stores} / {report.spill_loads} bytes of spill stores / loads"
         notes = f"; ptxas notes: {' '.join(report.notes)}" if report.notes else ""
-        smem = shared.get(name, 0) + report.static_shared_bytes
+        buffers = shared.get(name, 0)  # the launch asks for them and the 1 KB that aligns them (compile_for_launch)
+        smem = (buffers + ALIGNMENT_PAD if buffers else 0) + report.static_shared_bytes
         blocks = (f"; {describe(occupancy(report.registers, threads[name], smem, target), target)}"
                   if name in threads else "")
         dec, inc = handover.get(name, ([], []))
