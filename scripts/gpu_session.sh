@@ -151,7 +151,7 @@ for step in ${*:-tests probe bench sanitize}; do
         grep -h backward "$OUT"/dkdv-rings-*.log | sed -e 's/.*D=\([0-9]*\) causal=\([01]\) backward sm90 /\1 c\2 /' \
             -e 's/dq [0-9.e-]* dk [0-9.e-]* dv [0-9.e-]*;//' | cut -c1-220 ;;
     dkdv-by-product)  # D = 256's dK/dV with HALVES=2 (warpgroup 0 all of Sᵀ, 1 all of dPᵀ, passed whole through one
-        # shared tile) beside the shipped HALVES=1, N=4096 and 1024 (each build simulated: tests/backend/test_simulate.py)
+        # shared tile) beside HALVES=1 (shipped until 2026-12-06), N=4096 and 1024 (each build simulated: test_simulate.py)
         P="timeout 400 python3 bench/probe_attention_backward.py --causal 0 1 --no-mma-sync --shapes 2,16,4096,256 8,16,1024,256"
         H='"WARPS":8,"HALVES":1,"QUERIES":32,"STAGES":3,"PRODUCER":1' Q='{"WARPS":4,"KEYS":64,"STAGES":2,"PRODUCER":1,"SPLIT_RING":1}'
         H2='"WARPS":8,"HALVES":2'
