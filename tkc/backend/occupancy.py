@@ -5,7 +5,7 @@ driver keeps 1 KB of shared memory a block, and a multiprocessor holds at most 3
 
     $ tkc compile tkc/kernels/attention_bwd.py --kernel attention_bwd_dkdv_sm90 -D D=64 -D WARPS=4 -D STAGES=3 \
           -D CAUSAL=1 --resources > /dev/null
-    tkc: `attention_bwd_dkdv_sm90` on sm_90a: 172 registers a thread, ..., 65584 bytes of shared memory; 2 blocks
+    tkc: `attention_bwd_dkdv_sm90` on sm_90a: 172 registers a thread, ..., 66608 bytes of shared memory; 2 blocks
     a multiprocessor on an H100 / H200 (registers allow 2, shared memory 3, threads 16); 3 would need at most 168
     registers a thread
 
