@@ -355,7 +355,8 @@ def dkdv_block_halves(Q, K, V, dO, L, Delta, dK, dV, scale, d, causal, queries, 
     h, first_head, heads, out_b = block_heads(block_y, b, Q.shape[0], group, split)
     half, cols = warpgroup_id(), d // 2
     k_all, v_all = load(K, (b, h, blk, 0), st[dt, 64, d]), load(V, (b, h, blk, 0), st[dt, 64, d])
-    k, v = columns(k_all, half, cols, dt), columns(v_all, half, cols, dt)
+    if not by_product:  # each warpgroup its half of D's columns of K and V
+        k, v = columns(k_all, half, cols, dt), columns(v_all, half, cols, dt)
     row = warp_id() % 4                                      # this warp's 16 of the block's keys
     k_tile = blk * 4 + row
     scale_log2 = scale * LOG2E
