@@ -621,7 +621,7 @@ def test_dkdv_split_ring_on_wgmma(d: int, causal: int, n: int, constants: dict) 
     assert rel_err(sim[6], dk_ref) < 1e-2 and rel_err(sim[7], dv_ref) < 1e-2
 
 
-@pytest.mark.parametrize("causal, n, mutated", [(0, 136, False), (1, 160, False), (0, 136, True)])
+@pytest.mark.parametrize("causal, n, mutated", [(1, 136, False), (0, 136, True)])
 def test_dkdv_halves_deferred(monkeypatch: pytest.MonkeyPatch, causal: int, n: int, mutated: bool) -> None:
     """HALVES with DEFER=1: defer-wgmma issues each step's dV and dK products (two A operands, P and dS, carried;
     B views of the Q and dO ring stages) in the next step behind its Sᵀ and dPᵀ parts and waits for those alone;
@@ -743,10 +743,11 @@ def test_atomic_add_mutation_is_caught(monkeypatch: pytest.MonkeyPatch, target: 
     assert not np.allclose(sim[1], interp[1], rtol=1e-3)
 
 
+# the fused kernel is not what attention_backward() launches: one case per option (the producer, 128-query steps in
+# panels of rows, DEFER_DQ with two dS buffers, one warpgroup)
 @pytest.mark.parametrize("d, causal, warps, queries, producer, n, defer, ds_buffers", [
-    (128, 0, 8, 64, 0, 192, 0, 1), (64, 1, 4, 64, 0, 256, 0, 1), (128, 1, 8, 64, 1, 200, 0, 1),
-    (64, 0, 8, 128, 0, 300, 0, 1), (128, 0, 8, 64, 0, 192, 1, 1), (128, 1, 8, 64, 0, 200, 1, 2),
-    (128, 0, 8, 64, 0, 200, 0, 2)])
+    (64, 1, 4, 64, 0, 256, 0, 1), (128, 1, 8, 64, 1, 200, 0, 1), (64, 0, 8, 128, 0, 300, 0, 1),
+    (128, 1, 8, 64, 0, 200, 1, 2)])
 def test_fused_attention_backward_on_wgmma(d: int, causal: int, warps: int, queries: int, producer: int,
                                            n: int, defer: int, ds_buffers: int) -> None:
     """attention_bwd_sm90 (dK, dV, and dQ by atomics: each step's dSᵀ through shared memory into a transposed-A

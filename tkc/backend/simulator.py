@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -466,7 +466,15 @@ def _first_reader(readers: list[tuple[Any, np.ndarray]], addresses: np.ndarray, 
     if not readers:
         return None
     halves = _halves(addresses, nbytes)
-    return next((who for who, units in readers if np.intersect1d(units, halves, assume_unique=True).size), None)
+    return next((who for who, units in readers if _overlap(units, halves)), None)
+
+
+def _overlap(units: np.ndarray, halves: np.ndarray) -> bool:
+    """Whether two sorted arrays of distinct 2-byte units share one (binary search: no sort, unlike intersect1d)."""
+    if not units.size or not halves.size or halves[-1] < units[0] or halves[0] > units[-1]:
+        return False
+    at = np.minimum(np.searchsorted(units, halves), units.size - 1)
+    return bool((units[at] == halves).any())
 
 
 def _halves(addresses: np.ndarray, nbytes: int) -> np.ndarray:
@@ -496,6 +504,49 @@ class Mbarrier:
     in_flight: list[tuple[np.ndarray, np.ndarray, int]] = field(default_factory=list)  # TMA copies not yet counted
 
 
+class InstrPlan(NamedTuple):
+    """An InstrOp as the simulator executes it, read off its properties once: per source slot either a register
+    bundle and the columns it reads or the immediates' bits; the destination's columns and guard."""
+
+    opcode: str
+    n: int
+    slots: list[tuple[SSAValue | None, np.ndarray]]  # (bundle, columns) or (None, the immediates' bits)
+    target: SSAValue
+    into: bool
+    dest: np.ndarray
+    guard: SSAValue | None
+    guard_indices: np.ndarray | None
+    guard_negate: bool
+    whole: Any  # the bundle's dtype where the instruction writes a new bundle's every register in order, unguarded
+
+    @classmethod
+    def of(cls, op: ptx.InstrOp) -> InstrPlan:
+        table = op.slot_table
+        imms = [parse_immediate(s.data) for s in op.immediates.data]
+        opcode = op.opcode.data
+        float_imm = ".f32" in opcode or opcode.startswith("selp") or opcode.startswith("mov")
+        slots: list[tuple[SSAValue | None, np.ndarray]] = []
+        for s, k in enumerate(op.operand_of_slot):
+            if k == -1:
+                vals = [imms[i] for i in table[:, s]]
+                if any(isinstance(v, float) for v in vals):
+                    arr = bits32(np.array(vals, dtype=np.float32)) if float_imm else np.array(vals)
+                else:  # 64-bit immediates at or past 2**63 (descriptor bits) as their two's complement
+                    arr = np.array([v - (1 << 64) if v >= 1 << 63 else v for v in vals], dtype=np.int64)
+                    if not opcode.startswith(("shl", "shr", "prmt")):
+                        arr = u32(arr) if not ("64" in opcode) else u64(arr)
+                slots.append((None, np.broadcast_to(arr, (LANES, len(vals)))))
+            else:
+                slots.append((op.args[int(k)], table[:, s].copy()))
+        negate = op.guard_negate is not None and bool(op.guard_negate.value.data)
+        dest, target = op.dest_indices.copy(), op.target
+        whole = None
+        if op.into is None and op.guard is None and np.array_equal(dest, np.arange(target.type.n)):  # type: ignore[attr-defined]
+            cls_ = target.type.reg_class  # type: ignore[attr-defined]
+            whole = bool if cls_ == "pred" else np.uint64 if cls_ == "b64" else np.uint32
+        return cls(opcode, op.n, slots, target, op.into is not None, dest, op.guard, op.guard_indices, negate, whole)
+
+
 @dataclass
 class Launch:
     params: dict[str, Any]
@@ -505,6 +556,8 @@ class Launch:
     order: str = "ascending"
     seed: int = 0
     tensor_maps: dict[int, TensorMap] = field(default_factory=dict)  # by the made-up generic address of the param
+    decoded: dict[Operation, InstrPlan] = field(default_factory=dict)  # each InstrOp read once, for every block
+    wgmma_addresses: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # Simulator.wgmma's, by descriptors
 
 
 TENSOR_MAP_BASE = 0x7F00_0000_0000  # made-up generic addresses of tensor-map parameters
@@ -636,6 +689,16 @@ class BlockSimulator:
                 warp.done = True
                 return True
             op = self.ops[warp.pc]
+            if type(op) is ptx.InstrOp:  # most of what runs: straight to it
+                try:
+                    self.instr(warp, op)
+                except SimulationError as e:
+                    if e.loc is None:
+                        e.loc = SourceLoc.from_attr(op.location)
+                    raise
+                moved = True
+                warp.pc += 1
+                continue
             if isinstance(op, ptx.BarSyncOp):
                 if op.arrives:
                     self._arrive(warp, op)
@@ -766,31 +829,18 @@ class BlockSimulator:
         return None
 
     def instr(self, warp: Warp, op: ptx.InstrOp) -> None:
-        table, operand_of_slot = op.slot_table, op.operand_of_slot
-        imms = [parse_immediate(s.data) for s in op.immediates.data]
-        opcode = op.opcode.data
-        float_imm = ".f32" in opcode or opcode.startswith("selp") or opcode.startswith("mov")
-        operands = []
-        for s, k in enumerate(operand_of_slot):
-            if k == -1:
-                vals = [imms[i] for i in table[:, s]]
-                if any(isinstance(v, float) for v in vals):
-                    arr = bits32(np.array(vals, dtype=np.float32)) if float_imm else np.array(vals)
-                else:  # 64-bit immediates at or past 2**63 (descriptor bits) as their two's complement
-                    arr = np.array([v - (1 << 64) if v >= 1 << 63 else v for v in vals], dtype=np.int64)
-                    if not opcode.startswith(("shl", "shr", "prmt")):
-                        arr = u32(arr) if not ("64" in opcode) else u64(arr)
-                operands.append(np.broadcast_to(arr, (LANES, len(vals))))
-            else:
-                src = self.get(warp, op.args[int(k)])
-                operands.append(src[:, table[:, s]])
+        plan = self.launch.decoded.get(op)
+        if plan is None:
+            plan = self.launch.decoded[op] = InstrPlan.of(op)
+        opcode = plan.opcode
+        operands = [bits if bundle is None else self.get(warp, bundle)[:, bits] for bundle, bits in plan.slots]
         if opcode.startswith("shfl.sync.bfly"):
             x, dist = operands[0], np.asarray(operands[1])[0]
             partner = np.arange(LANES)[:, None] ^ dist[None, :]
             result = np.take_along_axis(x, partner, axis=0)
         elif opcode.startswith("shfl.sync.idx"):  # from a lane given by an immediate (a broadcast)
             source = np.asarray(operands[1])[0]
-            result = operands[0][source, np.arange(op.n)][None, :]
+            result = operands[0][source, np.arange(plan.n)][None, :]
         elif opcode.startswith("mapa"):
             result = self._mapa(np.asarray(operands[0]), np.asarray(operands[1]))
         elif opcode.startswith("movmatrix"):
@@ -798,16 +848,23 @@ class BlockSimulator:
             result = np.stack([movmatrix_trans(x[:, i]) for i in range(x.shape[1])], axis=1)
         else:
             result = execute(opcode, operands)
-        target_value = op.target
-        if op.into is not None:
+        target_value = plan.target
+        if plan.whole is not None:  # a new bundle written whole, unguarded: the result is the bundle
+            if getattr(result, "shape", None) != (LANES, plan.n):
+                result = np.broadcast_to(result, (LANES, plan.n))
+            warp.regs[target_value] = result.astype(plan.whole)  # (a copy: results may be operands' views)
+            return
+        if plan.into:
             target = self.get(warp, target_value).copy()
         else:
             target = self.fresh(target_value)
-        result = np.broadcast_to(result, (LANES, op.n)).astype(target.dtype)
-        dest = op.dest_indices
-        if op.guard is not None:
-            g = self.get(warp, op.guard)[:, op.guard_indices].astype(bool)
-            if op.guard_negate is not None and op.guard_negate.value.data:
+        if getattr(result, "shape", None) != (LANES, plan.n):
+            result = np.broadcast_to(result, (LANES, plan.n))
+        result = result.astype(target.dtype, copy=False)
+        dest = plan.dest
+        if plan.guard is not None:
+            g = self.get(warp, plan.guard)[:, plan.guard_indices].astype(bool)
+            if plan.guard_negate:
                 g = ~g
             result = np.where(g, result, target[:, dest])
         target[:, dest] = result
@@ -1179,13 +1236,20 @@ class BlockSimulator:
                 rows, ks = wg.a_fragment()
                 a_regs[rows[w * 32:(w + 1) * 32] - 16 * w, ks[w * 32:(w + 1) * 32]] = _unpack16(words, a_type)
                 return a_regs
-        else:
-            major_a = "MN" if op.trans_a.data else "K"
-            a_addresses = wg.operand_addresses(desc_of(op.a, int(op.table("a_index", 0)[0])), 64, major_a,
-                                               _WGMMA_BYTES[a_type])
+        a_desc = None if op.a_in_registers else desc_of(op.a, int(op.table("a_index", 0)[0]))
+        b_desc = desc_of(op.b, op.b_index.data)
+        # the operands' addresses and the 2-byte units they read, by descriptors (a ring's stages repeat them)
+        key = (a_desc, b_desc, n, bool(op.trans_a.data), bool(op.trans_b.data), a_type, b_type)
+        found = self.launch.wgmma_addresses.get(key)
+        if found is None:
+            a_at = None if a_desc is None else wg.operand_addresses(a_desc, 64, "MN" if key[3] else "K",
+                                                                    _WGMMA_BYTES[a_type])
+            b_at = wg.operand_addresses(b_desc, n, "MN" if key[4] else "K", _WGMMA_BYTES[b_type])
+            reads = b_at if a_at is None else np.concatenate([a_at.reshape(-1), b_at.reshape(-1)])
+            found = self.launch.wgmma_addresses[key] = (a_at, b_at, np.unique(reads.reshape(-1) // 2))
+        a_addresses, b_addresses, units_read = found
+        if not op.a_in_registers:
             a_of = lambda: read(a_addresses, a_type)[16 * w:16 * w + 16]  # noqa: E731
-        b_addresses = wg.operand_addresses(desc_of(op.b, op.b_index.data), n, "MN" if op.trans_b.data else "K",
-                                           _WGMMA_BYTES[b_type])
         acc_index = op.table("acc_index", 0)
         if op.acc not in warp.wgmma_results:
             warp.wgmma_results[op.acc] = self.get(warp, op.acc).copy()  # C as the first wgmma of a chain finds it
@@ -1207,8 +1271,7 @@ class BlockSimulator:
         poisoned = self.get(warp, op.acc).copy()
         poisoned[:, acc_index] = 0xFFFFFFFF  # NaN until a wgmma.wait_group covers this wgmma
         warp.regs[op.acc] = poisoned
-        reads = b_addresses if op.a_in_registers else np.concatenate([a_addresses.reshape(-1), b_addresses.reshape(-1)])
-        warp.wgmma_open.append((op.acc, complete, np.unique(reads.reshape(-1) // 2)))  # 2-byte units
+        warp.wgmma_open.append((op.acc, complete, units_read))
 
     def _check_wgmma_reads(self, addresses: np.ndarray, nbytes: int, what: str) -> None:
         """A write (landing now or later) into shared memory that a wgmma or a TMA store not yet waited for reads
