@@ -510,7 +510,7 @@ class InstrPlan(NamedTuple):
 
     opcode: str
     n: int
-    slots: list[tuple[SSAValue | None, np.ndarray]]  # (bundle, columns) or (None, the immediates' bits)
+    slots: list[tuple[SSAValue | None, Any]]  # (bundle, its columns: a slice or an array) or (None, immediates' bits)
     target: SSAValue
     into: bool
     dest: np.ndarray
@@ -525,7 +525,7 @@ class InstrPlan(NamedTuple):
         imms = [parse_immediate(s.data) for s in op.immediates.data]
         opcode = op.opcode.data
         float_imm = ".f32" in opcode or opcode.startswith("selp") or opcode.startswith("mov")
-        slots: list[tuple[SSAValue | None, np.ndarray]] = []
+        slots: list[tuple[SSAValue | None, Any]] = []
         for s, k in enumerate(op.operand_of_slot):
             if k == -1:
                 vals = [imms[i] for i in table[:, s]]
@@ -536,8 +536,10 @@ class InstrPlan(NamedTuple):
                     if not opcode.startswith(("shl", "shr", "prmt")):
                         arr = u32(arr) if not ("64" in opcode) else u64(arr)
                 slots.append((None, np.broadcast_to(arr, (LANES, len(vals)))))
-            else:
-                slots.append((op.args[int(k)], table[:, s].copy()))
+            else:  # a run of consecutive registers as a slice: a view, not a gathered copy
+                cols = table[:, s].copy()
+                run = len(cols) and np.array_equal(cols, np.arange(cols[0], cols[0] + len(cols)))
+                slots.append((op.args[int(k)], slice(int(cols[0]), int(cols[0]) + len(cols)) if run else cols))
         negate = op.guard_negate is not None and bool(op.guard_negate.value.data)
         dest, target = op.dest_indices.copy(), op.target
         whole = None
@@ -689,7 +691,8 @@ class BlockSimulator:
                 warp.done = True
                 return True
             op = self.ops[warp.pc]
-            if type(op) is ptx.InstrOp:  # most of what runs: straight to it
+            t = type(op)  # (ops are leaf classes: identity, not isinstance's ABC checks)
+            if t is ptx.InstrOp:  # most of what runs: straight to it
                 try:
                     self.instr(warp, op)
                 except SimulationError as e:
@@ -699,7 +702,7 @@ class BlockSimulator:
                 moved = True
                 warp.pc += 1
                 continue
-            if isinstance(op, ptx.BarSyncOp):
+            if t is ptx.BarSyncOp:
                 if op.arrives:
                     self._arrive(warp, op)
                     warp.pc += 1
@@ -708,15 +711,15 @@ class BlockSimulator:
                 warp.barrier = self._barrier_of(warp, op)
                 warp.at_barrier = True
                 return True
-            if isinstance(op, ptx.RetOp):
+            if t is ptx.RetOp:
                 if warp.bulk_groups or warp.bulk_open:
                     raise SimulationError(f"warp {warp.index} exits while a TMA store still reads its shared memory "
                                           "(cp.async.bulk.wait_group first)")
                 warp.done = True
                 return True
-            if isinstance(op, ptx.MbarrierOp) and op.kind.data == "try_wait" and not self.phase_complete(warp, op):
+            if t is ptx.MbarrierOp and op.kind.data == "try_wait" and not self.phase_complete(warp, op):
                 return moved  # its `@!p bra` loop would spin until another warp (or a TMA) completes the phase
-            if isinstance(op, ptx.ClusterBarrierOp) and op.kind.data == "wait" and not self._cluster_passed(warp):
+            if t is ptx.ClusterBarrierOp and op.kind.data == "wait" and not self._cluster_passed(warp):
                 return moved
             try:
                 jump = self.step(warp, op)
@@ -746,7 +749,8 @@ class BlockSimulator:
 
     def step(self, warp: Warp, op: Operation) -> str | None:  # noqa: C901
         lane = np.arange(LANES)
-        if isinstance(op, ptx.ParamOp):
+        t = type(op)  # (ops are leaf classes: identity, not isinstance's ABC checks)
+        if t is ptx.ParamOp:
             value = self.launch.params[op.param.data]
             kind = op.ptx_type.data
             if kind == "f32":
@@ -756,7 +760,7 @@ class BlockSimulator:
             else:
                 bits = u32(np.full(LANES, int(value)))
             warp.regs[op.result] = bits.reshape(LANES, 1)
-        elif isinstance(op, ptx.SpecialOp):
+        elif t is ptx.SpecialOp:
             name = op.register.data
             grid = self.launch.grid
             values = {"%tid.x": warp.index * LANES + lane, "smem": 0,
@@ -766,56 +770,56 @@ class BlockSimulator:
             if name not in values:
                 raise SimulationError(f"special register {name} is not simulated")
             warp.regs[op.result] = u32(np.broadcast_to(values[name], LANES)).reshape(LANES, 1)
-        elif isinstance(op, ptx.RegsOp):
+        elif t is ptx.RegsOp:
             warp.regs[op.result] = self.fresh(op.result)
-        elif isinstance(op, ptx.InstrOp):
+        elif t is ptx.InstrOp:
             self.instr(warp, op)
-        elif isinstance(op, ptx.LoadOp):
+        elif t is ptx.LoadOp:
             self.load(warp, op)
-        elif isinstance(op, ptx.StoreOp):
+        elif t is ptx.StoreOp:
             self.store(warp, op)
-        elif isinstance(op, ptx.CpAsyncOp):
+        elif t is ptx.CpAsyncOp:
             self.cp_async(warp, op)
-        elif isinstance(op, ptx.CpAsyncCommitOp):
+        elif t is ptx.CpAsyncCommitOp:
             warp.groups.append(warp.open_group)
             warp.open_group = []
-        elif isinstance(op, ptx.CpAsyncWaitOp):
+        elif t is ptx.CpAsyncWaitOp:
             keep = op.pending.data
             landing = warp.groups[:len(warp.groups) - keep] if keep else warp.groups
             for group in landing:
                 for addr, data in group:
                     self.shared.write(addr, data, "cp.async landing")
             warp.groups = warp.groups[len(landing):]
-        elif isinstance(op, ptx.LdmatrixOp):
+        elif t is ptx.LdmatrixOp:
             self.ldmatrix(warp, op)
-        elif isinstance(op, ptx.MmaOp):
+        elif t is ptx.MmaOp:
             self.mma(warp, op)
-        elif isinstance(op, ptx.MbarrierOp):
+        elif t is ptx.MbarrierOp:
             self.mbarrier(warp, op)
-        elif isinstance(op, ptx.TmaLoadOp):
+        elif t is ptx.TmaLoadOp:
             self.tma_load(warp, op)
-        elif isinstance(op, ptx.ParamAddrOp):
+        elif t is ptx.ParamAddrOp:
             warp.regs[op.result] = u64(np.full((LANES, 1), self.launch.params[op.param.data]))
-        elif isinstance(op, ptx.WgmmaOp):
+        elif t is ptx.WgmmaOp:
             self.wgmma(warp, op)
-        elif isinstance(op, ptx.WgmmaSyncOp):
+        elif t is ptx.WgmmaSyncOp:
             self.wgmma_sync(warp, op)
-        elif isinstance(op, ptx.TmaStoreOp):
+        elif t is ptx.TmaStoreOp:
             self.tma_store(warp, op)
-        elif isinstance(op, ptx.BulkGroupOp):
+        elif t is ptx.BulkGroupOp:
             self.bulk_group(warp, op)
-        elif isinstance(op, ptx.FenceOp) and op.kind.data.startswith("proxy.async"):
+        elif t is ptx.FenceOp and op.kind.data.startswith("proxy.async"):
             warp.ldmatrix_pending = []  # its generic-proxy reads are ordered before what the async proxy does next
-        elif isinstance(op, ptx.FenceOp | ptx.SetmaxnregOp | ptx.WarpSyncOp | ptx.GridDependencyOp):
+        elif t in (ptx.FenceOp, ptx.SetmaxnregOp, ptx.WarpSyncOp, ptx.GridDependencyOp):
             pass  # ordering only; the simulation is sequentially consistent and runs one grid
-        elif isinstance(op, ptx.ElectOp):
+        elif t is ptx.ElectOp:
             warp.regs[op.result] = (np.arange(LANES) == 0).reshape(LANES, 1)
-        elif isinstance(op, ptx.ClusterBarrierOp):
+        elif t is ptx.ClusterBarrierOp:
             if op.kind.data.startswith("arrive"):
                 self._cluster_arrive(warp)
-        elif isinstance(op, ptx.LabelOp):
+        elif t is ptx.LabelOp:
             pass
-        elif isinstance(op, ptx.BraOp):
+        elif t is ptx.BraOp:
             if op.guard is None:
                 return op.target.data
             p = self.get(warp, op.guard)[:, 0].astype(bool)
