@@ -24,6 +24,10 @@ the lowering: the mma.m16n8k16 and ldmatrix fragment layouts below are the ISA's
   and a TMA multicast land in the blocks they name (the multicast's bytes in each block's shared memory, counted
   on each block's barrier); `barrier.cluster.wait` lets a warp on once every warp of the cluster has arrived.
   Signalling a block that has exited is reported (on the GPU: undefined).
+
+Speed (the test suite runs thousands of simulated launches): each InstrOp is read off its xDSL properties once per
+launch (`InstrPlan`), ops are dispatched by their class's identity, and a wgmma's operand addresses are kept by
+descriptor; what is simulated is the same.
 """
 
 from __future__ import annotations
