@@ -697,16 +697,8 @@ class BlockSimulator:
             op = self.ops[warp.pc]
             t = type(op)  # (ops are leaf classes: identity, not isinstance's ABC checks)
             if t is ptx.InstrOp:  # most of what runs: straight to it
-                try:
-                    self.instr(warp, op)
-                except SimulationError as e:
-                    if e.loc is None:
-                        e.loc = SourceLoc.from_attr(op.location)
-                    raise
-                moved = True
-                warp.pc += 1
-                continue
-            if t is ptx.BarSyncOp:
+                pass
+            elif t is ptx.BarSyncOp:
                 if op.arrives:
                     self._arrive(warp, op)
                     warp.pc += 1
@@ -715,18 +707,22 @@ class BlockSimulator:
                 warp.barrier = self._barrier_of(warp, op)
                 warp.at_barrier = True
                 return True
-            if t is ptx.RetOp:
+            elif t is ptx.RetOp:
                 if warp.bulk_groups or warp.bulk_open:
                     raise SimulationError(f"warp {warp.index} exits while a TMA store still reads its shared memory "
                                           "(cp.async.bulk.wait_group first)")
                 warp.done = True
                 return True
-            if t is ptx.MbarrierOp and op.kind.data == "try_wait" and not self.phase_complete(warp, op):
+            elif t is ptx.MbarrierOp and op.kind.data == "try_wait" and not self.phase_complete(warp, op):
                 return moved  # its `@!p bra` loop would spin until another warp (or a TMA) completes the phase
-            if t is ptx.ClusterBarrierOp and op.kind.data == "wait" and not self._cluster_passed(warp):
+            elif t is ptx.ClusterBarrierOp and op.kind.data == "wait" and not self._cluster_passed(warp):
                 return moved
             try:
-                jump = self.step(warp, op)
+                if t is ptx.InstrOp:
+                    self.instr(warp, op)
+                    jump = None
+                else:
+                    jump = self.step(warp, op)
             except SimulationError as e:
                 if e.loc is None:
                     e.loc = SourceLoc.from_attr(op.location)
