@@ -696,9 +696,7 @@ class BlockSimulator:
                 return True
             op = self.ops[warp.pc]
             t = type(op)  # (ops are leaf classes: identity, not isinstance's ABC checks)
-            if t is ptx.InstrOp:  # most of what runs: straight to it
-                pass
-            elif t is ptx.BarSyncOp:
+            if t is ptx.BarSyncOp:
                 if op.arrives:
                     self._arrive(warp, op)
                     warp.pc += 1
@@ -718,11 +716,7 @@ class BlockSimulator:
             elif t is ptx.ClusterBarrierOp and op.kind.data == "wait" and not self._cluster_passed(warp):
                 return moved
             try:
-                if t is ptx.InstrOp:
-                    self.instr(warp, op)
-                    jump = None
-                else:
-                    jump = self.step(warp, op)
+                jump = self.step(warp, op)
             except SimulationError as e:
                 if e.loc is None:
                     e.loc = SourceLoc.from_attr(op.location)
@@ -748,9 +742,10 @@ class BlockSimulator:
         return np.full((LANES, n), 0xFFFFFFFF, dtype=np.uint32)
 
     def step(self, warp: Warp, op: Operation) -> str | None:  # noqa: C901
-        lane = np.arange(LANES)
         t = type(op)  # (ops are leaf classes: identity, not isinstance's ABC checks)
-        if t is ptx.ParamOp:
+        if t is ptx.InstrOp:  # most of what runs: first
+            self.instr(warp, op)
+        elif t is ptx.ParamOp:
             value = self.launch.params[op.param.data]
             kind = op.ptx_type.data
             if kind == "f32":
@@ -763,7 +758,7 @@ class BlockSimulator:
         elif t is ptx.SpecialOp:
             name = op.register.data
             grid = self.launch.grid
-            values = {"%tid.x": warp.index * LANES + lane, "smem": 0,
+            values = {"%tid.x": warp.index * LANES + np.arange(LANES), "smem": 0,
                       "%ctaid.x": self.block[0], "%ctaid.y": self.block[1], "%ctaid.z": self.block[2],
                       "%nctaid.x": grid[0], "%nctaid.y": grid[1], "%nctaid.z": grid[2],
                       "%cluster_ctarank": self.rank, "%cluster_nctarank": len(self.cluster)}
@@ -772,8 +767,6 @@ class BlockSimulator:
             warp.regs[op.result] = u32(np.broadcast_to(values[name], LANES)).reshape(LANES, 1)
         elif t is ptx.RegsOp:
             warp.regs[op.result] = self.fresh(op.result)
-        elif t is ptx.InstrOp:
-            self.instr(warp, op)
         elif t is ptx.LoadOp:
             self.load(warp, op)
         elif t is ptx.StoreOp:
@@ -853,17 +846,15 @@ class BlockSimulator:
         else:
             result = execute(opcode, operands)
         target_value = plan.target
+        if getattr(result, "shape", None) != (LANES, plan.n):
+            result = np.broadcast_to(result, (LANES, plan.n))
         if plan.whole is not None:  # a new bundle written whole, unguarded: the result is the bundle
-            if getattr(result, "shape", None) != (LANES, plan.n):
-                result = np.broadcast_to(result, (LANES, plan.n))
             warp.regs[target_value] = result.astype(plan.whole)  # (a copy: results may be operands' views)
             return
         if plan.into:
             target = self.get(warp, target_value).copy()
         else:
             target = self.fresh(target_value)
-        if getattr(result, "shape", None) != (LANES, plan.n):
-            result = np.broadcast_to(result, (LANES, plan.n))
         result = result.astype(target.dtype, copy=False)
         dest = plan.dest
         if plan.guard is not None:
