@@ -30,6 +30,7 @@ BF16_CANDIDATES = {  # on top of CONFIG_SM90 (128×256 tiles, BK=64, 3 stages, T
     "cluster2 G4": {"CLUSTER": 2, "GROUP_M": 4},
     "cluster2 producer": {"CLUSTER": 2, "PRODUCER": 1},
     "cluster1": {},  # CONFIG_SM90 launched directly (the control)
+    "cluster1 no producer": {"PRODUCER": 0},  # gemm()'s configuration before the producer (one-wave products)
     "cluster1 producer": {"PRODUCER": 1},  # the short-K shapes: fp8 gained 13 % from a producer alone (2026-12-05 03:00)
     "cluster1 producer G16": {"PRODUCER": 1, "GROUP_M": 16},
     "cluster2 producer G16": {"CLUSTER": 2, "PRODUCER": 1, "GROUP_M": 16},
