@@ -1,5 +1,7 @@
 """Compile time of each shipped kernel: `import tkc` timed apart, then the compile call (frontend → PTX) in a fresh
-process, cold (first compile in the process). Appends a table to bench/RESULTS.md.
+process, cold (first compile in the process): the sm_80 kernels and the sm_90a ones attention(), gemm() and the
+backward launch on Hopper, with their constants. On a GPU also the cache hit of issue 4's 50 ms bound. Appends a
+table to bench/RESULTS.md.
 
     python bench/compile_time.py            # prints the table and appends it to bench/RESULTS.md
     python bench/compile_time.py --no-write
@@ -24,6 +26,20 @@ CASES = [
     ("gemm_kernel", "tkc.kernels.gemm", {}, "sm_80"),
     ("layernorm_kernel", "tkc.kernels.layernorm", {"D": 1024}, "sm_80"),
 ]
+
+
+def hopper_cases() -> list[tuple[str, str, dict, str]]:
+    """The sm_90a kernels attention() and gemm() launch on Hopper, with the constants they launch them with."""
+    from tkc.kernels.attention import sm90_config, sm90_constants
+    from tkc.kernels.attention_bwd import CONFIG_SM90 as BWD_CONFIG
+    from tkc.kernels.gemm import sm90_config as gemm_config
+
+    return [("attention_sm90", "tkc.kernels.attention", {"D": 128, **sm90_constants(sm90_config(128, 4096, 4096))},
+             "sm_90a"),
+            ("attention_sm90", "tkc.kernels.attention",
+             {"D": 128, "CAUSAL": 1, **sm90_constants(sm90_config(128, 4096, 4096, causal=True))}, "sm_90a"),
+            ("gemm_sm90_kernel", "tkc.kernels.gemm", gemm_config(False, True), "sm_90a"),
+            ("attention_bwd_dkdv_sm90", "tkc.kernels.attention_bwd", {"D": 128, **BWD_CONFIG[128][0]}, "sm_90a")]
 
 CHILD = r"""
 import json, sys, time
@@ -68,9 +84,24 @@ print(json.dumps({"seconds": t1 - t0}))
 """
 
 
-def cache_hit_seconds(repeats: int) -> list[float] | None:
+CACHE_HIT_PUBLIC = r"""
+import json, time
+import torch
+import tkc
+from tkc.kernels import attention
+q = torch.randn(1, 16, 4096, 128, device="cuda", dtype=torch.bfloat16)
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+attention(q, q, q, causal=True)
+t1 = time.perf_counter()
+print(json.dumps({"seconds": t1 - t0}))
+"""
+
+
+def cache_hit_seconds(repeats: int, child: str = CACHE_HIT) -> list[float] | None:
     """Time, in a fresh process with a warm disk cache, from the call (after imports) to a launchable attention
-    kernel. None without a GPU."""
+    kernel (`child`: prepare() for attention_fwd; CACHE_HIT_PUBLIC: attention()'s first call, its kernel for this
+    GPU found in the cache, loaded and launched). None without a GPU."""
     try:
         import torch
 
@@ -80,7 +111,7 @@ def cache_hit_seconds(repeats: int) -> list[float] | None:
         return None
     times = []
     for i in range(repeats + 1):  # the first run fills the cache
-        out = subprocess.run([sys.executable, "-c", CACHE_HIT], capture_output=True, text=True, cwd=ROOT, check=True)
+        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=ROOT, check=True)
         if i:
             times.append(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
     return times
@@ -91,7 +122,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per kernel (the best is kept)")
     parser.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
     args = parser.parse_args()
-    rows = [measure(*case, repeats=args.repeats) for case in CASES]
+    rows = [measure(*case, repeats=args.repeats) for case in CASES + hopper_cases()]
     header = "| kernel | constants | target | import tkc (s) | compile (s) | PTX lines |\n|---|---|---|---|---|---|\n"
     table = header + "".join(
         f"| {r['kernel']} | {', '.join(f'{k}={v}' for k, v in r['constants'].items()) or '-'} | {r['target']} | "
@@ -100,6 +131,10 @@ def main() -> None:
     if hits is not None:
         table += (f"\nCache hit, attention D=128 causal: {1000 * min(hits):.1f} ms from the call to a launchable "
                   f"function in a fresh process (best of {len(hits)}; all: {', '.join(f'{1000 * h:.1f}' for h in hits)} ms).\n")
+        public = cache_hit_seconds(args.repeats, CACHE_HIT_PUBLIC)
+        table += (f"attention(q, k, v, causal=True)'s first call in a fresh process (1×16×4096×128, its kernel for "
+                  f"this GPU from the cache, loaded and launched): {1000 * min(public):.1f} ms (all: "
+                  f"{', '.join(f'{1000 * h:.1f}' for h in public)} ms).\n")
     print(table)
     if not args.no_write:
         stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")

@@ -3,7 +3,7 @@
 # host-time breakdown, compute-sanitizer. Logs under $OUT.   bash scripts/gpu_session.sh [steps...]
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
-#        bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
+#        compile-time bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
 #        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check norm-backward small-batch sanitize
 set -uo pipefail
@@ -57,6 +57,9 @@ for step in ${*:-tests probe bench sanitize}; do
     probe-attention-backward)  # each backward kernel's gradients and time, sm_80 and sm_90a builds (PROBE_ARGS)
         timeout 300 python3 bench/probe_attention_backward.py ${PROBE_ARGS:-} > "$OUT/probe-attention-backward.log" 2>&1
         grep -v -e Warning -e "return Variable" "$OUT/probe-attention-backward.log" | cut -c1-230 ;;
+    compile-time)  # cold compiles of the shipped kernels and the cache hit of issue 4's bound (printed; RESULTS by hand)
+        timeout 200 python3 bench/compile_time.py --repeats 2 --no-write > "$OUT/compile-time.log" 2>&1
+        tail -14 "$OUT/compile-time.log" ;;
     bench-layernorm)
         timeout 200 python3 bench/layernorm.py ${LAYERNORM_ARGS:-} > "$OUT/bench-layernorm.log" 2>&1; tail -9 "$OUT/bench-layernorm.log" ;;
     norms)  # rmsnorm() and the norms without a residual: GPU tests, then bench/layernorm.py --rms (Triton's RMS too)
