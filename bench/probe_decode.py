@@ -1,5 +1,6 @@
-"""Decoding: attention() for one query (or a few) a head over a KV cache, by attention_decode (the keys split over
-the GPU, then the parts weighed) and by attention_sm90 (DECODE_ON_HOPPER off: a block per head), beside SDPA's
+"""Decoding: attention() for one query (or a few) a head over a KV cache, by its decoding kernels (the keys split
+over the GPU, then the parts weighed: in one launch where a head's parts make a cluster, attention_decode_cluster;
+"two launches": attention_decode and attention_decode_combine) and by attention_sm90 (DECODE_ON_HOPPER off: a block per head), beside SDPA's
 backends (enable_gqa). GB/s of K and V read (what bounds decoding) and the ratio to the best SDPA backend;
 event-timed (host work included) and from a CUDA graph (the GPU's time alone), outputs checked first.
     python bench/probe_decode.py [--shapes B,H,H_kv,Nq,Nk ...] [--dims 128] [--rounds 5] [--variants] [--kernels]"""
@@ -54,17 +55,23 @@ def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: boo
 
 def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
     """attention_decode and attention_decode_combine launched alone, on buffers made once (as attention_decode_launch
-    launches them on Hopper): what each costs of a decoding step."""
+    launches them on Hopper): what each costs of a decoding step; and attention_decode_cluster where it applies."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    decode, combine, steps, q_rows, parts_shape, (parts, flat, d) = decode_module._plan(
-        q.shape, k.shape, q.dtype, False, None, sms, True)
-    o_parts = q.new_empty(parts_shape, dtype=torch.float32)
-    l_parts = q.new_empty(parts_shape[:3], dtype=torch.float32)
+    plan = decode_module._plan(q.shape, k.shape, q.dtype, False, None, sms, True)
+    decode, combine, steps, q_rows, (parts, flat, d) = plan.decode, plan.combine, plan.steps, plan.q_rows, plan.flat_parts
+    o_parts = q.new_empty(plan.parts_shape, dtype=torch.float32)
+    l_parts = q.new_empty(plan.parts_shape[:3], dtype=torch.float32)
     out = torch.empty_like(q)
-    return {f"attention_decode alone ({parts} parts of {steps} steps)":
-            lambda: decode(q.view(q_rows), k, v, o_parts, l_parts, 0.1, steps),
-            "attention_decode_combine alone": lambda: combine(o_parts.view(parts, flat, d), l_parts.view(parts, flat),
-                                                              out.view(flat, d), l_parts.view(-1))}
+    kernels = {f"attention_decode alone ({parts} parts of {steps} steps)":
+               lambda: decode(q.view(q_rows), k, v, o_parts, l_parts, 0.1, steps),
+               "attention_decode_combine alone": lambda: combine(o_parts.view(parts, flat, d),
+                                                                 l_parts.view(parts, flat), out.view(flat, d),
+                                                                 l_parts.view(-1))}
+    if plan.clustered is not None:
+        unread = q.new_empty((1, 1, 1), dtype=torch.float32)
+        kernels[f"attention_decode_cluster alone (clusters of {parts})"] = (
+            lambda: plan.clustered[plan.grid](q.view(q_rows), k, v, out.view(q_rows), unread, 0.1, steps))
+    return kernels
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: SDPBackend):
@@ -89,7 +96,10 @@ def main() -> None:
             q = torch.randn(b, h, nq, d, device="cuda", dtype=torch.bfloat16)
             k, v = (torch.randn(b, h_kv, nk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-            impls = {"tkc decode": tkc_attention(q, k, v, True), "tkc sm90": tkc_attention(q, k, v, False)}
+            impls = {"tkc decode": tkc_attention(q, k, v, True),
+                     # the parts not in clusters (two launches: attention_decode, attention_decode_combine)
+                     "tkc decode, two launches": tkc_attention(q, k, v, True, {"DECODE_IN_CLUSTERS": False}),
+                     "tkc sm90": tkc_attention(q, k, v, False)}
             for name, settings in VARIANTS.items() if args.variants else ():
                 impls[f"decode, {name}"] = tkc_attention(q, k, v, True, settings)
             for name, backend in BACKENDS.items():

@@ -112,6 +112,37 @@ def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int
     assert rel_err(out.reshape(q.shape), ref) < TOL and np.abs(lse.reshape(ref_lse.shape) - ref_lse).max() < 1e-4
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
+       nq=st.sampled_from([1, 1, 2, 5]), nk=st.integers(1, 700), parts=st.integers(1, 8), lse=st.sampled_from([0, 1]),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10)
+def test_decode_attention_in_clusters(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int, parts: int,
+                                      lse: int, seed: int) -> None:
+    """attention_decode_cluster: a row tile's parts of the keys are the blocks of a cluster (1 to 8), which weigh
+    each other's results out of their shared memory: out and log-sum-exp against float64 (up to 80 rows a K/V
+    head: several row tiles, the last one short)."""
+    from tkc.kernels.attention_decode import CONFIG, attention_decode_cluster
+
+    rng = np.random.default_rng(seed)
+    heads, rows = kv_heads * group, group * nq
+    q = random_bf16(rng, batch, heads, nq, d)
+    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
+    keys, stages, _ = CONFIG[d]
+    steps = -(-nk // (4 * keys))
+    per_part = -(-steps // parts)
+    parts = -(-steps // per_part)
+    out, l_out = poisoned(batch, kv_heads, rows, d), poisoned(batch, kv_heads, rows, dtype=np.float32)
+    scale = float(rng.uniform(0.05, 0.3))
+    attention_decode_cluster.interpret(q.reshape(batch, kv_heads, rows, d), k, v, out, l_out, scale, per_part,
+                                       grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys, STAGES=stages,
+                                       CLUSTER=parts, LSE=lse, target="sm_90a")
+    ref, ref_lse = attention_ref(q, k, v, scale=scale, lse=True)
+    assert rel_err(out.reshape(q.shape), ref) < TOL
+    if lse:
+        assert np.abs(l_out.reshape(ref_lse.shape) - ref_lse).max() < 1e-4
+
+
 @given(rows=st.integers(1, 70), d=st.sampled_from([16, 64, 256, 1024]), eps=st.sampled_from([1e-5, 1e-3]),
        residual=st.sampled_from([1, 1, 0]), rms=st.sampled_from([0, 0, 1]), seed=st.integers(0, 2**32 - 1))
 def test_layernorm(rows: int, d: int, eps: float, residual: int, rms: int, seed: int) -> None:

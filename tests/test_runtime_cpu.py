@@ -509,8 +509,8 @@ def test_attention_head_dim_256(monkeypatch) -> None:
         assert (dq.kernel, dq.constants["COLS"], dq_grid) == ("attention_bwd_dq", 128, (2 * 2, 4, 2))
     for _ in range(2):  # a few queries: the decoding kernels (Hopper's configuration), then from the common call
         attention(cuda(1, 4, 1, 256), cuda(1, 4, 100, 256), cuda(1, 4, 100, 256), target="sm_90a")
-        assert [launch[0].kernel for launch in launches[-2:]] == ["attention_decode", "attention_decode_combine"]
-        assert launches[-2][0].constants["KEYS"] == 16
+        assert launches[-1][0].kernel == "attention_decode_cluster"  # 2 steps of 64 keys: one part, one launch
+        assert launches[-1][0].constants["KEYS"] == 16 and launches[-1][0].constants["CLUSTER"] == 1
     with pytest.raises(ValueError, match="sequence lengths must be multiples of 64"):  # none on the sm_80 path
         attention(cuda(1, 4, 1, 256), cuda(1, 4, 100, 256), cuda(1, 4, 100, 256), target="sm_80")
     attention(q, k, v, causal=True, target="sm_80")
@@ -580,8 +580,8 @@ def test_grouped_query_attention_launches(monkeypatch) -> None:
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_decoding_after_a_prefill_takes_the_decoding_kernels(monkeypatch, d: int) -> None:
     """A prefill (many queries) and then decoding steps (one query a head) at one head dim: attention_sm90's plan
-    from the prefill (its key holds no lengths) does not serve the steps; they launch attention_decode, the first
-    from the checked call, the next from the common call."""
+    from the prefill (its key holds no lengths) does not serve the steps; they launch the decoding kernel (here
+    attention_decode_cluster), the first from the checked call, the next from the common call."""
     from tkc.kernels import _checks, attention
 
     attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
@@ -593,17 +593,19 @@ def test_decoding_after_a_prefill_takes_the_decoding_kernels(monkeypatch, d: int
     assert [launch[0].kernel for launch in launches] == ["attention_sm90"] * 2
     for _ in range(2):
         attention(cuda(1, 8, 1, d), k, v, target="sm_90a")
-    assert [launch[0].kernel for launch in launches[2:]] == ["attention_decode", "attention_decode_combine"] * 2
+    assert [launch[0].kernel for launch in launches[2:]] == ["attention_decode_cluster"] * 2
 
 
 def test_decode_attention_launches(monkeypatch) -> None:
     """A few queries a head (GROUP·Nq ≤ MAX_ROWS, not causal): attention() on the sm_80 path, where attention_fwd
     refuses the lengths, and on Hopper with DECODE_ON_HOPPER, launches attention_decode over q viewed (B, H_kv,
     GROUP·Nq, D), its keys split into parts (CONFIG's blocks a multiprocessor, ≥ MIN_STEPS steps a part, none
-    empty), then attention_decode_combine over the flat rows; causal, or a non-contiguous q, keeps the other kernels."""
+    empty), then attention_decode_combine over the flat rows; on Hopper, parts few enough for a cluster that the GPU
+    holds with all the others, attention_decode_cluster alone; causal, or a non-contiguous q, keeps the other kernels."""
     torch = pytest.importorskip("torch")
     from tkc.kernels import attention
     from tkc.kernels.attention_decode import decode_parts
+    from tkc.runtime import launch as launch_module
 
     attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
     q, k, v = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128), cuda(2, 2, 3000, 128)
@@ -625,19 +627,29 @@ def test_decode_attention_launches(monkeypatch) -> None:
     monkeypatch.setattr(attention_module, "_PLANS", {})  # (the common call's plans are made under the flag)
     monkeypatch.setattr(attention_module, "_DECODING", set())
     attention(q, k, v, target="sm_90a")
-    assert [launch[0].kernel for launch in launches[3:]] == ["attention_decode", "attention_decode_combine"]
-    assert launches[3][0].constants["KEYS"] == 32 and launches[3][1] == (6, 2, 2)  # CONFIG: 24 steps of 128 keys
+    # CONFIG: 24 steps of 128 keys in 6 parts, a cluster of 6 blocks a K/V head: one launch
+    (clustered,) = launches[3:]
+    assert clustered[0].kernel == "attention_decode_cluster" and clustered[1] == (6, 2, 2)
+    assert clustered[0].cluster == 6 and clustered[0].constants["KEYS"] == 32
     checked, check_tensor = [], attention_module.check_tensor  # the common call: no checks but the launch's
     monkeypatch.setattr(attention_module, "check_tensor", lambda *args: checked.append(args[0]))
     attention(q, k, v, target="sm_90a")
-    assert not checked and [launch[:2] for launch in launches[5:]] == [launch[:2] for launch in launches[3:5]]
+    assert not checked and [launch[:2] for launch in launches[4:]] == [clustered[:2]]
     monkeypatch.setattr(attention_module, "check_tensor", check_tensor)
-    del launches[5:]
+    del launches[4:]
     attention(q, k, v, target="sm_90a", causal=True)
     attention(cuda(2, 1, 8, 128).transpose(1, 2), k, v, target="sm_90a")  # (B, H, 1, D) from (B, 1, H, D): contiguous
     attention(cuda(2, 8, 2, 128)[:, :, :1], k, v, target="sm_90a")  # every other row: not contiguous
-    assert [launch[0].kernel for launch in launches[5:]] == ["attention_sm90", "attention_decode",
-                                                              "attention_decode_combine", "attention_sm90"]
+    assert [launch[0].kernel for launch in launches[4:]] == ["attention_sm90", "attention_decode_cluster",
+                                                              "attention_sm90"]
+    del launches[4:]
+    # more parts than a cluster holds (one K/V head, 313 steps: 63 parts of 5), or clusters the GPU does not hold all at
+    # once: the two kernels
+    attention(cuda(1, 8, 1, 128), cuda(1, 1, 40000, 128), cuda(1, 1, 40000, 128), target="sm_90a")
+    monkeypatch.setattr(launch_module, "resident_blocks_on", lambda loaded, sms: 20 if loaded.cluster > 1 else sms)
+    attention(cuda(3, 8, 1, 128), cuda(3, 2, 2000, 128), cuda(3, 2, 2000, 128), target="sm_90a")
+    assert [launch[0].kernel for launch in launches[4:]] == ["attention_decode", "attention_decode_combine"] * 2
+    assert launches[4][1] == (63, 1, 1) and launches[6][1] == (4, 2, 3)  # 24 blocks in clusters of 4: 20 fit
     with pytest.raises(ValueError, match="multiples of 64"):
         attention(q, k, v, target="sm_80", causal=True)
 

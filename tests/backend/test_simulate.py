@@ -1044,6 +1044,32 @@ def test_decode_attention_simulated(d: int, target: str, nk: int, f16: int) -> N
     assert np.abs(sim[3].reshape(ref_lse.shape) - ref_lse).max() < 1e-4
 
 
+@pytest.mark.parametrize("d, nk, parts, rows", [(128, 300, 3, 12), (64, 4000, 8, 20), (256, 100, 1, 3)])
+def test_decode_attention_in_clusters_simulated(d: int, nk: int, parts: int, rows: int) -> None:
+    """attention_decode_cluster (Hopper's one-launch decoding): each block its part of the keys, then after a cluster
+    barrier the first block of each cluster weighs the parts out of the others' shared memory (mapa +
+    ld.shared::cluster); the blocks simulated together, in shuffled order: agrees with the interpreter and with
+    float64, out and log-sum-exp (rows 20: two row tiles, two clusters a K/V head; parts 1: no cluster)."""
+    from tkc.kernels.attention_decode import CONFIG, attention_decode_cluster
+
+    rng = np.random.default_rng(d + nk)
+    batch, kv_heads = 1, 2
+    q = random_bf16(rng, batch, kv_heads * rows, 1, d)
+    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
+    keys, stages, _ = CONFIG[d]
+    steps = -(-nk // (4 * keys))
+    per_part = -(-steps // parts)
+    assert -(-steps // per_part) == parts
+    args = [q.reshape(batch, kv_heads, rows, d), k, v, poisoned(batch, kv_heads, rows, d),
+            poisoned(batch, kv_heads, rows, dtype=np.float32), 0.1, per_part]
+    interp, sim = run_both(attention_decode_cluster, args, (parts * -(-rows // 16), kv_heads, batch),
+                           {"D": d, "KEYS": keys, "STAGES": stages, "CLUSTER": parts, "LSE": 1}, target="sm_90a",
+                           order="shuffled")
+    ref, ref_lse = attention_ref(q, k, v, scale=0.1, lse=True)
+    assert rel_err(sim[3], interp[3]) < 1e-2 and rel_err(sim[3].reshape(q.shape), ref) < 1e-2
+    assert np.abs(sim[4].reshape(ref_lse.shape) - ref_lse).max() < 1e-4
+
+
 @pytest.mark.parametrize("parts, rows, d, target", [(1, 20, 64, "sm_80"), (6, 16, 128, "sm_90a"),
                                                     (13, 40, 64, "sm_90a")])
 def test_decode_combine_simulated(parts: int, rows: int, d: int, target: str) -> None:

@@ -63,15 +63,18 @@ def grouped_query_attention() -> None:
 
 def decode_attention() -> None:
     """A query a head, 4 heads a K/V head, 3000 keys split into parts of several key steps against 3 stages (the
-    sm_80 build and this GPU's), the last step past the keys' end."""
+    sm_80 build and this GPU's: on Hopper a K/V head's 6 parts a cluster, reading each other's shared memory, then
+    the two kernels), the last step past the keys' end."""
     attention_module = importlib.import_module("tkc.kernels.attention")  # (tkc.kernels.attention: the function)
+    decode_module = importlib.import_module("tkc.kernels.attention_decode")
     attention_module.DECODE_ON_HOPPER = True
     q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(2, 2, 3000, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    for target in ("sm_80", None):
+    for target, in_clusters in (("sm_80", False), (None, True), (None, False)):
+        decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = in_clusters, {}
         attention(q, k, v, target=target, return_lse=True)
         attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous(), target=target)
-    attention_module.DECODE_ON_HOPPER = False
+    attention_module.DECODE_ON_HOPPER, decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = False, True, {}
 
 
 def head_dim_96() -> None:

@@ -563,16 +563,23 @@ DECODE_SHAPES = [(1, 32, 8, 1, 4096, 128), (4, 32, 32, 1, 1000, 128), (1, 32, 1,
                  (1, 28, 4, 1, 32768, 128)]
 
 
+@pytest.mark.parametrize("in_clusters", [True, False])
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("b, h, h_kv, nq, nk, d", DECODE_SHAPES)
 def test_decode_attention(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, target: str | None,
-                          monkeypatch: pytest.MonkeyPatch) -> None:
+                          in_clusters: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A few queries over many keys (attention_decode: the keys split into parts over the GPU, then the parts
-    weighed by their log-sum-exps), on the Hopper path too (DECODE_ON_HOPPER on): out and its log-sum-exp against
+    weighed by their log-sum-exps; on Hopper, parts few enough for a cluster in one launch, attention_decode_cluster,
+    unless DECODE_IN_CLUSTERS is off), on the Hopper path too (DECODE_ON_HOPPER on): out and its log-sum-exp against
     SDPA / logsumexp in float32."""
     attention_module = importlib.import_module("tkc.kernels.attention")  # (tkc.kernels.attention: the function)
+    decode_module = importlib.import_module("tkc.kernels.attention_decode")
+    if not in_clusters and target == "sm_80":
+        pytest.skip("the sm_80 path has no clusters")
     monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
     monkeypatch.setattr(attention_module, "_PLANS", {})  # no attention_sm90 plan made with the flag off
+    monkeypatch.setattr(decode_module, "DECODE_IN_CLUSTERS", in_clusters)
+    monkeypatch.setattr(decode_module, "_PLANS", {})  # (plans made under the other setting)
     q, k, v = randn(b, h, nq, d), randn(b, h_kv, nk, d), randn(b, h_kv, nk, d)
     out, lse = attention(q, k, v, out=poisoned_like((b, h, nq, d)), return_lse=True, scale=0.1, target=target)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.1,

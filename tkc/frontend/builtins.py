@@ -581,9 +581,9 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
           rank: Any = None, conflicts: Any = 1) -> SSAValue:
     if isinstance(index, lang.TileSpec) and spec is None:
         index, spec = None, index
-    conflicts = _conflicts(conflicts, "load", shared=is_shared(src) and rank is None)
+    conflicts = _conflicts(conflicts, "load", shared=is_shared(src))
     if rank is not None:
-        return _cluster_load(cg, src, index, spec, rank)
+        return _cluster_load(cg, src, index, spec, rank, conflicts)
     group = _multicast_group(cg, multicast)
     if is_global(src):
         if spec is None:
@@ -645,13 +645,14 @@ def _from_shared(cg: CodeGen, src: Any, index: Any, spec: Any, kinds: tuple[str,
     return spec, _indices(cg, index, len(stype.shape), f"load from {stype.spec()}")
 
 
-def _cluster_load(cg: CodeGen, src: Any, index: Any, spec: Any, rank: Any) -> SSAValue:
-    """`load(s, index, rt[...], rank=r)`: a register sub-tile of block r's copy of the shared tile s."""
+def _cluster_load(cg: CodeGen, src: Any, index: Any, spec: Any, rank: Any, conflicts: int = 1) -> SSAValue:
+    """`load(s, index, rt[...], rank=r)`: a register sub-tile of block r's copy of the shared tile s (`conflicts`:
+    the bank conflicts expected where the cluster is one block, and this a plain shared load)."""
     if not is_shared(src) or not isinstance(src.type, SharedTileType):
         raise TkcError(f"load(..., rank=r) reads a shared tile of another block of the cluster, got {describe(src)}")
     spec, indices = _from_shared(cg, src, index, spec, ("rt",))
     if cg.cluster == 1:  # the only block of its cluster
-        return cg.emit_value(t.LoadOp(src, indices, spec.ir))
+        return cg.emit_value(_expecting(t.LoadOp(src, indices, spec.ir), conflicts))
     if cg.shared_written.get(src, cg.cluster_syncs) == cg.cluster_syncs:
         raise TkcError("load(..., rank=r) reads another block's copy of this shared tile: call cluster_sync() "
                        "after the blocks' last store into it, and before this load")

@@ -2,7 +2,9 @@
 that read one K/V head (with grouped-query attention, all its query heads' rows together) are one tile, and the
 keys are cut into parts, a block each; each part's softmax·V, normalized, and its log-sum-exp go to f32 buffers,
 and a second kernel weighs the parts by their log-sum-exps. One block per (head, query tile) would leave most of
-the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile empty."""
+the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile empty. On Hopper, where a tile's
+parts are few enough for a cluster (up to 8), they are one: the parts meet in distributed shared memory and one
+launch does both (attention_decode_cluster)."""
 
 from __future__ import annotations
 
@@ -20,28 +22,20 @@ FLOOR = -1e30  # the running maximum a row's probabilities are taken against, at
 # past Nk (score -inf) has m = -inf, and exp2(-inf - -inf) would be NaN
 
 
-@tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
-def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[f32, 4], LParts: gl[f32, 3],
-                     scale: float, steps: int, D: const = 128, KEYS: const = 16, STAGES: const = 3,
-                     DT: const = bf16):
-    """Q (B, H_kv, R, D): the R query rows that read K/V head h (grouped-query attention: q (B, H, Nq, D) viewed so,
-    the H / H_kv heads' Nq rows each), K and V (B, H_kv, Nk, D). Grid: (P·T, H_kv, B), T = cdiv(R, 16): block
-    (p·T + t, h, b) takes query rows 16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1 of 4·KEYS keys,
-    and stores softmax(scale · q·kᵀ)·v over its keys (normalized) at OParts[p·B + b, h] and each row's log-sum-exp
-    at LParts[p·B + b, h]: (P·B, H_kv, R, D) and (P·B, H_kv, R), for attention_decode_combine.
+@tkc.func
+def decode_part(Q, K, V, b, h, t, part, steps, scale, D, KEYS, DT):
+    """Query rows 16t .. 16t + 15 of K/V head h (batch b) over key steps part·steps .. (part + 1)·steps - 1 of 4·KEYS
+    keys: softmax(scale · q·kᵀ)·v over those keys, normalized, as (this warp's quarter of the columns, warp w's
+    from w·D/4 on; the rows' log-sum-exp, alike in every warp).
 
     Every warp holds the 16 query rows and takes KEYS of each step's keys (the block loads them into shared memory
     together), keeping its own running maximum m, sum l and output o; at the end the four warps' results meet in
     shared memory and each warp weighs a quarter of the columns. Keys past Nk score -inf: a warp whose keys all
     lie past Nk ends with l = 0, o = 0 and a log-sum-exp of -inf, which weighs nothing. (A finite score for them,
     -1e30, failed on the GPU: ptxas contracts s·c - m·c into an fma, whose difference of two ~1e29 products is not
-    0 but ~±1e22, and exp2 of it inf; the simulator, rounding each product, agreed with the interpreter.)
-    """
+    0 but ~±1e22, and exp2 of it inf; the simulator, rounding each product, agreed with the interpreter.)"""
     static_assert(D in (64, 128, 256), f"head dim D must be 64, 128 or 256, got {D}")
     static_assert(KEYS in (16, 32, 64), f"KEYS (keys per warp and step) must be 16, 32 or 64, got {KEYS}")
-    part_tile, h, b = block_idx()
-    row_tiles = cdiv(Q.shape[2], 16)                         # a part's row tiles next to each other: their K and V
-    part, t = part_tile // row_tiles, part_tile % row_tiles  # come from L2 but for the first
     q = load(Q, (b, h, t, 0), rt[DT, 16, D])
     scale_log2 = scale * LOG2E
     RESCALE_LOG2 = 8.0
@@ -69,10 +63,60 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
         weight = exp(load(lses, (w,), rv[f32, 16]) - top)
         total = total + weight
         acc = acc + mul_row(transpose(load(outs, (warp_id(), w), rt[f32, D // 4, 16])), weight)
+    return div_row(acc, total), top + log(total)
+
+
+@tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
+def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[f32, 4], LParts: gl[f32, 3],
+                     scale: float, steps: int, D: const = 128, KEYS: const = 16, STAGES: const = 3,
+                     DT: const = bf16):
+    """Q (B, H_kv, R, D): the R query rows that read K/V head h (grouped-query attention: q (B, H, Nq, D) viewed so,
+    the H / H_kv heads' Nq rows each), K and V (B, H_kv, Nk, D). Grid: (P·T, H_kv, B), T = cdiv(R, 16): block
+    (p·T + t, h, b) takes query rows 16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1 of 4·KEYS keys
+    (decode_part), and stores softmax(scale · q·kᵀ)·v over its keys (normalized) at OParts[p·B + b, h] and each
+    row's log-sum-exp at LParts[p·B + b, h]: (P·B, H_kv, R, D) and (P·B, H_kv, R), for attention_decode_combine."""
+    part_tile, h, b = block_idx()
+    row_tiles = cdiv(Q.shape[2], 16)                         # a part's row tiles next to each other: their K and V
+    part, t = part_tile // row_tiles, part_tile % row_tiles  # come from L2 but for the first
+    o, lse = decode_part(Q, K, V, b, h, t, part, steps, scale, D, KEYS, DT)
     row = part * Q.shape[0] + b
-    store(OParts, div_row(acc, total), (row, h, t, warp_id()))
+    store(OParts, o, (row, h, t, warp_id()))
     if warp_id() == 0:
-        store(LParts, top + log(total), (row, h, t))
+        store(LParts, lse, (row, h, t))
+
+
+@tkc.kernel(warps=4, stages="STAGES", cluster="CLUSTER", min_target="sm_90a")
+def attention_decode_cluster(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3],
+                             scale: float, steps: int, D: const = 128, KEYS: const = 32, STAGES: const = 2,
+                             CLUSTER: const = 2, LSE: const = 0, DT: const = bf16):
+    """attention_decode and attention_decode_combine in one launch, with no buffers in global memory: the CLUSTER
+    parts of a row tile's keys are the blocks of a cluster, each leaving its part's output and log-sum-exp in its
+    shared memory; after a cluster barrier the cluster's first block reads them out of the others' (distributed
+    shared memory), weighs them, and stores O (B, H_kv, R, D) (and with LSE the log-sum-exp L (B, H_kv, R)).
+    Q, K, V as attention_decode's. Grid: (T·CLUSTER, H_kv, B): block (t·CLUSTER + p, h, b) takes query rows
+    16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1. CLUSTER = 1: one block a row tile, no split."""
+    t, h, b = block_idx()[0] // CLUSTER, block_idx()[1], block_idx()[2]
+    o, lse = decode_part(Q, K, V, b, h, t, cluster_rank(), steps, scale, D, KEYS, DT)
+    # cluster loads read register tiles: the log-sum-exps as 16×16 tiles, a row's value in all of its row
+    outs = store(empty(st[f32, 16, D]), o, (0, warp_id()), conflicts=2)  # once a block
+    lses = store(empty(st[f32, 64, 16]), add_row(zeros(rt[f32, 16, 16]), lse), (warp_id(), 0), conflicts=2)
+    cluster_sync()
+    if cluster_rank() == 0:
+        parts = ()
+        for rank in range(CLUSTER):
+            parts = parts + (row_max(load(lses, (0, 0), rt[f32, 16, 16], rank=rank, conflicts=2)),)
+        top = parts[0]
+        for rank in range(1, CLUSTER):
+            top = max(top, parts[rank])
+        total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
+        for rank in range(CLUSTER):
+            weight = exp(parts[rank] - top)
+            total = total + weight
+            acc = acc + mul_row(load(outs, (0, warp_id()), rt[f32, 16, D // 4], rank=rank, conflicts=2), weight)
+        store(O, div_row(acc, total).to(DT), (b, h, t, warp_id()))
+        if LSE:
+            if warp_id() == 0:
+                store(L, top + log(total), (b, h, t))
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
@@ -132,6 +176,10 @@ CONFIG_SM80 = {64: (32, 2, 2), 128: (16, 2, 2)}
 MAX_ROWS = 64           # query rows a K/V head (GROUP·Nq) up to which attention() may take this path
 HOPPER_ROWS = 16        # on Hopper: one tile (with more, attention_sm90's blocks read K and V once for all rows)
 MIN_STEPS = 4           # key steps a part at least: each part's pipeline has steps to overlap
+# On Hopper, up to MAX_CLUSTER parts a row tile run as one cluster (attention_decode_cluster): one launch, no f32
+# buffers, no combine kernel
+DECODE_IN_CLUSTERS = True
+MAX_CLUSTER = 8         # blocks a cluster: the most every sm_90 GPU launches
 
 
 def decode_parts(units: int, steps: int, slots: int) -> tuple[int, int]:
@@ -154,45 +202,89 @@ def takes_decode(rows: int, causal: bool, q: torch.Tensor, out: torch.Tensor) ->
 def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                             lse: torch.Tensor | None, scale: float, sms: int, target: str | None,
                             common_only: bool = False, hopper: bool = True) -> bool:
-    """attention() by attention_decode and attention_decode_combine on checked tensors (q and out contiguous, not
-    causal): out, and lse (B, H, Nq) where given; True once launched. With `common_only` (attention()'s common call,
-    shapes checked, q, k and v not), q, k and v outside the launch's common case launch nothing: False. hopper:
-    CONFIG, else CONFIG_SM80."""
+    """attention() by attention_decode_cluster (Hopper, where a row tile's parts make a cluster the GPU holds with
+    all the others) or by attention_decode and attention_decode_combine, on checked tensors (q and out contiguous,
+    not causal): out, and lse (B, H, Nq) where given; True once launched. With `common_only` (attention()'s common
+    call, shapes checked, q, k and v not), q, k and v outside the launch's common case launch nothing: False.
+    hopper: CONFIG, else CONFIG_SM80."""
     import torch
 
     # (a decoding step's shapes repeat: its host work is what a short step waits for)
-    decode, combine, steps, q_rows, parts_shape, flat_parts = cached_plan(
-        _PLANS, (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper), _plan)
-    o_parts = q.new_empty(parts_shape, dtype=torch.float32)
-    l_parts = q.new_empty(parts_shape[:3], dtype=torch.float32)
-    args = (q.view(q_rows), k, v, o_parts, l_parts, scale, steps)
+    plan = cached_plan(_PLANS, (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper), _plan)
+    if plan.clustered is not None:
+        l_out = lse.view(plan.q_rows[:3]) if lse is not None else _no_lse(q)
+        args = (q.view(plan.q_rows), k, v, out.view(plan.q_rows), l_out, scale, plan.steps)
+        if plan.together is None:  # asked once a shape, of the first (checked) call
+            if common_only:
+                return False
+            plan.together = plan.grid[0] * plan.grid[1] * plan.grid[2] <= plan.clustered.resident_blocks(*args)
+        if plan.together:
+            launch = plan.clustered[plan.grid]
+            if common_only:
+                return launch.common(*args)
+            launch(*args)
+            return True
+    o_parts = q.new_empty(plan.parts_shape, dtype=torch.float32)
+    l_parts = q.new_empty(plan.parts_shape[:3], dtype=torch.float32)
+    args = (q.view(plan.q_rows), k, v, o_parts, l_parts, scale, plan.steps)
     if common_only:
-        if not decode.common(*args):
+        if not plan.decode.common(*args):
             return False
     else:
-        decode(*args)
-    parts, flat, d = flat_parts
-    combine(o_parts.view(flat_parts), l_parts.view(parts, flat), out.view(flat, d),
-            l_parts.view(-1) if lse is None else lse.view(flat))
+        plan.decode(*args)
+    parts, flat, d = plan.flat_parts
+    plan.combine(o_parts.view(plan.flat_parts), l_parts.view(parts, flat), out.view(flat, d),
+                 l_parts.view(-1) if lse is None else lse.view(flat))
     return True
 
 
-_PLANS: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # attention_decode_launch's plans by shapes, dtype, target, ...
+class _Plan:
+    """attention_decode_launch's launches for one shape: the two kernels bound to their grids, the steps a part,
+    q's shape as (B, H_kv, GROUP·Nq, D), the parts' output's shape (P·B, H_kv, GROUP·Nq, D) and as the combine reads
+    it (P, B·H·Nq, D); on Hopper with at most MAX_CLUSTER parts, attention_decode_cluster and its grid, taken where
+    the GPU holds all its clusters at once (`together`, asked on the first call: a cluster's blocks share a GPC,
+    so fewer may fit than blocks; a second wave would double the time)."""
+
+    def __init__(self, decode: Any, combine: Any, steps: int, q_rows: tuple[int, int, int, int],
+                 parts_shape: tuple[int, int, int, int], flat_parts: tuple[int, int, int]):
+        self.decode, self.combine, self.steps = decode, combine, steps
+        self.q_rows, self.parts_shape, self.flat_parts = q_rows, parts_shape, flat_parts
+        self.clustered: Any = None
+        self.grid = (1, 1, 1)
+        self.together: bool | None = None
+
+
+_PLANS: dict[tuple[Any, ...], _Plan] = {}  # attention_decode_launch's plans by shapes, dtype, target, ...
+_NO_LSE: dict[int, torch.Tensor] = {}  # per device: the L argument of attention_decode_cluster without LSE (unread)
+
+
+def _no_lse(q: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    device = q.get_device()
+    unread = _NO_LSE.get(device)
+    if unread is None:
+        unread = _NO_LSE[device] = q.new_empty((1, 1, 1), dtype=torch.float32)
+    return unread
 
 
 def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: bool, target: str | None, sms: int,
-          hopper: bool) -> tuple[Any, ...]:
-    """The two launches bound to their grids, the steps a part, q's shape as (B, H_kv, GROUP·Nq, D), the parts'
-    output's shape (P·B, H_kv, GROUP·Nq, D) and as the combine reads it (P, B·H·Nq, D)."""
+          hopper: bool) -> _Plan:
     batch, heads, nq, d = q_shape
     kv_heads, nk = k_shape[1], k_shape[2]
     rows = heads // kv_heads * nq
     keys, stages, blocks_per_sm = (CONFIG if hopper else CONFIG_SM80)[d]
-    units = batch * kv_heads * ceil_div(rows, 16)
+    tiles = ceil_div(rows, 16)
+    units = batch * kv_heads * tiles
     parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), blocks_per_sm * sms)
     dt = dtype_constant(dtype)
     decode = attention_decode.specialize(D=d, KEYS=keys, STAGES=stages, **dt, target=target)
     combine = attention_decode_combine.specialize(LSE=int(lse), **dt, target=target)
     flat = batch * heads * nq
-    return (decode[(parts * ceil_div(rows, 16), kv_heads, batch)], combine[(ceil_div(flat, 16), d // 32)], steps,
-            (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
+    plan = _Plan(decode[(parts * tiles, kv_heads, batch)], combine[(ceil_div(flat, 16), d // 32)], steps,
+                 (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
+    if hopper and DECODE_IN_CLUSTERS and parts <= MAX_CLUSTER:
+        plan.clustered = attention_decode_cluster.specialize(D=d, KEYS=keys, STAGES=stages, CLUSTER=parts,
+                                                             LSE=int(lse), **dt, target=target)
+        plan.grid = (tiles * parts, kv_heads, batch)
+    return plan
