@@ -79,6 +79,20 @@ def test_grouped_query_attention(d: int, causal: int, target: str, batch: int, k
     assert rel_err(o, attention_ref(q, k, v, causal=bool(causal), scale=scale)) < TOL
 
 
+def decoding_problem(seed: int, d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int, parts: int):
+    """q (B, H, Nq, D), k and v (B, H_kv, Nk, D) in bf16, a scale, and the split of the keys the decoding kernels
+    take with CONFIG[d]: (keys a warp and step, stages, parts, steps a part) for at most `parts` parts, none empty."""
+    from tkc.kernels.attention_decode import CONFIG
+
+    rng = np.random.default_rng(seed)
+    q = random_bf16(rng, batch, kv_heads * group, nq, d)
+    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
+    keys, stages, _ = CONFIG[d]
+    steps = -(-nk // (4 * keys))
+    per_part = -(-steps // parts)
+    return q, k, v, float(rng.uniform(0.05, 0.3)), (keys, stages, -(-steps // per_part), per_part)
+
+
 @pytest.mark.parametrize("d", [64, 128])
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
        nq=st.sampled_from([1, 1, 2, 3]), nk=st.integers(1, 700), parts=st.integers(1, 6),
@@ -89,19 +103,12 @@ def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int
     """A few queries (the GROUP query heads' Nq rows of a K/V head packed into one tile) over any number of keys,
     split into parts (the last one short, steps past Nk masked), then the parts weighed by their log-sum-exps:
     attention_decode and attention_decode_combine against float64, out and log-sum-exp."""
-    from tkc.kernels.attention_decode import CONFIG, attention_decode, attention_decode_combine
+    from tkc.kernels.attention_decode import attention_decode, attention_decode_combine
 
-    rng = np.random.default_rng(seed)
+    q, k, v, scale, (keys, stages, parts, per_part) = decoding_problem(seed, d, batch, kv_heads, group, nq, nk, parts)
     heads, rows = kv_heads * group, group * nq
-    q = random_bf16(rng, batch, heads, nq, d)
-    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
-    keys, stages, _ = CONFIG[d]
-    steps = -(-nk // (4 * keys))
-    per_part = -(-steps // parts)
-    parts = -(-steps // per_part)
     o_parts = poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32)
     l_parts = poisoned(parts * batch, kv_heads, rows, dtype=np.float32)
-    scale = float(rng.uniform(0.05, 0.3))
     attention_decode.interpret(q.reshape(batch, kv_heads, rows, d), k, v, o_parts, l_parts, scale, per_part,
                                grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys, STAGES=stages)
     flat = batch * heads * nq
@@ -122,18 +129,11 @@ def test_decode_attention_in_clusters(d: int, batch: int, kv_heads: int, group: 
     """attention_decode_cluster: a row tile's parts of the keys are the blocks of a cluster (1 to 8), which weigh
     each other's results out of their shared memory: out and log-sum-exp against float64 (up to 80 rows a K/V
     head: several row tiles, the last one short)."""
-    from tkc.kernels.attention_decode import CONFIG, attention_decode_cluster
+    from tkc.kernels.attention_decode import attention_decode_cluster
 
-    rng = np.random.default_rng(seed)
-    heads, rows = kv_heads * group, group * nq
-    q = random_bf16(rng, batch, heads, nq, d)
-    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
-    keys, stages, _ = CONFIG[d]
-    steps = -(-nk // (4 * keys))
-    per_part = -(-steps // parts)
-    parts = -(-steps // per_part)
+    q, k, v, scale, (keys, stages, parts, per_part) = decoding_problem(seed, d, batch, kv_heads, group, nq, nk, parts)
+    rows = group * nq
     out, l_out = poisoned(batch, kv_heads, rows, d), poisoned(batch, kv_heads, rows, dtype=np.float32)
-    scale = float(rng.uniform(0.05, 0.3))
     attention_decode_cluster.interpret(q.reshape(batch, kv_heads, rows, d), k, v, out, l_out, scale, per_part,
                                        grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys, STAGES=stages,
                                        CLUSTER=parts, LSE=lse, target="sm_90a")
