@@ -7,7 +7,7 @@ barrier's previous phase, parity ((k div S) & 1) ^ 1, which a fresh barrier repo
 thread 0 (its warp spins on the empty barrier), or the first thread of the producer warpgroup in a
 warp-specialized kernel. TMA stores (insert-tma-stores) go through a staging tile per warp. A tile's TMA boxes are its column panels (one per swizzle width,
 `backend/shared_layout.py`), each from a tensor map passed as a kernel parameter named
-`{tensor}_tmap_{rows}x{cols}_sw{swizzle}`, which the launcher and the simulator build from the tensor.
+`{tensor}_tmap_{rows}x{cols}_sw{swizzle}` (read back by `tma_ops.tensor_map_param`), which the launcher and the simulator build from the tensor.
 
 A ring shared by a cluster of C blocks (`!tile.stage_barriers<S, A, C>`, multicast loads): each block's producer
 copies rows [r·R/C, (r+1)·R/C) of a multicast tile (r its rank in the cluster) into the stage of every block
@@ -24,7 +24,6 @@ exited).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -39,19 +38,6 @@ from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.ir.types import element_bytes
 from tkc.passes.lower_to_ptx import Imm, KernelLowering, cluster_rank, handles
-
-_TMAP_PARAM = re.compile(r"^(?P<tensor>\w+?)_tmap(?P<stack>n?)_(?P<rows>\d+)x(?P<cols>\d+)_sw(?P<swizzle>\d+)$")
-
-
-def tensor_map_param(name: str) -> tuple[str, int, int, int, bool] | None:
-    """(tensor argument, box rows, box columns, swizzle bytes, stacked) of a tensor-map parameter's name, else
-    None. `{T}_tmap_..`: T as a matrix of rows; `{T}_tmapn_..`: a map of all of T's dimensions whose boxes are
-    one matrix (the last two dimensions) deep, so that they stop at each matrix's end."""
-    found = _TMAP_PARAM.match(name)
-    if found is None:
-        return None
-    return (found["tensor"], int(found["rows"]), int(found["cols"]), int(found["swizzle"]), found["stack"] == "n")
-
 
 class BarriersRef:
     def __init__(self, addr: SSAValue, type_: m.StageBarriersType):

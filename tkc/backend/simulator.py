@@ -43,7 +43,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tkc.backend import ptx
 from tkc.backend import wgmma as wg
-from tkc.backend.lower_tma import tensor_map_param
+from tkc.ir.tma_ops import tensor_map_param
 from tkc.errors import SourceLoc, TkcError, check_cluster_grid
 
 LANES = 32

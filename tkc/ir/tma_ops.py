@@ -17,6 +17,8 @@ The producer's ops are issued by one thread; the others by every thread of the b
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import IntAttr, IntegerAttr, IntegerType, i32
@@ -38,6 +40,20 @@ from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 from xdsl.utils.exceptions import VerifyException
 
 from tkc.ir.async_ops import RingType
+
+# A kernel's tensor-map parameters are named for what the launcher builds them from (lower_tma.py names them, the
+# launch and the simulator read the names; here so that a launch needs none of the lowering's modules)
+_TMAP_PARAM = re.compile(r"^(?P<tensor>\w+?)_tmap(?P<stack>n?)_(?P<rows>\d+)x(?P<cols>\d+)_sw(?P<swizzle>\d+)$")
+
+
+def tensor_map_param(name: str) -> tuple[str, int, int, int, bool] | None:
+    """(tensor argument, box rows, box columns, swizzle bytes, stacked) of a tensor-map parameter's name, else
+    None. `{T}_tmap_..`: T as a matrix of rows; `{T}_tmapn_..`: a map of all of T's dimensions whose boxes are
+    one matrix (the last two dimensions) deep, so that they stop at each matrix's end."""
+    found = _TMAP_PARAM.match(name)
+    if found is None:
+        return None
+    return (found["tensor"], int(found["rows"]), int(found["cols"]), int(found["swizzle"]), found["stack"] == "n")
 from tkc.ir.ops import MULTICAST
 from tkc.ir.types import GlobalType, SharedTileType
 

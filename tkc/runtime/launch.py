@@ -457,7 +457,7 @@ def _alignment(ptr: int, shape: Sequence[int], strides: Sequence[int], item: int
 
 def _tensor_map_params(kernel: Kernel, params: Sequence[tuple[str, str]]) -> tuple[tuple[int, str, int, int, int, bool], ...]:
     """What each tensor-map parameter of a compiled kernel (they come last) is built from."""
-    from tkc.backend.lower_tma import tensor_map_param
+    from tkc.ir.tma_ops import tensor_map_param  # (not the lowering's modules: a launch imports no compiler)
 
     index = {p.name: i for i, p in enumerate(kernel.runtime_params)}
     maps = []
