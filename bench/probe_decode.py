@@ -70,7 +70,7 @@ def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
     if plan.clustered is not None:
         unread = q.new_empty((1, 1, 1), dtype=torch.float32)
         kernels[f"attention_decode_cluster alone (clusters of {parts})"] = (
-            lambda: plan.clustered[plan.grid](q.view(q_rows), k, v, out.view(q_rows), unread, 0.1, steps))
+            lambda: plan.clustered(q.view(q_rows), k, v, out.view(q_rows), unread, 0.1, steps))
     return kernels
 
 

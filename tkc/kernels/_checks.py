@@ -80,6 +80,21 @@ def multiprocessors(device: int) -> int:
 MULTIPROCESSORS: dict[int, int] = {}  # device index → its multiprocessors
 
 
+def unread_lse(q: Any) -> Any:
+    """A 1-element f32 (1, 1, 1) tensor on q's device: the L argument of attention launches that do not ask for the
+    log-sum-exp (the kernels built without it never touch it); made once per device."""
+    device = q.get_device()
+    unread = UNREAD_LSE.get(device)
+    if unread is None:
+        import torch
+
+        unread = UNREAD_LSE[device] = q.new_empty((1, 1, 1), dtype=torch.float32)
+    return unread
+
+
+UNREAD_LSE: dict[int, Any] = {}  # device → unread_lse's tensor
+
+
 def shared_memory_limit(device: int) -> int:
     """The most shared memory a block may ask for on the GPU, in bytes (asked once per device): 227 KB on Hopper,
     163 KB on an A100, 99 KB on sm_86 / sm_89 cards (RTX 30x0 / 40x0)."""

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import (MULTIPROCESSORS, check_tensor, dtype_constant, fail, multiprocessors,
-                                 resident_blocks, shared_memory_limit, wants_grad, wgmma_path)
+from tkc.kernels._checks import (MULTIPROCESSORS, UNREAD_LSE, check_tensor, dtype_constant, fail, multiprocessors,
+                                 resident_blocks, shared_memory_limit, unread_lse, wants_grad, wgmma_path)
 from tkc.kernels.attention_decode import CONFIG as DECODE_CONFIG
 from tkc.kernels.attention_decode import CONFIG_SM80 as DECODE_CONFIG_SM80
 from tkc.kernels.attention_decode import HOPPER_ROWS, MAX_ROWS, attention_decode_launch, takes_decode
@@ -393,7 +393,7 @@ def group_constant(heads: int, kv_heads: int) -> dict[str, int]:
     return {"GROUP": heads // kv_heads} if kv_heads and heads != kv_heads else {}
 
 
-_NO_LSE: dict[int, torch.Tensor] = {}  # device → a 1-element L for launches that do not ask for the log-sum-exp
+_NO_LSE = UNREAD_LSE  # device → a 1-element L for launches that do not ask for the log-sum-exp (unread_lse)
 # (device, dtype, target, query heads a K/V head, configuration) → (the specialized attention_sm90, its query rows a
 # tile, tiles a block, its largest grid): what attention()'s common call launches
 _PLANS: dict[tuple[Any, ...], tuple[Any, int, int, int]] = {}
@@ -531,9 +531,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             _DECODING.add((device, target))  # the common call may now take it (its launches check the rest)
             return (out, lse) if return_lse else out
         if lse is None:
-            lse = _NO_LSE.get(device)
-            if lse is None:
-                lse = _NO_LSE[device] = q.new_empty((1, 1, 1), dtype=torch.float32)
+            lse = unread_lse(q)
         key = _config_key(d, nq, nk, bool(causal), batch * heads, multiprocessors(device))
         cfg = dict(key[2:])
         spec, most = launch_sm90(q, k, v, out, lse, scale, cfg, causal=causal, return_lse=return_lse)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import cached_plan, dtype_constant
+from tkc.kernels._checks import cached_plan, dtype_constant, unread_lse
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -212,17 +212,17 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     # (a decoding step's shapes repeat: its host work is what a short step waits for)
     plan = cached_plan(_PLANS, (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper), _plan)
     if plan.clustered is not None:
-        l_out = lse.view(plan.q_rows[:3]) if lse is not None else _no_lse(q)
+        l_out = lse.view(plan.q_rows[:3]) if lse is not None else unread_lse(q)
         args = (q.view(plan.q_rows), k, v, out.view(plan.q_rows), l_out, scale, plan.steps)
         if plan.together is None:  # asked once a shape, of the first (checked) call
             if common_only:
                 return False
-            plan.together = plan.grid[0] * plan.grid[1] * plan.grid[2] <= plan.clustered.resident_blocks(*args)
+            x, y, z = plan.clustered.grid
+            plan.together = x * y * z <= plan.clustered.spec.resident_blocks(*args)
         if plan.together:
-            launch = plan.clustered[plan.grid]
             if common_only:
-                return launch.common(*args)
-            launch(*args)
+                return plan.clustered.common(*args)
+            plan.clustered(*args)
             return True
     o_parts = q.new_empty(plan.parts_shape, dtype=torch.float32)
     l_parts = q.new_empty(plan.parts_shape[:3], dtype=torch.float32)
@@ -241,33 +241,19 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
 class _Plan:
     """attention_decode_launch's launches for one shape: the two kernels bound to their grids, the steps a part,
     q's shape as (B, H_kv, GROUP·Nq, D), the parts' output's shape (P·B, H_kv, GROUP·Nq, D) and as the combine reads
-    it (P, B·H·Nq, D); on Hopper with at most MAX_CLUSTER parts, attention_decode_cluster and its grid, taken where
-    the GPU holds all its clusters at once (`together`, asked on the first call: a cluster's blocks share a GPC,
-    so fewer may fit than blocks; a second wave would double the time)."""
+    it (P, B·H·Nq, D); on Hopper with at most MAX_CLUSTER parts, attention_decode_cluster bound to its grid, taken
+    where the GPU holds all its clusters at once (`together`, asked on the first call: a cluster's blocks share a
+    GPC, so fewer may fit than blocks; a second wave would double the time)."""
 
     def __init__(self, decode: Any, combine: Any, steps: int, q_rows: tuple[int, int, int, int],
                  parts_shape: tuple[int, int, int, int], flat_parts: tuple[int, int, int]):
         self.decode, self.combine, self.steps = decode, combine, steps
         self.q_rows, self.parts_shape, self.flat_parts = q_rows, parts_shape, flat_parts
         self.clustered: Any = None
-        self.grid = (1, 1, 1)
         self.together: bool | None = None
 
 
 _PLANS: dict[tuple[Any, ...], _Plan] = {}  # attention_decode_launch's plans by shapes, dtype, target, ...
-_NO_LSE: dict[int, torch.Tensor] = {}  # per device: the L argument of attention_decode_cluster without LSE (unread)
-
-
-def _no_lse(q: torch.Tensor) -> torch.Tensor:
-    import torch
-
-    device = q.get_device()
-    unread = _NO_LSE.get(device)
-    if unread is None:
-        unread = _NO_LSE[device] = q.new_empty((1, 1, 1), dtype=torch.float32)
-    return unread
-
-
 def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: bool, target: str | None, sms: int,
           hopper: bool) -> _Plan:
     batch, heads, nq, d = q_shape
@@ -285,6 +271,6 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
                  (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
     if hopper and DECODE_IN_CLUSTERS and parts <= MAX_CLUSTER:
         plan.clustered = attention_decode_cluster.specialize(D=d, KEYS=keys, STAGES=stages, CLUSTER=parts,
-                                                             LSE=int(lse), **dt, target=target)
-        plan.grid = (tiles * parts, kv_heads, batch)
+                                                             LSE=int(lse), **dt, target=target)[(tiles * parts,
+                                                                                                 kv_heads, batch)]
     return plan
