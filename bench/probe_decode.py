@@ -19,7 +19,7 @@ from tkc.kernels import attention  # noqa: E402
 attention_module = importlib.import_module("tkc.kernels.attention")  # the module (tkc.kernels.attention is the function)
 decode_module = importlib.import_module("tkc.kernels.attention_decode")
 
-SHAPES = ["1,32,8,1,4096", "1,32,8,1,32768", "8,32,8,1,8192", "64,32,8,1,2048", "1,32,32,1,8192", "16,32,8,4,4096",
+SHAPES = ["1,32,8,1,4096", "1,32,8,1,8192", "1,32,8,1,16384", "1,32,8,1,32768", "8,32,8,1,8192", "64,32,8,1,2048", "1,32,32,1,8192", "16,32,8,4,4096",
           "1,64,8,1,131072"]
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION,
             "mem-efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -50,7 +50,19 @@ def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: boo
         finally:
             for name, value in saved.items():
                 setattr(decode_module, name, value)
+    run.plans = decode_plans  # type: ignore[attr-defined]
     return run
+
+
+def decoding_path(run) -> str:
+    """How a tkc_attention's decoding plan launched: one launch in clusters (all of them held at once), or two."""
+    for plan in run.plans.values():
+        if plan.clustered is not None and plan.together:
+            return f"one launch, clusters of {plan.clustered.spec.constants['CLUSTER']}"
+        parts = plan.flat_parts[0]
+        held = "" if plan.clustered is None else ", its clusters not all held at once"
+        return f"two launches, {parts} parts{held}"
+    return "no decoding plan"
 
 
 def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
@@ -69,7 +81,9 @@ def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
                                                                  l_parts.view(-1))}
     if plan.clustered is not None:
         unread = q.new_empty((1, 1, 1), dtype=torch.float32)
-        kernels[f"attention_decode_cluster alone (clusters of {parts})"] = (
+        x, y, z = plan.clustered.grid
+        held = plan.clustered.spec.resident_blocks(q.view(q_rows), k, v, out.view(q_rows), unread, 0.1, steps)
+        kernels[f"attention_decode_cluster alone (clusters of {parts}; {x * y * z} blocks, the GPU holds {held})"] = (
             lambda: plan.clustered(q.view(q_rows), k, v, out.view(q_rows), unread, 0.1, steps))
     return kernels
 
@@ -114,7 +128,8 @@ def main() -> None:
             nbytes = 2 * k.numel() * k.element_size()
             best = min((name for name in impls if name in BACKENDS), key=lambda name: times[name], default=None)
             print(f"B={b} H={h} H_kv={h_kv} Nq={nq} Nk={nk} D={d}: K+V {nbytes / 1e6:.1f} MB; GB/s event-timed "
-                  f"(graph); ratio to {best} event (graph)", flush=True)
+                  f"(graph); ratio to {best} event (graph); tkc decode: {decoding_path(impls['tkc decode'])}",
+                  flush=True)
             for name in impls:
                 rate, graph_rate = nbytes / times[name] / 1e6, nbytes / graphs[name] / 1e6
                 ratio = (f"{times[best] / times[name]:5.2f} ({graphs[best] / graphs[name]:5.2f})" if best else "")

@@ -121,12 +121,12 @@ def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int
 
 @pytest.mark.parametrize("d", [64, 128])
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
-       nq=st.sampled_from([1, 1, 2, 5]), nk=st.integers(1, 700), parts=st.integers(1, 8), lse=st.sampled_from([0, 1]),
+       nq=st.sampled_from([1, 1, 2, 5]), nk=st.integers(1, 700), parts=st.integers(1, 16), lse=st.sampled_from([0, 1]),
        seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)
 def test_decode_attention_in_clusters(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int, parts: int,
                                       lse: int, seed: int) -> None:
-    """attention_decode_cluster: a row tile's parts of the keys are the blocks of a cluster (1 to 8), which weigh
+    """attention_decode_cluster: a row tile's parts of the keys are the blocks of a cluster (1 to 16), which weigh
     each other's results out of their shared memory: out and log-sum-exp against float64 (up to 80 rows a K/V
     head: several row tiles, the last one short)."""
     from tkc.kernels.attention_decode import attention_decode_cluster

@@ -46,6 +46,40 @@ def test_shared_memory_beyond_the_gpu_is_one_clear_error(monkeypatch, limit: int
         driver.load_ptx("// ptx", "k", 128, 131072)
 
 
+
+@pytest.mark.parametrize("cluster", [1, 8, 16])
+def test_clusters_above_eight_blocks_opt_in(monkeypatch, cluster: int) -> None:
+    """A kernel launched in clusters of more than 8 blocks (the portable size) is loaded with the driver's
+    NON_PORTABLE_CLUSTER_SIZE_ALLOWED; where the GPU cannot place such a cluster (the occupancy query fails or
+    answers 0) it holds no blocks of it: resident_blocks 0, so that a launch plan takes another path (stand-in
+    driver)."""
+    import types
+
+    from tkc.runtime import driver
+
+    enum = types.SimpleNamespace
+    attributes: list[tuple[int, int]] = []
+    answers = iter([(0, 7), (0, 0), (1, 0)])  # 7 clusters; none; CUDA_ERROR_INVALID_VALUE
+    cu = enum(CUjit_option=enum(CU_JIT_ERROR_LOG_BUFFER=0, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES=1,
+                                CU_JIT_INFO_LOG_BUFFER=2, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES=3),
+              CUresult=enum(CUDA_SUCCESS=0),
+              CUfunction_attribute=enum(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
+                                        CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=14),
+              CUlaunchAttributeID=enum(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION=4),
+              CUlaunchAttribute=lambda: enum(id=None, value=enum(clusterDim=enum(x=0, y=0, z=0))),
+              CUlaunchConfig=lambda: enum(), cuOccupancyMaxActiveClusters=lambda function, config: next(answers),
+              cuModuleLoadDataEx=lambda *args: (0, "module"), cuModuleGetFunction=lambda module, name: (0, "function"),
+              cuFuncSetAttribute=lambda function, attribute, value: attributes.append((attribute, value)) or (0,),
+              cuGetErrorName=lambda err: (0, b"CUDA_ERROR_INVALID_VALUE"))
+    monkeypatch.setattr(driver, "driver", lambda: cu)
+    loaded = driver.load_ptx("// ptx", "k", 128, 1024, cluster=cluster)
+    assert attributes == ([(14, 1)] if cluster > 8 else [])
+    if cluster == 1:
+        return
+    held = [driver.resident_blocks(loaded, 132) for _ in range(3)] if cluster > 8 else [
+        driver.resident_blocks(loaded, 132)]
+    assert held == ([7 * 16, 0, 0] if cluster > 8 else [7 * 8])
+
 def test_kernel_entry_points_refuse_cpu_tensors() -> None:
     torch = pytest.importorskip("torch")
     from tkc.kernels import attention, attention_backward, gemm, layernorm

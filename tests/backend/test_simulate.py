@@ -1044,12 +1044,13 @@ def test_decode_attention_simulated(d: int, target: str, nk: int, f16: int) -> N
     assert np.abs(sim[3].reshape(ref_lse.shape) - ref_lse).max() < 1e-4
 
 
-@pytest.mark.parametrize("d, nk, parts, rows", [(128, 300, 3, 12), (64, 4000, 8, 20), (256, 100, 1, 3)])
+@pytest.mark.parametrize("d, nk, parts, rows", [(128, 300, 3, 12), (64, 4000, 8, 20), (64, 4000, 16, 5),
+                                                  (256, 100, 1, 3)])
 def test_decode_attention_in_clusters_simulated(d: int, nk: int, parts: int, rows: int) -> None:
     """attention_decode_cluster (Hopper's one-launch decoding): each block its part of the keys, then after a cluster
     barrier the first block of each cluster weighs the parts out of the others' shared memory (mapa +
     ld.shared::cluster); the blocks simulated together, in shuffled order: agrees with the interpreter and with
-    float64, out and log-sum-exp (rows 20: two row tiles, two clusters a K/V head; parts 1: no cluster)."""
+    float64, out and log-sum-exp (rows 20: two row tiles, two clusters a K/V head; parts 16: a non-portable cluster; parts 1: no cluster)."""
     from tkc.kernels.attention_decode import CONFIG, attention_decode_cluster
 
     rng = np.random.default_rng(d + nk)

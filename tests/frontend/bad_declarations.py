@@ -168,7 +168,7 @@ def bad_stagger():
 
 
 def bad_cluster():
-    @tkc.kernel(cluster=9)  # ERROR
+    @tkc.kernel(cluster=17)  # ERROR
     def k(A: gl[bf16, 2]):
         pass
 

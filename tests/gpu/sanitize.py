@@ -64,7 +64,7 @@ def grouped_query_attention() -> None:
 def decode_attention() -> None:
     """A query a head, 4 heads a K/V head, 3000 keys split into parts of several key steps against 3 stages (the
     sm_80 build and this GPU's: on Hopper a K/V head's 6 parts a cluster, reading each other's shared memory, then
-    the two kernels), the last step past the keys' end."""
+    the two kernels), the last step past the keys' end; then 16 parts a K/V head (clusters of 16 on Hopper)."""
     attention_module = importlib.import_module("tkc.kernels.attention")  # (tkc.kernels.attention: the function)
     decode_module = importlib.import_module("tkc.kernels.attention_decode")
     attention_module.DECODE_ON_HOPPER = True
@@ -74,6 +74,10 @@ def decode_attention() -> None:
         decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = in_clusters, {}
         attention(q, k, v, target=target, return_lse=True)
         attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous(), target=target)
+    # B = 1 over 16384 keys: 16 parts a row tile, on Hopper clusters of 16 blocks where the GPU holds them all
+    decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = True, {}
+    k, v = (torch.randn(1, 8, 16384, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    attention(torch.randn(1, 8, 1, 128, device="cuda", dtype=torch.bfloat16), k, v, return_lse=True)
     attention_module.DECODE_ON_HOPPER, decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = False, True, {}
 
 

@@ -557,10 +557,11 @@ def test_grouped_query_attention(b: int, h: int, h_kv: int, n: int, d: int, caus
 
 
 # (B, H, H_kv, Nq, Nk, D): one query (decoding) with groups of 1, 4, 8 and 32 query heads a K/V head, a few queries
-# (speculative decoding: 4 × 8 and 8 × 8 rows a K/V head), lengths no step divides, B·H_kv above the SM count
+# (speculative decoding: 4 × 8 and 8 × 8 rows a K/V head), lengths no step divides, B·H_kv above the SM count;
+# 8 parts a row tile at B = 1, Nk = 4096 and 16 at 16384 (clusters of 8 and 16 blocks where the GPU holds them all)
 DECODE_SHAPES = [(1, 32, 8, 1, 4096, 128), (4, 32, 32, 1, 1000, 128), (1, 32, 1, 1, 8191, 64),
                  (2, 64, 8, 4, 3000, 128), (3, 16, 2, 8, 77, 64), (1, 8, 8, 1, 1, 128), (200, 8, 1, 1, 257, 64),
-                 (1, 28, 4, 1, 32768, 128)]
+                 (1, 28, 4, 1, 32768, 128), (1, 32, 8, 1, 16384, 128)]
 
 
 @pytest.mark.parametrize("in_clusters", [True, False])

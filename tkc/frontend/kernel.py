@@ -21,7 +21,8 @@ from tkc.targets import DEFAULT_TARGET, TARGETS, Target, get_target
 _BoundLaunch: Any = None  # tkc.runtime.launch.BoundLaunch, imported on the first launch (compiling never needs it)
 
 REQUIRED = inspect.Parameter.empty
-MAX_CLUSTER = 8  # blocks in a cluster (`cluster=`): the most every sm_90 GPU launches (the portable size)
+MAX_CLUSTER = 16  # blocks in a cluster (`cluster=`): up to 8 every sm_90 GPU launches (the portable size); 9 to 16
+# only where the GPU places them (the runtime opts in: NON_PORTABLE_CLUSTER_SIZE_ALLOWED; cuOccupancyMaxActiveClusters)
 
 
 class SourceFunction:
@@ -485,8 +486,9 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     blocks may start while the kernel before it in the stream finishes, each waiting at its entry for that kernel's
     results: a short memory-bound kernel loses no launch gap to the one before it, though its waiting blocks may
     slow that one: bench/probe_dependent_launch.py); TKC_DEPENDENT_LAUNCH=1 or 0 turns it on or off for every kernel.
-    `cluster=N` (sm_90a, 1 to 8) launches the blocks in clusters of N, consecutive in x (the grid's x a multiple of
-    N; `cluster_rank()` is a block's place in its cluster): a global → shared load marked `multicast=True`, which
+    `cluster=N` (sm_90a, 1 to 16; above 8 only where the GPU places such clusters: `resident_blocks` says how many)
+    launches the blocks in clusters of N, consecutive in x (the grid's x a multiple of N; `cluster_rank()` is a
+    block's place in its cluster): a global → shared load marked `multicast=True`, which
     every block of a cluster makes alike, is then copied once for the cluster by TMA, each block fetching 1/N of it
     for all (`insert-tma-pipeline`).
     """

@@ -3,7 +3,7 @@ that read one K/V head (with grouped-query attention, all its query heads' rows 
 keys are cut into parts, a block each; each part's softmax·V, normalized, and its log-sum-exp go to f32 buffers,
 and a second kernel weighs the parts by their log-sum-exps. One block per (head, query tile) would leave most of
 the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile empty. On Hopper, where a tile's
-parts are few enough for a cluster (up to 8), they are one: the parts meet in distributed shared memory and one
+parts are few enough for a cluster (up to 16), they are one: the parts meet in distributed shared memory and one
 launch does both (attention_decode_cluster)."""
 
 from __future__ import annotations
@@ -179,7 +179,8 @@ MIN_STEPS = 4           # key steps a part at least: each part's pipeline has st
 # On Hopper, up to MAX_CLUSTER parts a row tile run as one cluster (attention_decode_cluster): one launch, no f32
 # buffers, no combine kernel
 DECODE_IN_CLUSTERS = True
-MAX_CLUSTER = 8         # blocks a cluster: the most every sm_90 GPU launches
+MAX_CLUSTER = 16        # blocks a cluster: above 8 (B = 1 from 8192 keys at D = 128: 16 parts) a size that not every
+# sm_90 GPU places (a GPC of 16 free multiprocessors a cluster): `together` asks
 
 
 def decode_parts(units: int, steps: int, slots: int) -> tuple[int, int]:

@@ -127,6 +127,9 @@ class LoadedKernel:
     name: str = ""
 
 
+PORTABLE_CLUSTER = 8  # blocks a cluster that every sm_90 GPU launches; more need the kernel's opt-in
+
+
 def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int, dependent_launch: bool = False,
              cluster: int = 1) -> LoadedKernel:
     """Load PTX with the driver's JIT as one whole program (`cuModuleLoadDataEx`; the driver keeps the machine code
@@ -157,6 +160,9 @@ def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int, dependent_lau
                                       f"{limit} (its constants ask for more than the card has: smaller tiles or fewer "
                                       "pipeline stages)")
             check(err, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+    if cluster > PORTABLE_CLUSTER:  # 9-16 blocks: an H100 / H200 places them in a GPC of 16 free multiprocessors
+        check(cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                    1), "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
     return LoadedKernel(module, function, threads, shared_bytes, dependent_launch, cluster=cluster, name=name)
 
 
@@ -209,13 +215,16 @@ def blocks_per_multiprocessor(kernel: LoadedKernel) -> int:
 def resident_blocks(kernel: LoadedKernel, multiprocessors: int) -> int:
     """How many blocks of the kernel the GPU holds at once: multiprocessors × blocks per multiprocessor, or for a
     kernel of clusters, the clusters the GPU places at once × their blocks (a cluster's blocks share one GPC, so
-    some multiprocessors may stay idle)."""
+    some multiprocessors may stay idle; clusters of more than 8 blocks: 0 where the GPU places none)."""
     if kernel.cluster == 1:
         return multiprocessors * max(1, blocks_per_multiprocessor(kernel))
     cu = driver()
     config = _launch_config(cu, kernel, dependent=False)
     config.gridDimX, config.gridDimY, config.gridDimZ = kernel.cluster, 1, 1
-    clusters = check(cu.cuOccupancyMaxActiveClusters(kernel.function, config), "cuOccupancyMaxActiveClusters")
+    err, clusters = cu.cuOccupancyMaxActiveClusters(kernel.function, config)
+    if kernel.cluster > PORTABLE_CLUSTER:  # a GPU that cannot place one (or refuses the size) holds none
+        return 0 if err else clusters * kernel.cluster
+    check((err, clusters), "cuOccupancyMaxActiveClusters")
     return max(1, clusters) * kernel.cluster
 
 
