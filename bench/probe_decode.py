@@ -3,9 +3,10 @@ over the GPU, then the parts weighed: in one launch where a head's parts make a 
 "two launches": attention_decode and attention_decode_combine) and by attention_sm90 (DECODE_ON_HOPPER off: a block per head), beside SDPA's
 backends (enable_gqa). GB/s of K and V read (what bounds decoding) and the ratio to the best SDPA backend;
 event-timed (host work included) and from a CUDA graph (the GPU's time alone), outputs checked first.
-    python bench/probe_decode.py [--shapes B,H,H_kv,Nq,Nk ...] [--dims 128] [--rounds 5] [--variants] [--kernels]"""
+    python bench/probe_decode.py [--shapes B,H,H_kv,Nq,Nk ...] [--dims 128] [--rounds 5] [--variants [REGEX]] [--kernels]"""
 import argparse
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -32,7 +33,9 @@ VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 
             "2 blocks an SM": {"CONFIG": {64: (64, 2, 2), 128: (32, 2, 2)}},
             "4 blocks an SM": {"CONFIG": {64: (64, 2, 4), 128: (32, 2, 4)}},
             "64-key steps, 2 stages": {"CONFIG": {64: (32, 2, 2), 128: (16, 2, 2)}},
-            "64-key steps, 3 stages": {"CONFIG": {64: (32, 3, 1), 128: (16, 3, 1)}}}
+            "64-key steps, 3 stages": {"CONFIG": {64: (32, 3, 1), 128: (16, 3, 1)}},
+            # fewer, larger parts where a wave's do not make clusters the GPU holds (B = 1, 16 parts: GPCs of < 16 SMs)
+            "at most 12 parts, clusters": {"CLUSTER_PARTS": 12}, "at most 8 parts, clusters": {"CLUSTER_PARTS": 8}}
 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):
@@ -100,7 +103,8 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=SHAPES)
     parser.add_argument("--dims", type=int, nargs="+", default=[128])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--variants", action="store_true", help="attention_decode's other settings too")
+    parser.add_argument("--variants", nargs="?", const="", default=None, metavar="REGEX",
+                        help="attention_decode's other settings too (those whose names REGEX finds)")
     parser.add_argument("--kernels", action="store_true", help="attention_decode and its combine alone too (graph)")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -114,7 +118,9 @@ def main() -> None:
                      # the parts not in clusters (two launches: attention_decode, attention_decode_combine)
                      "tkc decode, two launches": tkc_attention(q, k, v, True, {"DECODE_IN_CLUSTERS": False}),
                      "tkc sm90": tkc_attention(q, k, v, False)}
-            for name, settings in VARIANTS.items() if args.variants else ():
+            for name, settings in VARIANTS.items() if args.variants is not None else ():
+                if not re.search(args.variants, name):
+                    continue
                 impls[f"decode, {name}"] = tkc_attention(q, k, v, True, settings)
             for name, backend in BACKENDS.items():
                 try:

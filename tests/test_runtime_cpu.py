@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import pytest
@@ -676,6 +677,18 @@ def test_decode_attention_launches(monkeypatch) -> None:
     attention(cuda(2, 8, 2, 128)[:, :, :1], k, v, target="sm_90a")  # every other row: not contiguous
     assert [launch[0].kernel for launch in launches[4:]] == ["attention_sm90", "attention_decode_cluster",
                                                               "attention_sm90"]
+    del launches[4:]
+    # B = 1, 8 K/V heads, 8192 keys: 64 steps in 16 parts, clusters of 16 (a GPU holding 132 blocks: all 8); with
+    # CLUSTER_PARTS = 12, 11 parts of 6 steps
+    decode_module = importlib.import_module("tkc.kernels.attention_decode")
+    q1, k1 = cuda(1, 32, 1, 128), cuda(1, 8, 8192, 128)
+    attention(q1, k1, k1, target="sm_90a")
+    monkeypatch.setattr(decode_module, "CLUSTER_PARTS", 12)
+    monkeypatch.setattr(decode_module, "_PLANS", {})
+    attention(q1, k1, k1, target="sm_90a")
+    assert [(launch[0].kernel, launch[1], launch[0].cluster) for launch in launches[4:]] == [
+        ("attention_decode_cluster", (16, 8, 1), 16), ("attention_decode_cluster", (11, 8, 1), 11)]
+    monkeypatch.setattr(decode_module, "CLUSTER_PARTS", 0)
     del launches[4:]
     # more parts than a cluster holds (one K/V head, 313 steps: 63 parts of 5), or clusters the GPU does not hold all at
     # once: the two kernels

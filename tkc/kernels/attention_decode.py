@@ -181,6 +181,8 @@ MIN_STEPS = 4           # key steps a part at least: each part's pipeline has st
 DECODE_IN_CLUSTERS = True
 MAX_CLUSTER = 16        # blocks a cluster: above 8 (B = 1 from 8192 keys at D = 128: 16 parts) a size that not every
 # sm_90 GPU places (a GPC of 16 free multiprocessors a cluster): `together` asks
+CLUSTER_PARTS = 0       # on Hopper, at most this many parts a row tile (fewer, larger parts that a cluster takes where
+# a wave's would not fit one; 0: a wave's, as decode_parts splits; bench/probe_decode.py --variants)
 
 
 def decode_parts(units: int, steps: int, slots: int) -> tuple[int, int]:
@@ -263,7 +265,10 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
     keys, stages, blocks_per_sm = (CONFIG if hopper else CONFIG_SM80)[d]
     tiles = ceil_div(rows, 16)
     units = batch * kv_heads * tiles
-    parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), blocks_per_sm * sms)
+    slots = blocks_per_sm * sms
+    if hopper and DECODE_IN_CLUSTERS and CLUSTER_PARTS:
+        slots = min(slots, units * CLUSTER_PARTS)
+    parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), slots)
     dt = dtype_constant(dtype)
     decode = attention_decode.specialize(D=d, KEYS=keys, STAGES=stages, **dt, target=target)
     combine = attention_decode_combine.specialize(LSE=int(lse), **dt, target=target)
