@@ -93,6 +93,8 @@ VARIANTS = {
     "attention_decode_cluster": [{"D": 64, "KEYS": 64, "STAGES": 2, "CLUSTER": 8, "LSE": 1},
                                  {"D": 128, "KEYS": 32, "STAGES": 2, "CLUSTER": 4},
                                  {"D": 128, "KEYS": 32, "STAGES": 2, "CLUSTER": 16, "LSE": 1},
+                                 {"D": 128, "KEYS": 32, "STAGES": 2, "CLUSTER": 16, "SPREAD": 1},
+                                 {"D": 256, "KEYS": 16, "STAGES": 2, "CLUSTER": 3, "LSE": 1, "SPREAD": 1},
                                  {"D": 256, "KEYS": 16, "STAGES": 2, "CLUSTER": 1, "LSE": 1}],
     "attention_bwd_dq": [{"D": 32, "CAUSAL": 0, "KEYS": 64}, {"D": 96, "CAUSAL": 1, "KEYS": 32},
                          {"D": 64, "CAUSAL": 0, "KEYS": 64}, {"D": 64, "CAUSAL": 1, "KEYS": 64},

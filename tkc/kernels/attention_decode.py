@@ -88,20 +88,40 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
 @tkc.kernel(warps=4, stages="STAGES", cluster="CLUSTER", min_target="sm_90a")
 def attention_decode_cluster(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3],
                              scale: float, steps: int, D: const = 128, KEYS: const = 32, STAGES: const = 2,
-                             CLUSTER: const = 2, LSE: const = 0, DT: const = bf16):
+                             CLUSTER: const = 2, LSE: const = 0, SPREAD: const = 0, DT: const = bf16):
     """attention_decode and attention_decode_combine in one launch, with no buffers in global memory: the CLUSTER
     parts of a row tile's keys are the blocks of a cluster, each leaving its part's output and log-sum-exp in its
     shared memory; after a cluster barrier the cluster's first block reads them out of the others' (distributed
     shared memory), weighs them, and stores O (B, H_kv, R, D) (and with LSE the log-sum-exp L (B, H_kv, R)).
     Q, K, V as attention_decode's. Grid: (T·CLUSTER, H_kv, B): block (t·CLUSTER + p, h, b) takes query rows
-    16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1. CLUSTER = 1: one block a row tile, no split."""
+    16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1. CLUSTER = 1: one block a row tile, no split.
+    SPREAD=1: the weighing spread over the cluster, each warp of its blocks one 16-column tile of O (D / 16 of them),
+    reading those columns of every part: fewer reads one after another in a warp where the parts are many."""
     t, h, b = block_idx()[0] // CLUSTER, block_idx()[1], block_idx()[2]
     o, lse = decode_part(Q, K, V, b, h, t, cluster_rank(), steps, scale, D, KEYS, DT)
     # cluster loads read register tiles: the log-sum-exps as 16×16 tiles, a row's value in all of its row
     outs = store(empty(st[f32, 16, D]), o, (0, warp_id()), conflicts=2)  # once a block
     lses = store(empty(st[f32, 64, 16]), add_row(zeros(rt[f32, 16, 16]), lse), (warp_id(), 0), conflicts=2)
     cluster_sync()
-    if cluster_rank() == 0:
+    if SPREAD:
+        cols = cluster_rank() * 4 + warp_id()                # this warp's 16 columns of O, if any
+        for col in range(cols, D // 16, 4 * CLUSTER):
+            parts = ()
+            for rank in range(CLUSTER):
+                parts = parts + (row_max(load(lses, (0, 0), rt[f32, 16, 16], rank=rank, conflicts=2)),)
+            top = parts[0]
+            for rank in range(1, CLUSTER):
+                top = max(top, parts[rank])
+            total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, 16])
+            for rank in range(CLUSTER):
+                weight = exp(parts[rank] - top)
+                total = total + weight
+                acc = acc + mul_row(load(outs, (0, col), rt[f32, 16, 16], rank=rank, conflicts=2), weight)
+            store(O, div_row(acc, total).to(DT), (b, h, t, col))
+            if LSE:
+                if col == 0:
+                    store(L, top + log(total), (b, h, t))
+    elif cluster_rank() == 0:
         parts = ()
         for rank in range(CLUSTER):
             parts = parts + (row_max(load(lses, (0, 0), rt[f32, 16, 16], rank=rank, conflicts=2)),)
@@ -181,6 +201,8 @@ MIN_STEPS = 4           # key steps a part at least: each part's pipeline has st
 DECODE_IN_CLUSTERS = True
 MAX_CLUSTER = 16        # blocks a cluster: above 8 (B = 1 from 8192 keys at D = 128: 16 parts) a size that not every
 # sm_90 GPU places (a GPC of 16 free multiprocessors a cluster): `together` asks
+SPREAD = 0              # attention_decode_cluster's SPREAD: the parts weighed by every warp of the cluster, 16 columns
+# each (1), or by the first block's four warps (0)
 CLUSTER_PARTS = 0       # on Hopper, at most this many parts a row tile (fewer, larger parts that a cluster takes where
 # a wave's would not fit one; 0: a wave's, as decode_parts splits; bench/probe_decode.py --variants)
 
@@ -277,6 +299,7 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
                  (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
     if hopper and DECODE_IN_CLUSTERS and parts <= MAX_CLUSTER:
         plan.clustered = attention_decode_cluster.specialize(D=d, KEYS=keys, STAGES=stages, CLUSTER=parts,
-                                                             LSE=int(lse), **dt, target=target)[(tiles * parts,
+                                                             LSE=int(lse), SPREAD=SPREAD, **dt,
+                                                             target=target)[(tiles * parts,
                                                                                                  kv_heads, batch)]
     return plan
