@@ -36,6 +36,7 @@ VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 
             "64-key steps, 3 stages": {"CONFIG": {64: (32, 3, 1), 128: (16, 3, 1)}},
             # fewer, larger parts where a wave's do not make clusters the GPU holds (B = 1, 16 parts: GPCs of < 16 SMs)
             "at most 12 parts, clusters": {"CLUSTER_PARTS": 12}, "at most 8 parts, clusters": {"CLUSTER_PARTS": 8},
+            "at most 3 parts, clusters": {"CLUSTER_PARTS": 3},  # B = 4, 4 parts: clusters of 4 not all held
             "clusters, spread weighing": {"SPREAD": 1}}
 
 
