@@ -65,6 +65,9 @@ def decoding_path(run) -> str:
         if plan.clustered is not None and plan.together:
             return f"one launch, clusters of {plan.clustered.spec.constants['CLUSTER']}"
         parts = plan.flat_parts[0]
+        if plan.fewer is not None:
+            return (f"one launch in clusters of {plan.fewer[0].spec.constants['CLUSTER']} (a wave's {parts} parts' "
+                    "clusters not all held; from a graph: two launches)")
         held = "" if plan.clustered is None else ", its clusters not all held at once"
         return f"two launches, {parts} parts{held}"
     return "no decoding plan"

@@ -434,8 +434,11 @@ def test_gemm_split_along_k_launches_one_cluster_kernel(monkeypatch) -> None:
 
 def _fake_gpu_for_attention(monkeypatch):
     """_fake_gpu for attention(): a GPU of 132 multiprocessors (227 KB of shared memory a block) that holds one block
-    of each on each, no plans made yet; (the module tkc.kernels.attention, tensor maker, recorded launches)."""
+    of each on each, no plans made yet, no CUDA graph being captured; (the module tkc.kernels.attention, tensor maker,
+    recorded launches)."""
     import importlib
+
+    import torch
 
     from tkc.kernels import _checks
     from tkc.runtime import launch
@@ -443,7 +446,9 @@ def _fake_gpu_for_attention(monkeypatch):
     attention_module = importlib.import_module("tkc.kernels.attention")
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: sms)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(attention_module, "_PLANS", {})
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.attention_decode"), "_PLANS", {})
     monkeypatch.setitem(attention_module.MULTIPROCESSORS, 0, 132)
     monkeypatch.setitem(_checks.SHARED_MEMORY_LIMITS, 0, 232448)
     return attention_module, cuda, launches
@@ -690,13 +695,21 @@ def test_decode_attention_launches(monkeypatch) -> None:
         ("attention_decode_cluster", (16, 8, 1), 16), ("attention_decode_cluster", (11, 8, 1), 11)]
     monkeypatch.setattr(decode_module, "CLUSTER_PARTS", 0)
     del launches[4:]
-    # more parts than a cluster holds (one K/V head, 313 steps: 63 parts of 5), or clusters the GPU does not hold all at
-    # once: the two kernels
+    # more parts than a cluster holds (one K/V head, 313 steps: 63 parts of 5): the two kernels; clusters the GPU
+    # does not hold all at once (24 blocks in clusters of 4, 20 held): fewer parts, 3 of 6 steps in 18 blocks, in
+    # clusters of 3, but in a CUDA graph capture the two kernels
     attention(cuda(1, 8, 1, 128), cuda(1, 1, 40000, 128), cuda(1, 1, 40000, 128), target="sm_90a")
     monkeypatch.setattr(launch_module, "resident_blocks_on", lambda loaded, sms: 20 if loaded.cluster > 1 else sms)
-    attention(cuda(3, 8, 1, 128), cuda(3, 2, 2000, 128), cuda(3, 2, 2000, 128), target="sm_90a")
-    assert [launch[0].kernel for launch in launches[4:]] == ["attention_decode", "attention_decode_combine"] * 2
-    assert launches[4][1] == (63, 1, 1) and launches[6][1] == (4, 2, 3)  # 24 blocks in clusters of 4: 20 fit
+    q3, k3 = cuda(3, 8, 1, 128), cuda(3, 2, 2000, 128)
+    attention(q3, k3, k3, target="sm_90a")
+    attention(q3, k3, k3, target="sm_90a")  # the common call
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    attention(q3, k3, k3, target="sm_90a")
+    assert [(launch[0].kernel, launch[1], launch[0].cluster) for launch in launches[4:]] == [
+        ("attention_decode", (63, 1, 1), 1), ("attention_decode_combine", (1, 4, 1), 1),
+        ("attention_decode_cluster", (3, 2, 3), 3), ("attention_decode_cluster", (3, 2, 3), 3),
+        ("attention_decode", (4, 2, 3), 1), ("attention_decode_combine", (2, 4, 1), 1)]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     with pytest.raises(ValueError, match="multiples of 64"):
         attention(q, k, v, target="sm_80", causal=True)
 

@@ -592,6 +592,33 @@ def test_decode_attention(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, t
     assert rel_err(attention(q, k, v, target=target), default_scale) < 1e-2  # the common call, 1/√D
 
 
+@pytest.mark.parametrize("b, nk", [(1, 16384), (4, 4096), (1, 4096)])
+def test_decode_attention_in_a_cuda_graph(b: int, nk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoding steps called eagerly and then captured in a CUDA graph and replayed on new inputs: on Hopper an eager
+    call may take fewer, larger parts in clusters (one launch) where a wave's clusters are not all held, a captured
+    one the wave's split (FEWER_PARTS); both right against float32, the graph on every replay."""
+    attention_module = importlib.import_module("tkc.kernels.attention")
+    monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
+    q, k, v = randn(b, 32, 1, 128), randn(b, 8, nk, 128), randn(b, 8, nk, 128)
+
+    def ref() -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+
+    for _ in range(2):  # the checked call, then the common call
+        assert rel_err(attention(q, k, v), ref()) < 1e-2
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = attention(q, k, v)
+    for _ in range(2):
+        for t in (q, k, v):
+            t.copy_(torch.randn_like(t))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(out, ref()) < 1e-2
+
+
 @pytest.mark.parametrize("b, h, h_kv, nq, nk", [(1, 16, 8, 1, 4096), (2, 8, 2, 1, 1000), (1, 8, 8, 2, 77)])
 def test_decode_attention_head_dim_256(b: int, h: int, h_kv: int, nq: int, nk: int,
                                        monkeypatch: pytest.MonkeyPatch) -> None:

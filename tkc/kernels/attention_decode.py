@@ -201,10 +201,19 @@ MIN_STEPS = 4           # key steps a part at least: each part's pipeline has st
 DECODE_IN_CLUSTERS = True
 MAX_CLUSTER = 16        # blocks a cluster: above 8 (B = 1 from 8192 keys at D = 128: 16 parts) a size that not every
 # sm_90 GPU places (a GPC of 16 free multiprocessors a cluster): `together` asks
-SPREAD = 0              # attention_decode_cluster's SPREAD: the parts weighed by every warp of the cluster, 16 columns
-# each (1), or by the first block's four warps (0)
-CLUSTER_PARTS = 0       # on Hopper, at most this many parts a row tile (fewer, larger parts that a cluster takes where
-# a wave's would not fit one; 0: a wave's, as decode_parts splits; bench/probe_decode.py --variants)
+SPREAD = 1              # attention_decode_cluster's SPREAD: the parts weighed by every warp of the cluster, 16 columns
+# each (1), or by the first block's four warps (0): 8.9 / 22.7 µs against 9.7 / 25.0 alone from a graph at 8 / 16
+# parts (RESULTS "decoding in fewer, larger parts — 2026-12-06 18:06")
+CLUSTER_PARTS = 0       # on Hopper, at most this many parts a row tile (0: a wave's, as decode_parts splits;
+# bench/probe_decode.py --variants)
+# Where a wave's parts do not make clusters the GPU holds all at once (an H100 holds 7 clusters of 16 and 30 of 4:
+# one GPC has fewer multiprocessors), a call outside a CUDA graph capture that reads at most FEWER_PARTS_BYTES of K and
+# V takes one launch of fewer, larger parts in clusters (the most of at most 8 the GPU holds, at least half a
+# wave's) instead of the two kernels: such a call waits on the host's two launches (~64 µs a call against 35-39 on
+# an H100: B = 1, Nk = 8192 / 16384 0.81 -> 1.43 / 1.37x cuDNN, B = 4, Nk = 4096 0.77 -> 1.41x). A graph keeps the
+# wave's split (its replay has no host work: B = 1 at 8 parts reads 0.95-0.97x cuDNN from a graph against 1.01-1.02).
+FEWER_PARTS = True
+FEWER_PARTS_BYTES = 1 << 27  # 134 MB: B = 1, H_kv = 8, Nk = 32768 at D = 128 still gained (0.85 -> 0.99x cuDNN)
 
 
 def decode_parts(units: int, steps: int, slots: int) -> tuple[int, int]:
@@ -238,16 +247,18 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     plan = cached_plan(_PLANS, (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper), _plan)
     if plan.clustered is not None:
         l_out = lse.view(plan.q_rows[:3]) if lse is not None else unread_lse(q)
-        args = (q.view(plan.q_rows), k, v, out.view(plan.q_rows), l_out, scale, plan.steps)
+        cluster_args = (q.view(plan.q_rows), k, v, out.view(plan.q_rows), l_out, scale)
         if plan.together is None:  # asked once a shape, of the first (checked) call
             if common_only:
                 return False
-            x, y, z = plan.clustered.grid
-            plan.together = x * y * z <= plan.clustered.spec.resident_blocks(*args)
-        if plan.together:
+            plan.decide(cluster_args)
+        clustered, steps = ((plan.clustered, plan.steps) if plan.together else
+                            plan.fewer if plan.fewer is not None and not torch.cuda.is_current_stream_capturing()
+                            else (None, 0))
+        if clustered is not None:
             if common_only:
-                return plan.clustered.common(*args)
-            plan.clustered(*args)
+                return clustered.common(*cluster_args, steps)
+            clustered(*cluster_args, steps)
             return True
     o_parts = q.new_empty(plan.parts_shape, dtype=torch.float32)
     l_parts = q.new_empty(plan.parts_shape[:3], dtype=torch.float32)
@@ -266,9 +277,10 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
 class _Plan:
     """attention_decode_launch's launches for one shape: the two kernels bound to their grids, the steps a part,
     q's shape as (B, H_kv, GROUP·Nq, D), the parts' output's shape (P·B, H_kv, GROUP·Nq, D) and as the combine reads
-    it (P, B·H·Nq, D); on Hopper with at most MAX_CLUSTER parts, attention_decode_cluster bound to its grid, taken
-    where the GPU holds all its clusters at once (`together`, asked on the first call: a cluster's blocks share a
-    GPC, so fewer may fit than blocks; a second wave would double the time)."""
+    it (P, B·H·Nq, D); on Hopper, attention_decode_cluster bound to its grid (`clustered`, with at most MAX_CLUSTER
+    parts), taken where the GPU holds all its clusters at once (`together`, asked on the first call: a cluster's
+    blocks share a GPC, so fewer may fit than blocks; a second wave would double the time), else outside graph
+    captures (`fewer`: FEWER_PARTS) the same kernel over fewer parts, with its steps a part."""
 
     def __init__(self, decode: Any, combine: Any, steps: int, q_rows: tuple[int, int, int, int],
                  parts_shape: tuple[int, int, int, int], flat_parts: tuple[int, int, int]):
@@ -276,6 +288,24 @@ class _Plan:
         self.q_rows, self.parts_shape, self.flat_parts = q_rows, parts_shape, flat_parts
         self.clustered: Any = None
         self.together: bool | None = None
+        self.fewer: tuple[Any, int] | None = None
+        self.splits: Any = None  # on Hopper: c → attention_decode_cluster over c parts bound to its grid, its steps
+        self.few_bytes = False   # K and V of at most FEWER_PARTS_BYTES
+
+    def decide(self, args: tuple[Any, ...]) -> None:
+        """On the first call (`args` attention_decode_cluster's but the steps): does the GPU hold all clusters of
+        the wave's parts (`together`), and if not, which fewer parts it does (`fewer`)."""
+        x, y, z = self.clustered.grid
+        self.together = x * y * z <= self.clustered.spec.resident_blocks(*args, self.steps)
+        parts = self.flat_parts[0]
+        if self.together or not (FEWER_PARTS and self.few_bytes):
+            return
+        for cluster in range(min(parts - 1, 8), max(1, ceil_div(parts, 2) - 1), -1):
+            bound, steps = self.splits(cluster)
+            x, y, z = bound.grid
+            if x * y * z <= bound.spec.resident_blocks(*args, steps):
+                self.fewer = bound, steps
+                return
 
 
 _PLANS: dict[tuple[Any, ...], _Plan] = {}  # attention_decode_launch's plans by shapes, dtype, target, ...
@@ -297,9 +327,14 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
     flat = batch * heads * nq
     plan = _Plan(decode[(parts * tiles, kv_heads, batch)], combine[(ceil_div(flat, 16), d // 32)], steps,
                  (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
-    if hopper and DECODE_IN_CLUSTERS and parts <= MAX_CLUSTER:
-        plan.clustered = attention_decode_cluster.specialize(D=d, KEYS=keys, STAGES=stages, CLUSTER=parts,
-                                                             LSE=int(lse), SPREAD=SPREAD, **dt,
-                                                             target=target)[(tiles * parts,
-                                                                                                 kv_heads, batch)]
+    if hopper and DECODE_IN_CLUSTERS:
+        def split(cluster: int) -> tuple[Any, int]:  # attention_decode_cluster over at most `cluster` parts
+            parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), units * cluster)
+            spec = attention_decode_cluster.specialize(D=d, KEYS=keys, STAGES=stages, CLUSTER=parts, LSE=int(lse),
+                                                       SPREAD=SPREAD, **dt, target=target)
+            return spec[(tiles * parts, kv_heads, batch)], steps
+
+        plan.splits, plan.few_bytes = split, 2 * batch * kv_heads * nk * d * dtype.itemsize <= FEWER_PARTS_BYTES
+        if parts <= MAX_CLUSTER:
+            plan.clustered = split(parts)[0]
     return plan
