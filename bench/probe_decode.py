@@ -36,8 +36,7 @@ VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 
             "64-key steps, 3 stages": {"CONFIG": {64: (32, 3, 1), 128: (16, 3, 1)}},
             # fewer, larger parts where a wave's do not make clusters the GPU holds (B = 1, 16 parts: GPCs of < 16 SMs)
             "at most 12 parts, clusters": {"CLUSTER_PARTS": 12}, "at most 8 parts, clusters": {"CLUSTER_PARTS": 8},
-            "at most 3 parts, clusters": {"CLUSTER_PARTS": 3},  # B = 4, 4 parts: clusters of 4 not all held
-            "clusters, spread weighing": {"SPREAD": 1}}
+            "at most 3 parts, clusters": {"CLUSTER_PARTS": 3}}  # B = 4, 4 parts: clusters of 4 not all held
 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):
@@ -93,11 +92,6 @@ def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
         held = plan.clustered.spec.resident_blocks(q.view(q_rows), k, v, out.view(q_rows), unread, 0.1, steps)
         kernels[f"attention_decode_cluster alone (clusters of {parts}; {x * y * z} blocks, the GPU holds {held})"] = (
             lambda: plan.clustered(q.view(q_rows), k, v, out.view(q_rows), unread, 0.1, steps))
-        spec = plan.clustered.spec  # the parts weighed by every warp of the cluster (SPREAD=1), or by the first block
-        spread = spec.kernel.specialize(**{**spec.constants, "SPREAD": 1 - spec.constants["SPREAD"]},
-                                        target=spec.target)[plan.clustered.grid]
-        kernels[f"attention_decode_cluster alone, SPREAD={1 - spec.constants['SPREAD']}"] = (
-            lambda: spread(q.view(q_rows), k, v, out.view(q_rows), unread, 0.1, steps))
     return kernels
 
 

@@ -122,13 +122,13 @@ def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int
 @pytest.mark.parametrize("d", [64, 128])
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
        nq=st.sampled_from([1, 1, 2, 5]), nk=st.integers(1, 700), parts=st.integers(1, 16), lse=st.sampled_from([0, 1]),
-       spread=st.sampled_from([0, 1]), seed=st.integers(0, 2**32 - 1))
+       seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)
 def test_decode_attention_in_clusters(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int, parts: int,
-                                      lse: int, spread: int, seed: int) -> None:
+                                      lse: int, seed: int) -> None:
     """attention_decode_cluster: a row tile's parts of the keys are the blocks of a cluster (1 to 16), which weigh
     each other's results out of their shared memory: out and log-sum-exp against float64 (up to 80 rows a K/V
-    head: several row tiles, the last one short); the weighing by the first block or spread over the cluster."""
+    head: several row tiles, the last one short)."""
     from tkc.kernels.attention_decode import attention_decode_cluster
 
     q, k, v, scale, (keys, stages, parts, per_part) = decoding_problem(seed, d, batch, kv_heads, group, nq, nk, parts)
@@ -136,7 +136,7 @@ def test_decode_attention_in_clusters(d: int, batch: int, kv_heads: int, group: 
     out, l_out = poisoned(batch, kv_heads, rows, d), poisoned(batch, kv_heads, rows, dtype=np.float32)
     attention_decode_cluster.interpret(q.reshape(batch, kv_heads, rows, d), k, v, out, l_out, scale, per_part,
                                        grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys, STAGES=stages,
-                                       CLUSTER=parts, LSE=lse, SPREAD=spread, target="sm_90a")
+                                       CLUSTER=parts, LSE=lse, target="sm_90a")
     ref, ref_lse = attention_ref(q, k, v, scale=scale, lse=True)
     assert rel_err(out.reshape(q.shape), ref) < TOL
     if lse:

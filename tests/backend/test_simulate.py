@@ -1044,16 +1044,15 @@ def test_decode_attention_simulated(d: int, target: str, nk: int, f16: int) -> N
     assert np.abs(sim[3].reshape(ref_lse.shape) - ref_lse).max() < 1e-4
 
 
-@pytest.mark.parametrize("d, nk, parts, rows, spread", [(128, 300, 3, 12, 0), (64, 4000, 8, 20, 0), (64, 4000, 16, 5, 0),
-                                                          (256, 100, 1, 3, 0), (128, 4000, 16, 20, 1),
-                                                          (256, 300, 3, 3, 1)])
-def test_decode_attention_in_clusters_simulated(d: int, nk: int, parts: int, rows: int, spread: int) -> None:
+@pytest.mark.parametrize("d, nk, parts, rows", [(128, 300, 3, 12), (64, 4000, 8, 20), (64, 4000, 16, 5),
+                                                  (256, 100, 1, 3), (128, 4000, 16, 20), (256, 300, 3, 3)])
+def test_decode_attention_in_clusters_simulated(d: int, nk: int, parts: int, rows: int) -> None:
     """attention_decode_cluster (Hopper's one-launch decoding): each block its part of the keys, then after a cluster
-    barrier the first block of each cluster weighs the parts out of the others' shared memory (mapa +
+    barrier each warp of the cluster weighs its 16 columns of the parts out of the blocks' shared memory (mapa +
     ld.shared::cluster); the blocks simulated together, in shuffled order: agrees with the interpreter and with
     float64, out and log-sum-exp (rows 20: two row tiles, two clusters a K/V head; parts 16: a non-portable cluster;
-    parts 1: no cluster; spread: each warp of the cluster weighs 16 columns, D = 256 over 3 parts: 16 column tiles for
-    12 warps, some take two)."""
+    parts 1: no cluster, each warp four of D = 256's 16 column tiles; D = 256 over 3 parts: 16 column tiles for 12
+    warps, some take two)."""
     from tkc.kernels.attention_decode import CONFIG, attention_decode_cluster
 
     rng = np.random.default_rng(d + nk)
@@ -1067,8 +1066,7 @@ def test_decode_attention_in_clusters_simulated(d: int, nk: int, parts: int, row
     args = [q.reshape(batch, kv_heads, rows, d), k, v, poisoned(batch, kv_heads, rows, d),
             poisoned(batch, kv_heads, rows, dtype=np.float32), 0.1, per_part]
     interp, sim = run_both(attention_decode_cluster, args, (parts * -(-rows // 16), kv_heads, batch),
-                           {"D": d, "KEYS": keys, "STAGES": stages, "CLUSTER": parts, "LSE": 1, "SPREAD": spread},
-                           target="sm_90a",
+                           {"D": d, "KEYS": keys, "STAGES": stages, "CLUSTER": parts, "LSE": 1}, target="sm_90a",
                            order="shuffled")
     ref, ref_lse = attention_ref(q, k, v, scale=0.1, lse=True)
     assert rel_err(sim[3], interp[3]) < 1e-2 and rel_err(sim[3].reshape(q.shape), ref) < 1e-2

@@ -88,54 +88,38 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
 @tkc.kernel(warps=4, stages="STAGES", cluster="CLUSTER", min_target="sm_90a")
 def attention_decode_cluster(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3],
                              scale: float, steps: int, D: const = 128, KEYS: const = 32, STAGES: const = 2,
-                             CLUSTER: const = 2, LSE: const = 0, SPREAD: const = 0, DT: const = bf16):
+                             CLUSTER: const = 2, LSE: const = 0, DT: const = bf16):
     """attention_decode and attention_decode_combine in one launch, with no buffers in global memory: the CLUSTER
     parts of a row tile's keys are the blocks of a cluster, each leaving its part's output and log-sum-exp in its
-    shared memory; after a cluster barrier the cluster's first block reads them out of the others' (distributed
-    shared memory), weighs them, and stores O (B, H_kv, R, D) (and with LSE the log-sum-exp L (B, H_kv, R)).
+    shared memory; after a cluster barrier each warp of the cluster reads its 16 columns of them out of the blocks'
+    (distributed shared memory), weighs them, and stores them to O (B, H_kv, R, D) (and with LSE the log-sum-exp L
+    (B, H_kv, R)).
     Q, K, V as attention_decode's. Grid: (T·CLUSTER, H_kv, B): block (t·CLUSTER + p, h, b) takes query rows
-    16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1. CLUSTER = 1: one block a row tile, no split.
-    SPREAD=1: the weighing spread over the cluster, each warp of its blocks one 16-column tile of O (D / 16 of them),
-    reading those columns of every part: fewer reads one after another in a warp where the parts are many."""
+    16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1. CLUSTER = 1: one block a row tile, no split."""
     t, h, b = block_idx()[0] // CLUSTER, block_idx()[1], block_idx()[2]
     o, lse = decode_part(Q, K, V, b, h, t, cluster_rank(), steps, scale, D, KEYS, DT)
     # cluster loads read register tiles: the log-sum-exps as 16×16 tiles, a row's value in all of its row
     outs = store(empty(st[f32, 16, D]), o, (0, warp_id()), conflicts=2)  # once a block
     lses = store(empty(st[f32, 64, 16]), add_row(zeros(rt[f32, 16, 16]), lse), (warp_id(), 0), conflicts=2)
     cluster_sync()
-    if SPREAD:
-        cols = cluster_rank() * 4 + warp_id()                # this warp's 16 columns of O, if any
-        for col in range(cols, D // 16, 4 * CLUSTER):
-            parts = ()
-            for rank in range(CLUSTER):
-                parts = parts + (row_max(load(lses, (0, 0), rt[f32, 16, 16], rank=rank, conflicts=2)),)
-            top = parts[0]
-            for rank in range(1, CLUSTER):
-                top = max(top, parts[rank])
-            total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, 16])
-            for rank in range(CLUSTER):
-                weight = exp(parts[rank] - top)
-                total = total + weight
-                acc = acc + mul_row(load(outs, (0, col), rt[f32, 16, 16], rank=rank, conflicts=2), weight)
-            store(O, div_row(acc, total).to(DT), (b, h, t, col))
-            if LSE:
-                if col == 0:
-                    store(L, top + log(total), (b, h, t))
-    elif cluster_rank() == 0:
+    # the weighing spread over the cluster: each warp one 16-column tile of O (D / 16 of them), read from every part
+    # (8.9 / 22.7 µs against 9.7 / 25.0 with the first block's four warps reading all, 8 / 16 parts, RESULTS
+    # "decoding in fewer, larger parts — 2026-12-06 18:06")
+    for col in range(cluster_rank() * 4 + warp_id(), D // 16, 4 * CLUSTER):
         parts = ()
         for rank in range(CLUSTER):
             parts = parts + (row_max(load(lses, (0, 0), rt[f32, 16, 16], rank=rank, conflicts=2)),)
         top = parts[0]
         for rank in range(1, CLUSTER):
             top = max(top, parts[rank])
-        total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
+        total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, 16])
         for rank in range(CLUSTER):
             weight = exp(parts[rank] - top)
             total = total + weight
-            acc = acc + mul_row(load(outs, (0, warp_id()), rt[f32, 16, D // 4], rank=rank, conflicts=2), weight)
-        store(O, div_row(acc, total).to(DT), (b, h, t, warp_id()))
+            acc = acc + mul_row(load(outs, (0, col), rt[f32, 16, 16], rank=rank, conflicts=2), weight)
+        store(O, div_row(acc, total).to(DT), (b, h, t, col))
         if LSE:
-            if warp_id() == 0:
+            if col == 0:
                 store(L, top + log(total), (b, h, t))
 
 
@@ -201,9 +185,6 @@ MIN_STEPS = 4           # key steps a part at least: each part's pipeline has st
 DECODE_IN_CLUSTERS = True
 MAX_CLUSTER = 16        # blocks a cluster: above 8 (B = 1 from 8192 keys at D = 128: 16 parts) a size that not every
 # sm_90 GPU places (a GPC of 16 free multiprocessors a cluster): `together` asks
-SPREAD = 1              # attention_decode_cluster's SPREAD: the parts weighed by every warp of the cluster, 16 columns
-# each (1), or by the first block's four warps (0): 8.9 / 22.7 µs against 9.7 / 25.0 alone from a graph at 8 / 16
-# parts (RESULTS "decoding in fewer, larger parts — 2026-12-06 18:06")
 CLUSTER_PARTS = 0       # on Hopper, at most this many parts a row tile (0: a wave's, as decode_parts splits;
 # bench/probe_decode.py --variants)
 # Where a wave's parts do not make clusters the GPU holds all at once (an H100 holds 7 clusters of 16 and 30 of 4:
@@ -300,6 +281,7 @@ class _Plan:
         parts = self.flat_parts[0]
         if self.together or not (FEWER_PARTS and self.few_bytes):
             return
+        # portable sizes only (each size asked about compiles a kernel on the shape's first call)
         for cluster in range(min(parts - 1, 8), max(1, ceil_div(parts, 2) - 1), -1):
             bound, steps = self.splits(cluster)
             x, y, z = bound.grid
@@ -331,7 +313,7 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
         def split(cluster: int) -> tuple[Any, int]:  # attention_decode_cluster over at most `cluster` parts
             parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), units * cluster)
             spec = attention_decode_cluster.specialize(D=d, KEYS=keys, STAGES=stages, CLUSTER=parts, LSE=int(lse),
-                                                       SPREAD=SPREAD, **dt, target=target)
+                                                       **dt, target=target)
             return spec[(tiles * parts, kv_heads, batch)], steps
 
         plan.splits, plan.few_bytes = split, 2 * batch * kv_heads * nk * d * dtype.itemsize <= FEWER_PARTS_BYTES
