@@ -4,6 +4,7 @@ sum_splits_kernel), with the operands' roles swapped (gemm_few_rows_kernel), and
 median of 30 launches; every output checked against a float32 reference first.
     python bench/probe_skinny.py [--m 16 64 128 256 512] [--nk 4096 8192] [--trans-b 1] [--only REGEX]"""
 import argparse
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from tkc.kernels import gemm, gemm_sm90_kernel  # noqa: E402
 from tkc.kernels.gemm import GRID_LIMIT, persistent_grid  # noqa: E402
 from tkc.kernels.gemm import gemm_few_rows_cluster_kernel, gemm_few_rows_kernel, gemm_split_k_kernel, sum_splits_kernel  # noqa: E402
 from tkc.kernels._checks import cdiv  # noqa: E402
+
+gemm_module = importlib.import_module("tkc.kernels.gemm")  # the module (tkc.kernels.gemm is the function)
 
 CANDIDATES = {
     "W4 BN=256": {"WARPS": 4, "BN": 256, "BK": 64, "STAGES": 4},
@@ -118,6 +121,21 @@ def split_k(a, b, tb, cfg, kernel=gemm_split_k_kernel):
     return run, tiles * splits
 
 
+def with_few_rows_in_clusters(setting, fn):
+    """fn under gemm_module.FEW_ROWS_IN_CLUSTERS = setting, with launch plans of its own (gemm()'s are made under
+    the setting in force)."""
+    plans: dict = {}
+
+    def run():
+        saved = gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS
+        gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS = setting, plans
+        try:
+            return fn()
+        finally:
+            gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS = saved
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--m", type=int, nargs="+", default=[16, 64, 128, 256, 512])
@@ -133,6 +151,9 @@ def main() -> None:
             a = torch.randn(m, nk, device="cuda", dtype=torch.bfloat16)
             ref = a.float() @ (b.float().t() if tb else b.float())
             impls = {"cuBLAS": (lambda: a @ b.t()) if tb else (lambda: a @ b), "gemm()": lambda: gemm(a, b, trans_b=bool(tb))}
+            if m <= 32:  # gemm() with FEW_ROWS_IN_CLUSTERS "eager": one launch outside captures, two kernels in a graph
+                impls["gemm(), one launch outside captures"] = with_few_rows_in_clusters(
+                    "eager", lambda: gemm(a, b, trans_b=bool(tb)))
             for name, cfg in CANDIDATES.items():
                 spec = gemm_sm90_kernel.specialize(target="sm_90a", TRANS_B=tb, **cfg)
                 cluster = cfg.get("CLUSTER", 1)
@@ -161,7 +182,7 @@ def main() -> None:
                 impls[f"{name} ({grid} blocks, {resident} resident)"] = (
                     lambda spec=spec, grid=grid, out=out: spec[(grid,)](a, b, out) or out)
             impls = {name: fn for name, fn in impls.items()
-                     if name in ("cuBLAS", "gemm()") or re.search(args.only, name)}
+                     if name in ("cuBLAS", "gemm()") or name.startswith("gemm(),") or re.search(args.only, name)}
             print(f"M={m} N=K={nk} trans_b={tb}", flush=True)
             base = None
             for name, fn in impls.items():

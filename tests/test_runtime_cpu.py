@@ -392,6 +392,30 @@ def test_gemm_common_call_launches_what_the_checked_call_did(monkeypatch) -> Non
         gemm(cuda(300, 40, dtype=torch.float32), b, target="sm_80")
 
 
+def test_gemm_few_rows_in_clusters_outside_captures(monkeypatch) -> None:
+    """FEW_ROWS_IN_CLUSTERS "eager": a few rows and a long K launch the one-launch cluster kernel outside CUDA graph
+    captures and the two kernels (the split product, then the sum of its runs) in a capture; scaled_mm() alike."""
+    import importlib
+
+    import torch
+
+    from tkc.kernels import gemm
+    from tkc.runtime import launch
+
+    gemm_module = importlib.import_module("tkc.kernels.gemm")
+    cuda, launches = _fake_gpu(monkeypatch)
+    monkeypatch.setattr(gemm_module, "_PLANS", {})
+    monkeypatch.setitem(gemm_module.MULTIPROCESSORS, 0, 132)
+    monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: 128)
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_IN_CLUSTERS", "eager")
+    a, b = cuda(16, 4096), cuda(4096, 4096)
+    for capturing in (False, False, True, True):  # the checked call and the common call, each way
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda capturing=capturing: capturing)
+        gemm(a, b, target="sm_90a")
+    assert [loaded.kernel for loaded, _, _ in launches] == (["gemm_few_rows_cluster_kernel"] * 2
+                                                           + ["gemm_few_rows_kernel", "sum_splits_kernel"] * 2)
+
+
 def test_gemm_split_along_k_launches_one_cluster_kernel(monkeypatch) -> None:
     """A few rows and a long K: gemm() launches the swapped product with each block column's runs of K as a
     cluster (grid: column blocks × runs), the checked call and the common call alike; where the GPU would not hold

@@ -255,13 +255,15 @@ FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLA
 # (gemm_few_rows_cluster_kernel: one launch) rather than gemm_few_rows_kernel + sum_splits_kernel. Off: correct
 # (tests/gpu test_few_rows_in_clusters, 2026-12-05) but no faster on the GPU, from a CUDA graph on an H100: 12.5-12.9
 # µs against gemm()'s 9.3-10.7 at N=K=4096, within 1-3 % at 8192 (RESULTS "few rows in clusters — 2026-12-05")
-FEW_ROWS_IN_CLUSTERS = False
+# "eager": one launch outside CUDA graph captures only (where a call's host time, two launches against one, is what
+# the GPU waits for), the two kernels in a capture (faster from a graph).
+FEW_ROWS_IN_CLUSTERS: bool | str = False
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
 
-def few_rows_in_clusters() -> bool:
+def few_rows_in_clusters() -> bool | str:
     """Whether gemm() and scaled_mm() take the one-launch few-rows kernels (FEW_ROWS_IN_CLUSTERS, read when a
-    launch plan is made)."""
+    launch plan is made): True, False, or "eager" (outside CUDA graph captures)."""
     return FEW_ROWS_IN_CLUSTERS
 
 
@@ -373,7 +375,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         if few_rows_in_clusters():
             spec = gemm_few_rows_cluster_kernel.specialize(target="sm_90a", CLUSTER=choice.count, **constants)
             plan = _cluster_split_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], spec.resident_blocks(a, b, out),
-                                       plan)
+                                       plan, few_rows_in_clusters() == "eager")
     elif wgmma_path(device, target):
         cfg = sm90_config(trans_b, aligned, choice.count)
         spec = gemm_sm90_kernel.specialize(target="sm_90a", **dt, **cfg)
@@ -419,13 +421,16 @@ def _split_k_plan(spec: Any, splits: int, bm: int, bn: int, dt: dict[str, Any]) 
     return plan
 
 
-def _cluster_split_plan(spec: Any, runs: int, bn: int, resident: int, otherwise: Any) -> Any:
+def _cluster_split_plan(spec: Any, runs: int, bn: int, resident: int, otherwise: Any, eager: bool = False) -> Any:
     """gemm()'s launch of a few-rows product split into `runs` runs of K summed in clusters of as many blocks
     (gemm_few_rows_cluster_kernel on bn columns of C a cluster: one launch, no workspace) where the GPU holds all
-    the clusters at once (`resident` blocks), else `otherwise` (the two kernels)."""
+    the clusters at once (`resident` blocks), else `otherwise` (the two kernels); with `eager`, `otherwise` in CUDA
+    graph captures too."""
+    import torch
+
     def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
         blocks = ceil_div(n, bn) * runs
-        if blocks > resident:
+        if blocks > resident or eager and torch.cuda.is_current_stream_capturing():
             return otherwise(a, b, c, m, n, common_only)
         return spec.launch((blocks, 1, 1), (a, b, c), common_only=common_only)
     return plan

@@ -250,17 +250,22 @@ def _tiles_plan(spec: Any, bm: int, bn: int, most: int, cluster: int = 1) -> Any
 def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct: Any, args: tuple) -> Any:
     """scaled_mm()'s launch for up to 32 rows of a over `runs` runs of K (Cᵀ = W·Aᵀ: the weight's rows fill the
     wgmma's 64): scaled_mm_few_rows_kernel, each block column's runs a cluster, where the GPU holds all the
-    clusters at once; else gemm_few_rows_kernel's f32 partial sums, then sum_scaled_splits_kernel's scaled sum."""
+    clusters at once (with FEW_ROWS_IN_CLUSTERS "eager": outside CUDA graph captures); else gemm_few_rows_kernel's
+    f32 partial sums, then sum_scaled_splits_kernel's scaled sum."""
+    import torch
+
     split = _split_plan(dt, rows, runs, rowwise, bias, ct)
-    if not few_rows_in_clusters():
+    in_clusters = few_rows_in_clusters()
+    if not in_clusters:
         return split
+    eager = in_clusters == "eager"
     spec = scaled_mm_few_rows_kernel.specialize(target="sm_90a", ROWWISE=int(rowwise), BIAS=int(bias), ROWS=rows,
                                                 CLUSTER=runs, DT=dt, CT=ct, **FEW_ROWS)
     resident, columns = spec.resident_blocks(*args), 16 * FEW_ROWS["WARPS"]
 
     def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, bias: Any, c: Any, common_only: bool) -> bool:
         blocks = ceil_div(c.shape[1], columns) * runs
-        if blocks > resident:
+        if blocks > resident or eager and torch.cuda.is_current_stream_capturing():
             return split(a, weight, scale_a, scale_b, bias, c, common_only)
         return spec.launch((blocks, 1, 1), (a, weight, scale_a, scale_b, bias, c), common_only=common_only)
     return plan
