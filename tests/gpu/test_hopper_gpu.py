@@ -114,6 +114,41 @@ def test_few_rows_in_clusters(trans_b: int, m: int, n: int, k: int, cluster: int
         c.fill_(float("nan"))
 
 
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_few_rows_in_clusters_outside_captures(trans_b: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FEW_ROWS_IN_CLUSTERS "eager": gemm() of 16 rows over a long K in one launch (clusters) called eagerly, then
+    captured in a CUDA graph (the two kernels) and replayed on new inputs: right every way."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    import importlib
+
+    from tkc.kernels import gemm
+
+    gemm_module = importlib.import_module("tkc.kernels.gemm")
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_IN_CLUSTERS", "eager")
+    monkeypatch.setattr(gemm_module, "_PLANS", {})
+    a = torch.randn(16, 4096, device="cuda").to(torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda").to(torch.bfloat16)
+
+    def rel_err(c: torch.Tensor) -> float:
+        ref = a.double() @ (b.double().t() if trans_b else b.double())
+        return ((c.double() - ref).norm() / ref.norm()).item()
+
+    for _ in range(2):  # the checked call, then the common call's plan
+        assert rel_err(gemm(a, b, trans_b=bool(trans_b))) < 1e-2
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = gemm(a, b, trans_b=bool(trans_b))
+    for _ in range(2):
+        a.copy_(torch.randn_like(a))
+        b.copy_(torch.randn_like(b))
+        c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(c) < 1e-2
+
+
 @pytest.mark.parametrize("cluster", [(2, 1), (4, 1), (4, 2)])
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("m, n, k, producer, grid", [(1000, 1000, 1000, 0, None), (4096, 4096, 512, 0, 132),
