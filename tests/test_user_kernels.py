@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kernels.gemm_bias_gelu import gemm_bias_gelu
+from kernels.last_block_sum import last_block_sum
 from kernels.row_softmax import WARPS, row_softmax
 from kernels.sliding_window_attention import sliding_window_attention
 from reference import BF16, attention_ref, f64, gelu_tanh, gemm_ref, poisoned, random_bf16, rel_err, softmax_ref
@@ -130,3 +131,17 @@ def test_sliding_window_attention_rejects_bad_window() -> None:
     q = random_bf16(np.random.default_rng(0), 1, 1, 64, 64)
     with pytest.raises(TkcError, match="WINDOW must be a positive multiple of 64"):
         sliding_window_attention.interpret(q, q, q, poisoned(1, 1, 64, 64), grid=(1, 1, 1), WINDOW=96)
+
+
+@given(blocks=st.integers(1, 9), counters=st.integers(1, 3), seed=st.integers(0, 2**32 - 1))
+def test_last_block_sum(blocks: int, counters: int, seed: int) -> None:
+    """arrive_last: the grid's last block to arrive sums the parts the others left, in one launch; the counter is
+    back at 0 after each launch, so a second launch (on new inputs) finishes too."""
+    rng = np.random.default_rng(seed)
+    counter = np.zeros(counters, np.int32)
+    for _ in range(2):
+        x = rng.standard_normal((32 * blocks, 64)).astype(np.float32)
+        parts, out = np.full_like(x, np.nan), np.full((32, 64), np.nan, np.float32)
+        last_block_sum.interpret(x, parts, out, counter, grid=(blocks,), N=64)
+        assert rel_err(out, x.reshape(blocks, 32, 64).astype(np.float64).sum(0)) < 1e-6
+        assert not counter.any()

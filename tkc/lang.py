@@ -23,7 +23,7 @@ from xdsl.dialects.builtin import Float8E4M3FNType, Float8E5M2Type
 from xdsl.ir import Attribute, SSAValue
 
 from tkc.errors import TkcError, user_loc
-from tkc.ir.types import TILE_BASE, GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType
+from tkc.ir.types import I32, TILE_BASE, GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType
 
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
@@ -55,6 +55,8 @@ f32 = DType("f32", _f32, "float32", "float32")
 fp8e4m3 = DType("fp8e4m3", Float8E4M3FNType(), "float8_e4m3fn", "float8_e4m3fn")
 fp8e5m2 = DType("fp8e5m2", Float8E5M2Type(), "float8_e5m2", "float8_e5m2")
 DTYPES = {d.name: d for d in (bf16, f16, f32, fp8e4m3, fp8e5m2)}
+# int32, in global tensors only (gl[i32, 1]): the counters of arrive_last, which no tile holds
+i32 = DType("i32", I32, "int32", "int32")
 
 
 def dtype_of(ir_type: Attribute) -> DType:
@@ -564,6 +566,16 @@ def atomic_add(dst, src, index):
 
 
 @_op
+def arrive_last(counter, index, arrivals):
+    """Count this block's arrival at `counter[index]` (an int32 global tensor of rank 1, zeroed before the first
+    launch) and say whether it arrived last of `arrivals` blocks: True in every warp of the last block, which also
+    sets the count back to 0 for the next launch; False in the others. What the arriving blocks stored to global
+    memory before it, the last block reads after it (release and acquire at the GPU's scope): one launch can finish
+    work split over blocks (a split-K sum, decoding's parts) in its last block, instead of a second kernel. Every
+    warp of the block reaches it together (a block barrier): not inside a run-time `if`."""
+
+
+@_op
 def barrier():
     """Every warp of the block waits here. Passes insert the barriers shared memory needs; this is for the rest."""
 
@@ -596,6 +608,7 @@ __all__ = [
     "f32",
     "fp8e4m3",
     "fp8e5m2",
+    "i32",
     "gl",
     "rt",
     "rv",

@@ -177,3 +177,38 @@ def test_reload_across_a_shared_write_is_caught(monkeypatch: pytest.MonkeyPatch,
     a64 = a.astype(np.float64)
     x64 = x.astype(np.float64)
     assert (rel_err(c, a64 @ a64.T + a64 @ a64 + x64 @ x64.T) > 1e-2) == mutated
+
+
+@pytest.mark.parametrize("mutation", ["no broadcast", "no reset"])
+def test_arrive_last_mutations_are_caught(mutation: str) -> None:
+    """arrive_last's PTX with `bar.red.or.pred` made a plain `bar.sync 0` (each thread keeps its own verdict: only
+    thread 0's is set, so its warp's `if` diverges, which the simulation reports), or without the guarded store that
+    resets the count (the next launch never finishes: its sum is never made)."""
+    from tkc.backend.simulator import SimulationError
+
+    from kernels.last_block_sum import last_block_sum
+
+    module = lower_kernel(last_block_sum, "sm_80", {"N": 64})
+    if mutation == "no broadcast":
+        (red,) = [op for op in module.walk() if isinstance(op, ptx.BarRedOp)]
+        red.result.replace_all_uses_with(red.value)
+        red.parent_block().insert_op_before(ptx.BarSyncOp(0), red)
+        red.detach()
+        red.erase()
+    else:
+        (reset,) = [op for op in module.walk() if isinstance(op, ptx.StoreOp) and op.ptx_type.data == "u32"]
+        reset.detach()
+        reset.erase()
+    rng = np.random.default_rng(3)
+    right = True
+    counter = np.zeros(1, np.int32)
+    for _ in range(2):
+        x = rng.standard_normal((32 * 4, 64)).astype(np.float32)
+        out = np.full((32, 64), np.nan, np.float32)
+        try:
+            simulate(module, "last_block_sum", [x, np.full_like(x, np.nan), out, counter], (4,))
+        except SimulationError as e:
+            assert mutation == "no broadcast" and "diverges" in str(e)
+            return
+        right = right and rel_err(out, x.reshape(4, 32, 64).astype(np.float64).sum(0)) < 1e-6
+    assert not right

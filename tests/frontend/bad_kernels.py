@@ -234,6 +234,33 @@ def cluster_sync_in_branch():
     return k
 
 
+def arrive_last_in_branch():
+    @tkc.kernel()
+    def k(C: gl[i32, 1], O: gl[f32, 2]):
+        if block_idx()[0] > 0:
+            if arrive_last(C, 0, num_blocks()[0]):  # ERROR
+                store(O, zeros(rt[f32, 16, 64]), (0, 0))
+
+    return k
+
+
+def arrive_last_on_floats():
+    @tkc.kernel()
+    def k(C: gl[f32, 1], O: gl[f32, 2]):
+        if arrive_last(C, 0, num_blocks()[0]):  # ERROR
+            store(O, zeros(rt[f32, 16, 64]), (0, 0))
+
+    return k
+
+
+def load_from_counters():
+    @tkc.kernel()
+    def k(C: gl[i32, 2], O: gl[f32, 2]):
+        store(O, load(C, (0, 0), rt[f32, 16, 64]), (0, 0))  # ERROR
+
+    return k
+
+
 def fp8_register_tile():
     @tkc.kernel
     def k(A: gl[fp8e4m3, 2], C: gl[f32, 2]):

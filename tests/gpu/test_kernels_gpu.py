@@ -686,6 +686,29 @@ def test_atomic_add(target: str, rows: int) -> None:
     assert rel_err(y, ref) < 1e-5
 
 
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("blocks", [1, 7, 2000])
+def test_last_block_sum(target: str, blocks: int) -> None:
+    """arrive_last on the GPU (tests/kernels/last_block_sum.py): blocks leave their parts, the last to arrive at the
+    counter sums them in the same launch; the counter is back at 0 after each of three launches on new inputs
+    (2000 blocks: many arriving at once, more than the GPU holds)."""
+    if target == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm_90a needs Hopper")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernels.last_block_sum import last_block_sum
+
+    counter = torch.zeros(3, device="cuda", dtype=torch.int32)
+    for _ in range(3):
+        x = torch.randn(32 * blocks, 64, device="cuda")
+        parts, out = torch.full_like(x, float("nan")), torch.full((32, 64), float("nan"), device="cuda")
+        last_block_sum[(blocks,)](x, parts, out, counter, target=target)
+        assert rel_err(out, x.double().view(blocks, 32, 64).sum(0)) < 1e-5
+        assert not counter.any().item()
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n, d, constants", [
     (1000, 256, {"WARPS": 8, "HALVES": 1, "QUERIES": 32, "STAGES": 3, "PRODUCER": 1}),

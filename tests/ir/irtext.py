@@ -23,6 +23,7 @@ ARGS = {
     "g2": "!tile.gl<?x?xbf16>",
     "g4": "!tile.gl<?x?x?x?xf32>",
     "gs": "!tile.gl<8x?xbf16>",
+    "gc": "!tile.gl<?xi32>",
     "rt": "!tile.rt<16x32xf32>",
     "rtr": "!tile.rt<16x32xf32, row>",
     "rtb": "!tile.rt<16x32xbf16>",

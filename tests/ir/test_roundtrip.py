@@ -74,6 +74,7 @@ TYPE_TEXTS = [
     "!tile.gl<?x?x?x?xbf16>",
     "!tile.gl<8x?xf16>",
     "!tile.gl<0x4x?xbf16>",
+    "!tile.gl<?xi32>",
 ]
 
 
@@ -187,6 +188,8 @@ def _op_cases() -> dict[str, str]:
         "insert-rt": "%a = tile.insert %rt, %st[%i, %i] : !tile.rt<16x32xf32> -> !tile.st<64x64xbf16>",
         "insert-rv": "%a = tile.insert %rv, %sv[%i] : !tile.rv<16xf32> -> !tile.sv<64xbf16>",
         "barrier": "tile.barrier\ntile.barrier {tkc.note}",
+        "arrive_last": "%l = tile.arrive_last %gc[%i], %i : !tile.gl<?xi32>\n"
+                       "%m = tile.arrive_last %gc[%i], %i {tkc.note} : !tile.gl<?xi32>",
         "cluster_sync": "tile.cluster_sync\ntile.cluster_sync {tkc.note}",
         "cluster_load": "%s = tile.empty : !tile.st<32x64xf32>\ntile.cluster_sync\n"
                         "%a = tile.cluster_load %s[%i, %i] from %i : !tile.st<32x64xf32> -> !tile.rt<32x16xf32>",

@@ -63,7 +63,8 @@ BAD_TYPES = [
     Bad("!tile.sv", "%w = tile.empty : !tile.sv<8xf32>", "sv dimensions must be positive multiples of 16, got 8"),
     Bad("!tile.sv", "%w = tile.empty : !tile.sv<64xbf16, swizzle 32>", "'>' expected"),
     Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<f32>", "gl must have rank 1 or more"),
-    Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<?x?xi32>", "gl element type must be bf16, f16, f32, fp8e4m3 or fp8e5m2, got i32"),
+    Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<?x?xi64>",
+        "gl element type must be bf16, f16, f32, fp8e4m3, fp8e5m2 or i32, got i64"),
 ]
 
 
@@ -236,6 +237,8 @@ OTHER_CASES = [
         "keep the dtype and convert in registers"),
     Bad("tile.store", "tile.store %rt, %g1[%i] : !tile.rt<16x32xf32> -> !tile.gl<?xf16>",
         "store: rt[f32, 16, 32] needs a global tensor of rank 2 or more"),
+    Bad("tile.arrive_last", "%l = tile.arrive_last %g1[%i], %i : !tile.gl<?xf16>",
+        "arrive_last counts in an int32 tensor of rank 1 (gl[i32, 1]), got gl[f16, 1]"),
     Bad("tile.atomic_add", "tile.atomic_add %rtb, %g2[%i, %i] : !tile.rt<16x32xbf16> -> !tile.gl<?x?xbf16>",
         "atomic_add adds an f32 register tile into f32, got rt[bf16, 16, 32] into gl[bf16, 2]"),
     Bad("tile.atomic_add", "tile.atomic_add %rt, %g4[%i, %i] : !tile.rt<16x32xf32> -> !tile.gl<?x?x?x?xf32>",

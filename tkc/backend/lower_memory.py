@@ -930,6 +930,30 @@ def lower_cluster_sync(lw: KernelLowering, op: t.ClusterSyncOp) -> None:
     lw.emit(ptx.ClusterBarrierOp("wait"))
 
 
+@handles(t.ArriveLastOp)
+def lower_arrive_last(lw: KernelLowering, op: t.ArriveLastOp) -> list[Any]:
+    """Every thread fences its global stores (release at the GPU's scope) and the block meets at a barrier; thread 0
+    counts the block's arrival (`atom.acq_rel.gpu`) and, arriving last, sets the count back to 0; `bar.red.or.pred`
+    gives its verdict to the whole block, whose threads then fence again (acquire: the other blocks' stores)."""
+    if lw.role_threads is not None and lw.role_threads != lw.threads:
+        raise TkcError("arrive_last counts whole blocks: not in a warp-specialized kernel's roles")
+    ref: GlobalRef = lw.value(op.counter)
+    address = _mad64(lw, lw.value(op.index), lw.op("mov.b64", "b64", Imm(4), n=1), ref.ptr)  # counter + 4·index
+    lw.emit(ptx.FenceOp("acq_rel.gpu"))
+    lw.emit(ptx.BarSyncOp(0))
+    first = lw.op("setp.eq.s32", "pred", lw.thread_env["tid"], Imm(0), n=1)
+    one = lw.op("mov.b32", "b32", Imm(1), n=1)
+    before = lw.emit(ptx.AtomOp(address, one, first)).results[0]
+    arrived = lw.op("add.s32", "b32", before, Imm(1), n=1)
+    last = lw.op("and.pred", "pred", lw.op("setp.eq.s32", "pred", arrived, lw.reg(lw.value(op.arrivals)), n=1), first,
+                 n=1)
+    zero = lw.op("mov.b32", "b32", Imm(0), n=1)
+    lw.emit(ptx.StoreOp("global", "u32", 1, address, [0], [0], zero, [0], guard=last, guard_index=[0]))
+    verdict = lw.emit(ptx.BarRedOp(last)).results[0]
+    lw.emit(ptx.FenceOp("acq_rel.gpu"))
+    return [verdict]
+
+
 def _row_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index: Any) -> SharedRef:
     """Rows index·R .. index·R + R − 1 of a shared tile, as a tile of its own: with the rows in one column panel
     (row bytes within the swizzle width) they are contiguous, and the view starts R·row-bytes further on, a whole

@@ -918,8 +918,40 @@ class ClusterBarrierOp(_KindOp):
     KINDS: ClassVar[tuple[str, ...]] = ("arrive", "arrive_relaxed", "wait")
 
 
+@irdl_op_definition
+class AtomOp(IRDLOperation):
+    """`atom.acq_rel.gpu.global.add.u32 d, [addr], b;` in each thread whose guard (register 0 of `guard`, where
+    given) is set: d is the word at the global address (register 0 of `addr`) before b (register 0 of `value`) was
+    added to it, atomically; a guarded-off thread's d is 0 (a `mov` of 0 precedes it)."""
+
+    name = "ptx.atom"
+    addr = operand_def(RegsType)
+    value = operand_def(RegsType)
+    guard = opt_operand_def(RegsType)
+    result = result_def(RegsType)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, addr: SSAValue, value: SSAValue, guard: SSAValue | None = None):
+        super().__init__(operands=[addr, value, [guard] if guard is not None else []], result_types=[regs("b32", 1)])
+
+
+@irdl_op_definition
+class BarRedOp(IRDLOperation):
+    """`bar.red.or.pred d, 0, p;`: every thread of the block waits here (barrier 0, as `bar.sync 0`) and gets in d
+    whether p was set in any of them."""
+
+    name = "ptx.bar_red"
+    value = operand_def(RegsType)
+    result = result_def(RegsType)
+    traits = traits_def(MemoryWriteEffect())
+    threads = opt_prop_def(IntAttr)  # never set: the whole block, as `bar.sync 0` (the simulator reads it)
+
+    def __init__(self, value: SSAValue):
+        super().__init__(operands=[value], result_types=[regs("pred", 1)])
+
+
 PTX_OPS = [KernelOp, ParamOp, SpecialOp, RegsOp, InstrOp, LoadOp, StoreOp, CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp,
            LdmatrixOp, MmaOp, BarSyncOp, LabelOp, BraOp, RetOp, ParamAddrOp, WgmmaOp, WgmmaSyncOp, FenceOp,
            MbarrierOp, TmaLoadOp, TmaStoreOp, BulkGroupOp, WarpSyncOp, SetmaxnregOp, GridDependencyOp, ElectOp,
-           ClusterBarrierOp]
+           ClusterBarrierOp, AtomOp, BarRedOp]
 Ptx = Dialect("ptx", PTX_OPS, [RegsType])

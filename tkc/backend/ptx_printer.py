@@ -195,6 +195,12 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
         return [f"wgmma.{'fence' if kind == 'fence' else 'commit_group'}.sync.aligned;"]
     if isinstance(op, ptx.FenceOp):
         return [f"fence.{op.kind.data};"]
+    if isinstance(op, ptx.AtomOp):
+        result = names(op.result, 0)
+        return [f"mov.b32 {result}, 0;", f"{_guard(names, op.guard, 0)}atom.acq_rel.gpu.global.add.u32 {result}, "
+                f"{_address(names, op.addr, 0, 0)}, {names(op.value, 0)};"]
+    if isinstance(op, ptx.BarRedOp):
+        return [f"bar.red.or.pred {names(op.result, 0)}, 0, {names(op.value, 0)};"]
     if isinstance(op, ptx.MbarrierOp):
         bar = _address(names, op.addr, op.addr_index.data, op.offset.data)
         guard = _guard(names, op.guard, 0)

@@ -651,6 +651,13 @@ class BlockSimulator:
             if arrived > needed:
                 raise SimulationError(f"{arrived} warps at barrier {barrier}, which counts {needed}")
             if arrived == needed:
+                reducing = {type(self.ops[w.pc]) is ptx.BarRedOp for w in warps}
+                if len(reducing) != 1:
+                    raise SimulationError(f"warps meet at barrier {barrier}, some at bar.sync and some at bar.red")
+                if reducing.pop():  # bar.red.or.pred: every thread gets whether any thread's p was set
+                    verdict = any(bool(self.get(w, self.ops[w.pc].value)[:, 0].any()) for w in warps)
+                    for w in warps:
+                        w.regs[self.ops[w.pc].result] = np.full((LANES, 1), verdict)
                 for w in warps:
                     w.at_barrier = False
                     w.pc += 1
@@ -696,6 +703,10 @@ class BlockSimulator:
                 return True
             op = self.ops[warp.pc]
             t = type(op)  # (ops are leaf classes: identity, not isinstance's ABC checks)
+            if t is ptx.BarRedOp:
+                warp.barrier = 0
+                warp.at_barrier = True
+                return True
             if t is ptx.BarSyncOp:
                 if op.arrives:
                     self._arrive(warp, op)
@@ -807,6 +818,8 @@ class BlockSimulator:
             pass  # ordering only; the simulation is sequentially consistent and runs one grid
         elif t is ptx.ElectOp:
             warp.regs[op.result] = (np.arange(LANES) == 0).reshape(LANES, 1)
+        elif t is ptx.AtomOp:
+            self.atom(warp, op)
         elif t is ptx.ClusterBarrierOp:
             if op.kind.data.startswith("arrive"):
                 self._cluster_arrive(warp)
@@ -923,6 +936,20 @@ class BlockSimulator:
             else:
                 self._check_wgmma_reads(addrs[lanes, i], word * vec, "st.shared")
                 self.shared.write(addrs[lanes, i], data, "st.shared")
+
+    def atom(self, warp: Warp, op: ptx.AtomOp) -> None:
+        """`atom.global.add.u32` in each guarded-on lane, one after another (each sees the others' adds); the old
+        word in d, 0 in guarded-off lanes."""
+        on = np.ones(LANES, dtype=bool) if op.guard is None else self.get(warp, op.guard)[:, 0].astype(bool)
+        addrs, values = self.get(warp, op.addr)[:, 0], self.get(warp, op.value)[:, 0]
+        out = np.zeros((LANES, 1), dtype=np.uint32)
+        for lane in np.flatnonzero(on):
+            at = addrs[lane:lane + 1]
+            old = self.launch.global_memory.read(at, 4, "atom.global").view(np.uint32)
+            out[lane, 0] = old[0, 0]
+            new = (old.astype(np.uint64) + int(values[lane])).astype(np.uint32)
+            self.launch.global_memory.write(at, new.view(np.uint8).reshape(1, -1), "atom.global")
+        warp.regs[op.result] = out
 
     def cp_async(self, warp: Warp, op: ptx.CpAsyncOp) -> None:
         nbytes = op.nbytes.data

@@ -560,6 +560,9 @@ def _indices(cg: CodeGen, index: Any, count: int, what: str) -> list[SSAValue]:
 def _global_indices(cg: CodeGen, index: Any, gtype: GlobalType, tile: Any, what: str) -> tuple[list[SSAValue], bool]:
     """A global load/store's index values, and whether its row index is rows(r) (allowed in the row place, the
     second-to-last, of a 2-D tile's index only)."""
+    if gtype.element_type == lang.i32.ir:
+        raise TkcError(f"{what}: an int32 tensor holds arrive_last's counters; tiles load from and store into bf16, "
+                       "f16, f32 and fp8 tensors")
     rows_place = gtype.rank - 2 if len(tile.shape) == 2 else None
     entries = list(index) if isinstance(index, tuple | list) else [index]
     in_rows = rows_place is not None and len(entries) == gtype.rank and isinstance(entries[rows_place], _RowsIndex)
@@ -722,6 +725,16 @@ def _atomic_add(cg: CodeGen, dst: Any, src: Any, index: Any) -> None:
         raise TkcError(f"atomic_add adds an f32 tile into an f32 tensor, got {describe(src)} into {gtype.spec()}")
     indices, in_rows = _global_indices(cg, index, gtype, src.type, f"atomic_add into {gtype.spec()}")
     cg.emit(_marked(t.AtomicAddOp(src, dst, indices), in_rows))
+
+
+@implements(lang.arrive_last)
+def _arrive_last(cg: CodeGen, counter: Any, index: Any, arrivals: Any) -> SSAValue:
+    if not is_global(counter) or counter.type.element_type != lang.i32.ir or counter.type.rank != 1:
+        raise TkcError(f"arrive_last counts in an int32 global tensor of rank 1 (gl[i32, 1]), got {describe(counter)}")
+    if cg.runtime_branches:
+        raise TkcError("arrive_last: every warp of the block must reach it, so it cannot be inside a run-time `if`")
+    return cg.emit_value(t.ArriveLastOp(counter, cg.as_i32(index, "arrive_last's index"),
+                                        cg.as_i32(arrivals, "arrive_last's arrivals")))
 
 
 @implements(lang.barrier)

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from tkc.frontend.kernel import Kernel
 
 _NUMPY_DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16), "f32": np.dtype(np.float32),
-                 "fp8e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "fp8e5m2": np.dtype(ml_dtypes.float8_e5m2)}
+                 "fp8e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "fp8e5m2": np.dtype(ml_dtypes.float8_e5m2),
+                 "i32": np.dtype(np.int32)}
 
 
 class _CurrentOp(Interpreter.Listener):

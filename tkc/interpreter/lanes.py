@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
-from xdsl.dialects.builtin import BFloat16Type, Float8E4M3FNType, Float8E5M2Type, Float16Type, Float32Type
+from xdsl.dialects.builtin import BFloat16Type, Float8E4M3FNType, Float8E5M2Type, Float16Type, Float32Type, IntegerType
 from xdsl.ir import Attribute
 
 from tkc.errors import TkcError
@@ -36,7 +36,7 @@ def round_to(x: np.ndarray, element_type: Attribute) -> np.ndarray:
     if isinstance(element_type, Float16Type):
         with np.errstate(over="ignore"):  # past f16's range is inf: the rounding rule, not a mistake to warn of
             return x.astype(np.float16).astype(np.float32)
-    if isinstance(element_type, Float32Type):
+    if isinstance(element_type, Float32Type | IntegerType):  # (i32: counters, whole numbers exact in float32)
         return x
     if isinstance(element_type, Float8E4M3FNType | Float8E5M2Type):  # saturating, as cvt.satfinite
         fp8 = ml_dtypes.float8_e4m3fn if isinstance(element_type, Float8E4M3FNType) else ml_dtypes.float8_e5m2

@@ -383,6 +383,27 @@ class TileFunctions(InterpreterFunctions):
     def run_turn_pass(self, interpreter: Interpreter, op: t.TurnPassOp, args: PythonValues) -> PythonValues:
         return ()
 
+    @impl(t.ArriveLastOp)
+    def run_arrive_last(self, interpreter: Interpreter, op: t.ArriveLastOp, args: PythonValues) -> PythonValues:
+        """The grid's blocks run together here: they arrive in the order of their index (each block's earlier global
+        stores are all done by then), the last of `arrivals` at a counter gets True and sets it back to 0."""
+        state = lane_state(interpreter)
+        state.require_block_uniform("arrive_last")
+        counter, index, arrivals = args
+        index = np.broadcast_to(block_uniform(np.asarray(index), "arrive_last's index")[:, 0], (state.blocks,))
+        arrivals = np.broadcast_to(block_uniform(np.asarray(arrivals), "arrive_last's arrivals")[:, 0], (state.blocks,))
+        active, last = state.active_blocks(), np.zeros((state.blocks, 1), dtype=bool)
+        for block in np.flatnonzero(active):
+            at = int(index[block])
+            if not 0 <= at < counter.data.shape[0]:
+                raise TkcError(f"arrive_last: index {at} is past the counter's {counter.data.shape[0]} elements")
+            counter.data[at] += 1
+            if counter.data[at] == arrivals[block]:
+                last[block, 0] = True
+                counter.data[at] = 0
+        counter.written = True
+        return (last,)
+
     @impl(t.BarrierOp)
     def run_barrier(self, interpreter: Interpreter, op: t.BarrierOp, args: PythonValues) -> PythonValues:
         lane_state(interpreter).require_block_uniform("a barrier")

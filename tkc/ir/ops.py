@@ -30,6 +30,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     IntegerType,
     f32,
+    i1,
     i32,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -55,6 +56,7 @@ from xdsl.utils.exceptions import VerifyException
 from tkc.ir.async_ops import GroupWaitOp
 from tkc.ir.types import (
     FP8_TYPES,
+    I32,
     GlobalType,
     RegTileType,
     RegVecType,
@@ -1128,6 +1130,42 @@ class ClusterSyncOp(IRDLOperation):
             parent = parent.parent_op()
 
 
+def _not_in_runtime_if(op: Operation, what: str) -> None:
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, func.FuncOp):
+        if isinstance(parent, scf.IfOp):
+            raise VerifyException(f"{what}: every warp of the block must reach it, so it cannot be inside a run-time "
+                                  "`if`")
+        parent = parent.parent_op()
+
+
+@irdl_op_definition
+class ArriveLastOp(IRDLOperation):
+    """`%last = tile.arrive_last %counter[%index], %arrivals : !tile.gl<?xi32>`: this block's arrival counted at
+    counter[index] (one thread: `atom.acq_rel.gpu.global.add.u32`, after a fence and a block barrier); true in every
+    thread of the block that arrives last of %arrivals (its count then set back to 0 for the next launch, the result
+    spread over the block by `bar.red.or.pred`), false in the others. The blocks' global stores before it are
+    visible to the last block after it. Every warp must reach it: not inside a run-time `if`."""
+
+    name = "tile.arrive_last"
+    counter = operand_def(GlobalType)
+    index = operand_def(i32)
+    arrivals = operand_def(i32)
+    result = result_def(i1)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$counter `[` $index `]` `,` $arrivals attr-dict `:` type($counter)"
+
+    def __init__(self, counter: SSAValue | Operation, index: SSAValue | Operation, arrivals: SSAValue | Operation):
+        super().__init__(operands=[counter, index, arrivals], result_types=[i1])
+
+    def verify_(self) -> None:
+        gtype = self.counter.type
+        if gtype.element_type != I32 or gtype.rank != 1:  # type: ignore[attr-defined]
+            raise VerifyException(f"arrive_last counts in an int32 tensor of rank 1 (gl[i32, 1]), got "
+                                  f"{gtype.spec()}")  # type: ignore[attr-defined]
+        _not_in_runtime_if(self, "arrive_last")
+
+
 def synced_since_written(op: Operation, tile: SSAValue) -> bool:
     """Is there a `tile.cluster_sync` between the op that wrote `tile` (its defining op) and `op`, on the way
     back from `op` through its block and the blocks around it? (True where `op` is in a region not yet attached
@@ -1240,6 +1278,7 @@ TILE_OPS: list[type[IRDLOperation]] = [
     AtomicAddOp,
     InsertOp,
     BarrierOp,
+    ArriveLastOp,
     ClusterSyncOp,
     ClusterLoadOp,
     TurnWaitOp,
