@@ -36,7 +36,9 @@ VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 
             "64-key steps, 3 stages": {"CONFIG": {64: (32, 3, 1), 128: (16, 3, 1)}},
             # fewer, larger parts where a wave's do not make clusters the GPU holds (B = 1, 16 parts: GPCs of < 16 SMs)
             "at most 12 parts, clusters": {"CLUSTER_PARTS": 12}, "at most 8 parts, clusters": {"CLUSTER_PARTS": 8},
-            "at most 3 parts, clusters": {"CLUSTER_PARTS": 3}}  # B = 4, 4 parts: clusters of 4 not all held
+            "at most 3 parts, clusters": {"CLUSTER_PARTS": 3},  # B = 4, 4 parts: clusters of 4 not all held
+            # one launch on the wave's split: the last part of each row tile to arrive weighs them (any GPU)
+            "one launch, the last part weighs": {"DECODE_LAST_BLOCK": True}}
 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):
@@ -86,6 +88,13 @@ def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
                "attention_decode_combine alone": lambda: combine(o_parts.view(parts, flat, d),
                                                                  l_parts.view(parts, flat), out.view(flat, d),
                                                                  l_parts.view(-1))}
+    last = decode_module.attention_decode_last.specialize(**{**decode.spec.constants, "LSE": 0},
+                                                          target=decode.spec.target)[decode.grid]
+    counters = torch.zeros(plan.q_rows[0] * plan.q_rows[1] * -(-plan.q_rows[2] // 16), device="cuda",
+                           dtype=torch.int32)
+    last_out = q.new_empty((1, 1, 1), dtype=torch.float32)
+    kernels["attention_decode_last alone (one launch, the last part weighs)"] = (
+        lambda: last(q.view(q_rows), k, v, o_parts, l_parts, out.view(q_rows), last_out, counters, 0.1, steps))
     if plan.clustered is not None:
         unread = q.new_empty((1, 1, 1), dtype=torch.float32)
         x, y, z = plan.clustered.grid

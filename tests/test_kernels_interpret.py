@@ -121,6 +121,35 @@ def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int
 
 @pytest.mark.parametrize("d", [64, 128])
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
+       nq=st.sampled_from([1, 1, 2, 5]), nk=st.integers(1, 700), parts=st.integers(1, 20), lse=st.sampled_from([0, 1]),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10)
+def test_decode_attention_last_block_weighs(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int,
+                                            parts: int, lse: int, seed: int) -> None:
+    """attention_decode_last: each block leaves its part, and the last of a row tile's parts to arrive at its counter
+    weighs them all, in one launch: out and log-sum-exp against float64 (several row tiles, the last one short);
+    two launches on the same counters (each leaves them at 0)."""
+    from tkc.kernels.attention_decode import attention_decode_last
+
+    q, k, v, scale, (keys, stages, parts, per_part) = decoding_problem(seed, d, batch, kv_heads, group, nq, nk, parts)
+    rows = group * nq
+    tiles = -(-rows // 16)
+    counter = np.zeros(batch * kv_heads * tiles, np.int32)
+    ref, ref_lse = attention_ref(q, k, v, scale=scale, lse=True)
+    for _ in range(2):
+        o_parts = poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32)
+        l_parts = poisoned(parts * batch, kv_heads, rows, dtype=np.float32)
+        out, l_out = poisoned(batch, kv_heads, rows, d), poisoned(batch, kv_heads, rows, dtype=np.float32)
+        attention_decode_last.interpret(q.reshape(batch, kv_heads, rows, d), k, v, o_parts, l_parts, out, l_out,
+                                        counter, scale, per_part, grid=(parts * tiles, kv_heads, batch), D=d,
+                                        KEYS=keys, STAGES=stages, LSE=lse)
+        assert rel_err(out.reshape(q.shape), ref) < TOL and not counter.any()
+        if lse:
+            assert np.abs(l_out.reshape(ref_lse.shape) - ref_lse).max() < 1e-4
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
        nq=st.sampled_from([1, 1, 2, 5]), nk=st.integers(1, 700), parts=st.integers(1, 16), lse=st.sampled_from([0, 1]),
        seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)

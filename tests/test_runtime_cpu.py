@@ -738,6 +738,33 @@ def test_decode_attention_launches(monkeypatch) -> None:
         attention(q, k, v, target="sm_80", causal=True)
 
 
+def test_decode_attention_last_block_launches(monkeypatch) -> None:
+    """DECODE_LAST_BLOCK: outside CUDA graph captures decoding launches attention_decode_last on the wave's split (one
+    launch, on the sm_80 path too; the counters made once per device and stream, one a row tile), unless the wave's
+    clusters are all held; in a capture, the two kernels."""
+    import types
+
+    import torch
+
+    from tkc.kernels import attention
+
+    decode_module = importlib.import_module("tkc.kernels.attention_decode")
+    attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", True)
+    monkeypatch.setattr(decode_module, "_COUNTERS", {})
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=7))
+    q, k = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128)
+    attention(q, k, k, target="sm_80")                        # 10 parts of 5 steps (CONFIG_SM80), 4 row tiles
+    attention(cuda(1, 32, 1, 128), cuda(1, 8, 8192, 128), cuda(1, 8, 8192, 128), target="sm_90a")  # 16 parts
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    attention(q, k, k, target="sm_80")
+    assert [(launch[0].kernel, launch[1]) for launch in launches] == [
+        ("attention_decode_last", (10, 2, 2)), ("attention_decode_cluster", (16, 8, 1)),
+        ("attention_decode", (10, 2, 2)), ("attention_decode_combine", (1, 4, 1))]
+    (counters,) = decode_module._COUNTERS.values()
+    assert list(decode_module._COUNTERS) == [(0, 7)] and counters.dtype == torch.int32 and not counters.any()
+
+
 def test_layernorm_backward_launches(monkeypatch) -> None:
     """layernorm_backward(): layernorm_bwd_kernel on the blocks the GPU holds at once (fewer where the rows run
     out) in backward_layout(D) (a row a warp up to 1024 columns, wider rows over a block's warps), then

@@ -1178,3 +1178,28 @@ def test_last_block_sum_simulated(blocks: int, order: str) -> None:
         interp, sim = run_both(last_block_sum, [x, parts, out, counter], (blocks,), {"N": 64}, order=order)
         assert rel_err(sim[2], x.reshape(blocks, 32, 64).astype(np.float64).sum(0)) < 1e-6
         assert rel_err(sim[2], interp[2]) < 1e-6 and not sim[3].any() and not interp[3].any()
+
+
+@pytest.mark.parametrize("d, nk, parts, rows, target", [(128, 300, 3, 12, "sm_90a"), (64, 1000, 4, 20, "sm_80")])
+def test_decode_attention_last_block_weighs_simulated(d: int, nk: int, parts: int, rows: int, target: str) -> None:
+    """attention_decode_last in PTX: each block's part to global memory, its arrival at the row tile's counter, and
+    the last part weighing all of them (two row tiles at rows 20): agrees with the interpreter and with float64, out
+    and log-sum-exp, the counters back at 0."""
+    from tkc.kernels.attention_decode import CONFIG, attention_decode_last
+
+    rng = np.random.default_rng(d + nk)
+    batch, kv_heads, tiles = 1, 2, -(-rows // 16)
+    q = random_bf16(rng, batch, kv_heads * rows, 1, d)
+    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
+    keys, stages, _ = CONFIG[d]
+    steps = -(-nk // (4 * keys))
+    per_part = -(-steps // parts)
+    assert -(-steps // per_part) == parts
+    args = [q.reshape(batch, kv_heads, rows, d), k, v, poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32),
+            poisoned(parts * batch, kv_heads, rows, dtype=np.float32), poisoned(batch, kv_heads, rows, d),
+            poisoned(batch, kv_heads, rows, dtype=np.float32), np.zeros(kv_heads * tiles, np.int32), 0.1, per_part]
+    interp, sim = run_both(attention_decode_last, args, (parts * tiles, kv_heads, batch),
+                           {"D": d, "KEYS": keys, "STAGES": stages, "LSE": 1}, target=target, order="shuffled")
+    ref, ref_lse = attention_ref(q, k, v, scale=0.1, lse=True)
+    assert rel_err(sim[5], interp[5]) < 1e-2 and rel_err(sim[5].reshape(q.shape), ref) < 1e-2
+    assert np.abs(sim[6].reshape(ref_lse.shape) - ref_lse).max() < 1e-4 and not sim[7].any()

@@ -592,6 +592,31 @@ def test_decode_attention(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, t
     assert rel_err(attention(q, k, v, target=target), default_scale) < 1e-2  # the common call, 1/√D
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("b, h, h_kv, nq, nk, d", DECODE_SHAPES)
+def test_decode_attention_last_block_weighs(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, target: str | None,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """DECODE_LAST_BLOCK (clusters off): decoding in one launch, attention_decode_last, whose last part of each row
+    tile to arrive at its counter weighs the parts; out and its log-sum-exp against float32, twice (the counters
+    left at zero by the first launch)."""
+    attention_module = importlib.import_module("tkc.kernels.attention")
+    decode_module = importlib.import_module("tkc.kernels.attention_decode")
+    monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
+    monkeypatch.setattr(attention_module, "_PLANS", {})
+    monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", True)
+    monkeypatch.setattr(decode_module, "DECODE_IN_CLUSTERS", False)
+    monkeypatch.setattr(decode_module, "_PLANS", {})
+    for _ in range(2):
+        q, k, v = randn(b, h, nq, d), randn(b, h_kv, nk, d), randn(b, h_kv, nk, d)
+        out, lse = attention(q, k, v, out=poisoned_like((b, h, nq, d)), return_lse=True, scale=0.1, target=target)
+        ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.1,
+                                                               enable_gqa=True)
+        assert rel_err(out, ref) < 1e-2
+        s = q.float() @ k.float().repeat_interleave(h // h_kv, 1).transpose(-1, -2) * 0.1
+        assert (lse - torch.logsumexp(s, -1)).abs().max().item() < 1e-3
+    assert not any(counters.any().item() for counters in decode_module._COUNTERS.values())
+
+
 @pytest.mark.parametrize("b, nk", [(1, 16384), (4, 4096), (1, 4096)])
 def test_decode_attention_in_a_cuda_graph(b: int, nk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Decoding steps called eagerly and then captured in a CUDA graph and replayed on new inputs: on Hopper an eager

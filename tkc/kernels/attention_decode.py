@@ -85,6 +85,39 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
         store(LParts, lse, (row, h, t))
 
 
+@tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
+def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[f32, 4], LParts: gl[f32, 3],
+                          O: gl["DT", 4], L: gl[f32, 3], Counter: gl[i32, 1], scale: float, steps: int,
+                          D: const = 128, KEYS: const = 16, STAGES: const = 3, LSE: const = 0, DT: const = bf16):
+    """attention_decode and attention_decode_combine in one launch on any GPU: each block leaves its part's output and
+    log-sum-exp in OParts and LParts (as attention_decode), and the last of a row tile's parts to arrive at its
+    counter (Counter[(b·H_kv + h)·T + t], zero before the first launch and again after each) weighs them all into O
+    (B, H_kv, R, D), each warp D / 4 of the columns (and with LSE the log-sum-exp into L (B, H_kv, R)). Q, K, V, the
+    grid and the parts as attention_decode's."""
+    part_tile, h, b = block_idx()
+    row_tiles = cdiv(Q.shape[2], 16)
+    part, t = part_tile // row_tiles, part_tile % row_tiles
+    o, lse = decode_part(Q, K, V, b, h, t, part, steps, scale, D, KEYS, DT)
+    store(OParts, o, (part * Q.shape[0] + b, h, t, warp_id()))
+    if warp_id() == 0:
+        store(LParts, lse, (part * Q.shape[0] + b, h, t))
+    parts = num_blocks()[0] // row_tiles
+    if arrive_last(Counter, (b * Q.shape[1] + h) * row_tiles + t, parts):
+        top = neg_infty(rv[f32, 16])
+        for p in runtime_range(parts):
+            top = max(top, load(LParts, (p * Q.shape[0] + b, h, t), rv[f32, 16]))
+        top = max(top, FLOOR)  # (a row no part saw: lse -inf everywhere)
+        total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
+        for p in runtime_range(parts):
+            weight = exp(load(LParts, (p * Q.shape[0] + b, h, t), rv[f32, 16]) - top)
+            total = total + weight
+            acc = acc + mul_row(load(OParts, (p * Q.shape[0] + b, h, t, warp_id()), rt[f32, 16, D // 4]), weight)
+        store(O, div_row(acc, max(total, 1e-30)).to(DT), (b, h, t, warp_id()))
+        if LSE:
+            if warp_id() == 0:
+                store(L, top + log(total), (b, h, t))
+
+
 @tkc.kernel(warps=4, stages="STAGES", cluster="CLUSTER", min_target="sm_90a")
 def attention_decode_cluster(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3],
                              scale: float, steps: int, D: const = 128, KEYS: const = 32, STAGES: const = 2,
@@ -195,6 +228,11 @@ CLUSTER_PARTS = 0       # on Hopper, at most this many parts a row tile (0: a wa
 # wave's split (its replay has no host work: B = 1 at 8 parts reads 0.95-0.97x cuDNN from a graph against 1.01-1.02).
 FEWER_PARTS = True
 FEWER_PARTS_BYTES = 1 << 27  # 134 MB: B = 1, H_kv = 8, Nk = 32768 at D = 128 still gained (0.85 -> 0.99x cuDNN)
+# Outside CUDA graph captures, the wave's split in one launch on every GPU instead of the two kernels (or fewer parts
+# in clusters): attention_decode_last, whose last part of a row tile to arrive at its counter weighs the parts
+# (counters per device and stream, made zero once and left zero by every launch). Off: not yet timed on a GPU.
+DECODE_LAST_BLOCK = False
+_COUNTERS: dict[tuple[int, int], Any] = {}  # (device, stream) → its int32 counters
 
 
 def decode_parts(units: int, steps: int, slots: int) -> tuple[int, int]:
@@ -243,6 +281,14 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
             return True
     o_parts = q.new_empty(plan.parts_shape, dtype=torch.float32)
     l_parts = q.new_empty(plan.parts_shape[:3], dtype=torch.float32)
+    if plan.last is not None and not torch.cuda.is_current_stream_capturing():
+        l_out = lse.view(plan.q_rows[:3]) if lse is not None else unread_lse(q)
+        args = (q.view(plan.q_rows), k, v, o_parts, l_parts, out.view(plan.q_rows), l_out,
+                _counters(torch, q, plan.counters), scale, plan.steps)
+        if common_only:
+            return plan.last.common(*args)
+        plan.last(*args)
+        return True
     args = (q.view(plan.q_rows), k, v, o_parts, l_parts, scale, plan.steps)
     if common_only:
         if not plan.decode.common(*args):
@@ -253,6 +299,17 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     plan.combine(o_parts.view(plan.flat_parts), l_parts.view(parts, flat), out.view(flat, d),
                  l_parts.view(-1) if lse is None else lse.view(flat))
     return True
+
+
+def _counters(torch: Any, q: Any, count: int) -> Any:
+    """`count` int32 counters at zero for attention_decode_last on q's device and current stream (its launches run
+    one after another there, each leaving them at zero): made once, grown where a shape needs more."""
+    device = q.get_device()
+    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    counters = _COUNTERS.get(key)
+    if counters is None or counters.numel() < count:
+        counters = _COUNTERS[key] = torch.zeros(max(count, 1024), dtype=torch.int32, device=q.device)
+    return counters
 
 
 class _Plan:
@@ -272,6 +329,8 @@ class _Plan:
         self.fewer: tuple[Any, int] | None = None
         self.splits: Any = None  # on Hopper: c → attention_decode_cluster over c parts bound to its grid, its steps
         self.few_bytes = False   # K and V of at most FEWER_PARTS_BYTES
+        self.last: Any = None    # DECODE_LAST_BLOCK: attention_decode_last bound to the decode kernel's grid
+        self.counters = 0        # the row tiles it counts arrivals of
 
     def decide(self, args: tuple[Any, ...]) -> None:
         """On the first call (`args` attention_decode_cluster's but the steps): does the GPU hold all clusters of
@@ -279,7 +338,7 @@ class _Plan:
         x, y, z = self.clustered.grid
         self.together = x * y * z <= self.clustered.spec.resident_blocks(*args, self.steps)
         parts = self.flat_parts[0]
-        if self.together or not (FEWER_PARTS and self.few_bytes):
+        if self.together or not (FEWER_PARTS and self.few_bytes) or self.last is not None:
             return
         # portable sizes only (each size asked about compiles a kernel on the shape's first call)
         for cluster in range(min(parts - 1, 8), max(1, ceil_div(parts, 2) - 1), -1):
@@ -309,6 +368,10 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
     flat = batch * heads * nq
     plan = _Plan(decode[(parts * tiles, kv_heads, batch)], combine[(ceil_div(flat, 16), d // 32)], steps,
                  (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
+    if DECODE_LAST_BLOCK:
+        plan.last = attention_decode_last.specialize(D=d, KEYS=keys, STAGES=stages, LSE=int(lse), **dt,
+                                                     target=target)[(parts * tiles, kv_heads, batch)]
+        plan.counters = units
     if hopper and DECODE_IN_CLUSTERS:
         def split(cluster: int) -> tuple[Any, int]:  # attention_decode_cluster over at most `cluster` parts
             parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), units * cluster)
