@@ -1044,6 +1044,21 @@ def test_decode_attention_simulated(d: int, target: str, nk: int, f16: int) -> N
     assert np.abs(sim[3].reshape(ref_lse.shape) - ref_lse).max() < 1e-4
 
 
+def decoding_split(d: int, nk: int, parts: int, rows: int) -> tuple:
+    """One query row a head of 2 K/V heads (batch 1, `rows` rows a K/V head), nk keys, and CONFIG[d]'s split of them
+    into exactly `parts` parts: (q, k, v, keys a warp and step, stages, steps a part)."""
+    from tkc.kernels.attention_decode import CONFIG
+
+    rng = np.random.default_rng(d + nk)
+    q = random_bf16(rng, 1, 2 * rows, 1, d)
+    k, v = (random_bf16(rng, 1, 2, nk, d) for _ in range(2))
+    keys, stages, _ = CONFIG[d]
+    steps = -(-nk // (4 * keys))
+    per_part = -(-steps // parts)
+    assert -(-steps // per_part) == parts
+    return q, k, v, keys, stages, per_part
+
+
 @pytest.mark.parametrize("d, nk, parts, rows", [(128, 300, 3, 12), (64, 4000, 8, 20), (64, 4000, 16, 5),
                                                   (256, 100, 1, 3), (128, 4000, 16, 5), (256, 300, 3, 3)])
 def test_decode_attention_in_clusters_simulated(d: int, nk: int, parts: int, rows: int) -> None:
@@ -1053,16 +1068,10 @@ def test_decode_attention_in_clusters_simulated(d: int, nk: int, parts: int, row
     float64, out and log-sum-exp (rows 20: two row tiles, two clusters a K/V head; parts 16: a non-portable cluster;
     parts 1: no cluster, each warp four of D = 256's 16 column tiles; D = 256 over 3 parts: 16 column tiles for 12
     warps, some take two)."""
-    from tkc.kernels.attention_decode import CONFIG, attention_decode_cluster
+    from tkc.kernels.attention_decode import attention_decode_cluster
 
-    rng = np.random.default_rng(d + nk)
     batch, kv_heads = 1, 2
-    q = random_bf16(rng, batch, kv_heads * rows, 1, d)
-    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
-    keys, stages, _ = CONFIG[d]
-    steps = -(-nk // (4 * keys))
-    per_part = -(-steps // parts)
-    assert -(-steps // per_part) == parts
+    q, k, v, keys, stages, per_part = decoding_split(d, nk, parts, rows)
     args = [q.reshape(batch, kv_heads, rows, d), k, v, poisoned(batch, kv_heads, rows, d),
             poisoned(batch, kv_heads, rows, dtype=np.float32), 0.1, per_part]
     interp, sim = run_both(attention_decode_cluster, args, (parts * -(-rows // 16), kv_heads, batch),
@@ -1185,16 +1194,10 @@ def test_decode_attention_last_block_weighs_simulated(d: int, nk: int, parts: in
     """attention_decode_last in PTX: each block's part to global memory, its arrival at the row tile's counter, and
     the last part weighing all of them (two row tiles at rows 20): agrees with the interpreter and with float64, out
     and log-sum-exp, the counters back at 0."""
-    from tkc.kernels.attention_decode import CONFIG, attention_decode_last
+    from tkc.kernels.attention_decode import attention_decode_last
 
-    rng = np.random.default_rng(d + nk)
     batch, kv_heads, tiles = 1, 2, -(-rows // 16)
-    q = random_bf16(rng, batch, kv_heads * rows, 1, d)
-    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
-    keys, stages, _ = CONFIG[d]
-    steps = -(-nk // (4 * keys))
-    per_part = -(-steps // parts)
-    assert -(-steps // per_part) == parts
+    q, k, v, keys, stages, per_part = decoding_split(d, nk, parts, rows)
     args = [q.reshape(batch, kv_heads, rows, d), k, v, poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32),
             poisoned(parts * batch, kv_heads, rows, dtype=np.float32), poisoned(batch, kv_heads, rows, d),
             poisoned(batch, kv_heads, rows, dtype=np.float32), np.zeros(kv_heads * tiles, np.int32), 0.1, per_part]

@@ -564,6 +564,19 @@ DECODE_SHAPES = [(1, 32, 8, 1, 4096, 128), (4, 32, 32, 1, 1000, 128), (1, 32, 1,
                  (1, 28, 4, 1, 32768, 128), (1, 32, 8, 1, 16384, 128)]
 
 
+def check_decoding(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, target: str | None) -> tuple:
+    """attention() on fresh q (B, H, Nq, D), k and v (B, H_kv, Nk, D), out poisoned first: out and its log-sum-exp
+    against float32; (q, k, v)."""
+    q, k, v = randn(b, h, nq, d), randn(b, h_kv, nk, d), randn(b, h_kv, nk, d)
+    out, lse = attention(q, k, v, out=poisoned_like((b, h, nq, d)), return_lse=True, scale=0.1, target=target)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.1,
+                                                           enable_gqa=True)
+    assert rel_err(out, ref) < 1e-2
+    s = q.float() @ k.float().repeat_interleave(h // h_kv, 1).transpose(-1, -2) * 0.1
+    assert (lse - torch.logsumexp(s, -1)).abs().max().item() < 1e-3
+    return q, k, v
+
+
 @pytest.mark.parametrize("in_clusters", [True, False])
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("b, h, h_kv, nq, nk, d", DECODE_SHAPES)
@@ -581,13 +594,7 @@ def test_decode_attention(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, t
     monkeypatch.setattr(attention_module, "_PLANS", {})  # no attention_sm90 plan made with the flag off
     monkeypatch.setattr(decode_module, "DECODE_IN_CLUSTERS", in_clusters)
     monkeypatch.setattr(decode_module, "_PLANS", {})  # (plans made under the other setting)
-    q, k, v = randn(b, h, nq, d), randn(b, h_kv, nk, d), randn(b, h_kv, nk, d)
-    out, lse = attention(q, k, v, out=poisoned_like((b, h, nq, d)), return_lse=True, scale=0.1, target=target)
-    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.1,
-                                                           enable_gqa=True)
-    assert rel_err(out, ref) < 1e-2
-    s = q.float() @ k.float().repeat_interleave(h // h_kv, 1).transpose(-1, -2) * 0.1
-    assert (lse - torch.logsumexp(s, -1)).abs().max().item() < 1e-3
+    q, k, v = check_decoding(b, h, h_kv, nq, nk, d, target)
     default_scale = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
     assert rel_err(attention(q, k, v, target=target), default_scale) < 1e-2  # the common call, 1/√D
 
@@ -607,13 +614,7 @@ def test_decode_attention_last_block_weighs(b: int, h: int, h_kv: int, nq: int, 
     monkeypatch.setattr(decode_module, "DECODE_IN_CLUSTERS", False)
     monkeypatch.setattr(decode_module, "_PLANS", {})
     for _ in range(2):
-        q, k, v = randn(b, h, nq, d), randn(b, h_kv, nk, d), randn(b, h_kv, nk, d)
-        out, lse = attention(q, k, v, out=poisoned_like((b, h, nq, d)), return_lse=True, scale=0.1, target=target)
-        ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.1,
-                                                               enable_gqa=True)
-        assert rel_err(out, ref) < 1e-2
-        s = q.float() @ k.float().repeat_interleave(h // h_kv, 1).transpose(-1, -2) * 0.1
-        assert (lse - torch.logsumexp(s, -1)).abs().max().item() < 1e-3
+        check_decoding(b, h, h_kv, nq, nk, d, target)
     assert not any(counters.any().item() for counters in decode_module._COUNTERS.values())
 
 
