@@ -81,6 +81,31 @@ def decode_attention() -> None:
     attention_module.DECODE_ON_HOPPER, decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = False, True, {}
 
 
+def last_block() -> None:
+    """arrive_last: tests/kernels/last_block_sum.py over 300 blocks (sm_80 and this GPU's build), and decoding in one
+    launch whose last part of each row tile weighs the parts (DECODE_LAST_BLOCK, clusters off), both paths."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernels.last_block_sum import last_block_sum
+
+    counter = torch.zeros(1, device="cuda", dtype=torch.int32)
+    for target in ("sm_80", None):
+        x = torch.randn(32 * 300, 64, device="cuda")
+        last_block_sum[(300,)](x, torch.empty_like(x), torch.empty(32, 64, device="cuda"), counter, target=target)
+    attention_module = importlib.import_module("tkc.kernels.attention")
+    decode_module = importlib.import_module("tkc.kernels.attention_decode")
+    attention_module.DECODE_ON_HOPPER = True
+    decode_module.DECODE_LAST_BLOCK, decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = True, False, {}
+    q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 2, 3000, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for target in ("sm_80", None):
+        attention(q, k, v, target=target, return_lse=True)
+    attention_module.DECODE_ON_HOPPER = False
+    decode_module.DECODE_LAST_BLOCK, decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = False, True, {}
+
+
 def head_dim_96() -> None:
     """D = 96 (three 64-byte swizzled panels a row): attention() and its backward, causal and not, 1024 keys in
     8 steps of 128 against 2 stages (the wgmma kernels on Hopper), 16 query steps of dK/dV against 3."""
@@ -206,6 +231,7 @@ def main() -> None:
                         RAGGED=1, DEFER_DQ=deferred, DS_BUFFERS=1 + deferred)
     grouped_query_attention()
     decode_attention()
+    last_block()
     x = torch.randn(300, 1024, device="cuda", dtype=bf)
     w = torch.randn(1024, device="cuda", dtype=bf)
     layernorm(x, x, w, w, target="sm_80")
