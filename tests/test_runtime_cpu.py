@@ -493,7 +493,7 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
     monkeypatch.setattr(attention_module, "check_tensor", lambda *args: checked.append(args[0]))
     out = attention(q, k, v, target="sm_90a", scale=0.25)
     assert not checked and len(launches) == 2 and launches[1][:2] == launches[0][:2]
-    args = (q, k, v, out, attention_module._NO_LSE[0], 0.25)
+    args = (q, k, v, out, attention_module.UNREAD_LSE[0], 0.25)
     (fast,) = [f for spec in launch._specialized.values() for f in spec.variants.values() if f.loaded is launches[1][0]]
     maps = [launch.tensor_map(args[i], rows, cols, swizzle, label, stack)
             for i, label, rows, cols, swizzle, stack in fast.tensor_maps]

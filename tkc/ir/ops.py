@@ -1122,20 +1122,16 @@ class ClusterSyncOp(IRDLOperation):
         super().__init__()
 
     def verify_(self) -> None:
-        parent = self.parent_op()
-        while parent is not None and not isinstance(parent, func.FuncOp):
-            if isinstance(parent, scf.IfOp):
-                raise VerifyException("cluster_sync: every warp of the cluster must reach it, so it cannot be "
-                                      "inside a run-time `if`")
-            parent = parent.parent_op()
+        _not_in_runtime_if(self, "cluster_sync", "cluster")
 
 
-def _not_in_runtime_if(op: Operation, what: str) -> None:
+def _not_in_runtime_if(op: Operation, what: str, scope: str = "block") -> None:
+    """Collective ops (every warp of the block or cluster meets there) refuse a place inside an scf.if."""
     parent = op.parent_op()
     while parent is not None and not isinstance(parent, func.FuncOp):
         if isinstance(parent, scf.IfOp):
-            raise VerifyException(f"{what}: every warp of the block must reach it, so it cannot be inside a run-time "
-                                  "`if`")
+            raise VerifyException(f"{what}: every warp of the {scope} must reach it, so it cannot be inside a "
+                                  "run-time `if`")
         parent = parent.parent_op()
 
 

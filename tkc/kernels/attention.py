@@ -393,7 +393,6 @@ def group_constant(heads: int, kv_heads: int) -> dict[str, int]:
     return {"GROUP": heads // kv_heads} if kv_heads and heads != kv_heads else {}
 
 
-_NO_LSE = UNREAD_LSE  # device → a 1-element L for launches that do not ask for the log-sum-exp (unread_lse)
 # (device, dtype, target, query heads a K/V head, configuration) → (the specialized attention_sm90, its query rows a
 # tile, tiles a block, its largest grid): what attention()'s common call launches
 _PLANS: dict[tuple[Any, ...], tuple[Any, int, int, int]] = {}
@@ -493,7 +492,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                 else:
                     spec, rows, tiles, most = plan
                     blocks = min(ceil_div(ceil_div(nq, rows) * heads * batch, tiles), most)
-                    if spec.launch((blocks, 1, 1), (q, k, v, out, _NO_LSE[device], scale), common_only=True):
+                    if spec.launch((blocks, 1, 1), (q, k, v, out, UNREAD_LSE[device], scale), common_only=True):
                         return out
             out = None
 

@@ -66,6 +66,16 @@ def decode_part(Q, K, V, b, h, t, part, steps, scale, D, KEYS, DT):
     return div_row(acc, total), top + log(total)
 
 
+@tkc.func
+def weigh_in(top, total, acc, o, lse):
+    """(top, total, acc) with one more part weighed in: its output `o` and log-sum-exp `lse` against the running
+    maximum `top` (at least FLOOR: a part of lse -inf first would make exp(-inf - -inf)); acc and total rescaled."""
+    new_top = max(max(top, lse), FLOOR)
+    old, new = exp(top - new_top), exp(lse - new_top)   # the first part: old = exp(-inf) = 0
+    acc = mul_row(acc, old) + mul_row(o, new)
+    return new_top, total * old + new, acc
+
+
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
 def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[f32, 4], LParts: gl[f32, 3],
                      scale: float, steps: int, D: const = 128, KEYS: const = 16, STAGES: const = 3,
@@ -103,15 +113,11 @@ def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts
         store(LParts, lse, (part * Q.shape[0] + b, h, t))
     parts = num_blocks()[0] // row_tiles
     if arrive_last(Counter, (b * Q.shape[1] + h) * row_tiles + t, parts):
-        top = neg_infty(rv[f32, 16])
+        top, total, acc = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
         for p in runtime_range(parts):
-            top = max(top, load(LParts, (p * Q.shape[0] + b, h, t), rv[f32, 16]))
-        top = max(top, FLOOR)  # (a row no part saw: lse -inf everywhere)
-        total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
-        for p in runtime_range(parts):
-            weight = exp(load(LParts, (p * Q.shape[0] + b, h, t), rv[f32, 16]) - top)
-            total = total + weight
-            acc = acc + mul_row(load(OParts, (p * Q.shape[0] + b, h, t, warp_id()), rt[f32, 16, D // 4]), weight)
+            row = p * Q.shape[0] + b
+            top, total, acc = weigh_in(top, total, acc, load(OParts, (row, h, t, warp_id()), rt[f32, 16, D // 4]),
+                                       load(LParts, (row, h, t), rv[f32, 16]))
         store(O, div_row(acc, max(total, 1e-30)).to(DT), (b, h, t, warp_id()))
         if LSE:
             if warp_id() == 0:
@@ -176,10 +182,7 @@ def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT",
         o, lse = o0, l0
         o0, o1, o2, l0, l1, l2 = o1, o2, o3, l1, l2, l3
         o3, l3 = load(OParts, (part + 16, tile, cols), rt[f32, 16, 32]), load(LParts, (part + 16, tile), rv[f32, 16])
-        new_top = max(max(top, lse), FLOOR)                 # FLOOR: a part of lse -inf first (exp(-inf - -inf))
-        old, new = exp(top - new_top), exp(lse - new_top)   # a warp's first part: old = exp(-inf) = 0
-        acc = mul_row(acc, old) + mul_row(o, new)
-        total, top = total * old + new, new_top
+        top, total, acc = weigh_in(top, total, acc, o, lse)
     # A warp without parts (fewer than 4) has total 0: its output 0, its log-sum-exp -inf, its weight 0.
     # f32 rows: the warps' results cross shared memory once a block, 2-way conflicting each way
     outs = store(empty(st[f32, 64, 32]), div_row(acc, max(total, 1e-30)), (warp_id(), 0), conflicts=2)
@@ -264,8 +267,8 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
 
     # (a decoding step's shapes repeat: its host work is what a short step waits for)
     plan = cached_plan(_PLANS, (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper), _plan)
+    l_out = lse.view(plan.q_rows[:3]) if lse is not None else unread_lse(q)  # (read by the one-launch kernels)
     if plan.clustered is not None:
-        l_out = lse.view(plan.q_rows[:3]) if lse is not None else unread_lse(q)
         cluster_args = (q.view(plan.q_rows), k, v, out.view(plan.q_rows), l_out, scale)
         if plan.together is None:  # asked once a shape, of the first (checked) call
             if common_only:
@@ -282,7 +285,6 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     o_parts = q.new_empty(plan.parts_shape, dtype=torch.float32)
     l_parts = q.new_empty(plan.parts_shape[:3], dtype=torch.float32)
     if plan.last is not None and not torch.cuda.is_current_stream_capturing():
-        l_out = lse.view(plan.q_rows[:3]) if lse is not None else unread_lse(q)
         args = (q.view(plan.q_rows), k, v, o_parts, l_parts, out.view(plan.q_rows), l_out,
                 _counters(torch, q, plan.counters), scale, plan.steps)
         if common_only:
