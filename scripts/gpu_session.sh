@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        compile-time bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check norm-backward small-batch sanitize
+#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check last-block norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -219,6 +219,16 @@ for step in ${*:-tests probe bench sanitize}; do
     decode)  # decoding (a query or a few a head over a KV cache): GPU tests, sanitizers, attention_decode vs attention_sm90 vs SDPA
         tests_and_sanitizers decode decode decode_attention 90
         timeout 300 python3 bench/probe_decode.py ${PROBE_ARGS:-} > "$OUT/decode.log" 2>&1; grep -v Warning "$OUT/decode.log" | tail -60 ;;
+    last-block)  # one launch whose last block finishes the sum (arrive_last): every GPU test, sanitizers on
+        # last_block, decoding's last-part variant beside the clusters / two launches, gemm() with and without
+        # FEW_ROWS_IN_CLUSTERS "eager"
+        tests_and_sanitizers last-block "last or outside_captures" last_block 120
+        timeout 200 python3 bench/probe_decode.py --kernels --variants "last part" > "$OUT/decode-last.log" 2>&1
+        grep -v Warning "$OUT/decode-last.log" | tail -60
+        for tb in 1 0; do
+            timeout 120 python3 bench/probe_skinny.py --trans-b $tb --m 1 16 32 --nk 4096 8192 --only '^$' > "$OUT/skinny-eager-$tb.log" 2>&1
+            grep -E "^M=|gemm\(\)|eager" "$OUT/skinny-eager-$tb.log" | paste - - - | sed -e 's/  */ /g'
+        done ;;
     norm-backward)  # layernorm's / rmsnorm's backward: GPU tests, sanitizers, then bench/layernorm_backward.py (and --rms)
         tests_and_sanitizers norm-backward norm_backward norms_backward 200
         for rms in "" --rms; do
