@@ -121,18 +121,20 @@ def split_k(a, b, tb, cfg, kernel=gemm_split_k_kernel):
     return run, tiles * splits
 
 
-def with_few_rows_in_clusters(setting, fn):
-    """fn under gemm_module.FEW_ROWS_IN_CLUSTERS = setting, with launch plans of its own (gemm()'s are made under
-    the setting in force)."""
+def with_switch(switch, setting, fn):
+    """fn under gemm_module.<switch> = setting (FEW_ROWS_IN_CLUSTERS, FEW_ROWS_LAST_BLOCK), with launch plans of its
+    own (gemm()'s are made under the settings in force)."""
     plans: dict = {}
 
     def run():
-        saved = gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS
-        gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS = setting, plans
+        saved = getattr(gemm_module, switch), gemm_module._PLANS
+        setattr(gemm_module, switch, setting)
+        gemm_module._PLANS = plans
         try:
             return fn()
         finally:
-            gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS = saved
+            setattr(gemm_module, switch, saved[0])
+            gemm_module._PLANS = saved[1]
     return run
 
 
@@ -152,8 +154,10 @@ def main() -> None:
             ref = a.float() @ (b.float().t() if tb else b.float())
             impls = {"cuBLAS": (lambda: a @ b.t()) if tb else (lambda: a @ b), "gemm()": lambda: gemm(a, b, trans_b=bool(tb))}
             if m <= 32:  # gemm() with FEW_ROWS_IN_CLUSTERS "eager": one launch outside captures, two kernels in a graph
-                impls["gemm(), one launch outside captures"] = with_few_rows_in_clusters(
-                    "eager", lambda: gemm(a, b, trans_b=bool(tb)))
+                impls["gemm(), one launch outside captures"] = with_switch(
+                    "FEW_ROWS_IN_CLUSTERS", "eager", lambda: gemm(a, b, trans_b=bool(tb)))
+                impls["gemm(), one launch, the last run sums"] = with_switch(  # (two kernels in a graph)
+                    "FEW_ROWS_LAST_BLOCK", True, lambda: gemm(a, b, trans_b=bool(tb)))
             for name, cfg in CANDIDATES.items():
                 spec = gemm_sm90_kernel.specialize(target="sm_90a", TRANS_B=tb, **cfg)
                 cluster = cfg.get("CLUSTER", 1)

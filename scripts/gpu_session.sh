@@ -222,7 +222,7 @@ for step in ${*:-tests probe bench sanitize}; do
     last-block)  # one launch whose last block finishes the sum (arrive_last): every GPU test, sanitizers on
         # last_block, decoding's last-part variant beside the clusters / two launches, gemm() with and without
         # FEW_ROWS_IN_CLUSTERS "eager"
-        tests_and_sanitizers last-block "last or outside_captures" last_block 120
+        tests_and_sanitizers last-block "last or outside_captures" last_block 150
         timeout 200 python3 bench/probe_decode.py --kernels --variants "last part" > "$OUT/decode-last.log" 2>&1
         grep -v Warning "$OUT/decode-last.log" | tail -60
         for tb in 1 0; do

@@ -416,6 +416,36 @@ def test_gemm_few_rows_in_clusters_outside_captures(monkeypatch) -> None:
                                                            + ["gemm_few_rows_kernel", "sum_splits_kernel"] * 2)
 
 
+def test_gemm_few_rows_last_block_outside_captures(monkeypatch) -> None:
+    """FEW_ROWS_LAST_BLOCK: a few rows and a long K launch gemm_few_rows_last_kernel (one launch, the last run of a
+    block column summing) outside CUDA graph captures, on the stream's int32 counters at zero, and the two kernels
+    in a capture."""
+    import importlib
+    import types
+
+    import torch
+
+    from tkc.kernels import gemm
+
+    gemm_module = importlib.import_module("tkc.kernels.gemm")
+    checks_module = importlib.import_module("tkc.kernels._checks")
+    cuda, launches = _fake_gpu(monkeypatch)
+    monkeypatch.setattr(gemm_module, "_PLANS", {})
+    monkeypatch.setitem(gemm_module.MULTIPROCESSORS, 0, 132)
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_LAST_BLOCK", True)
+    monkeypatch.setattr(checks_module, "ARRIVAL_COUNTERS", {})
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=5))
+    a, b = cuda(16, 4096), cuda(4096, 4096)
+    for capturing in (False, False, True, True):  # the checked call and the common call, each way
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda capturing=capturing: capturing)
+        gemm(a, b, target="sm_90a")
+    assert [(loaded.kernel, grid) for loaded, grid, _ in launches] == (
+        [("gemm_few_rows_last_kernel", (32, 4, 1))] * 2
+        + [("gemm_few_rows_kernel", (32, 4, 1)), ("sum_splits_kernel", (16, 4, 1))] * 2)
+    (counters,) = checks_module.ARRIVAL_COUNTERS.values()
+    assert list(checks_module.ARRIVAL_COUNTERS) == [(0, 5)] and counters.dtype == torch.int32 and not counters.any()
+
+
 def test_gemm_split_along_k_launches_one_cluster_kernel(monkeypatch) -> None:
     """A few rows and a long K: gemm() launches the swapped product with each block column's runs of K as a
     cluster (grid: column blocks × runs), the checked call and the common call alike; where the GPU would not hold
@@ -749,9 +779,10 @@ def test_decode_attention_last_block_launches(monkeypatch) -> None:
     from tkc.kernels import attention
 
     decode_module = importlib.import_module("tkc.kernels.attention_decode")
+    checks_module = importlib.import_module("tkc.kernels._checks")
     attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
     monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", True)
-    monkeypatch.setattr(decode_module, "_COUNTERS", {})
+    monkeypatch.setattr(checks_module, "ARRIVAL_COUNTERS", {})
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=7))
     q, k = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128)
     attention(q, k, k, target="sm_80")                        # 10 parts of 5 steps (CONFIG_SM80), 4 row tiles
@@ -761,8 +792,8 @@ def test_decode_attention_last_block_launches(monkeypatch) -> None:
     assert [(launch[0].kernel, launch[1]) for launch in launches] == [
         ("attention_decode_last", (10, 2, 2)), ("attention_decode_cluster", (16, 8, 1)),
         ("attention_decode", (10, 2, 2)), ("attention_decode_combine", (1, 4, 1))]
-    (counters,) = decode_module._COUNTERS.values()
-    assert list(decode_module._COUNTERS) == [(0, 7)] and counters.dtype == torch.int32 and not counters.any()
+    (counters,) = checks_module.ARRIVAL_COUNTERS.values()
+    assert list(checks_module.ARRIVAL_COUNTERS) == [(0, 7)] and counters.dtype == torch.int32 and not counters.any()
 
 
 def test_layernorm_backward_launches(monkeypatch) -> None:

@@ -165,13 +165,15 @@ def test_hopper_gemm_kernel_simulated(trans_b: int, warps: int, m: int, n: int, 
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("variant", ["tma", "cp.async", "no producer", "smaller 1", "smaller 2", "smaller 3", "smaller 4",
                                      "few rows 16", "few rows 32", "few rows 16 cluster 4", "few rows 32 cluster 3",
+                                     "few rows 16 last", "few rows 32 last",
                                      "cluster"])
 def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> None:
     """What gemm() launches on Hopper (and without its producer warpgroup), also its smaller tiles for skinny products: no
     spills, no stack, none of ptxas's setmaxnreg-ignored / wgmma-serialized notes (C7508, C7511, C7515)."""
     from tkc.compiler import compile_for_launch
     from tkc.kernels import gemm_sm90_kernel
-    from tkc.kernels.gemm import CONFIG_SM90, FEW_ROWS, gemm_few_rows_cluster_kernel, gemm_few_rows_kernel, sm90_config
+    from tkc.kernels.gemm import (CONFIG_SM90, FEW_ROWS, gemm_few_rows_cluster_kernel, gemm_few_rows_kernel,
+                                  gemm_few_rows_last_kernel, sm90_config)
 
     kernel, constants = gemm_sm90_kernel, {**CONFIG_SM90[trans_b], "TRANS_B": trans_b}
     aligns = {"A": 16, "B": 16, "C": 16}
@@ -183,6 +185,8 @@ def test_shipped_gemm_configs_assemble_cleanly(trans_b: int, variant: str) -> No
     elif variant.startswith("few rows"):
         constants = {**FEW_ROWS, "TRANS_B": trans_b, "ROWS": int(variant.split()[2])}
         kernel, aligns = gemm_few_rows_kernel, {"A": 16, "B": 16, "Partial": 16}
+        if variant.endswith("last"):
+            kernel, aligns = gemm_few_rows_last_kernel, {**aligns, "C": 16, "Counter": 16}
     elif variant == "cp.async":
         constants.update(PRODUCER=0, STAGES=4, TMA_STORE=0)
         aligns = {"A": 2, "B": 2, "C": 2}
@@ -633,6 +637,34 @@ def test_few_rows_gemm_in_clusters_simulated(m: int, n: int, k: int, runs: int, 
     ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
     assert rel_err(interp[2], ref) < 1e-2
     assert rel_err(sim[2], interp[2]) < 1e-3  # bf16 out: a last bit rounded either way after sums in other orders
+
+
+@pytest.mark.parametrize("m, n, k, runs, warps, rows, trans_b, order", [
+    (16, 128, 512, 2, 4, 16, 1, "shuffled"), (5, 200, 400, 3, 8, 16, 1, "descending"),
+    (27, 136, 700, 4, 8, 32, 0, "ahead"), (1, 64, 1000, 4, 4, 16, 0, "sliced")])
+def test_few_rows_gemm_last_block_simulated(m: int, n: int, k: int, runs: int, warps: int, rows: int, trans_b: int,
+                                            order: str) -> None:
+    """gemm_few_rows_last_kernel (gemm() with FEW_ROWS_LAST_BLOCK): each block leaves its run's partial sum in the
+    workspace and the last of a block column's runs to arrive at its counter adds them up into C; two launches on
+    one set of counters, each leaving them at zero, simulated and interpreted."""
+    from tkc.kernels.gemm import gemm_few_rows_last_kernel
+
+    rng = np.random.default_rng(m + n + k)
+    constants = {"BK": 64, "STAGES": 3, "WARPS": warps, "ROWS": rows, "TRANS_B": trans_b}
+    columns = -(-n // (16 * warps))
+    counter = np.zeros(columns + 3, dtype=np.int32)
+    for launch in range(2):
+        a = random_bf16(rng, m, k)
+        b = random_bf16(rng, n, k) if trans_b else random_bf16(rng, k, n)
+        partial = np.full((runs, m, n), np.nan, dtype=np.float32)
+        c = np.full((m, n), np.nan, dtype=a.dtype)
+        interp, sim = run_both(gemm_few_rows_last_kernel, [a, b, partial, c, counter], (columns, runs), constants,
+                               target="sm_90a", order=order)
+        ref = a.astype(np.float64) @ (b.astype(np.float64).T if trans_b else b.astype(np.float64))
+        assert rel_err(interp[3], ref) < 1e-2
+        assert rel_err(sim[3], interp[3]) < 1e-3  # bf16 out: sums of the same runs, rounded once
+        assert not sim[4].any() and not interp[4].any()  # the counters back at zero for the next launch
+        counter = sim[4]
 
 
 @pytest.mark.parametrize("mutation", ["no cluster barrier before the reads", "no cluster barrier before exit",

@@ -83,7 +83,8 @@ def decode_attention() -> None:
 
 def last_block() -> None:
     """arrive_last: tests/kernels/last_block_sum.py over 300 blocks (sm_80 and this GPU's build), and decoding in one
-    launch whose last part of each row tile weighs the parts (DECODE_LAST_BLOCK, clusters off), both paths."""
+    launch whose last part of each row tile weighs the parts (DECODE_LAST_BLOCK, clusters off), both paths, and on
+    Hopper gemm() of 16 rows whose last run of K of each block column sums the runs (FEW_ROWS_LAST_BLOCK)."""
     import sys
     from pathlib import Path
 
@@ -104,6 +105,13 @@ def last_block() -> None:
         attention(q, k, v, target=target, return_lse=True)
     attention_module.DECODE_ON_HOPPER = False
     decode_module.DECODE_LAST_BLOCK, decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = False, True, {}
+    if torch.cuda.get_device_capability() == (9, 0):  # gemm()'s few rows, the last run of a block column summing
+        gemm_module = importlib.import_module("tkc.kernels.gemm")
+        gemm_module.FEW_ROWS_LAST_BLOCK, gemm_module._PLANS = True, {}
+        a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+        for trans_b in (False, True):
+            gemm(a, torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16), trans_b=trans_b)
+        gemm_module.FEW_ROWS_LAST_BLOCK, gemm_module._PLANS = False, {}
 
 
 def head_dim_96() -> None:

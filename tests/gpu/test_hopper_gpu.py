@@ -114,10 +114,12 @@ def test_few_rows_in_clusters(trans_b: int, m: int, n: int, k: int, cluster: int
         c.fill_(float("nan"))
 
 
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 4104, 8192), (27, 1000, 6000), (32, 8192, 2048)])
 @pytest.mark.parametrize("trans_b", [0, 1])
-def test_few_rows_in_clusters_outside_captures(trans_b: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """FEW_ROWS_IN_CLUSTERS "eager": gemm() of 16 rows over a long K in one launch (clusters) called eagerly, then
-    captured in a CUDA graph (the two kernels) and replayed on new inputs: right every way."""
+def test_few_rows_last_block(m: int, n: int, k: int, trans_b: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FEW_ROWS_LAST_BLOCK: gemm() of up to 32 rows over a long K in one launch, the last of each block column's
+    runs of K to arrive summing them (gemm_few_rows_last_kernel), three calls on fresh inputs into a poisoned out;
+    the stream's counters left at zero."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU")
     import importlib
@@ -125,7 +127,34 @@ def test_few_rows_in_clusters_outside_captures(trans_b: int, monkeypatch: pytest
     from tkc.kernels import gemm
 
     gemm_module = importlib.import_module("tkc.kernels.gemm")
-    monkeypatch.setattr(gemm_module, "FEW_ROWS_IN_CLUSTERS", "eager")
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_LAST_BLOCK", True)
+    monkeypatch.setattr(gemm_module, "_PLANS", {})
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        b = torch.randn(*((n, k) if trans_b else (k, n)), device="cuda").to(torch.bfloat16)
+        ref = a.double() @ (b.double().t() if trans_b else b.double())
+        gemm(a, b, trans_b=bool(trans_b), out=c)
+        assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+        c.fill_(float("nan"))
+    counters = importlib.import_module("tkc.kernels._checks").ARRIVAL_COUNTERS.values()
+    assert counters and not any(count.any().item() for count in counters)
+
+
+@pytest.mark.parametrize("switch, setting", [("FEW_ROWS_IN_CLUSTERS", "eager"), ("FEW_ROWS_LAST_BLOCK", True)])
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_few_rows_one_launch_outside_captures(trans_b: int, switch: str, setting: object,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """FEW_ROWS_IN_CLUSTERS "eager" and FEW_ROWS_LAST_BLOCK: gemm() of 16 rows over a long K in one launch called
+    eagerly, then captured in a CUDA graph (the two kernels) and replayed on new inputs: right every way."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    import importlib
+
+    from tkc.kernels import gemm
+
+    gemm_module = importlib.import_module("tkc.kernels.gemm")
+    monkeypatch.setattr(gemm_module, switch, setting)
     monkeypatch.setattr(gemm_module, "_PLANS", {})
     a = torch.randn(16, 4096, device="cuda").to(torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda").to(torch.bfloat16)

@@ -608,6 +608,7 @@ def test_decode_attention_last_block_weighs(b: int, h: int, h_kv: int, nq: int, 
     left at zero by the first launch)."""
     attention_module = importlib.import_module("tkc.kernels.attention")
     decode_module = importlib.import_module("tkc.kernels.attention_decode")
+    checks_module = importlib.import_module("tkc.kernels._checks")
     monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
     monkeypatch.setattr(attention_module, "_PLANS", {})
     monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", True)
@@ -615,7 +616,7 @@ def test_decode_attention_last_block_weighs(b: int, h: int, h_kv: int, nq: int, 
     monkeypatch.setattr(decode_module, "_PLANS", {})
     for _ in range(2):
         check_decoding(b, h, h_kv, nq, nk, d, target)
-    assert not any(counters.any().item() for counters in decode_module._COUNTERS.values())
+    assert not any(counters.any().item() for counters in checks_module.ARRIVAL_COUNTERS.values())
 
 
 @pytest.mark.parametrize("b, nk", [(1, 16384), (4, 4096), (1, 4096)])

@@ -67,6 +67,21 @@ def cached_plan(plans: dict, key: tuple, make: Any) -> Any:
     return plan
 
 
+ARRIVAL_COUNTERS: dict[tuple[int, int], Any] = {}  # (device, stream) → its int32 counters, all at zero
+
+
+def arrival_counters(torch: Any, like: Any, count: int) -> Any:
+    """`count` int32 counters at zero on like's device for a kernel whose last block to arrive finishes the work
+    (arrive_last): one set for every such kernel on the current stream (its launches run one after another there,
+    each leaving its counters at zero), made once, grown where a launch needs more."""
+    device = like.get_device()
+    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    counters = ARRIVAL_COUNTERS.get(key)
+    if counters is None or counters.numel() < count:
+        counters = ARRIVAL_COUNTERS[key] = torch.zeros(max(count, 1024), dtype=torch.int32, device=like.device)
+    return counters
+
+
 def multiprocessors(device: int) -> int:
     """The GPU's multiprocessor count (asked once per device)."""
     sms = MULTIPROCESSORS.get(device)

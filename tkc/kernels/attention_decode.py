@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import cached_plan, dtype_constant, unread_lse
+from tkc.kernels._checks import arrival_counters, cached_plan, dtype_constant, unread_lse
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -235,7 +235,6 @@ FEWER_PARTS_BYTES = 1 << 27  # 134 MB: B = 1, H_kv = 8, Nk = 32768 at D = 128 st
 # in clusters): attention_decode_last, whose last part of a row tile to arrive at its counter weighs the parts
 # (counters per device and stream, made zero once and left zero by every launch). Off: not yet timed on a GPU.
 DECODE_LAST_BLOCK = False
-_COUNTERS: dict[tuple[int, int], Any] = {}  # (device, stream) → its int32 counters
 
 
 def decode_parts(units: int, steps: int, slots: int) -> tuple[int, int]:
@@ -286,7 +285,7 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     l_parts = q.new_empty(plan.parts_shape[:3], dtype=torch.float32)
     if plan.last is not None and not torch.cuda.is_current_stream_capturing():
         args = (q.view(plan.q_rows), k, v, o_parts, l_parts, out.view(plan.q_rows), l_out,
-                _counters(torch, q, plan.counters), scale, plan.steps)
+                arrival_counters(torch, q, plan.counters), scale, plan.steps)
         if common_only:
             return plan.last.common(*args)
         plan.last(*args)
@@ -301,17 +300,6 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     plan.combine(o_parts.view(plan.flat_parts), l_parts.view(parts, flat), out.view(flat, d),
                  l_parts.view(-1) if lse is None else lse.view(flat))
     return True
-
-
-def _counters(torch: Any, q: Any, count: int) -> Any:
-    """`count` int32 counters at zero for attention_decode_last on q's device and current stream (its launches run
-    one after another there, each leaving them at zero): made once, grown where a shape needs more."""
-    device = q.get_device()
-    key = (device, torch.cuda.current_stream(device).cuda_stream)
-    counters = _COUNTERS.get(key)
-    if counters is None or counters.numel() < count:
-        counters = _COUNTERS[key] = torch.zeros(max(count, 1024), dtype=torch.int32, device=q.device)
-    return counters
 
 
 class _Plan:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import (MULTIPROCESSORS, check_tensor, dtype_constant, fail, multiprocessors, wants_grad,
-                                 wgmma_path)
+from tkc.kernels._checks import (MULTIPROCESSORS, arrival_counters, check_tensor, dtype_constant, fail,
+                                 multiprocessors, wants_grad, wgmma_path)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -170,6 +170,26 @@ def gemm_few_rows_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3], TR
     store(Partial, transpose(acc), (split, 0, bn * WARPS + warp_id()))
 
 
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+def gemm_few_rows_last_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3], C: gl["DT", 2],
+                              Counter: gl[i32, 1], TRANS_B: const = 1, ROWS: const = 16, BK: const = 128,
+                              WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1, DT: const = bf16):
+    """gemm_few_rows_kernel and sum_splits_kernel in one launch on any number of blocks: block (t, s) leaves its
+    f32 sum in Partial[s], and the last of block column t's runs to arrive at Counter[t] (zero before the first
+    launch, and again after each) adds up all the runs' sums and stores C. Grid as gemm_few_rows_kernel's."""
+    bn, split = block_idx()[0], block_idx()[1]
+    runs = num_blocks()[1]
+    first, end = run_of_k(cdiv(A.shape[1], BK), split, runs)
+    acc = few_rows_product(A, B, bn, first, end, TRANS_B, ROWS, BK, WARPS, ROTATE, DT)
+    columns = bn * WARPS + warp_id()  # this warp's 16 columns of C
+    store(Partial, transpose(acc), (split, 0, columns))
+    if arrive_last(Counter, bn, runs):
+        total = load(Partial, (0, 0, columns), rt[f32, ROWS, 16])
+        for run in runtime_range(1, runs):
+            total = total + load(Partial, (run, 0, columns), rt[f32, ROWS, 16])
+        store(C, total.to(DT), (0, columns))
+
+
 @tkc.func
 def share_with_cluster(acc, ROWS, WARPS):
     """Each warp's tile of few_rows_product, transposed back (C's rows × the warp's 16 columns), in a shared tile
@@ -258,6 +278,10 @@ FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLA
 # "eager": one launch outside CUDA graph captures only (where a call's host time, two launches against one, is what
 # the GPU waits for), the two kernels in a capture (faster from a graph).
 FEW_ROWS_IN_CLUSTERS: bool | str = False
+# The runs of K and their sum in one launch on any GPU, outside CUDA graph captures: gemm_few_rows_last_kernel, the
+# last of a block column's runs to arrive at its counter summing them (counters made outside captures; a capture
+# keeps the two kernels). Taken before FEW_ROWS_IN_CLUSTERS. Off until timed (bench/probe_skinny.py).
+FEW_ROWS_LAST_BLOCK = False
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
 
@@ -372,7 +396,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         constants = {"TRANS_B": int(trans_b), "ROWS": choice.rows, **dt, **FEW_ROWS}
         plan = _split_k_plan(gemm_few_rows_kernel.specialize(target="sm_90a", **constants), choice.count,
                              choice.rows, 16 * FEW_ROWS["WARPS"], dt)
-        if few_rows_in_clusters():
+        if FEW_ROWS_LAST_BLOCK:
+            spec = gemm_few_rows_last_kernel.specialize(target="sm_90a", **constants)
+            plan = _last_block_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], plan)
+        elif few_rows_in_clusters():
             spec = gemm_few_rows_cluster_kernel.specialize(target="sm_90a", CLUSTER=choice.count, **constants)
             plan = _cluster_split_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], spec.resident_blocks(a, b, out),
                                        plan, few_rows_in_clusters() == "eager")
@@ -418,6 +445,22 @@ def _split_k_plan(spec: Any, splits: int, bm: int, bn: int, dt: dict[str, Any]) 
         partial = c.new_empty((splits, m, n), dtype=torch.float32)
         return (spec.launch((ceil_div(m, bm) * ceil_div(n, bn), splits, 1), (a, b, partial), common_only=common_only)
                 and total.launch((m, ceil_div(n, cols), 1), (partial, c), common_only=common_only))
+    return plan
+
+
+def _last_block_plan(spec: Any, runs: int, bn: int, otherwise: Any) -> Any:
+    """gemm()'s launch of a few-rows product split into `runs` runs of K summed by the last run of each block
+    column to arrive (gemm_few_rows_last_kernel: one launch, an f32 workspace) outside CUDA graph captures, else
+    `otherwise` (the two kernels)."""
+    import torch
+
+    def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
+        if torch.cuda.is_current_stream_capturing():  # the counters are made outside captures
+            return otherwise(a, b, c, m, n, common_only)
+        columns = ceil_div(n, bn)
+        partial = c.new_empty((runs, m, n), dtype=torch.float32)
+        return spec.launch((columns, runs, 1), (a, b, partial, c, arrival_counters(torch, c, columns)),
+                           common_only=common_only)
     return plan
 
 
