@@ -227,7 +227,7 @@ for step in ${*:-tests probe bench sanitize}; do
         grep -v Warning "$OUT/decode-last.log" | tail -60
         for tb in 1 0; do
             timeout 120 python3 bench/probe_skinny.py --trans-b $tb --m 1 16 32 --nk 4096 8192 --only '^$' > "$OUT/skinny-eager-$tb.log" 2>&1
-            grep -E "^M=|gemm\(\)|eager" "$OUT/skinny-eager-$tb.log" | paste - - - | sed -e 's/  */ /g'
+            grep -E "^M=|gemm\(\)" "$OUT/skinny-eager-$tb.log" | sed -e "s/  */ /g" | cut -c1-150
         done ;;
     norm-backward)  # layernorm's / rmsnorm's backward: GPU tests, sanitizers, then bench/layernorm_backward.py (and --rms)
         tests_and_sanitizers norm-backward norm_backward norms_backward 200
