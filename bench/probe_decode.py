@@ -38,7 +38,7 @@ VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 
             "at most 12 parts, clusters": {"CLUSTER_PARTS": 12}, "at most 8 parts, clusters": {"CLUSTER_PARTS": 8},
             "at most 3 parts, clusters": {"CLUSTER_PARTS": 3},  # B = 4, 4 parts: clusters of 4 not all held
             # one launch on the wave's split: the last part of each row tile to arrive weighs them (any GPU)
-            "one launch, the last part weighs": {"DECODE_LAST_BLOCK": True}}
+            "one launch, the last part weighs": {"DECODE_LAST_BLOCK": True}}  # (in a graph too)
 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):

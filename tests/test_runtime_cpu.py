@@ -416,10 +416,11 @@ def test_gemm_few_rows_in_clusters_outside_captures(monkeypatch) -> None:
                                                            + ["gemm_few_rows_kernel", "sum_splits_kernel"] * 2)
 
 
-def test_gemm_few_rows_last_block_outside_captures(monkeypatch) -> None:
+@pytest.mark.parametrize("setting", ["eager", True])
+def test_gemm_few_rows_last_block_launches(setting, monkeypatch) -> None:
     """FEW_ROWS_LAST_BLOCK: a few rows and a long K launch gemm_few_rows_last_kernel (one launch, the last run of a
-    block column summing) outside CUDA graph captures, on the stream's int32 counters at zero, and the two kernels
-    in a capture."""
+    block column summing) outside CUDA graph captures, on the stream's int32 counters at zero; in a capture the two
+    kernels ("eager") or the one launch on counters of the capture's own (True)."""
     import importlib
     import types
 
@@ -432,16 +433,17 @@ def test_gemm_few_rows_last_block_outside_captures(monkeypatch) -> None:
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setattr(gemm_module, "_PLANS", {})
     monkeypatch.setitem(gemm_module.MULTIPROCESSORS, 0, 132)
-    monkeypatch.setattr(gemm_module, "FEW_ROWS_LAST_BLOCK", True)
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_LAST_BLOCK", setting)
     monkeypatch.setattr(checks_module, "ARRIVAL_COUNTERS", {})
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=5))
     a, b = cuda(16, 4096), cuda(4096, 4096)
     for capturing in (False, False, True, True):  # the checked call and the common call, each way
         monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda capturing=capturing: capturing)
         gemm(a, b, target="sm_90a")
+    captured = ([("gemm_few_rows_last_kernel", (32, 4, 1))] if setting is True else
+                [("gemm_few_rows_kernel", (32, 4, 1)), ("sum_splits_kernel", (16, 4, 1))])
     assert [(loaded.kernel, grid) for loaded, grid, _ in launches] == (
-        [("gemm_few_rows_last_kernel", (32, 4, 1))] * 2
-        + [("gemm_few_rows_kernel", (32, 4, 1)), ("sum_splits_kernel", (16, 4, 1))] * 2)
+        [("gemm_few_rows_last_kernel", (32, 4, 1))] * 2 + captured * 2)
     (counters,) = checks_module.ARRIVAL_COUNTERS.values()
     assert list(checks_module.ARRIVAL_COUNTERS) == [(0, 5)] and counters.dtype == torch.int32 and not counters.any()
 
@@ -768,10 +770,11 @@ def test_decode_attention_launches(monkeypatch) -> None:
         attention(q, k, v, target="sm_80", causal=True)
 
 
-def test_decode_attention_last_block_launches(monkeypatch) -> None:
+@pytest.mark.parametrize("setting", ["eager", True])
+def test_decode_attention_last_block_launches(setting, monkeypatch) -> None:
     """DECODE_LAST_BLOCK: outside CUDA graph captures decoding launches attention_decode_last on the wave's split (one
     launch, on the sm_80 path too; the counters made once per device and stream, one a row tile), unless the wave's
-    clusters are all held; in a capture, the two kernels."""
+    clusters are all held; in a capture the two kernels ("eager") or the one launch (True)."""
     import types
 
     import torch
@@ -781,7 +784,7 @@ def test_decode_attention_last_block_launches(monkeypatch) -> None:
     decode_module = importlib.import_module("tkc.kernels.attention_decode")
     checks_module = importlib.import_module("tkc.kernels._checks")
     attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
-    monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", True)
+    monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", setting)
     monkeypatch.setattr(checks_module, "ARRIVAL_COUNTERS", {})
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=7))
     q, k = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128)
@@ -790,8 +793,9 @@ def test_decode_attention_last_block_launches(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     attention(q, k, k, target="sm_80")
     assert [(launch[0].kernel, launch[1]) for launch in launches] == [
-        ("attention_decode_last", (10, 2, 2)), ("attention_decode_cluster", (16, 8, 1)),
-        ("attention_decode", (10, 2, 2)), ("attention_decode_combine", (1, 4, 1))]
+        ("attention_decode_last", (10, 2, 2)), ("attention_decode_cluster", (16, 8, 1))] + (
+        [("attention_decode_last", (10, 2, 2))] if setting is True else
+        [("attention_decode", (10, 2, 2)), ("attention_decode_combine", (1, 4, 1))])
     (counters,) = checks_module.ARRIVAL_COUNTERS.values()
     assert list(checks_module.ARRIVAL_COUNTERS) == [(0, 7)] and counters.dtype == torch.int32 and not counters.any()
 

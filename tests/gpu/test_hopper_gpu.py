@@ -141,12 +141,14 @@ def test_few_rows_last_block(m: int, n: int, k: int, trans_b: int, monkeypatch: 
     assert counters and not any(count.any().item() for count in counters)
 
 
-@pytest.mark.parametrize("switch, setting", [("FEW_ROWS_IN_CLUSTERS", "eager"), ("FEW_ROWS_LAST_BLOCK", True)])
+@pytest.mark.parametrize("switch, setting", [("FEW_ROWS_IN_CLUSTERS", "eager"), ("FEW_ROWS_LAST_BLOCK", "eager"),
+                                             ("FEW_ROWS_LAST_BLOCK", True)])
 @pytest.mark.parametrize("trans_b", [0, 1])
-def test_few_rows_one_launch_outside_captures(trans_b: int, switch: str, setting: object,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_few_rows_one_launch_eager_and_captured(trans_b: int, switch: str, setting: object,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """FEW_ROWS_IN_CLUSTERS "eager" and FEW_ROWS_LAST_BLOCK: gemm() of 16 rows over a long K in one launch called
-    eagerly, then captured in a CUDA graph (the two kernels) and replayed on new inputs: right every way."""
+    eagerly, then captured in a CUDA graph (the two kernels, or with FEW_ROWS_LAST_BLOCK True the one launch on
+    counters of the graph's own) and replayed on new inputs: right every way."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU")
     import importlib

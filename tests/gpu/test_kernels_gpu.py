@@ -619,13 +619,19 @@ def test_decode_attention_last_block_weighs(b: int, h: int, h_kv: int, nq: int, 
     assert not any(counters.any().item() for counters in checks_module.ARRIVAL_COUNTERS.values())
 
 
+@pytest.mark.parametrize("last_block", [False, "eager", True])
 @pytest.mark.parametrize("b, nk", [(1, 16384), (4, 4096), (1, 4096)])
-def test_decode_attention_in_a_cuda_graph(b: int, nk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decode_attention_in_a_cuda_graph(b: int, nk: int, last_block: bool | str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Decoding steps called eagerly and then captured in a CUDA graph and replayed on new inputs: on Hopper an eager
     call may take fewer, larger parts in clusters (one launch) where a wave's clusters are not all held, a captured
-    one the wave's split (FEWER_PARTS); both right against float32, the graph on every replay."""
+    one the wave's split (FEWER_PARTS); with DECODE_LAST_BLOCK one launch whose last part weighs (True: in the graph
+    too, on counters of the graph's own); right against float32 every way, the graph on every replay."""
     attention_module = importlib.import_module("tkc.kernels.attention")
+    decode_module = importlib.import_module("tkc.kernels.attention_decode")
     monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
+    monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", last_block)
+    monkeypatch.setattr(decode_module, "_PLANS", {})
     q, k, v = randn(b, 32, 1, 128), randn(b, 8, nk, 128), randn(b, 8, nk, 128)
 
     def ref() -> torch.Tensor:

@@ -73,7 +73,11 @@ ARRIVAL_COUNTERS: dict[tuple[int, int], Any] = {}  # (device, stream) → its in
 def arrival_counters(torch: Any, like: Any, count: int) -> Any:
     """`count` int32 counters at zero on like's device for a kernel whose last block to arrive finishes the work
     (arrive_last): one set for every such kernel on the current stream (its launches run one after another there,
-    each leaving its counters at zero), made once, grown where a launch needs more."""
+    each leaving its counters at zero), made once, grown where a launch needs more. In a CUDA graph capture, counters
+    of the captured call's own, zeroed by the graph as it replays (graphs replayed on two streams at once share
+    none)."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(count, dtype=torch.int32, device=like.device)
     device = like.get_device()
     key = (device, torch.cuda.current_stream(device).cuda_stream)
     counters = ARRIVAL_COUNTERS.get(key)

@@ -231,10 +231,11 @@ CLUSTER_PARTS = 0       # on Hopper, at most this many parts a row tile (0: a wa
 # wave's split (its replay has no host work: B = 1 at 8 parts reads 0.95-0.97x cuDNN from a graph against 1.01-1.02).
 FEWER_PARTS = True
 FEWER_PARTS_BYTES = 1 << 27  # 134 MB: B = 1, H_kv = 8, Nk = 32768 at D = 128 still gained (0.85 -> 0.99x cuDNN)
-# Outside CUDA graph captures, the wave's split in one launch on every GPU instead of the two kernels (or fewer parts
-# in clusters): attention_decode_last, whose last part of a row tile to arrive at its counter weighs the parts
-# (counters per device and stream, made zero once and left zero by every launch). Off: not yet timed on a GPU.
-DECODE_LAST_BLOCK = False
+# The wave's split in one launch on every GPU instead of the two kernels (or fewer parts in clusters):
+# attention_decode_last, whose last part of a row tile to arrive at its counter weighs the parts (arrival_counters).
+# "eager": outside CUDA graph captures only; True: in captures too (the graph zeroes counters of its own). Off: not
+# yet timed on a GPU.
+DECODE_LAST_BLOCK: bool | str = False
 
 
 def decode_parts(units: int, steps: int, slots: int) -> tuple[int, int]:
@@ -283,7 +284,7 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
             return True
     o_parts = q.new_empty(plan.parts_shape, dtype=torch.float32)
     l_parts = q.new_empty(plan.parts_shape[:3], dtype=torch.float32)
-    if plan.last is not None and not torch.cuda.is_current_stream_capturing():
+    if plan.last is not None and not (DECODE_LAST_BLOCK == "eager" and torch.cuda.is_current_stream_capturing()):
         args = (q.view(plan.q_rows), k, v, o_parts, l_parts, out.view(plan.q_rows), l_out,
                 arrival_counters(torch, q, plan.counters), scale, plan.steps)
         if common_only:

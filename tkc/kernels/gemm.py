@@ -278,10 +278,11 @@ FEW_ROWS_MAX = 32  # at 64 rows BN=64 tiles without a split are as fast as cuBLA
 # "eager": one launch outside CUDA graph captures only (where a call's host time, two launches against one, is what
 # the GPU waits for), the two kernels in a capture (faster from a graph).
 FEW_ROWS_IN_CLUSTERS: bool | str = False
-# The runs of K and their sum in one launch on any GPU, outside CUDA graph captures: gemm_few_rows_last_kernel, the
-# last of a block column's runs to arrive at its counter summing them (counters made outside captures; a capture
-# keeps the two kernels). Taken before FEW_ROWS_IN_CLUSTERS. Off until timed (bench/probe_skinny.py).
-FEW_ROWS_LAST_BLOCK = False
+# The runs of K and their sum in one launch on any GPU: gemm_few_rows_last_kernel, the last of a block column's runs
+# to arrive at its counter summing them (arrival_counters). "eager": outside CUDA graph captures only (a capture
+# keeps the two kernels); True: in captures too (the graph zeroes counters of its own). Taken before
+# FEW_ROWS_IN_CLUSTERS. Off until timed (bench/probe_skinny.py).
+FEW_ROWS_LAST_BLOCK: bool | str = False
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
 
@@ -398,7 +399,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
                              choice.rows, 16 * FEW_ROWS["WARPS"], dt)
         if FEW_ROWS_LAST_BLOCK:
             spec = gemm_few_rows_last_kernel.specialize(target="sm_90a", **constants)
-            plan = _last_block_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], plan)
+            plan = _last_block_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], plan, FEW_ROWS_LAST_BLOCK == "eager")
         elif few_rows_in_clusters():
             spec = gemm_few_rows_cluster_kernel.specialize(target="sm_90a", CLUSTER=choice.count, **constants)
             plan = _cluster_split_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], spec.resident_blocks(a, b, out),
@@ -448,14 +449,14 @@ def _split_k_plan(spec: Any, splits: int, bm: int, bn: int, dt: dict[str, Any]) 
     return plan
 
 
-def _last_block_plan(spec: Any, runs: int, bn: int, otherwise: Any) -> Any:
+def _last_block_plan(spec: Any, runs: int, bn: int, otherwise: Any, eager: bool) -> Any:
     """gemm()'s launch of a few-rows product split into `runs` runs of K summed by the last run of each block
-    column to arrive (gemm_few_rows_last_kernel: one launch, an f32 workspace) outside CUDA graph captures, else
-    `otherwise` (the two kernels)."""
+    column to arrive (gemm_few_rows_last_kernel: one launch, an f32 workspace); with `eager`, `otherwise` (the two
+    kernels) in CUDA graph captures."""
     import torch
 
     def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
-        if torch.cuda.is_current_stream_capturing():  # the counters are made outside captures
+        if eager and torch.cuda.is_current_stream_capturing():
             return otherwise(a, b, c, m, n, common_only)
         columns = ceil_div(n, bn)
         partial = c.new_empty((runs, m, n), dtype=torch.float32)
