@@ -448,6 +448,33 @@ def test_gemm_few_rows_last_block_launches(setting, monkeypatch) -> None:
     assert list(checks_module.ARRIVAL_COUNTERS) == [(0, 5)] and counters.dtype == torch.int32 and not counters.any()
 
 
+def test_scaled_mm_few_rows_last_block_launches(monkeypatch) -> None:
+    """FEW_ROWS_LAST_BLOCK "eager": scaled_mm() of 16 rows over a long K launches scaled_mm_few_rows_last_kernel
+    (one launch) outside CUDA graph captures, the two kernels in a capture."""
+    import importlib
+    import types
+
+    import torch
+
+    from tkc.kernels import scaled_mm
+
+    module = importlib.import_module("tkc.kernels.scaled_mm")
+    cuda, launches = _fake_gpu(monkeypatch)
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.gemm"), "FEW_ROWS_LAST_BLOCK", "eager")
+    monkeypatch.setattr(importlib.import_module("tkc.kernels._checks"), "ARRIVAL_COUNTERS", {})
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=3))
+    monkeypatch.setattr(module, "_PLANS", {})
+    monkeypatch.setitem(importlib.import_module("tkc.kernels._checks").MULTIPROCESSORS, 0, 132)
+    fp8 = torch.float8_e4m3fn
+    x, w = cuda(16, 4096, dtype=fp8), cuda(512, 4096, dtype=fp8)
+    for capturing in (False, False, True, True):  # the checked call and the common call, each way
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda capturing=capturing: capturing)
+        scaled_mm(x, w.t(), cuda(16, 1, dtype=torch.float32), cuda(1, 512, dtype=torch.float32), target="sm_90a")
+    assert [(loaded.kernel, grid) for loaded, grid, _ in launches] == (
+        [("scaled_mm_few_rows_last_kernel", (4, 4, 1))] * 2
+        + [("gemm_few_rows_kernel", (4, 4, 1)), ("sum_scaled_splits_kernel", (1, 2, 1))] * 2)
+
+
 def test_gemm_split_along_k_launches_one_cluster_kernel(monkeypatch) -> None:
     """A few rows and a long K: gemm() launches the swapped product with each block column's runs of K as a
     cluster (grid: column blocks × runs), the checked call and the common call alike; where the GPU would not hold

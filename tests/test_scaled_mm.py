@@ -159,6 +159,25 @@ def test_scaled_mm_configurations_assemble(config: dict, align: int, rowwise: in
 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("rows, rowwise, bias", [(16, 0, 0), (32, 1, 1)])
+def test_scaled_mm_few_rows_last_block_assembles(rows: int, rowwise: int, bias: int) -> None:
+    """scaled_mm_few_rows_last_kernel as scaled_mm() launches it (FEW_ROWS_LAST_BLOCK): no spills, no stack, wgmma
+    unserialized; the arrival one thread's atom.acq_rel.gpu."""
+    from tkc.backend.ptx_printer import emit_ptx
+    from tkc.kernels.gemm import FEW_ROWS
+    from tkc.kernels.scaled_mm import scaled_mm_few_rows_last_kernel
+
+    module = lower_kernel(scaled_mm_few_rows_last_kernel, "sm_90a",
+                          {**FEW_ROWS, "ROWS": rows, "ROWWISE": rowwise, "BIAS": bias},
+                          aligns={"A": 16, "B": 16, "ScaleA": 4, "ScaleB": 4, "Bias": 2, "Partial": 16, "C": 16,
+                                  "Counter": 16})
+    ptx = emit_ptx(module, "sm_90a")
+    assert "atom.acq_rel.gpu.global.add.u32" in ptx
+    (report,) = ptxas.assemble(ptx, "sm_90a").values()
+    assert report.spill_stores == 0 and report.stack_bytes == 0 and not report.notes, report.log
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("rows, cluster, rowwise, bias", [(16, 4, 0, 0), (32, 2, 1, 1), (32, 3, 0, 1)])
 def test_scaled_mm_few_rows_configurations_assemble(rows: int, cluster: int, rowwise: int, bias: int) -> None:
     """scaled_mm_few_rows_kernel as scaled_mm() launches it: no spills, no stack, wgmma unserialized; its reads of
@@ -292,6 +311,32 @@ def test_scaled_mm_few_rows_in_clusters(rows: int, m: int, runs: int, rowwise: i
     ref = _reference(a, b, scale_a, scale_b, bool(rowwise)) + (bias_values.astype(np.float64)[None, :] if bias else 0)
     assert rel_err(interp[5], ref) < 1e-2
     assert rel_err(sim[5], interp[5]) < 1e-3
+
+
+@pytest.mark.parametrize("rows, m, runs, rowwise, bias, out_type", [
+    (16, 16, 2, 1, 0, "bf16"), (32, 24, 3, 0, 1, "f32"), (32, 32, 4, 1, 1, "f16"), (16, 1, 2, 0, 0, "bf16")])
+def test_scaled_mm_few_rows_last_block(rows: int, m: int, runs: int, rowwise: int, bias: int, out_type: str) -> None:
+    """scaled_mm_few_rows_last_kernel (scaled_mm() with FEW_ROWS_LAST_BLOCK): each block leaves its run's partial
+    sum, the last of a block column's runs to arrive at its counter sums them, then the scales and the bias;
+    simulated and interpreted against float64, the counters left at zero."""
+    from tkc.kernels.scaled_mm import scaled_mm_few_rows_last_kernel
+
+    numpy_type = {"bf16": BF16, "f16": np.float16, "f32": np.float32}[out_type]
+    rng = np.random.default_rng(rows + runs + 1)
+    n, k = 200, 128 * 2 * runs + 128
+    a, b, scale_a, scale_b = _inputs(rng, m, n, k, bool(rowwise))
+    bias_values = (rng.standard_normal(n if bias else 1) * 10).astype(numpy_type)
+    partial = np.full((runs, m, n), np.nan, dtype=np.float32)
+    c = np.full((m, n), np.nan, dtype=numpy_type)
+    counter = np.zeros(8, dtype=np.int32)
+    constants = {"ROWS": rows, "BK": 128, "WARPS": 4, "STAGES": 2, "ROWWISE": rowwise, "BIAS": bias,
+                 "CT": getattr(lang, out_type)}
+    interp, sim = run_both(scaled_mm_few_rows_last_kernel, [a, b, scale_a, scale_b, bias_values, partial, c, counter],
+                           (-(-n // 64), runs), constants, target="sm_90a", order="ahead" if runs % 2 else "shuffled")
+    ref = _reference(a, b, scale_a, scale_b, bool(rowwise)) + (bias_values.astype(np.float64)[None, :] if bias else 0)
+    assert rel_err(interp[6], ref) < 1e-2
+    assert rel_err(sim[6], interp[6]) < 1e-3
+    assert not sim[7].any() and not interp[7].any()
 
 
 @pytest.mark.parametrize("out_type, tma_store", [("f16", 1), ("f32", 0)])

@@ -74,17 +74,19 @@ def test_scaled_mm_kernel_in_clusters_of_four(m: int, n: int, k: int, grid: int 
     assert rel_err(out, (a.double() @ weight.double().t()) * scale_a.double() * scale_b.double()) < 1e-2
 
 
+@pytest.mark.parametrize("switch", ["FEW_ROWS_IN_CLUSTERS", "FEW_ROWS_LAST_BLOCK"])
 @pytest.mark.parametrize("rowwise", [False, True])
 @pytest.mark.parametrize("m, n, k, bias, out_dtype", [(16, 4096, 4096, False, torch.bfloat16),
                                                       (1, 8192, 8192, True, torch.float32),
                                                       (27, 2000, 4608, True, torch.float16)])
-def test_scaled_mm_few_rows_in_clusters(m: int, n: int, k: int, bias: bool, out_dtype: torch.dtype, rowwise: bool,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Up to 32 rows with the one-launch path switched on (FEW_ROWS_IN_CLUSTERS): scaled_mm_few_rows_kernel, a
-    block column's runs of K a cluster summing in distributed shared memory, then the scales and the bias."""
+def test_scaled_mm_few_rows_in_one_launch(m: int, n: int, k: int, bias: bool, out_dtype: torch.dtype, rowwise: bool,
+                                          switch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to 32 rows with a one-launch path switched on: FEW_ROWS_IN_CLUSTERS (scaled_mm_few_rows_kernel, a block
+    column's runs of K a cluster summing in distributed shared memory) or FEW_ROWS_LAST_BLOCK
+    (scaled_mm_few_rows_last_kernel, the last run to arrive summing), then the scales and the bias."""
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("tkc.kernels.gemm"), "FEW_ROWS_IN_CLUSTERS", True)
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.gemm"), switch, True)
     monkeypatch.setattr(importlib.import_module("tkc.kernels.scaled_mm"), "_PLANS", {})
     a, weight = fp8(m, k), fp8(n, k)
     scale_a, scale_b = scales(m, n, rowwise)

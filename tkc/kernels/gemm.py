@@ -184,10 +184,16 @@ def gemm_few_rows_last_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3
     columns = bn * WARPS + warp_id()  # this warp's 16 columns of C
     store(Partial, transpose(acc), (split, 0, columns))
     if arrive_last(Counter, bn, runs):
-        total = load(Partial, (0, 0, columns), rt[f32, ROWS, 16])
-        for run in runtime_range(1, runs):
-            total = total + load(Partial, (run, 0, columns), rt[f32, ROWS, 16])
-        store(C, total.to(DT), (0, columns))
+        store(C, runs_sum(Partial, columns, runs, ROWS).to(DT), (0, columns))
+
+
+@tkc.func
+def runs_sum(Partial, columns, runs, ROWS):
+    """The sum of Partial[0 .. runs - 1]'s first ROWS rows × 16 columns from `columns` (in units of 16)."""
+    total = load(Partial, (0, 0, columns), rt[f32, ROWS, 16])
+    for run in runtime_range(1, runs):
+        total = total + load(Partial, (run, 0, columns), rt[f32, ROWS, 16])
+    return total
 
 
 @tkc.func
@@ -290,6 +296,12 @@ def few_rows_in_clusters() -> bool | str:
     """Whether gemm() and scaled_mm() take the one-launch few-rows kernels (FEW_ROWS_IN_CLUSTERS, read when a
     launch plan is made): True, False, or "eager" (outside CUDA graph captures)."""
     return FEW_ROWS_IN_CLUSTERS
+
+
+def few_rows_last_block() -> bool | str:
+    """Whether gemm() and scaled_mm() take the few-rows kernels whose last run sums (FEW_ROWS_LAST_BLOCK, read when
+    a launch plan is made): True, False, or "eager" (outside CUDA graph captures)."""
+    return FEW_ROWS_LAST_BLOCK
 
 
 class Choice(NamedTuple):
@@ -397,9 +409,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         constants = {"TRANS_B": int(trans_b), "ROWS": choice.rows, **dt, **FEW_ROWS}
         plan = _split_k_plan(gemm_few_rows_kernel.specialize(target="sm_90a", **constants), choice.count,
                              choice.rows, 16 * FEW_ROWS["WARPS"], dt)
-        if FEW_ROWS_LAST_BLOCK:
+        if few_rows_last_block():
             spec = gemm_few_rows_last_kernel.specialize(target="sm_90a", **constants)
-            plan = _last_block_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], plan, FEW_ROWS_LAST_BLOCK == "eager")
+            plan = _last_block_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], plan, few_rows_last_block() == "eager")
         elif few_rows_in_clusters():
             spec = gemm_few_rows_cluster_kernel.specialize(target="sm_90a", CLUSTER=choice.count, **constants)
             plan = _cluster_split_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], spec.resident_blocks(a, b, out),

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import MULTIPROCESSORS, check_tensor, fail, multiprocessors, wgmma_path
+from tkc.kernels._checks import MULTIPROCESSORS, arrival_counters, check_tensor, fail, multiprocessors, wgmma_path
 from tkc.kernels.gemm import (FEW_ROWS, FEW_ROWS_MAX, SMALLER_TILES, _runs_of_k, cluster_stacks, cluster_sum,
-                              cluster_tile, few_rows_in_clusters, few_rows_product, gemm_few_rows_kernel, grouped_tile,
-                              persistent_grid, run_of_k, share_with_cluster, tile_choice)
+                              cluster_tile, few_rows_in_clusters, few_rows_last_block, few_rows_product,
+                              gemm_few_rows_kernel, grouped_tile, persistent_grid, run_of_k, runs_sum,
+                              share_with_cluster, tile_choice)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -95,6 +96,26 @@ def scaled_mm_few_rows_kernel(A: gl["DT", 2], B: gl["DT", 2], ScaleA: gl[f32, 1]
         col = bn * WARPS + warp_id()  # the warp's 16 columns of C, in units of 16
         total = cluster_sum(partial, (0, warp_id()), rt[f32, ROWS, 16], CLUSTER)
         total = scaled(total, ScaleA, ScaleB, Bias, 0, col, ROWWISE, BIAS, 16, ROWS)
+        store(C, total if CT == f32 else total.to(CT), (0, col))
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+def scaled_mm_few_rows_last_kernel(A: gl["DT", 2], B: gl["DT", 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1],
+                                   Bias: gl["CT", 1], Partial: gl[f32, 3], C: gl["CT", 2], Counter: gl[i32, 1],
+                                   ROWWISE: const = 0, BIAS: const = 0, ROWS: const = 16, BK: const = 128,
+                                   WARPS: const = 8, STAGES: const = 5, ROTATE: const = 1, DT: const = fp8e4m3,
+                                   CT: const = bf16):
+    """scaled_mm for A of at most ROWS rows in one launch on any number of blocks: gemm_few_rows_last_kernel (block
+    (t, s) leaves run s's f32 sum in Partial[s], the last of block column t's runs to arrive at Counter[t] adds them
+    up), then the scales and the bias as scaled_mm_kernel's. Grid: (cdiv(N, 16·WARPS), runs of K)."""
+    bn, split = block_idx()[0], block_idx()[1]
+    runs = num_blocks()[1]
+    first, end = run_of_k(cdiv(A.shape[1], BK), split, runs)
+    acc = few_rows_product(A, B, bn, first, end, 1, ROWS, BK, WARPS, ROTATE, DT)
+    col = bn * WARPS + warp_id()  # the warp's 16 columns of C, in units of 16
+    store(Partial, transpose(acc), (split, 0, col))
+    if arrive_last(Counter, bn, runs):
+        total = scaled(runs_sum(Partial, col, runs, ROWS), ScaleA, ScaleB, Bias, 0, col, ROWWISE, BIAS, 16, ROWS)
         store(C, total if CT == f32 else total.to(CT), (0, col))
 
 
@@ -255,6 +276,8 @@ def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct:
     import torch
 
     split = _split_plan(dt, rows, runs, rowwise, bias, ct)
+    if few_rows_last_block():
+        return _last_block_plan(dt, rows, runs, rowwise, bias, ct, split, few_rows_last_block() == "eager")
     in_clusters = few_rows_in_clusters()
     if not in_clusters:
         return split
@@ -268,6 +291,27 @@ def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct:
         if blocks > resident or eager and torch.cuda.is_current_stream_capturing():
             return split(a, weight, scale_a, scale_b, bias, c, common_only)
         return spec.launch((blocks, 1, 1), (a, weight, scale_a, scale_b, bias, c), common_only=common_only)
+    return plan
+
+
+def _last_block_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct: Any, otherwise: Any,
+                     eager: bool) -> Any:
+    """scaled_mm()'s launch for up to 32 rows of a in one launch on any GPU: scaled_mm_few_rows_last_kernel, the
+    last run of K of each block column to arrive summing (FEW_ROWS_LAST_BLOCK); with `eager`, `otherwise` (the two
+    kernels) in CUDA graph captures."""
+    import torch
+
+    spec = scaled_mm_few_rows_last_kernel.specialize(target="sm_90a", ROWWISE=int(rowwise), BIAS=int(bias),
+                                                     ROWS=rows, DT=dt, CT=ct, **FEW_ROWS)
+
+    def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, bias: Any, c: Any, common_only: bool) -> bool:
+        if eager and torch.cuda.is_current_stream_capturing():
+            return otherwise(a, weight, scale_a, scale_b, bias, c, common_only)
+        m, n = c.shape
+        columns = ceil_div(n, 16 * FEW_ROWS["WARPS"])
+        partial = c.new_empty((runs, m, n), dtype=torch.float32)
+        return spec.launch((columns, runs, 1), (a, weight, scale_a, scale_b, bias, partial, c,
+                                                arrival_counters(torch, c, columns)), common_only=common_only)
     return plan
 
 
