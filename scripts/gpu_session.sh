@@ -219,16 +219,16 @@ for step in ${*:-tests probe bench sanitize}; do
     decode)  # decoding (a query or a few a head over a KV cache): GPU tests, sanitizers, attention_decode vs attention_sm90 vs SDPA
         tests_and_sanitizers decode decode decode_attention 90
         timeout 300 python3 bench/probe_decode.py ${PROBE_ARGS:-} > "$OUT/decode.log" 2>&1; grep -v Warning "$OUT/decode.log" | tail -60 ;;
-    last-block)  # one launch whose last block finishes the sum (arrive_last): every GPU test, sanitizers on
-        # last_block, decoding's last-part variant beside the clusters / two launches, gemm() with and without
-        # FEW_ROWS_IN_CLUSTERS "eager"
-        tests_and_sanitizers last-block "last or outside_captures" last_block 150
-        timeout 200 python3 bench/probe_decode.py --kernels --variants "last part" > "$OUT/decode-last.log" 2>&1
-        grep -v Warning "$OUT/decode-last.log" | tail -60
+    last-block)  # one launch whose last block finishes the sum (arrive_last): decoding's last-part variant beside the
+        # clusters / two launches, gemm() with FEW_ROWS_LAST_BLOCK and FEW_ROWS_IN_CLUSTERS "eager" beside cuBLAS
+        # (event-timed and from a graph), then the GPU tests and sanitizers on last_block
+        timeout 150 python3 bench/probe_decode.py --kernels --variants "last part" > "$OUT/decode-last.log" 2>&1
+        grep -v Warning "$OUT/decode-last.log" | tail -40 | cut -c1-160
         for tb in 1 0; do
-            timeout 120 python3 bench/probe_skinny.py --trans-b $tb --m 1 16 32 --nk 4096 8192 --only '^$' > "$OUT/skinny-eager-$tb.log" 2>&1
-            grep -E "^M=|gemm\(\)" "$OUT/skinny-eager-$tb.log" | sed -e "s/  */ /g" | cut -c1-150
-        done ;;
+            timeout 100 python3 bench/probe_skinny.py --trans-b $tb --m 1 16 32 --nk 4096 8192 --only '^$' > "$OUT/skinny-last-$tb.log" 2>&1
+            grep -E "^M=|gemm\(\)|cuBLAS" "$OUT/skinny-last-$tb.log" | sed -e "s/  */ /g" | cut -c1-150
+        done
+        tests_and_sanitizers last-block "last or one_launch" last_block 100 ;;
     norm-backward)  # layernorm's / rmsnorm's backward: GPU tests, sanitizers, then bench/layernorm_backward.py (and --rms)
         tests_and_sanitizers norm-backward norm_backward norms_backward 200
         for rms in "" --rms; do
