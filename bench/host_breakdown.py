@@ -135,7 +135,7 @@ def main() -> None:
     spec = layernorm_kernel.specialize(**constants)
     values: list = []
     fast = spec.variant(launch_args, values)
-    cu, stream = driver(), L._current_stream(0)
+    cu, stream = driver(), L.current_stream_handle(0)
     packed = fast.params.pack(values)
     params = fast.params.address(packed)
     event = torch.cuda.Event(enable_timing=True)
@@ -149,7 +149,7 @@ def main() -> None:
         "launch: argument reader": lambda: spec.read(launch_args, []),
         "launch: saved parameters": lambda: fast.parameters(layernorm_kernel, launch_args, values[:]),
         "launch: params.address": lambda: fast.params.address(packed),
-        "launch: _current_stream": lambda: L._current_stream(0),
+        "launch: current_stream_handle": lambda: L.current_stream_handle(0),
         "cuLaunchKernel (cuda-bindings)": lambda: cu.cuLaunchKernel(
             fast.loaded.function, 4, 1, 1, fast.loaded.threads, 1, 1, fast.loaded.shared_bytes, cu.CUstream(stream),
             params, 0),

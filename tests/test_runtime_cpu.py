@@ -325,7 +325,7 @@ def _fake_gpu(monkeypatch):
     monkeypatch.setattr(launch, "tensor_map", tensor_map)
     monkeypatch.setattr(launch, "launch", record)
     monkeypatch.setattr(launch, "make_current", lambda dev: None)
-    monkeypatch.setattr(launch, "_current_stream", lambda ordinal: 0)
+    monkeypatch.setattr(launch, "current_stream_handle", lambda ordinal: 0)
     monkeypatch.setattr(launch._current, "ordinal", None, raising=False)
 
     def cuda(*shape, dtype=torch.bfloat16):
@@ -408,6 +408,7 @@ def test_gemm_few_rows_in_clusters_outside_captures(monkeypatch) -> None:
     monkeypatch.setitem(gemm_module.MULTIPROCESSORS, 0, 132)
     monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: 128)
     monkeypatch.setattr(gemm_module, "FEW_ROWS_IN_CLUSTERS", "eager")
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_LAST_BLOCK", False)  # (taken before the clusters)
     a, b = cuda(16, 4096), cuda(4096, 4096)
     for capturing in (False, False, True, True):  # the checked call and the common call, each way
         monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda capturing=capturing: capturing)
@@ -422,7 +423,6 @@ def test_gemm_few_rows_last_block_launches(setting, monkeypatch) -> None:
     block column summing) outside CUDA graph captures, on the stream's int32 counters at zero; in a capture the two
     kernels ("eager") or the one launch on counters of the capture's own (True)."""
     import importlib
-    import types
 
     import torch
 
@@ -435,7 +435,6 @@ def test_gemm_few_rows_last_block_launches(setting, monkeypatch) -> None:
     monkeypatch.setitem(gemm_module.MULTIPROCESSORS, 0, 132)
     monkeypatch.setattr(gemm_module, "FEW_ROWS_LAST_BLOCK", setting)
     monkeypatch.setattr(checks_module, "ARRIVAL_COUNTERS", {})
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=5))
     a, b = cuda(16, 4096), cuda(4096, 4096)
     for capturing in (False, False, True, True):  # the checked call and the common call, each way
         monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda capturing=capturing: capturing)
@@ -445,14 +444,13 @@ def test_gemm_few_rows_last_block_launches(setting, monkeypatch) -> None:
     assert [(loaded.kernel, grid) for loaded, grid, _ in launches] == (
         [("gemm_few_rows_last_kernel", (32, 4, 1))] * 2 + captured * 2)
     (counters,) = checks_module.ARRIVAL_COUNTERS.values()
-    assert list(checks_module.ARRIVAL_COUNTERS) == [(0, 5)] and counters.dtype == torch.int32 and not counters.any()
+    assert list(checks_module.ARRIVAL_COUNTERS) == [(0, 0)] and counters.dtype == torch.int32 and not counters.any()
 
 
 def test_scaled_mm_few_rows_last_block_launches(monkeypatch) -> None:
     """FEW_ROWS_LAST_BLOCK "eager": scaled_mm() of 16 rows over a long K launches scaled_mm_few_rows_last_kernel
     (one launch) outside CUDA graph captures, the two kernels in a capture."""
     import importlib
-    import types
 
     import torch
 
@@ -462,7 +460,6 @@ def test_scaled_mm_few_rows_last_block_launches(monkeypatch) -> None:
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setattr(importlib.import_module("tkc.kernels.gemm"), "FEW_ROWS_LAST_BLOCK", "eager")
     monkeypatch.setattr(importlib.import_module("tkc.kernels._checks"), "ARRIVAL_COUNTERS", {})
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=3))
     monkeypatch.setattr(module, "_PLANS", {})
     monkeypatch.setitem(importlib.import_module("tkc.kernels._checks").MULTIPROCESSORS, 0, 132)
     fp8 = torch.float8_e4m3fn
@@ -490,6 +487,7 @@ def test_gemm_split_along_k_launches_one_cluster_kernel(monkeypatch) -> None:
     monkeypatch.setitem(gemm_module.MULTIPROCESSORS, 0, 132)
     monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: 128)  # 32 clusters of 4, 64 of 2
     monkeypatch.setattr(gemm_module, "FEW_ROWS_IN_CLUSTERS", True)
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_LAST_BLOCK", False)  # (taken before the clusters)
     a, b = cuda(16, 4096), cuda(4096, 4096)
     checked, check_tensor = [], gemm_module.check_tensor
     monkeypatch.setattr(gemm_module, "check_tensor", lambda *args: checked.append(args[0]) or check_tensor(*args))
@@ -802,7 +800,6 @@ def test_decode_attention_last_block_launches(setting, monkeypatch) -> None:
     """DECODE_LAST_BLOCK: outside CUDA graph captures decoding launches attention_decode_last on the wave's split (one
     launch, on the sm_80 path too; the counters made once per device and stream, one a row tile), unless the wave's
     clusters are all held; in a capture the two kernels ("eager") or the one launch (True)."""
-    import types
 
     import torch
 
@@ -813,7 +810,6 @@ def test_decode_attention_last_block_launches(setting, monkeypatch) -> None:
     attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
     monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", setting)
     monkeypatch.setattr(checks_module, "ARRIVAL_COUNTERS", {})
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=7))
     q, k = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128)
     attention(q, k, k, target="sm_80")                        # 10 parts of 5 steps (CONFIG_SM80), 4 row tiles
     attention(cuda(1, 32, 1, 128), cuda(1, 8, 8192, 128), cuda(1, 8, 8192, 128), target="sm_90a")  # 16 parts
@@ -824,7 +820,7 @@ def test_decode_attention_last_block_launches(setting, monkeypatch) -> None:
         [("attention_decode_last", (10, 2, 2))] if setting is True else
         [("attention_decode", (10, 2, 2)), ("attention_decode_combine", (1, 4, 1))])
     (counters,) = checks_module.ARRIVAL_COUNTERS.values()
-    assert list(checks_module.ARRIVAL_COUNTERS) == [(0, 7)] and counters.dtype == torch.int32 and not counters.any()
+    assert list(checks_module.ARRIVAL_COUNTERS) == [(0, 0)] and counters.dtype == torch.int32 and not counters.any()
 
 
 def test_layernorm_backward_launches(monkeypatch) -> None:
@@ -964,6 +960,7 @@ def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: sms)
     monkeypatch.setattr(importlib.import_module("tkc.kernels.gemm"), "FEW_ROWS_IN_CLUSTERS", True)
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.gemm"), "FEW_ROWS_LAST_BLOCK", False)  # (taken before the clusters)
     monkeypatch.setattr(module, "_PLANS", {})
     monkeypatch.setitem(importlib.import_module("tkc.kernels._checks").MULTIPROCESSORS, 0, 132)
     checked, check_tensor = [], module.check_tensor

@@ -37,8 +37,10 @@ def few_rows_in_clusters() -> None:
     from tkc.kernels import scaled_mm
 
     gemm_module, scaled_mm_module = (importlib.import_module(f"tkc.kernels.{name}") for name in ("gemm", "scaled_mm"))
-    switch, gemm_plans, scaled_mm_plans = gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS, scaled_mm_module._PLANS
-    gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS, scaled_mm_module._PLANS = True, {}, {}
+    saved = (gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module.FEW_ROWS_LAST_BLOCK, gemm_module._PLANS,
+             scaled_mm_module._PLANS)
+    gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module.FEW_ROWS_LAST_BLOCK, gemm_module._PLANS, scaled_mm_module._PLANS = (
+        True, False, {}, {})
     bf = torch.bfloat16
     try:
         gemm(torch.randn(16, 4608, device="cuda", dtype=bf), torch.randn(4608, 2000, device="cuda", dtype=bf))
@@ -47,7 +49,8 @@ def few_rows_in_clusters() -> None:
         x8, w8 = (torch.randn(*s, device="cuda").to(torch.float8_e4m3fn) for s in ((16, 4608), (2000, 4608)))
         scaled_mm(x8, w8.t(), torch.rand(16, 1, device="cuda"), torch.rand(1, 2000, device="cuda"))
     finally:
-        gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module._PLANS, scaled_mm_module._PLANS = switch, gemm_plans, scaled_mm_plans
+        (gemm_module.FEW_ROWS_IN_CLUSTERS, gemm_module.FEW_ROWS_LAST_BLOCK, gemm_module._PLANS,
+         scaled_mm_module._PLANS) = saved
 
 
 def grouped_query_attention() -> None:
@@ -84,7 +87,8 @@ def decode_attention() -> None:
 def last_block() -> None:
     """arrive_last: tests/kernels/last_block_sum.py over 300 blocks (sm_80 and this GPU's build), and decoding in one
     launch whose last part of each row tile weighs the parts (DECODE_LAST_BLOCK, clusters off), both paths, and on
-    Hopper gemm() of 16 rows whose last run of K of each block column sums the runs (FEW_ROWS_LAST_BLOCK)."""
+    Hopper gemm() and scaled_mm() of 16 rows whose last run of K of each block column sums the runs
+    (FEW_ROWS_LAST_BLOCK)."""
     import sys
     from pathlib import Path
 
@@ -106,12 +110,17 @@ def last_block() -> None:
     attention_module.DECODE_ON_HOPPER = False
     decode_module.DECODE_LAST_BLOCK, decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = False, True, {}
     if torch.cuda.get_device_capability() == (9, 0):  # gemm()'s few rows, the last run of a block column summing
+        from tkc.kernels import scaled_mm
+
         gemm_module = importlib.import_module("tkc.kernels.gemm")
+        saved = gemm_module.FEW_ROWS_LAST_BLOCK
         gemm_module.FEW_ROWS_LAST_BLOCK, gemm_module._PLANS = True, {}
         a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
         for trans_b in (False, True):
             gemm(a, torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16), trans_b=trans_b)
-        gemm_module.FEW_ROWS_LAST_BLOCK, gemm_module._PLANS = False, {}
+        x8, w8 = (torch.randn(*s, device="cuda").to(torch.float8_e4m3fn) for s in ((16, 4608), (2000, 4608)))
+        scaled_mm(x8, w8.t(), torch.rand(16, 1, device="cuda"), torch.rand(1, 2000, device="cuda"))
+        gemm_module.FEW_ROWS_LAST_BLOCK, gemm_module._PLANS = saved, {}
 
 
 def head_dim_96() -> None:

@@ -106,6 +106,7 @@ def test_few_rows_in_clusters(trans_b: int, m: int, n: int, k: int, cluster: int
     spec[(-(-n // (16 * FEW_ROWS["WARPS"])) * cluster,)](a, b, c)
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
     monkeypatch.setattr(gemm_module, "FEW_ROWS_IN_CLUSTERS", True)
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_LAST_BLOCK", False)  # (taken before the clusters)
     monkeypatch.setattr(gemm_module, "_PLANS", {})
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     for _ in range(2):  # the checked call, then the common call's plan
@@ -156,6 +157,7 @@ def test_few_rows_one_launch_eager_and_captured(trans_b: int, switch: str, setti
     from tkc.kernels import gemm
 
     gemm_module = importlib.import_module("tkc.kernels.gemm")
+    monkeypatch.setattr(gemm_module, "FEW_ROWS_LAST_BLOCK", False)  # (taken before the clusters)
     monkeypatch.setattr(gemm_module, switch, setting)
     monkeypatch.setattr(gemm_module, "_PLANS", {})
     a = torch.randn(16, 4096, device="cuda").to(torch.bfloat16)

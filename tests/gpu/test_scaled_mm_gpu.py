@@ -86,6 +86,7 @@ def test_scaled_mm_few_rows_in_one_launch(m: int, n: int, k: int, bias: bool, ou
     (scaled_mm_few_rows_last_kernel, the last run to arrive summing), then the scales and the bias."""
     import importlib
 
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.gemm"), "FEW_ROWS_LAST_BLOCK", False)
     monkeypatch.setattr(importlib.import_module("tkc.kernels.gemm"), switch, True)
     monkeypatch.setattr(importlib.import_module("tkc.kernels.scaled_mm"), "_PLANS", {})
     a, weight = fp8(m, k), fp8(n, k)

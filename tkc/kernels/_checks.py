@@ -76,10 +76,12 @@ def arrival_counters(torch: Any, like: Any, count: int) -> Any:
     each leaving its counters at zero), made once, grown where a launch needs more. In a CUDA graph capture, counters
     of the captured call's own, zeroed by the graph as it replays (graphs replayed on two streams at once share
     none)."""
+    from tkc.runtime import launch
+
     if torch.cuda.is_current_stream_capturing():
         return torch.zeros(count, dtype=torch.int32, device=like.device)
     device = like.get_device()
-    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    key = (device, launch.current_stream_handle(device))
     counters = ARRIVAL_COUNTERS.get(key)
     if counters is None or counters.numel() < count:
         counters = ARRIVAL_COUNTERS[key] = torch.zeros(max(count, 1024), dtype=torch.int32, device=like.device)

@@ -233,8 +233,10 @@ FEWER_PARTS = True
 FEWER_PARTS_BYTES = 1 << 27  # 134 MB: B = 1, H_kv = 8, Nk = 32768 at D = 128 still gained (0.85 -> 0.99x cuDNN)
 # The wave's split in one launch on every GPU instead of the two kernels (or fewer parts in clusters):
 # attention_decode_last, whose last part of a row tile to arrive at its counter weighs the parts (arrival_counters).
-# "eager": outside CUDA graph captures only; True: in captures too (the graph zeroes counters of its own). Off: not
-# yet timed on a GPU.
+# "eager": outside CUDA graph captures only; True: in captures too (the graph zeroes counters of its own). Off: on
+# an H100 (RESULTS "one launch by the last block — 2026-12-06 20:45") from a graph slower than the two kernels (B = 1
+# at 8192 / 16384 keys 14.8 / 32.6 µs against 11.5 / 29.1: one block a row tile weighs all 16 parts), and eager
+# behind the clusters wherever those are held (52.8 against 32.0 µs a call at B = 1, 8192 keys).
 DECODE_LAST_BLOCK: bool | str = False
 
 

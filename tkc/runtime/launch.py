@@ -329,7 +329,7 @@ class Specialized:
         if getattr(_current, "ordinal", None) != fast.device.ordinal:
             make_current(fast.device)  # torch keeps its primary context current afterwards; set it once per thread
             _current.ordinal = fast.device.ordinal
-        launch(fast.loaded, grid3, _current_stream(fast.device.ordinal), params)
+        launch(fast.loaded, grid3, current_stream_handle(fast.device.ordinal), params)
         return True
 
     def resident_blocks(self, *args: Any) -> int:
@@ -483,7 +483,8 @@ def _param_values(kernel: Kernel, args: Sequence[Any]) -> list[Any]:
     return values
 
 
-def _current_stream(ordinal: int) -> int:
+def current_stream_handle(ordinal: int) -> int:
+    """The CUDA stream handle of device `ordinal`'s current torch stream (what kernels launch on)."""
     torch = _torch()
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton uses: no Stream object per launch
     return raw(ordinal) if raw is not None else torch.cuda.current_stream(ordinal).cuda_stream
