@@ -74,6 +74,29 @@ def probe_inputs(args: Any) -> Any:
                 yield d, causal, n, q, k, v
 
 
+def with_settings(module: Any, settings: dict[str, Any], fn: Callable[[], Any],
+                  planned: tuple[Any, ...] = ()) -> Callable[[], Any]:
+    """fn run under module.<name> = value for each of `settings` (e.g. tkc.kernels.gemm's FEW_ROWS_LAST_BLOCK), the
+    launch plans (`_PLANS`) of `module` and of each of `planned` its own (plans are made under the settings in force)."""
+    owners = (module, *planned)
+    plans: list[dict] = [{} for _ in owners]
+
+    def run() -> Any:
+        saved = {name: getattr(module, name) for name in settings}, [owner._PLANS for owner in owners]
+        for name, value in settings.items():
+            setattr(module, name, value)
+        for owner, own in zip(owners, plans):
+            owner._PLANS = own
+        try:
+            return fn()
+        finally:
+            for name, value in saved[0].items():
+                setattr(module, name, value)
+            for owner, old in zip(owners, saved[1]):
+                owner._PLANS = old
+    return run
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     if not torch.isfinite(out).all():

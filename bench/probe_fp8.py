@@ -9,6 +9,7 @@ persistent grid of at most the blocks the GPU holds.
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import check_outputs, compare, print_rates  # noqa: E402
+from common import check_outputs, compare, print_rates, with_settings  # noqa: E402
 
 from tkc.kernels import scaled_mm  # noqa: E402
 from tkc.kernels._checks import cdiv  # noqa: E402
@@ -57,6 +58,10 @@ def few_rows(m: int, nk: int, rounds: int, only: str) -> None:
     out = torch.empty(m, nk, device="cuda", dtype=torch.bfloat16)
     impls = {"scaled_mm()": lambda: scaled_mm(a, weight.t(), one, one),
              "cuBLASLt": lambda: torch._scaled_mm(a, weight.t(), one, one, out_dtype=torch.bfloat16)}
+    # scaled_mm() with its few rows in two kernels (gemm_few_rows_kernel, then sum_scaled_splits_kernel) eagerly too
+    impls["scaled_mm(), two kernels"] = with_settings(importlib.import_module("tkc.kernels.gemm"),
+                                                      {"FEW_ROWS_LAST_BLOCK": False}, impls["scaled_mm()"],
+                                                      (importlib.import_module("tkc.kernels.scaled_mm"),))
     for name, cfg in FEW_ROWS_CANDIDATES.items():
         if only and not re.search(only, name):
             continue
@@ -84,7 +89,7 @@ def few_rows(m: int, nk: int, rounds: int, only: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192])
     parser.add_argument("--only", default="", help="a regex: only the candidates it finds")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--few-rows", type=int, nargs="*", default=[1, 16, 32], help="rows of a for the few-rows probe")

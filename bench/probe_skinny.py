@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import graph_time_ms, rel_err, time_ms  # noqa: E402
+from common import graph_time_ms, rel_err, time_ms, with_settings  # noqa: E402
 
 from tkc.kernels import gemm, gemm_sm90_kernel  # noqa: E402
 from tkc.kernels.gemm import GRID_LIMIT, persistent_grid  # noqa: E402
@@ -121,23 +121,6 @@ def split_k(a, b, tb, cfg, kernel=gemm_split_k_kernel):
     return run, tiles * splits
 
 
-def with_switch(switch, setting, fn):
-    """fn under gemm_module.<switch> = setting (FEW_ROWS_IN_CLUSTERS, FEW_ROWS_LAST_BLOCK), with launch plans of its
-    own (gemm()'s are made under the settings in force)."""
-    plans: dict = {}
-
-    def run():
-        saved = getattr(gemm_module, switch), gemm_module._PLANS
-        setattr(gemm_module, switch, setting)
-        gemm_module._PLANS = plans
-        try:
-            return fn()
-        finally:
-            setattr(gemm_module, switch, saved[0])
-            gemm_module._PLANS = saved[1]
-    return run
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--m", type=int, nargs="+", default=[16, 64, 128, 256, 512])
@@ -154,10 +137,12 @@ def main() -> None:
             ref = a.float() @ (b.float().t() if tb else b.float())
             impls = {"cuBLAS": (lambda: a @ b.t()) if tb else (lambda: a @ b), "gemm()": lambda: gemm(a, b, trans_b=bool(tb))}
             if m <= 32:  # gemm() with FEW_ROWS_IN_CLUSTERS "eager": one launch outside captures, two kernels in a graph
-                impls["gemm(), one launch outside captures"] = with_switch(
-                    "FEW_ROWS_IN_CLUSTERS", "eager", lambda: gemm(a, b, trans_b=bool(tb)))
-                impls["gemm(), one launch, the last run sums"] = with_switch(  # (two kernels in a graph)
-                    "FEW_ROWS_LAST_BLOCK", True, lambda: gemm(a, b, trans_b=bool(tb)))
+                product = lambda: gemm(a, b, trans_b=bool(tb))  # noqa: E731
+                impls["gemm(), two kernels"] = with_settings(gemm_module, {"FEW_ROWS_LAST_BLOCK": False}, product)
+                impls["gemm(), one launch in clusters outside captures"] = with_settings(
+                    gemm_module, {"FEW_ROWS_LAST_BLOCK": False, "FEW_ROWS_IN_CLUSTERS": "eager"}, product)
+                impls["gemm(), one launch, the last run sums, in graphs too"] = with_settings(
+                    gemm_module, {"FEW_ROWS_LAST_BLOCK": True}, product)
             for name, cfg in CANDIDATES.items():
                 spec = gemm_sm90_kernel.specialize(target="sm_90a", TRANS_B=tb, **cfg)
                 cluster = cfg.get("CLUSTER", 1)

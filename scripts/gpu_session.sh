@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        compile-time bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check last-block norm-backward small-batch sanitize
+#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check last-block few-rows norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -229,6 +229,15 @@ for step in ${*:-tests probe bench sanitize}; do
             grep -E "^M=|gemm\(\)|cuBLAS" "$OUT/skinny-last-$tb.log" | sed -e "s/  */ /g" | cut -c1-150
         done
         tests_and_sanitizers last-block "last or one_launch" last_block 100 ;;
+    few-rows)  # gemm() / scaled_mm() of a few rows as shipped (one launch by the last run eagerly) beside two kernels,
+        # the clusters and cuBLAS(Lt), event-timed and from a graph; then their GPU tests
+        for tb in 1 0; do
+            timeout 100 python3 bench/probe_skinny.py --trans-b $tb --m 1 16 32 --nk 4096 8192 --only '^$' > "$OUT/few-rows-$tb.log" 2>&1
+            grep -E "^M=|gemm\(\)|cuBLAS" "$OUT/few-rows-$tb.log" | sed -e "s/  */ /g" | cut -c1-150
+        done
+        timeout 150 python3 bench/probe_fp8.py --sizes --only '^$' > "$OUT/few-rows-fp8.log" 2>&1; grep -v Warning "$OUT/few-rows-fp8.log" | tail -24
+        timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -n 8 tests/gpu -k "gemm or scaled or few_rows or skinny" > "$OUT/few-rows-tests.log" 2>&1
+        grep -E "^FAILED|Error" "$OUT/few-rows-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/few-rows-tests.log")" ;;
     norm-backward)  # layernorm's / rmsnorm's backward: GPU tests, sanitizers, then bench/layernorm_backward.py (and --rms)
         tests_and_sanitizers norm-backward norm_backward norms_backward 200
         for rms in "" --rms; do
