@@ -329,7 +329,7 @@ def test_scaled_mm_few_rows_last_block(rows: int, m: int, runs: int, rowwise: in
     partial = np.full((runs, m, n), np.nan, dtype=np.float32)
     c = np.full((m, n), np.nan, dtype=numpy_type)
     counter = np.zeros(8, dtype=np.int32)
-    constants = {"ROWS": rows, "BK": 128, "WARPS": 4, "STAGES": 2, "ROWWISE": rowwise, "BIAS": bias,
+    constants = {"ROWS": rows, "BK": 128, "WARPS": 4, "STAGES": 2, "ROWWISE": rowwise, "BIAS": bias, "RUNS": runs,
                  "CT": getattr(lang, out_type)}
     interp, sim = run_both(scaled_mm_few_rows_last_kernel, [a, b, scale_a, scale_b, bias_values, partial, c, counter],
                            (-(-n // 64), runs), constants, target="sm_90a", order="ahead" if runs % 2 else "shuffled")

@@ -650,7 +650,7 @@ def test_few_rows_gemm_last_block_simulated(m: int, n: int, k: int, runs: int, w
     from tkc.kernels.gemm import gemm_few_rows_last_kernel
 
     rng = np.random.default_rng(m + n + k)
-    constants = {"BK": 64, "STAGES": 3, "WARPS": warps, "ROWS": rows, "TRANS_B": trans_b}
+    constants = {"BK": 64, "STAGES": 3, "WARPS": warps, "ROWS": rows, "TRANS_B": trans_b, "RUNS": runs}
     columns = -(-n // (16 * warps))
     counter = np.zeros(columns + 3, dtype=np.int32)
     for launch in range(2):

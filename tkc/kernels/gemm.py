@@ -173,25 +173,26 @@ def gemm_few_rows_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3], TR
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
 def gemm_few_rows_last_kernel(A: gl["DT", 2], B: gl["DT", 2], Partial: gl[f32, 3], C: gl["DT", 2],
                               Counter: gl[i32, 1], TRANS_B: const = 1, ROWS: const = 16, BK: const = 128,
-                              WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1, DT: const = bf16):
+                              WARPS: const = 4, STAGES: const = 8, ROTATE: const = 1, RUNS: const = 4,
+                              DT: const = bf16):
     """gemm_few_rows_kernel and sum_splits_kernel in one launch on any number of blocks: block (t, s) leaves its
-    f32 sum in Partial[s], and the last of block column t's runs to arrive at Counter[t] (zero before the first
-    launch, and again after each) adds up all the runs' sums and stores C. Grid as gemm_few_rows_kernel's."""
+    f32 sum in Partial[s], and the last of block column t's RUNS runs to arrive at Counter[t] (zero before the first
+    launch, and again after each) adds up all the runs' sums and stores C. Grid: (cdiv(N, 16·WARPS), RUNS)."""
     bn, split = block_idx()[0], block_idx()[1]
-    runs = num_blocks()[1]
-    first, end = run_of_k(cdiv(A.shape[1], BK), split, runs)
+    first, end = run_of_k(cdiv(A.shape[1], BK), split, RUNS)
     acc = few_rows_product(A, B, bn, first, end, TRANS_B, ROWS, BK, WARPS, ROTATE, DT)
     columns = bn * WARPS + warp_id()  # this warp's 16 columns of C
     store(Partial, transpose(acc), (split, 0, columns))
-    if arrive_last(Counter, bn, runs):
-        store(C, runs_sum(Partial, columns, runs, ROWS).to(DT), (0, columns))
+    if arrive_last(Counter, bn, RUNS):
+        store(C, runs_sum(Partial, columns, RUNS, ROWS).to(DT), (0, columns))
 
 
 @tkc.func
-def runs_sum(Partial, columns, runs, ROWS):
-    """The sum of Partial[0 .. runs - 1]'s first ROWS rows × 16 columns from `columns` (in units of 16)."""
+def runs_sum(Partial, columns, RUNS, ROWS):
+    """The sum of Partial[0 .. RUNS - 1]'s first ROWS rows × 16 columns from `columns` (in units of 16), its loads
+    all issued at once (RUNS a constant: the loop unrolled; the last block's sum is the launch's tail)."""
     total = load(Partial, (0, 0, columns), rt[f32, ROWS, 16])
-    for run in runtime_range(1, runs):
+    for run in range(1, RUNS):
         total = total + load(Partial, (run, 0, columns), rt[f32, ROWS, 16])
     return total
 
@@ -413,7 +414,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
         plan = _split_k_plan(gemm_few_rows_kernel.specialize(target="sm_90a", **constants), choice.count,
                              choice.rows, 16 * FEW_ROWS["WARPS"], dt)
         if few_rows_last_block():
-            spec = gemm_few_rows_last_kernel.specialize(target="sm_90a", **constants)
+            spec = gemm_few_rows_last_kernel.specialize(target="sm_90a", RUNS=choice.count, **constants)
             plan = _last_block_plan(spec, choice.count, 16 * FEW_ROWS["WARPS"], plan, few_rows_last_block() == "eager")
         elif few_rows_in_clusters():
             spec = gemm_few_rows_cluster_kernel.specialize(target="sm_90a", CLUSTER=choice.count, **constants)

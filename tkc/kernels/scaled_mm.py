@@ -103,19 +103,18 @@ def scaled_mm_few_rows_kernel(A: gl["DT", 2], B: gl["DT", 2], ScaleA: gl[f32, 1]
 def scaled_mm_few_rows_last_kernel(A: gl["DT", 2], B: gl["DT", 2], ScaleA: gl[f32, 1], ScaleB: gl[f32, 1],
                                    Bias: gl["CT", 1], Partial: gl[f32, 3], C: gl["CT", 2], Counter: gl[i32, 1],
                                    ROWWISE: const = 0, BIAS: const = 0, ROWS: const = 16, BK: const = 128,
-                                   WARPS: const = 8, STAGES: const = 5, ROTATE: const = 1, DT: const = fp8e4m3,
-                                   CT: const = bf16):
+                                   WARPS: const = 8, STAGES: const = 5, ROTATE: const = 1, RUNS: const = 4,
+                                   DT: const = fp8e4m3, CT: const = bf16):
     """scaled_mm for A of at most ROWS rows in one launch on any number of blocks: gemm_few_rows_last_kernel (block
-    (t, s) leaves run s's f32 sum in Partial[s], the last of block column t's runs to arrive at Counter[t] adds them
-    up), then the scales and the bias as scaled_mm_kernel's. Grid: (cdiv(N, 16·WARPS), runs of K)."""
+    (t, s) leaves run s's f32 sum in Partial[s], the last of block column t's RUNS runs to arrive at Counter[t] adds
+    them up), then the scales and the bias as scaled_mm_kernel's. Grid: (cdiv(N, 16·WARPS), RUNS)."""
     bn, split = block_idx()[0], block_idx()[1]
-    runs = num_blocks()[1]
-    first, end = run_of_k(cdiv(A.shape[1], BK), split, runs)
+    first, end = run_of_k(cdiv(A.shape[1], BK), split, RUNS)
     acc = few_rows_product(A, B, bn, first, end, 1, ROWS, BK, WARPS, ROTATE, DT)
     col = bn * WARPS + warp_id()  # the warp's 16 columns of C, in units of 16
     store(Partial, transpose(acc), (split, 0, col))
-    if arrive_last(Counter, bn, runs):
-        total = scaled(runs_sum(Partial, col, runs, ROWS), ScaleA, ScaleB, Bias, 0, col, ROWWISE, BIAS, 16, ROWS)
+    if arrive_last(Counter, bn, RUNS):
+        total = scaled(runs_sum(Partial, col, RUNS, ROWS), ScaleA, ScaleB, Bias, 0, col, ROWWISE, BIAS, 16, ROWS)
         store(C, total if CT == f32 else total.to(CT), (0, col))
 
 
@@ -302,7 +301,7 @@ def _last_block_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, c
     import torch
 
     spec = scaled_mm_few_rows_last_kernel.specialize(target="sm_90a", ROWWISE=int(rowwise), BIAS=int(bias),
-                                                     ROWS=rows, DT=dt, CT=ct, **FEW_ROWS)
+                                                     ROWS=rows, RUNS=runs, DT=dt, CT=ct, **FEW_ROWS)
 
     def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, bias: Any, c: Any, common_only: bool) -> bool:
         if eager and torch.cuda.is_current_stream_capturing():
