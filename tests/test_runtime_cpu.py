@@ -294,6 +294,7 @@ def _fake_gpu(monkeypatch):
 
     torch = pytest.importorskip("torch")
     from tkc.compiler import compile_for_launch
+    from tkc.kernels import _checks as checks_module
     from tkc.runtime import launch
 
     class OnGpu0(torch.Tensor):
@@ -326,6 +327,8 @@ def _fake_gpu(monkeypatch):
     monkeypatch.setattr(launch, "launch", record)
     monkeypatch.setattr(launch, "make_current", lambda dev: None)
     monkeypatch.setattr(launch, "current_stream_handle", lambda ordinal: 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # (a test may capture)
+    monkeypatch.setattr(checks_module, "STREAM_SCRATCH", {})
     monkeypatch.setattr(launch._current, "ordinal", None, raising=False)
 
     def cuda(*shape, dtype=torch.bfloat16):
@@ -415,6 +418,31 @@ def test_gemm_few_rows_in_clusters_outside_captures(monkeypatch) -> None:
         gemm(a, b, target="sm_90a")
     assert [loaded.kernel for loaded, _, _ in launches] == (["gemm_few_rows_cluster_kernel"] * 2
                                                            + ["gemm_few_rows_kernel", "sum_splits_kernel"] * 2)
+
+
+def test_stream_scratch_is_one_workspace_a_stream_and_shape(monkeypatch) -> None:
+    """stream_scratch: the same workspace for a stream and shape call after call (a stream's launches run one after
+    another), another for another stream or shape, and a fresh one in a CUDA graph capture (the graph's own)."""
+    import torch
+
+    from tkc.kernels import _checks as checks_module
+    from tkc.runtime import launch
+
+    stream = [1]
+    monkeypatch.setattr(launch, "current_stream_handle", lambda ordinal: stream[0])
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(checks_module, "STREAM_SCRATCH", {})
+    like = torch.empty(1)
+    first = checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32)
+    assert first.shape == (4, 16, 128) and first.dtype == torch.float32
+    assert checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32) is first
+    assert checks_module.stream_scratch(torch, like, (2, 16, 128), torch.float32) is not first
+    stream[0] = 2
+    assert checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32) is not first
+    stream[0] = 1
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32) is not first
+    assert len(checks_module.STREAM_SCRATCH) == 3
 
 
 @pytest.mark.parametrize("setting", ["eager", True])
