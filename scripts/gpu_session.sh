@@ -236,7 +236,7 @@ for step in ${*:-tests probe bench sanitize}; do
             grep -E "^M=|gemm\(\)|cuBLAS" "$OUT/few-rows-$tb.log" | sed -e "s/  */ /g" | cut -c1-150
         done
         timeout 150 python3 bench/probe_fp8.py --sizes --only '^$' > "$OUT/few-rows-fp8.log" 2>&1; grep -v Warning "$OUT/few-rows-fp8.log" | tail -24
-        timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -n 8 tests/gpu -k "gemm or scaled or few_rows or skinny" > "$OUT/few-rows-tests.log" 2>&1
+        timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -n 8 tests/gpu -k "gemm or scaled or few_rows or skinny or decode or last" > "$OUT/few-rows-tests.log" 2>&1
         grep -E "^FAILED|Error" "$OUT/few-rows-tests.log" | head -10; echo "tests: $(tail -1 "$OUT/few-rows-tests.log")" ;;
     norm-backward)  # layernorm's / rmsnorm's backward: GPU tests, sanitizers, then bench/layernorm_backward.py (and --rms)
         tests_and_sanitizers norm-backward norm_backward norms_backward 200
