@@ -291,7 +291,8 @@ FEW_ROWS_IN_CLUSTERS: bool | str = False
 # FEW_ROWS_IN_CLUSTERS. "eager" (H100, RESULTS "one launch by the last block — 2026-12-06 20:45"): event-timed, where
 # the host's two launches are what the GPU waits for, M = 1-32 at N = K = 4096 32.9-35.9 µs a call against gemm()'s
 # 36.4-39.5 (B given N×K), 1-4 % faster at 8192; from a graph the one kernel was 2 µs slower than the two (11.5-12.7
-# against 9.5-10.3 µs at 4096: the last run's sum waits on its own product), so a capture keeps the two.
+# against 9.5-10.3 µs at 4096: the last run's sum waits on its own product), so a capture keeps the two. As shipped,
+# its workspace per stream too: 25-28 µs a call at 4096 (RESULTS "few rows in one launch as shipped ... — 21:21").
 FEW_ROWS_LAST_BLOCK: bool | str = "eager"
 SUM_SPLITS = {"COLS": 256, "WARPS": 4}
 
