@@ -329,6 +329,8 @@ def _fake_gpu(monkeypatch):
     monkeypatch.setattr(launch, "current_stream_handle", lambda ordinal: 0)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # (a test may capture)
     monkeypatch.setattr(checks_module, "STREAM_SCRATCH", {})
+    monkeypatch.setattr(checks_module, "ARRIVAL_COUNTERS", {})
+    monkeypatch.setattr(checks_module, "CAPTURED_COUNTERS", {})
     monkeypatch.setattr(launch._current, "ordinal", None, raising=False)
 
     def cuda(*shape, dtype=torch.bfloat16):
@@ -418,6 +420,32 @@ def test_gemm_few_rows_in_clusters_outside_captures(monkeypatch) -> None:
         gemm(a, b, target="sm_90a")
     assert [loaded.kernel for loaded, _, _ in launches] == (["gemm_few_rows_cluster_kernel"] * 2
                                                            + ["gemm_few_rows_kernel", "sum_splits_kernel"] * 2)
+
+
+def test_arrival_counters_per_stream_and_per_captured_launch(monkeypatch) -> None:
+    """arrival_counters: one set a stream, grown where a launch needs more; in a CUDA graph capture a slice of its
+    own of counters made at zero outside captures (no memset in the graph), and where those run out, fresh ones."""
+    import torch
+
+    from tkc.kernels import _checks as checks_module
+    from tkc.runtime import launch
+
+    monkeypatch.setattr(launch, "current_stream_handle", lambda ordinal: 1)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(checks_module, "ARRIVAL_COUNTERS", {})
+    monkeypatch.setattr(checks_module, "CAPTURED_COUNTERS", {})
+    monkeypatch.setattr(checks_module, "CAPTURED_COUNTERS_MADE", 100)
+    like = torch.empty(1)
+    stream_counters = checks_module.arrival_counters(torch, like, 32)
+    assert stream_counters.dtype == torch.int32 and stream_counters.numel() == 1024 and not stream_counters.any()
+    assert checks_module.arrival_counters(torch, like, 64) is stream_counters
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    made = checks_module.CAPTURED_COUNTERS[-1][0]
+    first, second = (checks_module.arrival_counters(torch, like, 40) for _ in range(2))
+    assert first.numel() == second.numel() == 40 and first.data_ptr() == made.data_ptr()
+    assert second.data_ptr() == made.data_ptr() + 40 * 4  # a slice of its own for each captured launch
+    fresh = checks_module.arrival_counters(torch, like, 40)  # 20 left of 100: counters the graph zeroes
+    assert fresh.numel() == 40 and not fresh.any() and fresh.untyped_storage().data_ptr() != made.data_ptr()
 
 
 def test_stream_scratch_is_one_workspace_a_stream_and_shape(monkeypatch) -> None:

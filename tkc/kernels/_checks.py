@@ -68,23 +68,33 @@ def cached_plan(plans: dict, key: tuple, make: Any) -> Any:
 
 
 ARRIVAL_COUNTERS: dict[tuple[int, int], Any] = {}  # (device, stream) → its int32 counters, all at zero
+# device → [int32 counters at zero made outside any capture, how many of them captures have taken]
+CAPTURED_COUNTERS: dict[int, list[Any]] = {}
+CAPTURED_COUNTERS_MADE = 1 << 16  # 256 KB a device: a slice for each captured launch
 
 
 def arrival_counters(torch: Any, like: Any, count: int) -> Any:
     """`count` int32 counters at zero on like's device for a kernel whose last block to arrive finishes the work
     (arrive_last): one set for every such kernel on the current stream (its launches run one after another there,
     each leaving its counters at zero), made once, grown where a launch needs more. In a CUDA graph capture, counters
-    of the captured call's own, zeroed by the graph as it replays (graphs replayed on two streams at once share
-    none)."""
+    of the captured launch's own (graphs replayed on two streams at once share none): a slice never handed out
+    before of counters made at zero outside captures, or where none are left, counters the graph zeroes as it
+    replays (a memset node)."""
     from tkc.runtime import launch
 
-    if torch.cuda.is_current_stream_capturing():
-        return torch.zeros(count, dtype=torch.int32, device=like.device)
     device = like.get_device()
+    if torch.cuda.is_current_stream_capturing():
+        made = CAPTURED_COUNTERS.get(device)
+        if made is None or made[1] + count > made[0].numel():
+            return torch.zeros(count, dtype=torch.int32, device=like.device)
+        made[1] += count
+        return made[0][made[1] - count:made[1]]
     key = (device, launch.current_stream_handle(device))
     counters = ARRIVAL_COUNTERS.get(key)
     if counters is None or counters.numel() < count:
         counters = ARRIVAL_COUNTERS[key] = torch.zeros(max(count, 1024), dtype=torch.int32, device=like.device)
+        if device not in CAPTURED_COUNTERS:  # for captures to come (none can be made inside one without a memset)
+            CAPTURED_COUNTERS[device] = [torch.zeros(CAPTURED_COUNTERS_MADE, dtype=torch.int32, device=like.device), 0]
     return counters
 
 
