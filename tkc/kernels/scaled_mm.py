@@ -129,9 +129,11 @@ CONFIG_UNALIGNED = {"BN": 128, "BK": 128, "WARPS": 8, "STAGES": 3, "TMA_STORE": 
 # multiprocessors), their K steps in the same bytes
 SMALLER_TILES_FP8 = [{**tiles, "BK": 2 * tiles["BK"], "TMA_STORE": 0} for tiles in SMALLER_TILES]
 # Up to 32 rows of a (tokens times a weight), both of one fp8 type: gemm()'s few-rows product (the weight's rows the
-# wgmma's 64, a's rows its N; K split into runs), the runs of a block column a cluster summing in distributed shared
-# memory (scaled_mm_few_rows_kernel); where the GPU cannot hold all the clusters at once, gemm_few_rows_kernel's f32
-# partial sums, then sum_scaled_splits_kernel
+# wgmma's 64, a's rows its N; K split into runs), by gemm's switches: outside CUDA graph captures in one launch whose
+# last run of a block column sums the runs (FEW_ROWS_LAST_BLOCK, scaled_mm_few_rows_last_kernel: 34 µs a call against
+# the two kernels' 44-45 event-timed on an H100, RESULTS "few rows in one launch as shipped ... — 2026-12-06 21:21"),
+# else gemm_few_rows_kernel's f32 partial sums, then sum_scaled_splits_kernel (or with FEW_ROWS_IN_CLUSTERS a cluster
+# a block column, summing in distributed shared memory: scaled_mm_few_rows_kernel)
 SUM_SCALED = {"COLS": 64, "WARPS": 4}
 
 
@@ -270,9 +272,10 @@ def _tiles_plan(spec: Any, bm: int, bn: int, most: int, cluster: int = 1) -> Any
 
 def _few_rows_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct: Any, args: tuple) -> Any:
     """scaled_mm()'s launch for up to 32 rows of a over `runs` runs of K (Cᵀ = W·Aᵀ: the weight's rows fill the
-    wgmma's 64): scaled_mm_few_rows_kernel, each block column's runs a cluster, where the GPU holds all the
-    clusters at once (with FEW_ROWS_IN_CLUSTERS "eager": outside CUDA graph captures); else gemm_few_rows_kernel's
-    f32 partial sums, then sum_scaled_splits_kernel's scaled sum."""
+    wgmma's 64): with FEW_ROWS_LAST_BLOCK scaled_mm_few_rows_last_kernel (one launch; "eager": outside CUDA graph
+    captures); with FEW_ROWS_IN_CLUSTERS scaled_mm_few_rows_kernel, each block column's runs a cluster, where the GPU
+    holds all the clusters at once ("eager" alike); else gemm_few_rows_kernel's f32 partial sums, then
+    sum_scaled_splits_kernel's scaled sum."""
     import torch
 
     split = _split_plan(dt, rows, runs, rowwise, bias, ct)
