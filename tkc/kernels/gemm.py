@@ -351,8 +351,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_b: bool = False, target: str
     Any M, N, K. The last dimension of `a` must be contiguous; `b` may also be given transposed (column-major).
     On Hopper (or with target="sm_90a") the wgmma kernel runs (TMA where the rows of a and b are 16-byte
     aligned; up to 32 rows of a with a long K, the product over runs of K and their sum, in one launch outside CUDA
-    graph captures: gemm_few_rows_last_kernel); elsewhere (or
-    with target="sm_80") the mma.sync kernel."""
+    graph captures: gemm_few_rows_last_kernel); elsewhere (or with target="sm_80") the mma.sync kernel."""
     import torch
 
     from tkc.runtime.launch import alignment
