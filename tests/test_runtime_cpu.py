@@ -435,16 +435,16 @@ def test_arrival_counters_per_stream_and_per_captured_launch(monkeypatch) -> Non
     monkeypatch.setattr(checks_module, "ARRIVAL_COUNTERS", {})
     monkeypatch.setattr(checks_module, "CAPTURED_COUNTERS", {})
     monkeypatch.setattr(checks_module, "CAPTURED_COUNTERS_MADE", 100)
-    like = torch.empty(1)
-    stream_counters = checks_module.arrival_counters(torch, like, 32)
+    like, key = torch.empty(1), checks_module.current_stream_key
+    stream_counters = checks_module.arrival_counters(torch, like, 32, key(torch, like))
     assert stream_counters.dtype == torch.int32 and stream_counters.numel() == 1024 and not stream_counters.any()
-    assert checks_module.arrival_counters(torch, like, 64) is stream_counters
+    assert checks_module.arrival_counters(torch, like, 64, key(torch, like)) is stream_counters
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     made = checks_module.CAPTURED_COUNTERS[-1][0]
-    first, second = (checks_module.arrival_counters(torch, like, 40) for _ in range(2))
+    first, second = (checks_module.arrival_counters(torch, like, 40, key(torch, like)) for _ in range(2))
     assert first.numel() == second.numel() == 40 and first.data_ptr() == made.data_ptr()
     assert second.data_ptr() == made.data_ptr() + 40 * 4  # a slice of its own for each captured launch
-    fresh = checks_module.arrival_counters(torch, like, 40)  # 20 left of 100: counters the graph zeroes
+    fresh = checks_module.arrival_counters(torch, like, 40, key(torch, like))  # 20 left of 100: counters the graph zeroes
     assert fresh.numel() == 40 and not fresh.any() and fresh.untyped_storage().data_ptr() != made.data_ptr()
 
 
@@ -460,16 +460,16 @@ def test_stream_scratch_is_one_workspace_a_stream_and_shape(monkeypatch) -> None
     monkeypatch.setattr(launch, "current_stream_handle", lambda ordinal: stream[0])
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(checks_module, "STREAM_SCRATCH", {})
-    like = torch.empty(1)
-    first = checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32)
+    like, key = torch.empty(1), checks_module.current_stream_key
+    first = checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32, key(torch, like))
     assert first.shape == (4, 16, 128) and first.dtype == torch.float32
-    assert checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32) is first
-    assert checks_module.stream_scratch(torch, like, (2, 16, 128), torch.float32) is not first
+    assert checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32, key(torch, like)) is first
+    assert checks_module.stream_scratch(torch, like, (2, 16, 128), torch.float32, key(torch, like)) is not first
     stream[0] = 2
-    assert checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32) is not first
+    assert checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32, key(torch, like)) is not first
     stream[0] = 1
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    assert checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32) is not first
+    assert checks_module.stream_scratch(torch, like, (4, 16, 128), torch.float32, key(torch, like)) is not first
     assert len(checks_module.STREAM_SCRATCH) == 3
 
 

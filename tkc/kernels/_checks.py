@@ -67,32 +67,40 @@ def cached_plan(plans: dict, key: tuple, make: Any) -> Any:
     return plan
 
 
+def current_stream_key(torch: Any, like: Any) -> tuple[int, int] | None:
+    """(device, stream handle) of the current stream on like's device, what the launch runs on; None in a CUDA graph
+    capture. Asked once a call and handed to stream_scratch / arrival_counters."""
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    from tkc.runtime import launch
+
+    device = like.get_device()
+    return device, launch.current_stream_handle(device)
+
+
 ARRIVAL_COUNTERS: dict[tuple[int, int], Any] = {}  # (device, stream) → its int32 counters, all at zero
 # device → [int32 counters at zero made outside any capture, how many of them captures have taken]
 CAPTURED_COUNTERS: dict[int, list[Any]] = {}
 CAPTURED_COUNTERS_MADE = 1 << 16  # 256 KB a device: a slice for each captured launch
 
 
-def arrival_counters(torch: Any, like: Any, count: int) -> Any:
+def arrival_counters(torch: Any, like: Any, count: int, stream: tuple[int, int] | None) -> Any:
     """`count` int32 counters at zero on like's device for a kernel whose last block to arrive finishes the work
-    (arrive_last): one set for every such kernel on the current stream (its launches run one after another there,
-    each leaving its counters at zero), made once, grown where a launch needs more. In a CUDA graph capture, counters
-    of the captured launch's own (graphs replayed on two streams at once share none): a slice never handed out
-    before of counters made at zero outside captures, or where none are left, counters the graph zeroes as it
-    replays (a memset node)."""
-    from tkc.runtime import launch
-
+    (arrive_last): one set for every such kernel on `stream` (current_stream_key: its launches run one after another
+    there, each leaving its counters at zero), made once, grown where a launch needs more. In a CUDA graph capture
+    (stream None), counters of the captured launch's own (graphs replayed on two streams at once share none): a
+    slice never handed out before of counters made at zero outside captures, or where none are left, counters the
+    graph zeroes as it replays (a memset node)."""
     device = like.get_device()
-    if torch.cuda.is_current_stream_capturing():
+    if stream is None:
         made = CAPTURED_COUNTERS.get(device)
         if made is None or made[1] + count > made[0].numel():
             return torch.zeros(count, dtype=torch.int32, device=like.device)
         made[1] += count
         return made[0][made[1] - count:made[1]]
-    key = (device, launch.current_stream_handle(device))
-    counters = ARRIVAL_COUNTERS.get(key)
+    counters = ARRIVAL_COUNTERS.get(stream)
     if counters is None or counters.numel() < count:
-        counters = ARRIVAL_COUNTERS[key] = torch.zeros(max(count, 1024), dtype=torch.int32, device=like.device)
+        counters = ARRIVAL_COUNTERS[stream] = torch.zeros(max(count, 1024), dtype=torch.int32, device=like.device)
         if device not in CAPTURED_COUNTERS:  # for captures to come (none can be made inside one without a memset)
             CAPTURED_COUNTERS[device] = [torch.zeros(CAPTURED_COUNTERS_MADE, dtype=torch.int32, device=like.device), 0]
     return counters
@@ -101,17 +109,14 @@ def arrival_counters(torch: Any, like: Any, count: int) -> Any:
 STREAM_SCRATCH: dict[tuple[Any, ...], Any] = {}  # (device, stream, shape, dtype) → a workspace of that stream's
 
 
-def stream_scratch(torch: Any, like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
-    """A workspace of `shape` and `dtype` on like's device for launches on the current stream that write it and read
-    it back (partial sums): made once a shape and stream, as a stream's launches run one after another (one call's
-    workspace is free again when the next call's kernels start) — a CUDA allocation is ~4 µs of a short call's
-    host time. In a CUDA graph capture, a fresh one (the graph's own). At most 64 kept."""
-    if torch.cuda.is_current_stream_capturing():
+def stream_scratch(torch: Any, like: Any, shape: tuple[int, ...], dtype: Any, stream: tuple[int, int] | None) -> Any:
+    """A workspace of `shape` and `dtype` on like's device for launches on `stream` (current_stream_key) that write
+    it and read it back (partial sums): made once a shape and stream, as a stream's launches run one after another
+    (one call's workspace is free again when the next call's kernels start) — a CUDA allocation is ~4 µs of a short
+    call's host time. In a CUDA graph capture (stream None), a fresh one (the graph's own). At most 64 kept."""
+    if stream is None:
         return torch.empty(shape, dtype=dtype, device=like.device)
-    from tkc.runtime import launch
-
-    device = like.get_device()
-    key = (device, launch.current_stream_handle(device), shape, dtype)
+    key = (*stream, shape, dtype)
     scratch = STREAM_SCRATCH.get(key)
     if scratch is None:
         if len(STREAM_SCRATCH) >= 64:  # many shapes (e.g. row counts): start over rather than grow

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import arrival_counters, cached_plan, dtype_constant, stream_scratch, unread_lse
+from tkc.kernels._checks import (arrival_counters, cached_plan, current_stream_key, dtype_constant, stream_scratch,
+                                 unread_lse)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -284,11 +285,12 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
                 return clustered.common(*cluster_args, steps)
             clustered(*cluster_args, steps)
             return True
-    o_parts = stream_scratch(torch, q, plan.parts_shape, torch.float32)
-    l_parts = stream_scratch(torch, q, plan.parts_shape[:3], torch.float32)
-    if plan.last is not None and not (DECODE_LAST_BLOCK == "eager" and torch.cuda.is_current_stream_capturing()):
+    stream = current_stream_key(torch, q)  # None in a capture
+    o_parts = stream_scratch(torch, q, plan.parts_shape, torch.float32, stream)
+    l_parts = stream_scratch(torch, q, plan.parts_shape[:3], torch.float32, stream)
+    if plan.last is not None and not (DECODE_LAST_BLOCK == "eager" and stream is None):
         args = (q.view(plan.q_rows), k, v, o_parts, l_parts, out.view(plan.q_rows), l_out,
-                arrival_counters(torch, q, plan.counters), scale, plan.steps)
+                arrival_counters(torch, q, plan.counters, stream), scale, plan.steps)
         if common_only:
             return plan.last.common(*args)
         plan.last(*args)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import (MULTIPROCESSORS, arrival_counters, check_tensor, dtype_constant, fail,
-                                 multiprocessors, stream_scratch, wants_grad, wgmma_path)
+from tkc.kernels._checks import (MULTIPROCESSORS, arrival_counters, check_tensor, current_stream_key, dtype_constant,
+                                 fail, multiprocessors, stream_scratch, wants_grad, wgmma_path)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -460,7 +460,7 @@ def _split_k_plan(spec: Any, splits: int, bm: int, bn: int, dt: dict[str, Any]) 
     cols = SUM_SPLITS["COLS"] * SUM_SPLITS["WARPS"]
 
     def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
-        partial = stream_scratch(torch, c, (splits, m, n), torch.float32)
+        partial = stream_scratch(torch, c, (splits, m, n), torch.float32, current_stream_key(torch, c))
         return (spec.launch((ceil_div(m, bm) * ceil_div(n, bn), splits, 1), (a, b, partial), common_only=common_only)
                 and total.launch((m, ceil_div(n, cols), 1), (partial, c), common_only=common_only))
     return plan
@@ -473,11 +473,12 @@ def _last_block_plan(spec: Any, runs: int, bn: int, otherwise: Any, eager: bool)
     import torch
 
     def plan(a: Any, b: Any, c: Any, m: int, n: int, common_only: bool) -> bool:
-        if eager and torch.cuda.is_current_stream_capturing():
+        stream = current_stream_key(torch, c)  # None in a capture
+        if eager and stream is None:
             return otherwise(a, b, c, m, n, common_only)
         columns = ceil_div(n, bn)
-        partial = stream_scratch(torch, c, (runs, m, n), torch.float32)
-        return spec.launch((columns, runs, 1), (a, b, partial, c, arrival_counters(torch, c, columns)),
+        partial = stream_scratch(torch, c, (runs, m, n), torch.float32, stream)
+        return spec.launch((columns, runs, 1), (a, b, partial, c, arrival_counters(torch, c, columns, stream)),
                            common_only=common_only)
     return plan
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import cached_plan, dtype_constant, stream_scratch
+from tkc.kernels._checks import cached_plan, current_stream_key, dtype_constant, stream_scratch
 from tkc.kernels.layernorm import row_total, row_totals
 from tkc.lang import *  # noqa: F403
 
@@ -128,7 +128,8 @@ def layernorm_backward(s: torch.Tensor, grad_y: torch.Tensor, grad_s: torch.Tens
         _PLANS, (rows, d, s.dtype, s.get_device(), rms, grad_s is not None, target),
         lambda *key: _plan(*key, example=(s, weight, eps)))
     ds, device = torch.empty_like(s), s.device
-    parts = stream_scratch(torch, s, (blocks, width), torch.float32)  # the blocks' partial sums of dw (and db)
+    # the blocks' partial sums of dw (and db)
+    parts = stream_scratch(torch, s, (blocks, width), torch.float32, current_stream_key(torch, s))
     totals = torch.empty(width, dtype=weight.dtype, device=device)
     backward(s, grad_y, s if grad_s is None else grad_s, weight, ds, parts, eps)
     column_sums(parts, totals)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import (MULTIPROCESSORS, arrival_counters, check_tensor, fail, multiprocessors,
-                                 stream_scratch, wgmma_path)
+from tkc.kernels._checks import (MULTIPROCESSORS, arrival_counters, check_tensor, current_stream_key, fail,
+                                 multiprocessors, stream_scratch, wgmma_path)
 from tkc.kernels.gemm import (FEW_ROWS, FEW_ROWS_MAX, SMALLER_TILES, _runs_of_k, cluster_stacks, cluster_sum,
                               cluster_tile, few_rows_in_clusters, few_rows_last_block, few_rows_product,
                               gemm_few_rows_kernel, grouped_tile, persistent_grid, run_of_k, runs_sum,
@@ -308,13 +308,14 @@ def _last_block_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, c
                                                      ROWS=rows, RUNS=runs, DT=dt, CT=ct, **FEW_ROWS)
 
     def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, bias: Any, c: Any, common_only: bool) -> bool:
-        if eager and torch.cuda.is_current_stream_capturing():
+        stream = current_stream_key(torch, c)  # None in a capture
+        if eager and stream is None:
             return otherwise(a, weight, scale_a, scale_b, bias, c, common_only)
         m, n = c.shape
         columns = ceil_div(n, 16 * FEW_ROWS["WARPS"])
-        partial = stream_scratch(torch, c, (runs, m, n), torch.float32)
+        partial = stream_scratch(torch, c, (runs, m, n), torch.float32, stream)
         return spec.launch((columns, runs, 1), (a, weight, scale_a, scale_b, bias, partial, c,
-                                                arrival_counters(torch, c, columns)), common_only=common_only)
+                                                arrival_counters(torch, c, columns, stream)), common_only=common_only)
     return plan
 
 
@@ -330,7 +331,7 @@ def _split_plan(dt: Any, rows: int, runs: int, rowwise: bool, bias: bool, ct: An
 
     def plan(a: Any, weight: Any, scale_a: Any, scale_b: Any, bias: Any, c: Any, common_only: bool) -> bool:
         m, n = c.shape
-        partial = stream_scratch(torch, c, (runs, m, n), torch.float32)
+        partial = stream_scratch(torch, c, (runs, m, n), torch.float32, current_stream_key(torch, c))
         return (partial_sums.launch((ceil_div(n, 16 * FEW_ROWS["WARPS"]), runs, 1), (a, weight, partial),
                                     common_only=common_only)
                 and total.launch((ceil_div(m, 16), ceil_div(n, cols), 1), (partial, scale_a, scale_b, bias, c),
