@@ -96,6 +96,14 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[
         store(LParts, lse, (row, h, t))
 
 
+@tkc.func
+def part_result(OParts, LParts, part, batch, b, h, t, D):
+    """attention_decode's part `part` of row tile t (K/V head h, batch b of `batch`) out of its buffers: this warp's
+    D / 4 columns of the output and the rows' log-sum-exp (zeros past the last part)."""
+    row = part * batch + b
+    return load(OParts, (row, h, t, warp_id()), rt[f32, 16, D // 4]), load(LParts, (row, h, t), rv[f32, 16])
+
+
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
 def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[f32, 4], LParts: gl[f32, 3],
                           O: gl["DT", 4], L: gl[f32, 3], Counter: gl[i32, 1], scale: float, steps: int,
@@ -114,11 +122,19 @@ def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts
         store(LParts, lse, (part * Q.shape[0] + b, h, t))
     parts = num_blocks()[0] // row_tiles
     if arrive_last(Counter, (b * Q.shape[1] + h) * row_tiles + t, parts):
+        # the parts weighed in order with the next four's loads in flight (past the last part they read zeros,
+        # unused): one L2 round trip a part, waited on one after the other, made this kernel slower from a graph than
+        # the two it replaces (RESULTS "one launch by the last block — 2026-12-06 20:45")
         top, total, acc = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
+        o0, l0 = part_result(OParts, LParts, 0, Q.shape[0], b, h, t, D)
+        o1, l1 = part_result(OParts, LParts, 1, Q.shape[0], b, h, t, D)
+        o2, l2 = part_result(OParts, LParts, 2, Q.shape[0], b, h, t, D)
+        o3, l3 = part_result(OParts, LParts, 3, Q.shape[0], b, h, t, D)
         for p in runtime_range(parts):
-            row = p * Q.shape[0] + b
-            top, total, acc = weigh_in(top, total, acc, load(OParts, (row, h, t, warp_id()), rt[f32, 16, D // 4]),
-                                       load(LParts, (row, h, t), rv[f32, 16]))
+            o, lse = o0, l0
+            o0, o1, o2, l0, l1, l2 = o1, o2, o3, l1, l2, l3
+            o3, l3 = part_result(OParts, LParts, p + 4, Q.shape[0], b, h, t, D)
+            top, total, acc = weigh_in(top, total, acc, o, lse)
         store(O, div_row(acc, max(total, 1e-30)).to(DT), (b, h, t, warp_id()))
         if LSE:
             if warp_id() == 0:
