@@ -3,7 +3,8 @@ over the GPU, then the parts weighed: in one launch where a head's parts make a 
 "two launches": attention_decode and attention_decode_combine) and by attention_sm90 (DECODE_ON_HOPPER off: a block per head), beside SDPA's
 backends (enable_gqa). GB/s of K and V read (what bounds decoding) and the ratio to the best SDPA backend;
 event-timed (host work included) and from a CUDA graph (the GPU's time alone), outputs checked first.
-    python bench/probe_decode.py [--shapes B,H,H_kv,Nq,Nk ...] [--dims 128] [--rounds 5] [--variants [REGEX]] [--kernels]"""
+    python bench/probe_decode.py [--shapes B,H,H_kv,Nq,Nk ...] [--dims 128] [--rounds 5] [--variants [REGEX]] [--kernels]
+                                 [--target sm_80]"""
 import argparse
 import importlib
 import re
@@ -41,7 +42,8 @@ VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 
             "one launch, the last part weighs": {"DECODE_LAST_BLOCK": True}}  # (in a graph too)
 
 
-def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None):
+def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None,
+                  target: str | None = None):
     plans: dict = {}  # its own common-call plans: attention_sm90's (made with the flag off) must not serve the other
     decode_plans: dict = {}  # and its own decoding plans (made under its settings)
 
@@ -52,7 +54,7 @@ def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: boo
         for name, value in (settings or {}).items():
             setattr(decode_module, name, value)
         try:
-            return attention(q, k, v)
+            return attention(q, k, v, target=target)
         finally:
             for name, value in saved.items():
                 setattr(decode_module, name, value)
@@ -119,6 +121,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="?", const="", default=None, metavar="REGEX",
                         help="attention_decode's other settings too (those whose names REGEX finds)")
     parser.add_argument("--kernels", action="store_true", help="attention_decode and its combine alone too (graph)")
+    parser.add_argument("--target", default=None, help="tkc's target (sm_80: the path A100s run, no clusters)")
     args = parser.parse_args()
     torch.manual_seed(0)
     for d in args.dims:
@@ -127,14 +130,16 @@ def main() -> None:
             q = torch.randn(b, h, nq, d, device="cuda", dtype=torch.bfloat16)
             k, v = (torch.randn(b, h_kv, nk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-            impls = {"tkc decode": tkc_attention(q, k, v, True),
+            target = args.target
+            impls = {"tkc decode": tkc_attention(q, k, v, True, target=target),
                      # the parts not in clusters (two launches: attention_decode, attention_decode_combine)
-                     "tkc decode, two launches": tkc_attention(q, k, v, True, {"DECODE_IN_CLUSTERS": False}),
-                     "tkc sm90": tkc_attention(q, k, v, False)}
+                     "tkc decode, two launches": tkc_attention(q, k, v, True, {"DECODE_IN_CLUSTERS": False}, target)}
+            if target is None:
+                impls["tkc sm90"] = tkc_attention(q, k, v, False)
             for name, settings in VARIANTS.items() if args.variants is not None else ():
                 if not re.search(args.variants, name):
                     continue
-                impls[f"decode, {name}"] = tkc_attention(q, k, v, True, settings)
+                impls[f"decode, {name}"] = tkc_attention(q, k, v, True, settings, target)
             for name, backend in BACKENDS.items():
                 try:
                     sdpa(q, k, v, backend)()
