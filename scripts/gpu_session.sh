@@ -224,6 +224,10 @@ for step in ${*:-tests probe bench sanitize}; do
         # (event-timed and from a graph), then the GPU tests and sanitizers on last_block
         timeout 150 python3 bench/probe_decode.py --kernels --variants "last part" > "$OUT/decode-last.log" 2>&1
         grep -v Warning "$OUT/decode-last.log" | tail -40 | cut -c1-160
+        # the sm_80 path (A100s: no clusters), where the other one launch would replace the two kernels
+        timeout 100 python3 bench/probe_decode.py --target sm_80 --variants "last part" --rounds 3 \
+            --shapes 1,32,8,1,8192 1,32,8,1,32768 8,32,8,1,8192 > "$OUT/decode-last-sm80.log" 2>&1
+        grep -v Warning "$OUT/decode-last-sm80.log" | grep -v "^  \(flash\|mem\)" | tail -20 | cut -c1-160
         for tb in 1 0; do
             timeout 100 python3 bench/probe_skinny.py --trans-b $tb --m 1 16 32 --nk 4096 8192 --only '^$' > "$OUT/skinny-last-$tb.log" 2>&1
             grep -E "^M=|gemm\(\)|cuBLAS" "$OUT/skinny-last-$tb.log" | sed -e "s/  */ /g" | cut -c1-150
