@@ -224,7 +224,7 @@ for step in ${*:-tests probe bench sanitize}; do
         # (event-timed and from a graph), then the GPU tests and sanitizers on last_block
         timeout 150 python3 bench/probe_decode.py --kernels --variants "last part" > "$OUT/decode-last.log" 2>&1
         grep -v Warning "$OUT/decode-last.log" | tail -40 | cut -c1-160
-        # the sm_80 path (A100s: no clusters), where the other one launch would replace the two kernels
+        # the sm_80 path (A100s: no clusters), where the last part weighing would make the two kernels one launch
         timeout 100 python3 bench/probe_decode.py --target sm_80 --variants "last part" --rounds 3 \
             --shapes 1,32,8,1,8192 1,32,8,1,32768 8,32,8,1,8192 > "$OUT/decode-last-sm80.log" 2>&1
         grep -v Warning "$OUT/decode-last-sm80.log" | grep -v "^  \(flash\|mem\)" | tail -20 | cut -c1-160
