@@ -39,7 +39,7 @@ VARIANTS = {"2 steps a part": {"MIN_STEPS": 2}, "8 steps a part": {"MIN_STEPS": 
             "at most 12 parts, clusters": {"CLUSTER_PARTS": 12}, "at most 8 parts, clusters": {"CLUSTER_PARTS": 8},
             "at most 3 parts, clusters": {"CLUSTER_PARTS": 3},  # B = 4, 4 parts: clusters of 4 not all held
             # one launch on the wave's split: the last part of each row tile to arrive weighs them (any GPU)
-            "one launch, the last part weighs": {"DECODE_LAST_BLOCK": True}}  # (in a graph too)
+            "one launch, the last part weighs": {"DECODE_LAST_BLOCK": True, "DECODE_LAST_BLOCK_SM80": True}}  # (graphs too)
 
 
 def tkc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decode: bool, settings: dict | None = None,
@@ -71,6 +71,9 @@ def decoding_path(run) -> str:
         if plan.fewer is not None:
             return (f"one launch in clusters of {plan.fewer[0].spec.constants['CLUSTER']} (a wave's {parts} parts' "
                     "clusters not all held; from a graph: two launches)")
+        if plan.last is not None:
+            graph = "; from a graph: two launches" if plan.last_block == "eager" else ""
+            return f"one launch, the last of {parts} parts weighs them{graph}"
         held = "" if plan.clustered is None else ", its clusters not all held at once"
         return f"two launches, {parts} parts{held}"
     return "no decoding plan"
@@ -133,7 +136,8 @@ def main() -> None:
             target = args.target
             impls = {"tkc decode": tkc_attention(q, k, v, True, target=target),
                      # the parts not in clusters (two launches: attention_decode, attention_decode_combine)
-                     "tkc decode, two launches": tkc_attention(q, k, v, True, {"DECODE_IN_CLUSTERS": False}, target)}
+                     "tkc decode, two launches": tkc_attention(q, k, v, True, {"DECODE_IN_CLUSTERS": False,
+                                                                              "DECODE_LAST_BLOCK_SM80": False}, target)}
             if target is None:
                 impls["tkc sm90"] = tkc_attention(q, k, v, False)
             for name, settings in VARIANTS.items() if args.variants is not None else ():

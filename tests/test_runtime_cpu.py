@@ -785,6 +785,8 @@ def test_decode_attention_launches(monkeypatch) -> None:
     from tkc.runtime import launch as launch_module
 
     attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    # the two kernels (the sm_80 path's one launch eagerly: test_decode_attention_last_block_launches)
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.attention_decode"), "DECODE_LAST_BLOCK_SM80", False)
     q, k, v = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128), cuda(2, 2, 3000, 128)
     out, lse = attention(q, k, v, target="sm_80", return_lse=True)
     decode, combine = launches
@@ -851,11 +853,12 @@ def test_decode_attention_launches(monkeypatch) -> None:
         attention(q, k, v, target="sm_80", causal=True)
 
 
-@pytest.mark.parametrize("setting", ["eager", True])
+@pytest.mark.parametrize("setting", ["shipped", "eager", True])
 def test_decode_attention_last_block_launches(setting, monkeypatch) -> None:
-    """DECODE_LAST_BLOCK: outside CUDA graph captures decoding launches attention_decode_last on the wave's split (one
-    launch, on the sm_80 path too; the counters made once per device and stream, one a row tile), unless the wave's
-    clusters are all held; in a capture the two kernels ("eager") or the one launch (True)."""
+    """DECODE_LAST_BLOCK (Hopper) and DECODE_LAST_BLOCK_SM80: outside CUDA graph captures decoding launches
+    attention_decode_last on the wave's split (one launch; the counters made once per device and stream, one a row
+    tile), unless the wave's clusters are all held; in a capture the two kernels ("eager") or the one launch (True).
+    As shipped: "eager" on the sm_80 path (Hopper's clusters are held here)."""
 
     import torch
 
@@ -864,7 +867,9 @@ def test_decode_attention_last_block_launches(setting, monkeypatch) -> None:
     decode_module = importlib.import_module("tkc.kernels.attention_decode")
     checks_module = importlib.import_module("tkc.kernels._checks")
     attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
-    monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", setting)
+    if setting != "shipped":
+        monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", setting)
+        monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK_SM80", setting)
     monkeypatch.setattr(checks_module, "ARRIVAL_COUNTERS", {})
     q, k = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128)
     attention(q, k, k, target="sm_80")                        # 10 parts of 5 steps (CONFIG_SM80), 4 row tiles

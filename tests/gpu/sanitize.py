@@ -66,15 +66,18 @@ def grouped_query_attention() -> None:
 
 def decode_attention() -> None:
     """A query a head, 4 heads a K/V head, 3000 keys split into parts of several key steps against 3 stages (the
-    sm_80 build and this GPU's: on Hopper a K/V head's 6 parts a cluster, reading each other's shared memory, then
-    the two kernels), the last step past the keys' end; then 16 parts a K/V head (clusters of 16 on Hopper)."""
+    sm_80 build, its last part weighing and then the two kernels, and this GPU's: on Hopper a K/V head's 6 parts a
+    cluster, reading each other's shared memory, then the two kernels), the last step past the keys' end; then 16
+    parts a K/V head (clusters of 16 on Hopper)."""
     attention_module = importlib.import_module("tkc.kernels.attention")  # (tkc.kernels.attention: the function)
     decode_module = importlib.import_module("tkc.kernels.attention_decode")
     attention_module.DECODE_ON_HOPPER = True
     q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(2, 2, 3000, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    for target, in_clusters in (("sm_80", False), (None, True), (None, False)):
-        decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = in_clusters, {}
+    for target, in_clusters, last_block in (("sm_80", False, "eager"), ("sm_80", False, False), (None, True, "eager"),
+                                            (None, False, "eager")):
+        decode_module.DECODE_IN_CLUSTERS, decode_module.DECODE_LAST_BLOCK_SM80 = in_clusters, last_block
+        decode_module._PLANS = {}
         attention(q, k, v, target=target, return_lse=True)
         attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous(), target=target)
     # B = 1 over 16384 keys: 16 parts a row tile, on Hopper clusters of 16 blocks where the GPU holds them all
@@ -86,9 +89,9 @@ def decode_attention() -> None:
 
 def last_block() -> None:
     """arrive_last: tests/kernels/last_block_sum.py over 300 blocks (sm_80 and this GPU's build), and decoding in one
-    launch whose last part of each row tile weighs the parts (DECODE_LAST_BLOCK, clusters off), both paths, and on
-    Hopper gemm() and scaled_mm() of 16 rows whose last run of K of each block column sums the runs
-    (FEW_ROWS_LAST_BLOCK)."""
+    launch whose last part of each row tile weighs the parts (DECODE_LAST_BLOCK and DECODE_LAST_BLOCK_SM80, clusters
+    off), both paths, and on Hopper gemm() and scaled_mm() of 16 rows whose last run of K of each block column sums
+    the runs (FEW_ROWS_LAST_BLOCK)."""
     import sys
     from pathlib import Path
 
@@ -103,12 +106,14 @@ def last_block() -> None:
     decode_module = importlib.import_module("tkc.kernels.attention_decode")
     attention_module.DECODE_ON_HOPPER = True
     decode_module.DECODE_LAST_BLOCK, decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = True, False, {}
+    decode_module.DECODE_LAST_BLOCK_SM80 = True
     q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(2, 2, 3000, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     for target in ("sm_80", None):
         attention(q, k, v, target=target, return_lse=True)
     attention_module.DECODE_ON_HOPPER = False
     decode_module.DECODE_LAST_BLOCK, decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = False, True, {}
+    decode_module.DECODE_LAST_BLOCK_SM80 = "eager"
     if torch.cuda.get_device_capability() == (9, 0):  # gemm()'s few rows, the last run of a block column summing
         from tkc.kernels import scaled_mm
 

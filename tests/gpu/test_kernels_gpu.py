@@ -577,22 +577,22 @@ def check_decoding(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, target: 
     return q, k, v
 
 
-@pytest.mark.parametrize("in_clusters", [True, False])
+@pytest.mark.parametrize("one_launch", [True, False])
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("b, h, h_kv, nq, nk, d", DECODE_SHAPES)
 def test_decode_attention(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, target: str | None,
-                          in_clusters: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+                          one_launch: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A few queries over many keys (attention_decode: the keys split into parts over the GPU, then the parts
-    weighed by their log-sum-exps; on Hopper, parts few enough for a cluster in one launch, attention_decode_cluster,
-    unless DECODE_IN_CLUSTERS is off), on the Hopper path too (DECODE_ON_HOPPER on): out and its log-sum-exp against
-    SDPA / logsumexp in float32."""
+    weighed by their log-sum-exps), on the Hopper path too (DECODE_ON_HOPPER on): out and its log-sum-exp against
+    SDPA / logsumexp in float32. one_launch as shipped: on Hopper parts few enough for a cluster in one launch
+    (attention_decode_cluster), on the sm_80 path the last part weighing (attention_decode_last,
+    DECODE_LAST_BLOCK_SM80); off (DECODE_IN_CLUSTERS and DECODE_LAST_BLOCK_SM80 off): the two kernels everywhere."""
     attention_module = importlib.import_module("tkc.kernels.attention")  # (tkc.kernels.attention: the function)
     decode_module = importlib.import_module("tkc.kernels.attention_decode")
-    if not in_clusters and target == "sm_80":
-        pytest.skip("the sm_80 path has no clusters")
     monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
     monkeypatch.setattr(attention_module, "_PLANS", {})  # no attention_sm90 plan made with the flag off
-    monkeypatch.setattr(decode_module, "DECODE_IN_CLUSTERS", in_clusters)
+    monkeypatch.setattr(decode_module, "DECODE_IN_CLUSTERS", one_launch)
+    monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK_SM80", "eager" if one_launch else False)
     monkeypatch.setattr(decode_module, "_PLANS", {})  # (plans made under the other setting)
     q, k, v = check_decoding(b, h, h_kv, nq, nk, d, target)
     default_scale = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
@@ -603,7 +603,7 @@ def test_decode_attention(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, t
 @pytest.mark.parametrize("b, h, h_kv, nq, nk, d", DECODE_SHAPES)
 def test_decode_attention_last_block_weighs(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, target: str | None,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """DECODE_LAST_BLOCK (clusters off): decoding in one launch, attention_decode_last, whose last part of each row
+    """DECODE_LAST_BLOCK and DECODE_LAST_BLOCK_SM80 (clusters off): decoding in one launch, attention_decode_last, whose last part of each row
     tile to arrive at its counter weighs the parts; out and its log-sum-exp against float32, twice (the counters
     left at zero by the first launch)."""
     attention_module = importlib.import_module("tkc.kernels.attention")
@@ -612,6 +612,7 @@ def test_decode_attention_last_block_weighs(b: int, h: int, h_kv: int, nq: int, 
     monkeypatch.setattr(attention_module, "DECODE_ON_HOPPER", True)
     monkeypatch.setattr(attention_module, "_PLANS", {})
     monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK", True)
+    monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK_SM80", True)
     monkeypatch.setattr(decode_module, "DECODE_IN_CLUSTERS", False)
     monkeypatch.setattr(decode_module, "_PLANS", {})
     for _ in range(2):

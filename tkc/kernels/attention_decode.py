@@ -1,8 +1,9 @@
 """Attention for a few query rows over many keys (decoding), split over the keys as flash-decoding does: the rows
 that read one K/V head (with grouped-query attention, all its query heads' rows together) are one tile, and the
 keys are cut into parts, a block each; each part's softmax·V, normalized, and its log-sum-exp go to f32 buffers,
-and a second kernel weighs the parts by their log-sum-exps. One block per (head, query tile) would leave most of
-the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile empty. On Hopper, where a tile's
+and a second kernel weighs the parts by their log-sum-exps (or, in one launch, the last part of a row tile to
+finish: attention_decode_last, the sm_80 path's outside CUDA graph captures). One block per (head, query tile) would
+leave most of the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile empty. On Hopper, where a tile's
 parts are few enough for a cluster (up to 16), they are one: the parts meet in distributed shared memory and one
 launch does both (attention_decode_cluster)."""
 
@@ -248,13 +249,18 @@ CLUSTER_PARTS = 0       # on Hopper, at most this many parts a row tile (0: a wa
 # wave's split (its replay has no host work: B = 1 at 8 parts reads 0.95-0.97x cuDNN from a graph against 1.01-1.02).
 FEWER_PARTS = True
 FEWER_PARTS_BYTES = 1 << 27  # 134 MB: B = 1, H_kv = 8, Nk = 32768 at D = 128 still gained (0.85 -> 0.99x cuDNN)
-# The wave's split in one launch on every GPU instead of the two kernels (or fewer parts in clusters):
-# attention_decode_last, whose last part of a row tile to arrive at its counter weighs the parts (arrival_counters).
-# "eager": outside CUDA graph captures only; True: in captures too (the graph zeroes counters of its own). Off: on
-# an H100 (RESULTS "one launch by the last block — 2026-12-06 20:45") from a graph slower than the two kernels (B = 1
-# at 8192 / 16384 keys 14.8 / 32.6 µs against 11.5 / 29.1: one block a row tile weighs all 16 parts), and eager
-# behind the clusters wherever those are held (52.8 against 32.0 µs a call at B = 1, 8192 keys).
+# The wave's split in one launch instead of the two kernels: attention_decode_last, whose last part of a row tile to
+# arrive at its counter weighs the parts (arrival_counters). "eager": outside CUDA graph captures only (a capture keeps
+# the two kernels); True: in captures too (the graph zeroes counters of its own); False: never.
+# On Hopper (DECODE_LAST_BLOCK, where the clusters do not take the call) off: from a graph slower than the two kernels
+# (B = 1 at 8192 / 32768 keys 14.4 / 40.9 µs against 8.0 + 3.1 / 34.6 + 3.1 on the H200, RESULTS "issue 4's bars on
+# the H200, and decoding / few rows — 2026-12-06 23:51": one block a row tile weighs all 16 parts after its own), and
+# eager behind the clusters wherever those are held (30.3 against 22.8 µs a call at B = 1, 8192 keys).
+# On the sm_80 path (DECODE_LAST_BLOCK_SM80: A100s, no clusters) eager: a call waits on the host's two launches (B = 1,
+# 8192 keys on the H200: 40.5 µs a call against 30.3, 0.80 -> 1.07x cuDNN; B = 8 level), a graph keeps the two
+# kernels (13.0 against 22.0 µs: 32 parts weighed in one block a row tile).
 DECODE_LAST_BLOCK: bool | str = False
+DECODE_LAST_BLOCK_SM80: bool | str = "eager"
 
 
 def decode_parts(units: int, steps: int, slots: int) -> tuple[int, int]:
@@ -278,10 +284,11 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
                             lse: torch.Tensor | None, scale: float, sms: int, target: str | None,
                             common_only: bool = False, hopper: bool = True) -> bool:
     """attention() by attention_decode_cluster (Hopper, where a row tile's parts make a cluster the GPU holds with
-    all the others) or by attention_decode and attention_decode_combine, on checked tensors (q and out contiguous,
-    not causal): out, and lse (B, H, Nq) where given; True once launched. With `common_only` (attention()'s common
-    call, shapes checked, q, k and v not), q, k and v outside the launch's common case launch nothing: False.
-    hopper: CONFIG, else CONFIG_SM80."""
+    all the others), by attention_decode_last where the path's switch takes it (DECODE_LAST_BLOCK on Hopper,
+    DECODE_LAST_BLOCK_SM80 on the sm_80 path: eagerly, as shipped), or by attention_decode and
+    attention_decode_combine, on checked tensors (q and out contiguous, not causal): out, and lse (B, H, Nq) where
+    given; True once launched. With `common_only` (attention()'s common call, shapes checked, q, k and v not), q, k
+    and v outside the launch's common case launch nothing: False. hopper: CONFIG, else CONFIG_SM80."""
     import torch
 
     # (a decoding step's shapes repeat: its host work is what a short step waits for)
@@ -304,7 +311,7 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     stream = current_stream_key(torch, q)  # None in a capture
     o_parts = stream_scratch(torch, q, plan.parts_shape, torch.float32, stream)
     l_parts = stream_scratch(torch, q, plan.parts_shape[:3], torch.float32, stream)
-    if plan.last is not None and not (DECODE_LAST_BLOCK == "eager" and stream is None):
+    if plan.last is not None and not (plan.last_block == "eager" and stream is None):
         args = (q.view(plan.q_rows), k, v, o_parts, l_parts, out.view(plan.q_rows), l_out,
                 arrival_counters(torch, q, plan.counters, stream), scale, plan.steps)
         if common_only:
@@ -340,7 +347,8 @@ class _Plan:
         self.fewer: tuple[Any, int] | None = None
         self.splits: Any = None  # on Hopper: c → attention_decode_cluster over c parts bound to its grid, its steps
         self.few_bytes = False   # K and V of at most FEWER_PARTS_BYTES
-        self.last: Any = None    # DECODE_LAST_BLOCK: attention_decode_last bound to the decode kernel's grid
+        self.last: Any = None    # attention_decode_last bound to the decode kernel's grid, where the path's switch
+        self.last_block: bool | str = False  # (DECODE_LAST_BLOCK or DECODE_LAST_BLOCK_SM80) takes it: that switch
         self.counters = 0        # the row tiles it counts arrivals of
 
     def decide(self, args: tuple[Any, ...]) -> None:
@@ -379,7 +387,8 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
     flat = batch * heads * nq
     plan = _Plan(decode[(parts * tiles, kv_heads, batch)], combine[(ceil_div(flat, 16), d // 32)], steps,
                  (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
-    if DECODE_LAST_BLOCK:
+    plan.last_block = DECODE_LAST_BLOCK if hopper else DECODE_LAST_BLOCK_SM80
+    if plan.last_block:
         plan.last = attention_decode_last.specialize(D=d, KEYS=keys, STAGES=stages, LSE=int(lse), **dt,
                                                      target=target)[(parts * tiles, kv_heads, batch)]
         plan.counters = units
