@@ -603,9 +603,9 @@ def test_decode_attention(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, t
 @pytest.mark.parametrize("b, h, h_kv, nq, nk, d", DECODE_SHAPES)
 def test_decode_attention_last_block_weighs(b: int, h: int, h_kv: int, nq: int, nk: int, d: int, target: str | None,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """DECODE_LAST_BLOCK and DECODE_LAST_BLOCK_SM80 (clusters off): decoding in one launch, attention_decode_last, whose last part of each row
-    tile to arrive at its counter weighs the parts; out and its log-sum-exp against float32, twice (the counters
-    left at zero by the first launch)."""
+    """DECODE_LAST_BLOCK and DECODE_LAST_BLOCK_SM80 (clusters off): decoding in one launch, attention_decode_last,
+    whose last part of each row tile to arrive at its counter weighs the parts; out and its log-sum-exp against
+    float32, twice (the counters left at zero by the first launch)."""
     attention_module = importlib.import_module("tkc.kernels.attention")
     decode_module = importlib.import_module("tkc.kernels.attention_decode")
     checks_module = importlib.import_module("tkc.kernels._checks")

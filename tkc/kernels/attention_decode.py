@@ -3,9 +3,9 @@ that read one K/V head (with grouped-query attention, all its query heads' rows 
 keys are cut into parts, a block each; each part's softmax·V, normalized, and its log-sum-exp go to f32 buffers,
 and a second kernel weighs the parts by their log-sum-exps (or, in one launch, the last part of a row tile to
 finish: attention_decode_last, the sm_80 path's outside CUDA graph captures). One block per (head, query tile) would
-leave most of the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile empty. On Hopper, where a tile's
-parts are few enough for a cluster (up to 16), they are one: the parts meet in distributed shared memory and one
-launch does both (attention_decode_cluster)."""
+leave most of the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile empty. On Hopper, where
+a tile's parts are few enough for a cluster (up to 16), they are one: the parts meet in distributed shared memory and
+one launch does both (attention_decode_cluster)."""
 
 from __future__ import annotations
 
@@ -124,8 +124,8 @@ def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts
     parts = num_blocks()[0] // row_tiles
     if arrive_last(Counter, (b * Q.shape[1] + h) * row_tiles + t, parts):
         # the parts weighed in order with the next four's loads in flight (past the last part they read zeros,
-        # unused): one L2 round trip a part, waited on one after the other, made this kernel slower from a graph than
-        # the two it replaces (RESULTS "one launch by the last block — 2026-12-06 20:45")
+        # unused), not one L2 round trip a part waited on in turn: from a graph 14.8 -> 14.4 µs at B = 1, 8192 keys,
+        # still behind the two kernels (8.0 + 3.1 µs; RESULTS "issue 4's bars on the H200, and decoding / few rows")
         top, total, acc = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
         o0, l0 = part_result(OParts, LParts, 0, Q.shape[0], b, h, t, D)
         o1, l1 = part_result(OParts, LParts, 1, Q.shape[0], b, h, t, D)
