@@ -857,8 +857,9 @@ def test_decode_attention_launches(monkeypatch) -> None:
 def test_decode_attention_last_block_launches(setting, monkeypatch) -> None:
     """DECODE_LAST_BLOCK (Hopper) and DECODE_LAST_BLOCK_SM80: outside CUDA graph captures decoding launches
     attention_decode_last on the wave's split (one launch; the counters made once per device and stream, one a row
-    tile), unless the wave's clusters are all held; in a capture the two kernels ("eager") or the one launch (True).
-    As shipped: "eager" on the sm_80 path (Hopper's clusters are held here)."""
+    tile), unless the wave's clusters are all held; in a capture the two kernels ("eager") or the one launch (True);
+    "eager" only up to LAST_BLOCK_BYTES of K and V. As shipped: "eager" on the sm_80 path (Hopper's clusters are
+    held here)."""
 
     import torch
 
@@ -882,6 +883,14 @@ def test_decode_attention_last_block_launches(setting, monkeypatch) -> None:
         [("attention_decode", (10, 2, 2)), ("attention_decode_combine", (1, 4, 1))])
     (counters,) = checks_module.ARRIVAL_COUNTERS.values()
     assert list(checks_module.ARRIVAL_COUNTERS) == [(0, 0)] and counters.dtype == torch.int32 and not counters.any()
+    # "eager" keeps the two kernels for K and V of more than LAST_BLOCK_BYTES (here 6 MB against 1 MB); True does not
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(decode_module, "LAST_BLOCK_BYTES", 1 << 20)
+    monkeypatch.setattr(decode_module, "_PLANS", {})
+    del launches[:]
+    attention(q, k, k, target="sm_80")
+    assert [launch[0].kernel for launch in launches] == (
+        ["attention_decode_last"] if setting is True else ["attention_decode", "attention_decode_combine"])
 
 
 def test_layernorm_backward_launches(monkeypatch) -> None:

@@ -261,6 +261,10 @@ FEWER_PARTS_BYTES = 1 << 27  # 134 MB: B = 1, H_kv = 8, Nk = 32768 at D = 128 st
 # kernels (13.0 against 22.0 µs: 32 parts weighed in one block a row tile).
 DECODE_LAST_BLOCK: bool | str = False
 DECODE_LAST_BLOCK_SM80: bool | str = "eager"
+# "eager" takes the one launch only where K and V are at most this many bytes: where the host's second launch is what
+# a call waits on (measured to gain at 34 MB); above, the GPU's time dominates and one block a row tile weighing all
+# the parts after its own costs more than the combine kernel (Hopper, 16 parts, 134 MB: 43.4 against 41.7 µs a call)
+LAST_BLOCK_BYTES = 1 << 26
 
 
 def decode_parts(units: int, steps: int, slots: int) -> tuple[int, int]:
@@ -388,6 +392,9 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
     plan = _Plan(decode[(parts * tiles, kv_heads, batch)], combine[(ceil_div(flat, 16), d // 32)], steps,
                  (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
     plan.last_block = DECODE_LAST_BLOCK if hopper else DECODE_LAST_BLOCK_SM80
+    kv_bytes = 2 * batch * kv_heads * nk * d * dtype.itemsize
+    if plan.last_block == "eager" and kv_bytes > LAST_BLOCK_BYTES:
+        plan.last_block = False
     if plan.last_block:
         plan.last = attention_decode_last.specialize(D=d, KEYS=keys, STAGES=stages, LSE=int(lse), **dt,
                                                      target=target)[(parts * tiles, kv_heads, batch)]
@@ -399,7 +406,7 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
                                                        **dt, target=target)
             return spec[(tiles * parts, kv_heads, batch)], steps
 
-        plan.splits, plan.few_bytes = split, 2 * batch * kv_heads * nk * d * dtype.itemsize <= FEWER_PARTS_BYTES
+        plan.splits, plan.few_bytes = split, kv_bytes <= FEWER_PARTS_BYTES
         if parts <= MAX_CLUSTER:
             plan.clustered = split(parts)[0]
     return plan
