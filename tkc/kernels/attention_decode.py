@@ -124,8 +124,9 @@ def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts
     parts = num_blocks()[0] // row_tiles
     if arrive_last(Counter, (b * Q.shape[1] + h) * row_tiles + t, parts):
         # the parts weighed in order with the next four's loads in flight (past the last part they read zeros,
-        # unused), not one L2 round trip a part waited on in turn: from a graph 14.8 -> 14.4 µs at B = 1, 8192 keys,
-        # still behind the two kernels (8.0 + 3.1 µs; RESULTS "issue 4's bars on the H200, and decoding / few rows")
+        # unused) rather than one L2 round trip a part waited on in turn; no gain shown yet: from a graph 3.3 µs
+        # behind the two kernels at B = 1, 8192 keys either way (H100 before, H200 after; RESULTS "issue 4's bars on
+        # the H200, and decoding / few rows")
         top, total, acc = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
         o0, l0 = part_result(OParts, LParts, 0, Q.shape[0], b, h, t, D)
         o1, l1 = part_result(OParts, LParts, 1, Q.shape[0], b, h, t, D)
