@@ -263,8 +263,10 @@ FEWER_PARTS_BYTES = 1 << 27  # 134 MB: B = 1, H_kv = 8, Nk = 32768 at D = 128 st
 DECODE_LAST_BLOCK: bool | str = False
 DECODE_LAST_BLOCK_SM80: bool | str = "eager"
 # "eager" takes the one launch only where K and V are at most this many bytes: where the host's second launch is what
-# a call waits on (measured to gain at 34 MB); above, the GPU's time dominates and one block a row tile weighing all
-# the parts after its own costs more than the combine kernel (Hopper, 16 parts, 134 MB: 43.4 against 41.7 µs a call)
+# a call waits on; above, the GPU's time dominates and one block a row tile weighing all the parts after its own
+# costs more than the combine kernel. The sm_80 path on an H100 (RESULTS "decoding's one launch on the sm_80 path as
+# shipped — 2026-12-07 01:53"), B = 1, µs a call one launch / two: 34 MB 39.2 / 52.3, 67 MB 41.1 / 53.7 (gains up to
+# here), 134 MB 63.3 / 56.7, 537 MB 192.7 / 187.0 (loses above); Hopper, 16 parts, 134 MB: 43.4 / 41.7.
 LAST_BLOCK_BYTES = 1 << 26
 
 
