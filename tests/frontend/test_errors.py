@@ -380,7 +380,8 @@ def test_every_case_is_tested() -> None:
 
 
 
-def test_mutated_kernel_sources_never_fail_inside(tmp_path, capsys) -> None:
+@pytest.mark.parametrize("chunk", range(4))  # 80 mutations in four tests, which pytest-xdist spreads over its workers
+def test_mutated_kernel_sources_never_fail_inside(chunk, tmp_path, capsys) -> None:
     """Kernel sources (tests/kernels, layernorm, gemm) with a number, a name or two lines of a kernel body changed,
     compiled by `tkc compile`: each compiles or gets one readable error, never an internal error (this found
     cdiv by zero and comparing a language function, each an exception from inside the frontend)."""
@@ -395,8 +396,8 @@ def test_mutated_kernel_sources_never_fail_inside(tmp_path, capsys) -> None:
     sources += [(root / "tkc" / "kernels" / name).read_text() for name in ("layernorm.py", "gemm.py")]
     names = ["load", "store", "mma_AB", "exp2", "row_max", "row_sum", "sub_row", "zeros", "empty", "rt", "st", "rv",
              "sv", "f32", "bf16", "warp_id", "block_idx", "cdiv", "sum"]
-    rng = random.Random(0)
-    for n in range(80):
+    for n in range(20 * chunk, 20 * chunk + 20):
+        rng = random.Random(n)  # mutation n is the same whichever test runs it
         path = tmp_path / f"mutated_{n}.py"  # a file of its own: the source of a kernel is read back by its name
         lines = rng.choice(sources).splitlines()
         body = [i for i, line in enumerate(lines) if line.startswith("    ") and line.strip()
