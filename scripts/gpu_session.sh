@@ -225,7 +225,7 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 150 python3 bench/probe_decode.py --kernels --variants "last part" > "$OUT/decode-last.log" 2>&1
         grep -v Warning "$OUT/decode-last.log" | tail -40 | cut -c1-160
         # the sm_80 path (A100s: no clusters), where the last part weighing would make the two kernels one launch
-        # (as shipped "eager" up to LAST_BLOCK_BYTES of K and V: 32768 keys at the edge, 131072 above it)
+        # (as shipped "eager" up to LAST_BLOCK_BYTES of K and V: 16384 keys, 67 MB, at the edge; 32768 and 131072 above it)
         timeout 120 python3 bench/probe_decode.py --target sm_80 --variants "last part" --rounds 3 \
             --shapes 1,32,8,1,8192 1,32,8,1,16384 1,32,8,1,32768 1,32,8,1,131072 8,32,8,1,8192 > "$OUT/decode-last-sm80.log" 2>&1
         grep -v Warning "$OUT/decode-last-sm80.log" | grep -v "^  \(flash\|mem\)" | tail -20 | cut -c1-160

@@ -354,8 +354,10 @@ class _Plan:
         self.fewer: tuple[Any, int] | None = None
         self.splits: Any = None  # on Hopper: c → attention_decode_cluster over c parts bound to its grid, its steps
         self.few_bytes = False   # K and V of at most FEWER_PARTS_BYTES
-        self.last: Any = None    # attention_decode_last bound to the decode kernel's grid, where the path's switch
-        self.last_block: bool | str = False  # (DECODE_LAST_BLOCK or DECODE_LAST_BLOCK_SM80) takes it: that switch
+        # the path's switch (DECODE_LAST_BLOCK or DECODE_LAST_BLOCK_SM80; False above LAST_BLOCK_BYTES when "eager"),
+        # and where it is on, attention_decode_last bound to the decode kernel's grid
+        self.last_block: bool | str = False
+        self.last: Any = None
         self.counters = 0        # the row tiles it counts arrivals of
 
     def decide(self, args: tuple[Any, ...]) -> None:
