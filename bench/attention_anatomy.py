@@ -14,7 +14,6 @@ Figures are the full kernel's FLOPs over each variant's time.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 

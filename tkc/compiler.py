@@ -229,7 +229,7 @@ def default_pipeline(target: str, stages: int | None = None) -> str:
 
 
 def emit_ptx_text(module: ModuleOp, target: str, dumps: Dumps, timer: PassTimer) -> str:
-    from tkc.backend.ptx import GridDependencyOp, KernelOp
+    from tkc.backend.ptx import KernelOp
     from tkc.backend.ptx_printer import emit_ptx
 
     if not any(isinstance(op, KernelOp) for op in module.ops):

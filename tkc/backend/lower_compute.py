@@ -9,8 +9,6 @@ same in every lane, so each op is one table-driven `ptx.op`.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
 from xdsl.ir import Attribute, SSAValue
@@ -413,8 +411,6 @@ def lower_vector_reduce(lw: KernelLowering, op: t.VectorReduceOp) -> list[object
 def lower_mma(lw: KernelLowering, op: t.MmaOp) -> list[object]:
     """One ptx.mma per 16-wide step of K (so that operands streamed from shared memory are loaded step by step);
     register numbers follow the fragment layouts: A (i, kk) and B (n16, kk) sub-tiles, C/D (i, n16) sub-tiles."""
-    from tkc.backend.lower_memory import StreamedTile
-
     a_type, c_type = op.a.type, op.c.type
     m, n = c_type.shape
     k = a_type.shape[0] if op.transpose_a else a_type.shape[1]

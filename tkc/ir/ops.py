@@ -35,7 +35,6 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import (
-    AnyAttr,
     IRDLOperation,
     VarConstraint,
     base,
