@@ -320,8 +320,8 @@ class CodeGen(ast.NodeVisitor):
                 raise TkcError(f"cannot unpack {describe(value)} into {len(target.elts)} names")
             if len(value) != len(target.elts):
                 raise TkcError(f"cannot unpack {len(value)} values into {len(target.elts)} names")
-            for t, v in zip(target.elts, value):
-                self.bind(t, v)
+            for name, v in zip(target.elts, value):
+                self.bind(name, v)
         elif isinstance(target, ast.Subscript):
             raise TkcError("tiles are values and cannot be assigned into; use `store(dst, src, index)`")
         else:
@@ -861,18 +861,18 @@ def _assigned_names(stmts: list[ast.stmt], cg: CodeGen) -> set[str]:
     `store` (which the store updates)."""
     names: set[str] = set()
 
-    def targets(t: ast.AST) -> None:
-        if isinstance(t, ast.Name):
-            names.add(t.id)
-        elif isinstance(t, ast.Tuple | ast.List):
-            for e in t.elts:
-                targets(e)
+    def targets(target: ast.AST) -> None:
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for element in target.elts:
+                targets(element)
 
     for stmt in stmts:
         for node in ast.walk(stmt):
             if isinstance(node, ast.Assign):
-                for t in node.targets:
-                    targets(t)
+                for target in node.targets:
+                    targets(target)
             elif isinstance(node, ast.AugAssign | ast.AnnAssign):
                 targets(node.target)
             elif isinstance(node, ast.For):
