@@ -122,15 +122,15 @@ def test_scaled_mm_scale_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
     """The simulation sees a lowering that drops the row scales (mul_row lowered as the identity)."""
     from tkc.backend import lower_compute  # noqa: F401 - registers the handlers
     from tkc.ir import ops as t
-    from tkc.passes import lower_to_ptx
+    from tkc.backend import lowering
 
     def mutate(cls: type, handler):
         if cls is not t.BroadcastBinaryOp:
             return handler
         return lambda lw, op: [lw.value(op.tile)] if op.name == "tile.mul_row" else handler(lw, op)
 
-    monkeypatch.setattr(lower_to_ptx, "_BASE_HANDLERS", [(cls, mutate(cls, h)) for cls, h in lower_to_ptx._BASE_HANDLERS])
-    monkeypatch.setattr(lower_to_ptx, "_HANDLERS", {k: v for k, v in lower_to_ptx._HANDLERS.items()
+    monkeypatch.setattr(lowering, "_BASE_HANDLERS", [(cls, mutate(cls, h)) for cls, h in lowering._BASE_HANDLERS])
+    monkeypatch.setattr(lowering, "_HANDLERS", {k: v for k, v in lowering._HANDLERS.items()
                                                     if not issubclass(k, t.BroadcastBinaryOp)})
     rng = np.random.default_rng(9)
     a, b, scale_a, scale_b = _inputs(rng, 64, 64, 128, True)

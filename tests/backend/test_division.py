@@ -16,13 +16,13 @@ from backend.test_simulate import run_both
 from tkc.backend.simulator import SimulationError, execute
 from tkc.compiler import compile_kernels
 from tkc.kernels import attention_sm90
-from tkc.passes import lower_to_ptx
+from tkc.backend import lowering
 
 
 @given(divisor=st.integers(2, 5000), x=st.integers(0, 2**32 - 1))
 @settings(max_examples=400, deadline=None)
 def test_magic_division_is_exact(divisor: int, x: int) -> None:
-    magic = lower_to_ptx._division_magic(divisor)
+    magic = lowering._division_magic(divisor)
     if magic is None:
         return
     m, extra = magic
@@ -50,7 +50,7 @@ def test_causal_tile_order_divides_unsigned() -> None:
 
 
 def test_most_small_divisors_avoid_div() -> None:
-    assert [d for d in range(2, 17) if lower_to_ptx._division_magic(d) is None] == [7, 14]
+    assert [d for d in range(2, 17) if lowering._division_magic(d) is None] == [7, 14]
     ptx = compile_kernels([attention_sm90], "sm_90a", {"D": 64, "KEYS": 64, "WARPS": 8, "STAGES": 3})
     # (the tile loop divides by run-time values: its tile index by the query blocks and heads, once per tile)
     assert not re.search(r"(div|rem)\.[us]32\s+%r\d+, %r\d+, -?\d+;", ptx) and "mul.hi.u32" in ptx
@@ -73,8 +73,8 @@ def test_ring_with_three_stages_agrees() -> None:
 
 
 def test_a_wrong_magic_number_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = lower_to_ptx._division_magic
-    monkeypatch.setattr(lower_to_ptx, "_division_magic", lambda d: (real(d)[0] - 1, real(d)[1]) if real(d) else None)
+    real = lowering._division_magic
+    monkeypatch.setattr(lowering, "_division_magic", lambda d: (real(d)[0] - 1, real(d)[1]) if real(d) else None)
     try:
         _, interp, sim = _attention_simulated()
     except SimulationError:

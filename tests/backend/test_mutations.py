@@ -20,7 +20,7 @@ from tkc.ir import ops as t
 from tkc.ir.types import SharedTileType
 from tkc.kernels import attention_fwd, gemm_kernel
 from tkc.lang import bf16, f32, gl, load, mma_AB, mma_ABt, rt, st, store, zeros
-from tkc.passes import lower_to_ptx
+from tkc.backend import lowering
 
 BACK_END = "assign-layouts,assign-swizzles,allocate-shared,insert-barriers,lower-to-ptx"
 
@@ -101,7 +101,7 @@ def test_wrong_fragment_index_is_caught(monkeypatch: pytest.MonkeyPatch) -> None
         mma.__dict__.pop("_tables", None)
         return result
 
-    monkeypatch.setitem(lower_to_ptx._HANDLERS, t.MMA_OPS["mma_ABt"], mutated)
+    monkeypatch.setitem(lowering._HANDLERS, t.MMA_OPS["mma_ABt"], mutated)
     rng = np.random.default_rng(2)
     q, k, v = (random_bf16(rng, 1, 1, 64, 64) for _ in range(3))
     module = lower_kernel(attention_fwd, "sm_80", {"D": 64, "CAUSAL": 0})

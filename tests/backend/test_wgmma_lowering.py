@@ -677,7 +677,7 @@ def test_cluster_sum_mutations_are_caught(mutation: str, monkeypatch: pytest.Mon
     from tkc.backend.simulator import SimulationError, simulate
     from tkc.compiler import lower_kernel
     from tkc.kernels.gemm import gemm_few_rows_cluster_kernel
-    from tkc.passes.lower_to_ptx import Imm
+    from tkc.backend.lowering import Imm
 
     rng = np.random.default_rng(3)
     a, b = random_bf16(rng, 16, 512), random_bf16(rng, 64, 512)
@@ -903,7 +903,7 @@ def test_warpgroup_descriptors_stay_uniform(monkeypatch: pytest.MonkeyPatch) -> 
     them; from tid / 32 alone each one waits on a 64-bit add and two R2UR."""
     from tkc.compiler import compile_for_launch
     from tkc.kernels.attention import attention_sm90, sm90_config
-    from tkc.passes.lower_to_ptx import Imm, KernelLowering
+    from tkc.backend.lowering import Imm, KernelLowering
 
     def between_first_wgmmas() -> list[str]:
         constants = {"D": 128, "KEYS": 128, "WARPS": 8, "DEFER": 1, "PRODUCER": 1}  # queries in shared memory

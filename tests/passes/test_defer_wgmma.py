@@ -183,9 +183,9 @@ def test_the_wait_for_pv_stays_after_the_softmax(monkeypatch: pytest.MonkeyPatch
     constants = {"D": 128, "KEYS": 128, "WARPS": 8, "DEFER": 1}
     assert re.search(r"HGMMA×16 DEPBAR EX2×6\d DEPBAR", _order(constants)), _order(constants)
     from tkc.backend import ptx
-    from tkc.passes import lower_to_ptx
+    from tkc.backend import lowering
 
-    monkeypatch.setitem(lower_to_ptx._HANDLERS, t.WgmmaWaitOp,
+    monkeypatch.setitem(lowering._HANDLERS, t.WgmmaWaitOp,
                         lambda lw, op: lw.emit(ptx.WgmmaSyncOp("wait", op.pending.value.data)) and None)
     assert not re.search(r"HGMMA×16 DEPBAR EX2×6\d DEPBAR", _order(constants)), _order(constants)
 

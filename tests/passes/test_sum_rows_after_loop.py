@@ -20,7 +20,7 @@ from tkc.compiler import Dumps, PassTimer, compile_for_launch, parse_pipeline, r
 from tkc.frontend.kernel import build_module
 from tkc.ir import ops as t
 from tkc.kernels import attention_fwd, attention_sm90
-from tkc.passes import lower_to_ptx
+from tkc.backend import lowering
 
 from .helpers import before_and_after
 
@@ -111,7 +111,7 @@ def test_a_finish_that_does_not_exchange_is_caught(monkeypatch: pytest.MonkeyPat
     def each_lane_alone(lw, op):
         return [pack(lw, unpack(lw, lw.value(op.input), op.result.type), op.result.type)]
 
-    monkeypatch.setitem(lower_to_ptx._HANDLERS, t.FinishRowSumOp, each_lane_alone)
+    monkeypatch.setitem(lowering._HANDLERS, t.FinishRowSumOp, each_lane_alone)
     nq, nk, causal, extra, grid = CONFIGS[0]
     args = _inputs(nq, nk)
     constants = {"D": 64, "CAUSAL": causal, "LSE": 1, "LATE_SUMS": 1, **extra}

@@ -16,13 +16,10 @@ from xdsl.ir import Attribute, SSAValue
 from tkc.backend import ptx
 from tkc.backend.fragments import LANES, is_packed, reduction_lanes, tile_fragment, vector_fragment
 from tkc.backend.index import LANE
+from tkc.backend.lowering import LN2, LOG2E, Imm, KernelLowering, handles
 from tkc.errors import TkcError
 from tkc.ir import ops as t
 from tkc.ir.types import FP8_TYPES, Layout, RegTileType, RegVecType, SharedTileType, element_bytes, element_name
-from tkc.passes.lower_to_ptx import Imm, KernelLowering, handles
-
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 def slot_elements(type_: Attribute) -> np.ndarray:
@@ -511,7 +508,7 @@ def lower_wgmma(lw: KernelLowering, op: t.WgmmaOp) -> list[object]:
     lw.emit(ptx.WgmmaSyncOp("commit"))
     if isinstance(op.next_op, t.TurnPassOp):
         # the turn passes once the wgmmas are issued, not done: the other warpgroup's queue up right behind them
-        from tkc.passes.lower_to_ptx import lower_turn_pass_now
+        from tkc.backend.lower_control import lower_turn_pass_now
 
         lower_turn_pass_now(lw)
         lw.passed_at_commit.add(op.next_op)

@@ -28,7 +28,7 @@ from tkc.ir import async_ops as a
 from tkc.ir import ops as t
 from tkc.ir.types import GlobalType, Layout, RegTileType, RegVecType, SharedTileType, SharedVecType, element_bytes
 from tkc.passes.allocate_shared import OFFSET_ATTR
-from tkc.passes.lower_to_ptx import GlobalRef, Imm, KernelLowering, RingRef, SharedRef, handles
+from tkc.backend.lowering import GlobalRef, Imm, KernelLowering, RingRef, SharedRef, handles
 from tkc.passes.util import shared_unchanged_between
 from tkc.targets import get_target
 

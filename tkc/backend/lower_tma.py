@@ -37,7 +37,8 @@ from tkc.errors import TkcError
 from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
 from tkc.ir.types import element_bytes
-from tkc.passes.lower_to_ptx import Imm, KernelLowering, cluster_rank, handles
+from tkc.backend.lower_scalars import cluster_rank
+from tkc.backend.lowering import Imm, KernelLowering, handles
 
 class BarriersRef:
     def __init__(self, addr: SSAValue, type_: m.StageBarriersType):
@@ -258,7 +259,7 @@ def lower_tma_store(lw: KernelLowering, op: Any, reduce: str | None = None) -> N
     from tkc.backend.lower_compute import pack, unpack
     from tkc.passes import allocate_shared
     from tkc.passes.insert_tma_stores import staging_tile
-    from tkc.passes.lower_to_ptx import SharedRef
+    from tkc.backend.lowering import SharedRef
 
     value_type = op.value.type
     tile = staging_tile(value_type)

@@ -67,10 +67,10 @@ EARLY_RELEASE = "tkc.early_release"  # on such a load's release that does not la
 
 def _aligned_args(fn: func.FuncOp) -> set[SSAValue]:
     """The kernel's tensor arguments specialized to 16-byte aligned addresses, pitches and rows (all of them
-    without a specialization, as the lowering assumes: `lower_to_ptx.DEFAULT_ALIGN`)."""
-    from tkc.passes.lower_to_ptx import _aligns
+    without a specialization, as the lowering assumes: `lowering.DEFAULT_ALIGN`)."""
+    from tkc.backend.lowering import argument_aligns
 
-    return {arg for arg, align in zip(fn.body.block.args, _aligns(fn)) if align % 16 == 0}
+    return {arg for arg, align in zip(fn.body.block.args, argument_aligns(fn)) if align % 16 == 0}
 
 
 def tma_loadable(op: Operation, aligned: set[SSAValue]) -> bool:

@@ -9,10 +9,10 @@ j + 1 share one turn, so each turn covers the tensor-core work the other warpgro
 Warpgroup 1 passes once before the loop so that warpgroup 0 starts, and warpgroup 0 takes one turn after it so
 that every arrival at a barrier is waited for. Values do not change: the interpreter ignores the turns.
 
-The lowering (lower_to_ptx.py) makes this work on the GPU: a pass right after a wgmma goes between its commit and
-its wait (the other warpgroup's wgmmas queue up behind the running ones); P·V is not waited for within its step,
-so the turn that issues it goes straight on to the next Q·Kᵀ; a wait before a wgmma with a register
-operand takes a barrier number computed from those registers (+0, but ptxas cannot tell), or ptxas sinks the
+The lowering (backend/lower_control.py, lower_compute.py) makes this work on the GPU: a pass right after a wgmma
+goes between its commit and its wait (the other warpgroup's wgmmas queue up behind the running ones); P·V is not
+waited for within its step, so the turn that issues it goes straight on to the next Q·Kᵀ; a wait before a wgmma
+with a register operand takes a barrier number computed from those registers (+0, but ptxas cannot tell), or ptxas sinks the
 work that computes them (the softmax) past the bar.sync, into the turn; and, without a producer warpgroup,
 warpgroup 1 refills TMA rings. A refill waits for both warpgroups to release a stage: issued from warpgroup 0
 inside its turn, it could need a release that warpgroup 1 makes only in its next turn, which waits for

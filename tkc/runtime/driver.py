@@ -229,7 +229,7 @@ def resident_blocks(kernel: LoadedKernel, multiprocessors: int) -> int:
 
 
 # Programmatic dependent launch for the kernels that wait for their predecessors themselves (sm_90 code:
-# lower_to_ptx.py): for those declared @tkc.kernel(dependent_launch=True) (None: each kernel's choice), or for every
+# backend/lowering.py): for those declared @tkc.kernel(dependent_launch=True) (None: each kernel's choice), or for every
 # one with TKC_DEPENDENT_LAUNCH=1 (True), or for none with TKC_DEPENDENT_LAUNCH=0 (False). No shipped kernel asks:
 # on the H200 it hid layernorm's launch gap back to back (35.9 vs 37.1 µs a call) but cost a GEMM → layernorm
 # pair 3 µs (95.1 vs 92.2; RESULTS "dependent launch probe — 2026-12-04 08:00"), and for every kernel it cost the
