@@ -4,7 +4,7 @@
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
 #        compile-time bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe cache-hints dependent-launch ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
+#        layernorm-blocks layernorm-probe cache-hints dependent-launch launch-floor ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
 #        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check last-block few-rows norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -252,6 +252,8 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 300 python3 bench/probe_small_batch.py > "$OUT/small-batch.log" 2>&1; grep -E "^D=|attention\(\)|  cuDNN" "$OUT/small-batch.log" | head -40 ;;
     dependent-launch)  # layernorm's dependent-launch opt-in back to back and behind a GEMM (bench/probe_dependent_launch.py)
         timeout 200 python3 bench/probe_dependent_launch.py > "$OUT/dependent-launch.log" 2>&1; tail -6 "$OUT/dependent-launch.log" ;;
+    launch-floor)  # an empty kernel on 1 / one wave / layernorm's blocks beside layernorm() and a copy (bench/probe_launch_floor.py)
+        timeout 200 python3 bench/probe_launch_floor.py > "$OUT/launch-floor.log" 2>&1; tail -7 "$OUT/launch-floor.log" ;;
     host)
         timeout 200 python3 bench/host_breakdown.py > "$OUT/host.log" 2>&1; head -32 "$OUT/host.log" ;;
     tile-cost)  # what a query tile costs beyond its key steps (bench/probe_tile_cost.py)
