@@ -4,14 +4,14 @@ of a warp-specialized kernel branches of their own, with setmaxnreg), `func.retu
 (`bar.sync`, named per role), the ping-pong warpgroups' turns and the wgmma waits. Registered with lowering.py's
 dispatch.
 
-    scf.for %i = %c0 to %n step %c1 { ... }
+    scf.for %r = %first to %rows step %blocks { ... }
 becomes
-    ptx.label "LOOP_1"
-    %p = ptx.op "setp.ge.s32" (%i, %n) ...
-    ptx.bra "END_2" if %p
-    ...
-    ptx.bra "LOOP_1"
-    ptx.label "END_2"
+    "ptx.label"() <{label = "$LOOP_1"}> : () -> ()
+    %p = "ptx.op"(%r, %rows) <{opcode = "setp.ge.s32", ...}> : (...) -> !ptx.regs<pred, 1>
+    "ptx.bra"(%p) <{target = "$END_2", negate = false}> : (!ptx.regs<pred, 1>) -> ()
+    ...                              the body; then %r + %blocks written into %r's register (`into`)
+    "ptx.bra"() <{target = "$LOOP_1", negate = false}> : () -> ()
+    "ptx.label"() <{label = "$END_2"}> : () -> ()
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ constant without a division), grid and warp indices, a tensor's sizes. Registere
 
     %q = arith.floordivsi %i, %c4 : i32
 becomes
-    %q = ptx.op "shr.s32" (%i, 2) : !ptx.regs<b32, 1>
+    %q = "ptx.op"(%i) <{opcode = "shr.s32", immediates = ["2"], ...}> : (!ptx.regs<b32, 1>) -> !ptx.regs<b32, 1>
 """
 
 from __future__ import annotations
