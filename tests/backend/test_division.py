@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from reference import attention_ref, poisoned, random_bf16, rel_err
 
 from backend.test_simulate import run_both
+from tkc.backend import lowering
 from tkc.backend.simulator import SimulationError, execute
 from tkc.compiler import compile_kernels
 from tkc.kernels import attention_sm90
-from tkc.backend import lowering
 
 
 @given(divisor=st.integers(2, 5000), x=st.integers(0, 2**32 - 1))

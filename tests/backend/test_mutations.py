@@ -10,7 +10,7 @@ from reference import attention_ref, gemm_ref, poisoned, random_bf16, rel_err
 
 import tkc
 from kernels.pipelined_sum import column_block_sum
-from tkc.backend import lower_memory, ptx
+from tkc.backend import lower_memory, lowering, ptx
 from tkc.backend.simulator import simulate
 from tkc.compiler import Dumps, PassTimer, lower_kernel, parse_pipeline, run_passes
 from tkc.frontend.kernel import build_module
@@ -20,7 +20,6 @@ from tkc.ir import ops as t
 from tkc.ir.types import SharedTileType
 from tkc.kernels import attention_fwd, gemm_kernel
 from tkc.lang import bf16, f32, gl, load, mma_AB, mma_ABt, rt, st, store, zeros
-from tkc.backend import lowering
 
 BACK_END = "assign-layouts,assign-swizzles,allocate-shared,insert-barriers,lower-to-ptx"
 

@@ -14,13 +14,12 @@ from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import UnitAttr
 
 from backend.test_simulate import run_both
-from tkc.backend import ptxas
+from tkc.backend import lowering, ptxas
 from tkc.backend.lower_compute import pack, unpack
 from tkc.compiler import Dumps, PassTimer, compile_for_launch, parse_pipeline, run_passes
 from tkc.frontend.kernel import build_module
 from tkc.ir import ops as t
 from tkc.kernels import attention_fwd, attention_sm90
-from tkc.backend import lowering
 
 from .helpers import before_and_after
 
