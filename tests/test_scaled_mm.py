@@ -120,9 +120,8 @@ def test_scaled_mm_mixed_formats(a_type: str, b_type: str) -> None:
 
 def test_scaled_mm_scale_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The simulation sees a lowering that drops the row scales (mul_row lowered as the identity)."""
-    from tkc.backend import lower_compute  # noqa: F401 - registers the handlers
+    from tkc.backend import lower_compute, lowering  # noqa: F401 - lower_compute registers the handlers
     from tkc.ir import ops as t
-    from tkc.backend import lowering
 
     def mutate(cls: type, handler):
         if cls is not t.BroadcastBinaryOp:
@@ -131,7 +130,7 @@ def test_scaled_mm_scale_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(lowering, "_BASE_HANDLERS", [(cls, mutate(cls, h)) for cls, h in lowering._BASE_HANDLERS])
     monkeypatch.setattr(lowering, "_HANDLERS", {k: v for k, v in lowering._HANDLERS.items()
-                                                    if not issubclass(k, t.BroadcastBinaryOp)})
+                                                if not issubclass(k, t.BroadcastBinaryOp)})
     rng = np.random.default_rng(9)
     a, b, scale_a, scale_b = _inputs(rng, 64, 64, 128, True)
     c = np.full((64, 64), np.nan, dtype=BF16)

@@ -16,7 +16,6 @@ becomes
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,6 +32,7 @@ from tkc.ir.types import RegTileType
 from tkc.backend.lowering import GlobalRef, Imm, KernelLowering, RingRef, SharedRef, handles
 
 
+@handles(t.BarrierOp)
 def _lower_barrier(lw: KernelLowering, op: Operation) -> None:
     if lw.async_proxy_reads:
         # wgmma reads shared memory through the async proxy: what threads wrote (st.shared, cp.async) must be
@@ -54,6 +54,7 @@ def _turn_barriers(lw: KernelLowering) -> tuple[Any, Any]:
     return mine, lw.op("xor.b32", "b32", mine, Imm(TURN_BARRIER ^ (TURN_BARRIER + 1)))
 
 
+@handles(t.TurnWaitOp)
 def _lower_turn_wait(lw: KernelLowering, op: Operation) -> None:
     barrier = _turn_barriers(lw)[0]
     following = op.next_op
@@ -65,6 +66,7 @@ def _lower_turn_wait(lw: KernelLowering, op: Operation) -> None:
     lw.emit(ptx.BarSyncOp(barrier, 256))
 
 
+@handles(t.WgmmaWaitOp)
 def _lower_wgmma_wait(lw: KernelLowering, op: t.WgmmaWaitOp) -> None:
     """`wgmma.wait_group N`. One with work between it and the last wgmma (defer-wgmma's wait for P·V, after the
     softmax) starts a basic block of its own: ptxas moves a wgmma wait up to the top of its block, ahead of the
@@ -98,6 +100,7 @@ def _zero_from(lw: KernelLowering, bundle: SSAValue) -> SSAValue:
     return lw.op("shr.u32", "b32", lw.op("popc.b32", "b32", acc), Imm(6))
 
 
+@handles(t.TurnPassOp)
 def _lower_turn_pass(lw: KernelLowering, op: Operation) -> None:
     if op not in lw.passed_at_commit:
         lower_turn_pass_now(lw)
@@ -160,6 +163,7 @@ def _same_buffer(a_: Any, b_: Any) -> bool:
     return isinstance(a_, SharedRef | RingRef) and isinstance(b_, SharedRef | RingRef) and a_.addr is b_.addr
 
 
+@handles(scf.ForOp)
 def _lower_for(lw: KernelLowering, op: scf.ForOp) -> list[Any]:
     lb, ub, step = (lw.value(v) for v in (op.lb, op.ub, op.step))
     body = op.body.block
@@ -218,6 +222,7 @@ def _predicable(op: scf.IfOp) -> bool:
                for o in op.true_region.block.ops)
 
 
+@handles(scf.IfOp)
 def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
     cond = lw.value(op.cond)
     if isinstance(cond, Imm):
@@ -278,6 +283,7 @@ def _lower_if(lw: KernelLowering, op: scf.IfOp) -> list[Any]:
     return results
 
 
+@handles(func.ReturnOp)
 def _lower_return(lw: KernelLowering, op: func.ReturnOp) -> None:
     if lw.tma_stores:
         lw.emit(ptx.BulkGroupOp("wait", 0))  # TMA stores read the block's shared memory until they complete
@@ -286,15 +292,3 @@ def _lower_return(lw: KernelLowering, op: func.ReturnOp) -> None:
         lw.emit(ptx.ClusterBarrierOp("wait"))
     lw.emit(ptx.RetOp())
 
-
-_HANDLED: dict[type, Callable[..., Any]] = {
-    t.BarrierOp: _lower_barrier,
-    t.TurnWaitOp: _lower_turn_wait,
-    t.TurnPassOp: _lower_turn_pass,
-    t.WgmmaWaitOp: _lower_wgmma_wait,
-    scf.ForOp: _lower_for,
-    scf.IfOp: _lower_if,
-    func.ReturnOp: _lower_return,
-}
-for _op_type, _handler in _HANDLED.items():
-    handles(_op_type)(_handler)

@@ -102,6 +102,7 @@ def _fold_int(op: Operation, a: int, b: int) -> int | None:
     return _wrap32(fn(a, b))
 
 
+@handles(arith.ConstantOp)
 def _lower_constant(lw: KernelLowering, op: arith.ConstantOp) -> list[Any]:
     value = op.value
     if isinstance(value, IntegerAttr):
@@ -113,6 +114,7 @@ def _lower_constant(lw: KernelLowering, op: arith.ConstantOp) -> list[Any]:
     raise TkcError(f"cannot lower constant {value}")
 
 
+@handles(*_INT_OPS, arith.FloorDivSIOp, arith.CeilDivSIOp)
 def _lower_int(lw: KernelLowering, op: Operation) -> list[Any]:
     a, b = (lw.value(o) for o in op.operands)
     if op.results[0].type == i1:
@@ -190,6 +192,7 @@ def _floordiv(lw: KernelLowering, a: SSAValue, b: Any) -> SSAValue:
     return lw.op("selp.b32", "b32", lw.op("sub.s32", "b32", q, Imm(1)), q, adjust)
 
 
+@handles(*_FLOAT_OPS)
 def _lower_float(lw: KernelLowering, op: Operation) -> list[Any]:
     a, b = (lw.value(o) for o in op.operands)
     if isinstance(a, Imm) and isinstance(b, Imm):
@@ -200,6 +203,7 @@ def _lower_float(lw: KernelLowering, op: Operation) -> list[Any]:
     return [lw.op(_FLOAT_OPS[type(op)], "b32", lw.reg(a), b)]
 
 
+@handles(*_FLOAT_UNARY, math.ExpOp, math.LogOp)
 def _lower_float_unary(lw: KernelLowering, op: Operation) -> list[Any]:
     x = lw.reg(lw.value(op.operands[0]))
     if isinstance(op, math.ExpOp):
@@ -209,6 +213,7 @@ def _lower_float_unary(lw: KernelLowering, op: Operation) -> list[Any]:
     return [lw.op(_FLOAT_UNARY[type(op)], "b32", x)]
 
 
+@handles(arith.CmpiOp, arith.CmpfOp)
 def _lower_cmp(lw: KernelLowering, op: arith.CmpiOp | arith.CmpfOp) -> list[Any]:
     a, b = (lw.value(o) for o in op.operands)
     names = arith.CMPI_COMPARISON_OPERATIONS if isinstance(op, arith.CmpiOp) else arith.CMPF_COMPARISON_OPERATIONS
@@ -224,6 +229,7 @@ def _lower_cmp(lw: KernelLowering, op: arith.CmpiOp | arith.CmpfOp) -> list[Any]
     return [lw.op(f"setp.{_CMP[pred]}.{kind}", "pred", lw.reg(a), b)]
 
 
+@handles(arith.SelectOp)
 def _lower_select(lw: KernelLowering, op: arith.SelectOp) -> list[Any]:
     c, x, y = (lw.value(o) for o in op.operands)
     if isinstance(c, Imm):
@@ -234,6 +240,7 @@ def _lower_select(lw: KernelLowering, op: arith.SelectOp) -> list[Any]:
     return [lw.op("selp.b32", "b32", lw.reg(x), lw.reg(y), c)]
 
 
+@handles(arith.SIToFPOp)
 def _lower_sitofp(lw: KernelLowering, op: arith.SIToFPOp) -> list[Any]:
     x = lw.value(op.input)
     if isinstance(x, Imm):
@@ -241,6 +248,7 @@ def _lower_sitofp(lw: KernelLowering, op: arith.SIToFPOp) -> list[Any]:
     return [lw.op("cvt.rn.f32.s32", "b32", x)]
 
 
+@handles(arith.FPToSIOp)
 def _lower_fptosi(lw: KernelLowering, op: arith.FPToSIOp) -> list[Any]:
     return [lw.op("cvt.rzi.s32.f32", "b32", lw.reg(lw.value(op.input)))]
 
@@ -253,6 +261,11 @@ def _lower_special(name: str) -> Callable[[KernelLowering, Operation], list[Any]
     return lower
 
 
+handles(t.BlockIdxOp)(_lower_special("ctaid"))
+handles(t.NumBlocksOp)(_lower_special("nctaid"))
+
+
+@handles(t.WarpIdOp)
 def _lower_warp_id(lw: KernelLowering, op: Operation) -> list[Any]:
     return [lw.thread_env["warp"]]
 
@@ -264,38 +277,17 @@ def cluster_rank(lw: KernelLowering) -> Any:
     return lw.at_entry("cluster_rank", lambda: lw.emit(ptx.SpecialOp("%cluster_ctarank")).results[0])
 
 
+@handles(t.ClusterRankOp)
 def _lower_cluster_rank(lw: KernelLowering, op: Operation) -> list[Any]:
     return [cluster_rank(lw)]
 
 
+@handles(t.WarpgroupIdOp)
 def _lower_warpgroup_id(lw: KernelLowering, op: Operation) -> list[Any]:
     return [lw.expr(Leaf("warp") >> 2)]  # from the broadcast warp index: warp-uniform to ptxas
 
 
+@handles(t.DimOp)
 def _lower_dim(lw: KernelLowering, op: t.DimOp) -> list[Any]:
     return [lw.value(op.source).dims[op.index.value.data]]
 
-
-_HANDLED: dict[type, Callable[..., Any]] = {
-    arith.ConstantOp: _lower_constant,
-    arith.CmpiOp: _lower_cmp,
-    arith.CmpfOp: _lower_cmp,
-    arith.SelectOp: _lower_select,
-    arith.SIToFPOp: _lower_sitofp,
-    arith.FPToSIOp: _lower_fptosi,
-    arith.FloorDivSIOp: _lower_int,
-    arith.CeilDivSIOp: _lower_int,
-    math.ExpOp: _lower_float_unary,
-    math.LogOp: _lower_float_unary,
-    t.BlockIdxOp: _lower_special("ctaid"),
-    t.NumBlocksOp: _lower_special("nctaid"),
-    t.WarpIdOp: _lower_warp_id,
-    t.WarpgroupIdOp: _lower_warpgroup_id,
-    t.ClusterRankOp: _lower_cluster_rank,
-    t.DimOp: _lower_dim,
-    **{op: _lower_int for op in _INT_OPS},
-    **{op: _lower_float for op in _FLOAT_OPS},
-    **{op: _lower_float_unary for op in _FLOAT_UNARY},
-}
-for _op_type, _handler in _HANDLED.items():
-    handles(_op_type)(_handler)

@@ -19,7 +19,6 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
-from tkc.backend.lowering import KernelLowering
 from tkc.passes import register
 from tkc.passes.allocate_shared import TOTAL_ATTR
 from tkc.targets import get_target
@@ -27,6 +26,7 @@ from tkc.targets import get_target
 
 def lower_module(module: ModuleOp) -> None:
     """Replace every kernel's tile IR with its `ptx.kernel`."""
+    from tkc.backend.lowering import KernelLowering  # here: backend/lowering.py imports tkc.passes, which loads this pass
     import tkc.backend.lower_compute  # noqa: F401  (registers handlers)
     import tkc.backend.lower_memory  # noqa: F401
     import tkc.backend.lower_tma  # noqa: F401
