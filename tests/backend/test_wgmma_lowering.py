@@ -740,8 +740,8 @@ def test_column_view_of_two_panels(monkeypatch: pytest.MonkeyPatch, mutated: boo
 
     if mutated:
         def one_panel_on(lw, ref, view, index):
-            offset = lower_memory._mul_imm(lw, index, ref.type.shape[0] * ref.type.swizzle)
-            return lower_memory.SharedRef(lw.reg(lower_memory._add_i32(lw, ref.addr, offset)), view, None)
+            offset = lower_memory.mul_imm(lw, index, ref.type.shape[0] * ref.type.swizzle)
+            return lower_memory.SharedRef(lw.reg(lower_memory.add_i32(lw, ref.addr, offset)), view, None)
 
         monkeypatch.setattr(lower_memory, "_column_view", one_panel_on)
     rng = np.random.default_rng(3)

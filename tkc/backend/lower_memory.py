@@ -1,5 +1,6 @@
-"""Loads, stores and copies → `ptx` ops: global ↔ registers, global → shared (cp.async), shared ↔ registers
-(ldmatrix, ld/st.shared), shared → global, and the rings of pipelined loops.
+"""Loads and stores of register tiles and vectors → `ptx` ops: global ↔ registers, shared ↔ registers (ldmatrix,
+ld/st.shared), views of shared tiles, shared buffers (`empty`, double-buffered in loops), atomic adds. A tile
+copied whole between global and shared memory goes through lower_copies.py; address arithmetic is addressing.py's.
 
 Register tiles and vectors move in "runs": consecutive slots (fragments.py) that sit next to each other in a row
 become one vector access, as wide as the tensor's alignment allows. Global addresses are a per-thread base plus a
@@ -11,24 +12,24 @@ sharing one base register. Out-of-bounds global accesses are predicated off (loa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import BFloat16Type, Float32Type, IntegerAttr
+from xdsl.dialects.builtin import BFloat16Type, Float32Type
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tkc.backend import ptx
+from tkc.backend.addressing import (add_address, add_i32, bundle_of, global_coords, in_bounds, lead_pointer, mad64,
+                                    mul_imm, offset_of, shared_base)
 from tkc.backend.fragments import G, LANES, Q, is_packed, tile_fragment, vector_fragment
 from tkc.backend.index import LANE, TID, Const, Expr, Leaf, share_bases
 from tkc.backend.lower_compute import pack, ptx_type_name, unpack
+from tkc.backend.lower_copies import copy_global_to_shared, copy_shared_to_global
 from tkc.backend.shared_layout import conflict_degree, tile_offset
 from tkc.errors import SourceLoc, TkcError
-from tkc.ir import async_ops as a
 from tkc.ir import ops as t
 from tkc.ir.types import GlobalType, Layout, RegTileType, RegVecType, SharedTileType, SharedVecType, element_bytes
-from tkc.passes.allocate_shared import OFFSET_ATTR
-from tkc.backend.lowering import GlobalRef, Imm, KernelLowering, RingRef, SharedRef, handles
+from tkc.backend.lowering import GlobalRef, Imm, KernelLowering, SharedRef, handles
 from tkc.passes.util import shared_unchanged_between
 from tkc.targets import get_target
 
@@ -136,30 +137,6 @@ def _lane_expr(a_: int, b_: int) -> Expr:
 # Shared buffers
 
 
-def shared_base(lw: KernelLowering, offset: int) -> SSAValue:
-    key = f"smem+{offset}"
-    if key not in lw.hoisted:
-        saved, lw.body = lw.body, lw.prologue
-        try:
-            lw.hoisted[key] = lw.op("add.s32", "b32", lw.smem, Imm(offset), n=1)  # type: ignore[assignment]
-        finally:
-            lw.body = saved
-    return lw.hoisted[key]
-
-
-def _offset_of(op: Operation) -> int:
-    attr = op.attributes.get(OFFSET_ATTR)
-    if not isinstance(attr, IntegerAttr):
-        raise TkcError("internal: shared buffer without an offset (run allocate-shared first)")
-    return attr.value.data
-
-
-def _add_address(lw: KernelLowering, base: SSAValue, offset: Any) -> SSAValue:
-    if isinstance(offset, Imm) and offset.value == 0:
-        return base
-    return lw.op("add.s32", "b32", base, offset, n=1)  # type: ignore[return-value]
-
-
 def _coord_env(lw: KernelLowering, coords: list[Any], names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run-time coordinates become leaves of index expressions; constants are substituted."""
     regs, consts = {}, {}
@@ -179,25 +156,9 @@ def _shared_accesses(lw: KernelLowering, exprs: list[Expr], ranges: dict[str, in
         env[name] = np.arange(size).reshape((1,) + (1,) * axis + (size,) + (1,) * (len(ranges) - axis - 1))
     env = {k: v for k, v in env.items() if v is not None}
     shared = share_bases(exprs, env)
-    bases = [_add_address(lw, buffer, lw.expr(b, regs)) for b in shared.bases]
-    bundle = _bundle(lw, bases, "b32")
+    bases = [add_address(lw, buffer, lw.expr(b, regs)) for b in shared.bases]
+    bundle = bundle_of(lw, bases, "b32")
     return bundle, shared.base, shared.offset
-
-
-def _bundle(lw: KernelLowering, values: list[Any], cls: str) -> SSAValue:
-    """Gather single registers (or immediates) into one bundle (no instructions if there is one register)."""
-    if len(values) == 1 and isinstance(values[0], SSAValue):
-        return values[0]
-    out = lw.emit(ptx.RegsOp(cls, len(values))).results[0]
-    for i, v in enumerate(values):
-        lw.op(f"mov.{cls}", None, v, into=out, dest=np.array([i]), n=1)
-    return out
-
-
-def _subtile_exprs(st_type: Any, tile_shape: tuple[int, ...], rows: Expr, cols: Expr) -> Expr:
-    if isinstance(st_type, SharedVecType):
-        return cols * element_bytes(st_type.element_type)
-    return tile_offset(st_type, rows, cols)  # type: ignore[return-value]
 
 
 def _coord_leaves(lw: KernelLowering, coords: list[Any], outer: tuple[int, ...], inner: tuple[int, ...]) -> tuple[list[Expr], dict[str, int], dict[str, Any]]:
@@ -458,18 +419,6 @@ def _store_runs(lw: KernelLowering, space: str, reg_type: Attribute, value: SSAV
 # Global ↔ registers
 
 
-def _lead_pointer(lw: KernelLowering, g: Any, lead: Sequence[Any]) -> tuple[Any, Any]:
-    """The tensor's pointer advanced over its leading (untiled) indices, and whether they are all in bounds
-    (None without leading indices)."""
-    ptr, ok = g.ptr, None
-    for d, idx in enumerate(lead):
-        ptr = _mad64(lw, idx, g.strides[d], ptr)
-        p = lw.op("setp.lt.u32", "pred", lw.reg(idx), g.dims[d], n=1)
-        ok = p if ok is None else lw.op("and.pred", "pred", ok, p, n=1)
-    return ptr, ok
-
-
-
 def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords: list[Any],
                    sc: np.ndarray | None = None):
     """Runs, address bundle (b64), per-run (base, offset), and guard predicates for a register tile/vector at
@@ -490,22 +439,22 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     (ra, rb), (ca, cb) = next(iter(parts[0])), next(iter(parts[1]))
     row_statics = [_affine(sc[:, run.start, 0])[2] for run in runs]
     col_statics = [_affine(sc[:, run.start, 1])[2] for run in runs]
-    row0 = _add_i32(lw, _mul_imm(lw, tile_coords[0], tile_shape[0]), lw.expr(_lane_expr(ra, rb))) if k == 2 else Imm(0)
-    col0 = _add_i32(lw, _mul_imm(lw, tile_coords[-1], tile_shape[-1]), lw.expr(_lane_expr(ca, cb)))
-    ptr, ok_lead = _lead_pointer(lw, g, lead)
+    row0 = add_i32(lw, mul_imm(lw, tile_coords[0], tile_shape[0]), lw.expr(_lane_expr(ra, rb))) if k == 2 else Imm(0)
+    col0 = add_i32(lw, mul_imm(lw, tile_coords[-1], tile_shape[-1]), lw.expr(_lane_expr(ca, cb)))
+    ptr, ok_lead = lead_pointer(lw, g, lead)
     if k == 2:
-        ptr = _mad64(lw, row0, g.strides[rank - 2], ptr)
-    ptr = _mad64(lw, col0, g.strides[rank - 1], ptr)
+        ptr = mad64(lw, row0, g.strides[rank - 2], ptr)
+    ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
     distinct_rows = sorted(set(row_statics))
-    row_ptrs = [_mad64(lw, Imm(r), g.strides[rank - 2], ptr) if k == 2 else ptr for r in distinct_rows]
-    addr = _bundle(lw, row_ptrs, "b64")
+    row_ptrs = [mad64(lw, Imm(r), g.strides[rank - 2], ptr) if k == 2 else ptr for r in distinct_rows]
+    addr = bundle_of(lw, row_ptrs, "b64")
     base_of = np.array([distinct_rows.index(r) for r in row_statics])
     offset = np.array([c * e for c in col_statics])
     distinct_cols = sorted(set(col_statics))
-    cols_ok = _bounds(lw, col0, distinct_cols, g.dims[rank - 1])
+    cols_ok = in_bounds(lw, col0, distinct_cols, g.dims[rank - 1])
     ci = np.array([distinct_cols.index(c) for c in col_statics])
     if k == 2:
-        rows_ok = _bounds(lw, row0, distinct_rows, g.dims[rank - 2])
+        rows_ok = in_bounds(lw, row0, distinct_rows, g.dims[rank - 2])
         ri = np.array([distinct_rows.index(r) for r in row_statics])
         guard = lw.op("and.pred", "pred", (rows_ok, ri), (cols_ok, ci), n=len(runs))
     else:
@@ -516,58 +465,6 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     if padding is not None:
         guard = lw.op("and.pred", "pred", guard, padding, n=len(runs))
     return mem_type, runs, addr, base_of, offset, guard
-
-
-def _bounds(lw: KernelLowering, base: Any, deltas: list[int], limit: SSAValue) -> SSAValue:
-    """Predicates base + delta < limit (unsigned: negative indices are out of bounds too)."""
-    idx = lw.op("add.s32", "b32", lw.reg(base), ptx.PerInstr(deltas), n=len(deltas))
-    return lw.op("setp.lt.u32", "pred", idx, limit, n=len(deltas))  # type: ignore[return-value]
-
-
-@dataclass(frozen=True)
-class InRows:
-    """A tile coordinate that already counts rows (`rows(r)` in the DSL): `_mul_imm` leaves it as it is."""
-
-    value: Any
-
-
-def global_coords(lw: KernelLowering, op: Any) -> list[Any]:
-    """The index values of a global load/store (or a copy made of one), the row index marked InRows where it
-    counts rows (t.ROWS_ATTR, which the verifier allows on 2-D tiles only)."""
-    coords = [lw.value(i) for i in op.indices]
-    if t.ROWS_ATTR in op.attributes:
-        coords[-2] = InRows(coords[-2])
-    return coords
-
-
-def _mul_imm(lw: KernelLowering, value: Any, factor: int) -> Any:
-    if isinstance(value, InRows):
-        return value.value
-    if isinstance(value, Imm):
-        return Imm(int(value.value) * factor)
-    return lw.op("mul.lo.s32", "b32", value, Imm(factor), n=1)
-
-
-def _add_i32(lw: KernelLowering, a_: Any, b_: Any) -> Any:
-    if isinstance(a_, Imm) and isinstance(b_, Imm):
-        return Imm(int(a_.value) + int(b_.value))
-    if isinstance(a_, Imm) and a_.value == 0:
-        return b_
-    if isinstance(b_, Imm) and b_.value == 0:
-        return a_
-    if isinstance(a_, Imm):
-        a_, b_ = b_, a_
-    return lw.op("add.s32", "b32", a_, b_, n=1)
-
-
-def _mad64(lw: KernelLowering, index: Any, stride: SSAValue, base: SSAValue) -> SSAValue:
-    """base + index·stride in 64 bits (index a signed 32-bit value)."""
-    if isinstance(index, Imm):
-        if index.value == 0:
-            return base
-        return lw.op("mad.lo.s64", "b64", stride, Imm(int(index.value)), base, n=1)  # type: ignore[return-value]
-    wide = lw.op("cvt.s64.s32", "b64", index, n=1)
-    return lw.op("mad.lo.s64", "b64", wide, stride, base, n=1)  # type: ignore[return-value]
 
 
 def _load_global_registers(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
@@ -657,225 +554,6 @@ def quad_transpose(lw: KernelLowering, value: SSAValue, type_: RegTileType, each
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Global → shared (cp.async), shared → global
-
-
-@dataclass(frozen=True)
-class ChunkPlan:
-    """How a block's threads split a collective copy of a tile into chunks: `chunk` bytes each, `per_row` a row,
-    `iters` a thread. A row of at most as many chunks as threads: thread t takes column t % per_row of row
-    t // per_row + j·rows_per_pass in its j-th chunk, `rows_per_pass` = threads // per_row rows at once (a row of
-    12 chunks over 128 threads: 10 rows a pass, 8 threads idle); a longer row: column t + threads·(j % passes)
-    of row j // passes. Either way chunk j of every thread sits at one step from its first (its address one add),
-    and `limits[j]` says which threads have a chunk j (tid < limits[j])."""
-
-    chunk: int
-    per_row: int
-    rows: int
-    threads: int
-
-    @property
-    def rows_per_pass(self) -> int:
-        return self.threads // self.per_row
-
-    @property
-    def passes(self) -> int:  # passes over one row, for rows longer than the threads
-        return -(-self.per_row // self.threads)
-
-    @property
-    def iters(self) -> int:
-        if self.per_row <= self.threads:
-            return -(-self.rows // self.rows_per_pass)
-        return self.rows * self.passes
-
-    @property
-    def limits(self) -> list[int]:
-        if self.per_row <= self.threads:
-            return [min(self.rows_per_pass, self.rows - j * self.rows_per_pass) * self.per_row
-                    for j in range(self.iters)]
-        return [min(self.threads, self.per_row - self.threads * (j % self.passes)) for j in range(self.iters)]
-
-    def position(self, j: int) -> tuple[Expr, Expr]:
-        """(row, column in chunks) of chunk j of thread TID."""
-        if self.per_row <= self.threads:
-            return TID // self.per_row + j * self.rows_per_pass, TID % self.per_row
-        return Const(j // self.passes), TID + self.threads * (j % self.passes)
-
-
-def _chunk_plan(lw: KernelLowering, shape: tuple[int, ...], e: int, align: int) -> ChunkPlan:
-    """The chunks of a collective copy of a tile of `shape` (elements of `e` bytes, rows `align`-aligned)."""
-    row_bytes = shape[-1] * e
-    chunk = min(16, align, row_bytes)
-    while row_bytes % chunk:
-        chunk //= 2
-    return ChunkPlan(chunk, row_bytes // chunk, shape[0] if len(shape) == 2 else 1, lw.copy_threads)
-
-
-def _collective_exprs(plan: ChunkPlan, shape: tuple[int, ...], e: int):
-    """Row and column (in elements, within the tile) of each chunk j of thread tid."""
-    rows_exprs, cols_exprs = [], []
-    for j in range(plan.iters):
-        row, col = plan.position(j)
-        rows_exprs.append(row if len(shape) == 2 else Const(0))
-        cols_exprs.append(col * (plan.chunk // e))
-    return rows_exprs, cols_exprs
-
-
-def _static_steps(exprs: list[Expr], threads: int) -> list[int] | None:
-    """expr_j(tid) = expr_0(tid) + step_j for every thread? Then the steps, else None."""
-    tid = {"tid": np.arange(threads)}
-    first = np.broadcast_to(exprs[0].eval(tid), (threads,))
-    steps = []
-    for e in exprs:
-        diff = np.broadcast_to(e.eval(tid), (threads,)) - first
-        if not (diff == diff[0]).all():
-            return None
-        steps.append(int(diff[0]))
-    return steps
-
-
-def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape: tuple[int, ...],
-                     plan: ChunkPlan) -> tuple[SSAValue, SSAValue]:
-    """Global byte addresses (b64 bundle) of each thread's chunks of a tile, and whether each is inside the
-    tensor. Chunk j of a thread sits at a fixed step from the thread's first chunk, the same step for every
-    thread; so the thread's offset into a tile is computed once at kernel entry, and per tile the corner
-    pointer plus each step is block-uniform (ptxas keeps it in uniform registers): one add per chunk."""
-    e = element_bytes(g.type.element_type)
-    k = len(shape)
-    rank = g.type.rank
-    lead, tile_coords = coords[:-k], coords[-k:]
-    iters = plan.iters
-    rows_e, cols_e = _collective_exprs(plan, shape, e)
-    steps = [_static_steps(cols_e, lw.copy_threads)] + ([_static_steps(rows_e, lw.copy_threads)] if k == 2 else [])
-    if any(s is None for s in steps):
-        raise TkcError(f"internal: a copy of {shape} in {plan.chunk}-byte chunks over {lw.copy_threads} threads has "
-                       "no regular pattern")
-    axes = [(cols_e[0], rank - 1, shape[-1], tile_coords[-1], steps[0])]
-    if k == 2:
-        axes.append((rows_e[0], rank - 2, shape[0], tile_coords[0], steps[1]))
-
-    def thread_offset() -> SSAValue:
-        offset = None
-        for first, dim, *_ in axes:
-            wide = lw.op("cvt.s64.s32", "b64", lw.reg(lw.expr(first)), n=1)
-            offset = (lw.op("mul.lo.s64", "b64", wide, g.strides[dim], n=1) if offset is None
-                      else lw.op("mad.lo.s64", "b64", wide, g.strides[dim], offset, n=1))
-        return offset  # type: ignore[return-value]
-
-    offset = lw.at_entry(f"chunk offset {id(g)} {shape} {plan.chunk}", thread_offset)
-    ptr, ok = _lead_pointer(lw, g, lead)
-    for first, dim, extent, coord, step in axes:
-        origin = _mul_imm(lw, coord, extent)
-        ptr = _mad64(lw, origin, g.strides[dim], ptr)
-        # first + step + origin < size for each chunk  ⇔  origin ≥ 0 (a tile lies wholly before 0 or not at all)
-        # and first < size − origin − step: the room left is uniform, one compare per distinct step.
-        distinct = sorted(set(step))
-        room = lw.op("sub.s32", "b32", g.dims[dim], lw.reg(origin), n=1)
-        rooms = lw.op("sub.s32", "b32", room, ptx.PerInstr(distinct), n=len(distinct))
-        inside = lw.op("setp.lt.s32", "pred", lw.reg(lw.expr(first)), rooms, n=len(distinct))
-        if isinstance(coord, InRows):  # a tile at any row may start before row 0: first + step ≥ −origin
-            before = lw.op("sub.s32", "b32", Imm(0), lw.reg(origin), n=1)
-            lows = lw.op("sub.s32", "b32", before, ptx.PerInstr(distinct), n=len(distinct))
-            inside = lw.op("and.pred", "pred", inside,
-                           lw.op("setp.ge.s32", "pred", lw.reg(lw.expr(first)), lows, n=len(distinct)), n=len(distinct))
-        elif not isinstance(origin, Imm):
-            inside = lw.op("and.pred", "pred", inside, lw.op("setp.ge.s32", "pred", origin, Imm(0), n=1), n=len(distinct))
-        inside = lw.op("mov.pred", "pred", (inside, np.array([distinct.index(x) for x in step])), n=iters)
-        ok = inside if ok is None else lw.op("and.pred", "pred", inside, ok, n=iters)
-    by_step: dict[tuple[int, ...], Any] = {}
-    corners = []
-    for j in range(iters):
-        key = tuple(step[j] for *_, step in axes)
-        if key not in by_step:
-            corner = ptr
-            for (_, dim, *_), d in zip(axes, key):
-                corner = _mad64(lw, Imm(d), g.strides[dim], corner)
-            by_step[key] = corner
-        corners.append(by_step[key])
-    addrs = lw.op("add.s64", "b64", _bundle(lw, corners, "b64"), offset, n=iters)
-    return addrs, ok  # type: ignore[return-value]
-
-
-def _inside_tile(lw: KernelLowering, plan: ChunkPlan) -> SSAValue | None:
-    """Which of this thread's chunks to copy: those that exist (when a tile's chunks do not divide evenly among
-    the threads), and none where an if-converted branch is not taken (lw.guard)."""
-    inside, iters = None, plan.iters
-    if any(limit < lw.copy_threads for limit in plan.limits):
-        inside = lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)), ptx.PerInstr(plan.limits), n=iters)
-    if lw.guard is not None:
-        inside = lw.op("mov.pred", "pred", lw.guard, n=iters) if inside is None else \
-            lw.op("and.pred", "pred", inside, lw.guard, n=iters)
-    return inside  # type: ignore[return-value]
-
-
-def _copy_global_to_shared(lw: KernelLowering, g: GlobalRef, coords: list[Any], dst: SharedRef) -> None:
-    """Every thread of the block copies its chunks of the tile; out-of-bounds chunks are zero-filled."""
-    shape = dst.type.shape
-    e = element_bytes(g.type.element_type)
-    plan = _chunk_plan(lw, shape, e, g.align)
-    chunk, iters = plan.chunk, plan.iters
-    if chunk < 4:
-        _copy_global_to_shared_sync(lw, g, coords, dst)
-        return
-    rows_e, cols_e = _collective_exprs(plan, shape, e)
-    exprs = [_subtile_exprs(dst.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
-    shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
-    dst_bases = _bundle(lw, [_add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
-    srcs, ok = _chunk_addresses(lw, g, coords, shape, plan)
-    srcs = lw.op("selp.b64", "b64", srcs, g.ptr, ok, n=iters)  # a chunk that reads nothing points at the tensor
-    sizes = lw.op("selp.b32", "b32", Imm(chunk), Imm(0), ok, n=iters)
-    guard = _inside_tile(lw, plan)
-    lw.emit(ptx.CpAsyncOp(chunk, dst_bases, shared.base, shared.offset, srcs, np.arange(iters),
-                          np.zeros(iters, dtype=np.int64), sizes, np.arange(iters), guard,
-                          np.arange(iters) if guard is not None else None))
-
-
-def _copy_global_to_shared_sync(lw: KernelLowering, g: GlobalRef, coords: list[Any], dst: SharedRef) -> None:
-    """The slow path for tensors that are not 4-byte aligned: each thread loads its elements one by one (zeros
-    out of bounds) and stores them to shared memory. Synchronous, so the data is there before any wait."""
-    shape = dst.type.shape
-    e = element_bytes(g.type.element_type)
-    plan = _chunk_plan(lw, shape, e, e)
-    iters = plan.iters
-    rows_e, cols_e = _collective_exprs(plan, shape, e)
-    exprs = [_subtile_exprs(dst.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
-    shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
-    dst_bases = _bundle(lw, [_add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
-    srcs, ok = _chunk_addresses(lw, g, coords, shape, plan)
-    kind = f"b{8 * e}"
-    inside = _inside_tile(lw, plan)
-    if lw.guard is not None:
-        ok = lw.op("and.pred", "pred", ok, lw.guard, n=iters)
-    data = lw.emit(ptx.LoadOp("global", kind, 1, srcs, np.arange(iters), np.zeros(iters, dtype=np.int64),
-                              np.arange(iters), ptx.regs("b32", iters), ok, np.arange(iters))).results[0]
-    lw.emit(ptx.StoreOp("shared", kind, 1, dst_bases, shared.base, shared.offset, data, np.arange(iters),
-                        inside, np.arange(iters) if inside is not None else None))
-
-
-def _copy_shared_to_global(lw: KernelLowering, src: SharedRef, g: GlobalRef, coords: list[Any]) -> None:
-    shape = src.type.shape
-    e = element_bytes(g.type.element_type)
-    plan = _chunk_plan(lw, shape, e, max(g.align, e))
-    chunk, iters = plan.chunk, plan.iters
-    rows_e, cols_e = _collective_exprs(plan, shape, e)
-    exprs = [_subtile_exprs(src.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
-    shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
-    src_bases = _bundle(lw, [_add_address(lw, src.addr, lw.expr(b)) for b in shared.bases], "b32")
-    word = min(chunk, 4)
-    words = chunk // word
-    kind = f"b{8 * word}"
-    inside = _inside_tile(lw, plan)  # a thread's chunk j past the tile reads nothing (it may lie past the buffer)
-    data = lw.emit(ptx.LoadOp("shared", kind, words, src_bases, shared.base, shared.offset,
-                              np.arange(iters) * words, ptx.regs("b32", iters * words), inside,
-                              np.arange(iters) if inside is not None else None)).results[0]
-    dsts, ok = _chunk_addresses(lw, g, coords, shape, plan)
-    if inside is not None:
-        ok = lw.op("and.pred", "pred", ok, inside, n=iters)  # type: ignore[assignment]
-    lw.emit(ptx.StoreOp("global", kind, words, dsts, np.arange(iters), np.zeros(iters, dtype=np.int64),
-                        data, np.arange(iters) * words, ok, np.arange(iters)))
-
-
-# --------------------------------------------------------------------------------------------------------------
 # Op handlers
 
 
@@ -885,8 +563,8 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     if isinstance(src_type, GlobalType) and isinstance(dst_type, RegTileType | RegVecType):
         return _load_global_registers(lw, op)
     if isinstance(src_type, GlobalType):
-        dst = SharedRef(shared_base(lw, _offset_of(op)), dst_type)
-        _copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst)
+        dst = SharedRef(shared_base(lw, offset_of(op)), dst_type)
+        copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst)
         lw.emit(ptx.CpAsyncCommitOp())
         lw.emit(ptx.CpAsyncWaitOp(0))
         return [dst]
@@ -938,7 +616,7 @@ def lower_arrive_last(lw: KernelLowering, op: t.ArriveLastOp) -> list[Any]:
     if lw.role_threads is not None and lw.role_threads != lw.threads:
         raise TkcError("arrive_last counts whole blocks: not in a warp-specialized kernel's roles")
     ref: GlobalRef = lw.value(op.counter)
-    address = _mad64(lw, lw.value(op.index), lw.op("mov.b64", "b64", Imm(4), n=1), ref.ptr)  # counter + 4·index
+    address = mad64(lw, lw.value(op.index), lw.op("mov.b64", "b64", Imm(4), n=1), ref.ptr)  # counter + 4·index
     lw.emit(ptx.FenceOp("acq_rel.gpu"))
     lw.emit(ptx.BarSyncOp(0))
     first = lw.op("setp.eq.s32", "pred", lw.thread_env["tid"], Imm(0), n=1)
@@ -962,10 +640,10 @@ def _row_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index: A
     panel_bytes = min(row_bytes, ref.type.swizzle or row_bytes)  # a row's bytes within one column panel
     if view.shape[0] * panel_bytes % 1024:
         raise TkcError(f"a view of {view.shape[0]} rows of {ref.type.spec()} must start on a 1024-byte boundary")
-    offset = _mul_imm(lw, index, view.shape[0] * panel_bytes)
+    offset = mul_imm(lw, index, view.shape[0] * panel_bytes)
     # rows wider than the swizzle are column panels: the view's panels keep the parent's spacing
     panel_rows = (ref.panel_rows or ref.type.shape[0]) if row_bytes > panel_bytes else None
-    return SharedRef(lw.reg(_add_i32(lw, ref.addr, offset)), view, panel_rows)
+    return SharedRef(lw.reg(add_i32(lw, ref.addr, offset)), view, panel_rows)
 
 
 def _column_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index: Any) -> SharedRef:
@@ -978,8 +656,8 @@ def _column_view(lw: KernelLowering, ref: SharedRef, view: SharedTileType, index
         raise TkcError(f"a view of columns of {ref.type.spec()} must be whole column panels: a multiple of "
                        f"{panel_bytes // element_bytes(view.element_type)} columns of a tile stored whole, got "
                        f"{view.spec()}")
-    offset = _mul_imm(lw, index, ref.type.shape[0] * view_bytes)
-    return SharedRef(lw.reg(_add_i32(lw, ref.addr, offset)), view, None)
+    offset = mul_imm(lw, index, ref.type.shape[0] * view_bytes)
+    return SharedRef(lw.reg(add_i32(lw, ref.addr, offset)), view, None)
 
 
 def _plain(ref: SharedRef, what: str) -> SharedRef:
@@ -997,7 +675,7 @@ def lower_store(lw: KernelLowering, op: t.StoreOp) -> None:
         lower_tma_store(lw, op)
         return
     if isinstance(op.value.type, SharedTileType | SharedVecType):
-        _copy_shared_to_global(lw, _plain(lw.value(op.value), "storing"), lw.value(op.dest), global_coords(lw, op))
+        copy_shared_to_global(lw, _plain(lw.value(op.value), "storing"), lw.value(op.dest), global_coords(lw, op))
         return
     _store_global_registers(lw, op)
 
@@ -1040,7 +718,7 @@ def lower_shared_fill(lw: KernelLowering, op: t.FillOp) -> list[Any]:
     from tkc.backend.lower_compute import _fill_pattern
 
     type_ = op.result.type
-    ref = SharedRef(shared_base(lw, _offset_of(op)), type_)
+    ref = SharedRef(shared_base(lw, offset_of(op)), type_)
     pattern = _fill_pattern(op.fill_value, RegTileType(type_.element_type, 16, 16))
     if isinstance(type_.element_type, Float32Type):
         pattern = Imm(float(op.fill_value))
@@ -1049,7 +727,7 @@ def lower_shared_fill(lw: KernelLowering, op: t.FillOp) -> list[Any]:
     iters = -(-total // lw.copy_threads)
     exprs = [(TID + j * lw.copy_threads) * 16 for j in range(iters)]
     shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
-    bases = _bundle(lw, [_add_address(lw, ref.addr, lw.expr(b)) for b in shared.bases], "b32")
+    bases = bundle_of(lw, [add_address(lw, ref.addr, lw.expr(b)) for b in shared.bases], "b32")
     guard = None
     if total % lw.copy_threads:
         guard = lw.op("setp.lt.u32", "pred", lw.reg(lw.expr(TID)), ptx.PerInstr([total - j * lw.copy_threads for j in range(iters)]), n=iters)
@@ -1060,7 +738,7 @@ def lower_shared_fill(lw: KernelLowering, op: t.FillOp) -> list[Any]:
 
 @handles(t.EmptyOp)
 def lower_empty(lw: KernelLowering, op: t.EmptyOp) -> list[Any]:
-    base = shared_base(lw, _offset_of(op))
+    base = shared_base(lw, offset_of(op))
     return [SharedRef(base if op.buffers == 1 else this_steps_buffer(lw, op, base), op.result.type)]
 
 
@@ -1075,41 +753,6 @@ def this_steps_buffer(lw: KernelLowering, op: t.EmptyOp, base: SSAValue) -> SSAV
                        "with the loop index)", SourceLoc.from_attr(op.location))
     parity = lw.op("and.b32", "b32", lw.reg(lw.value(loop.body.block.args[0])), Imm(1), n=1)  # type: ignore[attr-defined]
     return lw.op("mad.lo.s32", "b32", parity, Imm(buffer_stride(op)), base, n=1)  # type: ignore[return-value]
-
-
-@handles(a.RingAllocOp)
-def lower_ring_alloc(lw: KernelLowering, op: a.RingAllocOp) -> list[Any]:
-    return [RingRef(shared_base(lw, _offset_of(op)), op.result.type)]
-
-
-def _stage_address(lw: KernelLowering, ring: RingRef, stage: Any) -> SSAValue:
-    size = ring.type.buffer.nbytes  # type: ignore[attr-defined]
-    if isinstance(stage, Imm):
-        return _add_address(lw, ring.addr, Imm(int(stage.value) * size))
-    return lw.op("mad.lo.s32", "b32", stage, Imm(size), ring.addr, n=1)  # type: ignore[return-value]
-
-
-@handles(a.CopyAsyncOp)
-def lower_copy_async(lw: KernelLowering, op: a.CopyAsyncOp) -> None:
-    ring: RingRef = lw.value(op.ring)
-    dst = SharedRef(_stage_address(lw, ring, lw.value(op.stage)), ring.type.buffer)
-    _copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst)
-
-
-@handles(a.CommitGroupOp)
-def lower_commit(lw: KernelLowering, op: a.CommitGroupOp) -> None:
-    lw.emit(ptx.CpAsyncCommitOp())
-
-
-@handles(a.WaitGroupOp)
-def lower_wait(lw: KernelLowering, op: a.WaitGroupOp) -> None:
-    lw.emit(ptx.CpAsyncWaitOp(op.pending.value.data))
-
-
-@handles(a.RingReadOp)
-def lower_ring_read(lw: KernelLowering, op: a.RingReadOp) -> list[Any]:
-    ring: RingRef = lw.value(op.ring)
-    return [SharedRef(_stage_address(lw, ring, lw.value(op.stage)), ring.type.buffer)]
 
 
 # --------------------------------------------------------------------------------------------------------------

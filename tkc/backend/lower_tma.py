@@ -32,7 +32,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tkc.backend import ptx
 from tkc.backend.index import Leaf
-from tkc.backend.lower_memory import _mul_imm, _offset_of, global_coords, shared_base
+from tkc.backend.addressing import global_coords, mul_imm, offset_of, shared_base
 from tkc.errors import TkcError
 from tkc.ir import ops as t
 from tkc.ir import tma_ops as m
@@ -95,7 +95,7 @@ def lower_stage_barriers(lw: KernelLowering, op: m.StageBarriersOp) -> list[Any]
         raise TkcError(f"internal: stage barriers for a cluster of {cluster} blocks in a kernel of clusters of "
                        f"{lw.cluster}")
     releases = arrivals if cluster == 1 else arrivals // 32 * cluster  # a cluster's: a warp of each block
-    base = shared_base(lw, _offset_of(op))
+    base = shared_base(lw, offset_of(op))
     first = _thread0(lw)
     for s in range(stages):
         lw.emit(ptx.MbarrierOp("init", base, offset=8 * s, count=1, guard=first))
@@ -190,9 +190,9 @@ def _box_coordinates(lw: KernelLowering, indices: Any, rows: int, cols: int, pan
     panel's own that every box uses."""
     *leading, row_index, col_index = indices
     coords = lw.emit(ptx.RegsOp("b32", panels + 1 + len(leading))).results[0]
-    lw.op("add.s32", None, lw.reg(_mul_imm(lw, col_index, cols)), ptx.PerInstr([p * panel_cols for p in range(panels)]),
+    lw.op("add.s32", None, lw.reg(mul_imm(lw, col_index, cols)), ptx.PerInstr([p * panel_cols for p in range(panels)]),
           into=coords, dest=list(range(panels)), n=panels)
-    lw.op("mov.b32", None, _mul_imm(lw, row_index, rows), into=coords, dest=[panels], n=1)
+    lw.op("mov.b32", None, mul_imm(lw, row_index, rows), into=coords, dest=[panels], n=1)
     for n, index in enumerate(reversed(leading)):
         lw.op("mov.b32", None, index, into=coords, dest=[panels + 1 + n], n=1)
     return coords, list(range(panels, panels + 1 + len(leading)))
@@ -269,7 +269,7 @@ def lower_tma_store(lw: KernelLowering, op: Any, reduce: str | None = None) -> N
     if not name or op.dest not in lw.fn.body.block.args:
         raise TkcError("internal: a TMA store writes a kernel argument")
     stride = allocate_shared.staging_stride(op)  # the kernel's staging buffer: a tile a warp at this stride
-    staging = lw.op("add.s32", "b32", shared_base(lw, _offset_of(op)), lw.expr(Leaf("warp") * stride), n=1)
+    staging = lw.op("add.s32", "b32", shared_base(lw, offset_of(op)), lw.expr(Leaf("warp") * stride), n=1)
     lw.emit(ptx.BulkGroupOp("wait_read", 0))  # this warp's previous TMA store has read the staging tile
     lw.emit(ptx.WarpSyncOp())
     value = lw.reg(lw.value(op.value))
@@ -286,7 +286,7 @@ def lower_tma_store(lw: KernelLowering, op: Any, reduce: str | None = None) -> N
     coords, where = _box_coordinates(lw, indices, rows, cols, panel_cols, panels)
     lane0 = lw.at_entry("lane==0", lambda: lw.op("setp.eq.u32", "pred", lw.thread_env["lane"], Imm(0), n=1))
     guard = _guard(lw, lane0)
-    guard = _skip_boxes_before_row0(lw, guard, _mul_imm(lw, indices[-2], rows), rows)
+    guard = _skip_boxes_before_row0(lw, guard, mul_imm(lw, indices[-2], rows), rows)
     for p in range(panels):
         lw.emit(ptx.TmaStoreOp(staging, 0, p * rows * swizzle, tmap, coords, [p, *where], guard=guard, reduce=reduce))
     lw.emit(ptx.BulkGroupOp("commit"))

@@ -1,7 +1,7 @@
 """The lowering's context (lower-to-ptx, passes/lower_to_ptx.py): `KernelLowering` emits a kernel's `ptx` ops —
 registers, immediates (`Imm`), index expressions, the kernel's parameters — and dispatches each tile-IR op to the
 handler registered for its type with `handles` (backend/lower_scalars.py, lower_control.py, lower_compute.py,
-lower_memory.py, lower_tma.py). What a value lowers to: registers (an SSA bundle of `ptx.regs`), an `Imm`, or a
+lower_memory.py, lower_copies.py, lower_tma.py). What a value lowers to: registers (an SSA bundle of `ptx.regs`), an `Imm`, or a
 reference to memory (`GlobalRef`: a tensor's pointer, sizes and byte strides; `SharedRef`, `RingRef`: shared
 buffers by address)."""
 

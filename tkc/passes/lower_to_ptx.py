@@ -5,7 +5,8 @@ fragment layout gives each lane (backend/fragments.py), a shared tile the addres
 its pointer, sizes and byte strides (kernel parameters `X_ptr, X_d0.., X_s0..`). `scf.for` / `scf.if` become
 labels and uniform branches, their carried values registers written at the back edge. The lowering's context and
 dispatch are backend/lowering.py; the handlers: scalars in backend/lower_scalars.py, control flow and barriers in
-lower_control.py, register-tile compute in lower_compute.py, memory in lower_memory.py, TMA in lower_tma.py.
+lower_control.py, register-tile compute in lower_compute.py, loads and stores in lower_memory.py, whole-tile
+copies and cp.async rings in lower_copies.py, TMA in lower_tma.py.
 
     %e = tile.exp2 %s : !tile.rt<16x64xf32, row>
 becomes
@@ -28,6 +29,7 @@ def lower_module(module: ModuleOp) -> None:
     """Replace every kernel's tile IR with its `ptx.kernel`."""
     from tkc.backend.lowering import KernelLowering  # here: backend/lowering.py imports tkc.passes, which loads this pass
     import tkc.backend.lower_compute  # noqa: F401  (registers handlers)
+    import tkc.backend.lower_copies  # noqa: F401
     import tkc.backend.lower_memory  # noqa: F401
     import tkc.backend.lower_tma  # noqa: F401
 
