@@ -4,7 +4,7 @@
 # steps: tests probe probe-attention bench bench-scaled-mm probe-fp8 probe-cluster bench-attention bench-attention-variants bench-attention-focus
 #        bench-attention-backward probe-attention-backward fused-backward
 #        compile-time bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
-#        layernorm-blocks layernorm-probe cache-hints dependent-launch launch-floor ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
+#        layernorm-blocks layernorm-probe cache-hints dependent-launch launch-floor line-info ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
 #        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check last-block few-rows norm-backward small-batch sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -293,6 +293,14 @@ for step in ${*:-tests probe bench sanitize}; do
             python3 bench/probe_ncu.py 64 1024 0 "$NCU_CFG" > "$OUT/ncu-variant.txt" 2>&1
         grep -E "Duration|Issue Slots Busy|Eligible Warps|pipe_(xu|tensor_cycles)|stalled_(wait|long|gmma|barrier|short|mio|dispatch)" \
             "$OUT/ncu-variant.txt" | head -20 ;;
+    line-info)  # the PTX's line info through the JIT: Nsight Compute's source view of layernorm_kernel at layernorm.py's lines
+        timeout 200 ncu --kernel-name layernorm_kernel --launch-count 1 --section SourceCounters --import-source yes \
+            -f -o "$OUT/line-info" python3 -c "import torch; from tkc.kernels import layernorm
+x = torch.randn(4096, 1024, device='cuda', dtype=torch.bfloat16); w = torch.randn(1024, device='cuda', dtype=torch.bfloat16)
+layernorm(x, x, w, w); torch.cuda.synchronize()" > "$OUT/line-info.log" 2>&1
+        ncu --import "$OUT/line-info.ncu-rep" --page source --csv --print-source cuda > "$OUT/line-info.csv" 2>&1
+        rm -f "$OUT/line-info.ncu-rep"; tail -2 "$OUT/line-info.log"; echo "$(wc -l < "$OUT/line-info.csv") lines"
+        grep -m8 -E "row_total|load\(|store\(" "$OUT/line-info.csv" | cut -c1-200 ;;
     ncu-source)  # attention() at D=64 N=1024 not causal: stall samples per SASS instruction (NCU_ARGS="128 1024" for others)
         timeout 200 ncu --clock-control none --kernel-name attention_sm90 --launch-skip 2 --launch-count 1 \
             --section SourceCounters --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \

@@ -36,7 +36,8 @@ def test_shared_memory_beyond_the_gpu_is_one_clear_error(monkeypatch, limit: int
 
     enum = types.SimpleNamespace
     cu = enum(CUjit_option=enum(CU_JIT_ERROR_LOG_BUFFER=0, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES=1,
-                                CU_JIT_INFO_LOG_BUFFER=2, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES=3),
+                                CU_JIT_INFO_LOG_BUFFER=2, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES=3,
+                                CU_JIT_GENERATE_LINE_INFO=13),
               CUresult=enum(CUDA_SUCCESS=0), CUfunction_attribute=enum(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
               CUdevice_attribute=enum(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN=97),
               cuModuleLoadDataEx=lambda *args: (0, "module"), cuModuleGetFunction=lambda module, name: (0, "function"),
@@ -62,7 +63,8 @@ def test_clusters_above_eight_blocks_opt_in(monkeypatch, cluster: int) -> None:
     attributes: list[tuple[int, int]] = []
     answers = iter([(0, 7), (0, 0), (1, 0)])  # 7 clusters; none; CUDA_ERROR_INVALID_VALUE
     cu = enum(CUjit_option=enum(CU_JIT_ERROR_LOG_BUFFER=0, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES=1,
-                                CU_JIT_INFO_LOG_BUFFER=2, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES=3),
+                                CU_JIT_INFO_LOG_BUFFER=2, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES=3,
+                                CU_JIT_GENERATE_LINE_INFO=13),
               CUresult=enum(CUDA_SUCCESS=0),
               CUfunction_attribute=enum(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
                                         CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=14),

@@ -87,18 +87,22 @@ def assemble(ptx_text: str, arch: str) -> dict[str, PtxasReport]:
     return reports
 
 
-def disassemble(ptx_text: str, arch: str) -> str:
-    """The SASS that ptxas makes of the PTX for `arch`, as nvdisasm prints it."""
+def disassemble(ptx_text: str, arch: str, line_info: bool = False) -> str:
+    """The SASS that ptxas makes of the PTX for `arch`, as nvdisasm prints it; with `line_info`, each run of
+    instructions under the source line it came from (`//## File "...", line N`, from the PTX's `.loc` lines)."""
     ptxas, nvdisasm = find_ptxas(), find_nvdisasm()
     if ptxas is None or nvdisasm is None:
         raise TkcError("ptxas and nvdisasm needed: pip install nvidia-cuda-nvcc==13.0.88 nvidia-cuda-nvdisasm")
     with tempfile.TemporaryDirectory() as tmp:
         src, cubin = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx_text)
-        proc = subprocess.run([ptxas, f"-arch={arch}", str(src), "-o", str(cubin)], capture_output=True, text=True)
+        lines = ["--generate-line-info"] if line_info else []
+        proc = subprocess.run([ptxas, f"-arch={arch}", *lines, str(src), "-o", str(cubin)], capture_output=True,
+                              text=True)
         if proc.returncode != 0:
             raise TkcError(f"ptxas -arch={arch} rejected the PTX:\n{(proc.stdout + proc.stderr).strip()}")
-        proc = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True)
+        proc = subprocess.run([nvdisasm, "-c", *(["-g"] if line_info else []), str(cubin)], capture_output=True,
+                              text=True)
         if proc.returncode != 0:
             raise TkcError(f"nvdisasm failed:\n{(proc.stdout + proc.stderr).strip()}")
     return proc.stdout

@@ -140,10 +140,13 @@ def load_ptx(ptx: str, name: str, threads: int, shared_bytes: int, dependent_lau
     cu = driver()
     log_size = 1 << 16
     error_log, info_log = bytearray(log_size), bytearray(log_size)
+    # line info: the PTX's `.loc` lines (the kernel's Python lines) kept in the machine code's line table, for
+    # Nsight Compute's source view and compute-sanitizer's reports; the instructions are the same without it
     opts = [cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER, cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-            cu.CUjit_option.CU_JIT_INFO_LOG_BUFFER, cu.CUjit_option.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES]
+            cu.CUjit_option.CU_JIT_INFO_LOG_BUFFER, cu.CUjit_option.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            cu.CUjit_option.CU_JIT_GENERATE_LINE_INFO]
     err, module = cu.cuModuleLoadDataEx(ptx.encode() + b"\0", len(opts), opts,
-                                        [error_log, log_size, info_log, log_size])
+                                        [error_log, log_size, info_log, log_size, 1])
     if err:
         log = error_log.split(b"\0", 1)[0].decode(errors="replace").strip()
         raise TkcRuntimeError(f"the driver's JIT rejected the PTX of `{name}` ({_name(cu, err)}):\n{log}"

@@ -141,6 +141,7 @@ def _compiled(kernel: Kernel, target: str, constants: dict[str, Any], aligns: di
     key = cache.make_key({
         "kernel": kernel.name,
         "source": cache.source_fingerprint(kernel.source.filename),
+        "file": kernel.source.filename,  # the PTX's line info names it
         # the parameters' types: a kernel made per dtype in a closure has one name and one source
         "params": [f"{p.name}: {p.resolved_spec(constants) or p.kind}" for p in kernel.runtime_params],
         "constants": {k: repr(v) for k, v in constants.items()},
