@@ -137,6 +137,23 @@ def test_compile_resources(capsys: pytest.CaptureFixture[str], two_kernels: str)
                                  r"warpgroup \d+, the others \d+: setmaxnreg\), 0 / 0 bytes", err), err
 
 
+def test_compile_emit_sass(capsys: pytest.CaptureFixture[str], two_kernels: str) -> None:
+    """--emit sass: ptxas's machine code as nvdisasm prints it, each run of instructions under the Python line it
+    came from (the file's name, the line's number and its text); with --resources too."""
+    from tkc.backend import ptxas
+
+    if ptxas.find_ptxas() is None or ptxas.find_nvdisasm() is None:
+        pytest.skip("ptxas / nvdisasm not installed")
+    rc, out, err = run(capsys, "compile", two_kernels, "--kernel", "double", "--target", "sm_80", "--emit", "sass",
+                       "--resources")
+    assert rc == 0 and "`double` on sm_80" in err
+    assert "double:" in out and re.search(r"/\*[0-9a-f]{4}\*/\s+STG\.E", out), out
+    store_line = TWO_KERNELS.splitlines().index(
+        "    store(Y, load(X, (0, 0), rt[f32, 16, N]) * 2.0, (0, 0))") + 1
+    assert f"// two_kernels.py:{store_line}: store(Y, load(X, (0, 0), rt[f32, 16, N]) * 2.0, (0, 0))" in out
+    assert "//## File" not in out
+
+
 def test_compile_every_kernel_or_one(capsys: pytest.CaptureFixture[str], two_kernels: str) -> None:
     rc, out, _ = run(capsys, "compile", *TILE, two_kernels)
     assert rc == 0 and "@double" in out and "@negate" in out

@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--kernel", metavar="NAME", help="compile only this kernel (default: every kernel in FILE)")
     c.add_argument("--target", choices=list(TARGETS), default=DEFAULT_TARGET.name, help="GPU to compile for (default %(default)s)")
     c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE", help="set a compile-time constant")
-    c.add_argument("--emit", choices=["tile", "ptx"], default="ptx", help="what to print (default %(default)s)")
+    c.add_argument("--emit", choices=["tile", "ptx", "sass"], default="ptx",
+                   help="what to print (default %(default)s; sass: ptxas's machine code as nvdisasm prints it, each run "
+                        "of instructions under the Python line it came from)")
     c.add_argument("-o", dest="output", metavar="OUT", default="-", help="output file (default: stdout)")
     c.add_argument("--pipeline", metavar="SPEC", default=None, help="passes to run after the frontend, e.g. 'canonicalize,cse'")
     c.add_argument("--resources", action="store_true",
@@ -149,13 +151,19 @@ def cmd_compile(args: argparse.Namespace) -> None:
     dumps = Dumps(args.dump_ir_after_all, Path(args.dump_dir) if args.dump_dir else None, args.print_debuginfo)
     timer = PassTimer(args.time_passes)
     try:
-        text = compile_kernels(kernels, args.target, constants, args.pipeline, args.emit, dumps, timer)
+        text = compile_kernels(kernels, args.target, constants, args.pipeline,
+                               "ptx" if args.emit == "sass" else args.emit, dumps, timer)
     finally:
         if args.time_passes:
             sys.stderr.write(timer.report())
+    ptx = text if args.emit != "tile" else None
+    if args.emit == "sass":
+        from tkc.backend.ptxas import annotate_sass, disassemble
+
+        text = annotate_sass(disassemble(text, args.target, line_info=True))
     _write(args.output, text)
     if args.resources:
-        ptx = text if args.emit == "ptx" else compile_kernels(kernels, args.target, constants, None, "ptx")
+        ptx = ptx or compile_kernels(kernels, args.target, constants, None, "ptx")
         sys.stderr.write(resources_report(ptx, args.target))
 
 

@@ -106,3 +106,15 @@ def disassemble(ptx_text: str, arch: str, line_info: bool = False) -> str:
         if proc.returncode != 0:
             raise TkcError(f"nvdisasm failed:\n{(proc.stdout + proc.stderr).strip()}")
     return proc.stdout
+
+
+def annotate_sass(sass: str) -> str:
+    """nvdisasm's line info (`//## File "PATH", line N`) as the source line itself: `// FILE:N: <its text>`."""
+    import linecache
+
+    def line(match: re.Match[str]) -> str:
+        path, number = match.group(1), int(match.group(2))
+        return f"// {os.path.basename(path)}:{number}: {linecache.getline(path, number).strip()}".rstrip()
+
+    return re.sub(r'//## File "([^"]*)", line (\d+)', line, sass)
+
