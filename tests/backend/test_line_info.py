@@ -85,3 +85,15 @@ def test_a_path_ptx_cannot_spell_gets_no_line_info() -> None:
     assert text.isascii()
     assert re.findall(r"^\.file .*$", text, re.M) == [f'.file 1 "{__file__}"']
     assert re.findall(r"^ +\.loc ", text, re.M) and not re.search(r"^ +\.loc \d+ 3 1$", text, re.M)
+
+
+@needs_tools
+def test_a_kernel_shows_its_ptx_and_machine_code() -> None:
+    """`kernel.ptx()` is `tkc compile`'s PTX; `kernel.sass()` its machine code, each run of instructions under the
+    Python line it came from (the line's text, as `tkc compile --emit sass`)."""
+    assert softmax_tile.ptx("sm_90a") == compile_kernels([softmax_tile], "sm_90a")
+    sass = softmax_tile.sass("sm_90a")
+    lines = _statement_lines()
+    assert f"// test_line_info.py:{lines['store']}: store(Y, div_row(p, row_sum(p)), (block_idx()[0], 0))" in sass
+    assert f"// test_line_info.py:{lines['p']}: p = exp2(sub_row(x, row_max(x)))" in sass
+    assert re.search(r"MUFU\.EX2", sass) and CODE.search(sass)

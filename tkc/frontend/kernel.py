@@ -402,6 +402,20 @@ class Kernel:
         """A module holding this kernel's tile IR (verified)."""
         return build_module([self], target, constants)
 
+    def ptx(self, target: str | Target = DEFAULT_TARGET, **constants: Any) -> str:
+        """This kernel's PTX (the default pipeline; `tkc compile --emit ptx`), with its line info (`.loc`)."""
+        from tkc.compiler import compile_kernels
+
+        return compile_kernels([self], get_target(target).name, constants)
+
+    def sass(self, target: str | Target = DEFAULT_TARGET, **constants: Any) -> str:
+        """The machine code ptxas makes of `ptx()` (nvdisasm), each run of instructions under the Python line it
+        came from (`tkc compile --emit sass`; ptxas and nvdisasm from the nvidia-cuda-nvcc wheel)."""
+        from tkc.backend.ptxas import annotate_sass, disassemble
+
+        name = get_target(target).name
+        return annotate_sass(disassemble(self.ptx(name, **constants), name, line_info=True))
+
     def interpret(self, *args: Any, grid: int | tuple[int, ...], target: str | Target | None = None, **constants: Any) -> None:
         """Run the kernel on the CPU with the tile IR interpreter. Tensors are numpy arrays (ml_dtypes.bfloat16
         for bf16) or CPU torch tensors; stores write into them."""
