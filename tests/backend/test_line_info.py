@@ -97,3 +97,29 @@ def test_a_kernel_shows_its_ptx_and_machine_code() -> None:
     assert f"// test_line_info.py:{lines['store']}: store(Y, div_row(p, row_sum(p)), (block_idx()[0], 0))" in sass
     assert f"// test_line_info.py:{lines['p']}: p = exp2(sub_row(x, row_max(x)))" in sass
     assert re.search(r"MUFU\.EX2", sass) and CODE.search(sass)
+
+
+@pytest.mark.parametrize("by", ["ptxas", "the driver's JIT"])
+def test_a_rejected_ptx_line_names_its_python_line(by: str) -> None:
+    """When ptxas (or the driver's JIT: its error log, stand-in here) rejects a line of the PTX, the error quotes
+    the Python line that line came from, through the `.loc` before it."""
+    from tkc.errors import TkcError
+
+    text = softmax_tile.ptx("sm_80")
+    broken = re.sub(r"\bex2\.approx", "ex3.approx", text, count=1)
+    lineno = next(i + 1 for i, line in enumerate(broken.splitlines()) if "ex3.approx" in line)
+    want = f"from {__file__}:{_statement_lines()['p']}: p = exp2(sub_row(x, row_max(x)))"
+    if by == "ptxas":
+        if find_ptxas() is None:
+            pytest.skip("ptxas not found")
+        with pytest.raises(TkcError) as caught:
+            from tkc.backend.ptxas import assemble
+
+            assemble(broken, "sm_80")
+        assert f"line {lineno};" in str(caught.value) and want in str(caught.value), str(caught.value)
+    else:
+        from tkc.runtime.driver import _quote_ptx_line
+
+        quoted = _quote_ptx_line(f"ptxas application ptx input, line {lineno}; error   : Unknown opcode", broken)
+        assert quoted.splitlines()[1:] == [f"  PTX line {lineno}: {broken.splitlines()[lineno - 1].strip()}",
+                                           f"  {want}"]

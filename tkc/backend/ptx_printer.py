@@ -304,3 +304,21 @@ def _line_of(op: Operation, files: dict[str, int]) -> tuple[int, int, int] | Non
     if not isinstance(loc, FileLineColLoc) or loc.filename.data not in files:
         return None
     return files[loc.filename.data], loc.line.data, loc.column.data
+
+
+def source_of_line(ptx_text: str, lineno: int) -> str | None:
+    """The Python line a line of PTX came from, `path:N: <its text>`, by the `.loc` before it (None if none)."""
+    import linecache
+    import re
+
+    lines = ptx_text.splitlines()
+    files = dict(re.findall(r'^\.file (\d+) "([^"]*)"$', ptx_text, re.M))
+    for text in reversed(lines[:max(lineno, 0)]):
+        loc = re.match(r"\s*\.loc (\d+) (\d+) \d+$", text)
+        if loc and loc.group(1) in files:
+            path, number = files[loc.group(1)], int(loc.group(2))
+            return f"{path}:{number}: {linecache.getline(path, number).strip()}".rstrip()
+        if text.startswith(".visible .entry"):
+            return None
+    return None
+

@@ -65,7 +65,7 @@ def assemble(ptx_text: str, arch: str) -> dict[str, PtxasReport]:
                               capture_output=True, text=True)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        raise TkcError(f"ptxas -arch={arch} rejected the PTX:\n{log.strip()}")
+        raise TkcError(f"ptxas -arch={arch} rejected the PTX:\n{log.strip()}{_sources(log, ptx_text)}")
     reports: dict[str, PtxasReport] = {}
     for block in re.split(r"(?=ptxas info\s*: Compiling entry function)", log):
         m = re.search(r"Compiling entry function '(\w+)'", block)
@@ -117,4 +117,12 @@ def annotate_sass(sass: str) -> str:
         return f"// {os.path.basename(path)}:{number}: {linecache.getline(path, number).strip()}".rstrip()
 
     return re.sub(r'//## File "([^"]*)", line (\d+)', line, sass)
+
+
+def _sources(log: str, ptx_text: str) -> str:
+    """The Python lines of the PTX lines ptxas complains about (`..., line N; error ...`), by their `.loc`."""
+    from tkc.backend.ptx_printer import source_of_line
+
+    found = dict.fromkeys(filter(None, (source_of_line(ptx_text, int(n)) for n in re.findall(r", line (\d+);", log))))
+    return "".join(f"\n  from {source}" for source in found)
 

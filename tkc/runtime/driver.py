@@ -97,7 +97,10 @@ def _quote_ptx_line(log: str, ptx: str) -> str:
     lineno = int(m.group(1))
     lines = ptx.splitlines()
     if 1 <= lineno <= len(lines):
-        return f"\n  PTX line {lineno}: {lines[lineno - 1].strip()}"
+        from tkc.backend.ptx_printer import source_of_line
+
+        source = source_of_line(ptx, lineno)
+        return f"\n  PTX line {lineno}: {lines[lineno - 1].strip()}" + (f"\n  from {source}" if source else "")
     return ""
 
 
