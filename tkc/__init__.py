@@ -18,7 +18,8 @@ from tkc.errors import TkcError
 from tkc.frontend import Kernel, build_module, helper, kernel
 from tkc.lang import *  # noqa: F403  (the kernel language is part of the public API)
 from tkc.lang import __all__ as _lang_all
+from tkc.runtime.autotune import autotune
 
 func = helper  # `@tkc.func` marks a helper that kernels call (inlined)
 
-__all__ = ["__version__", "TkcError", "Kernel", "build_module", "kernel", "func", "helper", *_lang_all]
+__all__ = ["__version__", "TkcError", "Kernel", "autotune", "build_module", "kernel", "func", "helper", *_lang_all]
