@@ -59,7 +59,7 @@ def test_the_fastest_config_runs_and_stays_chosen_per_key(monkeypatch: pytest.Mo
     k[lambda c: (1024 // c["ROWS"],)](x, y)
     assert stand.timed == [64, 128, 256]
     assert stand.launches[-1] == ((8, 1, 1), {"ROWS": 128, "STAGES": 3})
-    k[lambda c: (1024 // c["ROWS"],)](x, y)
+    k[lambda c: (1024 // c["ROWS"] // (c["COLS"] // 64),)](x, y)  # every constant, defaults too
     assert stand.timed == [64, 128, 256] and stand.launches[-1] == ((8, 1, 1), {"ROWS": 128, "STAGES": 3})
     k[lambda c: (512 // c["ROWS"],)](torch.zeros(512, 64), torch.zeros(512, 64))
     assert stand.timed == [64, 128, 256] * 2

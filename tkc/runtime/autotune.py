@@ -7,7 +7,7 @@
     k[lambda c: (cdiv(m, c["ROWS"]),)](x, y)      # the grid may depend on the config
 
 The first launch for a key (the shapes, dtypes and strides of the tensors named in `key`, the values of the numbers
-named there; by default every run-time argument, and the constants passed at the call) launches every config on the
+named there; by default every tensor argument and no number; and the constants passed at the call) launches every config on the
 call's own arguments and times it with CUDA events (after a launch that compiles it and warms up), then launches the
 fastest; later launches for that key go straight to it. A config that does not compile or load for this GPU (shared
 memory over the budget, a tile that does not fit) is left out, with its error kept; if none runs, the first config's
@@ -31,7 +31,8 @@ from tkc.errors import TkcError
 
 class Autotuned:
     """A kernel with configs to choose from: `tuned[grid](*args, **constants)` as `kernel[grid]`; `grid` may be a
-    function of the config (the constants of the launch: the call's with the config's over them)."""
+    function of the config (every constant of the launch: the defaults, the call's over them, the config's over
+    those)."""
 
     def __init__(self, kernel: Any, configs: Sequence[Mapping[str, Any]], key: Sequence[str] | None = None,
                  restore: Sequence[str] = (), rounds: int = 5, launches: int = 10):
@@ -57,7 +58,7 @@ class Autotuned:
                     raise TkcError(f"@tkc.autotune on `{kernel.name}`: {what} names `{name}`, which is not one of its "
                                    f"run-time parameters ({', '.join(params)})", where)
         self.configs = [dict(c) for c in configs]
-        self.key = list(key) if key is not None else params
+        self.key = list(key) if key is not None else [p.name for p in kernel.runtime_params if p.kind == "tensor"]
         self.restore = list(restore)
         self.rounds, self.launches = rounds, launches
         self.params = params
@@ -65,6 +66,8 @@ class Autotuned:
         self.best: dict[tuple, dict[str, Any]] = {}
 
     def __getattr__(self, name: str) -> Any:  # build, ptx, sass, interpret, specialize: the kernel's own
+        if name == "kernel":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
         return getattr(self.kernel, name)
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
@@ -92,7 +95,10 @@ class Autotuned:
         if best is None:
             best = self._tune(problem, grid, args, constants, target, pipeline)
         merged = {**constants, **best}
-        self.kernel[grid(merged) if callable(grid) else grid](*args, target=target, pipeline=pipeline, **merged)
+        self.kernel[self._grid(grid, merged)](*args, target=target, pipeline=pipeline, **merged)
+
+    def _grid(self, grid: Any, constants: dict[str, Any]) -> Any:
+        return grid(self.kernel.resolve_constants(constants)) if callable(grid) else grid
 
     def _tune(self, problem: tuple, grid: Any, args: Sequence[Any], constants: dict[str, Any], target: str | None,
               pipeline: str | None) -> dict[str, Any]:
@@ -113,8 +119,7 @@ class Autotuned:
             merged = {**constants, **config}
 
             def run(merged: dict[str, Any] = merged) -> None:
-                self.kernel[grid(merged) if callable(grid) else grid](*args, target=target, pipeline=pipeline,
-                                                                      **merged)
+                self.kernel[self._grid(grid, merged)](*args, target=target, pipeline=pipeline, **merged)
             put_back()
             try:
                 ms = _time_ms(run, self.rounds, self.launches)
