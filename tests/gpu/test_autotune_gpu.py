@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tkc  # noqa: E402
-from tkc.lang import block_idx, cdiv, const, f32, gl, load, rt, st, store  # noqa: E402
+from tkc.lang import block_idx, const, f32, gl, load, rt, st, store  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -31,7 +31,7 @@ def test_autotune_times_the_configs_and_keeps_the_answer(target: str | None) -> 
     x = torch.rand(m, 64, device="cuda")
     acc = torch.rand(m, 64, device="cuda")
     want = acc + x
-    add_rows[lambda c: (cdiv(m, c["ROWS"]),)](x, acc, target=target)
+    add_rows[lambda c: (-(-m // c["ROWS"]),)](x, acc, target=target)
     torch.cuda.synchronize()
     assert torch.equal(acc, want)  # tuning ran it many times; the accumulator was put back before the real launch
     (problem, results), = [(p, r) for p, r in add_rows.results.items() if p[2] == target]
@@ -39,7 +39,7 @@ def test_autotune_times_the_configs_and_keeps_the_answer(target: str | None) -> 
     assert isinstance(times[16], float) and isinstance(times[64], float) and times[16] > 0 and times[64] > 0
     assert "shared memory over the" in times[1024]
     assert add_rows.best[problem]["ROWS"] in (16, 64)
-    add_rows[lambda c: (cdiv(m, c["ROWS"]),)](x, acc, target=target)
+    add_rows[lambda c: (-(-m // c["ROWS"]),)](x, acc, target=target)
     torch.cuda.synchronize()
     assert torch.equal(acc, want + x) and add_rows.results[problem] is results  # not tuned again
     assert "*" in add_rows.report()

@@ -4,7 +4,7 @@
     @tkc.kernel(warps=4)
     def k(X: gl[bf16, 2], Y: gl[bf16, 2], ROWS: const = 64, STAGES: const = 2): ...
 
-    k[lambda c: (cdiv(m, c["ROWS"]),)](x, y)      # the grid may depend on the config
+    k[lambda c: (-(-m // c["ROWS"]),)](x, y)      # the grid may depend on the config
 
 The first launch for a key (the shapes, dtypes and strides of the tensors named in `key`, the values of the numbers
 named there; by default every tensor argument and no number; and the constants passed at the call) launches every config on the
