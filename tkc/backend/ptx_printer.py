@@ -9,6 +9,8 @@ instructions themselves are the same), so Nsight Compute's source view, compute-
 
 from __future__ import annotations
 
+import linecache
+import re
 from io import StringIO
 
 from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
@@ -308,9 +310,6 @@ def _line_of(op: Operation, files: dict[str, int]) -> tuple[int, int, int] | Non
 
 def source_of_line(ptx_text: str, lineno: int) -> str | None:
     """The Python line a line of PTX came from, `path:N: <its text>`, by the `.loc` before it (None if none)."""
-    import linecache
-    import re
-
     lines = ptx_text.splitlines()
     files = dict(re.findall(r'^\.file (\d+) "([^"]*)"$', ptx_text, re.M))
     for text in reversed(lines[:max(lineno, 0)]):

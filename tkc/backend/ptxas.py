@@ -3,6 +3,7 @@ result with nvdisasm (the `nvidia-cuda-nvdisasm` wheel) to read the machine code
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tkc.backend.ptx_printer import source_of_line
 from tkc.errors import TkcError
 
 
@@ -100,7 +102,8 @@ def disassemble(ptx_text: str, arch: str, line_info: bool = False) -> str:
         proc = subprocess.run([ptxas, f"-arch={arch}", *lines, str(src), "-o", str(cubin)], capture_output=True,
                               text=True)
         if proc.returncode != 0:
-            raise TkcError(f"ptxas -arch={arch} rejected the PTX:\n{(proc.stdout + proc.stderr).strip()}")
+            log = proc.stdout + proc.stderr
+            raise TkcError(f"ptxas -arch={arch} rejected the PTX:\n{log.strip()}{_sources(log, ptx_text)}")
         proc = subprocess.run([nvdisasm, "-c", *(["-g"] if line_info else []), str(cubin)], capture_output=True,
                               text=True)
         if proc.returncode != 0:
@@ -110,8 +113,6 @@ def disassemble(ptx_text: str, arch: str, line_info: bool = False) -> str:
 
 def annotate_sass(sass: str) -> str:
     """nvdisasm's line info (`//## File "PATH", line N`) as the source line itself: `// FILE:N: <its text>`."""
-    import linecache
-
     def line(match: re.Match[str]) -> str:
         path, number = match.group(1), int(match.group(2))
         return f"// {os.path.basename(path)}:{number}: {linecache.getline(path, number).strip()}".rstrip()
@@ -121,8 +122,6 @@ def annotate_sass(sass: str) -> str:
 
 def _sources(log: str, ptx_text: str) -> str:
     """The Python lines of the PTX lines ptxas complains about (`..., line N; error ...`), by their `.loc`."""
-    from tkc.backend.ptx_printer import source_of_line
-
     found = dict.fromkeys(filter(None, (source_of_line(ptx_text, int(n)) for n in re.findall(r", line (\d+);", log))))
     return "".join(f"\n  from {source}" for source in found)
 

@@ -52,13 +52,15 @@ class Autotuned:
                                f"{', '.join(map(repr, unknown)) or 'nothing it can'}; the kernel's constants are "
                                f"{', '.join(constants) or 'none'}", where)
         params = [p.name for p in kernel.runtime_params]
-        for what, names in (("key", key or ()), ("restore", restore)):
+        tensors = [p.name for p in kernel.runtime_params if p.kind == "tensor"]
+        for what, names, allowed in (("key", key or (), params), ("restore", restore, tensors)):
             for name in names:
-                if name not in params:
+                if name not in allowed:
                     raise TkcError(f"@tkc.autotune on `{kernel.name}`: {what} names `{name}`, which is not one of its "
-                                   f"run-time parameters ({', '.join(params)})", where)
+                                   f"run-time {'parameters' if what == 'key' else 'tensors'} ({', '.join(allowed)})",
+                                   where)
         self.configs = [dict(c) for c in configs]
-        self.key = list(key) if key is not None else [p.name for p in kernel.runtime_params if p.kind == "tensor"]
+        self.key = list(key) if key is not None else tensors
         self.restore = list(restore)
         self.rounds, self.launches = rounds, launches
         self.params = params
@@ -120,6 +122,7 @@ class Autotuned:
 
             def run(merged: dict[str, Any] = merged) -> None:
                 self.kernel[self._grid(grid, merged)](*args, target=target, pipeline=pipeline, **merged)
+
             put_back()
             try:
                 ms = _time_ms(run, self.rounds, self.launches)
