@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: set up, compile the attention kernel and show its tile IR and the start of its PTX, run it through
-# the CPU interpreter against a float64 reference, and, on a machine with a CUDA GPU, run it there too.
+# The main job: set up, compile the attention kernel and show its tile IR, the start of its PTX and a piece of its
+# machine code under its Python lines, run it through the CPU interpreter against a float64 reference, and, on a
+# machine with a CUDA GPU, run it there too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,6 +12,13 @@ echo "== tkc compile tkc/kernels/attention.py --emit ptx -D D=64 -D CAUSAL=1 --t
 tkc compile tkc/kernels/attention.py --emit ptx -D D=64 -D CAUSAL=1 --target sm_80 -o /tmp/tkc-demo-attention.ptx
 head -60 /tmp/tkc-demo-attention.ptx
 echo "... ($(wc -l < /tmp/tkc-demo-attention.ptx) lines in /tmp/tkc-demo-attention.ptx)"
+echo "== tkc compile ... --emit sass --target sm_80: ptxas's machine code under its Python lines (at the first exp2)"
+if tkc compile tkc/kernels/attention.py --emit sass -D D=64 -D CAUSAL=1 --target sm_80 \
+        -o /tmp/tkc-demo-attention.sass 2>/dev/null; then
+    grep -m1 -B12 -A4 "MUFU.EX2" /tmp/tkc-demo-attention.sass
+else
+    echo "(ptxas / nvdisasm not installed: pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm)"
+fi
 echo "== interpreting attention_fwd on the CPU (B=1, H=2, N=128, D=64, causal)"
 python - <<'PY'
 import numpy as np, ml_dtypes
