@@ -600,11 +600,10 @@ VECTOR_REDUCE_OPS: dict[str, type[VectorReduceOp]] = {fn: _vec_reduce(fn) for fn
 # Conversions, layout and masking
 
 
-@irdl_op_definition
-class ConvertOp(IRDLOperation):
-    """`%r = tile.convert %t : !tile.rt<16x64xf32> -> !tile.rt<16x64xbf16>`: change the element type (round to nearest even)."""
+class _RetypeOp(IRDLOperation):
+    """Base of the ops that give a register tile or vector another type: one operand, one result of the type asked
+    for, `%r = tile.NAME %t : TYPE -> TYPE`."""
 
-    name = "tile.convert"
     input = operand_def(REGISTER)
     result = result_def(REGISTER)
     traits = traits_def(Pure())
@@ -612,6 +611,13 @@ class ConvertOp(IRDLOperation):
 
     def __init__(self, input: SSAValue | Operation, result_type: Attribute):
         super().__init__(operands=[input], result_types=[result_type])
+
+
+@irdl_op_definition
+class ConvertOp(_RetypeOp):
+    """`%r = tile.convert %t : !tile.rt<16x64xf32> -> !tile.rt<16x64xbf16>`: change the element type (round to nearest even)."""
+
+    name = "tile.convert"
 
     def verify_(self) -> None:
         src, dst = self.input.type, self.result.type
@@ -625,18 +631,11 @@ class ConvertOp(IRDLOperation):
 
 
 @irdl_op_definition
-class RelayoutOp(IRDLOperation):
+class RelayoutOp(_RetypeOp):
     """`%r = tile.relayout %t : !tile.rt<16x16xbf16, row> -> !tile.rt<16x16xbf16, col>`: move elements between lanes
     so that the same tile is held in another fragment layout (TK's `swap_layout`). Inserted by layout assignment."""
 
     name = "tile.relayout"
-    input = operand_def(REGISTER)
-    result = result_def(REGISTER)
-    traits = traits_def(Pure())
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
-
-    def __init__(self, input: SSAValue | Operation, result_type: Attribute):
-        super().__init__(operands=[input], result_types=[result_type])
 
     def verify_(self) -> None:
         src, dst = self.input.type, self.result.type
@@ -647,17 +646,12 @@ class RelayoutOp(IRDLOperation):
 
 
 @irdl_op_definition
-class TransposeOp(IRDLOperation):
+class TransposeOp(_RetypeOp):
     """`%r = tile.transpose %t : !tile.rt<16x32xbf16> -> !tile.rt<32x16xbf16>`."""
 
     name = "tile.transpose"
     input = operand_def(RegTileType)
     result = result_def(RegTileType)
-    traits = traits_def(Pure())
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
-
-    def __init__(self, input: SSAValue | Operation, result_type: Attribute):
-        super().__init__(operands=[input], result_types=[result_type])
 
     def verify_(self) -> None:
         src, dst = self.input.type, self.result.type
