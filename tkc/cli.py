@@ -158,9 +158,9 @@ def cmd_compile(args: argparse.Namespace) -> None:
             sys.stderr.write(timer.report())
     ptx = text if args.emit != "tile" else None
     if args.emit == "sass":
-        from tkc.backend.ptxas import annotate_sass, disassemble
+        from tkc.backend.ptxas import sass_listing
 
-        text = annotate_sass(disassemble(text, args.target, line_info=True))
+        text = sass_listing(text, args.target)
     _write(args.output, text)
     if args.resources:
         ptx = ptx or compile_kernels(kernels, args.target, constants, None, "ptx")

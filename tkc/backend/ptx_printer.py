@@ -10,6 +10,7 @@ instructions themselves are the same), so Nsight Compute's source view, compute-
 from __future__ import annotations
 
 import linecache
+import os
 import re
 from io import StringIO
 
@@ -308,6 +309,12 @@ def _line_of(op: Operation, files: dict[str, int]) -> tuple[int, int, int] | Non
     return files[loc.filename.data], loc.line.data, loc.column.data
 
 
+def python_line(path: str, number: int, short: bool = False) -> str:
+    """`path:N: <the line's text>` (`short`: the file's name only), as errors and the SASS listing quote it."""
+    name = os.path.basename(path) if short else path
+    return f"{name}:{number}: {linecache.getline(path, number).strip()}".rstrip()
+
+
 def source_of_line(ptx_text: str, lineno: int) -> str | None:
     """The Python line a line of PTX came from, `path:N: <its text>`, by the `.loc` before it (None if none)."""
     lines = ptx_text.splitlines()
@@ -315,8 +322,7 @@ def source_of_line(ptx_text: str, lineno: int) -> str | None:
     for text in reversed(lines[:max(lineno, 0)]):
         loc = re.match(r"\s*\.loc (\d+) (\d+) \d+$", text)
         if loc and loc.group(1) in files:
-            path, number = files[loc.group(1)], int(loc.group(2))
-            return f"{path}:{number}: {linecache.getline(path, number).strip()}".rstrip()
+            return python_line(files[loc.group(1)], int(loc.group(2)))
         if text.startswith(".visible .entry"):
             return None
     return None

@@ -3,7 +3,6 @@ result with nvdisasm (the `nvidia-cuda-nvdisasm` wheel) to read the machine code
 
 from __future__ import annotations
 
-import linecache
 import os
 import re
 import shutil
@@ -12,7 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tkc.backend.ptx_printer import source_of_line
+from tkc.backend.ptx_printer import python_line, source_of_line
 from tkc.errors import TkcError
 
 
@@ -113,15 +112,18 @@ def disassemble(ptx_text: str, arch: str, line_info: bool = False) -> str:
 
 def annotate_sass(sass: str) -> str:
     """nvdisasm's line info (`//## File "PATH", line N`) as the source line itself: `// FILE:N: <its text>`."""
-    def line(match: re.Match[str]) -> str:
-        path, number = match.group(1), int(match.group(2))
-        return f"// {os.path.basename(path)}:{number}: {linecache.getline(path, number).strip()}".rstrip()
-
-    return re.sub(r'//## File "([^"]*)", line (\d+)', line, sass)
+    return re.sub(r'//## File "([^"]*)", line (\d+)',
+                  lambda m: "// " + python_line(m.group(1), int(m.group(2)), short=True), sass)
 
 
 def _sources(log: str, ptx_text: str) -> str:
     """The Python lines of the PTX lines ptxas complains about (`..., line N; error ...`), by their `.loc`."""
     found = dict.fromkeys(filter(None, (source_of_line(ptx_text, int(n)) for n in re.findall(r", line (\d+);", log))))
     return "".join(f"\n  from {source}" for source in found)
+
+
+def sass_listing(ptx_text: str, arch: str) -> str:
+    """The machine code of the PTX with each run of instructions under its Python line (`tkc compile --emit sass`,
+    `kernel.sass()`)."""
+    return annotate_sass(disassemble(ptx_text, arch, line_info=True))
 

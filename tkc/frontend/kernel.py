@@ -411,10 +411,10 @@ class Kernel:
     def sass(self, target: str | Target = DEFAULT_TARGET, **constants: Any) -> str:
         """The machine code ptxas makes of `ptx()` (nvdisasm), each run of instructions under the Python line it
         came from (`tkc compile --emit sass`; ptxas and nvdisasm from the nvidia-cuda-nvcc wheel)."""
-        from tkc.backend.ptxas import annotate_sass, disassemble
+        from tkc.backend.ptxas import sass_listing
 
         name = get_target(target).name
-        return annotate_sass(disassemble(self.ptx(name, **constants), name, line_info=True))
+        return sass_listing(self.ptx(name, **constants), name)
 
     def interpret(self, *args: Any, grid: int | tuple[int, ...], target: str | Target | None = None, **constants: Any) -> None:
         """Run the kernel on the CPU with the tile IR interpreter. Tensors are numpy arrays (ml_dtypes.bfloat16
