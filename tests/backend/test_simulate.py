@@ -15,7 +15,7 @@ from tkc.compiler import compile_kernels, lower_kernel, tensor_alignment
 from tkc.kernels import attention_fwd, attention_fwd_lse, gemm_kernel, layernorm_kernel
 from tkc.kernels.attention import longest_first
 from tkc.lang import (atomic_add, bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt,
-                      num_blocks, rows, rt, rv, st, store, sv, warp_id, zeros)
+                      num_blocks, row_max, rows, rt, rv, st, store, sub_row, sv, warp_id, zeros)
 
 ORDERS = ["ascending", "descending", "shuffled"]
 
@@ -328,8 +328,30 @@ def test_rows_index_mutation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @tkc.kernel(warps=2, min_target="sm_80")
 def bf16_tile_out(X: gl[f32, 2], Y: gl[bf16, 2]):
-    """Each warp converts its 32×96 rows to bf16 and stores them from registers (the quad-transposed wide store)."""
-    store(Y, load(X, (warp_id(), 0), rt[f32, 32, 96]).to(bf16), (warp_id(), 0))
+    """Each warp converts its 32×96 rows, less each row's largest, to bf16 and stores them from registers (the
+    quad-transposed wide store of a row-layout tile: the row max keeps it in that layout)."""
+    x = load(X, (warp_id(), 0), rt[f32, 32, 96])
+    store(Y, sub_row(x, row_max(x)).to(bf16), (warp_id(), 0))
+
+
+@tkc.kernel(warps=2, min_target="sm_80")
+def bf16_tile_scaled(X: gl[bf16, 2], Y: gl[bf16, 2]):
+    """Each warp scales its 32×96 rows: a tile that meets only global memory and elementwise ops (linear layout)."""
+    store(Y, load(X, (warp_id(), 0), rt[f32, 32, 96]) * 3.0, (warp_id(), 0))
+
+
+def test_linear_tiles_move_16_bytes_a_lane_without_exchanges() -> None:
+    """The linear layout: 16-byte loads and stores, no shuffles; the simulated PTX writes what the interpreter does,
+    rows past the end not at all."""
+    from tkc.compiler import compile_for_launch
+
+    x = random_bf16(np.random.default_rng(5), 50, 96)
+    interp, sim = run_both(bf16_tile_scaled, [x, poisoned(50, 96)], (1,), order="shuffled")
+    np.testing.assert_array_equal(sim[1], interp[1])
+    assert np.isfinite(sim[1][:50]).all()
+    ptx_text = compile_for_launch(bf16_tile_scaled, "sm_80", {}, {"X": 16, "Y": 16}).ptx
+    assert ptx_text.count("ld.global.v4.b32") == 12 and ptx_text.count("st.global.v4.b32") == 12
+    assert "shfl" not in ptx_text
 
 
 @pytest.mark.parametrize("m", [64, 50, 33])

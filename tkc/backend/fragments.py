@@ -9,7 +9,15 @@ si·(C/16) + sj, and its registers follow one another.
     col layout:          the row layout of the transposed tile: (r, c) ↔ (c, r)
 
 So the row layout is both the A operand and the accumulator of mma, and the col layout is the B operand of
-`mma_AB` (a B given N×K, as in `mma_ABt`, is in row layout). Register vectors:
+`mma_AB` (a B given N×K, as in `mma_ABt`, is in row layout). The linear layout (tiles that meet only elementwise
+ops and global memory) gives each lane 8 consecutive columns of a row, one 16-byte access of a 16-bit tile:
+
+    linear, 16-bit:      reg 4t + j holds (r, c) and (r, c+1), r = 16·si + g + 8h, c = 8·(4b + q) + 2j,
+                         t = (si·(C/32) + b)·2 + h (row tile si, 32-column group b, row half h)
+    linear, f32:         reg 8t + e holds (r, c + e) for the same r and c = 8·(4b + q)
+
+(a row-layout tile's registers become the linear layout's by a transpose of each quad's 4×4 words:
+lower_memory.quad_transpose). Register vectors:
 
     align:  2 regs per 16 elements; reg 2b+h holds element 16b + g + 8h (the rows of a row-layout tile)
     ortho:  4 regs per 16 elements; reg 4b+e holds element 16b + 2q + e%2 + 8·(e/2) (its columns)
@@ -80,6 +88,8 @@ class TileFragment:
 
 @cache
 def _tile_elements(rows: int, cols: int, layout: Layout, packed: bool) -> np.ndarray:
+    if layout == Layout.LINEAR:
+        return _linear_elements(rows, cols, packed)
     # Build in the row layout of the (possibly transposed) tile, then swap coordinates for col.
     r_, c_ = (rows, cols) if layout == Layout.ROW else (cols, rows)
     per = 4 if packed else 8
@@ -100,6 +110,19 @@ def _tile_elements(rows: int, cols: int, layout: Layout, packed: bool) -> np.nda
                     out[:, base + k, 0] = np.stack([r, c], axis=-1)
     if layout == Layout.COL:
         out = out[..., ::-1].copy()
+    out.setflags(write=False)
+    return out
+
+
+def _linear_elements(rows: int, cols: int, packed: bool) -> np.ndarray:
+    halves = 2 if packed else 1
+    out = np.zeros((LANES, rows * cols // LANES // halves, halves, 2), dtype=np.int64)
+    per = 8 // halves  # registers of one lane's 8 columns
+    for t, (si, b, h) in enumerate((si, b, h) for si in range(rows // 16) for b in range(cols // 32) for h in range(2)):
+        r, c = 16 * si + G + 8 * h, 8 * (4 * b + Q)
+        for k in range(per):
+            for half in range(halves):
+                out[:, per * t + k, half] = np.stack([r, c + halves * k + half], axis=-1)
     out.setflags(write=False)
     return out
 

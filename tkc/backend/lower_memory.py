@@ -505,13 +505,8 @@ def quad_transposable(type_: Attribute) -> bool:
 
 
 def quad_transposed_coords(type_: RegTileType) -> np.ndarray:
-    """[lane, slot, (row, col)] of quad_transpose's result: register 4t + j of lane (g, q), t = (sub-tile row si,
-    32-column group c, row half h) in order, holds row 16·si + g + 8·h, columns 8·(4c + q) + 2j and + 1."""
-    groups, halves = type_.cols.data // 32, np.arange(2)
-    out = [np.stack([np.broadcast_to(16 * si + G + 8 * h, (LANES,)), 8 * (4 * c + Q) + 2 * j + half], axis=-1)
-           for si in range(type_.rows.data // 16) for c in range(groups) for h in halves for j in range(4)
-           for half in halves]
-    return np.stack(out, axis=1)
+    """[lane, slot, (row, col)] of quad_transpose's result: the linear layout's (fragments.py)."""
+    return slot_coords(type_.with_layout(Layout.LINEAR))
 
 
 def quad_transpose(lw: KernelLowering, value: SSAValue, type_: RegTileType, each: Any) -> None:

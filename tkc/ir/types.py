@@ -3,12 +3,13 @@
     !tile.gl<?x?x?x?xbf16>          a global tensor (sizes known at run time)
     !tile.st<64x128xbf16>           a shared tile, block-scoped; `, swizzle 128` once assigned
     !tile.sv<64xf32>                a shared vector, block-scoped
-    !tile.rt<16x64xf32>             a register tile, warp-scoped; `, row` / `, col` once a layout is assigned
+    !tile.rt<16x64xf32>             a register tile, warp-scoped; `, row` / `, col` / `, linear` once assigned
     !tile.rv<16xf32>                a register vector, warp-scoped; `, align` / `, ortho` / `, naive` once assigned
 
 Register tiles use the fragments of `mma.m16n8k16`: in the `row` layout each lane holds element pairs that are
 adjacent along a row (the A operand and the accumulator), in the `col` layout pairs adjacent along a column (the B
-operand of `mma_AB`). Register vectors are the rows or columns of such a tile: `align` holds them replicated the
+operand of `mma_AB`); in the `linear` layout each lane holds 8 consecutive columns of a row (16 bytes of a 16-bit
+tile: one global access), for tiles that meet only elementwise ops and global memory. Register vectors are the rows or columns of such a tile: `align` holds them replicated the
 way the tile's rows are spread over a warp, `ortho` the way its columns are, `naive` one element per lane.
 Layouts and swizzles are left unassigned by the frontend and filled in by passes.
 """
@@ -58,12 +59,13 @@ class Layout(StrEnum):
 
     ROW = "row"
     COL = "col"
+    LINEAR = "linear"
     ALIGN = "align"
     ORTHO = "ortho"
     NAIVE = "naive"
 
 
-TILE_LAYOUTS = (Layout.ROW, Layout.COL)
+TILE_LAYOUTS = (Layout.ROW, Layout.COL, Layout.LINEAR)
 VECTOR_LAYOUTS = (Layout.ALIGN, Layout.ORTHO, Layout.NAIVE)
 
 
@@ -188,7 +190,9 @@ class RegTileType(_RegisterType, ParametrizedAttribute, TypeAttribute):
         _verify_element("rt", self.element_type)
         _verify_dims("rt", self.shape)
         if self.layout is not None and self.layout not in TILE_LAYOUTS:
-            raise VerifyException(f"rt layout must be row or col, got {self.layout.value}")
+            raise VerifyException(f"rt layout must be row, col or linear, got {self.layout.value}")
+        if self.layout == Layout.LINEAR and self.cols.data % 32:
+            raise VerifyException(f"a linear-layout rt has a multiple of 32 columns, got {self.cols.data}")
 
     def print_parameters(self, printer: Printer) -> None:
         with printer.in_angle_brackets():

@@ -8,7 +8,9 @@ the layout (it is free: the same registers). Loads pick whatever their users nee
 parity 0 = row/align, 1 = col/ortho); a group takes the layout most of its mma uses need, and each use that needs
 the other gets the tile loaded again from shared memory in its layout (where it came from there and nothing in
 between may write shared memory: CSE merges a kernel's two loads of one shared tile) or else a `tile.relayout`.
-Vectors linked to no tile are `naive`.
+Vectors linked to no tile are `naive`. A group of tiles that meets no mma, reduction, broadcast, transpose or shared
+memory (loaded from and stored to global memory, elementwise ops between) takes the `linear` layout: 8 consecutive
+columns of a row a lane, 16-byte global accesses.
 
     %b = tile.load %v_s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<64x64xbf16>
     %o = tile.mma_AB %p, %b, %acc : !tile.rt<16x64xbf16>, !tile.rt<64x64xbf16>, !tile.rt<16x64xf32>
@@ -25,13 +27,13 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import scf
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from tkc.errors import SourceLoc, TkcError
 from tkc.ir import ops as t
-from tkc.ir.types import Layout, RegTileType, RegVecType, SharedTileType
+from tkc.ir.types import GlobalType, Layout, RegTileType, RegVecType, SharedTileType
 from tkc.passes import register
 from tkc.passes.sum_rows_after_loop import holds_partial_sums
 from tkc.passes.util import shared_unchanged_between, sync_function_types
@@ -150,12 +152,13 @@ def assign_layouts(module: ModuleOp) -> None:
         votes[root][need ^ par] += 2 if use.index == 2 else 1
     has_tile: set[SSAValue] = {uf.find(v)[0] for v in values if isinstance(v.type, RegTileType)}
     chosen: dict[SSAValue, int] = {root: (c.most_common(1)[0][0] if c else 0) for root, c in votes.items()}
+    linear = _linear_groups(uf, values, set(votes) | {uf.find(anchor)[0] for _, anchor, _ in conflicts})
 
     def layout_of(v: SSAValue) -> Layout:
         root, par = uf.find(v)
         parity = chosen.get(root, 0) ^ par
         if isinstance(v.type, RegTileType):
-            return TILE_LAYOUT[parity]
+            return Layout.LINEAR if root in linear else TILE_LAYOUT[parity]
         return VECTOR_LAYOUT[parity] if root in has_tile else Layout.NAIVE
 
     # Uses that see the wrong layout get a relayout of the operand in front of them.
@@ -190,6 +193,28 @@ def assign_layouts(module: ModuleOp) -> None:
         Rewriter.insert_op(fixed, InsertPoint.before(use.op))
         use.op.operands[use.index] = fixed.results[0]
     sync_function_types(module)
+
+
+def _linear_groups(uf: ParityUnionFind, values: list[SSAValue], constrained: set[SSAValue]) -> set[SSAValue]:
+    """The groups that take the linear layout: register tiles (each a multiple of 32 columns wide) that only global
+    loads make, only global stores read, and that otherwise meet only elementwise ops and loops: no mma, no
+    reduction or broadcast, no transpose, no shared memory (which want the mma fragments)."""
+    out: dict[SSAValue, bool] = {}
+    for v in values:
+        root = uf.find(v)[0]
+        fits = (root not in constrained and isinstance(v.type, RegTileType) and v.type.cols.data % 32 == 0
+                and _linear_ok(v.owner, v) and all(_linear_ok(use.operation, v) for use in v.uses))
+        out[root] = out.get(root, True) and fits
+    return {root for root, fits in out.items() if fits}
+
+
+def _linear_ok(op: Operation | Block, value: SSAValue) -> bool:
+    """Can `op`, which makes or reads `value`, take it in the linear layout?"""
+    if isinstance(op, Block | t.UnaryOp | t.BinaryOp | t.ConvertOp | t.FillOp | scf.ForOp | scf.IfOp | scf.YieldOp):
+        return True
+    if isinstance(op, t.LoadOp):
+        return isinstance(op.source.type, GlobalType)
+    return isinstance(op, t.StoreOp) and op.value is value
 
 
 def _reloadable(value: SSAValue, user: Operation) -> bool:

@@ -81,3 +81,26 @@ func.func @not_reloaded_across_a_write(%q: !tile.rt<16x64xbf16>, %k_s: !tile.st<
   %o = tile.mma_AB %pb, %k, %z : !tile.rt<16x64xbf16>, !tile.rt<64x64xbf16>, !tile.rt<16x64xf32>
   func.return
 }
+
+// Tiles that meet only global loads and stores and elementwise ops take the linear layout (8 consecutive columns
+// of a row a lane: 16-byte accesses); a row sum, or fewer than 32 columns, keep the group in the row layout.
+// CHECK-LABEL: func.func @elementwise(
+// CHECK:         %x = tile.load %g[%c0, %c0] : !tile.gl<?x?xbf16> -> !tile.rt<16x64xbf16, linear>
+// CHECK:         %xf = tile.convert %x : !tile.rt<16x64xbf16, linear> -> !tile.rt<16x64xf32, linear>
+// CHECK:         %y = tile.mul %xf, %xf : !tile.rt<16x64xf32, linear>
+// CHECK:         tile.store %y, %g[%c0, %c0] : !tile.rt<16x64xf32, linear> -> !tile.gl<?x?xbf16>
+// CHECK:         %s = tile.load %g[%c0, %c0] : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32, row>
+// CHECK:         tile.row_sum %s
+// CHECK:         %n = tile.load %g[%c0, %c0] : !tile.gl<?x?xbf16> -> !tile.rt<16x16xf32, row>
+func.func @elementwise(%g: !tile.gl<?x?xbf16>, %c0: i32) {
+  %x = tile.load %g[%c0, %c0] : !tile.gl<?x?xbf16> -> !tile.rt<16x64xbf16>
+  %xf = tile.convert %x : !tile.rt<16x64xbf16> -> !tile.rt<16x64xf32>
+  %y = tile.mul %xf, %xf : !tile.rt<16x64xf32>
+  tile.store %y, %g[%c0, %c0] : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
+  %s = tile.load %g[%c0, %c0] : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
+  %r = tile.row_sum %s : !tile.rt<16x64xf32> -> !tile.rv<16xf32>
+  %n = tile.load %g[%c0, %c0] : !tile.gl<?x?xbf16> -> !tile.rt<16x16xf32>
+  %m = tile.add %n, %n : !tile.rt<16x16xf32>
+  tile.store %m, %g[%c0, %c0] : !tile.rt<16x16xf32> -> !tile.gl<?x?xbf16>
+  func.return
+}
