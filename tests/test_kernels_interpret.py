@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import attention_backward_ref, attention_ref, gemm_ref, layernorm_ref, poisoned, random_bf16, rel_err
+from reference import (attention_backward_ref, attention_ref, gemm_ref, layernorm_ref, poisoned, random_bf16, rel_err,
+                       rotary_ref)
 
-from tkc.kernels import attention_fwd, attention_sm90, gemm_kernel, layernorm_kernel
+from tkc.kernels import attention_fwd, attention_sm90, gemm_kernel, layernorm_kernel, rotary_kernel
 from tkc.kernels.attention import sm90_blocks, sm90_config, sm90_constants
 from tkc.kernels.attention_bwd import (CONFIG, CONFIG_SM90, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dkdv_sm90,
                                       attention_bwd_dq, attention_bwd_dq_sm90, attention_bwd_sum_parts)
@@ -190,6 +191,28 @@ def test_layernorm(rows: int, d: int, eps: float, residual: int, rms: int, seed:
         assert rel_err(out_resid, resid) < TOL
     else:
         assert np.isnan(out_resid.astype(np.float32)).all()
+
+
+@given(batch=st.integers(1, 2), heads=st.integers(1, 5), n=st.integers(1, 40),
+       dims=st.sampled_from([(128, 128), (128, 64), (64, 64), (96, 32), (256, 128)]), offset=st.integers(0, 9),
+       conjugate=st.booleans(), layout=st.sampled_from([(4, 4), (1, 1), (2, 2), (3, 2)]),
+       bshd=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=30)
+def test_rotary(batch: int, heads: int, n: int, dims: tuple[int, int], offset: int, conjugate: bool,
+                layout: tuple[int, int], bshd: bool, seed: int) -> None:
+    """Rotary embedding of (B, H, N, D) rows, or of a (B, N, H, D) tensor seen transposed (strided rows), partial
+    rotary (R < D) included, on grids whose last blocks run past the rows and heads."""
+    rng = np.random.default_rng(seed)
+    d, r = dims
+    heads_a_warp, warps = layout
+    x = random_bf16(rng, batch, n, heads, d).transpose(0, 2, 1, 3) if bshd else random_bf16(rng, batch, heads, n, d)
+    angles = rng.uniform(0, 2 * np.pi, (offset + n + 2, r // 2))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    out = poisoned(batch, heads, n, d)
+    grid = (-(-n // (16 * warps)), batch, -(-heads // heads_a_warp))
+    rotary_kernel.interpret(x, cos, sin, out, offset, grid=grid, D=d, R=r, HEADS=heads_a_warp,
+                            WARPS=warps, CONJUGATE=int(conjugate))
+    assert rel_err(out, rotary_ref(x, cos, sin, offset, conjugate)) < TOL
 
 
 @given(rows=st.integers(1, 40), d=st.sampled_from([16, 64, 256, 1024]), rms=st.sampled_from([0, 1]),

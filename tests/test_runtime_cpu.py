@@ -953,14 +953,51 @@ def test_norms_without_a_residual_and_rms(monkeypatch) -> None:
         layernorm(x, r, w, cuda(32))
 
 
+def test_rotary_launches(monkeypatch) -> None:
+    """rotary() launches rotary_kernel on (position tiles, B, head pairs; single heads where R < D), R from cos's
+    width, any strides of x (a (B, N, H, D) tensor seen transposed), (H, N, D) as one batch, cos in x's dtype or
+    float32; in place the unrotated columns are not copied; each bad argument is one error naming it."""
+    torch = pytest.importorskip("torch")
+    import importlib
+
+    from tkc.kernels import rotary
+
+    module = importlib.import_module("tkc.kernels.rotary")
+    monkeypatch.setattr(module, "_SPECIALIZED", {})
+    cuda, launches = _fake_gpu(monkeypatch)
+    x, cos, sin = cuda(2, 100, 6, 128).transpose(1, 2), cuda(300, 32, dtype=torch.float32), cuda(300, 32, dtype=torch.float32)
+    out = rotary(x, cos, sin, offset=200, target="sm_80")
+    assert out.shape == x.shape and out.stride() == x.stride()  # empty_like: x's own layout
+    loaded, grid, _ = launches[-1]
+    assert grid == (-(-100 // 64), 2, 6) and (loaded.constants["R"], loaded.constants["D"]) == (64, 128)
+    assert loaded.constants["COPY_REST"] == 1 and loaded.constants["CONJUGATE"] == 0
+    rotary(x, cos, sin, out=x, conjugate=True, target="sm_80")
+    assert launches[-1][0].constants["COPY_REST"] == 0 and launches[-1][0].constants["CONJUGATE"] == 1
+    rotary(cuda(6, 100, 64), cuda(100, 32), cuda(100, 32), target="sm_80")
+    assert launches[-1][1] == (2, 1, 3) and str(launches[-1][0].constants["CT"]) == "bf16"
+    bad = [((cuda(6, 100, 128), cos[:, :8], sin[:, :8]), {}, "R = 16 rotated columns, which must be a multiple of 32"),
+           ((cuda(6, 100, 32), cos, sin), {}, r"at most x's last dimension \(32\)"),
+           ((x, cos, sin), {"offset": 250}, "300 positions; x's 100 from offset 250 need 350"),
+           ((x, cos, sin), {"offset": -1}, "offset must be a non-negative int"),
+           ((x, cos, sin[:, :16]), {}, "sin must match cos"),
+           ((x, cos.half(), sin.half()), {}, "cos must be torch.bfloat16"),
+           ((x, cos, torch.ones(300, 32)), {}, "sin is on cpu"),
+           ((x[0, 0], cos, sin), {}, r"x must be a tensor of shape \(B, H, N, D\) or \(H, N, D\)"),
+           ((x.float(), cos, sin), {}, "x must be torch.bfloat16"),
+           ((x, cos, sin), {"out": cuda(2, 6, 100, 64)}, r"out: expected shape \(2, 6, 100, 128\)")]
+    for args, options, message in bad:
+        with pytest.raises(ValueError, match=message):
+            rotary(*args, **options)
+
+
 def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) -> None:
-    """600 seeded calls of gemm(), attention(), layernorm() and rmsnorm() with odd arguments (other dtypes, CPU tensors, ranks,
+    """600 seeded calls of gemm(), attention(), layernorm(), rmsnorm() and rotary() with odd arguments (other dtypes, CPU tensors, ranks,
     sizes, strides, non-tensors, empty tensors, out=, targets, scales, eps) on a fake GPU: each launches or raises a
     TkcError (a ValueError / TypeError naming the argument), never another exception."""
     import random
 
     torch = pytest.importorskip("torch")
-    from tkc.kernels import _checks, attention, gemm, layernorm, rmsnorm
+    from tkc.kernels import _checks, attention, gemm, layernorm, rmsnorm, rotary
     from tkc.runtime import launch
 
     cuda, _ = _fake_gpu(monkeypatch)
@@ -992,7 +1029,7 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
         return cuda(*shape)
 
     for _ in range(600):
-        which = rng.choice(["gemm", "attention", "layernorm"])
+        which = rng.choice(["gemm", "attention", "layernorm", "rotary"])
         try:
             if which == "gemm":
                 m, n, k = rng.choice([1, 16, 100]), rng.choice([1, 16, 100]), rng.choice([0, 16, 40])
@@ -1005,6 +1042,10 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
                 extra = {"scale": rng.choice([0.1, -1.0, 0, float("nan"), "s", 2])} if rng.random() < 0.3 else {}
                 attention(odd(*shape), odd(*shape), odd(*shape), causal=rng.choice([False, True]),
                           target=rng.choice(["sm_90a", "sm_80"]), return_lse=rng.random() < 0.2, **extra)
+            elif which == "rotary":
+                shape, half = (rng.choice([1, 2]), rng.choice([1, 3]), rng.choice([1, 40]), rng.choice([64, 96])), rng.choice([16, 32, 8])
+                rotary(odd(*shape), odd(50, half), odd(50, half), offset=rng.choice([0, 5, 20, -1]),
+                       target=rng.choice([None, "sm_80"]), **({"out": odd(*shape)} if rng.random() < 0.3 else {}))
             else:
                 rows, d = rng.choice([1, 7]), rng.choice([16, 40, 64])
                 rows_in = (odd(rows, d), odd(rows, d) if rng.random() < 0.8 else None, odd(d))

@@ -211,3 +211,36 @@ def test_arrive_last_mutations_are_caught(mutation: str) -> None:
             return
         right = right and rel_err(out, x.reshape(4, 32, 64).astype(np.float64).sum(0)) < 1e-6
     assert not right
+
+
+def test_linear_layout_out_of_step_between_dtypes_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A linear-layout f32 tile's registers must hold, slot for slot, the elements of the bf16 registers it is
+    converted from: f32 registers with the two row halves swapped (rows g and g + 8 of a lane) turn each rotary row
+    by another row's angles."""
+    from reference import rotary_ref
+
+    from tkc.backend import fragments
+    from tkc.kernels import rotary_kernel
+
+    original = fragments._linear_elements
+
+    def mutated(rows: int, cols: int, packed: bool) -> np.ndarray:
+        out = original(rows, cols, packed)
+        if not packed:
+            out = out.copy()
+            out[:, :16] = np.concatenate([out[:, 8:16], out[:, :8]], axis=1)
+        return out
+
+    monkeypatch.setattr(fragments, "_linear_elements", mutated)
+    fragments._tile_elements.cache_clear()
+    try:
+        rng = np.random.default_rng(4)
+        x = random_bf16(rng, 1, 2, 16, 64)
+        angles = rng.uniform(0, 2 * np.pi, (16, 32))
+        cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+        module = lower_kernel(rotary_kernel, "sm_80", {"D": 64, "R": 64})
+        out = poisoned(1, 2, 16, 64)
+        simulate(module, "rotary_kernel", [x, cos, sin, out, 0], (1, 1, 1))
+        assert not rel_err(out, rotary_ref(x, cos, sin)) < 1e-2
+    finally:
+        fragments._tile_elements.cache_clear()

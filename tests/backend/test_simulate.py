@@ -12,7 +12,7 @@ from reference import attention_ref, poisoned, random_bf16, rel_err
 import tkc
 from tkc.backend.simulator import simulate
 from tkc.compiler import compile_kernels, lower_kernel, tensor_alignment
-from tkc.kernels import attention_fwd, attention_fwd_lse, gemm_kernel, layernorm_kernel
+from tkc.kernels import attention_fwd, attention_fwd_lse, gemm_kernel, layernorm_kernel, rotary_kernel
 from tkc.kernels.attention import longest_first
 from tkc.lang import (atomic_add, bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt,
                       num_blocks, row_max, rows, rt, rv, st, store, sub_row, sv, warp_id, zeros)
@@ -233,6 +233,42 @@ def test_layernorm_f16(target: str) -> None:
     ref = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-5) * f64(w) + f64(b)
     assert sim[4].dtype == np.float16 and rel_err(sim[4], ref) < 2e-3 and rel_err(sim[5], s) < 1e-3
     assert rel_err(sim[4], interp[4]) < 1e-3
+
+
+@pytest.mark.parametrize("shape, r, constants, bshd, target", [
+    ((2, 5, 37, 128), 128, {}, False, "sm_90a"),
+    ((1, 2, 70, 64), 64, {"WARPS": 2}, False, "sm_80"),
+    ((1, 3, 20, 128), 64, {"HEADS": 2, "CONJUGATE": 1}, True, "sm_80"),
+    ((2, 2, 9, 96), 32, {"WARPS": 1, "HEADS": 1}, False, "sm_80"),
+    ((1, 4, 16, 64), 64, {"COPY_REST": 0, "CT": "bf16"}, True, "sm_90a"),
+    ((1, 2, 12, 128), 96, {"COPY_REST": 0, "DT": "f16", "CT": "f16"}, False, "sm_80"),
+])
+def test_rotary(shape: tuple[int, ...], r: int, constants: dict, bshd: bool, target: str) -> None:
+    """rotary_kernel's PTX against the interpreter and float64: strided (B, N, H, D) rows, partial rotary (R < D:
+    the rest copied, or with COPY_REST=0 left as it was, NaN here), bf16 / f16 cos and sin, the conjugate turn."""
+    from reference import BF16, rotary_ref
+
+    from tkc import lang
+
+    numpy_types = {"bf16": BF16, "f16": np.float16, "f32": np.float32}
+    element, cos_type = (numpy_types[constants.get(k, default)] for k, default in (("DT", "bf16"), ("CT", "f32")))
+    constants = {k: getattr(lang, v) if k in ("CT", "DT") else v for k, v in constants.items()}
+    batch, heads, n, d = shape
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((batch, n, heads, d) if bshd else shape).astype(element)
+    x = x.transpose(0, 2, 1, 3) if bshd else x
+    angles = rng.uniform(0, 2 * np.pi, (n + 5, r // 2))
+    cos, sin = np.cos(angles).astype(cos_type), np.sin(angles).astype(cos_type)
+    out = np.full(shape, np.nan, dtype=element)
+    heads_a_warp, warps = (constants.get(k, v) for k, v in (("HEADS", 2), ("WARPS", 4)))
+    grid = (-(-n // (16 * warps)), batch, -(-heads // heads_a_warp))
+    interp, sim = run_both(rotary_kernel, [x, cos, sin, out, 3], grid, {"D": d, "R": r, **constants}, target=target,
+                           order="shuffled")
+    ref = rotary_ref(x, cos, sin, 3, bool(constants.get("CONJUGATE")))
+    if constants.get("COPY_REST") == 0:
+        assert np.isnan(sim[3][..., r:].astype(np.float32)).all()
+        sim[3][..., r:], interp[3][..., r:] = x[..., r:], x[..., r:]
+    assert rel_err(interp[3], ref) < 1e-2 and rel_err(sim[3], interp[3]) < 1e-6
 
 
 def test_user_gemm_bias_gelu() -> None:

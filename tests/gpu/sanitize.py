@@ -183,6 +183,18 @@ def deferred_dkdv() -> None:
                                                                                  d**-0.5, D=d, CAUSAL=causal, **dq_cfg)
 
 
+def rotary_embedding() -> None:
+    """rotary(): ragged positions and heads (the last blocks run past both), a (B, N, H, D) view, partial rotary
+    copying the rest, in place, both builds."""
+    from tkc.kernels import rotary
+
+    x = torch.randn(2, 37, 5, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    cos, sin = torch.rand(50, 32, device="cuda"), torch.rand(50, 32, device="cuda")
+    rotary(x, cos, sin, offset=9)
+    rotary(x, cos, sin, offset=13, target="sm_80")
+    rotary(x, cos, sin, out=x)
+
+
 def main() -> None:
     torch.manual_seed(0)
     bf = torch.bfloat16
@@ -261,6 +273,7 @@ def main() -> None:
     rmsnorm(x, x, w, target="sm_80")
     rmsnorm(x, None, w)
     norms_backward()
+    rotary_embedding()
     torch.cuda.synchronize()
     print("sanitize: all kernels ran")
 

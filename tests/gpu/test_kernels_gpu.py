@@ -199,6 +199,75 @@ def test_rmsnorm_and_norms_without_residual(shape: tuple[int, ...], target: str 
         assert same is x and rel_err(out, torch.nn.functional.layer_norm(x.float(), (d,), w.float(), b.float())) < 1e-2
 
 
+def rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """float64 rotate-half (Hugging Face's rotate_half / apply_rotary_pos_emb on the first R columns)."""
+    n, half = x.shape[-2], cos.shape[-1]
+    c, s = cos[offset:offset + n].double(), sin[offset:offset + n].double()
+    x = x.double()
+    x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s, rest), dim=-1)
+
+
+def rotary_tables(positions: int, rotated: int, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (positions, rotated/2) of LLaMA's frequencies, 10000^(-2i/R)."""
+    inv_freq = 10000.0 ** (-torch.arange(0, rotated, 2, device="cuda", dtype=torch.float64) / rotated)
+    angles = torch.arange(positions, device="cuda", dtype=torch.float64)[:, None] * inv_freq
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+ROTARY_CASES = [  # (B, H, N, D), R, (B, N, H, D) seen transposed, cos dtype, offset
+    ((1, 32, 4096, 128), 128, False, torch.float32, 0), ((4, 8, 1000, 64), 64, True, torch.float32, 0),
+    ((2, 12, 513, 128), 64, False, torch.bfloat16, 7), ((1, 1, 1, 128), 128, True, torch.float32, 4095),
+    ((3, 5, 77, 96), 32, False, torch.float32, 0), ((8, 40, 128, 128), 128, True, torch.float32, 100),
+    ((2, 7, 300, 256), 256, False, torch.float32, 0), ((16, 16, 64, 64), 32, True, torch.bfloat16, 0),
+    ((1, 64, 2048, 128), 128, False, torch.bfloat16, 2048), ((5, 3, 33, 160), 96, True, torch.float32, 1),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape, rotated, bshd, cos_dtype, offset", ROTARY_CASES)
+def test_rotary(shape, rotated, bshd, cos_dtype, offset, target) -> None:
+    """rotary() against float64 rotate-half: (B, H, N, D) and (B, N, H, D) seen transposed (its output in x's
+    layout), partial rotary, float32 and bf16 cos / sin, position offsets; then in place (out=x), and the conjugate
+    turn undoing it."""
+    from tkc.kernels import rotary
+
+    b, h, n, d = shape
+    x = randn(b, n, h, d).transpose(1, 2) if bshd else randn(*shape)
+    cos, sin = rotary_tables(offset + n + 3, rotated, cos_dtype)
+    ref = rotary_reference(x, cos, sin, offset)
+    out = poisoned_like(shape).transpose(1, 2).contiguous().transpose(1, 2) if bshd else poisoned_like(shape)
+    assert rotary(x, cos, sin, offset=offset, out=out, target=target) is out
+    assert rel_err(out, ref) < 1e-2
+    fresh = rotary(x, cos, sin, offset=offset, target=target)
+    assert fresh.stride() == x.stride() and rel_err(fresh, ref) < 1e-2
+    back = rotary(out, cos, sin, offset=offset, conjugate=True, target=target)
+    assert rel_err(back, x) < 1e-2
+    y = x.clone()
+    rotary(y, cos, sin, offset=offset, out=y, target=target)
+    assert rel_err(y, ref) < 1e-2 and torch.equal(y[..., rotated:], x[..., rotated:])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rotary_f16_and_gradient(target) -> None:
+    """f16 rows; and x requiring grad: rotary() is torch.ops.tkc.rotary, whose gradient (the conjugate turn) matches
+    float64 autograd through the reference; under torch.compile one opaque op."""
+    from tkc.kernels import rotary
+
+    x = torch.randn(2, 6, 200, 128, device="cuda", dtype=torch.float16)
+    cos, sin = rotary_tables(200, 128)
+    assert rotary(x, cos, sin, target=target).dtype == torch.float16
+    assert rel_err(rotary(x, cos, sin, target=target), rotary_reference(x, cos, sin)) < 1e-3
+    x = randn(2, 6, 200, 128).requires_grad_()
+    grad = randn(2, 6, 200, 128)
+    (got,) = torch.autograd.grad((rotary(x, cos, sin, target=target).float() * grad).sum(), x)
+    x64 = x.detach().double().requires_grad_()
+    (want,) = torch.autograd.grad((rotary_reference(x64, cos, sin) * grad.double()).sum(), x64)
+    assert rel_err(got, want) < 1e-2
+    compiled = torch.compile(lambda t: rotary(t, cos, sin, target=target), fullgraph=True)
+    assert rel_err(compiled(x.detach()), rotary_reference(x.detach(), cos, sin)) < 1e-2
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("shape", [(4096, 1024), (3, 100, 768), (2000, 4096), (1, 8192), (50000, 64), (7, 2048)])
