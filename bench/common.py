@@ -181,10 +181,11 @@ def layernorm_setup(m: int, d: int) -> Any:
                            src=src, dst=dst, ref=ref, nbytes=8 * x.numel())
 
 
-def report_copy_fractions(title: str, impls: dict[str, Callable[[], Any]], nbytes: int, copy_gbs: float) -> None:
-    """Time `impls` interleaved (30 calls × 5 rounds) and print each one's GB/s as a fraction of `copy_gbs`,
+def report_copy_fractions(title: str, impls: dict[str, Callable[[], Any]], nbytes: int, copy_gbs: float,
+                          rounds: int = 5) -> None:
+    """Time `impls` interleaved (30 calls × `rounds` rounds) and print each one's GB/s as a fraction of `copy_gbs`,
     event-timed and from a CUDA graph."""
-    times = compare(impls, rounds=5)
+    times = compare(impls, rounds=rounds)
     print(f"{title}: 1 GiB copy {copy_gbs:.0f} GB/s; fractions of it, event-timed / graph")
     for name, ms in times.items():
         graph = nbytes / graph_time_ms(impls[name]) / 1e6 / copy_gbs

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import compare, copy_bandwidth, graph_time_ms, rel_err, triton_peer  # noqa: E402
+from common import copy_bandwidth, rel_err, report_copy_fractions, triton_peer  # noqa: E402
 from rotary import tables, torch_rotary  # noqa: E402
 
 from tkc.kernels.rotary import rotary_kernel  # noqa: E402
@@ -56,11 +56,7 @@ def main() -> None:
                 out.fill_(float("nan"))
                 err = rel_err(fn(), ref)
                 assert err < 1e-2, f"{name}: relative error {err}"
-        times = compare(impls, args.rounds)
-        print(f"{shape} ({nbytes / 1e6:.0f} MB): fractions of the 1 GiB copy ({copy_gbs:.0f} GB/s), event / graph")
-        for name, ms in times.items():
-            graph = nbytes / graph_time_ms(impls[name]) / 1e6 / copy_gbs
-            print(f"  {name:36s} {nbytes / ms / 1e6 / copy_gbs:5.3f}  {graph:5.3f}  ({ms * 1e3:.1f} µs)", flush=True)
+        report_copy_fractions(f"{shape} ({nbytes / 1e6:.0f} MB)", impls, nbytes, copy_gbs, args.rounds)
 
 
 if __name__ == "__main__":
