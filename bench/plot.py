@@ -1,5 +1,5 @@
 """One PNG per benchmark from the newest figures in bench/results/*.json (written by bench/gemm.py, attention.py,
-attention_backward.py, layernorm.py and scaled_mm.py, or brought home by bench/collect.py): tkc and its peers side by side.
+attention_backward.py, layernorm.py, scaled_mm.py and rotary.py, or brought home by bench/collect.py): tkc and its peers side by side.
 
     python bench/plot.py        # needs matplotlib
 """
@@ -24,6 +24,7 @@ PLOTS = {
     "layernorm": ("rows × D", "shape", "GB/s", ["tkc", "tkc sm_80", "torch", "triton", "copy"]),
     "attention-backward": ("N (B·N = 16384, H = 16)", "N", "TFLOP/s", ["tkc", "flash", "cuDNN", "mem-efficient"]),
     "scaled_mm": ("M × N × K", "size", "TFLOP/s", ["tkc", "cuBLASLt", "triton", "bf16 cuBLAS"]),
+    "rotary": ("B × H × N × D", "shape", "GB/s", ["tkc", "tkc sm_80", "torch", "torch.compile", "triton"]),
 }
 
 
@@ -66,8 +67,8 @@ def draw(name: str, payload: dict) -> Path:
     axes[0][0].set_ylabel(unit)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     env = payload["env"]
-    fig.suptitle(f"{name}: {env['gpu']}, driver {env['driver']}, torch {env['torch']}, triton {env['triton']} "
-                 f"({env['date']})", fontsize=9)
+    fig.suptitle(f"{name}: {env['gpu']}\ndriver {env['driver']}, torch {env['torch']}, triton {env['triton']} "
+                 f"({env['date']})", fontsize=9)  # two lines: a one-panel figure is narrow
     fig.tight_layout()
     path = ROOT / "bench" / f"{name}.png"
     fig.savefig(path, dpi=110)
