@@ -9,8 +9,9 @@
 Register tiles use the fragments of `mma.m16n8k16`: in the `row` layout each lane holds element pairs that are
 adjacent along a row (the A operand and the accumulator), in the `col` layout pairs adjacent along a column (the B
 operand of `mma_AB`); in the `linear` layout each lane holds 8 consecutive columns of a row (16 bytes of a 16-bit
-tile: one global access), for tiles that meet only elementwise ops and global memory. Register vectors are the rows or columns of such a tile: `align` holds them replicated the
-way the tile's rows are spread over a warp, `ortho` the way its columns are, `naive` one element per lane.
+tile: one global access), for tiles that meet only elementwise ops and global memory. Register vectors are the
+rows or columns of such a tile: `align` holds them replicated the way the tile's rows are spread over a warp,
+`ortho` the way its columns are, `naive` one element per lane.
 Layouts and swizzles are left unassigned by the frontend and filled in by passes.
 """
 

@@ -11,6 +11,7 @@ turn (sin negated), so the backward is the same kernel (CONJUGATE=1)."""
 from __future__ import annotations
 
 import math
+import numbers
 from typing import TYPE_CHECKING, Any
 
 import tkc
@@ -86,8 +87,9 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int
              f"at most x's last dimension ({d})")
     if d % 16:
         fail(f"x: its last dimension must be a multiple of 16, got {d}")
-    if type(offset) is not int or offset < 0:
+    if isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset < 0:
         fail(f"offset must be a non-negative int, got {offset!r}")
+    offset = int(offset)
     if offset + n > cos.shape[0]:
         fail(f"cos and sin have {cos.shape[0]} positions; x's {n} from offset {offset} need {offset + n}")
     if out is not None:
