@@ -955,8 +955,8 @@ def test_norms_without_a_residual_and_rms(monkeypatch) -> None:
 
 def test_rotary_launches(monkeypatch) -> None:
     """rotary() launches rotary_kernel on (position tiles, B, head pairs; single heads where R < D), R from cos's
-    width, any strides of x (a (B, N, H, D) tensor seen transposed), (H, N, D) as one batch, cos in x's dtype or
-    float32; in place the unrotated columns are not copied; each bad argument is one error naming it."""
+    width, any strides of x (a (B, N, H, D) tensor seen transposed), (H, N, D) as one batch, cos in f32, bf16 or
+    f16; in place the unrotated columns are not copied; each bad argument is one error naming it."""
     torch = pytest.importorskip("torch")
     import importlib
 
@@ -980,7 +980,7 @@ def test_rotary_launches(monkeypatch) -> None:
            ((x, cos, sin), {"offset": 250}, "300 positions; x's 100 from offset 250 need 350"),
            ((x, cos, sin), {"offset": -1}, "offset must be a non-negative int"),
            ((x, cos, sin[:, :16]), {}, "sin must match cos"),
-           ((x, cos.half(), sin.half()), {}, "cos must be torch.bfloat16"),
+           ((x, cos.double(), sin.double()), {}, "cos must be torch.float32, torch.bfloat16 or torch.float16"),
            ((x, cos, torch.ones(300, 32)), {}, "sin is on cpu"),
            ((x[0, 0], cos, sin), {}, r"x must be a tensor of shape \(B, H, N, D\) or \(H, N, D\)"),
            ((x.float(), cos, sin), {}, "x must be torch.bfloat16"),
@@ -988,7 +988,14 @@ def test_rotary_launches(monkeypatch) -> None:
     for args, options, message in bad:
         with pytest.raises(ValueError, match=message):
             rotary(*args, **options)
-
+    # the common call (4-D x, no out=) checks only shapes and launches what the checked call (3-D x) launches
+    checked, check_tensor = [], module.check_tensor
+    monkeypatch.setattr(module, "check_tensor", lambda *args: checked.append(args[0]) or check_tensor(*args))
+    x3, cos3, sin3 = cuda(6, 100, 128), cuda(120, 64), cuda(120, 64)
+    rotary(x3, cos3, sin3, offset=20, target="sm_80")
+    rotary(x3[None], cos3, sin3, offset=20, target="sm_80")
+    assert checked == ["x", "cos", "sin"] and launches[-1][:2] == launches[-2][:2]
+    assert launches[-1][2] != launches[-2][2]  # other tensors: the output
 
 def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) -> None:
     """600 seeded calls of gemm(), attention(), layernorm(), rmsnorm() and rotary() with odd arguments (other dtypes, CPU tensors, ranks,

@@ -60,20 +60,40 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int
            out: torch.Tensor | None = None, target: str | None = None) -> torch.Tensor:
     """x turned by rotary position embedding: x (B, H, N, D) or (H, N, D), bf16 or f16, any strides but a
     contiguous last dimension (so a (B, N, H, D) tensor goes in as `x.transpose(1, 2)`, a view); cos and sin
-    (positions, R/2) of x's dtype or float32, R ≤ D a multiple of 32 (R < D: the columns past R pass through);
+    (positions, R/2) in float32, bf16 or f16, R ≤ D a multiple of 32 (R < D: the columns past R pass through);
     position n of x takes row `offset` + n (decoding: the cache's length). `conjugate=True` turns the other way
     (sin negated: the inverse, and the gradient). `out=x` rotates in place. Autograd sees the call where x requires
     grad (cos and sin take none)."""
     import torch
 
+    # The common call (4-D x, no out=, tables of a dtype the kernel reads) checks only what the launch cannot know,
+    # the shapes and the offset, and leaves dtypes, devices and strides to the launch's argument reader: decoding
+    # rotates a few rows a call, where the host's Python is the whole cost. Anything else, or anything the reader
+    # refuses, takes the full checks below and their error.
+    if (out is None and type(offset) is int and offset >= 0 and isinstance(x, torch.Tensor) and x.dim() == 4
+            and x.numel() and not torch.compiler.is_compiling() and not wants_grad(torch, x)):
+        try:
+            d, n, rotated = x.shape[3], x.shape[2], 2 * cos.shape[-1]
+            common = (cos.dim() == 2 and sin.shape == cos.shape and rotated % 32 == 0 and 0 < rotated <= d
+                      and d % 16 == 0 and offset + n <= cos.shape[0] and str(cos.dtype) in _TABLE_TYPES
+                      and not (cos.requires_grad or sin.requires_grad))
+        except AttributeError:  # not tensors: the full checks say which
+            common = False
+        if common:
+            out = torch.empty_like(x)
+            grid = (-(-n // (16 * CONFIG["WARPS"])), x.shape[0], -(-x.shape[1] // heads_a_warp(d, rotated)))
+            if _specialized(d, rotated, target, x.dtype, cos.dtype, True, conjugate).launch(
+                    grid, (x, cos, sin, out, offset), common_only=True):
+                return out
+            out = None
     if not isinstance(x, torch.Tensor) or x.dim() not in (3, 4):
         fail(f"x must be a tensor of shape (B, H, N, D) or (H, N, D), got "
              f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
     dtype = x.dtype if x.dtype is torch.float16 else torch.bfloat16
     check_tensor("x", x, dtype, x.dim())
     for name, t in (("cos", cos), ("sin", sin)):
-        if isinstance(t, torch.Tensor) and t.dtype not in (dtype, torch.float32):
-            fail(f"{name} must be {dtype} (x's dtype) or torch.float32, got {t.dtype}")
+        if isinstance(t, torch.Tensor) and str(t.dtype) not in _TABLE_TYPES:
+            fail(f"{name} must be torch.float32, torch.bfloat16 or torch.float16, got {t.dtype}")
         check_tensor(name, t, t.dtype if isinstance(t, torch.Tensor) else dtype, 2)
         if t.get_device() != x.get_device():
             fail(f"{name} is on {t.device}, x on {x.device}: all tensors must be on the same device")
@@ -130,13 +150,11 @@ def _specialized(d: int, rotated: int, target: str | None, dtype: Any, cos_dtype
     key = (d, rotated, target, dtype, cos_dtype, copy_rest, conjugate)
     spec = _SPECIALIZED.get(key)
     if spec is None:
-        from tkc.lang import bf16, f16, f32
-
-        ct = {"torch.float32": f32, "torch.bfloat16": bf16, "torch.float16": f16}[str(cos_dtype)]
         spec = _SPECIALIZED[key] = rotary_kernel.specialize(
-            D=d, R=rotated, CT=ct, COPY_REST=int(copy_rest and rotated < d), CONJUGATE=int(conjugate),
+            D=d, R=rotated, CT=_TABLE_TYPES[str(cos_dtype)], COPY_REST=int(copy_rest and rotated < d), CONJUGATE=int(conjugate),
             HEADS=heads_a_warp(d, rotated), target=target, **CONFIG, **dtype_constant(dtype))
     return spec
 
 
 _SPECIALIZED: dict[tuple, Any] = {}
+_TABLE_TYPES = {"torch.float32": f32, "torch.bfloat16": bf16, "torch.float16": f16}  # cos and sin: the kernel's CT
