@@ -451,6 +451,13 @@ def transpose(t):
 
 
 @_op
+def rotate_pairs(t):
+    """Each pair of adjacent columns (2i, 2i+1) of an f32 register tile turned a quarter: (a, b) → (−b, a), the pair
+    as a complex number times i. Interleaved rotary embedding: `x * cos + rotate_pairs(x) * sin`, with cos and sin
+    loaded `repeat=2`."""
+
+
+@_op
 def tril(t, diagonal=0, fill=0.0):
     """Keep t[i, j] where j <= i + diagonal, set the rest to `fill`. `diagonal` may be a run-time integer."""
 
@@ -523,7 +530,7 @@ def mm_AtBt(a, b):
 
 # Memory
 @_op
-def load(src, index=None, spec=None, multicast=False, rank=None, conflicts=1):
+def load(src, index=None, spec=None, multicast=False, rank=None, conflicts=1, repeat=1):
     """Load a tile or vector.
 
     `load(G, (b, h, i, j), rt[bf16, 16, 64])` or `st[...]`: from a global tensor; the last indices count in
@@ -537,7 +544,9 @@ def load(src, index=None, spec=None, multicast=False, rank=None, conflicts=1):
     `rank=r` (in a kernel with `cluster=N`): the register sub-tile from block r's copy of the shared tile s
     (distributed shared memory), after a `cluster_sync()` that follows the blocks' writes into s; store into s
     again only after another `cluster_sync()` (a peer may still be reading it). Without clusters, a block's own
-    copy. `conflicts` (from a shared tile into registers): as `store`'s.
+    copy. `conflicts` (from a shared tile into registers): as `store`'s. `repeat=2` (from a global tensor into an
+    f32 register tile): each column read fills 2 adjacent columns, `rt[f32, 16, 64]` reading 32 columns of G (the
+    last index counts in 32s): a table of one value a pair, spread over its pairs.
     """
 
 

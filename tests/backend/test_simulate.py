@@ -15,7 +15,7 @@ from tkc.compiler import compile_kernels, lower_kernel, tensor_alignment
 from tkc.kernels import attention_fwd, attention_fwd_lse, gemm_kernel, layernorm_kernel, rotary_kernel
 from tkc.kernels.attention import longest_first
 from tkc.lang import (atomic_add, bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt,
-                      num_blocks, row_max, rows, rt, rv, st, store, sub_row, sv, warp_id, zeros)
+                      num_blocks, rotate_pairs, row_max, rows, rt, rv, st, store, sub_row, sv, warp_id, zeros)
 
 ORDERS = ["ascending", "descending", "shuffled"]
 
@@ -233,6 +233,40 @@ def test_layernorm_f16(target: str) -> None:
     ref = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-5) * f64(w) + f64(b)
     assert sim[4].dtype == np.float16 and rel_err(sim[4], ref) < 2e-3 and rel_err(sim[5], s) < 1e-3
     assert rel_err(sim[4], interp[4]) < 1e-3
+
+
+@tkc.kernel(warps=2, min_target="sm_80")
+def turned_pairs(X: gl[bf16, 2], C: gl["CT", 2], Y: gl[bf16, 2], Z: gl[f32, 2], CT: const = f32):
+    """x·c + rotate_pairs(x) with c's columns each spread over a pair (repeat=2), in the linear layout (elementwise
+    only), and the same product through a row max (the row layout)."""
+    x = load(X, (warp_id(), 0), rt[f32, 16, 64])
+    c = load(C, (rows(3 + 16 * warp_id()), 0), rt[f32, 16, 64], repeat=2)
+    store(Y, x * c + rotate_pairs(x), (warp_id(), 0))
+    r = rotate_pairs(x) * load(C, (warp_id(), 0), rt[f32, 16, 64], repeat=2)
+    store(Z, sub_row(r, row_max(r)), (warp_id(), 0))
+
+
+@pytest.mark.parametrize("table, target", [("f32", "sm_80"), ("bf16", "sm_90a"), ("f32", "sm_90a")])
+def test_rotate_pairs_and_repeated_columns(table: str, target: str) -> None:
+    """rotate_pairs ((a, b) → (−b, a) each pair of columns) and a load whose columns each fill a pair, in the linear
+    and row layouts: the simulated PTX against the interpreter, the interpreter against numpy; rows past the end
+    of the tensors (30 of the tile's 32) read zeros and are not written."""
+    from reference import BF16
+
+    from tkc import lang
+
+    rng = np.random.default_rng(len(table))
+    x = random_bf16(rng, 30, 64)
+    c = rng.uniform(-1, 1, (40, 32)).astype(BF16 if table == "bf16" else np.float32)
+    y, z = poisoned(30, 64), np.full((30, 64), np.nan, np.float32)
+    interp, sim = run_both(turned_pairs, [x, c, y, z], (1,), {"CT": getattr(lang, table)}, target=target,
+                           order="shuffled")
+    xf, cf = x.astype(np.float64), np.repeat(c.astype(np.float64), 2, axis=1)
+    turned = np.stack([-xf[:, 1::2], xf[:, ::2]], axis=-1).reshape(30, 64)
+    assert rel_err(interp[2], xf * cf[3:33] + turned) < 1e-2
+    r = turned * cf[:30]
+    assert rel_err(interp[3], r - r.max(axis=1, keepdims=True)) < 1e-5
+    assert rel_err(sim[2], interp[2]) == 0 and rel_err(sim[3], interp[3]) < 1e-6
 
 
 @pytest.mark.parametrize("shape, r, constants, bshd, target", [

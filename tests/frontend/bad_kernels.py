@@ -1067,3 +1067,35 @@ def atomic_add_into_shared():
         atomic_add(s, load(X, (0, 0), rt[f32, 16, 16]), (0, 0))  # ERROR
 
     return k
+
+
+def rotate_pairs_of_bf16():
+    @tkc.kernel
+    def k(X: gl[bf16, 2], Y: gl[bf16, 2]):
+        store(Y, rotate_pairs(load(X, (0, 0), rt[bf16, 16, 32])), (0, 0))  # ERROR
+
+    return k
+
+
+def repeat_into_bf16():
+    @tkc.kernel
+    def k(X: gl[f32, 2], Y: gl[bf16, 2]):
+        store(Y, load(X, (0, 0), rt[bf16, 16, 32], repeat=2), (0, 0))  # ERROR
+
+    return k
+
+
+def repeat_of_three():
+    @tkc.kernel
+    def k(X: gl[f32, 2], Y: gl[f32, 2]):
+        store(Y, load(X, (0, 0), rt[f32, 16, 96], repeat=3), (0, 0))  # ERROR
+
+    return k
+
+
+def repeat_leaving_too_few_columns():
+    @tkc.kernel
+    def k(X: gl[f32, 2], Y: gl[f32, 2]):
+        store(Y, load(X, (0, 0), rt[f32, 16, 16], repeat=2), (0, 0))  # ERROR
+
+    return k

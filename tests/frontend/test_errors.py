@@ -346,6 +346,10 @@ def test_language_outside_a_kernel(case: Case) -> None:
     Case(bad.shared_version_read_after_store, ["sv[f32, 32]", "already overwritten", "in place"], at="load(a"),
     Case(bad.atomic_add_of_bf16, ["atomic_add adds an f32 tile into an f32 tensor", "rt[bf16, 16, 16]"]),
     Case(bad.atomic_add_into_shared, ["atomic_add(dst, src, index) adds into a global tensor", "st[f32, 16, 16]"]),
+    Case(bad.rotate_pairs_of_bf16, ["rotate_pairs takes an f32 tile", "rt[bf16, 16, 32]", ".to(f32)"]),
+    Case(bad.repeat_into_bf16, ["repeat=2", "reads a global tensor into an f32 register tile"]),
+    Case(bad.repeat_of_three, ["load's repeat must be 2 (or 1), got 3"]),
+    Case(bad.repeat_leaving_too_few_columns, ["rt[f32, 16, 16] reads 16/2 columns", "multiple of 32 columns"]),
 )
 def test_other_misuse(case: Case) -> None:
     check(case)

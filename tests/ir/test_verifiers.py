@@ -199,7 +199,17 @@ OTHER_CASES = [
         "transpose of rt[f32, 16, 32] is rt[f32, 32, 16], not rt[f32, 16, 32]"),
     Bad("tile.transpose", "%x = tile.transpose %rt : !tile.rt<16x32xf32> -> !tile.rt<32x16xbf16>",
         "transpose of rt[f32, 16, 32] is rt[f32, 32, 16], not rt[bf16, 32, 16]"),
+    Bad("tile.rotate_pairs", "%x = tile.rotate_pairs %rtb : !tile.rt<16x32xbf16>",
+        "rotate_pairs takes an f32 tile, got rt[bf16, 16, 32]"),
+    Bad("tile.rotate_pairs", "%x = tile.rotate_pairs %rtr : !tile.rt<16x32xf32, row>\n"
+        "%y = tile.relayout %x : !tile.rt<16x32xf32, row> -> !tile.rt<16x32xf32, col>\n"
+        "%z = tile.rotate_pairs %y : !tile.rt<16x32xf32, col>",
+        "rotate_pairs needs each pair of columns in one lane"),
     # loads
+    Bad("tile.load", "%x = tile.load %g2[%i, %i] {tile.repeat_cols = 3 : i64} : !tile.gl<?x?xbf16> -> !tile.rt<16x96xf32>",
+        "load: tile.repeat_cols = 3 must be 2"),
+    Bad("tile.load", "%x = tile.load %g2[%i, %i] {tile.repeat_cols = 2 : i64} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>",
+        "load: only a global → f32 register tile load repeats columns"),
     Bad("tile.load", "%x = tile.load %st[%i, %i] {tile.index_in_rows} : !tile.st<64x64xbf16> -> !tile.rt<16x64xf32>",
         "load: a row index that counts rows (rows(r), tile.index_in_rows) needs a 2-D tile in global memory"),
     Bad("tile.store", "tile.store %rv, %g2[%i, %i] {tile.index_in_rows} : !tile.rv<16xf32> -> !tile.gl<?x?xbf16>",

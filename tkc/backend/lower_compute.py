@@ -263,6 +263,25 @@ def lower_transpose(lw: KernelLowering, op: t.TransposeOp) -> list[object]:
     return [lw.value(op.input)]  # the row layout of T is the col layout of Tᵀ: the same registers
 
 
+@handles(t.RotatePairsOp)
+def lower_rotate_pairs(lw: KernelLowering, op: t.RotatePairsOp) -> list[object]:
+    """(a, b) → (−b, a) for each pair of adjacent columns: in the row and linear layouts an f32 pair is registers 2k
+    and 2k + 1 of one lane, so this is a negation and a move, no lanes exchanged."""
+    type_ = op.input.type
+    if type_.layout == Layout.COL:
+        raise TkcError("internal: rotate_pairs in the col layout (a pair of columns across lanes)")
+    el = slot_elements(type_)
+    if not ((el[:, 1::2, 1] == el[:, ::2, 1] + 1).all() and (el[:, ::2, 1] % 2 == 0).all()):
+        raise TkcError("internal: rotate_pairs' layout does not keep a pair of columns in registers 2k, 2k + 1")
+    x = lw.value(op.input)
+    n = nslots(type_)
+    out = lw.emit(ptx.RegsOp("b32", n)).results[0]
+    even, odd = np.arange(0, n, 2), np.arange(1, n, 2)
+    lw.op("neg.f32", None, (x, odd), into=out, dest=even, n=n // 2)
+    lw.op("mov.b32", None, (x, even), into=out, dest=odd, n=n // 2)
+    return [out]
+
+
 @handles(t.RelayoutOp)
 def lower_relayout(lw: KernelLowering, op: t.RelayoutOp) -> list[object]:
     src, dst = op.input.type, op.result.type

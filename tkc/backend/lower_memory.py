@@ -23,7 +23,7 @@ from tkc.backend.addressing import (add_address, add_i32, bundle_of, global_coor
                                     mul_imm, offset_of, shared_base)
 from tkc.backend.fragments import G, LANES, Q, is_packed, tile_fragment, vector_fragment
 from tkc.backend.index import LANE, TID, Const, Expr, Leaf, share_bases
-from tkc.backend.lower_compute import pack, ptx_type_name, unpack
+from tkc.backend.lower_compute import nslots, pack, ptx_type_name, unpack
 from tkc.backend.lower_copies import copy_global_to_shared, copy_shared_to_global
 from tkc.backend.shared_layout import conflict_degree, tile_offset
 from tkc.errors import SourceLoc, TkcError
@@ -471,8 +471,28 @@ def _load_global_registers(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     g: GlobalRef = lw.value(op.source)
     coords = global_coords(lw, op)
     reg_type = op.result.type
+    if t.repeat_cols(op) > 1:
+        return [_load_repeated(lw, g, reg_type, coords, t.repeat_cols(op))]
     mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords)
     return [_load_converted(lw, "global", mem_type, reg_type, runs, addr, base_of, offset, guard)]
+
+
+def _load_repeated(lw: KernelLowering, g: GlobalRef, reg_type: RegTileType, coords: list[Any], k: int) -> SSAValue:
+    """An f32 tile whose every k adjacent columns hold one column of g (`load(..., repeat=k)`): in the row and
+    linear layouts slots k·j .. k·j + k − 1 of a lane are such columns, so the lane reads each column once (slot
+    k·j's, as runs of a tile of 1/k the columns) and copies it into its k slots."""
+    sc = slot_coords(reg_type)
+    read = sc[:, ::k].copy()
+    read[..., 1] //= k
+    if not all((sc[:, i::k, 0] == read[..., 0]).all() and (sc[:, i::k, 1] // k == read[..., 1]).all()
+               for i in range(k)):
+        raise TkcError(f"internal: {reg_type.spec()} does not keep each {k} repeated columns in a lane's "
+                       f"consecutive slots")
+    read_type = RegTileType(reg_type.element_type, reg_type.rows.data, reg_type.cols.data // k, Layout.ROW)
+    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, read_type, coords, read)
+    once = _load_converted(lw, "global", mem_type, read_type, runs, addr, base_of, offset, guard)
+    n = nslots(reg_type)
+    return lw.op("mov.b32", "b32", (once, np.arange(n) // k), n=n)
 
 
 def _store_global_registers(lw: KernelLowering, op: t.StoreOp) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, UnitAttr, i32
+from xdsl.dialects.builtin import ArrayAttr, Float32Type, IntegerAttr, UnitAttr, i32
 from xdsl.ir import SSAValue
 
 from tkc import lang
@@ -581,10 +581,12 @@ def _marked(op: Any, in_rows: bool) -> Any:
 
 @implements(lang.load)
 def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast: Any = False,
-          rank: Any = None, conflicts: Any = 1) -> SSAValue:
+          rank: Any = None, conflicts: Any = 1, repeat: Any = 1) -> SSAValue:
     if isinstance(index, lang.TileSpec) and spec is None:
         index, spec = None, index
     conflicts = _conflicts(conflicts, "load", shared=is_shared(src))
+    if repeat != 1:
+        return _repeating_load(cg, src, index, spec, repeat)
     if rank is not None:
         return _cluster_load(cg, src, index, spec, rank, conflicts)
     group = _multicast_group(cg, multicast)
@@ -615,6 +617,31 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
     if is_register(src):
         raise TkcError(f"{describe(src)} is already in registers")
     raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
+
+
+def _repeating_load(cg: CodeGen, src: Any, index: Any, spec: Any, repeat: Any) -> SSAValue:
+    """`load(G, index, rt[f32, R, C], repeat=k)`: columns of G each spread over k adjacent columns of the tile."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or is_runtime(repeat) or repeat != 2:
+        raise TkcError(f"load's repeat must be 2 (or 1), got {describe(repeat)}")
+    spec = _spec(spec, "load's type (its third argument)") if spec is not None else None
+    if not is_global(src) or spec is None or spec.kind != "rt" or spec.dtype.name != "f32":
+        raise TkcError(f"load(..., repeat={repeat}) reads a global tensor into an f32 register tile "
+                       f"(`load(G, index, rt[f32, 16, 64], repeat={repeat})`)")
+    if spec.ir.shape[1] % (16 * repeat):
+        raise TkcError(f"load(..., repeat={repeat}) into {spec} reads {spec.ir.shape[1]}/{repeat} columns: make "
+                       f"the tile a multiple of {16 * repeat} columns wide")
+    indices, in_rows = _global_indices(cg, index, src.type, spec.ir, f"load from {src.type.spec()}")
+    load = _marked(t.LoadOp(src, indices, spec.ir), in_rows)
+    load.attributes[t.REPEAT_COLS] = IntegerAttr(repeat, 64)
+    return cg.emit_value(load)
+
+
+@implements(lang.rotate_pairs)
+def _rotate_pairs(cg: CodeGen, tile: Any) -> SSAValue:
+    tile = _reg_tile(tile, "rotate_pairs's tile")
+    if not isinstance(tile.type.element_type, Float32Type):
+        raise TkcError(f"rotate_pairs takes an f32 tile, got {describe(tile)}: `.to(f32)` first")
+    return cg.emit_value(t.RotatePairsOp(tile))
 
 
 def _multicast_group(cg: CodeGen, multicast: Any) -> tuple[int, int] | None:

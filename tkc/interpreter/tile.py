@@ -240,6 +240,11 @@ class TileFunctions(InterpreterFunctions):
     def run_transpose(self, interpreter: Interpreter, op: t.TransposeOp, args: PythonValues) -> PythonValues:
         return (np.swapaxes(args[0], -1, -2).copy(),)
 
+    @impl(t.RotatePairsOp)
+    def run_rotate_pairs(self, interpreter: Interpreter, op: t.RotatePairsOp, args: PythonValues) -> PythonValues:
+        pairs = args[0].reshape(*args[0].shape[:-1], -1, 2)
+        return (np.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(args[0].shape),)
+
     def _triangle(self, interpreter: Interpreter, op: t.TriangleOp, args: PythonValues) -> PythonValues:
         tile, diagonal = args
         rows, cols = tile.shape[-2:]
@@ -291,13 +296,14 @@ class TileFunctions(InterpreterFunctions):
             if isinstance(rtype, SharedTileType | SharedVecType):
                 state.require_block_uniform("a load into shared memory")
                 coords = [block_uniform(c, "the index of a load into shared memory") for c in coords]
-            idx, valid = _element_indices(coords, tile, source.data.shape, t.index_units(op, tile))
+            read = t.source_shape(op, tile)  # each column read fills repeat_cols adjacent ones
+            idx, valid = _element_indices(coords, read, source.data.shape, t.index_units(op, tile))
             clipped = [np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, source.data.shape)]
             if source.data.size == 0:
                 value = np.zeros(valid.shape, dtype=np.float32)
             else:
                 value = np.where(valid, source.data[tuple(clipped)], np.float32(0))
-            return (round_to(value, _elem(rtype)),)
+            return (round_to(np.repeat(value, t.repeat_cols(op), axis=-1), _elem(rtype)),)
         # shared → registers: a sub-tile of the block's shared value
         idx = _subtile_indices(coords, tile, _tile_shape(stype), state.active(), "load")
         blocks, idx = _with_blocks(idx, source.shape[0], source.shape[0])

@@ -57,6 +57,7 @@ from tkc.ir.types import (
     FP8_TYPES,
     I32,
     GlobalType,
+    Layout,
     RegTileType,
     RegVecType,
     SharedTileType,
@@ -940,16 +941,29 @@ def _verify_transfer(what: str, src: Attribute, dst: Attribute, indexed: Attribu
 
 
 ROWS_ATTR = "tile.index_in_rows"  # on a global load/store of a 2-D tile: its row index counts rows, not tiles
+REPEAT_COLS = "tile.repeat_cols"  # on a global → f32 register tile load: k, each column read gives k adjacent ones
 CONFLICTS_ATTR = "tile.conflicts"  # on a shared-memory store / load: the bank conflicts its author expects (no warning)
 
 
 def index_units(op: Operation, tile_shape: Sequence[int]) -> list[int]:
     """What one step of each tile index of a global load/store (or the TMA copy made of it) moves, in elements:
     a tile's extent, or one row where the row index counts rows (`rows(r)` in the DSL, ROWS_ATTR)."""
-    units = list(tile_shape)
+    units = list(source_shape(op, tile_shape))
     if ROWS_ATTR in op.attributes and len(units) == 2:
         units[0] = 1
     return units
+
+
+def repeat_cols(op: Operation) -> int:
+    """How many adjacent columns of a global load's register tile each column it reads fills (REPEAT_COLS; 1)."""
+    attr = op.attributes.get(REPEAT_COLS)
+    return attr.value.data if isinstance(attr, IntegerAttr) else 1
+
+
+def source_shape(op: Operation, tile_shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape of what a global load reads: its tile's, or 1/k of the columns where each fills k (REPEAT_COLS)."""
+    k = repeat_cols(op)
+    return (*tile_shape[:-1], tile_shape[-1] // k)
 
 
 def keep_index_units(source: Operation, made: Operation) -> Operation:
@@ -1009,6 +1023,15 @@ class LoadOp(IRDLOperation):
         _verify_transfer("load", self.source.type, self.result.type, self.source.type, len(self.indices), LOAD_PAIRS)
         _verify_rows_index(self, self.source.type, self.result.type)
         src, dst = self.source.type, self.result.type
+        if REPEAT_COLS in self.attributes:
+            k = repeat_cols(self)
+            if not (isinstance(src, GlobalType) and isinstance(dst, RegTileType)
+                    and isinstance(dst.element_type, Float32Type)):
+                raise VerifyException(f"load: only a global → f32 register tile load repeats columns, not "
+                                      f"{spec(src)} → {spec(dst)}")
+            if k != 2 or dst.shape[1] % (16 * k):
+                raise VerifyException(f"load: {REPEAT_COLS} = {k} must be 2, into a tile of a multiple of 32 columns "
+                                      f"(16 read), not {spec(dst)}")
         if MULTICAST in self.attributes and not (isinstance(src, GlobalType) and isinstance(dst, SharedTileType)):
             raise VerifyException("load: only a global → shared tile load may be multicast")
         group = self.attributes.get(MULTICAST)
@@ -1237,6 +1260,30 @@ class WgmmaWaitOp(GroupWaitOp):
     name = "tile.wgmma_wait"
 
 
+@irdl_op_definition
+class RotatePairsOp(IRDLOperation):
+    """`%r = tile.rotate_pairs %t : !tile.rt<16x64xf32>`: each pair of adjacent columns (2i, 2i+1) of an f32 register
+    tile turned a quarter, (a, b) → (−b, a): the pair as a complex number a + ib times i. Rotary embedding's
+    interleaved form is x·cos + rotate_pairs(x)·sin. A pair sits in one lane in the row and linear layouts."""
+
+    name = "tile.rotate_pairs"
+    T: ClassVar = VarConstraint("T", base(RegTileType))
+    input = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation):
+        super().__init__(operands=[input], result_types=[SSAValue.get(input).type])
+
+    def verify_(self) -> None:
+        if not isinstance(self.input.type.element_type, Float32Type):
+            raise VerifyException(f"rotate_pairs takes an f32 tile, got {spec(self.input.type)}: convert it first")
+        if self.input.type.layout == Layout.COL:
+            raise VerifyException("rotate_pairs needs each pair of columns in one lane: the row or linear layout, "
+                                  "not col")
+
+
 TILE_OPS: list[type[IRDLOperation]] = [
     BlockIdxOp,
     NumBlocksOp,
@@ -1257,6 +1304,7 @@ TILE_OPS: list[type[IRDLOperation]] = [
     ConvertOp,
     RelayoutOp,
     TransposeOp,
+    RotatePairsOp,
     TrilOp,
     KeepColsOp,
     TriuOp,

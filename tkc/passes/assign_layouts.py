@@ -83,7 +83,7 @@ class Use:
 def _links(op: Operation) -> list[tuple[Use | None, SSAValue, SSAValue, int]]:
     """(use, a, b, parity): the layout of b must be that of a ^ parity; on conflict, convert at `use`."""
     links: list[tuple[Use | None, SSAValue, SSAValue, int]] = []
-    if isinstance(op, t.UnaryOp | t.ConvertOp | t.TriangleOp | t.FinishRowSumOp):
+    if isinstance(op, t.UnaryOp | t.ConvertOp | t.TriangleOp | t.FinishRowSumOp | t.RotatePairsOp):
         links.append((Use(op, 0), op.results[0], op.operands[0], 0))
     elif isinstance(op, t.BinaryOp):
         for i, operand in enumerate(op.operands):
@@ -210,7 +210,8 @@ def _linear_groups(uf: ParityUnionFind, values: list[SSAValue], constrained: set
 
 def _linear_ok(op: Operation | Block, value: SSAValue) -> bool:
     """Can `op`, which makes or reads `value`, take it in the linear layout?"""
-    if isinstance(op, Block | t.UnaryOp | t.BinaryOp | t.ConvertOp | t.FillOp | scf.ForOp | scf.IfOp | scf.YieldOp):
+    if isinstance(op, Block | t.UnaryOp | t.BinaryOp | t.ConvertOp | t.FillOp | t.RotatePairsOp | scf.ForOp | scf.IfOp
+                  | scf.YieldOp):
         return True
     if isinstance(op, t.LoadOp):
         return isinstance(op.source.type, GlobalType)
