@@ -3,7 +3,7 @@ formula, x·cos + rotate_half(x)·sin, eager and under torch.compile) and a Trit
 device-to-device copy bandwidth measured in the same run. Bytes: x read and the output written (4 bytes per
 element of x in bf16; cos and sin, one row per position shared by every head, counted too).
 
-    python bench/rotary.py [--shapes 4x32x4096x128:128 ...] [--bshd]
+    python bench/rotary.py [--shapes 4x32x4096x128:128 ...] [--bshd] [--interleaved]
 
 A shape is B×H×N×D:R (R rotated columns, R < D: partial rotary). --bshd: x is a (B, N, H, D) tensor passed as its
 (B, H, N, D) view (`x.transpose(1, 2)`), the layout q and k have straight out of a projection.
@@ -37,6 +37,16 @@ def torch_rotary(x: torch.Tensor, cos_full: torch.Tensor, sin_full: torch.Tensor
     return torch.cat((turned, x[..., r:]), dim=-1)
 
 
+def torch_rotary_interleaved(x: torch.Tensor, cos_full: torch.Tensor, sin_full: torch.Tensor) -> torch.Tensor:
+    """GPT-J's form in Hugging Face: cos / sin (N, R) with each angle twice in a row (repeat_interleave), the pairs
+    of adjacent columns turned: x·cos + rotate_every_two(x)·sin."""
+    r = cos_full.shape[-1]
+    pairs = x[..., :r]
+    every_two = torch.stack((-pairs[..., 1::2], pairs[..., ::2]), dim=-1).flatten(-2)
+    turned = pairs * cos_full + every_two * sin_full
+    return turned if r == x.shape[-1] else torch.cat((turned, x[..., r:]), dim=-1)
+
+
 def tables(n: int, r: int) -> tuple[torch.Tensor, torch.Tensor]:
     inv_freq = 10000.0 ** (-torch.arange(0, r, 2, device="cuda", dtype=torch.float64) / r)
     angles = torch.arange(n, device="cuda", dtype=torch.float64)[:, None] * inv_freq
@@ -48,6 +58,8 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=["4x32x4096x128:128", "1x32x16384x128:128", "16x16x2048x64:64",
                                                         "4x32x4096x128:64", "8x40x2048x128:128", "64x32x1x128:128"])
     parser.add_argument("--bshd", action="store_true", help="x given as the (B, H, N, D) view of a (B, N, H, D) tensor")
+    parser.add_argument("--interleaved", action="store_true",
+                        help="GPT-J's pairs of adjacent columns (torch: its eager formula; no Triton peer)")
     add_timing_options(parser)
     args = parser.parse_args()
     triton_kernels = triton_peer()
@@ -61,18 +73,25 @@ def main() -> None:
         x = torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2) if args.bshd else \
             torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
         cos, sin = tables(n, r)
-        cos_full, sin_full = (torch.cat((t, t), dim=-1).to(torch.bfloat16) for t in (cos, sin))
-        ref = torch_rotary(x.double(), torch.cat((cos, cos), -1).double(), torch.cat((sin, sin), -1).double())
+        if args.interleaved:
+            spread = lambda t: t.repeat_interleave(2, dim=-1)  # noqa: E731
+            formula = torch_rotary_interleaved
+        else:
+            spread = lambda t: torch.cat((t, t), dim=-1)  # noqa: E731
+            formula = torch_rotary
+        cos_full, sin_full = (spread(t).to(torch.bfloat16) for t in (cos, sin))
+        ref = formula(x.double(), spread(cos).double(), spread(sin).double())
         nbytes = 4 * x.numel() + 2 * 4 * n * (r // 2)
         src = torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8)  # a copy moving as many bytes
         dst = torch.empty_like(src)
-        compiled = torch.compile(torch_rotary, dynamic=False)  # specialized to each shape (else dynamic from the 2nd)
+        compiled = torch.compile(formula, dynamic=False)  # specialized to each shape (else dynamic from the 2nd)
+        pairs = args.interleaved
         impls = {"same-size copy": lambda: dst.copy_(src),
-                 "tkc sm_80": lambda: tkc.kernels.rotary(x, cos, sin, target="sm_80"),
-                 "tkc": lambda: tkc.kernels.rotary(x, cos, sin),
-                 "torch": lambda: torch_rotary(x, cos_full, sin_full),
+                 "tkc sm_80": lambda: tkc.kernels.rotary(x, cos, sin, interleaved=pairs, target="sm_80"),
+                 "tkc": lambda: tkc.kernels.rotary(x, cos, sin, interleaved=pairs),
+                 "torch": lambda: formula(x, cos_full, sin_full),
                  "torch.compile": lambda: compiled(x, cos_full, sin_full)}
-        if triton_kernels is not None:
+        if triton_kernels is not None and not pairs:
             impls["triton"] = lambda: triton_kernels.rotary(x, cos, sin)
         errors = {}
         for name, fn in list(impls.items()):
@@ -87,6 +106,9 @@ def main() -> None:
         row = {"shape": f"{b}×{h}×{n}×{d}" + (f", R={r}" if r < d else ""), "MB": nbytes / 1e6,
                "same-size copy / copy": nbytes / times["same-size copy"] / 1e6 / copy_gbs}
         for name in ("tkc", "triton"):  # the kernels alone: calls replayed from a CUDA graph, no host work
+            if name not in impls:
+                row[f"{name} graph / copy"] = float("nan")
+                continue
             try:
                 row[f"{name} graph / copy"] = nbytes / graph_time_ms(impls[name], args.launches) / 1e6 / copy_gbs
             except Exception as e:  # noqa: BLE001
@@ -112,6 +134,7 @@ def main() -> None:
     text = table(rows, cols)
     print(text)
     layout = "x a (B, N, H, D) tensor seen as (B, H, N, D)" if args.bshd else "x (B, H, N, D) contiguous"
+    layout += ", interleaved pairs (GPT-J)" if args.interleaved else ""
     record("rotary", env, f"GB/s (x read and written, cos and sin read), {layout}, bf16, cos / sin float32 (torch: "
            f"bf16 (N, R), as Hugging Face's); median of {args.launches} back-to-back launches × {args.rounds} interleaved "
            "rounds; copy = a 1 GiB device-to-device copy in the same run; same-size copy = a copy moving as many bytes, "

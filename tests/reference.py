@@ -116,13 +116,15 @@ def attention_backward_ref(q, k, v, grad_out, causal: bool = False, scale: float
     return out, lse, ds @ k * scale, dk.reshape(groups).sum(-3), dv.reshape(groups).sum(-3)
 
 
-def rotary_ref(x, cos, sin, offset: int = 0, conjugate: bool = False):
-    """float64 rotate-half rotary embedding of x (..., N, D) by cos / sin (positions, R/2) from row `offset`; the
-    columns past R pass through; conjugate: sin negated."""
+def rotary_ref(x, cos, sin, offset: int = 0, conjugate: bool = False, interleaved: bool = False):
+    """float64 rotary embedding of x (..., N, D) by cos / sin (positions, R/2) from row `offset`: column i turned with
+    i + R/2 (rotate-half), or 2i with 2i + 1 (interleaved); the columns past R pass through; conjugate: sin negated."""
     x = f64(x)
     n, half = x.shape[-2], cos.shape[-1]
     c, s = f64(cos)[offset:offset + n], f64(sin)[offset:offset + n] * (-1 if conjugate else 1)
     out = x.copy()
-    x1, x2 = x[..., :half], x[..., half:2 * half]
-    out[..., :half], out[..., half:2 * half] = x1 * c - x2 * s, x2 * c + x1 * s
+    first, second = (slice(0, 2 * half, 2), slice(1, 2 * half, 2)) if interleaved else (slice(0, half),
+                                                                                     slice(half, 2 * half))
+    x1, x2 = x[..., first], x[..., second]
+    out[..., first], out[..., second] = x1 * c - x2 * s, x2 * c + x1 * s
     return out

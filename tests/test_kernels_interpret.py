@@ -196,12 +196,12 @@ def test_layernorm(rows: int, d: int, eps: float, residual: int, rms: int, seed:
 @given(batch=st.integers(1, 2), heads=st.integers(1, 5), n=st.integers(1, 40),
        dims=st.sampled_from([(128, 128), (128, 64), (64, 64), (96, 32), (256, 128)]), offset=st.integers(0, 9),
        conjugate=st.booleans(), layout=st.sampled_from([(4, 4), (1, 1), (2, 2), (3, 2)]),
-       bshd=st.booleans(), seed=st.integers(0, 2**32 - 1))
+       bshd=st.booleans(), interleaved=st.booleans(), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=30)
 def test_rotary(batch: int, heads: int, n: int, dims: tuple[int, int], offset: int, conjugate: bool,
-                layout: tuple[int, int], bshd: bool, seed: int) -> None:
+                layout: tuple[int, int], bshd: bool, interleaved: bool, seed: int) -> None:
     """Rotary embedding of (B, H, N, D) rows, or of a (B, N, H, D) tensor seen transposed (strided rows), partial
-    rotary (R < D) included, on grids whose last blocks run past the rows and heads."""
+    rotary (R < D) included, rotate-half or interleaved, on grids whose last blocks run past the rows and heads."""
     rng = np.random.default_rng(seed)
     d, r = dims
     heads_a_warp, warps = layout
@@ -211,8 +211,8 @@ def test_rotary(batch: int, heads: int, n: int, dims: tuple[int, int], offset: i
     out = poisoned(batch, heads, n, d)
     grid = (-(-n // (16 * warps)), batch, -(-heads // heads_a_warp))
     rotary_kernel.interpret(x, cos, sin, out, offset, grid=grid, D=d, R=r, HEADS=heads_a_warp,
-                            WARPS=warps, CONJUGATE=int(conjugate))
-    assert rel_err(out, rotary_ref(x, cos, sin, offset, conjugate)) < TOL
+                            WARPS=warps, CONJUGATE=int(conjugate), INTERLEAVED=int(interleaved))
+    assert rel_err(out, rotary_ref(x, cos, sin, offset, conjugate, interleaved)) < TOL
 
 
 @given(rows=st.integers(1, 40), d=st.sampled_from([16, 64, 256, 1024]), rms=st.sampled_from([0, 1]),

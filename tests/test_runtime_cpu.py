@@ -973,6 +973,8 @@ def test_rotary_launches(monkeypatch) -> None:
     assert loaded.constants["COPY_REST"] == 1 and loaded.constants["CONJUGATE"] == 0
     rotary(x, cos, sin, out=x, conjugate=True, target="sm_80")
     assert launches[-1][0].constants["COPY_REST"] == 0 and launches[-1][0].constants["CONJUGATE"] == 1
+    rotary(x, cos, sin, interleaved=True, target="sm_80")
+    assert launches[-1][0].constants["INTERLEAVED"] == 1 and launches[-1][0].constants["CONJUGATE"] == 0
     rotary(cuda(6, 100, 64), cuda(100, 32), cuda(100, 32), target="sm_80")
     assert launches[-1][1] == (2, 1, 3) and str(launches[-1][0].constants["CT"]) == "bf16"
     bad = [((cuda(6, 100, 128), cos[:, :8], sin[:, :8]), {}, "R = 16 rotated columns, which must be a multiple of 32"),
@@ -1052,6 +1054,7 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
             elif which == "rotary":
                 shape, half = (rng.choice([1, 2]), rng.choice([1, 3]), rng.choice([1, 40]), rng.choice([64, 96])), rng.choice([16, 32, 8])
                 rotary(odd(*shape), odd(50, half), odd(50, half), offset=rng.choice([0, 5, 20, -1]),
+                       interleaved=rng.random() < 0.3,
                        target=rng.choice([None, "sm_80"]), **({"out": odd(*shape)} if rng.random() < 0.3 else {}))
             else:
                 rows, d = rng.choice([1, 7]), rng.choice([16, 40, 64])

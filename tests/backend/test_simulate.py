@@ -276,10 +276,13 @@ def test_rotate_pairs_and_repeated_columns(table: str, target: str) -> None:
     ((2, 2, 9, 96), 32, {"WARPS": 1, "HEADS": 1}, False, "sm_80"),
     ((1, 4, 16, 64), 64, {"COPY_REST": 0, "CT": "bf16"}, True, "sm_90a"),
     ((1, 2, 12, 128), 96, {"COPY_REST": 0, "DT": "f16", "CT": "f16"}, False, "sm_80"),
+    ((2, 3, 40, 128), 128, {"INTERLEAVED": 1}, True, "sm_90a"),
+    ((1, 3, 20, 160), 64, {"INTERLEAVED": 1, "CONJUGATE": 1, "HEADS": 1, "CT": "bf16"}, False, "sm_80"),
 ])
 def test_rotary(shape: tuple[int, ...], r: int, constants: dict, bshd: bool, target: str) -> None:
     """rotary_kernel's PTX against the interpreter and float64: strided (B, N, H, D) rows, partial rotary (R < D:
-    the rest copied, or with COPY_REST=0 left as it was, NaN here), bf16 / f16 cos and sin, the conjugate turn."""
+    the rest copied, or with COPY_REST=0 left as it was, NaN here), bf16 / f16 cos and sin, the conjugate turn,
+    rotate-half and interleaved pairs."""
     from reference import BF16, rotary_ref
 
     from tkc import lang
@@ -298,7 +301,7 @@ def test_rotary(shape: tuple[int, ...], r: int, constants: dict, bshd: bool, tar
     grid = (-(-n // (16 * warps)), batch, -(-heads // heads_a_warp))
     interp, sim = run_both(rotary_kernel, [x, cos, sin, out, 3], grid, {"D": d, "R": r, **constants}, target=target,
                            order="shuffled")
-    ref = rotary_ref(x, cos, sin, 3, bool(constants.get("CONJUGATE")))
+    ref = rotary_ref(x, cos, sin, 3, bool(constants.get("CONJUGATE")), bool(constants.get("INTERLEAVED")))
     if constants.get("COPY_REST") == 0:
         assert np.isnan(sim[3][..., r:].astype(np.float32)).all()
         sim[3][..., r:], interp[3][..., r:] = x[..., r:], x[..., r:]

@@ -193,6 +193,8 @@ def rotary_embedding() -> None:
     rotary(x, cos, sin, offset=9)
     rotary(x, cos, sin, offset=13, target="sm_80")
     rotary(x, cos, sin, out=x)
+    rotary(x, cos, sin, offset=5, interleaved=True)  # the pairs: rotate_pairs and the tables' repeated columns
+    rotary(x, cos, sin, interleaved=True, target="sm_80")
 
 
 def main() -> None:

@@ -199,12 +199,19 @@ def test_rmsnorm_and_norms_without_residual(shape: tuple[int, ...], target: str 
         assert same is x and rel_err(out, torch.nn.functional.layer_norm(x.float(), (d,), w.float(), b.float())) < 1e-2
 
 
-def rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0) -> torch.Tensor:
-    """float64 rotate-half (Hugging Face's rotate_half / apply_rotary_pos_emb on the first R columns)."""
+def rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0,
+                     interleaved: bool = False) -> torch.Tensor:
+    """float64 rotate-half (Hugging Face's rotate_half / apply_rotary_pos_emb on the first R columns), or the
+    interleaved pairs (2i, 2i + 1) of GPT-J."""
     n, half = x.shape[-2], cos.shape[-1]
     c, s = cos[offset:offset + n].double(), sin[offset:offset + n].double()
     x = x.double()
-    x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
+    rest = x[..., 2 * half:]
+    if interleaved:
+        x1, x2 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+        turned = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+        return torch.cat((turned, rest), dim=-1)
+    x1, x2 = x[..., :half], x[..., half:2 * half]
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s, rest), dim=-1)
 
 
@@ -249,6 +256,26 @@ def test_rotary(shape, rotated, bshd, cos_dtype, offset, target) -> None:
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape, rotated, bshd, cos_dtype, offset", ROTARY_CASES[::2])
+def test_rotary_interleaved(shape, rotated, bshd, cos_dtype, offset, target) -> None:
+    """interleaved=True (GPT-J's pairs of adjacent columns) against float64, out of place and in place, undone by
+    the conjugate turn."""
+    from tkc.kernels import rotary
+
+    b, h, n, d = shape
+    x = randn(b, n, h, d).transpose(1, 2) if bshd else randn(*shape)
+    cos, sin = rotary_tables(offset + n + 3, rotated, cos_dtype)
+    ref = rotary_reference(x, cos, sin, offset, interleaved=True)
+    out = rotary(x, cos, sin, offset=offset, interleaved=True, target=target)
+    assert rel_err(out, ref) < 1e-2
+    back = rotary(out, cos, sin, offset=offset, interleaved=True, conjugate=True, target=target)
+    assert rel_err(back, x) < 1e-2
+    y = x.clone()
+    rotary(y, cos, sin, offset=offset, interleaved=True, out=y, target=target)
+    assert rel_err(y, ref) < 1e-2
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_rotary_f16_and_gradient(target) -> None:
     """f16 rows; and x requiring grad: rotary() is torch.ops.tkc.rotary, whose gradient (the conjugate turn) matches
     float64 autograd through the reference; under torch.compile one opaque op."""
@@ -260,10 +287,11 @@ def test_rotary_f16_and_gradient(target) -> None:
     assert rel_err(rotary(x, cos, sin, target=target), rotary_reference(x, cos, sin)) < 1e-3
     x = randn(2, 6, 200, 128).requires_grad_()
     grad = randn(2, 6, 200, 128)
-    (got,) = torch.autograd.grad((rotary(x, cos, sin, target=target).float() * grad).sum(), x)
-    x64 = x.detach().double().requires_grad_()
-    (want,) = torch.autograd.grad((rotary_reference(x64, cos, sin) * grad.double()).sum(), x64)
-    assert rel_err(got, want) < 1e-2
+    for pairs in (False, True):
+        (got,) = torch.autograd.grad((rotary(x, cos, sin, interleaved=pairs, target=target).float() * grad).sum(), x)
+        x64 = x.detach().double().requires_grad_()
+        (want,) = torch.autograd.grad((rotary_reference(x64, cos, sin, interleaved=pairs) * grad.double()).sum(), x64)
+        assert rel_err(got, want) < 1e-2
     compiled = torch.compile(lambda t: rotary(t, cos, sin, target=target), fullgraph=True)
     assert rel_err(compiled(x.detach()), rotary_reference(x.detach(), cos, sin)) < 1e-2
 

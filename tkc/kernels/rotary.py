@@ -1,11 +1,14 @@
-"""Rotary position embedding (RoPE), the rotate-half form of GPT-NeoX / LLaMA in Hugging Face: the first R columns
-of each row of x, as two halves x₁ = x[:R/2] and x₂ = x[R/2:R], turn by the angle of the row's position,
+"""Rotary position embedding (RoPE): the first R columns of each row of x turn by the angles of the row's position.
+The rotate-half form (GPT-NeoX, LLaMA in Hugging Face) pairs column i with column i + R/2:
 
-    out[:R/2]  = x₁·cos − x₂·sin
+    out[:R/2]  = x₁·cos − x₂·sin            x₁ = x[:R/2], x₂ = x[R/2:R]
     out[R/2:R] = x₂·cos + x₁·sin
     out[R:]    = x[R:]                      (partial rotary: R < D)
 
-with cos and sin of shape (positions, R/2), row p for position p (cos θᵢ·p, sin θᵢ·p). Its gradient is the opposite
+the interleaved form (GPT-J; INTERLEAVED=1) pairs columns 2i and 2i + 1,
+out[2i] = x[2i]·cosᵢ − x[2i+1]·sinᵢ and out[2i+1] = x[2i+1]·cosᵢ + x[2i]·sinᵢ: x·cos + rotate_pairs(x)·sin with cos
+and sin spread over the pairs (`load(..., repeat=2)`).
+cos and sin are (positions, R/2), row p for position p (cos θᵢ·p, sin θᵢ·p), in both. The gradient is the opposite
 turn (sin negated), so the backward is the same kernel (CONJUGATE=1)."""
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
 @tkc.kernel(warps="WARPS", min_target="sm_80")
 def rotary_kernel(X: gl["DT", 4], Cos: gl["CT", 2], Sin: gl["CT", 2], Out: gl["DT", 4], offset: int,
                   D: const = 128, R: const = 128, HEADS: const = 2, WARPS: const = 4, DT: const = bf16,
-                  CT: const = f32, COPY_REST: const = 1, CONJUGATE: const = 0):
+                  CT: const = f32, COPY_REST: const = 1, CONJUGATE: const = 0, INTERLEAVED: const = 0):
     """X and Out (B, H, N, D), any strides but the last; Cos and Sin (≥ offset + N, R/2): position n of x is row
     offset + n of theirs. COPY_REST=0: columns R.. of Out are not written (Out is X: rotated in place).
 
@@ -39,29 +42,38 @@ def rotary_kernel(X: gl["DT", 4], Cos: gl["CT", 2], Sin: gl["CT", 2], Out: gl["D
     REST = math.gcd(R, D - R)                                    # the unrotated columns, in tiles of REST
     b, first_head = block_idx()[1], block_idx()[2] * HEADS
     tile = block_idx()[0] * WARPS + warp_id()                    # this warp's 16 positions
-    cos = load(Cos, (rows(offset + 16 * tile), 0), rt[f32, 16, HALF])
-    sin = load(Sin, (rows(offset + 16 * tile), 0), rt[f32, 16, HALF])
+    ANGLES = R if INTERLEAVED else HALF                          # columns of cos and sin as the tiles use them
+    cos = load(Cos, (rows(offset + 16 * tile), 0), rt[f32, 16, ANGLES], repeat=2 if INTERLEAVED else 1)
+    sin = load(Sin, (rows(offset + 16 * tile), 0), rt[f32, 16, ANGLES], repeat=2 if INTERLEAVED else 1)
     if CONJUGATE:
         sin = 0.0 - sin
-    halves = ()
+    rows_in = ()
     for j in range(HEADS):
-        halves = halves + ((load(X, (b, first_head + j, tile, 0), rt[DT, 16, HALF]),
-                            load(X, (b, first_head + j, tile, 1), rt[DT, 16, HALF])),)
+        if INTERLEAVED:
+            rows_in = rows_in + ((load(X, (b, first_head + j, tile, 0), rt[DT, 16, R]),),)
+        else:
+            rows_in = rows_in + ((load(X, (b, first_head + j, tile, 0), rt[DT, 16, HALF]),
+                                  load(X, (b, first_head + j, tile, 1), rt[DT, 16, HALF])),)
     for j in range(HEADS):
-        x1, x2 = halves[j][0].to(f32), halves[j][1].to(f32)
-        store(Out, x1 * cos - x2 * sin, (b, first_head + j, tile, 0))
-        store(Out, x2 * cos + x1 * sin, (b, first_head + j, tile, 1))
+        if INTERLEAVED:
+            x = rows_in[j][0].to(f32)
+            store(Out, x * cos + rotate_pairs(x) * sin, (b, first_head + j, tile, 0))
+        else:
+            x1, x2 = rows_in[j][0].to(f32), rows_in[j][1].to(f32)
+            store(Out, x1 * cos - x2 * sin, (b, first_head + j, tile, 0))
+            store(Out, x2 * cos + x1 * sin, (b, first_head + j, tile, 1))
         if COPY_REST and R < D:
             for k in range(R // REST, D // REST):
                 store(Out, load(X, (b, first_head + j, tile, k), rt[DT, 16, REST]), (b, first_head + j, tile, k))
 
 
-def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int = 0, conjugate: bool = False,
-           out: torch.Tensor | None = None, target: str | None = None) -> torch.Tensor:
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int = 0, interleaved: bool = False,
+           conjugate: bool = False, out: torch.Tensor | None = None, target: str | None = None) -> torch.Tensor:
     """x turned by rotary position embedding: x (B, H, N, D) or (H, N, D), bf16 or f16, any strides but a
     contiguous last dimension (so a (B, N, H, D) tensor goes in as `x.transpose(1, 2)`, a view); cos and sin
     (positions, R/2) in float32, bf16 or f16, R ≤ D a multiple of 32 (R < D: the columns past R pass through);
-    position n of x takes row `offset` + n (decoding: the cache's length). `conjugate=True` turns the other way
+    position n of x takes row `offset` + n (decoding: the cache's length). `interleaved=True`: GPT-J's pairs of
+    adjacent columns (2i, 2i + 1) rather than the halves (i, i + R/2). `conjugate=True` turns the other way
     (sin negated: the inverse, and the gradient). `out=x` rotates in place. Autograd sees the call where x requires
     grad (cos and sin take none)."""
     import torch
@@ -82,7 +94,7 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int
         if common:
             out = torch.empty_like(x)
             grid = (-(-n // (16 * CONFIG["WARPS"])), x.shape[0], -(-x.shape[1] // heads_a_warp(d, rotated)))
-            if _specialized(d, rotated, target, x.dtype, cos.dtype, True, conjugate).launch(
+            if _specialized(d, rotated, target, x.dtype, cos.dtype, True, conjugate, interleaved).launch(
                     grid, (x, cos, sin, out, offset), common_only=True):
                 return out
             out = None
@@ -119,7 +131,7 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int
     if torch.compiler.is_compiling() or wants_grad(torch, x):  # one op of the graph / of autograd
         from tkc.kernels import torch_ops
 
-        result = torch_ops.rotary(x, cos, sin, offset, conjugate, target)
+        result = torch_ops.rotary(x, cos, sin, offset, bool(interleaved), bool(conjugate), target)
         return result if out is None else out.copy_(result)
     if out is None:
         out = torch.empty_like(x)
@@ -127,7 +139,7 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int
     batch, heads = x4.shape[0], x4.shape[1]
     if x4.numel():
         in_place = out.data_ptr() == x.data_ptr() and out.stride() == x.stride()
-        spec = _specialized(d, rotated, target, dtype, cos.dtype, not in_place, conjugate)
+        spec = _specialized(d, rotated, target, dtype, cos.dtype, not in_place, conjugate, interleaved)
         grid = (-(-n // (16 * CONFIG["WARPS"])), batch, -(-heads // heads_a_warp(d, rotated)))
         spec[grid](x4, cos, sin, out4, offset)
     return out
@@ -145,14 +157,15 @@ def heads_a_warp(d: int, rotated: int) -> int:
 
 
 def _specialized(d: int, rotated: int, target: str | None, dtype: Any, cos_dtype: Any, copy_rest: bool,
-                 conjugate: bool) -> Any:
+                 conjugate: bool, interleaved: bool) -> Any:
     """rotary_kernel for these sizes, dtypes and options, made once."""
-    key = (d, rotated, target, dtype, cos_dtype, copy_rest, conjugate)
+    key = (d, rotated, target, dtype, cos_dtype, copy_rest, bool(conjugate), bool(interleaved))
     spec = _SPECIALIZED.get(key)
     if spec is None:
         spec = _SPECIALIZED[key] = rotary_kernel.specialize(
-            D=d, R=rotated, CT=_TABLE_TYPES[str(cos_dtype)], COPY_REST=int(copy_rest and rotated < d), CONJUGATE=int(conjugate),
-            HEADS=heads_a_warp(d, rotated), target=target, **CONFIG, **dtype_constant(dtype))
+            D=d, R=rotated, CT=_TABLE_TYPES[str(cos_dtype)], COPY_REST=int(copy_rest and rotated < d),
+            CONJUGATE=int(conjugate), INTERLEAVED=int(interleaved), HEADS=heads_a_warp(d, rotated), target=target,
+            **CONFIG, **dtype_constant(dtype))
     return spec
 
 
