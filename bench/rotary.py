@@ -59,7 +59,7 @@ def main() -> None:
                                                         "4x32x4096x128:64", "8x40x2048x128:128", "64x32x1x128:128"])
     parser.add_argument("--bshd", action="store_true", help="x given as the (B, H, N, D) view of a (B, N, H, D) tensor")
     parser.add_argument("--interleaved", action="store_true",
-                        help="GPT-J's pairs of adjacent columns (torch: its eager formula; no Triton peer)")
+                        help="GPT-J's pairs of adjacent columns (torch: its eager formula)")
     add_timing_options(parser)
     args = parser.parse_args()
     triton_kernels = triton_peer()
@@ -91,8 +91,8 @@ def main() -> None:
                  "tkc": lambda: tkc.kernels.rotary(x, cos, sin, interleaved=pairs),
                  "torch": lambda: formula(x, cos_full, sin_full),
                  "torch.compile": lambda: compiled(x, cos_full, sin_full)}
-        if triton_kernels is not None and not pairs:
-            impls["triton"] = lambda: triton_kernels.rotary(x, cos, sin)
+        if triton_kernels is not None:
+            impls["triton"] = lambda: triton_kernels.rotary(x, cos, sin, interleaved=pairs)
         errors = {}
         for name, fn in list(impls.items()):
             if name == "same-size copy":

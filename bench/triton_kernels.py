@@ -4,7 +4,7 @@
     scaled_mm(a, b, scale_a, scale_b)             as torch._scaled_mm: fp8 e4m3 in, bf16 out, fp32 accumulation
     attention(q, k, v, causal=False, scale=None)  FlashAttention-2 style forward, (B, H, N, D) bf16, D in {64, 128}
     layernorm(x, residual, weight, bias, eps)     (LayerNorm(x + residual) * weight + bias, x + residual), bf16
-    rotary(x, cos, sin)                           rotate-half rotary embedding of (B, H, N, D), any outer strides
+    rotary(x, cos, sin, interleaved=False)        rotary embedding of (B, H, N, D), any outer strides
 
 Every function takes and returns bf16 CUDA tensors and launches one Triton kernel (only a degenerate K = 0
 matmul is a plain zero fill). The matmul and attention kernels are autotuned: the first call for a new key
@@ -433,9 +433,10 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
 @triton.jit
 def _rotary_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, N, H,
                    sxb, sxh, sxn, sob, soh, son, scn,
-                   D: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_REST: tl.constexpr):
-    # One program per BLOCK_N positions of one (batch, head): the two halves of the rotated columns, cos and sin
-    # in f32; the columns past 2·HALF copied.
+                   D: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_REST: tl.constexpr,
+                   INTERLEAVED: tl.constexpr):
+    # One program per BLOCK_N positions of one (batch, head): the two halves of the rotated columns (or, with
+    # INTERLEAVED, the even and the odd ones), cos and sin in f32; the columns past 2·HALF copied.
     pid_n, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -443,21 +444,27 @@ def _rotary_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, N, H,
     mask = rows[:, None] < N
     x_row = x_ptr + b.to(tl.int64) * sxb + h.to(tl.int64) * sxh + rows[:, None].to(tl.int64) * sxn
     o_row = out_ptr + b.to(tl.int64) * sob + h.to(tl.int64) * soh + rows[:, None].to(tl.int64) * son
-    x1 = tl.load(x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(x_row + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if INTERLEAVED:  # the columns of each pair's first and second element
+        first = 2 * cols
+        second = 2 * cols + 1
+    else:
+        first = cols
+        second = HALF + cols
+    x1 = tl.load(x_row + first[None, :], mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(x_row + second[None, :], mask=mask, other=0.0).to(tl.float32)
     c = tl.load(cos_ptr + rows[:, None] * scn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + rows[:, None] * scn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(o_row + cols[None, :], (x1 * c - x2 * s).to(out_ptr.dtype.element_ty), mask=mask)
-    tl.store(o_row + HALF + cols[None, :], (x2 * c + x1 * s).to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(o_row + first[None, :], (x1 * c - x2 * s).to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(o_row + second[None, :], (x2 * c + x1 * s).to(out_ptr.dtype.element_ty), mask=mask)
     if BLOCK_REST > 0:
         rest = 2 * HALF + tl.arange(0, BLOCK_REST)
         rest_mask = mask & (rest[None, :] < D)
         tl.store(o_row + rest[None, :], tl.load(x_row + rest[None, :], mask=rest_mask), mask=rest_mask)
 
 
-def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half rotary embedding of x (B, H, N, D) (last dimension contiguous) by cos / sin (N, R/2), the same
-    row stride; a new tensor of x's layout."""
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
+    """Rotary embedding of x (B, H, N, D) (last dimension contiguous) by cos / sin (N, R/2), the same row stride:
+    rotate-half, or the pairs of adjacent columns with `interleaved`; a new tensor of x's layout."""
     B, H, N, D = x.shape
     half = cos.shape[1]
     assert x.stride(3) == 1 and cos.stride(1) == 1 and sin.stride() == cos.stride(), "rotary: contiguous rows expected"
@@ -466,5 +473,6 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     rest = D - 2 * half
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)  # noqa: E731
     _rotary_kernel[grid](x, cos, sin, out, N, H, *x.stride()[:3], *out.stride()[:3], cos.stride(0),
-                         D=D, HALF=half, BLOCK_REST=triton.next_power_of_2(rest) if rest else 0)
+                         D=D, HALF=half, BLOCK_REST=triton.next_power_of_2(rest) if rest else 0,
+                         INTERLEAVED=bool(interleaved))
     return out

@@ -47,19 +47,17 @@ def rotary_kernel(X: gl["DT", 4], Cos: gl["CT", 2], Sin: gl["CT", 2], Out: gl["D
     sin = load(Sin, (rows(offset + 16 * tile), 0), rt[f32, 16, ANGLES], repeat=2 if INTERLEAVED else 1)
     if CONJUGATE:
         sin = 0.0 - sin
+    PARTS = 1 if INTERLEAVED else 2                              # tiles a row's rotated columns are read in
     rows_in = ()
     for j in range(HEADS):
-        if INTERLEAVED:
-            rows_in = rows_in + ((load(X, (b, first_head + j, tile, 0), rt[DT, 16, R]),),)
-        else:
-            rows_in = rows_in + ((load(X, (b, first_head + j, tile, 0), rt[DT, 16, HALF]),
-                                  load(X, (b, first_head + j, tile, 1), rt[DT, 16, HALF])),)
+        for part in range(PARTS):
+            rows_in = rows_in + (load(X, (b, first_head + j, tile, part), rt[DT, 16, R // PARTS]),)
     for j in range(HEADS):
         if INTERLEAVED:
-            x = rows_in[j][0].to(f32)
+            x = rows_in[j].to(f32)
             store(Out, x * cos + rotate_pairs(x) * sin, (b, first_head + j, tile, 0))
         else:
-            x1, x2 = rows_in[j][0].to(f32), rows_in[j][1].to(f32)
+            x1, x2 = rows_in[2 * j].to(f32), rows_in[2 * j + 1].to(f32)
             store(Out, x1 * cos - x2 * sin, (b, first_head + j, tile, 0))
             store(Out, x2 * cos + x1 * sin, (b, first_head + j, tile, 1))
         if COPY_REST and R < D:
