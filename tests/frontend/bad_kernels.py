@@ -1099,3 +1099,16 @@ def repeat_leaving_too_few_columns():
         store(Y, load(X, (0, 0), rt[f32, 16, 16], repeat=2), (0, 0))  # ERROR
 
     return k
+
+
+def rotate_pairs_of_an_mma_b_operand():
+    @tkc.kernel
+    def k(X: gl[f32, 2], Y: gl[f32, 2]):
+        a = load(X, (0, 0), rt[f32, 16, 16]).to(bf16)
+        b = load(X, (1, 0), rt[f32, 16, 16])
+        r = rotate_pairs(b)  # ERROR
+        c = mma_AB(a, b.to(bf16), zeros(rt[f32, 16, 16]))
+        store(Y, r, (0, 0))
+        store(Y, mma_AB(a, b.to(bf16), c), (1, 0))
+
+    return k

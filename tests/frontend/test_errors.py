@@ -366,6 +366,17 @@ def test_multicast_share_of_whole_swizzle_patterns() -> None:
     assert "st[bf16, 16, 64] shared by 4 blocks of a cluster: each block copies 16/4 rows" in info.value.message
 
 
+def test_rotate_pairs_of_a_tile_the_col_layout_takes() -> None:
+    """assign-layouts' error, at the rotate_pairs, for a tile whose group the mma B operands put in the col layout."""
+    from tkc.compiler import lower_kernel
+
+    with pytest.raises(TkcError) as info:
+        lower_kernel(bad.rotate_pairs_of_an_mma_b_operand(), "sm_80", {})
+    line, _ = marked_line(bad.rotate_pairs_of_an_mma_b_operand)
+    assert info.value.loc is not None and info.value.loc.line == line
+    assert "rotate_pairs needs its tile in the row layout" in info.value.message and "B operand" in info.value.message
+
+
 def test_every_case_is_tested() -> None:
     """A case added to bad_kernels.py or bad_declarations.py without an entry here would never run."""
     tested = set()

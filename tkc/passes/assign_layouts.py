@@ -151,8 +151,13 @@ def assign_layouts(module: ModuleOp) -> None:
         root, par = uf.find(use.op.operands[use.index])
         votes[root][need ^ par] += 2 if use.index == 2 else 1
     has_tile: set[SSAValue] = {uf.find(v)[0] for v in values if isinstance(v.type, RegTileType)}
-    chosen: dict[SSAValue, int] = {root: (c.most_common(1)[0][0] if c else 0) for root, c in votes.items()}
     linear = _linear_groups(uf, values, set(votes) | {uf.find(anchor)[0] for _, anchor, _ in conflicts})
+    turns = [op for op in ops if isinstance(op, t.RotatePairsOp)]
+    for op in turns:  # a pair of columns in one lane: the row layout, where the group is not linear
+        root, par = uf.find(op.input)
+        if root not in linear:
+            votes[root][par] += 1
+    chosen: dict[SSAValue, int] = {root: (c.most_common(1)[0][0] if c else 0) for root, c in votes.items()}
 
     def layout_of(v: SSAValue) -> Layout:
         root, par = uf.find(v)
@@ -174,6 +179,11 @@ def assign_layouts(module: ModuleOp) -> None:
         if layout_of(value) != table[want_parity]:
             fixes.append((use, table[want_parity]))
 
+    for op in turns:
+        if layout_of(op.input) == Layout.COL:
+            raise TkcError("rotate_pairs needs its tile in the row layout (each pair of columns in one lane), but "
+                           "this tile, or a value computed from it, is mostly an mma's B operand, which wants the col "
+                           "layout (tkc does not move f32 tiles between the two yet)", SourceLoc.from_attr(op.location))
     layouts = {v: layout_of(v) for v in values}
     for v in values:
         Rewriter.replace_value_with_new_type(v, v.type.with_layout(layouts[v]))  # type: ignore[attr-defined]
