@@ -50,7 +50,7 @@ def main() -> None:
             spec = rotary_kernel.specialize(D=d, R=r, COPY_REST=int(r < d), **constants, **({"CT": bf16} if tables_bf16 else {}))
             grid = (-(-n // (16 * constants["WARPS"])), b, -(-h // constants["HEADS"]))
             c, s = (cos.bfloat16(), sin.bfloat16()) if tables_bf16 else (cos, sin)
-            impls[f"tkc {config}"] = lambda spec=spec, grid=grid, c=c, s=s: spec[grid](x, c, s, out, 0) or out
+            impls[f"tkc {config}"] = lambda spec=spec, grid=grid, c=c, s=s: spec[grid](x, c, s, out, x, out, 0) or out
         for name, fn in list(impls.items()):
             if name != "same-size copy":
                 out.fill_(float("nan"))

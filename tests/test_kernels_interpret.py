@@ -210,7 +210,7 @@ def test_rotary(batch: int, heads: int, n: int, dims: tuple[int, int], offset: i
     cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
     out = poisoned(batch, heads, n, d)
     grid = (-(-n // (16 * warps)), batch, -(-heads // heads_a_warp))
-    rotary_kernel.interpret(x, cos, sin, out, offset, grid=grid, D=d, R=r, HEADS=heads_a_warp,
+    rotary_kernel.interpret(x, cos, sin, out, x, out, offset, grid=grid, D=d, R=r, HEADS=heads_a_warp,
                             WARPS=warps, CONJUGATE=int(conjugate), INTERLEAVED=int(interleaved))
     assert rel_err(out, rotary_ref(x, cos, sin, offset, conjugate, interleaved)) < TOL
 

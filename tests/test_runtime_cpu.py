@@ -965,7 +965,8 @@ def test_rotary_launches(monkeypatch) -> None:
     module = importlib.import_module("tkc.kernels.rotary")
     monkeypatch.setattr(module, "_SPECIALIZED", {})
     cuda, launches = _fake_gpu(monkeypatch)
-    x, cos, sin = cuda(2, 100, 6, 128).transpose(1, 2), cuda(300, 32, dtype=torch.float32), cuda(300, 32, dtype=torch.float32)
+    x = cuda(2, 100, 6, 128).transpose(1, 2)
+    cos, sin = cuda(300, 32, dtype=torch.float32), cuda(300, 32, dtype=torch.float32)
     out = rotary(x, cos, sin, offset=200, target="sm_80")
     assert out.shape == x.shape and out.stride() == x.stride()  # empty_like: x's own layout
     loaded, grid, _ = launches[-1]
@@ -999,14 +1000,39 @@ def test_rotary_launches(monkeypatch) -> None:
     rotary(x3[None], cos3, sin3, offset=20, target="sm_80")
     assert checked == ["x", "cos", "sin"] and len(launches) == before + 2 and launches[-1][:2] == launches[-2][:2]
 
+def test_rotary_qk_launches_once(monkeypatch) -> None:
+    """rotary_qk(q, k, ...) is one launch of rotary_kernel with PAIR=1 over q's head pairs and then k's (k of fewer
+    heads); in place it copies no unrotated columns; a k of other positions or dtype is an error naming k."""
+    torch = pytest.importorskip("torch")
+    import importlib
+
+    from tkc.kernels import rotary_qk
+
+    module = importlib.import_module("tkc.kernels.rotary")
+    monkeypatch.setattr(module, "_SPECIALIZED", {})
+    cuda, launches = _fake_gpu(monkeypatch)
+    q, k = cuda(2, 100, 8, 128).transpose(1, 2), cuda(2, 100, 3, 128).transpose(1, 2)
+    cos, sin = cuda(200, 64, dtype=torch.float32), cuda(200, 64, dtype=torch.float32)
+    q_out, k_out = rotary_qk(q, k, cos, sin, offset=7, target="sm_80")
+    assert len(launches) == 1 and q_out.shape == q.shape and k_out.shape == k.shape
+    loaded, grid, _ = launches[0]
+    assert grid == (2, 2, 4 + 2) and loaded.constants["PAIR"] == 1
+    assert rotary_qk(q, k, cos, sin, inplace=True, interleaved=True, target="sm_80") == (q, k)
+    assert launches[-1][0].constants["INTERLEAVED"] == 1 and len(launches) == 2
+    for bad_k, message in ((cuda(2, 3, 90, 128), "k: expected q's batch, positions and head dim"),
+                           (k.float(), "k must be torch.bfloat16"), (torch.ones(2, 3, 100, 128), "k is on cpu")):
+        with pytest.raises(ValueError, match=message):
+            rotary_qk(q, bad_k, cos, sin)
+
+
 def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) -> None:
-    """600 seeded calls of gemm(), attention(), layernorm(), rmsnorm() and rotary() with odd arguments (other dtypes, CPU tensors, ranks,
-    sizes, strides, non-tensors, empty tensors, out=, targets, scales, eps) on a fake GPU: each launches or raises a
-    TkcError (a ValueError / TypeError naming the argument), never another exception."""
+    """600 seeded calls of gemm(), attention(), layernorm(), rmsnorm() and rotary() with odd arguments (other
+    dtypes, CPU tensors, ranks, sizes, strides, non-tensors, empty tensors, out=, targets, scales, eps) on a fake
+    GPU: each launches or raises a TkcError (a ValueError / TypeError naming the argument), never another exception."""
     import random
 
     torch = pytest.importorskip("torch")
-    from tkc.kernels import _checks, attention, gemm, layernorm, rmsnorm, rotary
+    from tkc.kernels import _checks, attention, gemm, layernorm, rmsnorm, rotary, rotary_qk
     from tkc.runtime import launch
 
     cuda, _ = _fake_gpu(monkeypatch)
@@ -1052,7 +1078,11 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
                 attention(odd(*shape), odd(*shape), odd(*shape), causal=rng.choice([False, True]),
                           target=rng.choice(["sm_90a", "sm_80"]), return_lse=rng.random() < 0.2, **extra)
             elif which == "rotary":
-                shape, half = (rng.choice([1, 2]), rng.choice([1, 3]), rng.choice([1, 40]), rng.choice([64, 96])), rng.choice([16, 32, 8])
+                shape = (rng.choice([1, 2]), rng.choice([1, 3]), rng.choice([1, 40]), rng.choice([64, 96]))
+                half = rng.choice([16, 32, 8])
+                if rng.random() < 0.3:  # q and k in one launch: k of other heads, or odd
+                    rotary_qk(odd(*shape), odd(shape[0], rng.choice([1, 2]), *shape[2:]), odd(50, half),
+                              odd(50, half), offset=rng.choice([0, 5, -1]), inplace=rng.random() < 0.3)
                 rotary(odd(*shape), odd(50, half), odd(50, half), offset=rng.choice([0, 5, 20, -1]),
                        interleaved=rng.random() < 0.3,
                        target=rng.choice([None, "sm_80"]), **({"out": odd(*shape)} if rng.random() < 0.3 else {}))

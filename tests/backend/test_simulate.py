@@ -299,13 +299,32 @@ def test_rotary(shape: tuple[int, ...], r: int, constants: dict, bshd: bool, tar
     out = np.full(shape, np.nan, dtype=element)
     heads_a_warp, warps = (constants.get(k, v) for k, v in (("HEADS", 2), ("WARPS", 4)))
     grid = (-(-n // (16 * warps)), batch, -(-heads // heads_a_warp))
-    interp, sim = run_both(rotary_kernel, [x, cos, sin, out, 3], grid, {"D": d, "R": r, **constants}, target=target,
-                           order="shuffled")
+    interp, sim = run_both(rotary_kernel, [x, cos, sin, out, x, out, 3], grid, {"D": d, "R": r, **constants},
+                           target=target, order="shuffled")
     ref = rotary_ref(x, cos, sin, 3, bool(constants.get("CONJUGATE")), bool(constants.get("INTERLEAVED")))
     if constants.get("COPY_REST") == 0:
         assert np.isnan(sim[3][..., r:].astype(np.float32)).all()
         sim[3][..., r:], interp[3][..., r:] = x[..., r:], x[..., r:]
     assert rel_err(interp[3], ref) < 1e-2 and rel_err(sim[3], interp[3]) < 1e-6
+
+
+@pytest.mark.parametrize("target, interleaved", [("sm_80", 0), ("sm_90a", 1)])
+def test_rotary_q_and_k_in_one_launch(target: str, interleaved: int) -> None:
+    """PAIR=1: the blocks past q's head groups turn k (fewer heads, grouped-query), in the same launch; both against
+    float64, ragged positions and heads."""
+    from reference import rotary_ref
+
+    rng = np.random.default_rng(11 + interleaved)
+    q, k = random_bf16(rng, 2, 5, 37, 128), random_bf16(rng, 2, 3, 37, 128)
+    angles = rng.uniform(0, 2 * np.pi, (45, 64))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    q_out, k_out = poisoned(2, 5, 37, 128), poisoned(2, 3, 37, 128)
+    grid = (1, 2, 3 + 2)  # 64 positions a block; q's 5 heads in 3 groups of two, k's 3 in 2
+    interp, sim = run_both(rotary_kernel, [q, cos, sin, q_out, k, k_out, 4], grid,
+                           {"PAIR": 1, "INTERLEAVED": interleaved}, target=target, order="shuffled")
+    for got, x in ((interp[3], q), (interp[5], k)):
+        assert rel_err(got, rotary_ref(x, cos, sin, 4, interleaved=bool(interleaved))) < 1e-2
+    assert rel_err(sim[3], interp[3]) == 0 and rel_err(sim[5], interp[5]) == 0
 
 
 def test_user_gemm_bias_gelu() -> None:

@@ -195,6 +195,9 @@ def rotary_embedding() -> None:
     rotary(x, cos, sin, out=x)
     rotary(x, cos, sin, offset=5, interleaved=True)  # the pairs: rotate_pairs and the tables' repeated columns
     rotary(x, cos, sin, interleaved=True, target="sm_80")
+    from tkc.kernels import rotary_qk  # q and k (fewer heads) in one launch: the blocks past q's heads take k's
+
+    rotary_qk(x, x[:, :3], cos, sin, offset=2)
 
 
 def main() -> None:

@@ -276,6 +276,29 @@ def test_rotary_interleaved(shape, rotated, bshd, cos_dtype, offset, target) -> 
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("b, hq, hk, n, d, rotated, offset",
+                         [(1, 32, 8, 1, 128, 128, 4095), (2, 12, 12, 513, 128, 64, 3), (4, 16, 2, 300, 64, 64, 0)])
+def test_rotary_qk(b, hq, hk, n, d, rotated, offset, interleaved, target) -> None:
+    """rotary_qk(q, k): q and k (fewer heads) of (B, N, H, D) layout turned in one launch, as rotary() turns each;
+    then in place; and on inputs requiring grad (two rotary() calls, each with its gradient)."""
+    from tkc.kernels import rotary_qk
+
+    q, k = randn(b, n, hq, d).transpose(1, 2), randn(b, n, hk, d).transpose(1, 2)
+    cos, sin = rotary_tables(offset + n, rotated)
+    q_out, k_out = rotary_qk(q, k, cos, sin, offset=offset, interleaved=interleaved, target=target)
+    assert rel_err(q_out, rotary_reference(q, cos, sin, offset, interleaved)) < 1e-2
+    assert rel_err(k_out, rotary_reference(k, cos, sin, offset, interleaved)) < 1e-2
+    q2, k2 = q.clone(), k.clone()
+    assert rotary_qk(q2, k2, cos, sin, offset=offset, interleaved=interleaved, inplace=True, target=target) == (q2, k2)
+    assert rel_err(q2, q_out) < 1e-3 and rel_err(k2, k_out) < 1e-3
+    qg, kg = q.detach().requires_grad_(), k.detach().requires_grad_()
+    a, c = rotary_qk(qg, kg, cos, sin, offset=offset, interleaved=interleaved, target=target)
+    (a.float().sum() + c.float().sum()).backward()
+    assert qg.grad is not None and kg.grad is not None
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_rotary_f16_and_gradient(target) -> None:
     """f16 rows; and x requiring grad: rotary() is torch.ops.tkc.rotary, whose gradient (the conjugate turn) matches
     float64 autograd through the reference; under torch.compile one opaque op."""

@@ -8,6 +8,7 @@
     tkc.kernels.layernorm_backward(s, dy, ds, weight, eps)  # their gradients (autograd calls it)
     tkc.kernels.scaled_mm(a, b, scale_a, scale_b)          # fp8 (e4m3) GEMM with scales, as torch._scaled_mm
     tkc.kernels.rotary(x, cos, sin, offset=0)              # rotary position embedding (rotate-half), any strides
+    tkc.kernels.rotary_qk(q, k, cos, sin)                  # q and k turned alike in one launch
 
 Under torch.compile / torch.export, and on inputs that require grad, each call is a `torch.ops.tkc.*` custom op
 (tkc/kernels/torch_ops.py): one opaque node of the graph; gemm, attention, the norms and rotary have a backward.
@@ -19,9 +20,9 @@ from tkc.kernels.attention_bwd import (attention_backward, attention_bwd_delta, 
 from tkc.kernels.gemm import gemm, gemm_kernel, gemm_sm90_kernel, gemm_split_k_kernel, sum_splits_kernel
 from tkc.kernels.layernorm import layernorm, layernorm_kernel, rmsnorm
 from tkc.kernels.layernorm_bwd import layernorm_backward, layernorm_bwd_kernel
-from tkc.kernels.rotary import rotary, rotary_kernel
+from tkc.kernels.rotary import rotary, rotary_kernel, rotary_qk
 from tkc.kernels.scaled_mm import scaled_mm, scaled_mm_kernel
 
 __all__ = ["attention", "attention_backward", "attention_bwd_delta", "attention_bwd_dkdv", "attention_bwd_dq",
            "attention_fwd", "attention_fwd_lse", "attention_sm90", "gemm", "gemm_kernel", "gemm_sm90_kernel", "gemm_split_k_kernel",
-           "layernorm", "layernorm_backward", "layernorm_bwd_kernel", "layernorm_kernel", "rmsnorm", "rotary", "rotary_kernel", "scaled_mm", "scaled_mm_kernel", "sum_splits_kernel"]
+           "layernorm", "layernorm_backward", "layernorm_bwd_kernel", "layernorm_kernel", "rmsnorm", "rotary", "rotary_kernel", "rotary_qk", "scaled_mm", "scaled_mm_kernel", "sum_splits_kernel"]

@@ -25,44 +25,58 @@ if TYPE_CHECKING:
     import torch
 
 
-@tkc.kernel(warps="WARPS", min_target="sm_80")
-def rotary_kernel(X: gl["DT", 4], Cos: gl["CT", 2], Sin: gl["CT", 2], Out: gl["DT", 4], offset: int,
-                  D: const = 128, R: const = 128, HEADS: const = 2, WARPS: const = 4, DT: const = bf16,
-                  CT: const = f32, COPY_REST: const = 1, CONJUGATE: const = 0, INTERLEAVED: const = 0):
-    """X and Out (B, H, N, D), any strides but the last; Cos and Sin (≥ offset + N, R/2): position n of x is row
-    offset + n of theirs. COPY_REST=0: columns R.. of Out are not written (Out is X: rotated in place).
-
-    Grid: (cdiv(N, 16·WARPS), B, cdiv(H, HEADS)). Each warp takes 16 positions of HEADS heads of one batch as
-    register tiles, which meet only elementwise ops and global memory (so they take the linear layout: 16-byte
-    accesses): the positions' cos and sin are read once for every head, and every head's rows are read before the
-    first is written (all in flight at once). Rows past N or heads past H read zeros and write nothing.
-    """
-    static_assert(R % 32 == 0 and 0 < R <= D, f"the rotated columns R ({R}) must be a multiple of 32 in 1..D ({D})")
-    HALF = R // 2
-    REST = math.gcd(R, D - R)                                    # the unrotated columns, in tiles of REST
-    b, first_head = block_idx()[1], block_idx()[2] * HEADS
-    tile = block_idx()[0] * WARPS + warp_id()                    # this warp's 16 positions
-    ANGLES = R if INTERLEAVED else HALF                          # columns of cos and sin as the tiles use them
-    cos = load(Cos, (rows(offset + 16 * tile), 0), rt[f32, 16, ANGLES], repeat=2 if INTERLEAVED else 1)
-    sin = load(Sin, (rows(offset + 16 * tile), 0), rt[f32, 16, ANGLES], repeat=2 if INTERLEAVED else 1)
-    if CONJUGATE:
-        sin = 0.0 - sin
-    PARTS = 1 if INTERLEAVED else 2                              # tiles a row's rotated columns are read in
+@tkc.func
+def turn_rows(X, Out, b, first_head, tile, cos, sin, heads, rotated, d, dt, interleaved, copy_rest):
+    """Rows 16·tile .. of `heads` heads from first_head of batch b of X, turned by the tiles cos and sin, into Out
+    (and the columns past `rotated` copied where copy_rest). Every head's rows are read before the first is
+    written: all in flight at once."""
+    parts = 1 if interleaved else 2                              # tiles a row's rotated columns are read in
+    rest = math.gcd(rotated, d - rotated)                        # the unrotated columns, in tiles of rest
     rows_in = ()
-    for j in range(HEADS):
-        for part in range(PARTS):
-            rows_in = rows_in + (load(X, (b, first_head + j, tile, part), rt[DT, 16, R // PARTS]),)
-    for j in range(HEADS):
-        if INTERLEAVED:
+    for j in range(heads):
+        for part in range(parts):
+            rows_in = rows_in + (load(X, (b, first_head + j, tile, part), rt[dt, 16, rotated // parts]),)
+    for j in range(heads):
+        if interleaved:
             x = rows_in[j].to(f32)
             store(Out, x * cos + rotate_pairs(x) * sin, (b, first_head + j, tile, 0))
         else:
             x1, x2 = rows_in[2 * j].to(f32), rows_in[2 * j + 1].to(f32)
             store(Out, x1 * cos - x2 * sin, (b, first_head + j, tile, 0))
             store(Out, x2 * cos + x1 * sin, (b, first_head + j, tile, 1))
-        if COPY_REST and R < D:
-            for k in range(R // REST, D // REST):
-                store(Out, load(X, (b, first_head + j, tile, k), rt[DT, 16, REST]), (b, first_head + j, tile, k))
+        if copy_rest and rotated < d:
+            for k in range(rotated // rest, d // rest):
+                store(Out, load(X, (b, first_head + j, tile, k), rt[dt, 16, rest]), (b, first_head + j, tile, k))
+
+
+@tkc.kernel(warps="WARPS", min_target="sm_80")
+def rotary_kernel(X: gl["DT", 4], Cos: gl["CT", 2], Sin: gl["CT", 2], Out: gl["DT", 4], Y: gl["DT", 4],
+                  OutY: gl["DT", 4], offset: int, D: const = 128, R: const = 128, HEADS: const = 2,
+                  WARPS: const = 4, DT: const = bf16, CT: const = f32, COPY_REST: const = 1, CONJUGATE: const = 0,
+                  INTERLEAVED: const = 0, PAIR: const = 0):
+    """X and Out (B, H, N, D), any strides but the last; Cos and Sin (≥ offset + N, R/2): position n of x is row
+    offset + n of theirs. COPY_REST=0: columns R.. of Out are not written (Out is X: rotated in place). PAIR=1: Y
+    (B, H_y, N, D) turned into OutY by the same launch (q and k), the blocks past X's heads taking Y's (else Y and
+    OutY are not touched).
+
+    Grid: (cdiv(N, 16·WARPS), B, cdiv(H, HEADS) [+ cdiv(H_y, HEADS)]). Each warp takes 16 positions of HEADS heads of
+    one batch as register tiles, which meet only elementwise ops and global memory (so they take the linear layout:
+    16-byte accesses): the positions' cos and sin are read once for every head. Rows past N or heads past H read
+    zeros and write nothing.
+    """
+    static_assert(R % 32 == 0 and 0 < R <= D, f"the rotated columns R ({R}) must be a multiple of 32 in 1..D ({D})")
+    b, group = block_idx()[1], block_idx()[2]
+    tile = block_idx()[0] * WARPS + warp_id()                    # this warp's 16 positions
+    ANGLES = R if INTERLEAVED else R // 2                        # columns of cos and sin as the tiles use them
+    cos = load(Cos, (rows(offset + 16 * tile), 0), rt[f32, 16, ANGLES], repeat=2 if INTERLEAVED else 1)
+    sin = load(Sin, (rows(offset + 16 * tile), 0), rt[f32, 16, ANGLES], repeat=2 if INTERLEAVED else 1)
+    if CONJUGATE:
+        sin = 0.0 - sin
+    x_groups = cdiv(X.shape[1], HEADS)
+    if not PAIR or group < x_groups:
+        turn_rows(X, Out, b, group * HEADS, tile, cos, sin, HEADS, R, D, DT, INTERLEAVED, COPY_REST)
+    else:
+        turn_rows(Y, OutY, b, (group - x_groups) * HEADS, tile, cos, sin, HEADS, R, D, DT, INTERLEAVED, COPY_REST)
 
 
 def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int = 0, interleaved: bool = False,
@@ -93,35 +107,10 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int
             out = torch.empty_like(x)
             grid = (-(-n // (16 * CONFIG["WARPS"])), x.shape[0], -(-x.shape[1] // heads_a_warp(d, rotated)))
             if _specialized(d, rotated, target, x.dtype, cos.dtype, True, conjugate, interleaved).launch(
-                    grid, (x, cos, sin, out, offset), common_only=True):
+                    grid, (x, cos, sin, out, x, out, offset), common_only=True):
                 return out
             out = None
-    if not isinstance(x, torch.Tensor) or x.dim() not in (3, 4):
-        fail(f"x must be a tensor of shape (B, H, N, D) or (H, N, D), got "
-             f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-    dtype = x.dtype if x.dtype is torch.float16 else torch.bfloat16
-    check_tensor("x", x, dtype, x.dim())
-    for name, t in (("cos", cos), ("sin", sin)):
-        if isinstance(t, torch.Tensor) and str(t.dtype) not in _TABLE_TYPES:
-            fail(f"{name} must be torch.float32, torch.bfloat16 or torch.float16, got {t.dtype}")
-        check_tensor(name, t, t.dtype if isinstance(t, torch.Tensor) else dtype, 2)
-        if t.get_device() != x.get_device():
-            fail(f"{name} is on {t.device}, x on {x.device}: all tensors must be on the same device")
-        if t.requires_grad and torch.is_grad_enabled():
-            fail(f"{name} requires grad: rotary() gives no gradient for cos and sin")
-    if sin.dtype is not cos.dtype or sin.shape != cos.shape:
-        fail(f"sin must match cos: cos is {cos.dtype} {tuple(cos.shape)}, sin {sin.dtype} {tuple(sin.shape)}")
-    d, n, rotated = x.shape[-1], x.shape[-2], 2 * cos.shape[1]
-    if rotated % 32 or not 0 < rotated <= d:
-        fail(f"cos: its {cos.shape[1]} columns make R = {rotated} rotated columns, which must be a multiple of 32 and "
-             f"at most x's last dimension ({d})")
-    if d % 16:
-        fail(f"x: its last dimension must be a multiple of 16, got {d}")
-    if isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset < 0:
-        fail(f"offset must be a non-negative int, got {offset!r}")
-    offset = int(offset)
-    if offset + n > cos.shape[0]:
-        fail(f"cos and sin have {cos.shape[0]} positions; x's {n} from offset {offset} need {offset + n}")
+    d, n, rotated, dtype, offset = _checked(torch, "x", x, cos, sin, offset)
     if out is not None:
         check_tensor("out", out, dtype, x.dim())
         if out.shape != x.shape:
@@ -134,13 +123,72 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int
     if out is None:
         out = torch.empty_like(x)
     x4, out4 = (x, out) if x.dim() == 4 else (x.unsqueeze(0), out.unsqueeze(0))
-    batch, heads = x4.shape[0], x4.shape[1]
     if x4.numel():
         in_place = out.data_ptr() == x.data_ptr() and out.stride() == x.stride()
         spec = _specialized(d, rotated, target, dtype, cos.dtype, not in_place, conjugate, interleaved)
-        grid = (-(-n // (16 * CONFIG["WARPS"])), batch, -(-heads // heads_a_warp(d, rotated)))
-        spec[grid](x4, cos, sin, out4, offset)
+        grid = (-(-n // (16 * CONFIG["WARPS"])), x4.shape[0], -(-x4.shape[1] // heads_a_warp(d, rotated)))
+        spec[grid](x4, cos, sin, out4, x4, out4, offset)
     return out
+
+
+def rotary_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int = 0,
+              interleaved: bool = False, conjugate: bool = False, inplace: bool = False,
+              target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, k) turned by the same angles in one launch, as rotary() turns each: q (B, H, N, D) and k (B, H_k, N, D)
+    (H_k may differ: grouped-query attention; or both 3-D), of one dtype, any strides but the last. `inplace=True`
+    turns q and k themselves and returns them. Where autograd or torch.compile sees the call, it is two rotary()
+    calls."""
+    import torch
+
+    d, n, rotated, dtype, offset = _checked(torch, "q", q, cos, sin, offset)
+    check_tensor("k", k, dtype, q.dim())
+    if k.shape[:-3] != q.shape[:-3] or k.shape[-2:] != q.shape[-2:]:
+        fail(f"k: expected q's batch, positions and head dim, {tuple(q.shape[:-3])} × H_k × {tuple(q.shape[-2:])}, "
+             f"got {tuple(k.shape)}")
+    if k.get_device() != q.get_device():
+        fail(f"k is on {k.device}, q on {q.device}: all tensors must be on the same device")
+    if torch.compiler.is_compiling() or wants_grad(torch, q, k):
+        options = {"offset": offset, "interleaved": interleaved, "conjugate": conjugate, "target": target}
+        return (rotary(q, cos, sin, out=q if inplace else None, **options),
+                rotary(k, cos, sin, out=k if inplace else None, **options))
+    q_out, k_out = (q, k) if inplace else (torch.empty_like(q), torch.empty_like(k))
+    q4, k4, qo4, ko4 = (t if t.dim() == 4 else t.unsqueeze(0) for t in (q, k, q_out, k_out))
+    if n and q4.shape[0] and q4.shape[1] + k4.shape[1]:
+        heads = heads_a_warp(d, rotated)
+        spec = _specialized(d, rotated, target, dtype, cos.dtype, not inplace, conjugate, interleaved, pair=True)
+        grid = (-(-n // (16 * CONFIG["WARPS"])), q4.shape[0], -(-q4.shape[1] // heads) + -(-k4.shape[1] // heads))
+        spec[grid](q4, cos, sin, qo4, k4, ko4, offset)
+    return q_out, k_out
+
+
+def _checked(torch: Any, name: str, x: Any, cos: Any, sin: Any, offset: Any) -> tuple[int, int, int, Any, int]:
+    """The full checks of rotary()'s x (named `name`), tables and offset: (D, N, R, x's dtype, offset)."""
+    if not isinstance(x, torch.Tensor) or x.dim() not in (3, 4):
+        fail(f"{name} must be a tensor of shape (B, H, N, D) or (H, N, D), got "
+             f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    dtype = x.dtype if x.dtype is torch.float16 else torch.bfloat16
+    check_tensor(name, x, dtype, x.dim())
+    for table, t in (("cos", cos), ("sin", sin)):
+        if isinstance(t, torch.Tensor) and str(t.dtype) not in _TABLE_TYPES:
+            fail(f"{table} must be torch.float32, torch.bfloat16 or torch.float16, got {t.dtype}")
+        check_tensor(table, t, t.dtype if isinstance(t, torch.Tensor) else dtype, 2)
+        if t.get_device() != x.get_device():
+            fail(f"{table} is on {t.device}, {name} on {x.device}: all tensors must be on the same device")
+        if t.requires_grad and torch.is_grad_enabled():
+            fail(f"{table} requires grad: rotary() gives no gradient for cos and sin")
+    if sin.dtype is not cos.dtype or sin.shape != cos.shape:
+        fail(f"sin must match cos: cos is {cos.dtype} {tuple(cos.shape)}, sin {sin.dtype} {tuple(sin.shape)}")
+    d, n, rotated = x.shape[-1], x.shape[-2], 2 * cos.shape[1]
+    if rotated % 32 or not 0 < rotated <= d:
+        fail(f"cos: its {cos.shape[1]} columns make R = {rotated} rotated columns, which must be a multiple of 32 and "
+             f"at most {name}'s last dimension ({d})")
+    if d % 16:
+        fail(f"{name}: its last dimension must be a multiple of 16, got {d}")
+    if isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset < 0:
+        fail(f"offset must be a non-negative int, got {offset!r}")
+    if int(offset) + n > cos.shape[0]:
+        fail(f"cos and sin have {cos.shape[0]} positions; {name}'s {n} from offset {offset} need {int(offset) + n}")
+    return d, n, rotated, dtype, int(offset)
 
 
 # Each warp 16 positions of two heads; of one where R < D (its unrotated columns are copied too). On an H100
@@ -155,15 +203,15 @@ def heads_a_warp(d: int, rotated: int) -> int:
 
 
 def _specialized(d: int, rotated: int, target: str | None, dtype: Any, cos_dtype: Any, copy_rest: bool,
-                 conjugate: bool, interleaved: bool) -> Any:
-    """rotary_kernel for these sizes, dtypes and options, made once."""
-    key = (d, rotated, target, dtype, cos_dtype, copy_rest, bool(conjugate), bool(interleaved))
+                 conjugate: bool, interleaved: bool, pair: bool = False) -> Any:
+    """rotary_kernel for these sizes, dtypes and options (pair: q and k in one launch), made once."""
+    key = (d, rotated, target, dtype, cos_dtype, copy_rest, bool(conjugate), bool(interleaved), pair)
     spec = _SPECIALIZED.get(key)
     if spec is None:
         spec = _SPECIALIZED[key] = rotary_kernel.specialize(
             D=d, R=rotated, CT=_TABLE_TYPES[str(cos_dtype)], COPY_REST=int(copy_rest and rotated < d),
-            CONJUGATE=int(conjugate), INTERLEAVED=int(interleaved), HEADS=heads_a_warp(d, rotated), target=target,
-            **CONFIG, **dtype_constant(dtype))
+            CONJUGATE=int(conjugate), INTERLEAVED=int(interleaved), PAIR=int(pair), HEADS=heads_a_warp(d, rotated),
+            target=target, **CONFIG, **dtype_constant(dtype))
     return spec
 
 
