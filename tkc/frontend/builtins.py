@@ -586,7 +586,7 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
         index, spec = None, index
     conflicts = _conflicts(conflicts, "load", shared=is_shared(src))
     if repeat != 1:
-        return _repeating_load(cg, src, index, spec, repeat)
+        _check_repeat(src, spec, repeat)
     if rank is not None:
         return _cluster_load(cg, src, index, spec, rank, conflicts)
     group = _multicast_group(cg, multicast)
@@ -598,6 +598,8 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
         what = f"load from {gtype.spec()}"
         indices, in_rows = _global_indices(cg, index, gtype, spec.ir, what)
         load = _marked(t.LoadOp(src, indices, spec.ir), in_rows)
+        if repeat != 1:
+            load.attributes[t.REPEAT_COLS] = IntegerAttr(repeat, 64)
         if multicast:
             if spec.kind != "st":
                 raise TkcError(f"multicast=True shares a copy into shared memory between the blocks of a cluster; "
@@ -619,8 +621,8 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
     raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
 
 
-def _repeating_load(cg: CodeGen, src: Any, index: Any, spec: Any, repeat: Any) -> SSAValue:
-    """`load(G, index, rt[f32, R, C], repeat=k)`: columns of G each spread over k adjacent columns of the tile."""
+def _check_repeat(src: Any, spec: Any, repeat: Any) -> None:
+    """`load(G, index, rt[f32, R, C], repeat=2)`: columns of G each spread over 2 adjacent columns of the tile."""
     if isinstance(repeat, bool) or not isinstance(repeat, int) or is_runtime(repeat) or repeat != 2:
         raise TkcError(f"load's repeat must be 2 (or 1), got {describe(repeat)}")
     spec = _spec(spec, "load's type (its third argument)") if spec is not None else None
@@ -630,10 +632,6 @@ def _repeating_load(cg: CodeGen, src: Any, index: Any, spec: Any, repeat: Any) -
     if spec.ir.shape[1] % (16 * repeat):
         raise TkcError(f"load(..., repeat={repeat}) into {spec} reads {spec.ir.shape[1]}/{repeat} columns: make "
                        f"the tile a multiple of {16 * repeat} columns wide")
-    indices, in_rows = _global_indices(cg, index, src.type, spec.ir, f"load from {src.type.spec()}")
-    load = _marked(t.LoadOp(src, indices, spec.ir), in_rows)
-    load.attributes[t.REPEAT_COLS] = IntegerAttr(repeat, 64)
-    return cg.emit_value(load)
 
 
 @implements(lang.rotate_pairs)
