@@ -72,9 +72,9 @@ def _parse_define(text: str) -> tuple[str, Any]:
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError):
-        from tkc.lang import DTYPES
+        from tkc.lang import DTYPES, INDEX_DTYPES
 
-        value = DTYPES.get(raw, raw)  # -D DT=f16: a dtype constant
+        value = (DTYPES | INDEX_DTYPES).get(raw, raw)  # -D DT=f16: a dtype constant
     return name, value
 
 

@@ -23,7 +23,7 @@ from xdsl.dialects.builtin import Float8E4M3FNType, Float8E5M2Type
 from xdsl.ir import Attribute, SSAValue
 
 from tkc.errors import TkcError, user_loc
-from tkc.ir.types import I32, TILE_BASE, GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType
+from tkc.ir.types import I32, I64, TILE_BASE, GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType
 
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
@@ -55,8 +55,11 @@ f32 = DType("f32", _f32, "float32", "float32")
 fp8e4m3 = DType("fp8e4m3", Float8E4M3FNType(), "float8_e4m3fn", "float8_e4m3fn")
 fp8e5m2 = DType("fp8e5m2", Float8E5M2Type(), "float8_e5m2", "float8_e5m2")
 DTYPES = {d.name: d for d in (bf16, f16, f32, fp8e4m3, fp8e5m2)}
-# int32, in global tensors only (gl[i32, 1]): the counters of arrive_last, which no tile holds
+# Integers, in global tensors only (no tile holds them): gl[i32, 1] the counters of arrive_last; gl[i32, 1] or
+# gl[i64, 1] the row indices a load gathers by (rows_at)
 i32 = DType("i32", I32, "int32", "int32")
+i64 = DType("i64", I64, "int64", "int64")
+INDEX_DTYPES = {d.name: d for d in (i32, i64)}
 
 
 def dtype_of(ir_type: Attribute) -> DType:
@@ -558,6 +561,14 @@ def rows(n):
 
 
 @_op
+def rows_at(index, first):
+    """Rows gathered by an index tensor, in the row place of a global load into a register tile:
+    `load(Cos, (rows_at(Positions, r), 0), rt[f32, 16, 64])` takes row Positions[r + i] of Cos into the tile's row i
+    (Positions a gl[i32, 1] or gl[i64, 1]). Rows whose index lies past the end of Positions, or whose value lies
+    outside Cos's rows (negative too), read zeros."""
+
+
+@_op
 def store(dst, src, index=None, conflicts=1):
     """Store `src` into `dst` at `index` (in tiles, as for `load`).
 
@@ -618,6 +629,7 @@ __all__ = [
     "fp8e4m3",
     "fp8e5m2",
     "i32",
+    "i64",
     "gl",
     "rt",
     "rv",

@@ -1112,3 +1112,43 @@ def rotate_pairs_of_an_mma_b_operand():
         store(Y, mma_AB(a, b.to(bf16), c), (1, 0))
 
     return k
+
+
+def rows_at_in_a_store():
+    @tkc.kernel
+    def k(X: gl[f32, 2], P: gl[i32, 1], Y: gl[f32, 2]):
+        store(Y, load(X, (0, 0), rt[f32, 16, 32]), (rows_at(P, 0), 0))  # ERROR
+
+    return k
+
+
+def rows_at_into_shared():
+    @tkc.kernel
+    def k(X: gl[bf16, 2], P: gl[i32, 1], Y: gl[bf16, 2]):
+        store(Y, load(X, (rows_at(P, 0), 0), st[bf16, 64, 64]), (0, 0))  # ERROR
+
+    return k
+
+
+def rows_at_by_floats():
+    @tkc.kernel
+    def k(X: gl[f32, 2], P: gl[f32, 1], Y: gl[f32, 2]):
+        store(Y, load(X, (rows_at(P, 0), 0), rt[f32, 16, 32]), (0, 0))  # ERROR
+
+    return k
+
+
+def rows_at_in_the_column_place():
+    @tkc.kernel
+    def k(X: gl[f32, 2], P: gl[i64, 1], Y: gl[f32, 2]):
+        store(Y, load(X, (0, rows_at(P, 0)), rt[f32, 16, 32]), (0, 0))  # ERROR
+
+    return k
+
+
+def tile_of_row_numbers():
+    @tkc.kernel
+    def k(P: gl[i64, 2], Y: gl[f32, 2]):
+        store(Y, load(P, (0, 0), rt[f32, 16, 32]), (0, 0))  # ERROR
+
+    return k

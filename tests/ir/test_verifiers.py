@@ -64,8 +64,8 @@ BAD_TYPES = [
     Bad("!tile.sv", "%w = tile.empty : !tile.sv<8xf32>", "sv dimensions must be positive multiples of 16, got 8"),
     Bad("!tile.sv", "%w = tile.empty : !tile.sv<64xbf16, swizzle 32>", "'>' expected"),
     Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<f32>", "gl must have rank 1 or more"),
-    Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<?x?xi64>",
-        "gl element type must be bf16, f16, f32, fp8e4m3, fp8e5m2 or i32, got i64"),
+    Bad("!tile.gl", "%n = tile.dim %x[0] : !tile.gl<?x?xi16>",
+        "gl element type must be bf16, f16, f32, fp8e4m3, fp8e5m2, i32 or i64, got i16"),
 ]
 
 
@@ -214,6 +214,12 @@ OTHER_CASES = [
         "load: a row index that counts rows (rows(r), tile.index_in_rows) needs a 2-D tile in global memory"),
     Bad("tile.store", "tile.store %rv, %g2[%i, %i] {tile.index_in_rows} : !tile.rv<16xf32> -> !tile.gl<?x?xbf16>",
         "store: a row index that counts rows (rows(r), tile.index_in_rows) needs a 2-D tile in global memory"),
+    Bad("tile.load", "%x = tile.load %g2[%i, %i] rows_at %gc : !tile.gl<?xi32> : !tile.gl<?x?xbf16> -> !tile.rt<16x32xf32>",
+        "load: only a global → register tile load whose row index counts rows (tile.index_in_rows) gathers rows"),
+    Bad("tile.load", "%x = tile.load %g2[%i, %i] rows_at %gc : !tile.gl<?xi32> {tile.index_in_rows} : "
+        "!tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>", "not gl[bf16, 2] → st[bf16, 64, 64]"),
+    Bad("tile.load", "%x = tile.load %g2[%i, %i] rows_at %g1 : !tile.gl<?xf16> {tile.index_in_rows} : "
+        "!tile.gl<?x?xbf16> -> !tile.rt<16x32xf32>", "load: the rows_at index must be a gl[i32, 1] or gl[i64, 1], got gl[f16, 1]"),
     Bad("tile.load", "%x = tile.load %g2[%i] : !tile.gl<?x?xbf16> -> !tile.rt<16x32xbf16>",
         "load from gl[bf16, 2] takes 2 indices, got 1"),
     Bad("tile.load", "%x = tile.load %g4[%i, %i, %i] : !tile.gl<?x?x?x?xf32> -> !tile.st<64x64xf32>",

@@ -420,11 +420,12 @@ def _store_runs(lw: KernelLowering, space: str, reg_type: Attribute, value: SSAV
 
 
 def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords: list[Any],
-                   sc: np.ndarray | None = None):
+                   sc: np.ndarray | None = None, gathered: GlobalRef | None = None):
     """Runs, address bundle (b64), per-run (base, offset), and guard predicates for a register tile/vector at
     tile coordinates `coords` of global tensor g. A run's row and column are this lane's part (shared by every
     run) plus a constant: one address register per distinct row constant, the column constant an immediate.
-    `sc`: where each slot's element lies ([lane, slot, (row, col)]), if not where the fragment puts it."""
+    `sc`: where each slot's element lies ([lane, slot, (row, col)]), if not where the fragment puts it.
+    `gathered` (rows_at): the index tensor whose elements row0 + r give the rows of g to read."""
     mem_type = _register_type(reg_type, g.type.element_type)
     e = element_bytes(g.type.element_type)
     tile_shape = reg_type.shape  # type: ignore[attr-defined]
@@ -442,19 +443,24 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     row0 = add_i32(lw, mul_imm(lw, tile_coords[0], tile_shape[0]), lw.expr(_lane_expr(ra, rb))) if k == 2 else Imm(0)
     col0 = add_i32(lw, mul_imm(lw, tile_coords[-1], tile_shape[-1]), lw.expr(_lane_expr(ca, cb)))
     ptr, ok_lead = lead_pointer(lw, g, lead)
-    if k == 2:
-        ptr = mad64(lw, row0, g.strides[rank - 2], ptr)
-    ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
     distinct_rows = sorted(set(row_statics))
-    row_ptrs = [mad64(lw, Imm(r), g.strides[rank - 2], ptr) if k == 2 else ptr for r in distinct_rows]
-    addr = bundle_of(lw, row_ptrs, "b64")
+    if gathered is not None:
+        ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
+        addr, rows_ok = _gathered_row_pointers(lw, g, gathered, row0, distinct_rows, ptr)
+    else:
+        if k == 2:
+            ptr = mad64(lw, row0, g.strides[rank - 2], ptr)
+        ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
+        row_ptrs = [mad64(lw, Imm(r), g.strides[rank - 2], ptr) if k == 2 else ptr for r in distinct_rows]
+        addr = bundle_of(lw, row_ptrs, "b64")
     base_of = np.array([distinct_rows.index(r) for r in row_statics])
     offset = np.array([c * e for c in col_statics])
     distinct_cols = sorted(set(col_statics))
     cols_ok = in_bounds(lw, col0, distinct_cols, g.dims[rank - 1])
     ci = np.array([distinct_cols.index(c) for c in col_statics])
     if k == 2:
-        rows_ok = in_bounds(lw, row0, distinct_rows, g.dims[rank - 2])
+        if gathered is None:
+            rows_ok = in_bounds(lw, row0, distinct_rows, g.dims[rank - 2])
         ri = np.array([distinct_rows.index(r) for r in row_statics])
         guard = lw.op("and.pred", "pred", (rows_ok, ri), (cols_ok, ci), n=len(runs))
     else:
@@ -467,17 +473,47 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     return mem_type, runs, addr, base_of, offset, guard
 
 
+def _gathered_row_pointers(lw: KernelLowering, g: GlobalRef, index: GlobalRef, row0: Any, rows: list[int],
+                           ptr: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """For each of a lane's rows row0 + r (r in `rows`): a pointer to row index[row0 + r] of g (`ptr` already at
+    this lane's column), and whether that row is there to read: row0 + r within the index tensor and its value
+    within g's rows (unsigned: negative values too are out; an i64 value also needs its high word 0)."""
+    n, rank = len(rows), g.type.rank
+    words = element_bytes(index.type.element_type) // 4      # 1 (i32) or 2 (i64: read as two b32 words)
+    at = lw.op("add.s32", "b32", lw.reg(row0), ptx.PerInstr(rows), n=n)
+    in_index = lw.op("setp.lt.u32", "pred", at, index.dims[0], n=n)
+    where = lw.op("mad.lo.s64", "b64", lw.op("cvt.s64.s32", "b64", at, n=n), index.strides[0], index.ptr, n=n)
+    read = lw.emit(ptx.LoadOp("global", "b32", words, where, np.arange(n), np.zeros(n, dtype=np.int64),
+                              np.arange(n) * words, ptx.regs("b32", n * words), in_index, np.arange(n))).results[0]
+    low = np.arange(n) * words
+    ok = lw.op("and.pred", "pred", _rows_within(lw, read, low, words, g.dims[rank - 2]), in_index, n=n)
+    wide = lw.op("cvt.u64.u32", "b64", (read, low), n=n)
+    return lw.op("mad.lo.s64", "b64", wide, g.strides[rank - 2], ptr, n=n), ok  # type: ignore[return-value]
+
+
+def _rows_within(lw: KernelLowering, read: SSAValue, low: np.ndarray, words: int, limit: SSAValue) -> SSAValue:
+    """Whether each row number read (its low word at `low` of `read`, its high word next where words == 2) is a row
+    below `limit`."""
+    ok = lw.op("setp.lt.u32", "pred", (read, low), limit, n=len(low))
+    if words == 2:
+        high_zero = lw.op("setp.eq.u32", "pred", (read, low + 1), Imm(0), n=len(low))
+        ok = lw.op("and.pred", "pred", ok, high_zero, n=len(low))
+    return ok  # type: ignore[return-value]
+
+
 def _load_global_registers(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     g: GlobalRef = lw.value(op.source)
     coords = global_coords(lw, op)
     reg_type = op.result.type
+    gathered = lw.value(op.row_index) if op.row_index is not None else None
     if t.repeat_cols(op) > 1:
-        return [_load_repeated(lw, g, reg_type, coords, t.repeat_cols(op))]
-    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords)
+        return [_load_repeated(lw, g, reg_type, coords, t.repeat_cols(op), gathered)]
+    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords, gathered=gathered)
     return [_load_converted(lw, "global", mem_type, reg_type, runs, addr, base_of, offset, guard)]
 
 
-def _load_repeated(lw: KernelLowering, g: GlobalRef, reg_type: RegTileType, coords: list[Any], k: int) -> SSAValue:
+def _load_repeated(lw: KernelLowering, g: GlobalRef, reg_type: RegTileType, coords: list[Any], k: int,
+                   gathered: GlobalRef | None = None) -> SSAValue:
     """An f32 tile whose every k adjacent columns hold one column of g (`load(..., repeat=k)`): in the row and
     linear layouts slots k·j .. k·j + k − 1 of a lane are such columns, so the lane reads each column once (slot
     k·j's, as runs of a tile of 1/k the columns) and copies it into its k slots."""
@@ -489,7 +525,7 @@ def _load_repeated(lw: KernelLowering, g: GlobalRef, reg_type: RegTileType, coor
         raise TkcError(f"internal: {reg_type.spec()} does not keep each {k} repeated columns in a lane's "
                        f"consecutive slots")
     read_type = RegTileType(reg_type.element_type, reg_type.rows.data, reg_type.cols.data // k, Layout.ROW)
-    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, read_type, coords, read)
+    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, read_type, coords, read, gathered)
     once = _load_converted(lw, "global", mem_type, read_type, runs, addr, base_of, offset, guard)
     n = nslots(reg_type)
     return lw.op("mov.b32", "b32", (once, np.arange(n) // k), n=n)

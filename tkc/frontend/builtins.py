@@ -31,7 +31,7 @@ from tkc.frontend.values import (
     is_shared,
 )
 from tkc.ir import ops as t
-from tkc.ir.types import GlobalType, RegTileType, RegVecType, SharedTileType
+from tkc.ir.types import INDEX_TYPES, GlobalType, RegTileType, RegVecType, SharedTileType
 from tkc.targets import get_target
 
 IMPLS: dict[lang.DslOp, Callable[..., Any]] = {}
@@ -545,6 +545,22 @@ def _rows(cg: CodeGen, n: Any) -> _RowsIndex:
     return _RowsIndex(n)
 
 
+class _RowsAt(_RowsIndex):
+    """`rows_at(I, r)`: rows I[r], I[r + 1], ... (only in the row place of a global load into a register tile)."""
+
+    def __init__(self, index: SSAValue, first: Any):
+        super().__init__(first)
+        self.index = index
+
+
+@implements(lang.rows_at)
+def _rows_at(cg: CodeGen, index: Any, first: Any) -> _RowsAt:
+    if not (is_global(index) and index.type.element_type in INDEX_TYPES and index.type.rank == 1):
+        raise TkcError(f"rows_at's index must be a global tensor gl[i32, 1] or gl[i64, 1] of row numbers, got "
+                       f"{describe(index)}")
+    return _RowsAt(index, first)
+
+
 def _indices(cg: CodeGen, index: Any, count: int, what: str) -> list[SSAValue]:
     if index is None:
         raise TkcError(f"{what} needs an index with {count} entries")
@@ -557,15 +573,19 @@ def _indices(cg: CodeGen, index: Any, count: int, what: str) -> list[SSAValue]:
     return [cg.as_i32(i, f"{what}'s index") for i in index]
 
 
-def _global_indices(cg: CodeGen, index: Any, gtype: GlobalType, tile: Any, what: str) -> tuple[list[SSAValue], bool]:
+def _global_indices(cg: CodeGen, index: Any, gtype: GlobalType, tile: Any, what: str,
+                    gathers: bool = False) -> tuple[list[SSAValue], bool]:
     """A global load/store's index values, and whether its row index is rows(r) (allowed in the row place, the
-    second-to-last, of a 2-D tile's index only)."""
-    if gtype.element_type == lang.i32.ir:
-        raise TkcError(f"{what}: an int32 tensor holds arrive_last's counters; tiles load from and store into bf16, "
-                       "f16, f32 and fp8 tensors")
+    second-to-last, of a 2-D tile's index only; rows_at(I, r) too where `gathers`: a load into registers)."""
+    if gtype.element_type in INDEX_TYPES:
+        raise TkcError(f"{what}: integer tensors hold arrive_last's counters and rows_at's row numbers; tiles load "
+                       "from and store into bf16, f16, f32 and fp8 tensors")
     rows_place = gtype.rank - 2 if len(tile.shape) == 2 else None
     entries = list(index) if isinstance(index, tuple | list) else [index]
     in_rows = rows_place is not None and len(entries) == gtype.rank and isinstance(entries[rows_place], _RowsIndex)
+    if any(isinstance(i, _RowsAt) for i in entries) and not (in_rows and gathers):
+        raise TkcError(f"{what}: rows_at(...) gathers the rows of a load into a register tile, in the row place of "
+                       f"its index (index {gtype.rank - 2})")
     if in_rows:
         entries[rows_place] = entries[rows_place].value
     elif any(isinstance(i, _RowsIndex) for i in entries) and rows_place is not None:
@@ -596,8 +616,9 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
         spec = _spec(spec, "load's type (its third argument)")
         gtype: GlobalType = src.type
         what = f"load from {gtype.spec()}"
-        indices, in_rows = _global_indices(cg, index, gtype, spec.ir, what)
-        load = _marked(t.LoadOp(src, indices, spec.ir), in_rows)
+        gathers = spec.kind == "rt" and not multicast
+        indices, in_rows = _global_indices(cg, index, gtype, spec.ir, what, gathers)
+        load = _marked(t.LoadOp(src, indices, spec.ir, _gathered_rows(index) if gathers else None), in_rows)
         if repeat != 1:
             load.attributes[t.REPEAT_COLS] = IntegerAttr(repeat, 64)
         if multicast:
@@ -619,6 +640,12 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
     if is_register(src):
         raise TkcError(f"{describe(src)} is already in registers")
     raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
+
+
+def _gathered_rows(index: Any) -> SSAValue | None:
+    """The index tensor of rows_at(I, r) in a load's index (None without it; _global_indices checked its place)."""
+    entries = index if isinstance(index, tuple | list) else (index,)
+    return next((i.index for i in entries if isinstance(i, _RowsAt)), None)
 
 
 def _check_repeat(src: Any, spec: Any, repeat: Any) -> None:

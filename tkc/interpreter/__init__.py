@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 _NUMPY_DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16), "f32": np.dtype(np.float32),
                  "fp8e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "fp8e5m2": np.dtype(ml_dtypes.float8_e5m2),
-                 "i32": np.dtype(np.int32)}
+                 "i32": np.dtype(np.int32), "i64": np.dtype(np.int64)}
 
 
 class _CurrentOp(Interpreter.Listener):
@@ -64,7 +64,8 @@ def _to_global(name: str, value: Any, gtype: GlobalType) -> GlobalTensor:
         )
     if array.ndim != gtype.rank:
         raise KernelArgumentError(f"argument `{name}` must have rank {gtype.rank}, got shape {array.shape}")
-    return GlobalTensor(name, array.astype(np.float32), gtype.element_type, value)
+    working = np.int64 if array.dtype.kind == "i" else np.float32  # row numbers stay exact past 2**24
+    return GlobalTensor(name, array.astype(working), gtype.element_type, value)
 
 
 def _torch_to_numpy(tensor: Any, name: str) -> np.ndarray:

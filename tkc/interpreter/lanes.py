@@ -47,7 +47,8 @@ def round_to(x: np.ndarray, element_type: Attribute) -> np.ndarray:
 
 @dataclass
 class GlobalTensor:
-    """A global tensor argument: a float32 working copy of the user's array, written back after the run."""
+    """A global tensor argument: a working copy of the user's array (float32; int64 for integer tensors), written
+    back after the run."""
 
     name: str
     data: np.ndarray

@@ -81,6 +81,18 @@ def _element_indices(
     return idx, valid
 
 
+def _gathered_indices(coords: list[np.ndarray], tile: tuple[int, ...], shape: tuple[int, ...],
+                      rows: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """As _element_indices for a load whose row coordinate r counts into the index tensor `rows` (rows_at): the
+    tile's row i is the tensor's row rows[r + i], in bounds where r + i lies in `rows` and its value in the
+    tensor's rows."""
+    idx, valid = _element_indices(coords, tile, (*shape[:-2], rows.shape[0], shape[-1]), [1, tile[-1]])
+    at = np.clip(idx[-2], 0, max(rows.shape[0] - 1, 0))
+    gathered = rows[at] if rows.size else np.zeros_like(at)
+    idx[-2] = gathered.astype(np.int64)
+    return idx, valid & (idx[-2] >= 0) & (idx[-2] < shape[-2])
+
+
 def _subtile_indices(
     coords: list[np.ndarray], tile: tuple[int, ...], outer: tuple[int, ...], active: np.ndarray, what: str
 ) -> list[np.ndarray]:
@@ -290,6 +302,7 @@ class TileFunctions(InterpreterFunctions):
     def run_load(self, interpreter: Interpreter, op: t.LoadOp, args: PythonValues) -> PythonValues:
         state = lane_state(interpreter)
         source, *coords = args
+        gathered = coords.pop() if op.row_index is not None else None  # rows_at's index tensor
         stype, rtype = op.source.type, op.result.type
         tile = _tile_shape(rtype)
         if isinstance(stype, GlobalType):
@@ -297,7 +310,10 @@ class TileFunctions(InterpreterFunctions):
                 state.require_block_uniform("a load into shared memory")
                 coords = [block_uniform(c, "the index of a load into shared memory") for c in coords]
             read = t.source_shape(op, tile)  # each column read fills repeat_cols adjacent ones
-            idx, valid = _element_indices(coords, read, source.data.shape, t.index_units(op, tile))
+            if gathered is None:
+                idx, valid = _element_indices(coords, read, source.data.shape, t.index_units(op, tile))
+            else:
+                idx, valid = _gathered_indices(coords, read, source.data.shape, gathered.data)
             clipped = [np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, source.data.shape)]
             if source.data.size == 0:
                 value = np.zeros(valid.shape, dtype=np.float32)

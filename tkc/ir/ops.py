@@ -35,6 +35,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
     VarConstraint,
     base,
@@ -56,6 +57,7 @@ from tkc.ir.async_ops import GroupWaitOp
 from tkc.ir.types import (
     FP8_TYPES,
     I32,
+    INDEX_TYPES,
     GlobalType,
     Layout,
     RegTileType,
@@ -1012,17 +1014,29 @@ class LoadOp(IRDLOperation):
     name = "tile.load"
     source = operand_def(base(GlobalType) | base(SharedTileType) | base(SharedVecType))
     indices = var_operand_def(i32)
+    row_index = opt_operand_def(GlobalType)
     result = result_def(ANY_TILE)
     traits = traits_def(_ReadsGlobalMemory())
-    assembly_format = "$source `[` $indices `]` attr-dict `:` type($source) `->` type($result)"
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    assembly_format = ("$source `[` $indices `]` (`rows_at` $row_index^ `:` type($row_index))? attr-dict `:` "
+                       "type($source) `->` type($result)")
 
-    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation], result_type: Attribute):
-        super().__init__(operands=[source, indices], result_types=[result_type])
+    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation], result_type: Attribute,
+                 row_index: SSAValue | Operation | None = None):
+        super().__init__(operands=[source, indices, [row_index] if row_index is not None else []],
+                         result_types=[result_type])
 
     def verify_(self) -> None:
         _verify_transfer("load", self.source.type, self.result.type, self.source.type, len(self.indices), LOAD_PAIRS)
         _verify_rows_index(self, self.source.type, self.result.type)
         src, dst = self.source.type, self.result.type
+        if self.row_index is not None:
+            index = self.row_index.type
+            if not (isinstance(src, GlobalType) and isinstance(dst, RegTileType) and ROWS_ATTR in self.attributes):
+                raise VerifyException(f"load: only a global → register tile load whose row index counts rows "
+                                      f"({ROWS_ATTR}) gathers rows by an index tensor, not {spec(src)} → {spec(dst)}")
+            if not (isinstance(index, GlobalType) and index.rank == 1 and index.element_type in INDEX_TYPES):
+                raise VerifyException(f"load: the rows_at index must be a gl[i32, 1] or gl[i64, 1], got {spec(index)}")
         if REPEAT_COLS in self.attributes:
             k = repeat_cols(self)
             if not (isinstance(src, GlobalType) and isinstance(dst, RegTileType)

@@ -47,11 +47,14 @@ FP8_TYPES = (Float8E4M3FNType, Float8E5M2Type)  # in global and shared memory: w
 ELEMENT_TYPES = (BFloat16Type, Float16Type, Float32Type, *FP8_TYPES)
 TILE_BASE = 16  # rows and columns of every tile (and lengths of vectors) are multiples of this
 
-ELEMENT_BYTES = {BFloat16Type: 2, Float16Type: 2, Float32Type: 4, Float8E4M3FNType: 1, Float8E5M2Type: 1,
-                 IntegerType: 4}
+ELEMENT_BYTES = {BFloat16Type: 2, Float16Type: 2, Float32Type: 4, Float8E4M3FNType: 1, Float8E5M2Type: 1}
 ELEMENT_NAMES = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32", Float8E4M3FNType: "fp8e4m3",
-                 Float8E5M2Type: "fp8e5m2", IntegerType: "i32"}  # as the DSL spells them (integers: i32 alone)
-I32 = IntegerType(32)  # in global tensors only: counters (tile.arrive_last), no tiles
+                 Float8E5M2Type: "fp8e5m2"}  # as the DSL spells them
+# Integers live in global tensors only, no tiles: i32 the counters of tile.arrive_last, i32 / i64 the row indices
+# a load gathers rows by (rows_at in the DSL)
+I32 = IntegerType(32)
+I64 = IntegerType(64)
+INDEX_TYPES = (I32, I64)
 SWIZZLE_BYTES = (0, 32, 64, 128)
 
 
@@ -71,10 +74,14 @@ VECTOR_LAYOUTS = (Layout.ALIGN, Layout.ORTHO, Layout.NAIVE)
 
 
 def element_name(t: Attribute) -> str:
+    if isinstance(t, IntegerType):
+        return f"i{t.width.data}"
     return ELEMENT_NAMES.get(type(t), str(t))
 
 
 def element_bytes(t: Attribute) -> int:
+    if isinstance(t, IntegerType):
+        return t.width.data // 8
     return ELEMENT_BYTES[type(t)]
 
 
@@ -369,8 +376,8 @@ class GlobalType(ParametrizedAttribute, TypeAttribute):
         return f"gl[{element_name(self.element_type)}, {self.rank}]"
 
     def verify(self) -> None:
-        if self.element_type != I32 and not isinstance(self.element_type, ELEMENT_TYPES):
-            raise VerifyException(f"gl element type must be bf16, f16, f32, fp8e4m3, fp8e5m2 or i32, got "
+        if self.element_type not in INDEX_TYPES and not isinstance(self.element_type, ELEMENT_TYPES):
+            raise VerifyException(f"gl element type must be bf16, f16, f32, fp8e4m3, fp8e5m2, i32 or i64, got "
                                   f"{self.element_type}")
         if self.rank < 1:
             raise VerifyException("gl must have rank 1 or more")

@@ -128,6 +128,14 @@ func.func @conversions_and_mma(%a: !tile.rt<16x64xf32>, %c: !tile.rt<16x16xf32>)
   func.return
 }
 
+// A load gathering its rows by an index tensor (rows_at): rows %p[%i], %p[%i + 1], ... of %g.
+// CHECK-LABEL: func.func @gather(
+// CHECK-NEXT:    %t = tile.load %g[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
+func.func @gather(%g: !tile.gl<?x?xbf16>, %p: !tile.gl<?xi64>, %i: i32) {
+  %t = tile.load %g[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
+  func.return
+}
+
 // CHECK-LABEL: func.func @memory(
 // CHECK-NEXT:    %s = tile.load %g[%i, %i] : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16, swizzle 128>
 // CHECK-NEXT:    %t = tile.load %s[%i, %i] : !tile.st<64x64xbf16, swizzle 128> -> !tile.rt<16x64xf32>
@@ -160,7 +168,7 @@ func.func @memory(%g: !tile.gl<?x?xbf16>, %i: i32) {
 ^bb0(%g : !tile.gl<?x?xbf16>):
   %x = "tile.block_idx"() <{dim = 1 : i64}> : () -> i32
   %n = "tile.dim"(%g) <{index = 1 : i64}> : (!tile.gl<?x?xbf16>) -> i32
-  %t = "tile.load"(%g, %x, %n) : (!tile.gl<?x?xbf16>, i32, i32) -> !tile.rt<16x32xf32>
+  %t = "tile.load"(%g, %x, %n) <{operandSegmentSizes = array<i32: 1, 2, 0>}> : (!tile.gl<?x?xbf16>, i32, i32) -> !tile.rt<16x32xf32>
   %z = "tile.fill"() <{value = 0xFFF0000000000000 : f64}> : () -> !tile.rv<16xf32>
   %m = "tile.row_max"(%t, %z) : (!tile.rt<16x32xf32>, !tile.rv<16xf32>) -> !tile.rv<16xf32>
   %p = "tile.sub_row"(%t, %m) : (!tile.rt<16x32xf32>, !tile.rv<16xf32>) -> !tile.rt<16x32xf32>

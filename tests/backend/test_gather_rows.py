@@ -1,0 +1,148 @@
+"""Loads that gather their rows by an index tensor (`rows_at`): the tile interpreter against numpy, the lowered
+PTX (simulated per thread) against the interpreter in each layout a gathered tile can take, and the oracle failing
+where the lowering drops a bounds check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st_
+from reference import random_bf16
+
+import tkc
+from tkc.backend import lower_memory
+from tkc.backend.ptxas import assemble, find_ptxas
+from tkc.backend.simulator import simulate
+from tkc.compiler import compile_kernels, lower_kernel
+from tkc.errors import TkcError
+from tkc.lang import (bf16, block_idx, const, f32, gl, i32, i64, load, mma_AB, rotate_pairs, row_sum, rows_at, rt,
+                      store, zeros)
+
+ROWS = 40  # rows of the gathered table
+
+
+@tkc.kernel(warps=1)
+def scaled_rows(T: gl[f32, 2], P: gl["PT", 1], O: gl[f32, 2], PT: const = i64, REPEAT: const = 1):
+    """O's tile b: rows P[16·b ..] of T, doubled (elementwise only: the linear layout); REPEAT=2 spreads each column
+    of T over a pair and turns the pairs (the row layout)."""
+    b = block_idx()[0]
+    t = load(T, (rows_at(P, 16 * b), 0), rt[f32, 16, 64], repeat=REPEAT)
+    if REPEAT == 2:
+        t = rotate_pairs(t)
+    store(O, t * 2.0, (b, 0))
+
+
+@tkc.kernel(warps=1)
+def gathered_products(A: gl[bf16, 2], T: gl[bf16, 2], P: gl["PT", 1], O: gl[f32, 2], S: gl[f32, 1],
+                      PT: const = i32):
+    """A (16, 16) times 16 gathered rows of T (an mma's B operand: the col layout), and the gathered rows' sums
+    (a reduction: the row layout)."""
+    b = block_idx()[0]
+    rows = load(T, (rows_at(P, 16 * b), 0), rt[bf16, 16, 16])
+    store(O, mma_AB(load(A, (0, 0), rt[bf16, 16, 16]), rows, zeros(rt[f32, 16, 16])), (b, 0))
+    store(S, row_sum(load(T, (rows_at(P, 16 * b), 0), rt[f32, 16, 16])), (b,))
+
+
+def _gathered(table: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
+    """Rows positions[0 .. count) of table, zeros where the position or its value is out of range."""
+    out = np.zeros((count, table.shape[1]), dtype=np.float64)
+    for r in range(min(count, len(positions))):
+        if 0 <= positions[r] < table.shape[0]:
+            out[r] = table[positions[r]]
+    return out
+
+
+def _positions(rng: np.random.Generator, n: int, dtype: type) -> np.ndarray:
+    """Row numbers mostly in range, some negative or past the table (and, for int64, past 2**32: a high word)."""
+    p = rng.integers(-4, ROWS + 4, size=n)
+    if dtype is np.int64 and n:
+        p[rng.integers(0, n)] = (1 << 32) + 3  # its low word alone would be a valid row
+    return p.astype(dtype)
+
+
+def _run_both(kernel, args, grid, constants, target):
+    module = lower_kernel(kernel, target, constants)
+    interp = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    sim = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    kernel.interpret(*interp, grid=grid, **constants)
+    simulate(module, kernel.name, sim, grid)
+    return interp, sim
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("index_type", ["i32", "i64"])
+@pytest.mark.parametrize("repeat", [1, 2])
+def test_gathered_rows(target: str, index_type: str, repeat: int) -> None:
+    rng = np.random.default_rng(repeat)
+    dtype = np.int64 if index_type == "i64" else np.int32
+    table = rng.standard_normal((ROWS, 64 // repeat)).astype(np.float32)
+    positions = _positions(rng, 29, dtype)  # the second tile runs past the index's end
+    out = np.full((32, 64), np.nan, dtype=np.float32)
+    constants = {"PT": i64 if index_type == "i64" else i32, "REPEAT": repeat}
+    interp, sim = _run_both(scaled_rows, [table, positions, out], 2, constants, target)
+    ref = _gathered(table, positions, 32)
+    if repeat == 2:
+        ref = np.repeat(ref, 2, axis=1)
+        ref[:, 0::2], ref[:, 1::2] = -ref[:, 1::2].copy(), ref[:, 0::2].copy()
+    np.testing.assert_array_equal(interp[2], 2 * ref.astype(np.float32))
+    np.testing.assert_array_equal(sim[2], interp[2])
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_gathered_mma_operand_and_sums(target: str) -> None:
+    rng = np.random.default_rng(7)
+    a, table = random_bf16(rng, 16, 16), random_bf16(rng, ROWS, 16)
+    positions = _positions(rng, 32, np.int32)
+    out, sums = np.full((32, 16), np.nan, dtype=np.float32), np.full(32, np.nan, dtype=np.float32)
+    interp, sim = _run_both(gathered_products, [a, table, positions, out, sums], 2, {}, target)
+    rows = _gathered(table.astype(np.float32), positions, 32)
+    expected = np.concatenate([a.astype(np.float64) @ rows[16 * b:16 * b + 16] for b in range(2)])
+    np.testing.assert_allclose(interp[3], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(interp[4], rows.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(sim[3], interp[3])
+    np.testing.assert_allclose(sim[4], interp[4], rtol=1e-6, atol=1e-6)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st_.integers(0, 2**31), count=st_.integers(0, 40), strided=st_.booleans())
+def test_gathered_rows_any_positions(seed: int, count: int, strided: bool) -> None:
+    """Random positions (any count, an index tensor read with a stride) give the interpreter's rows in the PTX."""
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((ROWS, 64)).astype(np.float32)
+    backing = _positions(rng, 2 * count, np.int64)
+    positions = backing[::2] if strided else backing[:count]
+    out = np.full((48, 64), np.nan, dtype=np.float32)
+    interp, sim = _run_both(scaled_rows, [table, positions, out], 3, {"PT": i64}, "sm_80")
+    np.testing.assert_array_equal(interp[2], 2 * _gathered(table, positions, 48).astype(np.float32))
+    np.testing.assert_array_equal(sim[2], interp[2])
+
+
+def test_a_missing_high_word_check_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering that bounds an int64 row number by its low word alone reads row 3 for 2**32 + 3: the simulation
+    differs from the interpreter (which it matches with the check)."""
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((ROWS, 64)).astype(np.float32)
+    positions = np.array([(1 << 32) + 3, *range(15)], dtype=np.int64)
+    out = np.full((16, 64), np.nan, dtype=np.float32)
+    interp, sim = _run_both(scaled_rows, [table, positions, out], 1, {"PT": i64}, "sm_80")
+    np.testing.assert_array_equal(sim[2], interp[2])
+    within = lower_memory._rows_within
+    monkeypatch.setattr(lower_memory, "_rows_within", lambda lw, read, low, words, limit: within(lw, read, low, 1, limit))
+    interp, sim = _run_both(scaled_rows, [table, positions, out], 1, {"PT": i64}, "sm_80")
+    assert not np.array_equal(sim[2], interp[2])
+    np.testing.assert_array_equal(sim[2][0], 2 * table[3])
+
+
+def test_rows_at_needs_an_integer_index() -> None:
+    with pytest.raises(TkcError, match="rows_at's index must be a global tensor gl\\[i32, 1\\] or gl\\[i64, 1\\]"):
+        lower_kernel(scaled_rows, "sm_80", {"PT": f32})
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc==13.0.88)")
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_ptxas_accepts_gathers(target: str) -> None:
+    for kernel, constants in ((scaled_rows, {"PT": i64, "REPEAT": 2}), (scaled_rows, {"PT": i32}),
+                              (gathered_products, {})):
+        report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
+        assert report.spill_stores == 0
