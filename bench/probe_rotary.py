@@ -50,7 +50,9 @@ def main() -> None:
             spec = rotary_kernel.specialize(D=d, R=r, COPY_REST=int(r < d), **constants, **({"CT": bf16} if tables_bf16 else {}))
             grid = (-(-n // (16 * constants["WARPS"])), b, -(-h // constants["HEADS"]))
             c, s = (cos.bfloat16(), sin.bfloat16()) if tables_bf16 else (cos, sin)
-            impls[f"tkc {config}"] = lambda spec=spec, grid=grid, c=c, s=s: spec[grid](x, c, s, out, x, out, 0) or out
+            unread = torch.zeros(1, device="cuda", dtype=torch.int32)  # Positions (POSITIONS=0: not read)
+            impls[f"tkc {config}"] = (lambda spec=spec, grid=grid, c=c, s=s, p=unread:
+                                      spec[grid](x, c, s, out, x, out, p, 0, 0) or out)
         for name, fn in list(impls.items()):
             if name != "same-size copy":
                 out.fill_(float("nan"))

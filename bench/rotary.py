@@ -3,10 +3,12 @@ formula, x·cos + rotate_half(x)·sin, eager and under torch.compile) and a Trit
 device-to-device copy bandwidth measured in the same run. Bytes: x read and the output written (4 bytes per
 element of x in bf16; cos and sin, one row per position shared by every head, counted too).
 
-    python bench/rotary.py [--shapes 4x32x4096x128:128 ...] [--bshd] [--interleaved]
+    python bench/rotary.py [--shapes 4x32x4096x128:128 ...] [--bshd] [--interleaved] [--positions]
 
 A shape is B×H×N×D:R (R rotated columns, R < D: partial rotary). --bshd: x is a (B, N, H, D) tensor passed as its
-(B, H, N, D) view (`x.transpose(1, 2)`), the layout q and k have straight out of a projection.
+(B, H, N, D) view (`x.transpose(1, 2)`), the layout q and k have straight out of a projection. --positions: each
+row's angles from a positions tensor (N,) of random rows of a table of N (int64; torch gathers cos / sin by it first,
+as Hugging Face's position_ids do).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def main() -> None:
     parser.add_argument("--bshd", action="store_true", help="x given as the (B, H, N, D) view of a (B, N, H, D) tensor")
     parser.add_argument("--interleaved", action="store_true",
                         help="GPT-J's pairs of adjacent columns (torch: its eager formula)")
+    parser.add_argument("--positions", action="store_true", help="angles by a positions tensor (N,) of random rows")
     add_timing_options(parser)
     args = parser.parse_args()
     triton_kernels = triton_peer()
@@ -73,6 +76,7 @@ def main() -> None:
         x = torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2) if args.bshd else \
             torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
         cos, sin = tables(n, r)
+        positions = torch.randint(0, n, (n,), device="cuda") if args.positions else None
         if args.interleaved:
             spread = lambda t: t.repeat_interleave(2, dim=-1)  # noqa: E731
             formula = torch_rotary_interleaved
@@ -80,19 +84,23 @@ def main() -> None:
             spread = lambda t: torch.cat((t, t), dim=-1)  # noqa: E731
             formula = torch_rotary
         cos_full, sin_full = (spread(t).to(torch.bfloat16) for t in (cos, sin))
-        ref = formula(x.double(), spread(cos).double(), spread(sin).double())
+        at = (lambda t: t) if positions is None else (lambda t: t[positions])  # noqa: E731
+        ref = formula(x.double(), at(spread(cos).double()), at(spread(sin).double()))
         nbytes = 4 * x.numel() + 2 * 4 * n * (r // 2)
         src = torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8)  # a copy moving as many bytes
         dst = torch.empty_like(src)
-        compiled = torch.compile(formula, dynamic=False)  # specialized to each shape (else dynamic from the 2nd)
+        gathered = (lambda x, c, s, f=formula: f(x, c, s)) if positions is None else \
+            (lambda x, c, s, f=formula: f(x, c[positions], s[positions]))
+        compiled = torch.compile(gathered, dynamic=False)  # specialized to each shape (else dynamic from the 2nd)
         pairs = args.interleaved
         impls = {"same-size copy": lambda: dst.copy_(src),
-                 "tkc sm_80": lambda: tkc.kernels.rotary(x, cos, sin, interleaved=pairs, target="sm_80"),
-                 "tkc": lambda: tkc.kernels.rotary(x, cos, sin, interleaved=pairs),
-                 "torch": lambda: formula(x, cos_full, sin_full),
+                 "tkc sm_80": lambda: tkc.kernels.rotary(x, cos, sin, positions=positions, interleaved=pairs,
+                                                         target="sm_80"),
+                 "tkc": lambda: tkc.kernels.rotary(x, cos, sin, positions=positions, interleaved=pairs),
+                 "torch": lambda: gathered(x, cos_full, sin_full),
                  "torch.compile": lambda: compiled(x, cos_full, sin_full)}
         if triton_kernels is not None:
-            impls["triton"] = lambda: triton_kernels.rotary(x, cos, sin, interleaved=pairs)
+            impls["triton"] = lambda: triton_kernels.rotary(x, cos, sin, interleaved=pairs, positions=positions)
         errors = {}
         for name, fn in list(impls.items()):
             if name == "same-size copy":
@@ -135,6 +143,7 @@ def main() -> None:
     print(text)
     layout = "x a (B, N, H, D) tensor seen as (B, H, N, D)" if args.bshd else "x (B, H, N, D) contiguous"
     layout += ", interleaved pairs (GPT-J)" if args.interleaved else ""
+    layout += ", angles by a positions tensor (N,) of random rows" if args.positions else ""
     record("rotary", env, f"GB/s (x read and written, cos and sin read), {layout}, bf16, cos / sin float32 (torch: "
            f"bf16 (N, R), as Hugging Face's); median of {args.launches} back-to-back launches × {args.rounds} interleaved "
            "rounds; copy = a 1 GiB device-to-device copy in the same run; same-size copy = a copy moving as many bytes, "

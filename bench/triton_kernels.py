@@ -429,14 +429,15 @@ def layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bia
 # --------------------------------------------------------------------------------------------------------------------
 
 @triton.autotune(configs=[triton.Config({"BLOCK_N": bn}, num_warps=w) for bn in (8, 16, 32, 64) for w in (2, 4, 8)],
-                 key=["D", "HALF", "H"])
+                 key=["D", "HALF", "H", "POSITIONS"])
 @triton.jit
-def _rotary_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, N, H,
+def _rotary_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, pos_ptr, N, H,
                    sxb, sxh, sxn, sob, soh, son, scn,
                    D: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_REST: tl.constexpr,
-                   INTERLEAVED: tl.constexpr):
+                   INTERLEAVED: tl.constexpr, POSITIONS: tl.constexpr):
     # One program per BLOCK_N positions of one (batch, head): the two halves of the rotated columns (or, with
-    # INTERLEAVED, the even and the odd ones), cos and sin in f32; the columns past 2·HALF copied.
+    # INTERLEAVED, the even and the odd ones), cos and sin in f32; the columns past 2·HALF copied. POSITIONS: row n
+    # takes the tables' row pos[n] (one positions vector for every batch), else row n.
     pid_n, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -452,8 +453,12 @@ def _rotary_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, N, H,
         second = HALF + cols
     x1 = tl.load(x_row + first[None, :], mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x_row + second[None, :], mask=mask, other=0.0).to(tl.float32)
-    c = tl.load(cos_ptr + rows[:, None] * scn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    s = tl.load(sin_ptr + rows[:, None] * scn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if POSITIONS:
+        angle_rows = tl.load(pos_ptr + rows, mask=rows < N, other=0).to(tl.int64)
+    else:
+        angle_rows = rows
+    c = tl.load(cos_ptr + angle_rows[:, None] * scn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + angle_rows[:, None] * scn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     tl.store(o_row + first[None, :], (x1 * c - x2 * s).to(out_ptr.dtype.element_ty), mask=mask)
     tl.store(o_row + second[None, :], (x2 * c + x1 * s).to(out_ptr.dtype.element_ty), mask=mask)
     if BLOCK_REST > 0:
@@ -462,9 +467,11 @@ def _rotary_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, N, H,
         tl.store(o_row + rest[None, :], tl.load(x_row + rest[None, :], mask=rest_mask), mask=rest_mask)
 
 
-def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False,
+           positions: torch.Tensor | None = None) -> torch.Tensor:
     """Rotary embedding of x (B, H, N, D) (last dimension contiguous) by cos / sin (N, R/2), the same row stride:
-    rotate-half, or the pairs of adjacent columns with `interleaved`; a new tensor of x's layout."""
+    rotate-half, or the pairs of adjacent columns with `interleaved`; row n by the tables' row positions[n] where
+    positions (N,) is given; a new tensor of x's layout."""
     B, H, N, D = x.shape
     half = cos.shape[1]
     assert x.stride(3) == 1 and cos.stride(1) == 1 and sin.stride() == cos.stride(), "rotary: contiguous rows expected"
@@ -472,7 +479,8 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: b
     out = torch.empty_like(x)
     rest = D - 2 * half
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)  # noqa: E731
-    _rotary_kernel[grid](x, cos, sin, out, N, H, *x.stride()[:3], *out.stride()[:3], cos.stride(0),
-                         D=D, HALF=half, BLOCK_REST=triton.next_power_of_2(rest) if rest else 0,
-                         INTERLEAVED=bool(interleaved))
+    _rotary_kernel[grid](x, cos, sin, out, cos if positions is None else positions, N, H, *x.stride()[:3],
+                         *out.stride()[:3], cos.stride(0), D=D, HALF=half,
+                         BLOCK_REST=triton.next_power_of_2(rest) if rest else 0, INTERLEAVED=bool(interleaved),
+                         POSITIONS=positions is not None)
     return out

@@ -116,12 +116,19 @@ def attention_backward_ref(q, k, v, grad_out, causal: bool = False, scale: float
     return out, lse, ds @ k * scale, dk.reshape(groups).sum(-3), dv.reshape(groups).sum(-3)
 
 
-def rotary_ref(x, cos, sin, offset: int = 0, conjugate: bool = False, interleaved: bool = False):
-    """float64 rotary embedding of x (..., N, D) by cos / sin (positions, R/2) from row `offset`: column i turned with
-    i + R/2 (rotate-half), or 2i with 2i + 1 (interleaved); the columns past R pass through; conjugate: sin negated."""
+def rotary_ref(x, cos, sin, offset: int = 0, conjugate: bool = False, interleaved: bool = False, positions=None):
+    """float64 rotary embedding of x (..., N, D) by cos / sin (positions, R/2) from row `offset`, or rows
+    `positions` ((N,) or (B, N) for x (B, H, N, D)): column i turned with i + R/2 (rotate-half), or 2i with 2i + 1
+    (interleaved); the columns past R pass through; conjugate: sin negated."""
     x = f64(x)
     n, half = x.shape[-2], cos.shape[-1]
-    c, s = f64(cos)[offset:offset + n], f64(sin)[offset:offset + n] * (-1 if conjugate else 1)
+    if positions is None:
+        c, s = f64(cos)[offset:offset + n], f64(sin)[offset:offset + n]
+    else:
+        where = np.asarray(positions, dtype=np.int64)
+        where = where.reshape(-1, 1, n) if where.ndim == 2 else where  # (B, 1, N): each batch's rows, all heads
+        c, s = f64(cos)[where], f64(sin)[where]
+    s = s * (-1 if conjugate else 1)
     out = x.copy()
     first, second = (slice(0, 2 * half, 2), slice(1, 2 * half, 2)) if interleaved else (slice(0, half),
                                                                                      slice(half, 2 * half))

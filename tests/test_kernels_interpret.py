@@ -10,6 +10,7 @@ from reference import (attention_backward_ref, attention_ref, gemm_ref, layernor
                        rotary_ref)
 
 from tkc.kernels import attention_fwd, attention_sm90, gemm_kernel, layernorm_kernel, rotary_kernel
+from tkc.lang import i64
 from tkc.kernels.attention import sm90_blocks, sm90_config, sm90_constants
 from tkc.kernels.attention_bwd import (CONFIG, CONFIG_SM90, attention_bwd_delta, attention_bwd_dkdv, attention_bwd_dkdv_sm90,
                                       attention_bwd_dq, attention_bwd_dq_sm90, attention_bwd_sum_parts)
@@ -196,12 +197,14 @@ def test_layernorm(rows: int, d: int, eps: float, residual: int, rms: int, seed:
 @given(batch=st.integers(1, 2), heads=st.integers(1, 5), n=st.integers(1, 40),
        dims=st.sampled_from([(128, 128), (128, 64), (64, 64), (96, 32), (256, 128)]), offset=st.integers(0, 9),
        conjugate=st.booleans(), layout=st.sampled_from([(4, 4), (1, 1), (2, 2), (3, 2)]),
-       bshd=st.booleans(), interleaved=st.booleans(), seed=st.integers(0, 2**32 - 1))
+       bshd=st.booleans(), interleaved=st.booleans(), positions=st.sampled_from([None, "shared", "batched"]),
+       seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=30)
 def test_rotary(batch: int, heads: int, n: int, dims: tuple[int, int], offset: int, conjugate: bool,
-                layout: tuple[int, int], bshd: bool, interleaved: bool, seed: int) -> None:
+                layout: tuple[int, int], bshd: bool, interleaved: bool, positions: str | None, seed: int) -> None:
     """Rotary embedding of (B, H, N, D) rows, or of a (B, N, H, D) tensor seen transposed (strided rows), partial
-    rotary (R < D) included, rotate-half or interleaved, on grids whose last blocks run past the rows and heads."""
+    rotary (R < D) included, rotate-half or interleaved, on grids whose last blocks run past the rows and heads;
+    positions from the offset, or gathered by a positions tensor (one row for all batches, or one a batch)."""
     rng = np.random.default_rng(seed)
     d, r = dims
     heads_a_warp, warps = layout
@@ -210,9 +213,14 @@ def test_rotary(batch: int, heads: int, n: int, dims: tuple[int, int], offset: i
     cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
     out = poisoned(batch, heads, n, d)
     grid = (-(-n // (16 * warps)), batch, -(-heads // heads_a_warp))
-    rotary_kernel.interpret(x, cos, sin, out, x, out, offset, grid=grid, D=d, R=r, HEADS=heads_a_warp,
-                            WARPS=warps, CONJUGATE=int(conjugate), INTERLEAVED=int(interleaved))
-    assert rel_err(out, rotary_ref(x, cos, sin, offset, conjugate, interleaved)) < TOL
+    where = rng.integers(0, offset + n + 2, size=(batch if positions == "batched" else 1, n)).astype(np.int64)
+    index, stride = (where.reshape(-1), n if positions == "batched" else 0) if positions else (np.zeros(1, np.int32), 0)
+    by_index = {"POSITIONS": 1, "PT": i64} if positions else {}
+    rotary_kernel.interpret(x, cos, sin, out, x, out, index, 0 if positions else offset, stride, grid=grid, D=d, R=r,
+                            HEADS=heads_a_warp, WARPS=warps, CONJUGATE=int(conjugate), INTERLEAVED=int(interleaved),
+                            **by_index)
+    ref = rotary_ref(x, cos, sin, offset, conjugate, interleaved, positions=where if positions else None)
+    assert rel_err(out, ref) < TOL
 
 
 @given(rows=st.integers(1, 40), d=st.sampled_from([16, 64, 256, 1024]), rms=st.sampled_from([0, 1]),

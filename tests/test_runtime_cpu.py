@@ -1000,6 +1000,41 @@ def test_rotary_launches(monkeypatch) -> None:
     rotary(x3[None], cos3, sin3, offset=20, target="sm_80")
     assert checked == ["x", "cos", "sin"] and len(launches) == before + 2 and launches[-1][:2] == launches[-2][:2]
 
+
+def test_rotary_positions_launches(monkeypatch) -> None:
+    """rotary(..., positions=p): p (N,) goes in as it is (the common call), p (B, N) as a flat view with its batch
+    stride (its rows may lie apart), int32 or int64 (the kernel's PT); x's rows need not fit the tables (the
+    positions say which rows they take); each bad positions is one error naming it."""
+    torch = pytest.importorskip("torch")
+    import importlib
+
+    from tkc.kernels import rotary, rotary_qk
+
+    module = importlib.import_module("tkc.kernels.rotary")
+    monkeypatch.setattr(module, "_SPECIALIZED", {})
+    cuda, launches = _fake_gpu(monkeypatch)
+    x, cos, sin = cuda(2, 6, 100, 128), cuda(50, 64, dtype=torch.float32), cuda(50, 64, dtype=torch.float32)
+    rotary(x, cos, sin, positions=cuda(100, dtype=torch.int64), target="sm_80")
+    loaded, grid, _ = launches[-1]
+    assert loaded.constants["POSITIONS"] == 1 and str(loaded.constants["PT"]) == "i64" and grid == (2, 2, 3)
+    wide = cuda(2, 128, dtype=torch.int32)
+    rotary(x, cos, sin, positions=wide[:, :100], target="sm_80")
+    assert str(launches[-1][0].constants["PT"]) == "i32"
+    rotary(x[:, :, :40], cos, sin, offset=7, target="sm_80")
+    assert launches[-1][0].constants["POSITIONS"] == 0
+    assert len(rotary_qk(x, x[:, :2], cos, sin, positions=cuda(2, 100, dtype=torch.int64), target="sm_80")) == 2
+    assert launches[-1][0].constants["PAIR"] == 1 and launches[-1][0].constants["POSITIONS"] == 1
+    p = cuda(100, dtype=torch.int64)
+    bad = [({"positions": cuda(100, dtype=torch.float32)}, "positions must be a torch.int32 or torch.int64 tensor"),
+           ({"positions": cuda(99, dtype=torch.int64)}, r"positions: expected shape \(100,\) or \(2, 100\)"),
+           ({"positions": cuda(3, 100, dtype=torch.int64)}, r"expected shape \(100,\) or \(2, 100\)"),
+           ({"positions": torch.zeros(100, dtype=torch.int64)}, "positions is on cpu"),
+           ({"positions": p, "offset": 3}, "offset .3. and positions go apart"),
+           ({"positions": cuda(100, 2, dtype=torch.int64).t()}, "positions: its last dimension must be contiguous")]
+    for options, message in bad:
+        with pytest.raises(ValueError, match=message):
+            rotary(x, cos, sin, **options)
+
 def test_rotary_qk_launches_once(monkeypatch) -> None:
     """rotary_qk(q, k, ...) is one launch of rotary_kernel with PAIR=1 over q's head pairs and then k's (k of fewer
     heads); in place it copies no unrotated columns; a k of other positions or dtype is an error naming k."""

@@ -240,7 +240,7 @@ def test_linear_layout_out_of_step_between_dtypes_is_caught(monkeypatch: pytest.
         cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
         module = lower_kernel(rotary_kernel, "sm_80", {"D": 64, "R": 64})
         out = poisoned(1, 2, 16, 64)
-        simulate(module, "rotary_kernel", [x, cos, sin, out, x, out, 0], (1, 1, 1))
+        simulate(module, "rotary_kernel", [x, cos, sin, out, x, out, np.zeros(1, np.int32), 0, 0], (1, 1, 1))
         assert not rel_err(out, rotary_ref(x, cos, sin)) < 1e-2
     finally:
         fragments._tile_elements.cache_clear()

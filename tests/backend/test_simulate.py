@@ -278,18 +278,20 @@ def test_rotate_pairs_and_repeated_columns(table: str, target: str) -> None:
     ((1, 2, 12, 128), 96, {"COPY_REST": 0, "DT": "f16", "CT": "f16"}, False, "sm_80"),
     ((2, 3, 40, 128), 128, {"INTERLEAVED": 1}, True, "sm_90a"),
     ((1, 3, 20, 160), 64, {"INTERLEAVED": 1, "CONJUGATE": 1, "HEADS": 1, "CT": "bf16"}, False, "sm_80"),
+    ((2, 3, 37, 128), 128, {"POSITIONS": 1, "PT": "i64"}, True, "sm_80"),
+    ((2, 2, 20, 128), 64, {"POSITIONS": 1, "PT": "i32", "INTERLEAVED": 1, "HEADS": 1}, False, "sm_90a"),
 ])
 def test_rotary(shape: tuple[int, ...], r: int, constants: dict, bshd: bool, target: str) -> None:
     """rotary_kernel's PTX against the interpreter and float64: strided (B, N, H, D) rows, partial rotary (R < D:
     the rest copied, or with COPY_REST=0 left as it was, NaN here), bf16 / f16 cos and sin, the conjugate turn,
-    rotate-half and interleaved pairs."""
+    rotate-half and interleaved pairs, positions gathered by an index tensor (one row of it a batch)."""
     from reference import BF16, rotary_ref
 
     from tkc import lang
 
     numpy_types = {"bf16": BF16, "f16": np.float16, "f32": np.float32}
     element, cos_type = (numpy_types[constants.get(k, default)] for k, default in (("DT", "bf16"), ("CT", "f32")))
-    constants = {k: getattr(lang, v) if k in ("CT", "DT") else v for k, v in constants.items()}
+    constants = {k: getattr(lang, v) if k in ("CT", "DT", "PT") else v for k, v in constants.items()}
     batch, heads, n, d = shape
     rng = np.random.default_rng(n)
     x = rng.standard_normal((batch, n, heads, d) if bshd else shape).astype(element)
@@ -299,9 +301,12 @@ def test_rotary(shape: tuple[int, ...], r: int, constants: dict, bshd: bool, tar
     out = np.full(shape, np.nan, dtype=element)
     heads_a_warp, warps = (constants.get(k, v) for k, v in (("HEADS", 2), ("WARPS", 4)))
     grid = (-(-n // (16 * warps)), batch, -(-heads // heads_a_warp))
-    interp, sim = run_both(rotary_kernel, [x, cos, sin, out, x, out, 3], grid, {"D": d, "R": r, **constants},
-                           target=target, order="shuffled")
-    ref = rotary_ref(x, cos, sin, 3, bool(constants.get("CONJUGATE")), bool(constants.get("INTERLEAVED")))
+    where = rng.integers(0, n + 5, size=(batch, n)).astype(np.int64 if constants.get("PT") is lang.i64 else np.int32)
+    index, offset, stride = (where.reshape(-1), 0, n) if constants.get("POSITIONS") else (where[0, :1], 3, 0)
+    interp, sim = run_both(rotary_kernel, [x, cos, sin, out, x, out, index, offset, stride], grid,
+                           {"D": d, "R": r, **constants}, target=target, order="shuffled")
+    ref = rotary_ref(x, cos, sin, offset, bool(constants.get("CONJUGATE")), bool(constants.get("INTERLEAVED")),
+                     positions=where if constants.get("POSITIONS") else None)
     if constants.get("COPY_REST") == 0:
         assert np.isnan(sim[3][..., r:].astype(np.float32)).all()
         sim[3][..., r:], interp[3][..., r:] = x[..., r:], x[..., r:]
@@ -320,7 +325,8 @@ def test_rotary_q_and_k_in_one_launch(target: str, interleaved: int) -> None:
     cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
     q_out, k_out = poisoned(2, 5, 37, 128), poisoned(2, 3, 37, 128)
     grid = (1, 2, 3 + 2)  # 64 positions a block; q's 5 heads in 3 groups of two, k's 3 in 2
-    interp, sim = run_both(rotary_kernel, [q, cos, sin, q_out, k, k_out, 4], grid,
+    no_positions = np.zeros(1, dtype=np.int32)
+    interp, sim = run_both(rotary_kernel, [q, cos, sin, q_out, k, k_out, no_positions, 4, 0], grid,
                            {"PAIR": 1, "INTERLEAVED": interleaved}, target=target, order="shuffled")
     for got, x in ((interp[3], q), (interp[5], k)):
         assert rel_err(got, rotary_ref(x, cos, sin, 4, interleaved=bool(interleaved))) < 1e-2

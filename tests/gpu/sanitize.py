@@ -185,7 +185,7 @@ def deferred_dkdv() -> None:
 
 def rotary_embedding() -> None:
     """rotary(): ragged positions and heads (the last blocks run past both), a (B, N, H, D) view, partial rotary
-    copying the rest, in place, both builds."""
+    copying the rest, in place, positions gathered by a positions tensor, both builds."""
     from tkc.kernels import rotary
 
     x = torch.randn(2, 37, 5, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
@@ -198,6 +198,12 @@ def rotary_embedding() -> None:
     from tkc.kernels import rotary_qk  # q and k (fewer heads) in one launch: the blocks past q's heads take k's
 
     rotary_qk(x, x[:, :3], cos, sin, offset=2)
+    # positions (some outside the tables, read as zeros; int64 ones past 2**32 too): (N,) and (B, N) of wider rows
+    positions = torch.randint(-5, 60, (37,), device="cuda")
+    positions[0] = (1 << 32) + 1
+    rotary(x, cos, sin, positions=positions)
+    rotary(x, cos, sin, positions=torch.randint(0, 50, (2, 40), device="cuda", dtype=torch.int32)[:, :37],
+           interleaved=True, target="sm_80")
 
 
 def main() -> None:

@@ -200,11 +200,16 @@ def test_rmsnorm_and_norms_without_residual(shape: tuple[int, ...], target: str 
 
 
 def rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0,
-                     interleaved: bool = False) -> torch.Tensor:
+                     interleaved: bool = False, positions: torch.Tensor | None = None) -> torch.Tensor:
     """float64 rotate-half (Hugging Face's rotate_half / apply_rotary_pos_emb on the first R columns), or the
-    interleaved pairs (2i, 2i + 1) of GPT-J."""
+    interleaved pairs (2i, 2i + 1) of GPT-J; rows `offset` + n of cos and sin, or rows positions[n] (positions (N,),
+    or (B, N) for x (B, H, N, D))."""
     n, half = x.shape[-2], cos.shape[-1]
-    c, s = cos[offset:offset + n].double(), sin[offset:offset + n].double()
+    if positions is None:
+        c, s = cos[offset:offset + n].double(), sin[offset:offset + n].double()
+    else:
+        where = positions.long()[:, None] if positions.dim() == 2 else positions.long()  # (B, 1, N): all heads
+        c, s = cos[where].double(), sin[where].double()
     x = x.double()
     rest = x[..., 2 * half:]
     if interleaved:
@@ -273,6 +278,38 @@ def test_rotary_interleaved(shape, rotated, bshd, cos_dtype, offset, target) -> 
     y = x.clone()
     rotary(y, cos, sin, offset=offset, interleaved=True, out=y, target=target)
     assert rel_err(y, ref) < 1e-2
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_rotary_positions(index_dtype, interleaved, target) -> None:
+    """positions=: vLLM's tokens (T, H, D) seen as (H, T, D) with a position a token, from a table shorter than the
+    tokens; Hugging Face's (B, N, H, D) with position_ids (B, N) (a view of wider rows); rotary_qk with them; the
+    gradient with them (the conjugate turn at the same positions)."""
+    from tkc.kernels import rotary, rotary_qk
+
+    cos, sin = rotary_tables(3000, 128)
+    tokens = randn(5000, 8, 128)
+    positions = torch.randint(0, 3000, (5000,), device="cuda", dtype=index_dtype)
+    x = tokens.transpose(0, 1)
+    ref = rotary_reference(x, cos, sin, interleaved=interleaved, positions=positions)
+    assert rel_err(rotary(x, cos, sin, positions=positions, interleaved=interleaved, target=target), ref) < 1e-2
+    b, n, h = 3, 700, 12
+    x4 = randn(b, n, h, 128).transpose(1, 2)
+    ids = torch.randint(0, 3000, (b, n + 50), device="cuda", dtype=index_dtype)[:, 25:25 + n]
+    ref4 = rotary_reference(x4, cos, sin, interleaved=interleaved, positions=ids)
+    assert rel_err(rotary(x4, cos, sin, positions=ids, interleaved=interleaved, target=target), ref4) < 1e-2
+    k4 = randn(b, n, 4, 128).transpose(1, 2)
+    q_out, k_out = rotary_qk(x4, k4, cos, sin, positions=ids, interleaved=interleaved, target=target)
+    assert rel_err(q_out, ref4) < 1e-2
+    assert rel_err(k_out, rotary_reference(k4, cos, sin, interleaved=interleaved, positions=ids)) < 1e-2
+    xg = x4.detach().requires_grad_()
+    grad = randn(*x4.shape)
+    rotary(xg, cos, sin, positions=ids, interleaved=interleaved, target=target).backward(grad)
+    xr = x4.detach().double().requires_grad_()
+    rotary_reference(xr, cos, sin, interleaved=interleaved, positions=ids).backward(grad.double())
+    assert rel_err(xg.grad, xr.grad) < 1e-2
 
 
 @pytest.mark.parametrize("target", TARGETS)

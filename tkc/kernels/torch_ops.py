@@ -14,7 +14,8 @@ included: dx = dresidual, dweight, dbias). Imported on first use (importing tkc.
     torch.ops.tkc.layernorm(x, residual, weight, bias, eps, target, rms) -> (y, x + residual)
         (rms: RMSNorm, bias None; residual None: a 0-element tensor in place of the second, which would be x)
     torch.ops.tkc.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, target) -> c (fp8: no backward)
-    torch.ops.tkc.rotary(x, cos, sin, offset, interleaved, conjugate, target) -> x turned (its gradient: turned back)
+    torch.ops.tkc.rotary(x, cos, sin, offset, interleaved, conjugate, target, positions) -> x turned (its gradient:
+        turned back)
 """
 
 from __future__ import annotations
@@ -178,27 +179,29 @@ def _(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Te
 
 @torch.library.custom_op("tkc::rotary", mutates_args=())
 def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0, interleaved: bool = False,
-           conjugate: bool = False, target: str | None = None) -> torch.Tensor:
-    return _rotary(x, cos, sin, offset=offset, interleaved=interleaved, conjugate=conjugate, target=target)
+           conjugate: bool = False, target: str | None = None,
+           positions: torch.Tensor | None = None) -> torch.Tensor:
+    return _rotary(x, cos, sin, offset=offset, positions=positions, interleaved=interleaved, conjugate=conjugate,
+                   target=target)
 
 
 @rotary.register_fake
 def _(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0, interleaved: bool = False,
-      conjugate: bool = False, target: str | None = None) -> torch.Tensor:
+      conjugate: bool = False, target: str | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
     return torch.empty_like(x)
 
 
 def _rotary_setup(ctx, inputs, output) -> None:
-    x, cos, sin, offset, interleaved, conjugate, target = inputs
-    ctx.save_for_backward(cos, sin)
+    x, cos, sin, offset, interleaved, conjugate, target, positions = inputs
+    ctx.save_for_backward(cos, sin, positions)
     ctx.offset, ctx.interleaved, ctx.conjugate, ctx.target = offset, interleaved, conjugate, target
 
 
 def _rotary_backward(ctx, grad: torch.Tensor):
     """A rotation's gradient is the opposite rotation: the same kernel with sin negated (the rest passes through)."""
-    cos, sin = ctx.saved_tensors
-    return (rotary(grad, cos, sin, ctx.offset, ctx.interleaved, not ctx.conjugate, ctx.target),
-            None, None, None, None, None, None)
+    cos, sin, positions = ctx.saved_tensors
+    return (rotary(grad, cos, sin, ctx.offset, ctx.interleaved, not ctx.conjugate, ctx.target, positions),
+            None, None, None, None, None, None, None)
 
 
 rotary.register_autograd(_rotary_backward, setup_context=_rotary_setup)
