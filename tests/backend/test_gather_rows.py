@@ -1,6 +1,6 @@
-"""Loads that gather their rows by an index tensor (`rows_at`): the tile interpreter against numpy, the lowered
-PTX (simulated per thread) against the interpreter in each layout a gathered tile can take, and the oracle failing
-where the lowering drops a bounds check."""
+"""Loads, stores and atomic adds whose rows an index tensor names (`rows_at`): the tile interpreter against numpy,
+the lowered PTX (simulated per thread) against the interpreter in each layout such a tile can take, and the oracle
+failing where the lowering drops a bounds check."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st_
-from reference import random_bf16
+from reference import BF16, random_bf16
 
 import tkc
 from tkc.backend import lower_memory
@@ -16,8 +16,8 @@ from tkc.backend.ptxas import assemble, find_ptxas
 from tkc.backend.simulator import simulate
 from tkc.compiler import compile_kernels, lower_kernel
 from tkc.errors import TkcError
-from tkc.lang import (bf16, block_idx, const, f32, gl, i32, i64, load, mma_AB, rotate_pairs, row_sum, rows_at, rt,
-                      store, zeros)
+from tkc.lang import (atomic_add, bf16, block_idx, const, f32, gl, i32, i64, load, mma_AB, rotate_pairs, row_sum,
+                      rows_at, rt, store, zeros)
 
 ROWS = 40  # rows of the gathered table
 
@@ -42,6 +42,17 @@ def gathered_products(A: gl[bf16, 2], T: gl[bf16, 2], P: gl["PT", 1], O: gl[f32,
     rows = load(T, (rows_at(P, 16 * b), 0), rt[bf16, 16, 16])
     store(O, mma_AB(load(A, (0, 0), rt[bf16, 16, 16]), rows, zeros(rt[f32, 16, 16])), (b, 0))
     store(S, row_sum(load(T, (rows_at(P, 16 * b), 0), rt[f32, 16, 16])), (b,))
+
+
+@tkc.kernel(warps=1)
+def scattered_products(A: gl[bf16, 2], B: gl[bf16, 2], P: gl["PT", 1], O: gl[bf16, 2], S: gl[f32, 2],
+                       PT: const = i64):
+    """Tile b of A·B (an mma's accumulator: the row layout; stored as bf16 a quad's rows at a time) into rows
+    P[16·b ..] of O, and added into rows P[16·b ..] of S (atomic_add: rows named twice get both)."""
+    b = block_idx()[0]
+    product = mma_AB(load(A, (b, 0), rt[bf16, 16, 16]), load(B, (0, 0), rt[bf16, 16, 32]), zeros(rt[f32, 16, 32]))
+    store(O, product, (rows_at(P, 16 * b), 0))
+    atomic_add(S, product, (rows_at(P, 16 * b), 0))
 
 
 def _gathered(table: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
@@ -118,6 +129,36 @@ def test_gathered_rows_any_positions(seed: int, count: int, strided: bool) -> No
     np.testing.assert_array_equal(sim[2], interp[2])
 
 
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_scattered_rows(target: str) -> None:
+    """Rows stored and added by row numbers: distinct numbers for the store (some out of range: dropped), one
+    repeated for the atomic add (both rows summed)."""
+    rng = np.random.default_rng(5)
+    a, b = random_bf16(rng, 32, 16), random_bf16(rng, 16, 32)
+    positions = rng.permutation(ROWS)[:32].astype(np.int64)
+    positions[[3, 17]] = [-1, (1 << 32) + 2]  # dropped
+    out, sums = np.full((ROWS, 32), np.nan, dtype=BF16), np.zeros((ROWS, 32), dtype=np.float32)
+    interp, sim = _run_both(scattered_products, [a, b, positions, out, sums], 2, {}, target)
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    kept = (positions >= 0) & (positions < ROWS)
+    expected = np.full((ROWS, 32), np.nan)
+    expected[positions[kept]] = product[kept]
+    np.testing.assert_allclose(interp[3].astype(np.float64), expected, rtol=1e-2, atol=1e-2)
+    np.testing.assert_array_equal(sim[3].astype(np.float32), interp[3].astype(np.float32))
+    np.testing.assert_allclose(sim[4], interp[4], rtol=1e-6, atol=1e-6)
+    repeated = positions.copy()
+    repeated[20] = repeated[4]  # row 4's and row 20's products into one row
+    added = np.zeros((ROWS, 32))
+    np.add.at(added, repeated[kept], product[kept])
+    sums = np.zeros((ROWS, 32), dtype=np.float32)
+    out = np.full((ROWS, 32), np.nan, dtype=BF16)
+    with pytest.raises(TkcError, match="store"):  # the store of two rows into one is a race the interpreter reports
+        scattered_products.interpret(a, b, repeated, out, sums, grid=2)
+    module = lower_kernel(scattered_products, target, {})
+    simulate(module, "scattered_products", [a, b, repeated, out, sums], 2)
+    np.testing.assert_allclose(sums, added, rtol=1e-5, atol=1e-5)
+
+
 def test_a_missing_high_word_check_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lowering that bounds an int64 row number by its low word alone reads row 3 for 2**32 + 3: the simulation
     differs from the interpreter (which it matches with the check)."""
@@ -143,6 +184,6 @@ def test_rows_at_needs_an_integer_index() -> None:
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_ptxas_accepts_gathers(target: str) -> None:
     for kernel, constants in ((scaled_rows, {"PT": i64, "REPEAT": 2}), (scaled_rows, {"PT": i32}),
-                              (gathered_products, {})):
+                              (gathered_products, {}), (scattered_products, {})):
         report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
         assert report.spill_stores == 0

@@ -1114,10 +1114,11 @@ def rotate_pairs_of_an_mma_b_operand():
     return k
 
 
-def rows_at_in_a_store():
+def rows_at_in_a_store_from_shared():
     @tkc.kernel
-    def k(X: gl[f32, 2], P: gl[i32, 1], Y: gl[f32, 2]):
-        store(Y, load(X, (0, 0), rt[f32, 16, 32]), (rows_at(P, 0), 0))  # ERROR
+    def k(X: gl[bf16, 2], P: gl[i32, 1], Y: gl[bf16, 2]):
+        s = load(X, (0, 0), st[bf16, 64, 64])
+        store(Y, s, (rows_at(P, 0), 0))  # ERROR
 
     return k
 

@@ -350,10 +350,11 @@ def test_language_outside_a_kernel(case: Case) -> None:
     Case(bad.repeat_into_bf16, ["repeat=2", "reads a global tensor into an f32 register tile"]),
     Case(bad.repeat_of_three, ["load's repeat must be 2 (or 1), got 3"]),
     Case(bad.repeat_leaving_too_few_columns, ["rt[f32, 16, 16] reads 16/2 columns", "multiple of 32 columns"]),
-    Case(bad.rows_at_in_a_store, ["store into gl[f32, 2]: rows_at(...) gathers the rows of a load into a register tile"]),
-    Case(bad.rows_at_into_shared, ["load from gl[bf16, 2]: rows_at(...) gathers the rows of a load into a register tile"]),
+    Case(bad.rows_at_in_a_store_from_shared, ["store into gl[bf16, 2]: rows_at(...) picks the rows of a register "
+                                              "tile's load, store or atomic_add"]),
+    Case(bad.rows_at_into_shared, ["load from gl[bf16, 2]: rows_at(...) picks the rows of a register tile's"]),
     Case(bad.rows_at_by_floats, ["rows_at's index must be a global tensor gl[i32, 1] or gl[i64, 1]", "gl[f32, 1]"]),
-    Case(bad.rows_at_in_the_column_place, ["rows_at(...) gathers the rows", "in the row place of its index (index 0)"]),
+    Case(bad.rows_at_in_the_column_place, ["rows_at(...) picks the rows", "in the row place of its index (index 0)"]),
     Case(bad.tile_of_row_numbers, ["integer tensors hold arrive_last's counters and rows_at's row numbers"]),
 )
 def test_other_misuse(case: Case) -> None:

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import tkc  # noqa: E402
 from tkc.kernels import attention, gemm, layernorm  # noqa: E402
-from tkc.lang import atomic_add, block_idx, cdiv, f32, gl, load, rt, warp_id  # noqa: E402
+from tkc.lang import atomic_add, bf16, block_idx, cdiv, f32, gl, i32, i64, load, rows, rows_at, rt, store, warp_id  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TARGETS = ["sm_80", None]  # the sm_80 code path, and the best for this GPU
@@ -852,6 +852,35 @@ def test_attention_backward_ragged_lengths(b: int, h: int, nq: int, nk: int, d: 
             assert (got.double() - ref.double()).norm() < 1e-3 * refs[2].double().norm(), f"d{name}"
         else:
             assert rel_err(got, ref) < 1e-2, f"d{name}"
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def routed_rows(X: gl[bf16, 2], Src: gl[i64, 1], Dst: gl[i32, 1], Y: gl[f32, 2], Z: gl[bf16, 2]):
+    """Each warp's 16 entries e of Src / Dst: row Src[e] of X, doubled, added into row Dst[e] of Y (a mixture of
+    experts' combine) and stored into row e of Z (its permute)."""
+    e = 16 * (block_idx()[0] * 4 + warp_id())
+    for j in range(2):
+        picked = load(X, (rows_at(Src, e), j), rt[f32, 16, 64])
+        atomic_add(Y, picked * 2.0, (rows_at(Dst, e), j))
+        store(Z, picked, (rows(e), j))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_rows_by_row_numbers(target: str) -> None:
+    """rows_at on the GPU: rows gathered by int64 numbers (some past X's end: zeros), added into rows named by int32
+    numbers (many entries into one row; some numbers negative: dropped), 3000 entries over 47 blocks."""
+    if target == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm_90a needs Hopper")
+    entries = 3000
+    x = randn(500, 128)
+    src = torch.randint(0, 520, (entries,), device="cuda")
+    dst = torch.randint(-3, 200, (entries,), device="cuda", dtype=torch.int32)
+    y = torch.randn(200, 128, device="cuda")
+    z = torch.full((entries, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gathered = torch.where((src < 500)[:, None], x.double()[src.clamp(max=499)], 0.0)
+    ref = y.double().index_add(0, dst[dst >= 0].long(), 2 * gathered[dst >= 0])
+    routed_rows[(-(-entries // 64),)](x, src, dst, y, z, target=target)
+    assert rel_err(y, ref) < 1e-5 and torch.equal(z.double(), gathered)
 
 
 @tkc.kernel(warps=4, min_target="sm_80")

@@ -425,7 +425,7 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     tile coordinates `coords` of global tensor g. A run's row and column are this lane's part (shared by every
     run) plus a constant: one address register per distinct row constant, the column constant an immediate.
     `sc`: where each slot's element lies ([lane, slot, (row, col)]), if not where the fragment puts it.
-    `gathered` (rows_at): the index tensor whose elements row0 + r give the rows of g to read."""
+    `gathered` (rows_at): the index tensor whose elements row0 + r give the rows of g to access."""
     mem_type = _register_type(reg_type, g.type.element_type)
     e = element_bytes(g.type.element_type)
     tile_shape = reg_type.shape  # type: ignore[attr-defined]
@@ -476,8 +476,8 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
 def _gathered_row_pointers(lw: KernelLowering, g: GlobalRef, index: GlobalRef, row0: Any, rows: list[int],
                            ptr: SSAValue) -> tuple[SSAValue, SSAValue]:
     """For each of a lane's rows row0 + r (r in `rows`): a pointer to row index[row0 + r] of g (`ptr` already at
-    this lane's column), and whether that row is there to read: row0 + r within the index tensor and its value
-    within g's rows (unsigned: negative values too are out; an i64 value also needs its high word 0)."""
+    this lane's column), and whether that row is there: row0 + r within the index tensor and its value within g's
+    rows (unsigned: negative values too are out; an i64 value also needs its high word 0)."""
     n, rank = len(rows), g.type.rank
     words = element_bytes(index.type.element_type) // 4      # 1 (i32) or 2 (i64: read as two b32 words)
     at = lw.op("add.s32", "b32", lw.reg(row0), ptx.PerInstr(rows), n=n)
@@ -501,11 +501,16 @@ def _rows_within(lw: KernelLowering, read: SSAValue, low: np.ndarray, words: int
     return ok  # type: ignore[return-value]
 
 
+def _row_numbers(lw: KernelLowering, op: Any) -> GlobalRef | None:
+    """The index tensor of a load's / store's rows_at (None without it)."""
+    return lw.value(op.row_index) if op.row_index is not None else None
+
+
 def _load_global_registers(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
     g: GlobalRef = lw.value(op.source)
     coords = global_coords(lw, op)
     reg_type = op.result.type
-    gathered = lw.value(op.row_index) if op.row_index is not None else None
+    gathered = _row_numbers(lw, op)
     if t.repeat_cols(op) > 1:
         return [_load_repeated(lw, g, reg_type, coords, t.repeat_cols(op), gathered)]
     mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords, gathered=gathered)
@@ -542,7 +547,7 @@ def _store_global_registers(lw: KernelLowering, op: t.StoreOp) -> None:
     wide = quad_transposable(mem_type) and g.align >= 16 and lw.threads < 512
     sc = quad_transposed_coords(mem_type) if wide else None
     access_type = mem_type
-    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords, sc)
+    mem_type, runs, addr, base_of, offset, guard = _global_access(lw, g, reg_type, coords, sc, _row_numbers(lw, op))
     if not wide:
         _store_converted(lw, "global", mem_type, reg_type, value, runs, addr, base_of, offset, guard)
         return
@@ -742,7 +747,8 @@ def lower_atomic_add(lw: KernelLowering, op: t.AtomicAddOp) -> None:
         return
     g: GlobalRef = lw.value(op.dest)
     value = lw.reg(lw.value(op.value))
-    _, runs, addr, base_of, offset, guard = _global_access(lw, g, op.value.type, global_coords(lw, op))
+    _, runs, addr, base_of, offset, guard = _global_access(lw, g, op.value.type, global_coords(lw, op),
+                                                           gathered=_row_numbers(lw, op))
     length = runs[0].length
     assert all(run.length == length for run in runs), "internal: runs of several widths"
     vec = length if get_target(lw.target).sm >= 90 and length in (2, 4) else 1

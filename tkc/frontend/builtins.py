@@ -546,7 +546,8 @@ def _rows(cg: CodeGen, n: Any) -> _RowsIndex:
 
 
 class _RowsAt(_RowsIndex):
-    """`rows_at(I, r)`: rows I[r], I[r + 1], ... (only in the row place of a global load into a register tile)."""
+    """`rows_at(I, r)`: rows I[r], I[r + 1], ... (only in the row place of a register tile's global load, store or
+    atomic_add)."""
 
     def __init__(self, index: SSAValue, first: Any):
         super().__init__(first)
@@ -574,18 +575,18 @@ def _indices(cg: CodeGen, index: Any, count: int, what: str) -> list[SSAValue]:
 
 
 def _global_indices(cg: CodeGen, index: Any, gtype: GlobalType, tile: Any, what: str,
-                    gathers: bool = False) -> tuple[list[SSAValue], bool]:
+                    by_row_numbers: bool = False) -> tuple[list[SSAValue], bool]:
     """A global load/store's index values, and whether its row index is rows(r) (allowed in the row place, the
-    second-to-last, of a 2-D tile's index only; rows_at(I, r) too where `gathers`: a load into registers)."""
+    second-to-last, of a 2-D tile's index only; rows_at(I, r) too where `by_row_numbers`: a register tile's)."""
     if gtype.element_type in INDEX_TYPES:
         raise TkcError(f"{what}: integer tensors hold arrive_last's counters and rows_at's row numbers; tiles load "
                        "from and store into bf16, f16, f32 and fp8 tensors")
     rows_place = gtype.rank - 2 if len(tile.shape) == 2 else None
     entries = list(index) if isinstance(index, tuple | list) else [index]
     in_rows = rows_place is not None and len(entries) == gtype.rank and isinstance(entries[rows_place], _RowsIndex)
-    if any(isinstance(i, _RowsAt) for i in entries) and not (in_rows and gathers):
-        raise TkcError(f"{what}: rows_at(...) gathers the rows of a load into a register tile, in the row place of "
-                       f"its index (index {gtype.rank - 2})")
+    if any(isinstance(i, _RowsAt) for i in entries) and not (in_rows and by_row_numbers):
+        raise TkcError(f"{what}: rows_at(...) picks the rows of a register tile's load, store or atomic_add, in the "
+                       f"row place of its index (index {gtype.rank - 2})")
     if in_rows:
         entries[rows_place] = entries[rows_place].value
     elif any(isinstance(i, _RowsIndex) for i in entries) and rows_place is not None:
@@ -752,8 +753,9 @@ def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None, conflicts: Any = 
             raise TkcError(f"store's source must be a tile or vector, got {describe(src)}")
         _conflicts(conflicts, "store", shared=False)
         gtype: GlobalType = dst.type
-        indices, in_rows = _global_indices(cg, index, gtype, src.type, f"store into {gtype.spec()}")
-        cg.emit(_marked(t.StoreOp(src, dst, indices), in_rows))
+        scatters = isinstance(src.type, RegTileType)
+        indices, in_rows = _global_indices(cg, index, gtype, src.type, f"store into {gtype.spec()}", scatters)
+        cg.emit(_marked(t.StoreOp(src, dst, indices, _gathered_rows(index) if scatters else None), in_rows))
         return None
     if is_shared(dst):
         src = _register(src, "the value stored into shared memory")
@@ -775,8 +777,8 @@ def _atomic_add(cg: CodeGen, dst: Any, src: Any, index: Any) -> None:
     gtype: GlobalType = dst.type
     if src.type.element_type != lang.f32.ir or gtype.element_type != lang.f32.ir:
         raise TkcError(f"atomic_add adds an f32 tile into an f32 tensor, got {describe(src)} into {gtype.spec()}")
-    indices, in_rows = _global_indices(cg, index, gtype, src.type, f"atomic_add into {gtype.spec()}")
-    cg.emit(_marked(t.AtomicAddOp(src, dst, indices), in_rows))
+    indices, in_rows = _global_indices(cg, index, gtype, src.type, f"atomic_add into {gtype.spec()}", True)
+    cg.emit(_marked(t.AtomicAddOp(src, dst, indices, _gathered_rows(index)), in_rows))
 
 
 @implements(lang.arrive_last)

@@ -129,7 +129,12 @@ def _global_writes(state: Any, op: Operation, value: Any, dest: Any, coords: lis
     """The elements of `dest` a store (or atomic add) of `value` at `coords` writes, and what it writes there; with
     `every_lane`, one write per lane (block, warp), those of lanes holding the same value included."""
     vtype = op.value.type
-    idx, valid = _element_indices(coords, _tile_shape(vtype), dest.data.shape, t.index_units(op, _tile_shape(vtype)))
+    if op.row_index is not None:  # rows_at: the last coordinate is the index tensor
+        *coords, rows = coords
+        idx, valid = _gathered_indices(coords, _tile_shape(vtype), dest.data.shape, rows.data)
+    else:
+        idx, valid = _element_indices(coords, _tile_shape(vtype), dest.data.shape,
+                                      t.index_units(op, _tile_shape(vtype)))
     active = expand_to(state.active(), valid)
     # the value, the index and the mask may each vary over different lanes (a per-warp value stored at one
     # index by one warp): broadcast all three to the lanes of any of them

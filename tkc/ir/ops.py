@@ -1008,7 +1008,9 @@ class LoadOp(IRDLOperation):
     rows: no data moves), sv→rv.
 
     Indices count in units of the loaded tile along its dimensions (the last one or two of the source).
-    Global→register loads convert the dtype; copies between global and shared memory do not.
+    Global→register loads convert the dtype; copies between global and shared memory do not. A global→register
+    tile load may gather its rows: `rows_at %p : !tile.gl<?xi64>` after the indices reads row %p[r + i] into row i
+    (r the row index, which then counts rows).
     """
 
     name = "tile.load"
@@ -1030,13 +1032,7 @@ class LoadOp(IRDLOperation):
         _verify_transfer("load", self.source.type, self.result.type, self.source.type, len(self.indices), LOAD_PAIRS)
         _verify_rows_index(self, self.source.type, self.result.type)
         src, dst = self.source.type, self.result.type
-        if self.row_index is not None:
-            index = self.row_index.type
-            if not (isinstance(src, GlobalType) and isinstance(dst, RegTileType) and ROWS_ATTR in self.attributes):
-                raise VerifyException(f"load: only a global → register tile load whose row index counts rows "
-                                      f"({ROWS_ATTR}) gathers rows by an index tensor, not {spec(src)} → {spec(dst)}")
-            if not (isinstance(index, GlobalType) and index.rank == 1 and index.element_type in INDEX_TYPES):
-                raise VerifyException(f"load: the rows_at index must be a gl[i32, 1] or gl[i64, 1], got {spec(index)}")
+        _verify_row_numbers(self, "load", src, dst)
         if REPEAT_COLS in self.attributes:
             k = repeat_cols(self)
             if not (isinstance(src, GlobalType) and isinstance(dst, RegTileType)
@@ -1061,22 +1057,41 @@ class LoadOp(IRDLOperation):
                                       f"st[{spec(src.element_type)}, {src.shape[0]}, C], got {spec(dst)}")
 
 
+def _verify_row_numbers(op: LoadOp | _GlobalWriteOp, what: str, src: Attribute, dst: Attribute) -> None:
+    """A load's / store's rows_at operand: only between a global tensor and a register tile whose row index counts
+    rows, by a gl[i32, 1] or gl[i64, 1]."""
+    if op.row_index is None:
+        return
+    index, (tensor, tile) = op.row_index.type, (src, dst) if what == "load" else (dst, src)
+    if not (isinstance(tensor, GlobalType) and isinstance(tile, RegTileType) and ROWS_ATTR in op.attributes):
+        raise VerifyException(f"{what}: only a {what} between global memory and a register tile whose row index "
+                              f"counts rows ({ROWS_ATTR}) goes by rows_at's row numbers, not {spec(src)} → {spec(dst)}")
+    if not (isinstance(index, GlobalType) and index.rank == 1 and index.element_type in INDEX_TYPES):
+        raise VerifyException(f"{what}: the rows_at index must be a gl[i32, 1] or gl[i64, 1], got {spec(index)}")
+
+
 class _GlobalWriteOp(IRDLOperation):
-    """Base of the ops writing a tile into global memory at tile indices: `tile.OP %t, %dst[%i, ...] : T -> G`."""
+    """Base of the ops writing a tile into global memory at tile indices: `tile.OP %t, %dst[%i, ...] : T -> G`
+    (`rows_at %p : G'` after the indices: the rows go to the rows %p names, from the row index on)."""
 
     value = operand_def(ANY_TILE)
     dest = operand_def(GlobalType)
     indices = var_operand_def(i32)
+    row_index = opt_operand_def(GlobalType)
     traits = traits_def(MemoryWriteEffect())
-    assembly_format = "$value `,` $dest `[` $indices `]` attr-dict `:` type($value) `->` type($dest)"
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    assembly_format = ("$value `,` $dest `[` $indices `]` (`rows_at` $row_index^ `:` type($row_index))? attr-dict "
+                       "`:` type($value) `->` type($dest)")
 
-    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation, indices: Sequence[SSAValue | Operation]):
-        super().__init__(operands=[value, dest, indices])
+    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation, indices: Sequence[SSAValue | Operation],
+                 row_index: SSAValue | Operation | None = None):
+        super().__init__(operands=[value, dest, indices, [row_index] if row_index is not None else []])
 
     def verify_(self) -> None:
         what = self.name.removeprefix("tile.")
         _verify_transfer(what, self.value.type, self.dest.type, self.dest.type, len(self.indices), STORE_PAIRS)
         _verify_rows_index(self, self.dest.type, self.value.type)
+        _verify_row_numbers(self, what, self.value.type, self.dest.type)
 
 
 @irdl_op_definition

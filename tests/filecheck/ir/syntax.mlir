@@ -128,11 +128,15 @@ func.func @conversions_and_mma(%a: !tile.rt<16x64xf32>, %c: !tile.rt<16x16xf32>)
   func.return
 }
 
-// A load gathering its rows by an index tensor (rows_at): rows %p[%i], %p[%i + 1], ... of %g.
+// Loads, stores and atomic adds by row numbers (rows_at): rows %p[%i], %p[%i + 1], ... of %g.
 // CHECK-LABEL: func.func @gather(
 // CHECK-NEXT:    %t = tile.load %g[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
-func.func @gather(%g: !tile.gl<?x?xbf16>, %p: !tile.gl<?xi64>, %i: i32) {
+// CHECK-NEXT:    tile.store %t, %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
+// CHECK-NEXT:    tile.atomic_add %t, %f[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xf32>
+func.func @gather(%g: !tile.gl<?x?xbf16>, %f: !tile.gl<?x?xf32>, %p: !tile.gl<?xi64>, %q: !tile.gl<?xi32>, %i: i32) {
   %t = tile.load %g[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
+  tile.store %t, %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
+  tile.atomic_add %t, %f[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xf32>
   func.return
 }
 
@@ -173,6 +177,6 @@ func.func @memory(%g: !tile.gl<?x?xbf16>, %i: i32) {
   %m = "tile.row_max"(%t, %z) : (!tile.rt<16x32xf32>, !tile.rv<16xf32>) -> !tile.rv<16xf32>
   %p = "tile.sub_row"(%t, %m) : (!tile.rt<16x32xf32>, !tile.rv<16xf32>) -> !tile.rt<16x32xf32>
   %q = "tile.tril"(%p, %x) <{fill = 1.000000e-05 : f64}> : (!tile.rt<16x32xf32>, i32) -> !tile.rt<16x32xf32>
-  "tile.store"(%q, %g, %x, %n) : (!tile.rt<16x32xf32>, !tile.gl<?x?xbf16>, i32, i32) -> ()
+  "tile.store"(%q, %g, %x, %n) <{operandSegmentSizes = array<i32: 1, 1, 2, 0>}> : (!tile.rt<16x32xf32>, !tile.gl<?x?xbf16>, i32, i32) -> ()
   "func.return"() : () -> ()
 }) : () -> ()
