@@ -206,6 +206,23 @@ def rotary_embedding() -> None:
            interleaved=True, target="sm_80")
 
 
+def rows_by_row_numbers() -> None:
+    """rows_at: rows gathered, added and stored by row numbers (int64 ones past the tensor, int32 negative ones;
+    the last warp's entries past the index tensors' end), both builds."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_kernels_gpu import routed_rows
+
+    x = torch.randn(500, 128, device="cuda", dtype=torch.bfloat16)
+    src = torch.randint(0, 520, (300,), device="cuda")
+    dst = torch.randint(-3, 200, (300,), device="cuda", dtype=torch.int32)
+    y, z = torch.zeros(200, 128, device="cuda"), torch.empty(300, 128, device="cuda", dtype=torch.bfloat16)
+    for target in ("sm_80", None):
+        routed_rows[(5,)](x, src, dst, y, z, target=target)
+
+
 def main() -> None:
     torch.manual_seed(0)
     bf = torch.bfloat16
@@ -285,6 +302,7 @@ def main() -> None:
     rmsnorm(x, None, w)
     norms_backward()
     rotary_embedding()
+    rows_by_row_numbers()
     torch.cuda.synchronize()
     print("sanitize: all kernels ran")
 
