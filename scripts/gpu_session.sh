@@ -71,7 +71,7 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 300 python3 bench/rotary.py ${ROTARY_ARGS:-} > "$OUT/bench-rotary.log" 2>&1; tail -9 "$OUT/bench-rotary.log"
         timeout 300 python3 bench/rotary.py --bshd ${ROTARY_ARGS:-} > "$OUT/bench-rotary-bshd.log" 2>&1; tail -8 "$OUT/bench-rotary-bshd.log" ;;
     rows-at)  # loads / stores / atomic adds by row numbers (rows_at) and rotary's positions=: GPU tests, compute-sanitizer, bench/rotary.py --positions
-        tests_and_sanitizers rows-at "rows_by_row_numbers or rotary_positions" rows_by_row_numbers 120
+        tests_and_sanitizers rows-at "rows_by_row_numbers or rotary_positions" "rows_by_row_numbers(); sanitize.rotary_embedding" 150
         timeout 200 python3 bench/rotary.py --positions ${ROTARY_ARGS:-} > "$OUT/bench-rotary-positions.log" 2>&1; tail -9 "$OUT/bench-rotary-positions.log" ;;
     rotary-probe)  # rotary_kernel's HEADS × WARPS beside a copy and Triton (bench/probe_rotary.py; PROBE_ARGS)
         timeout 300 python3 bench/probe_rotary.py ${PROBE_ARGS:-} > "$OUT/probe-rotary.log" 2>&1; grep -v Warning "$OUT/probe-rotary.log" | tail -40 ;;
