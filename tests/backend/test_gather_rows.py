@@ -187,3 +187,24 @@ def test_ptxas_accepts_gathers(target: str) -> None:
                               (gathered_products, {}), (scattered_products, {})):
         report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
         assert report.spill_stores == 0
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_routed_rows_example(target: str) -> None:
+    """tests/kernels/routed_rows.py (a mixture of experts' permute and combine) in the interpreter and the PTX
+    simulation against numpy: int64 sources past X's end, negative int32 destinations, many entries into one row,
+    the last warp's entries past the tables' end."""
+    from kernels.routed_rows import routed_rows
+
+    rng = np.random.default_rng(1)
+    x, entries = random_bf16(rng, 500, 128), 300
+    src = rng.integers(0, 520, entries).astype(np.int64)
+    dst = rng.integers(-3, 200, entries).astype(np.int32)
+    y, z = rng.standard_normal((200, 128)).astype(np.float32), np.full((entries, 128), np.nan, dtype=BF16)
+    gathered = np.where((src < 500)[:, None], x.astype(np.float64)[np.minimum(src, 499)], 0)
+    expected = y.astype(np.float64)
+    np.add.at(expected, dst[dst >= 0], 2 * gathered[dst >= 0])
+    interp, sim = _run_both(routed_rows, [x, src, dst, y, z], -(-entries // 64), {}, target)
+    for got in (interp, sim):
+        np.testing.assert_allclose(got[3], expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got[4].astype(np.float64), gathered)

@@ -212,8 +212,8 @@ def rows_by_row_numbers() -> None:
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_kernels_gpu import routed_rows
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernels.routed_rows import routed_rows
 
     x = torch.randn(500, 128, device="cuda", dtype=torch.bfloat16)
     src = torch.randint(0, 520, (300,), device="cuda")

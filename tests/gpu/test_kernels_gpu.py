@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import tkc  # noqa: E402
 from tkc.kernels import attention, gemm, layernorm  # noqa: E402
-from tkc.lang import atomic_add, bf16, block_idx, cdiv, f32, gl, i32, i64, load, rows, rows_at, rt, store, warp_id  # noqa: E402
+from tkc.lang import atomic_add, block_idx, cdiv, f32, gl, load, rt, warp_id  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TARGETS = ["sm_80", None]  # the sm_80 code path, and the best for this GPU
@@ -854,21 +854,12 @@ def test_attention_backward_ragged_lengths(b: int, h: int, nq: int, nk: int, d: 
             assert rel_err(got, ref) < 1e-2, f"d{name}"
 
 
-@tkc.kernel(warps=4, min_target="sm_80")
-def routed_rows(X: gl[bf16, 2], Src: gl[i64, 1], Dst: gl[i32, 1], Y: gl[f32, 2], Z: gl[bf16, 2]):
-    """Each warp's 16 entries e of Src / Dst: row Src[e] of X, doubled, added into row Dst[e] of Y (a mixture of
-    experts' combine) and stored into row e of Z (its permute)."""
-    e = 16 * (block_idx()[0] * 4 + warp_id())
-    for j in range(2):
-        picked = load(X, (rows_at(Src, e), j), rt[f32, 16, 64])
-        atomic_add(Y, picked * 2.0, (rows_at(Dst, e), j))
-        store(Z, picked, (rows(e), j))
-
-
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_rows_by_row_numbers(target: str) -> None:
-    """rows_at on the GPU: rows gathered by int64 numbers (some past X's end: zeros), added into rows named by int32
+    """rows_at on the GPU (tests/kernels/routed_rows.py): rows gathered by int64 numbers (some past X's end: zeros), added into rows named by int32
     numbers (many entries into one row; some numbers negative: dropped), 3000 entries over 47 blocks."""
+    from kernels.routed_rows import routed_rows
+
     if target == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("sm_90a needs Hopper")
     entries = 3000
