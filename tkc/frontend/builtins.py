@@ -619,7 +619,7 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
         what = f"load from {gtype.spec()}"
         gathers = spec.kind == "rt" and not multicast
         indices, in_rows = _global_indices(cg, index, gtype, spec.ir, what, gathers)
-        load = _marked(t.LoadOp(src, indices, spec.ir, _gathered_rows(index) if gathers else None), in_rows)
+        load = _marked(t.LoadOp(src, indices, spec.ir, _row_numbers_of(index) if gathers else None), in_rows)
         if repeat != 1:
             load.attributes[t.REPEAT_COLS] = IntegerAttr(repeat, 64)
         if multicast:
@@ -643,8 +643,9 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
     raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
 
 
-def _gathered_rows(index: Any) -> SSAValue | None:
-    """The index tensor of rows_at(I, r) in a load's index (None without it; _global_indices checked its place)."""
+def _row_numbers_of(index: Any) -> SSAValue | None:
+    """The index tensor of rows_at(I, r) in a load's / store's index (None without it; _global_indices checked its
+    place)."""
     entries = index if isinstance(index, tuple | list) else (index,)
     return next((i.index for i in entries if isinstance(i, _RowsAt)), None)
 
@@ -755,7 +756,7 @@ def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None, conflicts: Any = 
         gtype: GlobalType = dst.type
         scatters = isinstance(src.type, RegTileType)
         indices, in_rows = _global_indices(cg, index, gtype, src.type, f"store into {gtype.spec()}", scatters)
-        cg.emit(_marked(t.StoreOp(src, dst, indices, _gathered_rows(index) if scatters else None), in_rows))
+        cg.emit(_marked(t.StoreOp(src, dst, indices, _row_numbers_of(index) if scatters else None), in_rows))
         return None
     if is_shared(dst):
         src = _register(src, "the value stored into shared memory")
@@ -778,7 +779,7 @@ def _atomic_add(cg: CodeGen, dst: Any, src: Any, index: Any) -> None:
     if src.type.element_type != lang.f32.ir or gtype.element_type != lang.f32.ir:
         raise TkcError(f"atomic_add adds an f32 tile into an f32 tensor, got {describe(src)} into {gtype.spec()}")
     indices, in_rows = _global_indices(cg, index, gtype, src.type, f"atomic_add into {gtype.spec()}", True)
-    cg.emit(_marked(t.AtomicAddOp(src, dst, indices, _gathered_rows(index)), in_rows))
+    cg.emit(_marked(t.AtomicAddOp(src, dst, indices, _row_numbers_of(index)), in_rows))
 
 
 @implements(lang.arrive_last)
