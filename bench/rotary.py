@@ -84,13 +84,12 @@ def main() -> None:
             spread = lambda t: torch.cat((t, t), dim=-1)  # noqa: E731
             formula = torch_rotary
         cos_full, sin_full = (spread(t).to(torch.bfloat16) for t in (cos, sin))
-        at = (lambda t: t) if positions is None else (lambda t: t[positions])  # noqa: E731
-        ref = formula(x.double(), at(spread(cos).double()), at(spread(sin).double()))
+        gathered = formula if positions is None else \
+            (lambda x, c, s, f=formula: f(x, c[positions], s[positions]))  # the tables' rows by the positions first
+        ref = gathered(x.double(), spread(cos).double(), spread(sin).double())
         nbytes = 4 * x.numel() + 2 * 4 * n * (r // 2)
         src = torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8)  # a copy moving as many bytes
         dst = torch.empty_like(src)
-        gathered = (lambda x, c, s, f=formula: f(x, c, s)) if positions is None else \
-            (lambda x, c, s, f=formula: f(x, c[positions], s[positions]))
         compiled = torch.compile(gathered, dynamic=False)  # specialized to each shape (else dynamic from the 2nd)
         pairs = args.interleaved
         impls = {"same-size copy": lambda: dst.copy_(src),

@@ -444,13 +444,12 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     col0 = add_i32(lw, mul_imm(lw, tile_coords[-1], tile_shape[-1]), lw.expr(_lane_expr(ca, cb)))
     ptr, ok_lead = lead_pointer(lw, g, lead)
     distinct_rows = sorted(set(row_statics))
-    if gathered is not None:
-        ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
+    if k == 2 and gathered is None:
+        ptr = mad64(lw, row0, g.strides[rank - 2], ptr)
+    ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
+    if gathered is not None:  # each row's own pointer, from the row number the index tensor holds
         addr, rows_ok = _gathered_row_pointers(lw, g, gathered, row0, distinct_rows, ptr)
     else:
-        if k == 2:
-            ptr = mad64(lw, row0, g.strides[rank - 2], ptr)
-        ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
         row_ptrs = [mad64(lw, Imm(r), g.strides[rank - 2], ptr) if k == 2 else ptr for r in distinct_rows]
         addr = bundle_of(lw, row_ptrs, "b64")
     base_of = np.array([distinct_rows.index(r) for r in row_statics])

@@ -118,7 +118,7 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int
             out = torch.empty_like(x)
             grid = (-(-n // (16 * CONFIG["WARPS"])), x.shape[0], -(-x.shape[1] // heads_a_warp(d, rotated)))
             spec = _specialized(d, rotated, target, x.dtype, cos.dtype, True, conjugate, interleaved,
-                                positions=None if positions is None else positions.dtype)
+                                positions=positions)
             where = _no_positions(torch, x) if positions is None else positions
             if spec.launch(grid, (x, cos, sin, out, x, out, where, offset, 0), common_only=True):
                 return out
@@ -140,7 +140,7 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, offset: int
     if x4.numel():
         in_place = out.data_ptr() == x.data_ptr() and out.stride() == x.stride()
         spec = _specialized(d, rotated, target, dtype, cos.dtype, not in_place, conjugate, interleaved,
-                            positions=None if positions is None else positions.dtype)
+                            positions=positions)
         grid = (-(-n // (16 * CONFIG["WARPS"])), x4.shape[0], -(-x4.shape[1] // heads_a_warp(d, rotated)))
         spec[grid](x4, cos, sin, out4, x4, out4, where, offset, positions_stride)
     return out
@@ -173,7 +173,7 @@ def rotary_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Te
     if n and q4.shape[0] and q4.shape[1] + k4.shape[1]:
         heads = heads_a_warp(d, rotated)
         spec = _specialized(d, rotated, target, dtype, cos.dtype, not inplace, conjugate, interleaved, pair=True,
-                            positions=None if positions is None else positions.dtype)
+                            positions=positions)
         grid = (-(-n // (16 * CONFIG["WARPS"])), q4.shape[0], -(-q4.shape[1] // heads) + -(-k4.shape[1] // heads))
         spec[grid](q4, cos, sin, qo4, k4, ko4, where, offset, positions_stride)
     return q_out, k_out
@@ -262,12 +262,13 @@ def heads_a_warp(d: int, rotated: int) -> int:
 
 def _specialized(d: int, rotated: int, target: str | None, dtype: Any, cos_dtype: Any, copy_rest: bool,
                  conjugate: bool, interleaved: bool, pair: bool = False, positions: Any = None) -> Any:
-    """rotary_kernel for these sizes, dtypes and options (pair: q and k in one launch; positions: the dtype of a
-    positions tensor, None without one), made once."""
-    key = (d, rotated, target, dtype, cos_dtype, copy_rest, bool(conjugate), bool(interleaved), pair, positions)
+    """rotary_kernel for these sizes, dtypes and options (pair: q and k in one launch; positions: the positions
+    tensor, None without one), made once."""
+    positions_dtype = None if positions is None else positions.dtype
+    key = (d, rotated, target, dtype, cos_dtype, copy_rest, bool(conjugate), bool(interleaved), pair, positions_dtype)
     spec = _SPECIALIZED.get(key)
     if spec is None:
-        by_positions = {} if positions is None else {"POSITIONS": 1, "PT": _INDEX_TYPES[str(positions)]}
+        by_positions = {} if positions is None else {"POSITIONS": 1, "PT": _INDEX_TYPES[str(positions_dtype)]}
         spec = _SPECIALIZED[key] = rotary_kernel.specialize(
             D=d, R=rotated, CT=_TABLE_TYPES[str(cos_dtype)], COPY_REST=int(copy_rest and rotated < d),
             CONJUGATE=int(conjugate), INTERLEAVED=int(interleaved), PAIR=int(pair), HEADS=heads_a_warp(d, rotated),
