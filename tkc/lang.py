@@ -562,10 +562,12 @@ def rows(n):
 
 @_op
 def rows_at(index, first):
-    """Rows named by an index tensor, in the row place of a register tile's global load, store or atomic_add:
-    `load(Cos, (rows_at(Positions, r), 0), rt[f32, 16, 64])` takes row Positions[r + i] of Cos into the tile's row i
-    (Positions a gl[i32, 1] or gl[i64, 1]); `store(O, t, (rows_at(Slots, r), 0))` writes the tile's row i into row
-    Slots[r + i] of O, `atomic_add` adds it there (rows named twice get both). Rows whose entry lies past the end of
+    """Rows named by an index tensor, in the row place of a register tile's global load, store or atomic_add, or of
+    a load into a shared tile: `load(Cos, (rows_at(Positions, r), 0), rt[f32, 16, 64])` takes row Positions[r + i]
+    of Cos into the tile's row i (Positions a gl[i32, 1] or gl[i64, 1]); `load(X, (rows_at(Tokens, r), k),
+    st[bf16, 64, 64])` gathers rows of X into a shared tile (cp.async, pipelined in loops as any other; never TMA);
+    `store(O, t, (rows_at(Slots, r), 0))` writes the tile's row i into row Slots[r + i] of O, `atomic_add` adds it
+    there (rows named twice get both). Rows whose entry lies past the end of
     the index tensor, or whose row number lies outside the tensor's rows (negative too), read zeros and are not
     written. Two rows stored into one row: one of them lands (the interpreter reports it as a race)."""
 

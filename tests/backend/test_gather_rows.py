@@ -11,7 +11,7 @@ from hypothesis import strategies as st_
 from reference import BF16, random_bf16
 
 import tkc
-from tkc.backend import lower_memory
+from tkc.backend import addressing
 from tkc.backend.ptxas import assemble, find_ptxas
 from tkc.backend.simulator import simulate
 from tkc.compiler import compile_kernels, lower_kernel
@@ -168,8 +168,8 @@ def test_a_missing_high_word_check_is_caught(monkeypatch: pytest.MonkeyPatch) ->
     out = np.full((16, 64), np.nan, dtype=np.float32)
     interp, sim = _run_both(scaled_rows, [table, positions, out], 1, {"PT": i64}, "sm_80")
     np.testing.assert_array_equal(sim[2], interp[2])
-    within = lower_memory._rows_within
-    monkeypatch.setattr(lower_memory, "_rows_within", lambda lw, read, low, words, limit: within(lw, read, low, 1, limit))
+    within = addressing.rows_within
+    monkeypatch.setattr(addressing, "rows_within", lambda lw, read, low, words, limit: within(lw, read, low, 1, limit))
     interp, sim = _run_both(scaled_rows, [table, positions, out], 1, {"PT": i64}, "sm_80")
     assert not np.array_equal(sim[2], interp[2])
     np.testing.assert_array_equal(sim[2][0], 2 * table[3])

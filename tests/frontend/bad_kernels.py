@@ -1123,10 +1123,10 @@ def rows_at_in_a_store_from_shared():
     return k
 
 
-def rows_at_into_shared():
-    @tkc.kernel
+def rows_at_into_a_multicast_load():
+    @tkc.kernel(cluster=2)
     def k(X: gl[bf16, 2], P: gl[i32, 1], Y: gl[bf16, 2]):
-        store(Y, load(X, (rows_at(P, 0), 0), st[bf16, 64, 64]), (0, 0))  # ERROR
+        store(Y, load(X, (rows_at(P, 0), 0), st[bf16, 64, 64], multicast=True), (0, 0))  # ERROR
 
     return k
 

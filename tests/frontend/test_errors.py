@@ -351,8 +351,8 @@ def test_language_outside_a_kernel(case: Case) -> None:
     Case(bad.repeat_of_three, ["load's repeat must be 2 (or 1), got 3"]),
     Case(bad.repeat_leaving_too_few_columns, ["rt[f32, 16, 16] reads 16/2 columns", "multiple of 32 columns"]),
     Case(bad.rows_at_in_a_store_from_shared, ["store into gl[bf16, 2]: rows_at(...) picks the rows of a register "
-                                              "tile's load, store or atomic_add"]),
-    Case(bad.rows_at_into_shared, ["load from gl[bf16, 2]: rows_at(...) picks the rows of a register tile's"]),
+                                              "tile's load, store or atomic_add, or of a load into a shared tile"]),
+    Case(bad.rows_at_into_a_multicast_load, ["load from gl[bf16, 2]: rows_at(...) picks the rows", "(not multicast)"]),
     Case(bad.rows_at_by_floats, ["rows_at's index must be a global tensor gl[i32, 1] or gl[i64, 1]", "gl[f32, 1]"]),
     Case(bad.rows_at_in_the_column_place, ["rows_at(...) picks the rows", "in the row place of its index (index 0)"]),
     Case(bad.tile_of_row_numbers, ["integer tensors hold arrive_last's counters and rows_at's row numbers"]),

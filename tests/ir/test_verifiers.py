@@ -215,10 +215,13 @@ OTHER_CASES = [
     Bad("tile.store", "tile.store %rv, %g2[%i, %i] {tile.index_in_rows} : !tile.rv<16xf32> -> !tile.gl<?x?xbf16>",
         "store: a row index that counts rows (rows(r), tile.index_in_rows) needs a 2-D tile in global memory"),
     Bad("tile.load", "%x = tile.load %g2[%i, %i] rows_at %gc : !tile.gl<?xi32> : !tile.gl<?x?xbf16> -> !tile.rt<16x32xf32>",
-        "load: only a load between global memory and a register tile whose row index counts rows "
-        "(tile.index_in_rows) goes by rows_at's row numbers"),
-    Bad("tile.load", "%x = tile.load %g2[%i, %i] rows_at %gc : !tile.gl<?xi32> {tile.index_in_rows} : "
-        "!tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>", "not gl[bf16, 2] → st[bf16, 64, 64]"),
+        "load: only a load between global memory and a register tile (or a load into a shared tile) whose row index "
+        "counts rows (tile.index_in_rows) goes by rows_at's row numbers"),
+    Bad("tile.store", "%s = tile.empty : !tile.st<64x64xbf16>\ntile.store %s, %g2[%i, %i] rows_at %gc : "
+        "!tile.gl<?xi32> {tile.index_in_rows} : !tile.st<64x64xbf16> -> !tile.gl<?x?xbf16>",
+        "not st[bf16, 64, 64] → gl[bf16, 2]"),
+    Bad("tile.load", "%x = tile.load %g2[%i, %i] rows_at %gc : !tile.gl<?xi32> {tile.index_in_rows, tkc.multicast} : "
+        "!tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>", "load: a multicast load copies one box of the tensor; rows_at's rows"),
     Bad("tile.load", "%x = tile.load %g2[%i, %i] rows_at %g1 : !tile.gl<?xf16> {tile.index_in_rows} : "
         "!tile.gl<?x?xbf16> -> !tile.rt<16x32xf32>", "load: the rows_at index must be a gl[i32, 1] or gl[i64, 1], got gl[f16, 1]"),
     Bad("tile.store", "tile.store %rv, %g2[%i, %i] rows_at %gc : !tile.gl<?xi32> {tile.index_in_rows} : "

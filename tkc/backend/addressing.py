@@ -1,6 +1,7 @@
 """Address arithmetic the memory lowerings share (lower_memory.py, lower_copies.py, lower_tma.py): shared buffers'
 addresses (hoisted to the kernel's entry), byte offsets inside a shared tile, 64-bit global pointers advanced over
-indices, bounds predicates, and gathering single registers into one bundle. Immediates (`Imm`) fold: a constant
+indices, bounds predicates, rows found through rows_at's index tensor, and gathering single registers into one
+bundle. Immediates (`Imm`) fold: a constant
 index or a zero offset costs no instruction."""
 
 from __future__ import annotations
@@ -124,3 +125,31 @@ def mad64(lw: KernelLowering, index: Any, stride: SSAValue, base: SSAValue) -> S
         return lw.op("mad.lo.s64", "b64", stride, Imm(int(index.value)), base, n=1)  # type: ignore[return-value]
     wide = lw.op("cvt.s64.s32", "b64", index, n=1)
     return lw.op("mad.lo.s64", "b64", wide, stride, base, n=1)  # type: ignore[return-value]
+
+
+def gathered_row_pointers(lw: KernelLowering, g: Any, index: Any, row0: Any, rows: list[int],
+                           ptr: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """For each of a lane's rows row0 + r (r in `rows`): a pointer to row index[row0 + r] of g (`ptr` already at
+    this lane's column), and whether that row is there: row0 + r within the index tensor and its value within g's
+    rows (unsigned: negative values too are out; an i64 value also needs its high word 0)."""
+    n, rank = len(rows), g.type.rank
+    words = element_bytes(index.type.element_type) // 4      # 1 (i32) or 2 (i64: read as two b32 words)
+    at = lw.op("add.s32", "b32", lw.reg(row0), ptx.PerInstr(rows), n=n)
+    in_index = lw.op("setp.lt.u32", "pred", at, index.dims[0], n=n)
+    where = lw.op("mad.lo.s64", "b64", lw.op("cvt.s64.s32", "b64", at, n=n), index.strides[0], index.ptr, n=n)
+    read = lw.emit(ptx.LoadOp("global", "b32", words, where, np.arange(n), np.zeros(n, dtype=np.int64),
+                              np.arange(n) * words, ptx.regs("b32", n * words), in_index, np.arange(n))).results[0]
+    low = np.arange(n) * words
+    ok = lw.op("and.pred", "pred", rows_within(lw, read, low, words, g.dims[rank - 2]), in_index, n=n)
+    wide = lw.op("cvt.u64.u32", "b64", (read, low), n=n)
+    return lw.op("mad.lo.s64", "b64", wide, g.strides[rank - 2], ptr, n=n), ok  # type: ignore[return-value]
+
+
+def rows_within(lw: KernelLowering, read: SSAValue, low: np.ndarray, words: int, limit: SSAValue) -> SSAValue:
+    """Whether each row number read (its low word at `low` of `read`, its high word next where words == 2) is a row
+    below `limit`."""
+    ok = lw.op("setp.lt.u32", "pred", (read, low), limit, n=len(low))
+    if words == 2:
+        high_zero = lw.op("setp.eq.u32", "pred", (read, low + 1), Imm(0), n=len(low))
+        ok = lw.op("and.pred", "pred", ok, high_zero, n=len(low))
+    return ok  # type: ignore[return-value]

@@ -16,8 +16,8 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from tkc.backend import ptx
-from tkc.backend.addressing import (InRows, add_address, bundle_of, global_coords, lead_pointer, mad64, mul_imm,
-                                    offset_of, shared_base, shared_offset)
+from tkc.backend.addressing import (InRows, add_address, add_i32, bundle_of, gathered_row_pointers, global_coords,
+                                    in_bounds, lead_pointer, mad64, mul_imm, offset_of, shared_base, shared_offset)
 from tkc.backend.index import TID, Const, Expr, share_bases
 from tkc.backend.lowering import GlobalRef, Imm, KernelLowering, RingRef, SharedRef, handles
 from tkc.errors import TkcError
@@ -100,11 +100,12 @@ def _static_steps(exprs: list[Expr], threads: int) -> list[int] | None:
 
 
 def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape: tuple[int, ...],
-                     plan: ChunkPlan) -> tuple[SSAValue, SSAValue]:
+                     plan: ChunkPlan, gathered: GlobalRef | None = None) -> tuple[SSAValue, SSAValue]:
     """Global byte addresses (b64 bundle) of each thread's chunks of a tile, and whether each is inside the
     tensor. Chunk j of a thread sits at a fixed step from the thread's first chunk, the same step for every
     thread; so the thread's offset into a tile is computed once at kernel entry, and per tile the corner
-    pointer plus each step is block-uniform (ptxas keeps it in uniform registers): one add per chunk."""
+    pointer plus each step is block-uniform (ptxas keeps it in uniform registers): one add per chunk.
+    `gathered` (rows_at): the index tensor whose elements give the tile's rows (_gathered_chunk_addresses)."""
     e = element_bytes(g.type.element_type)
     k = len(shape)
     rank = g.type.rank
@@ -115,6 +116,9 @@ def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape:
     if any(s is None for s in steps):
         raise TkcError(f"internal: a copy of {shape} in {plan.chunk}-byte chunks over {lw.copy_threads} threads has "
                        "no regular pattern")
+    if gathered is not None:
+        return _gathered_chunk_addresses(lw, g, gathered, coords, shape, (rows_e[0], cols_e[0]),
+                                         (steps[1], steps[0]))  # type: ignore[arg-type]
     axes = [(cols_e[0], rank - 1, shape[-1], tile_coords[-1], steps[0])]
     if k == 2:
         axes.append((rows_e[0], rank - 2, shape[0], tile_coords[0], steps[1]))
@@ -161,6 +165,33 @@ def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape:
     return addrs, ok  # type: ignore[return-value]
 
 
+def _gathered_chunk_addresses(lw: KernelLowering, g: GlobalRef, index: GlobalRef, coords: list[Any],
+                              shape: tuple[int, ...], first: tuple[Expr, Expr],
+                              steps: tuple[list[int], list[int]]) -> tuple[SSAValue, SSAValue]:
+    """As _chunk_addresses for a tile whose row i is row index[r + i] of g (rows_at; r the row coordinate): the
+    thread reads the row number of each distinct row its chunks lie in, and each chunk's address is that row's
+    pointer plus the chunk's column step (an immediate)."""
+    e, rank = element_bytes(g.type.element_type), g.type.rank
+    (first_row, first_col), (row_steps, col_steps) = first, steps
+    lead, (row_coord, col_coord) = coords[:-2], coords[-2:]
+    ptr, ok = lead_pointer(lw, g, lead)
+    col0 = add_i32(lw, mul_imm(lw, col_coord, shape[1]), lw.expr(first_col))
+    ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
+    row0 = add_i32(lw, mul_imm(lw, row_coord, shape[0]), lw.expr(first_row))
+    distinct_rows, distinct_cols = sorted(set(row_steps)), sorted(set(col_steps))
+    row_ptrs, rows_ok = gathered_row_pointers(lw, g, index, row0, distinct_rows, ptr)
+    cols_ok = in_bounds(lw, col0, distinct_cols, g.dims[rank - 1])
+    ri = np.array([distinct_rows.index(r) for r in row_steps])
+    ci = np.array([distinct_cols.index(c) for c in col_steps])
+    iters = len(row_steps)
+    inside = lw.op("and.pred", "pred", (rows_ok, ri), (cols_ok, ci), n=iters)
+    if ok is not None:
+        inside = lw.op("and.pred", "pred", inside, ok, n=iters)
+    # a column step is a whole number of chunks: in bytes, as the tensor's rows are contiguous (cp.async chunks)
+    addrs = lw.op("add.s64", "b64", (row_ptrs, ri), ptx.PerInstr([c * e for c in col_steps]), n=iters)
+    return addrs, inside  # type: ignore[return-value]
+
+
 def _inside_tile(lw: KernelLowering, plan: ChunkPlan) -> SSAValue | None:
     """Which of this thread's chunks to copy: those that exist (when a tile's chunks do not divide evenly among
     the threads), and none where an if-converted branch is not taken (lw.guard)."""
@@ -173,20 +204,22 @@ def _inside_tile(lw: KernelLowering, plan: ChunkPlan) -> SSAValue | None:
     return inside  # type: ignore[return-value]
 
 
-def copy_global_to_shared(lw: KernelLowering, g: GlobalRef, coords: list[Any], dst: SharedRef) -> None:
-    """Every thread of the block copies its chunks of the tile; out-of-bounds chunks are zero-filled."""
+def copy_global_to_shared(lw: KernelLowering, g: GlobalRef, coords: list[Any], dst: SharedRef,
+                          gathered: GlobalRef | None = None) -> None:
+    """Every thread of the block copies its chunks of the tile; out-of-bounds chunks are zero-filled. `gathered`
+    (rows_at): the index tensor naming the tensor's rows that the tile's rows are."""
     shape = dst.type.shape
     e = element_bytes(g.type.element_type)
     plan = _chunk_plan(lw, shape, e, g.align)
     chunk, iters = plan.chunk, plan.iters
     if chunk < 4:
-        _copy_global_to_shared_sync(lw, g, coords, dst)
+        _copy_global_to_shared_sync(lw, g, coords, dst, gathered)
         return
     rows_e, cols_e = _collective_exprs(plan, shape, e)
     exprs = [shared_offset(dst.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
     shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
     dst_bases = bundle_of(lw, [add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
-    srcs, ok = _chunk_addresses(lw, g, coords, shape, plan)
+    srcs, ok = _chunk_addresses(lw, g, coords, shape, plan, gathered)
     srcs = lw.op("selp.b64", "b64", srcs, g.ptr, ok, n=iters)  # a chunk that reads nothing points at the tensor
     sizes = lw.op("selp.b32", "b32", Imm(chunk), Imm(0), ok, n=iters)
     guard = _inside_tile(lw, plan)
@@ -195,7 +228,8 @@ def copy_global_to_shared(lw: KernelLowering, g: GlobalRef, coords: list[Any], d
                           np.arange(iters) if guard is not None else None))
 
 
-def _copy_global_to_shared_sync(lw: KernelLowering, g: GlobalRef, coords: list[Any], dst: SharedRef) -> None:
+def _copy_global_to_shared_sync(lw: KernelLowering, g: GlobalRef, coords: list[Any], dst: SharedRef,
+                                gathered: GlobalRef | None = None) -> None:
     """The slow path for tensors that are not 4-byte aligned: each thread loads its elements one by one (zeros
     out of bounds) and stores them to shared memory. Synchronous, so the data is there before any wait."""
     shape = dst.type.shape
@@ -206,7 +240,7 @@ def _copy_global_to_shared_sync(lw: KernelLowering, g: GlobalRef, coords: list[A
     exprs = [shared_offset(dst.type, shape, r, c) for r, c in zip(rows_e, cols_e)]
     shared = share_bases(exprs, {"tid": np.arange(lw.copy_threads)})
     dst_bases = bundle_of(lw, [add_address(lw, dst.addr, lw.expr(b)) for b in shared.bases], "b32")
-    srcs, ok = _chunk_addresses(lw, g, coords, shape, plan)
+    srcs, ok = _chunk_addresses(lw, g, coords, shape, plan, gathered)
     kind = f"b{8 * e}"
     inside = _inside_tile(lw, plan)
     if lw.guard is not None:
@@ -260,7 +294,8 @@ def _stage_address(lw: KernelLowering, ring: RingRef, stage: Any) -> SSAValue:
 def lower_copy_async(lw: KernelLowering, op: a.CopyAsyncOp) -> None:
     ring: RingRef = lw.value(op.ring)
     dst = SharedRef(_stage_address(lw, ring, lw.value(op.stage)), ring.type.buffer)
-    copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst)
+    copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst,
+                          lw.value(op.row_index) if op.row_index is not None else None)
 
 
 @handles(a.CommitGroupOp)

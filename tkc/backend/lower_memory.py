@@ -19,8 +19,8 @@ from xdsl.dialects.builtin import BFloat16Type, Float32Type
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tkc.backend import ptx
-from tkc.backend.addressing import (add_address, add_i32, bundle_of, global_coords, in_bounds, lead_pointer, mad64,
-                                    mul_imm, offset_of, shared_base)
+from tkc.backend.addressing import (add_address, add_i32, bundle_of, gathered_row_pointers, global_coords, in_bounds,
+                                    lead_pointer, mad64, mul_imm, offset_of, shared_base)
 from tkc.backend.fragments import G, LANES, Q, is_packed, tile_fragment, vector_fragment
 from tkc.backend.index import LANE, TID, Const, Expr, Leaf, share_bases
 from tkc.backend.lower_compute import nslots, pack, ptx_type_name, unpack
@@ -448,7 +448,7 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
         ptr = mad64(lw, row0, g.strides[rank - 2], ptr)
     ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
     if gathered is not None:  # each row's own pointer, from the row number the index tensor holds
-        addr, rows_ok = _gathered_row_pointers(lw, g, gathered, row0, distinct_rows, ptr)
+        addr, rows_ok = gathered_row_pointers(lw, g, gathered, row0, distinct_rows, ptr)
     else:
         row_ptrs = [mad64(lw, Imm(r), g.strides[rank - 2], ptr) if k == 2 else ptr for r in distinct_rows]
         addr = bundle_of(lw, row_ptrs, "b64")
@@ -470,34 +470,6 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     if padding is not None:
         guard = lw.op("and.pred", "pred", guard, padding, n=len(runs))
     return mem_type, runs, addr, base_of, offset, guard
-
-
-def _gathered_row_pointers(lw: KernelLowering, g: GlobalRef, index: GlobalRef, row0: Any, rows: list[int],
-                           ptr: SSAValue) -> tuple[SSAValue, SSAValue]:
-    """For each of a lane's rows row0 + r (r in `rows`): a pointer to row index[row0 + r] of g (`ptr` already at
-    this lane's column), and whether that row is there: row0 + r within the index tensor and its value within g's
-    rows (unsigned: negative values too are out; an i64 value also needs its high word 0)."""
-    n, rank = len(rows), g.type.rank
-    words = element_bytes(index.type.element_type) // 4      # 1 (i32) or 2 (i64: read as two b32 words)
-    at = lw.op("add.s32", "b32", lw.reg(row0), ptx.PerInstr(rows), n=n)
-    in_index = lw.op("setp.lt.u32", "pred", at, index.dims[0], n=n)
-    where = lw.op("mad.lo.s64", "b64", lw.op("cvt.s64.s32", "b64", at, n=n), index.strides[0], index.ptr, n=n)
-    read = lw.emit(ptx.LoadOp("global", "b32", words, where, np.arange(n), np.zeros(n, dtype=np.int64),
-                              np.arange(n) * words, ptx.regs("b32", n * words), in_index, np.arange(n))).results[0]
-    low = np.arange(n) * words
-    ok = lw.op("and.pred", "pred", _rows_within(lw, read, low, words, g.dims[rank - 2]), in_index, n=n)
-    wide = lw.op("cvt.u64.u32", "b64", (read, low), n=n)
-    return lw.op("mad.lo.s64", "b64", wide, g.strides[rank - 2], ptr, n=n), ok  # type: ignore[return-value]
-
-
-def _rows_within(lw: KernelLowering, read: SSAValue, low: np.ndarray, words: int, limit: SSAValue) -> SSAValue:
-    """Whether each row number read (its low word at `low` of `read`, its high word next where words == 2) is a row
-    below `limit`."""
-    ok = lw.op("setp.lt.u32", "pred", (read, low), limit, n=len(low))
-    if words == 2:
-        high_zero = lw.op("setp.eq.u32", "pred", (read, low + 1), Imm(0), n=len(low))
-        ok = lw.op("and.pred", "pred", ok, high_zero, n=len(low))
-    return ok  # type: ignore[return-value]
 
 
 def _row_numbers(lw: KernelLowering, op: Any) -> GlobalRef | None:
@@ -619,7 +591,7 @@ def lower_load(lw: KernelLowering, op: t.LoadOp) -> list[Any]:
         return _load_global_registers(lw, op)
     if isinstance(src_type, GlobalType):
         dst = SharedRef(shared_base(lw, offset_of(op)), dst_type)
-        copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst)
+        copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst, _row_numbers(lw, op))
         lw.emit(ptx.CpAsyncCommitOp())
         lw.emit(ptx.CpAsyncWaitOp(0))
         return [dst]

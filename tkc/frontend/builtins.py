@@ -547,7 +547,7 @@ def _rows(cg: CodeGen, n: Any) -> _RowsIndex:
 
 class _RowsAt(_RowsIndex):
     """`rows_at(I, r)`: rows I[r], I[r + 1], ... (only in the row place of a register tile's global load, store or
-    atomic_add)."""
+    atomic_add, or of a load into a shared tile)."""
 
     def __init__(self, index: SSAValue, first: Any):
         super().__init__(first)
@@ -577,7 +577,8 @@ def _indices(cg: CodeGen, index: Any, count: int, what: str) -> list[SSAValue]:
 def _global_indices(cg: CodeGen, index: Any, gtype: GlobalType, tile: Any, what: str,
                     by_row_numbers: bool = False) -> tuple[list[SSAValue], bool]:
     """A global load/store's index values, and whether its row index is rows(r) (allowed in the row place, the
-    second-to-last, of a 2-D tile's index only; rows_at(I, r) too where `by_row_numbers`: a register tile's)."""
+    second-to-last, of a 2-D tile's index only; rows_at(I, r) too where `by_row_numbers`: a register tile's, or a
+    shared tile's load)."""
     if gtype.element_type in INDEX_TYPES:
         raise TkcError(f"{what}: integer tensors hold arrive_last's counters and rows_at's row numbers; tiles load "
                        "from and store into bf16, f16, f32 and fp8 tensors")
@@ -585,8 +586,8 @@ def _global_indices(cg: CodeGen, index: Any, gtype: GlobalType, tile: Any, what:
     entries = list(index) if isinstance(index, tuple | list) else [index]
     in_rows = rows_place is not None and len(entries) == gtype.rank and isinstance(entries[rows_place], _RowsIndex)
     if any(isinstance(i, _RowsAt) for i in entries) and not (in_rows and by_row_numbers):
-        raise TkcError(f"{what}: rows_at(...) picks the rows of a register tile's load, store or atomic_add, in the "
-                       f"row place of its index (index {gtype.rank - 2})")
+        raise TkcError(f"{what}: rows_at(...) picks the rows of a register tile's load, store or atomic_add, or of a "
+                       f"load into a shared tile (not multicast), in the row place of its index (index {gtype.rank - 2})")
     if in_rows:
         entries[rows_place] = entries[rows_place].value
     elif any(isinstance(i, _RowsIndex) for i in entries) and rows_place is not None:
@@ -617,7 +618,7 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
         spec = _spec(spec, "load's type (its third argument)")
         gtype: GlobalType = src.type
         what = f"load from {gtype.spec()}"
-        gathers = spec.kind == "rt" and not multicast
+        gathers = spec.kind in ("rt", "st") and not multicast
         indices, in_rows = _global_indices(cg, index, gtype, spec.ir, what, gathers)
         load = _marked(t.LoadOp(src, indices, spec.ir, _row_numbers_of(index) if gathers else None), in_rows)
         if repeat != 1:

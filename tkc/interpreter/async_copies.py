@@ -20,13 +20,17 @@ from tkc.ir.ops import index_units
 
 
 def gather_global(source: object, coords: list[np.ndarray], tile: tuple[int, ...],
-                  units: list[int] | None = None) -> np.ndarray:
+                  units: list[int] | None = None, rows: object = None) -> np.ndarray:
     """The tile at tile coordinates `coords` (steps of `units`, default the tile's extent) of a global tensor, zeros
-    past its end (as `tile.load` reads it)."""
-    from tkc.interpreter.tile import _element_indices
+    past its end (as `tile.load` reads it); with `rows` (rows_at's index tensor) the tile's row i is the tensor's row
+    rows[r + i], r the row coordinate."""
+    from tkc.interpreter.tile import _element_indices, _gathered_indices
 
     data = source.data  # type: ignore[attr-defined]
-    idx, valid = _element_indices(coords, tile, data.shape, units)
+    if rows is not None:
+        idx, valid = _gathered_indices(coords, tile, data.shape, rows.data)  # type: ignore[attr-defined]
+    else:
+        idx, valid = _element_indices(coords, tile, data.shape, units)
     if data.size == 0:
         return np.zeros(valid.shape, dtype=np.float32)
     clipped = [np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, data.shape)]
@@ -80,12 +84,12 @@ class AsyncFunctions(InterpreterFunctions):
     @impl(a.CopyAsyncOp)
     def run_copy_async(self, interpreter: Interpreter, op: a.CopyAsyncOp, args: PythonValues) -> PythonValues:
         source, *indices = args[: 1 + len(op.indices)]
-        ring, stage = args[1 + len(op.indices):]
+        ring, stage, *row_numbers = args[1 + len(op.indices):]
         blocks = lane_state(interpreter).blocks
         issued = _active_blocks(interpreter, "an asynchronous copy")
         coords = [block_uniform(np.asarray(i), "the index of an asynchronous copy") for i in indices]
         buffer = op.ring.type.buffer
-        values = gather_global(source, coords, buffer.shape, index_units(op, buffer.shape))
+        values = gather_global(source, coords, buffer.shape, index_units(op, buffer.shape), *row_numbers)
         values = round_to(np.broadcast_to(values[:, 0], (blocks, *buffer.shape)), buffer.element_type)
         copy = Copy(ring, _per_block(stage, blocks, "a ring stage"), values.copy(), issued,
                     np.full(blocks, -1, dtype=np.int64), np.zeros(blocks, dtype=bool))

@@ -20,6 +20,7 @@ from typing import ClassVar
 from xdsl.dialects.builtin import IntAttr, IntegerAttr, IntegerType, i32
 from xdsl.ir import Attribute, Operation, SSAValue, TypeAttribute
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
     ParametrizedAttribute,
     VarConstraint,
@@ -27,6 +28,7 @@ from xdsl.irdl import (
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_operand_def,
     prop_def,
     result_def,
     traits_def,
@@ -94,19 +96,23 @@ class RingAllocOp(IRDLOperation):
 
 @irdl_op_definition
 class CopyAsyncOp(IRDLOperation):
-    """`tile.copy_async %G[idx], %ring[%stage]`: start copying the tile at G[idx] into one stage of the ring."""
+    """`tile.copy_async %G[idx], %ring[%stage]`: start copying the tile at G[idx] into one stage of the ring
+    (`rows_at %p : !tile.gl<?xi32>` after the indices: the tile's row i from row %p[r + i] of G, r the row index)."""
 
     name = "tile.copy_async"
     source = operand_def(GlobalType)
     indices = var_operand_def(i32)
     ring = operand_def(RingType)
     stage = operand_def(i32)
+    row_index = opt_operand_def(GlobalType)
     traits = traits_def(MemoryWriteEffect())
-    assembly_format = "$source `[` $indices `]` `,` $ring `[` $stage `]` attr-dict `:` type($source) `->` type($ring)"
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    assembly_format = ("$source `[` $indices `]` (`rows_at` $row_index^ `:` type($row_index))? `,` $ring `[` $stage "
+                       "`]` attr-dict `:` type($source) `->` type($ring)")
 
     def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation], ring: SSAValue | Operation,
-                 stage: SSAValue | Operation):
-        super().__init__(operands=[source, indices, ring, stage])
+                 stage: SSAValue | Operation, row_index: SSAValue | Operation | None = None):
+        super().__init__(operands=[source, indices, ring, stage, [row_index] if row_index is not None else []])
 
     def verify_(self) -> None:
         gtype, rtype = self.source.type, self.ring.type
@@ -114,6 +120,9 @@ class CopyAsyncOp(IRDLOperation):
             raise VerifyException(f"copy_async from {gtype.spec()} takes {gtype.rank} indices, got {len(self.indices)}")  # type: ignore[attr-defined]
         if gtype.element_type != rtype.buffer.element_type:  # type: ignore[attr-defined]
             raise VerifyException("copy_async cannot convert between dtypes")
+        if self.row_index is not None:
+            from tkc.ir.ops import verify_row_numbers
+            verify_row_numbers(self, "copy_async", self.source.type, rtype.buffer)  # type: ignore[attr-defined]
 
 
 @irdl_op_definition

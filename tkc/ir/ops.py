@@ -1032,7 +1032,7 @@ class LoadOp(IRDLOperation):
         _verify_transfer("load", self.source.type, self.result.type, self.source.type, len(self.indices), LOAD_PAIRS)
         _verify_rows_index(self, self.source.type, self.result.type)
         src, dst = self.source.type, self.result.type
-        _verify_row_numbers(self, "load", src, dst)
+        verify_row_numbers(self, "load", src, dst)
         if REPEAT_COLS in self.attributes:
             k = repeat_cols(self)
             if not (isinstance(src, GlobalType) and isinstance(dst, RegTileType)
@@ -1057,15 +1057,20 @@ class LoadOp(IRDLOperation):
                                       f"st[{spec(src.element_type)}, {src.shape[0]}, C], got {spec(dst)}")
 
 
-def _verify_row_numbers(op: LoadOp | _GlobalWriteOp, what: str, src: Attribute, dst: Attribute) -> None:
-    """A load's / store's rows_at operand: only between a global tensor and a register tile whose row index counts
-    rows, by a gl[i32, 1] or gl[i64, 1]."""
-    if op.row_index is None:
+def verify_row_numbers(op: Operation, what: str, src: Attribute, dst: Attribute) -> None:
+    """A load's / store's / copy's rows_at operand: only between a global tensor and a tile whose row index counts
+    rows (a register tile, or a shared tile that a load or copy fills), by a gl[i32, 1] or gl[i64, 1]."""
+    row_index = op.row_index  # type: ignore[attr-defined]
+    if row_index is None:
         return
-    index, (tensor, tile) = op.row_index.type, (src, dst) if what == "load" else (dst, src)
-    if not (isinstance(tensor, GlobalType) and isinstance(tile, RegTileType) and ROWS_ATTR in op.attributes):
-        raise VerifyException(f"{what}: only a {what} between global memory and a register tile whose row index "
-                              f"counts rows ({ROWS_ATTR}) goes by rows_at's row numbers, not {spec(src)} → {spec(dst)}")
+    index, (tensor, tile) = row_index.type, (dst, src) if isinstance(dst, GlobalType) else (src, dst)
+    gathers_into = RegTileType | SharedTileType if not isinstance(dst, GlobalType) else RegTileType
+    if not (isinstance(tensor, GlobalType) and isinstance(tile, gathers_into) and ROWS_ATTR in op.attributes):
+        raise VerifyException(f"{what}: only a {what} between global memory and a register tile (or a load into a "
+                              f"shared tile) whose row index counts rows ({ROWS_ATTR}) goes by rows_at's row numbers, "
+                              f"not {spec(src)} → {spec(dst)}")
+    if MULTICAST in op.attributes:
+        raise VerifyException(f"{what}: a multicast load copies one box of the tensor; rows_at's rows are not one")
     if not (isinstance(index, GlobalType) and index.rank == 1 and index.element_type in INDEX_TYPES):
         raise VerifyException(f"{what}: the rows_at index must be a gl[i32, 1] or gl[i64, 1], got {spec(index)}")
 
@@ -1091,7 +1096,7 @@ class _GlobalWriteOp(IRDLOperation):
         what = self.name.removeprefix("tile.")
         _verify_transfer(what, self.value.type, self.dest.type, self.dest.type, len(self.indices), STORE_PAIRS)
         _verify_rows_index(self, self.dest.type, self.value.type)
-        _verify_row_numbers(self, what, self.value.type, self.dest.type)
+        verify_row_numbers(self, what, self.value.type, self.dest.type)
 
 
 @irdl_op_definition

@@ -128,15 +128,22 @@ func.func @conversions_and_mma(%a: !tile.rt<16x64xf32>, %c: !tile.rt<16x16xf32>)
   func.return
 }
 
-// Loads, stores and atomic adds by row numbers (rows_at): rows %p[%i], %p[%i + 1], ... of %g.
+// Loads, stores and atomic adds by row numbers (rows_at): rows %p[%i], %p[%i + 1], ... of %g; into a shared tile
+// too, and the asynchronous copy a pipelined loop makes of such a load.
 // CHECK-LABEL: func.func @gather(
 // CHECK-NEXT:    %t = tile.load %g[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
 // CHECK-NEXT:    tile.store %t, %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
 // CHECK-NEXT:    tile.atomic_add %t, %f[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xf32>
+// CHECK-NEXT:    %s = tile.load %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
+// CHECK-NEXT:    %r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>
+// CHECK-NEXT:    tile.copy_async %g[%i, %i] rows_at %q : !tile.gl<?xi32>, %r[%i] {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.ring<3, !tile.st<64x64xbf16>>
 func.func @gather(%g: !tile.gl<?x?xbf16>, %f: !tile.gl<?x?xf32>, %p: !tile.gl<?xi64>, %q: !tile.gl<?xi32>, %i: i32) {
   %t = tile.load %g[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
   tile.store %t, %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
   tile.atomic_add %t, %f[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xf32>
+  %s = tile.load %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
+  %r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>
+  tile.copy_async %g[%i, %i] rows_at %q : !tile.gl<?xi32>, %r[%i] {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.ring<3, !tile.st<64x64xbf16>>
   func.return
 }
 

@@ -73,3 +73,22 @@ func.func @strided(%g: !tile.gl<?x?xbf16>, %b: i32, %n: i32, %step: i32, %c0: i3
   }
   func.return
 }
+
+// A load gathering its rows by row numbers (rows_at) is pipelined as any other: its copies keep the index tensor.
+// CHECK-LABEL: func.func @gathered(
+// CHECK:         tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>
+// CHECK:           tile.copy_async %g[%r, %{{.*}}] rows_at %p : !tile.gl<?xi32>, %{{.*}}[%{{.*}}] {tile.index_in_rows}
+// CHECK:         scf.for
+// CHECK:             tile.copy_async %g[%r, %{{.*}}] rows_at %p : !tile.gl<?xi32>, %{{.*}}[%{{.*}}] {tile.index_in_rows}
+// CHECK:           tile.ring_read
+func.func @gathered(%g: !tile.gl<?x?xbf16>, %p: !tile.gl<?xi32>, %r: i32, %n: i32, %c0: i32) {
+  %c1 = arith.constant 1 : i32
+  %z = tile.fill 0.0 : !tile.rt<16x64xf32>
+  %o = scf.for %k = %c0 to %n step %c1 iter_args(%acc = %z) -> (!tile.rt<16x64xf32>) : i32 {
+    %s = tile.load %g[%r, %k] rows_at %p : !tile.gl<?xi32> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
+    %x = tile.load %s[%c0, %c0] : !tile.st<64x64xbf16> -> !tile.rt<16x64xf32>
+    %a = tile.add %acc, %x : !tile.rt<16x64xf32>
+    scf.yield %a : !tile.rt<16x64xf32>
+  }
+  func.return
+}

@@ -1,0 +1,176 @@
+"""Loads into shared tiles whose rows an index tensor names (`rows_at` in a global → shared load): the interpreter
+against numpy, the lowered PTX (simulated per thread: cp.async landing only at its wait) against the interpreter, in
+a loop the pipeline turns into a cp.async ring (sm_80's mma.sync and sm_90a's wgmma alike; never TMA), outside
+loops, and through the element-by-element path of a tensor that is not 4-byte aligned; and the oracle failing where
+the lowering reads the wrong rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st_
+from reference import random_bf16, rel_err
+
+import tkc
+from tkc.backend import addressing
+from tkc.backend.ptxas import assemble, find_ptxas
+from tkc.backend.simulator import simulate
+from tkc.compiler import compile_kernels, lower_kernel, tensor_alignment
+from tkc.errors import TkcError
+from tkc.lang import (bf16, block_idx, cdiv, const, f32, gl, i32, i64, load, mma_AB, rows_at, rt, st, store, warp_id,
+                      zeros)
+
+ROWS = 100  # rows of the gathered table
+
+
+@tkc.kernel(warps=4, stages="STAGES")
+def gathered_gemm(X: gl[bf16, 2], P: gl["PT", 1], W: gl[bf16, 2], O: gl[f32, 2], PT: const = i32,
+                  BK: const = 32, STAGES: const = 3):
+    """O's 64-row tile b = rows P[64·b ..] of X times W: the rows of X gathered into shared memory a BK-column slice
+    at a time (cp.async, pipelined), each warp's 16 rows of it an mma's A operand."""
+    b = block_idx()[0]
+    acc = zeros(rt[f32, 16, 64])
+    for k in range(cdiv(X.shape[1], BK)):
+        x = load(X, (rows_at(P, 64 * b), k), st[bf16, 64, BK])
+        w = load(W, (k, 0), st[bf16, BK, 64])
+        acc = mma_AB(load(x, (warp_id(), 0), rt[bf16, 16, BK]), load(w), acc)
+    store(O, acc, (4 * b + warp_id(), 0))
+
+
+@tkc.kernel(warps=4, stages=3, min_target="sm_90a")
+def gathered_gemm_wgmma(X: gl[bf16, 2], P: gl["PT", 1], W: gl[bf16, 2], O: gl[f32, 2], PT: const = i32,
+                        BK: const = 32):
+    """As gathered_gemm on Hopper's wgmma: the warpgroup multiplies the gathered shared tile by W's from shared
+    memory (the ring keeps a stage spare for the wgmma still reading)."""
+    b = block_idx()[0]
+    acc = zeros(rt[f32, 16, 64])
+    for k in range(cdiv(X.shape[1], BK)):
+        acc = mma_AB(load(X, (rows_at(P, 64 * b), k), st[bf16, 64, BK]), load(W, (k, 0), st[bf16, BK, 64]), acc)
+    store(O, acc, (4 * b + warp_id(), 0))
+
+
+@tkc.kernel(warps=2)
+def gathered_rows_once(X: gl["DT", 2], P: gl["PT", 1], O: gl[f32, 2], PT: const = i64, DT: const = f32):
+    """O's tile b: rows P[32·b ..] of X, through a shared tile (one synchronous copy, no loop)."""
+    b = block_idx()[0]
+    x = load(X, (rows_at(P, 32 * b), 0), st[DT, 32, 16])
+    store(O, load(x, conflicts=2), (b, 0))
+
+
+def gathered(table: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
+    """Rows positions[0 .. count) of table, zeros where the position or its value is out of range."""
+    out = np.zeros((count, table.shape[1]), dtype=np.float64)
+    for r in range(min(count, len(positions))):
+        if 0 <= positions[r] < table.shape[0]:
+            out[r] = table[positions[r]]
+    return out
+
+
+def positions_for(rng: np.random.Generator, n: int, dtype: type) -> np.ndarray:
+    """Row numbers mostly in range, some negative or past the table (an int64 one past 2**32 too)."""
+    p = rng.integers(-4, ROWS + 4, size=n)
+    if dtype is np.int64 and n:
+        p[rng.integers(0, n)] = (1 << 32) + 3  # its low word alone would be a valid row
+    return p.astype(dtype)
+
+
+def run_both(kernel, args, grid, constants, target):
+    aligns = {p.name: tensor_alignment(a) for p, a in zip(kernel.runtime_params, args) if p.kind == "tensor"}
+    module = lower_kernel(kernel, target, constants, aligns=aligns)
+    interp = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    sim = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    kernel.interpret(*interp, grid=grid, **constants)
+    simulate(module, kernel.name, sim, grid)
+    return interp, sim
+
+
+def gemm_case(seed: int, k: int, count: int, dtype: type = np.int32):
+    rng = np.random.default_rng(seed)
+    x, w = random_bf16(rng, ROWS, k), random_bf16(rng, k, 64)
+    positions = positions_for(rng, count, dtype)
+    out = np.full((128, 64), np.nan, dtype=np.float32)
+    expected = gathered(x.astype(np.float64), positions, 128) @ w.astype(np.float64)
+    return [x, positions, w, out], expected
+
+
+@pytest.mark.parametrize("kernel, target", [(gathered_gemm, "sm_80"), (gathered_gemm, "sm_90a"),
+                                            (gathered_gemm_wgmma, "sm_90a")])
+@pytest.mark.parametrize("index_type", ["i32", "i64"])
+def test_gathered_gemm(kernel, target: str, index_type: str) -> None:
+    """Five steps of K through a 3-stage ring; the second tile runs past the index's end (its last rows zeros)."""
+    args, expected = gemm_case(1, 160, 110, np.int64 if index_type == "i64" else np.int32)
+    interp, sim = run_both(kernel, args, 2, {"PT": i64 if index_type == "i64" else i32}, target)
+    assert rel_err(interp[3], expected) < 1e-5
+    np.testing.assert_allclose(sim[3], interp[3], rtol=1e-5, atol=1e-5)
+
+
+def test_the_gathered_loop_is_a_cp_async_ring_on_sm90a() -> None:
+    """On sm_90a a loop whose loads gather rows stays a cp.async ring (TMA boxes cannot gather rows) feeding wgmma."""
+    ptx = compile_kernels([gathered_gemm_wgmma], "sm_90a", {})
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.bulk" not in ptx and "wgmma.mma_async" in ptx
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st_.integers(0, 2**31), k=st_.sampled_from([32, 72, 96]), count=st_.integers(0, 140),
+       stages=st_.sampled_from([1, 2, 3]))
+def test_gathered_gemm_any_positions(seed: int, k: int, count: int, stages: int) -> None:
+    """Random positions, K not a multiple of the slice (the last columns zeros), any pipeline depth."""
+    args, expected = gemm_case(seed, k, count)
+    interp, sim = run_both(gathered_gemm, args, 2, {"STAGES": stages}, "sm_80")
+    assert rel_err(interp[3], expected) < 1e-5 or np.abs(expected).max() == 0
+    np.testing.assert_allclose(sim[3], interp[3], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("dtype, cols", [("f32", 16), ("f32", 6), ("f32", 3), ("bf16", 5)])
+def test_gathered_rows_once(target: str, dtype: str, cols: int) -> None:
+    """A copy outside a loop, the tile wider than the tensor: 16-byte chunks (f32 rows of 64 bytes), 8-byte ones (24-byte
+    rows), 4-byte ones (12-byte rows), and single elements where bf16 rows of 10 bytes are not 4-byte aligned
+    (loaded and stored one by one)."""
+    rng = np.random.default_rng(cols)
+    table = rng.standard_normal((ROWS, cols)).astype(np.float32)
+    if dtype == "bf16":
+        table = random_bf16(rng, ROWS, cols)
+    positions = positions_for(rng, 60, np.int64)
+    out = np.full((64, 16), np.nan, dtype=np.float32)
+    interp, sim = run_both(gathered_rows_once, [table, positions, out], 2, {"DT": bf16 if dtype == "bf16" else f32},
+                           target)
+    expected = np.zeros((64, 16), dtype=np.float32)
+    expected[:, :cols] = gathered(table.astype(np.float32), positions, 64)
+    np.testing.assert_array_equal(interp[2], expected)
+    np.testing.assert_array_equal(sim[2], interp[2])
+
+
+def test_reading_the_wrong_rows_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering that reads each chunk's row number one entry of the index too far: the simulation differs from
+    the interpreter (which it matches without the fault)."""
+    args, _ = gemm_case(4, 64, 128)
+    pointers = addressing.gathered_row_pointers
+    monkeypatch.setattr(addressing, "gathered_row_pointers",
+                        lambda lw, g, index, row0, rows, ptr: pointers(lw, g, index, row0, [r + 1 for r in rows], ptr))
+    from tkc.backend import lower_copies
+    monkeypatch.setattr(lower_copies, "gathered_row_pointers", addressing.gathered_row_pointers)
+    interp, sim = run_both(gathered_gemm, args, 2, {}, "sm_80")
+    assert not np.allclose(sim[3], interp[3], rtol=1e-3, atol=1e-3)
+
+
+def test_multicast_gathers_are_refused() -> None:
+    @tkc.kernel(warps=4, cluster=2)
+    def multicast_gather(X: gl[bf16, 2], P: gl[i32, 1], O: gl[bf16, 2]):
+        x = load(X, (rows_at(P, 0), 0), st[bf16, 64, 64], multicast=True)
+        store(O, x, (0, 0))
+
+    with pytest.raises(TkcError, match="rows_at"):
+        compile_kernels([multicast_gather], "sm_90a", {})
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc==13.0.88)")
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_ptxas_accepts_shared_gathers(target: str) -> None:
+    kernels = [(gathered_gemm, {}), (gathered_gemm, {"PT": i64}), (gathered_rows_once, {})]
+    if target == "sm_90a":
+        kernels.append((gathered_gemm_wgmma, {}))
+    for kernel, constants in kernels:
+        report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
+        assert report.spill_stores == 0
