@@ -554,22 +554,24 @@ def load(src, index=None, spec=None, multicast=False, rank=None, conflicts=1, re
 
 
 @_op
-def rows(n):
+def rows(n, end=None):
     """An index that counts rows rather than tiles, in the row place of a global load or store of a 2-D tile:
     `load(Q, (b, h, rows(r), 0), st[bf16, 192, 64])` takes rows r .. r+191 (r may be negative or unaligned: rows
-    outside the tensor read zeros and are not written)."""
+    outside the tensor read zeros and are not written). `rows(r, end)` (a register tile's load or store): rows from
+    `end` on are out too, as if the tensor ended there (a group's last tile in a grouped GEMM)."""
 
 
 @_op
-def rows_at(index, first):
+def rows_at(index, first, end=None):
     """Rows named by an index tensor, in the row place of a register tile's global load, store or atomic_add, or of
     a load into a shared tile: `load(Cos, (rows_at(Positions, r), 0), rt[f32, 16, 64])` takes row Positions[r + i]
     of Cos into the tile's row i (Positions a gl[i32, 1] or gl[i64, 1]); `load(X, (rows_at(Tokens, r), k),
     st[bf16, 64, 64])` gathers rows of X into a shared tile (cp.async, pipelined in loops as any other; never TMA);
     `store(O, t, (rows_at(Slots, r), 0))` writes the tile's row i into row Slots[r + i] of O, `atomic_add` adds it
-    there (rows named twice get both). Rows whose entry lies past the end of
-    the index tensor, or whose row number lies outside the tensor's rows (negative too), read zeros and are not
-    written. Two rows stored into one row: one of them lands (the interpreter reports it as a race)."""
+    there (rows named twice get both). Rows whose entry lies past the end of the index tensor (or, with
+    `rows_at(I, r, end)` in a register tile's load or store, at or past I[end]), or whose row number lies outside the
+    tensor's rows (negative too), read zeros and are not written. Two rows stored into one row: one of them lands
+    (the interpreter reports it as a race)."""
 
 
 @_op

@@ -192,6 +192,7 @@ def _op_cases() -> dict[str, str]:
         "insert-rt": "%a = tile.insert %rt, %st[%i, %i] : !tile.rt<16x32xf32> -> !tile.st<64x64xbf16>",
         "insert-rv": "%a = tile.insert %rv, %sv[%i] : !tile.rv<16xf32> -> !tile.sv<64xbf16>",
         "barrier": "tile.barrier\ntile.barrier {tkc.note}",
+        "read": "%e = tile.read %gc[%i] : !tile.gl<?xi32>\n%e2 = tile.read %gc[%e] {tkc.note} : !tile.gl<?xi32>",
         "arrive_last": "%l = tile.arrive_last %gc[%i], %i : !tile.gl<?xi32>\n"
                        "%m = tile.arrive_last %gc[%i], %i {tkc.note} : !tile.gl<?xi32>",
         "cluster_sync": "tile.cluster_sync\ntile.cluster_sync {tkc.note}",

@@ -83,9 +83,19 @@ def in_bounds(lw: KernelLowering, base: Any, deltas: list[int], limit: SSAValue)
 
 @dataclass(frozen=True)
 class InRows:
-    """A tile coordinate that already counts rows (`rows(r)` in the DSL): `mul_imm` leaves it as it is."""
+    """A tile coordinate that already counts rows (`rows(r)` in the DSL): `mul_imm` leaves it as it is. `end`: rows
+    from there on (in the tensor, or in rows_at's index) are out (`rows(r, end)`; None: none are)."""
 
     value: Any
+    end: Any = None
+
+
+def row_limit(lw: KernelLowering, size: SSAValue, end: Any) -> Any:
+    """The rows below which a load or store may go: the tensor's (or index's) `size`, or less where an `end` cuts
+    them short (a negative end: none)."""
+    if end is None:
+        return size
+    return lw.op("min.s32", "b32", size, lw.op("max.s32", "b32", lw.reg(end), Imm(0), n=1), n=1)
 
 
 def global_coords(lw: KernelLowering, op: Any) -> list[Any]:
@@ -93,7 +103,8 @@ def global_coords(lw: KernelLowering, op: Any) -> list[Any]:
     counts rows (t.ROWS_ATTR, which the verifier allows on 2-D tiles only)."""
     coords = [lw.value(i) for i in op.indices]
     if t.ROWS_ATTR in op.attributes:
-        coords[-2] = InRows(coords[-2])
+        end = getattr(op, "rows_end", None)
+        coords[-2] = InRows(coords[-2], lw.value(end) if end is not None else None)
     return coords
 
 
@@ -128,14 +139,14 @@ def mad64(lw: KernelLowering, index: Any, stride: SSAValue, base: SSAValue) -> S
 
 
 def gathered_row_pointers(lw: KernelLowering, g: Any, index: Any, row0: Any, rows: list[int],
-                           ptr: SSAValue) -> tuple[SSAValue, SSAValue]:
+                          ptr: SSAValue, end: Any = None) -> tuple[SSAValue, SSAValue]:
     """For each of a lane's rows row0 + r (r in `rows`): a pointer to row index[row0 + r] of g (`ptr` already at
-    this lane's column), and whether that row is there: row0 + r within the index tensor and its value within g's
-    rows (unsigned: negative values too are out; an i64 value also needs its high word 0)."""
+    this lane's column), and whether that row is there: row0 + r within the index tensor (and before `end`) and its
+    value within g's rows (unsigned: negative values too are out; an i64 value also needs its high word 0)."""
     n, rank = len(rows), g.type.rank
     words = element_bytes(index.type.element_type) // 4      # 1 (i32) or 2 (i64: read as two b32 words)
     at = lw.op("add.s32", "b32", lw.reg(row0), ptx.PerInstr(rows), n=n)
-    in_index = lw.op("setp.lt.u32", "pred", at, index.dims[0], n=n)
+    in_index = lw.op("setp.lt.u32", "pred", at, row_limit(lw, index.dims[0], end), n=n)
     where = lw.op("mad.lo.s64", "b64", lw.op("cvt.s64.s32", "b64", at, n=n), index.strides[0], index.ptr, n=n)
     read = lw.emit(ptx.LoadOp("global", "b32", words, where, np.arange(n), np.zeros(n, dtype=np.int64),
                               np.arange(n) * words, ptx.regs("b32", n * words), in_index, np.arange(n))).results[0]

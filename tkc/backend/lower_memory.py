@@ -19,8 +19,8 @@ from xdsl.dialects.builtin import BFloat16Type, Float32Type
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tkc.backend import ptx
-from tkc.backend.addressing import (add_address, add_i32, bundle_of, gathered_row_pointers, global_coords, in_bounds,
-                                    lead_pointer, mad64, mul_imm, offset_of, shared_base)
+from tkc.backend.addressing import (InRows, add_address, add_i32, bundle_of, gathered_row_pointers, global_coords,
+                                    in_bounds, lead_pointer, mad64, mul_imm, offset_of, row_limit, shared_base)
 from tkc.backend.fragments import G, LANES, Q, is_packed, tile_fragment, vector_fragment
 from tkc.backend.index import LANE, TID, Const, Expr, Leaf, share_bases
 from tkc.backend.lower_compute import nslots, pack, ptx_type_name, unpack
@@ -443,12 +443,13 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     row0 = add_i32(lw, mul_imm(lw, tile_coords[0], tile_shape[0]), lw.expr(_lane_expr(ra, rb))) if k == 2 else Imm(0)
     col0 = add_i32(lw, mul_imm(lw, tile_coords[-1], tile_shape[-1]), lw.expr(_lane_expr(ca, cb)))
     ptr, ok_lead = lead_pointer(lw, g, lead)
+    end = tile_coords[0].end if k == 2 and isinstance(tile_coords[0], InRows) else None  # rows(r, end)
     distinct_rows = sorted(set(row_statics))
     if k == 2 and gathered is None:
         ptr = mad64(lw, row0, g.strides[rank - 2], ptr)
     ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
     if gathered is not None:  # each row's own pointer, from the row number the index tensor holds
-        addr, rows_ok = gathered_row_pointers(lw, g, gathered, row0, distinct_rows, ptr)
+        addr, rows_ok = gathered_row_pointers(lw, g, gathered, row0, distinct_rows, ptr, end)
     else:
         row_ptrs = [mad64(lw, Imm(r), g.strides[rank - 2], ptr) if k == 2 else ptr for r in distinct_rows]
         addr = bundle_of(lw, row_ptrs, "b64")
@@ -459,7 +460,7 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     ci = np.array([distinct_cols.index(c) for c in col_statics])
     if k == 2:
         if gathered is None:
-            rows_ok = in_bounds(lw, row0, distinct_rows, g.dims[rank - 2])
+            rows_ok = in_bounds(lw, row0, distinct_rows, row_limit(lw, g.dims[rank - 2], end))
         ri = np.array([distinct_rows.index(r) for r in row_statics])
         guard = lw.op("and.pred", "pred", (rows_ok, ri), (cols_ok, ci), n=len(runs))
     else:
@@ -633,6 +634,15 @@ def lower_cluster_load(lw: KernelLowering, op: t.ClusterLoadOp) -> list[Any]:
 def lower_cluster_sync(lw: KernelLowering, op: t.ClusterSyncOp) -> None:
     lw.emit(ptx.ClusterBarrierOp("arrive"))
     lw.emit(ptx.ClusterBarrierOp("wait"))
+
+
+@handles(t.ReadOp)
+def lower_read(lw: KernelLowering, op: t.ReadOp) -> list[Any]:
+    """One element of an int32 tensor into a register of each thread (0 where an index is out of bounds: the guarded
+    load is preceded by a mov of 0). Threads reading one element hit one L1 line."""
+    ptr, inside = lead_pointer(lw, lw.value(op.source), [lw.value(i) for i in op.indices])
+    return [lw.emit(ptx.LoadOp("global", "b32", 1, ptr, [0], [0], [0], ptx.regs("b32", 1), inside,
+                               [0] if inside is not None else None)).results[0]]
 
 
 @handles(t.ArriveLastOp)

@@ -534,32 +534,34 @@ for _name in t.MMA_OPS:
 
 
 class _RowsIndex:
-    """`rows(r)`: a row index in rows, not tiles (only in the row place of a global load or store)."""
+    """`rows(r)`: a row index in rows, not tiles (only in the row place of a global load or store); `rows(r, end)`:
+    rows from `end` on are out."""
 
-    def __init__(self, value: Any):
+    def __init__(self, value: Any, end: Any = None):
         self.value = value
+        self.end = end
 
 
 @implements(lang.rows)
-def _rows(cg: CodeGen, n: Any) -> _RowsIndex:
-    return _RowsIndex(n)
+def _rows(cg: CodeGen, n: Any, end: Any = None) -> _RowsIndex:
+    return _RowsIndex(n, None if end is None else cg.as_i32(end, "rows(r, end)'s end"))
 
 
 class _RowsAt(_RowsIndex):
     """`rows_at(I, r)`: rows I[r], I[r + 1], ... (only in the row place of a register tile's global load, store or
-    atomic_add, or of a load into a shared tile)."""
+    atomic_add, or of a load into a shared tile); `rows_at(I, r, end)`: up to I[end - 1]."""
 
-    def __init__(self, index: SSAValue, first: Any):
-        super().__init__(first)
+    def __init__(self, index: SSAValue, first: Any, end: Any = None):
+        super().__init__(first, end)
         self.index = index
 
 
 @implements(lang.rows_at)
-def _rows_at(cg: CodeGen, index: Any, first: Any) -> _RowsAt:
+def _rows_at(cg: CodeGen, index: Any, first: Any, end: Any = None) -> _RowsAt:
     if not (is_global(index) and index.type.element_type in INDEX_TYPES and index.type.rank == 1):
         raise TkcError(f"rows_at's index must be a global tensor gl[i32, 1] or gl[i64, 1] of row numbers, got "
                        f"{describe(index)}")
-    return _RowsAt(index, first)
+    return _RowsAt(index, first, None if end is None else cg.as_i32(end, "rows_at(I, r, end)'s end"))
 
 
 def _indices(cg: CodeGen, index: Any, count: int, what: str) -> list[SSAValue]:
@@ -620,7 +622,8 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
         what = f"load from {gtype.spec()}"
         gathers = spec.kind in ("rt", "st") and not multicast
         indices, in_rows = _global_indices(cg, index, gtype, spec.ir, what, gathers)
-        load = _marked(t.LoadOp(src, indices, spec.ir, _row_numbers_of(index) if gathers else None), in_rows)
+        load = _marked(t.LoadOp(src, indices, spec.ir, _row_numbers_of(index) if gathers else None,
+                                _rows_end_of(index, spec.ir, what)), in_rows)
         if repeat != 1:
             load.attributes[t.REPEAT_COLS] = IntegerAttr(repeat, 64)
         if multicast:
@@ -642,6 +645,17 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
     if is_register(src):
         raise TkcError(f"{describe(src)} is already in registers")
     raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
+
+
+def _rows_end_of(index: Any, tile: Any, what: str) -> SSAValue | None:
+    """The end of rows(r, end) / rows_at(I, r, end) in a load's / store's index (None without one): only for a
+    register tile's rows."""
+    entries = index if isinstance(index, tuple | list) else (index,)
+    end = next((i.end for i in entries if isinstance(i, _RowsIndex) and i.end is not None), None)
+    if end is not None and not isinstance(tile, RegTileType):
+        raise TkcError(f"{what}: an end to the rows (rows(r, end), rows_at(I, r, end)) cuts a register tile's load or "
+                       f"store short, not {tile.spec()}'s")
+    return end
 
 
 def _row_numbers_of(index: Any) -> SSAValue | None:
@@ -757,7 +771,9 @@ def _store(cg: CodeGen, dst: Any, src: Any, index: Any = None, conflicts: Any = 
         gtype: GlobalType = dst.type
         scatters = isinstance(src.type, RegTileType)
         indices, in_rows = _global_indices(cg, index, gtype, src.type, f"store into {gtype.spec()}", scatters)
-        cg.emit(_marked(t.StoreOp(src, dst, indices, _row_numbers_of(index) if scatters else None), in_rows))
+        what = f"store into {gtype.spec()}"
+        cg.emit(_marked(t.StoreOp(src, dst, indices, _row_numbers_of(index) if scatters else None,
+                                  _rows_end_of(index, src.type, what)), in_rows))
         return None
     if is_shared(dst):
         src = _register(src, "the value stored into shared memory")
@@ -780,7 +796,8 @@ def _atomic_add(cg: CodeGen, dst: Any, src: Any, index: Any) -> None:
     if src.type.element_type != lang.f32.ir or gtype.element_type != lang.f32.ir:
         raise TkcError(f"atomic_add adds an f32 tile into an f32 tensor, got {describe(src)} into {gtype.spec()}")
     indices, in_rows = _global_indices(cg, index, gtype, src.type, f"atomic_add into {gtype.spec()}", True)
-    cg.emit(_marked(t.AtomicAddOp(src, dst, indices, _row_numbers_of(index)), in_rows))
+    cg.emit(_marked(t.AtomicAddOp(src, dst, indices, _row_numbers_of(index),
+                                  _rows_end_of(index, src.type, f"atomic_add into {gtype.spec()}")), in_rows))
 
 
 @implements(lang.arrive_last)

@@ -588,6 +588,8 @@ class CodeGen(ast.NodeVisitor):
             from tkc.ir.ops import DimOp
 
             return self.emit_value(DimOp(value.tensor, index % value.rank))
+        if is_global(value):
+            return self.read_element(value, index)
         if is_runtime(value):
             raise TkcError(
                 f"{describe(value)} cannot be indexed; load a sub-tile with `load(s, (i, j), rt[...])`"
@@ -600,6 +602,21 @@ class CodeGen(ast.NodeVisitor):
             raise
         except Exception as e:
             raise TkcError(f"cannot index {describe(value)} with {describe(index)}: {e}") from None
+
+    def read_element(self, tensor: SSAValue, index: Any) -> SSAValue:
+        """`G[i]` of an int32 global tensor: that element as a run-time int (0 past the tensor's end)."""
+        from tkc.ir.ops import ReadOp
+        from tkc.ir.types import I32
+
+        gtype = tensor.type
+        if gtype.element_type != I32:  # type: ignore[attr-defined]
+            raise TkcError(f"{describe(tensor)}[...]: only an int32 tensor's elements read as run-time ints (an "
+                           f"expert's number, a group's offset); tiles of {describe(tensor)} load with `load(...)`")
+        entries = list(index) if isinstance(index, tuple | list) else [index]
+        if len(entries) != gtype.rank or any(isinstance(i, slice) for i in entries):  # type: ignore[attr-defined]
+            raise TkcError(f"{describe(tensor)}[...] reads one element: give {gtype.rank} indices, got "  # type: ignore[attr-defined]
+                           f"{describe(index)}")
+        return self.emit_value(ReadOp(tensor, [self.as_i32(i, "an element's index") for i in entries]))
 
     def visit_Slice(self, node: ast.Slice) -> slice:
         parts = [self.visit(p) if p is not None else None for p in (node.lower, node.upper, node.step)]

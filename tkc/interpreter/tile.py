@@ -82,15 +82,34 @@ def _element_indices(
 
 
 def _gathered_indices(coords: list[np.ndarray], tile: tuple[int, ...], shape: tuple[int, ...],
-                      rows: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+                      rows: np.ndarray, end: Any = None) -> tuple[list[np.ndarray], np.ndarray]:
     """As _element_indices for a load whose row coordinate r counts into the index tensor `rows` (rows_at): the
-    tile's row i is the tensor's row rows[r + i], in bounds where r + i lies in `rows` and its value in the
-    tensor's rows."""
+    tile's row i is the tensor's row rows[r + i], in bounds where r + i lies in `rows` (and before `end`) and its
+    value in the tensor's rows."""
     idx, valid = _element_indices(coords, tile, (*shape[:-2], rows.shape[0], shape[-1]), [1, tile[-1]])
+    valid = _before_end(valid, idx, end)
     at = np.clip(idx[-2], 0, max(rows.shape[0] - 1, 0))
     gathered = rows[at] if rows.size else np.zeros_like(at)
     idx[-2] = gathered.astype(np.int64)
     return idx, valid & (idx[-2] >= 0) & (idx[-2] < shape[-2])
+
+
+def _before_end(valid: np.ndarray, idx: list[np.ndarray], end: Any) -> np.ndarray:
+    """`valid` where the row coordinate idx[-2] (a tensor's row, or a place in rows_at's index) lies before `end`
+    (rows(r, end), rows_at(I, r, end); None: no end)."""
+    if end is None:
+        return valid
+    row, end = idx[-2], np.asarray(end, dtype=np.int64)
+    return valid & (row < end.reshape(end.shape + (1,) * (row.ndim - end.ndim)))
+
+
+def _row_extras(op: Operation, coords: list) -> tuple[list, Any, Any]:
+    """A global load's / store's index values without its trailing extras, its rows_at index tensor and its rows' end
+    (None where it has none)."""
+    coords = list(coords)
+    end = coords.pop() if getattr(op, "rows_end", None) is not None else None
+    rows = coords.pop() if op.row_index is not None else None  # type: ignore[attr-defined]
+    return coords, rows, end
 
 
 def _subtile_indices(
@@ -129,12 +148,13 @@ def _global_writes(state: Any, op: Operation, value: Any, dest: Any, coords: lis
     """The elements of `dest` a store (or atomic add) of `value` at `coords` writes, and what it writes there; with
     `every_lane`, one write per lane (block, warp), those of lanes holding the same value included."""
     vtype = op.value.type
-    if op.row_index is not None:  # rows_at: the last coordinate is the index tensor
-        *coords, rows = coords
-        idx, valid = _gathered_indices(coords, _tile_shape(vtype), dest.data.shape, rows.data)
+    coords, rows, end = _row_extras(op, coords)
+    if rows is not None:  # rows_at: the tile's rows from the index tensor
+        idx, valid = _gathered_indices(coords, _tile_shape(vtype), dest.data.shape, rows.data, end)
     else:
         idx, valid = _element_indices(coords, _tile_shape(vtype), dest.data.shape,
                                       t.index_units(op, _tile_shape(vtype)))
+        valid = _before_end(valid, idx, end)
     active = expand_to(state.active(), valid)
     # the value, the index and the mask may each vary over different lanes (a per-warp value stored at one
     # index by one warp): broadcast all three to the lanes of any of them
@@ -307,7 +327,7 @@ class TileFunctions(InterpreterFunctions):
     def run_load(self, interpreter: Interpreter, op: t.LoadOp, args: PythonValues) -> PythonValues:
         state = lane_state(interpreter)
         source, *coords = args
-        gathered = coords.pop() if op.row_index is not None else None  # rows_at's index tensor
+        coords, gathered, end = _row_extras(op, coords)  # rows_at's index tensor, rows(r, end)'s end
         stype, rtype = op.source.type, op.result.type
         tile = _tile_shape(rtype)
         if isinstance(stype, GlobalType):
@@ -317,8 +337,9 @@ class TileFunctions(InterpreterFunctions):
             read = t.source_shape(op, tile)  # each column read fills repeat_cols adjacent ones
             if gathered is None:
                 idx, valid = _element_indices(coords, read, source.data.shape, t.index_units(op, tile))
+                valid = _before_end(valid, idx, end)
             else:
-                idx, valid = _gathered_indices(coords, read, source.data.shape, gathered.data)
+                idx, valid = _gathered_indices(coords, read, source.data.shape, gathered.data, end)
             clipped = [np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, source.data.shape)]
             if source.data.size == 0:
                 value = np.zeros(valid.shape, dtype=np.float32)
@@ -409,6 +430,20 @@ class TileFunctions(InterpreterFunctions):
     @impl(t.TurnPassOp)
     def run_turn_pass(self, interpreter: Interpreter, op: t.TurnPassOp, args: PythonValues) -> PythonValues:
         return ()
+
+    @impl(t.ReadOp)
+    def run_read(self, interpreter: Interpreter, op: t.ReadOp, args: PythonValues) -> PythonValues:
+        """Each lane's element of the int32 tensor (0 where its index lies outside the tensor)."""
+        tensor, *indices = args
+        shape = np.broadcast_shapes((1, 1), *(np.shape(i) for i in indices))
+        idx = [np.broadcast_to(np.asarray(i, dtype=np.int64), shape) for i in indices]
+        inside = np.ones(shape, dtype=bool)
+        for i, n in zip(idx, tensor.data.shape):
+            inside &= (i >= 0) & (i < n)
+        if tensor.data.size == 0:
+            return (np.zeros(shape, dtype=np.int64),)
+        clipped = tuple(np.clip(i, 0, n - 1) for i, n in zip(idx, tensor.data.shape))
+        return (np.where(inside, tensor.data[clipped], 0).astype(np.int64),)
 
     @impl(t.ArriveLastOp)
     def run_arrive_last(self, interpreter: Interpreter, op: t.ArriveLastOp, args: PythonValues) -> PythonValues:

@@ -1017,22 +1017,24 @@ class LoadOp(IRDLOperation):
     source = operand_def(base(GlobalType) | base(SharedTileType) | base(SharedVecType))
     indices = var_operand_def(i32)
     row_index = opt_operand_def(GlobalType)
+    rows_end = opt_operand_def(i32)
     result = result_def(ANY_TILE)
     traits = traits_def(_ReadsGlobalMemory())
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    assembly_format = ("$source `[` $indices `]` (`rows_at` $row_index^ `:` type($row_index))? attr-dict `:` "
-                       "type($source) `->` type($result)")
+    assembly_format = ("$source `[` $indices `]` (`rows_at` $row_index^ `:` type($row_index))? "
+                       "(`rows_end` $rows_end^)? attr-dict `:` type($source) `->` type($result)")
 
     def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation], result_type: Attribute,
-                 row_index: SSAValue | Operation | None = None):
-        super().__init__(operands=[source, indices, [row_index] if row_index is not None else []],
-                         result_types=[result_type])
+                 row_index: SSAValue | Operation | None = None, rows_end: SSAValue | Operation | None = None):
+        super().__init__(operands=[source, indices, [row_index] if row_index is not None else [],
+                                   [rows_end] if rows_end is not None else []], result_types=[result_type])
 
     def verify_(self) -> None:
         _verify_transfer("load", self.source.type, self.result.type, self.source.type, len(self.indices), LOAD_PAIRS)
         _verify_rows_index(self, self.source.type, self.result.type)
         src, dst = self.source.type, self.result.type
         verify_row_numbers(self, "load", src, dst)
+        verify_rows_end(self, "load", src, dst)
         if REPEAT_COLS in self.attributes:
             k = repeat_cols(self)
             if not (isinstance(src, GlobalType) and isinstance(dst, RegTileType)
@@ -1055,6 +1057,17 @@ class LoadOp(IRDLOperation):
                 raise VerifyException(f"load: a view of {spec(src)} takes whole rows or whole columns of the same "
                                       f"dtype: st[{spec(src.element_type)}, R, {src.shape[1]}] or "
                                       f"st[{spec(src.element_type)}, {src.shape[0]}, C], got {spec(dst)}")
+
+
+def verify_rows_end(op: Operation, what: str, src: Attribute, dst: Attribute) -> None:
+    """A load's / store's rows_end (rows(r, end), rows_at(I, r, end)): only where the row index counts rows, between
+    global memory and a register tile."""
+    if getattr(op, "rows_end", None) is None:
+        return
+    tile = dst if isinstance(src, GlobalType) else src
+    if not (ROWS_ATTR in op.attributes and isinstance(tile, RegTileType)):
+        raise VerifyException(f"{what}: an end to the rows (rows_end) goes with a row index that counts rows "
+                              f"({ROWS_ATTR}) of a register tile's load or store, not {spec(src)} → {spec(dst)}")
 
 
 def verify_row_numbers(op: Operation, what: str, src: Attribute, dst: Attribute) -> None:
@@ -1083,20 +1096,23 @@ class _GlobalWriteOp(IRDLOperation):
     dest = operand_def(GlobalType)
     indices = var_operand_def(i32)
     row_index = opt_operand_def(GlobalType)
+    rows_end = opt_operand_def(i32)
     traits = traits_def(MemoryWriteEffect())
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    assembly_format = ("$value `,` $dest `[` $indices `]` (`rows_at` $row_index^ `:` type($row_index))? attr-dict "
-                       "`:` type($value) `->` type($dest)")
+    assembly_format = ("$value `,` $dest `[` $indices `]` (`rows_at` $row_index^ `:` type($row_index))? "
+                       "(`rows_end` $rows_end^)? attr-dict `:` type($value) `->` type($dest)")
 
     def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation, indices: Sequence[SSAValue | Operation],
-                 row_index: SSAValue | Operation | None = None):
-        super().__init__(operands=[value, dest, indices, [row_index] if row_index is not None else []])
+                 row_index: SSAValue | Operation | None = None, rows_end: SSAValue | Operation | None = None):
+        super().__init__(operands=[value, dest, indices, [row_index] if row_index is not None else [],
+                                   [rows_end] if rows_end is not None else []])
 
     def verify_(self) -> None:
         what = self.name.removeprefix("tile.")
         _verify_transfer(what, self.value.type, self.dest.type, self.dest.type, len(self.indices), STORE_PAIRS)
         _verify_rows_index(self, self.dest.type, self.value.type)
         verify_row_numbers(self, what, self.value.type, self.dest.type)
+        verify_rows_end(self, what, self.value.type, self.dest.type)
 
 
 @irdl_op_definition
@@ -1183,6 +1199,39 @@ def _not_in_runtime_if(op: Operation, what: str, scope: str = "block") -> None:
             raise VerifyException(f"{what}: every warp of the {scope} must reach it, so it cannot be inside a "
                                   "run-time `if`")
         parent = parent.parent_op()
+
+
+class _ReadsItsTensor(MemoryEffect):
+    """tile.read reads global memory (CSE must not merge two reads across a store between them)."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> frozenset[EffectInstance]:
+        return _READS
+
+
+@irdl_op_definition
+class ReadOp(IRDLOperation):
+    """`%e = tile.read %G[%i, ...] : !tile.gl<?xi32>`: one element of an int32 global tensor as a run-time int (a
+    group's offset, an expert's number), read by every thread that needs it; 0 where the index lies outside the
+    tensor, as tile loads read zeros past a tensor's end."""
+
+    name = "tile.read"
+    source = operand_def(GlobalType)
+    indices = var_operand_def(i32)
+    result = result_def(i32)
+    traits = traits_def(_ReadsItsTensor())
+    assembly_format = "$source `[` $indices `]` attr-dict `:` type($source)"
+
+    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation]):
+        super().__init__(operands=[source, indices], result_types=[i32])
+
+    def verify_(self) -> None:
+        gtype = self.source.type
+        if gtype.element_type != I32:  # type: ignore[attr-defined]
+            raise VerifyException(f"read: one element of an int32 tensor (gl[i32, N]) is a run-time int, not one of "
+                                  f"{spec(gtype)}")
+        if len(self.indices) != gtype.rank:  # type: ignore[attr-defined]
+            raise VerifyException(f"read from {spec(gtype)} takes {gtype.rank} indices, got {len(self.indices)}")  # type: ignore[attr-defined]
 
 
 @irdl_op_definition
@@ -1349,6 +1398,7 @@ TILE_OPS: list[type[IRDLOperation]] = [
     AtomicAddOp,
     InsertOp,
     BarrierOp,
+    ReadOp,
     ArriveLastOp,
     ClusterSyncOp,
     ClusterLoadOp,

@@ -43,7 +43,7 @@ def tma_storable(op: t.StoreOp | t.AtomicAddOp, fn: func.FuncOp) -> bool:
     value, dest = op.value.type, op.dest.type
     if not (isinstance(value, RegTileType) and isinstance(dest, GlobalType) and 2 <= dest.rank <= 5):
         return False
-    if op.row_index is not None:  # rows_at: rows scattered by row numbers, not one box of the tensor
+    if op.row_index is not None or op.rows_end is not None:  # rows by row numbers, or cut short: not a TMA box
         return False
     e = element_bytes(value.element_type)
     return (e == (4 if isinstance(op, t.AtomicAddOp) else 2) and value.element_type == dest.element_type

@@ -129,7 +129,8 @@ func.func @conversions_and_mma(%a: !tile.rt<16x64xf32>, %c: !tile.rt<16x16xf32>)
 }
 
 // Loads, stores and atomic adds by row numbers (rows_at): rows %p[%i], %p[%i + 1], ... of %g; into a shared tile
-// too, and the asynchronous copy a pipelined loop makes of such a load.
+// too, and the asynchronous copy a pipelined loop makes of such a load. An element of an int32 tensor read as an
+// i32 (tile.read), and loads and stores whose rows end there (rows_end).
 // CHECK-LABEL: func.func @gather(
 // CHECK-NEXT:    %t = tile.load %g[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
 // CHECK-NEXT:    tile.store %t, %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
@@ -137,6 +138,9 @@ func.func @conversions_and_mma(%a: !tile.rt<16x64xf32>, %c: !tile.rt<16x16xf32>)
 // CHECK-NEXT:    %s = tile.load %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
 // CHECK-NEXT:    %r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>
 // CHECK-NEXT:    tile.copy_async %g[%i, %i] rows_at %q : !tile.gl<?xi32>, %r[%i] {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.ring<3, !tile.st<64x64xbf16>>
+// CHECK-NEXT:    %e = tile.read %q[%i] : !tile.gl<?xi32>
+// CHECK-NEXT:    %u = tile.load %g[%i, %i] rows_end %e {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
+// CHECK-NEXT:    tile.store %u, %g[%i, %i] rows_at %q : !tile.gl<?xi32> rows_end %e {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
 func.func @gather(%g: !tile.gl<?x?xbf16>, %f: !tile.gl<?x?xf32>, %p: !tile.gl<?xi64>, %q: !tile.gl<?xi32>, %i: i32) {
   %t = tile.load %g[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
   tile.store %t, %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
@@ -144,6 +148,9 @@ func.func @gather(%g: !tile.gl<?x?xbf16>, %f: !tile.gl<?x?xf32>, %p: !tile.gl<?x
   %s = tile.load %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>
   %r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16>>
   tile.copy_async %g[%i, %i] rows_at %q : !tile.gl<?xi32>, %r[%i] {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.ring<3, !tile.st<64x64xbf16>>
+  %e = tile.read %q[%i] : !tile.gl<?xi32>
+  %u = tile.load %g[%i, %i] rows_end %e {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
+  tile.store %u, %g[%i, %i] rows_at %q : !tile.gl<?xi32> rows_end %e {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
   func.return
 }
 
@@ -179,11 +186,11 @@ func.func @memory(%g: !tile.gl<?x?xbf16>, %i: i32) {
 ^bb0(%g : !tile.gl<?x?xbf16>):
   %x = "tile.block_idx"() <{dim = 1 : i64}> : () -> i32
   %n = "tile.dim"(%g) <{index = 1 : i64}> : (!tile.gl<?x?xbf16>) -> i32
-  %t = "tile.load"(%g, %x, %n) <{operandSegmentSizes = array<i32: 1, 2, 0>}> : (!tile.gl<?x?xbf16>, i32, i32) -> !tile.rt<16x32xf32>
+  %t = "tile.load"(%g, %x, %n) <{operandSegmentSizes = array<i32: 1, 2, 0, 0>}> : (!tile.gl<?x?xbf16>, i32, i32) -> !tile.rt<16x32xf32>
   %z = "tile.fill"() <{value = 0xFFF0000000000000 : f64}> : () -> !tile.rv<16xf32>
   %m = "tile.row_max"(%t, %z) : (!tile.rt<16x32xf32>, !tile.rv<16xf32>) -> !tile.rv<16xf32>
   %p = "tile.sub_row"(%t, %m) : (!tile.rt<16x32xf32>, !tile.rv<16xf32>) -> !tile.rt<16x32xf32>
   %q = "tile.tril"(%p, %x) <{fill = 1.000000e-05 : f64}> : (!tile.rt<16x32xf32>, i32) -> !tile.rt<16x32xf32>
-  "tile.store"(%q, %g, %x, %n) <{operandSegmentSizes = array<i32: 1, 1, 2, 0>}> : (!tile.rt<16x32xf32>, !tile.gl<?x?xbf16>, i32, i32) -> ()
+  "tile.store"(%q, %g, %x, %n) <{operandSegmentSizes = array<i32: 1, 1, 2, 0, 0>}> : (!tile.rt<16x32xf32>, !tile.gl<?x?xbf16>, i32, i32) -> ()
   "func.return"() : () -> ()
 }) : () -> ()

@@ -1,0 +1,218 @@
+"""What a kernel over groups of rows needs (a grouped GEMM, a mixture of experts): an element of an int32 tensor as a
+run-time int (`Offsets[g]`), and loads and stores cut short at a group's end (`rows(r, end)`, `rows_at(I, r, end)`).
+The interpreter against numpy, the lowered PTX (simulated per thread) against the interpreter, and the oracle
+failing where the lowering forgets the end."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st_
+
+import tkc
+from tkc.backend import addressing
+from tkc.backend.ptxas import assemble, find_ptxas
+from tkc.backend.simulator import simulate
+from tkc.compiler import compile_kernels, lower_kernel
+from tkc.errors import TkcError
+from tkc.lang import atomic_add, block_idx, const, f32, gl, i32, load, rows, rows_at, rt, st, store, warp_id
+
+ROWS = 48
+
+
+@tkc.kernel(warps=2)
+def scaled_groups(Offsets: gl[i32, 1], P: gl[i32, 1], X: gl[f32, 2], O: gl[f32, 2], S: gl[f32, 2],
+                  GATHER: const = 0):
+    """Block g takes rows Offsets[g] .. Offsets[g + 1] (each warp 16 of them; past the group's end nothing), scales
+    them by g + 1 into the same rows of O and adds them into S; with GATHER, rows P[Offsets[g] ..] instead."""
+    g = block_idx()[0]
+    start, end = Offsets[g], Offsets[g + 1]
+    r = start + 16 * warp_id()
+    if GATHER:
+        t = load(X, (rows_at(P, r, end), 0), rt[f32, 16, 16])
+        store(O, t * (g + 1.0), (rows_at(P, r, end), 0))
+        atomic_add(S, t, (rows_at(P, r, end), 0))
+    else:
+        t = load(X, (rows(r, end), 0), rt[f32, 16, 16])
+        store(O, t * (g + 1.0), (rows(r, end), 0))
+        atomic_add(S, t, (rows(r, end), 0))
+
+
+def expected_groups(offsets: np.ndarray, positions: np.ndarray | None, x: np.ndarray):
+    out, sums = np.full(x.shape, np.nan, np.float32), np.zeros(x.shape, np.float32)
+    for g in range(len(offsets) - 1):
+        for r in range(max(offsets[g], 0), min(offsets[g + 1], offsets[g] + 32)):
+            row = r if positions is None else positions[r] if r < len(positions) else -1
+            if 0 <= row < len(x):
+                out[row] = x[row] * (g + 1)
+                sums[row] += x[row]
+    return out, sums
+
+
+def run_both(offsets, positions, x, gather, target, grid=None):
+    args = [offsets, positions, x, np.full(x.shape, np.nan, np.float32), np.zeros(x.shape, np.float32)]
+    interp = [a.copy() for a in args]
+    sim = [a.copy() for a in args]
+    grid = grid or len(offsets) - 1
+    scaled_groups.interpret(*interp, grid=grid, GATHER=gather)
+    simulate(lower_kernel(scaled_groups, target, {"GATHER": gather}), "scaled_groups", sim, grid)
+    return interp, sim
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("gather", [0, 1])
+def test_groups_end_where_their_offsets_say(target: str, gather: int) -> None:
+    """Groups of 5, 0, 32, 3 and 8 rows, each stored scaled by its own number: a row written past its group's end
+    would carry the next group's value (and race with it). The index tensor (gathering) is a permutation."""
+    rng = np.random.default_rng(gather)
+    offsets = np.array([0, 5, 5, 37, 40, 48], dtype=np.int32)
+    positions = rng.permutation(ROWS).astype(np.int32)
+    x = rng.standard_normal((ROWS, 16)).astype(np.float32)
+    interp, sim = run_both(offsets, positions, x, gather, target)
+    out, sums = expected_groups(offsets, positions if gather else None, x)
+    np.testing.assert_array_equal(interp[3], out)
+    np.testing.assert_allclose(interp[4], sums, rtol=1e-6)
+    np.testing.assert_array_equal(sim[3], interp[3])
+    np.testing.assert_allclose(sim[4], interp[4], rtol=1e-6)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st_.integers(0, 2**31), sizes=st_.lists(st_.integers(0, 33), min_size=1, max_size=5),
+       gather=st_.sampled_from([0, 1]))
+def test_any_groups(seed: int, sizes: list[int], gather: int) -> None:
+    """Random group sizes, offsets past the rows' end, row numbers out of range; and one block more than there are
+    groups, whose end (read past the offsets tensor's end: 0) lies before its start: it takes nothing."""
+    rng = np.random.default_rng(seed)
+    offsets = np.concatenate([[rng.integers(0, 4)], rng.integers(0, 4) + np.cumsum(sizes)]).astype(np.int32)
+    positions = rng.permutation(ROWS + 4).astype(np.int32) - 2  # distinct: -2, -1 and ROWS, ROWS + 1 fall outside
+    x = rng.standard_normal((ROWS, 16)).astype(np.float32)
+    interp, sim = run_both(offsets, positions, x, gather, "sm_80", grid=len(offsets))
+    out, sums = expected_groups(offsets, positions if gather else None, x)
+    np.testing.assert_array_equal(interp[3], out)
+    np.testing.assert_allclose(interp[4], sums, rtol=1e-6)
+    np.testing.assert_array_equal(sim[3], interp[3])
+    np.testing.assert_allclose(sim[4], interp[4], rtol=1e-6)
+
+
+def test_a_forgotten_end_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering that ignores the end stores each group's rows into the next group's: the interpreter's result (which
+    the simulation matches with the end) differs."""
+    rng = np.random.default_rng(2)
+    offsets = np.array([0, 5, 20], dtype=np.int32)  # without the end, block 1 writes rows 20 .. 36 too
+    x = rng.standard_normal((ROWS, 16)).astype(np.float32)
+    positions = np.arange(ROWS, dtype=np.int32)
+    monkeypatch.setattr(addressing, "row_limit", lambda lw, size, end: size)
+    from tkc.backend import lower_memory
+    monkeypatch.setattr(lower_memory, "row_limit", addressing.row_limit)
+    args = [offsets, positions, x, np.full(x.shape, np.nan, np.float32), np.zeros(x.shape, np.float32)]
+    simulate(lower_kernel(scaled_groups, "sm_80", {}), "scaled_groups", args, 2)
+    out, _ = expected_groups(offsets, None, x)
+    assert not np.array_equal(args[3], out, equal_nan=True)
+
+
+@tkc.kernel(warps=1)
+def read_elements(T: gl[i32, 2], O: gl[f32, 2]):
+    """Block b: element (b - 1, b) of T (row -1 and rows past the end read 0) in every element of tile b."""
+    b = block_idx()[0]
+    v = T[b - 1, b]
+    store(O, load(O, (b, 0), rt[f32, 16, 16]) * 0.0 + v, (b, 0))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_reading_an_element(target: str) -> None:
+    table = np.arange(1, 13, dtype=np.int32).reshape(3, 4) * 7
+    out = np.zeros((16 * 5, 16), np.float32)
+    interp = out.copy()
+    read_elements.interpret(table, interp, grid=5)
+    expected = [0, table[0, 1], table[1, 2], table[2, 3], 0]  # (-1, 0) and (3, 4) lie outside
+    np.testing.assert_array_equal(interp.reshape(5, 16, 16)[:, 0, 0], expected)
+    sim = out.copy()
+    simulate(lower_kernel(read_elements, target, {}), "read_elements", [table, sim], 5)
+    np.testing.assert_array_equal(sim, interp)
+
+
+def test_element_reads_and_ends_are_checked() -> None:
+    @tkc.kernel
+    def float_element(X: gl[f32, 1], O: gl[f32, 2]):
+        store(O, load(O, (0, 0), rt[f32, 16, 16]) * X[0], (0, 0))
+
+    @tkc.kernel
+    def one_index(T: gl[i32, 2], O: gl[f32, 2]):
+        store(O, load(O, (T[0], 0), rt[f32, 16, 16]), (0, 0))
+
+    @tkc.kernel
+    def end_into_shared(X: gl[f32, 2], O: gl[f32, 2]):
+        store(O, load(load(X, (rows(0, 5), 0), st[f32, 16, 16])), (0, 0))
+
+    with pytest.raises(TkcError, match=r"only an int32 tensor's elements read as run-time ints"):
+        compile_kernels([float_element], "sm_80", {})
+    with pytest.raises(TkcError, match=r"reads one element: give 2 indices"):
+        compile_kernels([one_index], "sm_80", {})
+    with pytest.raises(TkcError, match=r"an end to the rows .* cuts a register tile's load or store short"):
+        compile_kernels([end_into_shared], "sm_80", {})
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc==13.0.88)")
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_ptxas_accepts_group_rows(target: str) -> None:
+    for kernel, constants in ((scaled_groups, {}), (scaled_groups, {"GATHER": 1}), (read_elements, {})):
+        report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
+        assert report.spill_stores == 0
+
+
+@pytest.mark.parametrize("kernel, target, config", [
+    ("grouped_gemm_kernel", "sm_80", {"BM": 64, "BN": 64, "BK": 32, "WARPS": 4, "WARPS_N": 2, "STAGES": 2}),
+    ("grouped_gemm_sm90_kernel", "sm_90a", {"BN": 64, "BK": 32, "WARPS": 4, "STAGES": 3})])
+@pytest.mark.parametrize("gather, trans_b", [(0, 0), (1, 1), (1, 0)])
+def test_grouped_gemm(kernel: str, target: str, config: dict, gather: int, trans_b: int) -> None:
+    """tkc.kernels.grouped_gemm's kernels: groups of 40, 0, 100 and 1 rows (tiles cut short at each end; one block
+    more than the groups' tiles, doing nothing), rows past the last offset left as they were, 3 steps of K; the
+    interpreter against numpy, the PTX (a cp.async or TMA ring, mma.sync or wgmma) against the interpreter."""
+    grouped = importlib.import_module("tkc.kernels.grouped_gemm")  # (tkc.kernels.grouped_gemm: the function)
+    from reference import BF16, random_bf16, rel_err
+
+    from tkc.compiler import tensor_alignment
+
+    rng = np.random.default_rng(gather + 2 * trans_b)
+    slots, k, n = 150, 96, 128
+    x = random_bf16(rng, slots, k)
+    w = random_bf16(rng, 4, *((n, k) if trans_b else (k, n)))
+    offsets = np.array([40, 40, 140, 141], dtype=np.int32)
+    rows_of_x = rng.permutation(slots + 4).astype(np.int32)[:slots] - 2  # some outside x
+    source = np.where(((rows_of_x >= 0) & (rows_of_x < slots))[:, None], x.astype(np.float64)[np.clip(rows_of_x, 0, slots - 1)], 0.0) \
+        if gather else x.astype(np.float64)
+    expected = np.full((slots, n), np.nan)
+    for g, (start, stop) in enumerate(zip([0, *offsets[:-1]], offsets)):
+        weight = w[g].astype(np.float64)
+        expected[start:stop] = source[start:stop] @ (weight.T if trans_b else weight)
+    args = [x, w, offsets, rows_of_x, np.full((slots, n), np.nan, dtype=BF16)]
+    constants = {"GATHER": gather, "TRANS_B": trans_b, **config}
+    rows_a_block = config.get("BM", 16 * config["WARPS"])
+    grid = (-(-slots // rows_a_block) + 4, n // 64)
+    kernel_fn = getattr(grouped, kernel)
+    interp = [a.copy() for a in args]
+    kernel_fn.interpret(*interp, grid=grid, **constants)
+    kept = ~np.isnan(expected)
+    assert rel_err(interp[4].astype(np.float64)[kept], expected[kept]) < 1e-2
+    assert np.isnan(interp[4].astype(np.float32)[~kept]).all()
+    aligns = {p.name: tensor_alignment(a) for p, a in zip(kernel_fn.runtime_params, args) if p.kind == "tensor"}
+    sim = [a.copy() for a in args]
+    simulate(lower_kernel(kernel_fn, target, constants, aligns=aligns), kernel_fn.name, sim, grid)
+    np.testing.assert_array_equal(sim[4].astype(np.float32), interp[4].astype(np.float32))
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc==13.0.88)")
+def test_ptxas_accepts_grouped_gemm() -> None:
+    """The shipped configurations, rows gathered or not, both layouts of w: no spills."""
+    grouped = importlib.import_module("tkc.kernels.grouped_gemm")  # (tkc.kernels.grouped_gemm: the function)
+
+    for kernel, target, config in ((grouped.grouped_gemm_kernel, "sm_80", grouped.CONFIG),
+                                   (grouped.grouped_gemm_sm90_kernel, "sm_90a", grouped.CONFIG_SM90)):
+        for gather in (0, 1):
+            for trans_b in (0, 1):
+                constants = {**config, "GATHER": gather, "TRANS_B": trans_b}
+                report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
+                assert report.spill_stores == 0, (kernel.name, constants)
