@@ -5,6 +5,7 @@
     attention(q, k, v, causal=False, scale=None)  FlashAttention-2 style forward, (B, H, N, D) bf16, D in {64, 128}
     layernorm(x, residual, weight, bias, eps)     (LayerNorm(x + residual) * weight + bias, x + residual), bf16
     rotary(x, cos, sin, interleaved=False)        rotary embedding of (B, H, N, D), any outer strides
+    grouped_gemm(x, w, offsets, rows=None)        a GEMM a group of rows (torch._grouped_mm's offs), rows gathered
 
 Every function takes and returns bf16 CUDA tensors and launches one Triton kernel (only a degenerate K = 0
 matmul is a plain zero fill). The matmul and attention kernels are autotuned: the first call for a new key
@@ -25,7 +26,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-__all__ = ["attention", "layernorm", "matmul", "scaled_mm"]
+__all__ = ["attention", "grouped_gemm", "layernorm", "matmul", "scaled_mm"]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -484,3 +485,67 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: b
                          BLOCK_REST=triton.next_power_of_2(rest) if rest else 0, INTERLEAVED=bool(interleaved),
                          POSITIONS=positions is not None)
     return out
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK_M": 128, "BLOCK_N": bn, "BLOCK_K": 64}, num_stages=s, num_warps=w)
+                          for bn, s, w in ((128, 3, 8), (128, 4, 4), (256, 3, 8), (64, 4, 4))],
+                 key=["N", "K", "GATHER"])
+@triton.jit
+def _grouped_gemm_kernel(x_ptr, w_ptr, offs_ptr, rows_ptr, y_ptr, G, X_ROWS, N, K,
+                         stride_xm, stride_wg, stride_wk, stride_wn, stride_ym,
+                         GATHER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Program (t, n): tile t of all groups' BLOCK_M-row tiles (found by walking the offsets), columns n·BLOCK_N on."""
+    tile, pid_n = tl.program_id(0), tl.program_id(1)
+    group, first, end, before = -1, 0, 0, 0
+    start = 0
+    for g in range(G):
+        stop = tl.load(offs_ptr + g)
+        tiles = tl.cdiv(tl.maximum(stop - start, 0), BLOCK_M)
+        inside = (before <= tile) & (tile < before + tiles)
+        group = tl.where(inside, g, group)
+        first = tl.where(inside, start + (tile - before) * BLOCK_M, first)
+        end = tl.where(inside, stop, end)
+        before += tiles
+        start = stop
+    if group < 0:
+        return
+    offs_m = first + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    if GATHER:
+        src = tl.load(rows_ptr + offs_m, mask=offs_m < end, other=-1).to(tl.int64)
+    else:
+        src = offs_m.to(tl.int64)
+    row_ok = (offs_m < end) & (src >= 0) & (src < X_ROWS)
+    a_ptrs = x_ptr + src[:, None] * stride_xm + offs_k[None, :]
+    b_ptrs = w_ptr + group.to(tl.int64) * stride_wg + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_ok = offs_k < K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * stride_wk
+    y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
+    tl.store(y_ptrs, acc.to(tl.bfloat16), mask=(offs_m < end)[:, None] & (offs_n[None, :] < N))
+
+
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, rows: torch.Tensor | None = None,
+                 trans_b: bool = False) -> torch.Tensor:
+    """As tkc.kernels.grouped_gemm: out[offsets[g-1]:offsets[g]] = x[...] · w[g] (w (G, K, N), or (G, N, K) with
+    trans_b), rows of x gathered by `rows` where given."""
+    groups = w.shape[0]
+    n = w.shape[1] if trans_b else w.shape[2]
+    k = x.shape[1]
+    slots = rows.shape[0] if rows is not None else x.shape[0]
+    y = torch.empty(slots, n, device=x.device, dtype=torch.bfloat16)
+    sg, s1, s2 = w.stride()
+    stride_wk, stride_wn = (s2, s1) if trans_b else (s1, s2)
+
+    def grid(meta):
+        return (triton.cdiv(slots, meta["BLOCK_M"]) + groups, triton.cdiv(n, meta["BLOCK_N"]))
+
+    _grouped_gemm_kernel[grid](x, w, offsets, rows if rows is not None else offsets, y, groups, x.shape[0], n, k,
+                               x.stride(0), sg, stride_wk, stride_wn, y.stride(0), GATHER=rows is not None)
+    return y

@@ -223,6 +223,21 @@ def rows_by_row_numbers() -> None:
         routed_rows[(5,)](x, src, dst, y, z, target=target)
 
 
+def grouped_products() -> None:
+    """grouped_gemm: 5 groups (one empty, one of a single row, the last tile of each cut short), rows past the last
+    offset untouched, 12 steps of K against the stages; rows gathered (some outside x) or not, both builds."""
+    from tkc.kernels import grouped_gemm
+
+    x = torch.randn(700, 768, device="cuda", dtype=torch.bfloat16)
+    offsets = torch.tensor([130, 130, 131, 400, 650], device="cuda", dtype=torch.int32)
+    rows = torch.randint(-2, 705, (690,), device="cuda", dtype=torch.int32)
+    for trans_b in (False, True):
+        w = torch.randn(5, *((200, 768) if trans_b else (768, 200)), device="cuda", dtype=torch.bfloat16)
+        for target in ("sm_80", None):
+            grouped_gemm(x, w, offsets, trans_b=trans_b, target=target)
+            grouped_gemm(x, w, offsets, rows=rows, trans_b=trans_b, target=target)
+
+
 def main() -> None:
     torch.manual_seed(0)
     bf = torch.bfloat16
@@ -303,6 +318,7 @@ def main() -> None:
     norms_backward()
     rotary_embedding()
     rows_by_row_numbers()
+    grouped_products()
     torch.cuda.synchronize()
     print("sanitize: all kernels ran")
 

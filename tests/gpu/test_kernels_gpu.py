@@ -981,3 +981,43 @@ def test_attention_backward_fused(b: int, h: int, n: int, d: int, warps: int, qu
     attention_bwd_dq_scale[(-(-n // 64), h, b)](dq_sum, dq, d**-0.5, D=d)
     for name, got, ref in zip("qkv", (dq, dk, dv), attention_grads_ref(q, k, v, grad, causal)):
         assert rel_err(got, ref) < 1e-2, f"d{name}"
+
+
+def grouped_reference(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, rows: torch.Tensor | None,
+                      trans_b: bool) -> torch.Tensor:
+    """Group g's rows of the product, in float64 (NaN past the last offset: left as they were)."""
+    xs = x.double() if rows is None else torch.where(((rows >= 0) & (rows < len(x)))[:, None],
+                                                     x.double()[rows.long().clamp(0, len(x) - 1)], 0.0)
+    out = torch.full((len(xs), w.shape[1] if trans_b else w.shape[2]), float("nan"), device="cuda",
+                     dtype=torch.float64)
+    start = 0
+    for g, stop in enumerate(offsets.tolist()):
+        weight = w[g].double().t() if trans_b else w[g].double()
+        out[start:stop] = xs[start:stop] @ weight
+        start = stop
+    return out
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("gather", [False, True])
+@pytest.mark.parametrize("groups, slots, n, k", [(8, 4096, 512, 1024), (3, 300, 200, 72), (64, 2000, 256, 128),
+                                                 (1, 129, 128, 64), (16, 16384, 1024, 512)])
+def test_grouped_gemm(groups: int, slots: int, n: int, k: int, gather: bool, trans_b: bool,
+                      target: str | None) -> None:
+    """Random group sizes (some empty), rows past the last offset untouched, gathered rows some outside x."""
+    from tkc.kernels import grouped_gemm
+
+    sizes = torch.distributions.Dirichlet(torch.ones(groups)).sample() * slots * 0.97
+    offsets = sizes.cumsum(0).int().cuda()
+    if groups > 2:
+        offsets[1] = offsets[0]  # an empty group
+    x = randn(slots + 7, k)
+    w = randn(groups, *((n, k) if trans_b else (k, n)), scale=k ** -0.5)
+    rows = torch.randint(-2, slots + 9, (slots,), device="cuda", dtype=torch.int32) if gather else None
+    out = poisoned_like((slots, n)) if gather else poisoned_like((slots + 7, n))
+    grouped_gemm(x, w, offsets, rows=rows, trans_b=trans_b, target=target, out=out)
+    ref = grouped_reference(x, w, offsets, rows, trans_b)
+    kept = torch.arange(len(ref), device="cuda") < offsets[-1]
+    assert rel_err(out[kept], ref[kept]) < 1e-2
+    assert out[~kept].isnan().all()

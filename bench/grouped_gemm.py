@@ -1,0 +1,92 @@
+"""Grouped GEMM (a mixture of experts' expert layers): tkc.kernels.grouped_gemm vs torch._grouped_mm (CUTLASS on
+Hopper), a loop of cuBLAS matmuls over the groups, and a Triton kernel, in TFLOP/s (2·S·N·K a call). The S rows
+(tokens routed to experts) fall into G groups at random (each token to an expert drawn uniformly); the weights are
+(G, N, K), a linear layer's layout (trans_b). --gather: the rows come unsorted, gathered by a (S,) int32 index as
+they are multiplied (tkc and Triton read x by it; torch gathers x[rows] first and then multiplies).
+
+    python bench/grouped_gemm.py [--cases 8x8192x7168x4096 ...] [--gather]
+
+A case is G×S×N×K.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import add_timing_options, compare, environment, record, rel_err, table, triton_peer  # noqa: E402
+
+import tkc.kernels  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", nargs="+", default=["8x8192x7168x4096", "64x16384x1408x2048",
+                                                       "128x32768x1536x2048", "8x2048x14336x4096"])
+    parser.add_argument("--gather", action="store_true", help="rows gathered by an index as they are multiplied")
+    add_timing_options(parser)
+    args = parser.parse_args()
+    triton_kernels = triton_peer()
+    env = environment()
+    out_rows = []
+    for case in args.cases:
+        groups, slots, n, k = map(int, case.split("x"))
+        experts = torch.randint(0, groups, (slots,), device="cuda")
+        sizes = torch.bincount(experts, minlength=groups)
+        offsets = sizes.cumsum(0).to(torch.int32)
+        bounds = [0, *offsets.tolist()]  # (the torch loop's slices, read once before timing)
+        x = torch.randn(slots, k, device="cuda", dtype=torch.bfloat16)
+        w = (torch.randn(groups, n, k, device="cuda") * k ** -0.5).to(torch.bfloat16)
+        rows = torch.randperm(slots, device="cuda", dtype=torch.int32) if args.gather else None
+        xs = x[rows.long()] if args.gather else x
+        ref = torch.cat([xs[bounds[g]:bounds[g + 1]].float() @ w[g].float().t() for g in range(groups)])
+
+        def torch_loop() -> torch.Tensor:
+            source = x[rows.long()] if rows is not None else x
+            return torch.cat([source[bounds[g]:bounds[g + 1]] @ w[g].t() for g in range(groups)])
+
+        def torch_grouped() -> torch.Tensor:
+            source = x[rows.long()] if rows is not None else x
+            return torch._grouped_mm(source, w.transpose(1, 2), offs=offsets)
+
+        impls = {"tkc sm_80": lambda: tkc.kernels.grouped_gemm(x, w, offsets, rows=rows, trans_b=True, target="sm_80"),
+                 "tkc": lambda: tkc.kernels.grouped_gemm(x, w, offsets, rows=rows, trans_b=True),
+                 "torch._grouped_mm": torch_grouped, "torch loop": torch_loop}
+        if triton_kernels is not None:
+            impls["triton"] = lambda: triton_kernels.grouped_gemm(x, w, offsets, rows, trans_b=True)
+        errors = {}
+        for name, fn in list(impls.items()):
+            try:
+                errors[name] = rel_err(fn(), ref)
+                assert errors[name] < 1e-2, f"relative error {errors[name]}"
+            except Exception as e:  # noqa: BLE001
+                print(f"  {name} failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                del impls[name]
+        times = compare(impls, args.rounds, args.launches)
+        flops = 2.0 * slots * n * k
+        row = {"case": f"{groups}×{slots}×{n}×{k}"}
+        for name in ("tkc sm_80", "tkc", "torch._grouped_mm", "torch loop", "triton"):
+            row[f"{name} TFLOP/s"] = flops / times[name] / 1e9 if name in times else float("nan")
+            row[f"{name} err"] = errors.get(name, float("nan"))
+        row["tkc ms"] = times.get("tkc", float("nan"))
+        for peer in ("torch._grouped_mm", "torch loop", "triton"):
+            row[f"tkc / {peer}"] = row["tkc TFLOP/s"] / row[f"{peer} TFLOP/s"]
+        out_rows.append(row)
+        print({key: (round(v, 3) if isinstance(v, float) else v) for key, v in row.items()}, flush=True)
+    cols = [("case", "G×S×N×K"), ("tkc ms", "tkc ms")]
+    cols += [(f"{name} TFLOP/s", f"{name} TFLOP/s") for name in ("tkc sm_80", "tkc", "torch._grouped_mm",
+                                                                 "torch loop", "triton")]
+    cols += [(f"tkc / {peer}", f"tkc / {peer}") for peer in ("torch._grouped_mm", "torch loop", "triton")]
+    cols += [("tkc err", "tkc rel err")]
+    text = (f"Grouped GEMM, weights (G, N, K) (trans_b), rows to groups at random{', gathered by an index' if args.gather else ''}; "
+            f"median of {args.rounds} interleaved rounds × {args.launches} launches.\n\n" + table(out_rows, cols))
+    print(text)
+    record("grouped_gemm" + ("_gather" if args.gather else ""), env, text, out_rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Grouped GEMM, a mixture of experts' core: the rows of x come in groups, group g (rows offsets[g - 1] ..
+offsets[g], torch._grouped_mm's `offs`) multiplied by its own weight w[g]. With `rows`, the rows of x are gathered
+first (row s of the product is x[rows[s]] · w[g]): the tokens routed to the experts need no permuted copy.
+
+A block takes one BM-row tile of one group: it finds which by walking the groups' offsets (its tile number among
+all groups' tiles), runs its K loop only if its tile lies in a group, and cuts its stores short at the group's end
+(`rows(r, end)`), so a tile that runs past its group never writes the next group's rows."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import tkc
+from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
+from tkc.kernels._checks import check_tensor, dtype_constant, fail, wgmma_path
+from tkc.lang import *  # noqa: F403
+
+if TYPE_CHECKING:
+    import torch
+
+
+@tkc.func
+def group_tile(Offsets, groups, tile, BM):
+    """Tile `tile` of the groups' tiles (each group's rows in tiles of BM, the groups one after another): (its group,
+    its first row, its group's end), or (-1, 0, 0) past the last group's tiles."""
+    group, first, end, tiles_before = -1, 0, 0, 0
+    for g in range(groups):
+        start, stop = Offsets[g - 1], Offsets[g]  # (Offsets[-1] reads 0: the first group starts at row 0)
+        tiles = cdiv(max(stop - start, 0), BM)
+        if tiles_before <= tile and tile < tiles_before + tiles:
+            group, first, end = g, start + (tile - tiles_before) * BM, stop
+        tiles_before = tiles_before + tiles
+    return group, first, end
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_80")
+def grouped_gemm_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Rows: gl["RT", 1], Y: gl["DT", 2],
+                        GATHER: const = 0, TRANS_B: const = 0, BM: const = 128, BN: const = 128, BK: const = 64,
+                        WARPS: const = 4, WARPS_N: const = 2, STAGES: const = 2, DT: const = bf16, RT: const = i32):
+    """Y's rows Offsets[g - 1] .. Offsets[g] = X's same rows (with GATHER, rows Rows[...]) · W[g] (K×N; with TRANS_B
+    W[g] is N×K). Grid: (cdiv(rows, BM) + groups, cdiv(N, BN)): a block a tile of a group and BN columns (blocks past
+    the last group's tiles do nothing). Each step of K stages a BM×BK slice of X (gathered rows: cp.async) and a
+    slice of W[g] in shared memory; the warps form a (WARPS / WARPS_N) × WARPS_N grid over the tile, as gemm_kernel."""
+    WARPS_M = WARPS // WARPS_N
+    WM, WN = BM // WARPS_M, BN // WARPS_N
+    group, first, end = group_tile(Offsets, W.shape[0], block_idx()[0], BM)
+    bn = block_idx()[1]
+    wm, wn = warp_id() // WARPS_N, warp_id() % WARPS_N
+    acc = zeros(rt[f32, WM, WN])
+    for k in range(cdiv(X.shape[1], BK) * min(group + 1, 1)):  # no steps past the last group's tiles
+        if GATHER:
+            x_s = load(X, (rows_at(Rows, first), k), st[DT, BM, BK])
+        else:
+            x_s = load(X, (rows(first), k), st[DT, BM, BK])
+        a = load(x_s, (wm, 0), rt[DT, WM, BK])
+        if TRANS_B:
+            acc = mma_ABt(a, load(load(W, (group, bn, k), st[DT, BN, BK]), (wn, 0), rt[DT, WN, BK]), acc)
+        else:
+            acc = mma_AB(a, load(load(W, (group, k, bn), st[DT, BK, BN]), (0, wn), rt[DT, BK, WN]), acc)
+    store(Y, acc.to(DT), (rows(first + wm * WM, end), bn * WARPS_N + wn))
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+def grouped_gemm_sm90_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Rows: gl["RT", 1],
+                             Y: gl["DT", 2], GATHER: const = 0, TRANS_B: const = 0, BN: const = 128, BK: const = 64,
+                             WARPS: const = 8, STAGES: const = 4, DT: const = bf16, RT: const = i32):
+    """As grouped_gemm_kernel on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)-row tile of a
+    group, each warpgroup its 64 rows times all BN columns of W[g] (a TMA ring where X's rows are not gathered and the
+    rows are 16-byte aligned, else cp.async), each warp storing its 16 rows."""
+    BM = 16 * WARPS
+    group, first, end = group_tile(Offsets, W.shape[0], block_idx()[0], BM)
+    bn = block_idx()[1]
+    acc = zeros(rt[f32, 16, BN])
+    for k in range(cdiv(X.shape[1], BK) * min(group + 1, 1)):  # no steps past the last group's tiles
+        if GATHER:
+            x_s = load(X, (rows_at(Rows, first), k), st[DT, BM, BK])
+        else:
+            x_s = load(X, (rows(first), k), st[DT, BM, BK])
+        a = load(x_s, (warpgroup_id(), 0), st[DT, 64, BK])  # this warpgroup's rows
+        if TRANS_B:
+            acc = mma_ABt(a, load(W, (group, bn, k), st[DT, BN, BK]), acc)
+        else:
+            acc = mma_AB(a, load(W, (group, k, bn), st[DT, BK, BN]), acc)
+    store(Y, acc.to(DT), (rows(first + 16 * warp_id(), end), bn))
+
+
+CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2}  # gemm()'s sm_80 tiles
+CONFIG_SM90 = {"BN": 128, "BK": 64, "WARPS": 8, "STAGES": 4}
+
+
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, rows: torch.Tensor | None = None,
+                 trans_b: bool = False, target: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out[offsets[g - 1]:offsets[g]] = x[offsets[g - 1]:offsets[g]] · w[g] for each group g (offsets[-1] read as 0),
+    as torch._grouped_mm(x, w, offs=offsets): x (S×K) bf16 (or f16), w (G×K×N), or (G×N×K) with trans_b (a linear
+    layer's weights), offsets (G,) int32, non-decreasing, the last at most S; rows past the last offset are left
+    as they are. With `rows` ((S,) int32 or int64): row s of the product is x[rows[s]] · w[g] (x then any number of
+    rows; entries outside x give zero rows), so tokens routed to experts are multiplied without a permuted copy.
+    On Hopper (or target="sm_90a") the wgmma kernel, elsewhere (or target="sm_80") the mma.sync kernel."""
+    import torch
+
+    dtype = torch.float16 if getattr(x, "dtype", None) is torch.float16 else torch.bfloat16  # else: its error
+    check_tensor("x", x, dtype, 2)
+    check_tensor("w", w, dtype, 3)
+    check_tensor("offsets", offsets, torch.int32, 1)
+    groups = w.shape[0]
+    n, k = (w.shape[1], w.shape[2]) if trans_b else (w.shape[2], w.shape[1])
+    if x.shape[1] != k:
+        fail(f"w: x is {tuple(x.shape)}, so w must be (G, {'N, ' if trans_b else ''}{k}{'' if trans_b else ', N'})"
+             f"{' (trans_b=True)' if trans_b else ''}, got {tuple(w.shape)}")
+    if offsets.shape[0] != groups:
+        fail(f"offsets: one end offset a group: w has {groups} groups, offsets {offsets.shape[0]} entries")
+    slots = x.shape[0]
+    if rows is not None:
+        if not isinstance(rows, torch.Tensor) or rows.dtype not in (torch.int32, torch.int64):
+            fail(f"rows: an int32 or int64 tensor of x's row numbers, got "
+                 f"{rows.dtype if isinstance(rows, torch.Tensor) else type(rows).__name__}")
+        check_tensor("rows", rows, rows.dtype, 1)
+        slots = rows.shape[0]
+    for name, tensor in (("w", w), ("offsets", offsets), ("rows", rows), ("out", out)):
+        if tensor is not None and tensor.device != x.device:
+            fail(f"{name} is on {tensor.device} but x is on {x.device}")
+    if out is None:
+        out = x.new_empty((slots, n))
+    else:
+        check_tensor("out", out, dtype, 2)
+        if tuple(out.shape) != (slots, n):
+            fail(f"out: expected shape ({slots}, {n}), got {tuple(out.shape)}")
+    if slots == 0 or n == 0 or groups == 0:
+        return out
+    index = rows if rows is not None else offsets  # (not read without GATHER)
+    constants = {"GATHER": int(rows is not None), "TRANS_B": int(trans_b), "RT": i64 if index.dtype == torch.int64
+                 else i32, **dtype_constant(dtype)}
+    if wgmma_path(x.get_device(), target):
+        spec = grouped_gemm_sm90_kernel.specialize(target="sm_90a", **constants, **CONFIG_SM90)
+        bm, bn = 16 * CONFIG_SM90["WARPS"], CONFIG_SM90["BN"]
+    else:
+        spec = grouped_gemm_kernel.specialize(target=target, **constants, **CONFIG)
+        bm, bn = CONFIG["BM"], CONFIG["BN"]
+    spec.launch((ceil_div(slots, bm) + groups, ceil_div(n, bn), 1), (x, w, offsets, index, out))
+    return out
