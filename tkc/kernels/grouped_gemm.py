@@ -22,14 +22,17 @@ if TYPE_CHECKING:
 @tkc.func
 def group_tile(Offsets, groups, tile, BM):
     """Tile `tile` of the groups' tiles (each group's rows in tiles of BM, the groups one after another): (its group,
-    its first row, its group's end), or (-1, 0, 0) past the last group's tiles."""
-    group, first, end, tiles_before = -1, 0, 0, 0
-    for g in range(groups):
-        start, stop = Offsets[g - 1], Offsets[g]  # (Offsets[-1] reads 0: the first group starts at row 0)
-        tiles = cdiv(max(stop - start, 0), BM)
-        if tiles_before <= tile and tile < tiles_before + tiles:
-            group, first, end = g, start + (tile - tiles_before) * BM, stop
-        tiles_before = tiles_before + tiles
+    its first row, its group's end), or (-1, 0, 0) past the last group's tiles. The offsets are read four at a time
+    (their loads overlap; past the tensor's end they read 0: no tiles)."""
+    group, first, end, tiles_before, start = -1, 0, 0, 0, 0
+    for g in range(0, groups, 4):
+        stops = (Offsets[g], Offsets[g + 1], Offsets[g + 2], Offsets[g + 3])
+        for u in range(4):
+            tiles = cdiv(max(stops[u] - start, 0), BM)
+            if tiles_before <= tile and tile < tiles_before + tiles:
+                group, first, end = g + u, start + (tile - tiles_before) * BM, stops[u]
+            tiles_before = tiles_before + tiles
+            start = stops[u]
     return group, first, end
 
 
