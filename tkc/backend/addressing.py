@@ -1,8 +1,8 @@
 """Address arithmetic the memory lowerings share (lower_memory.py, lower_copies.py, lower_tma.py): shared buffers'
 addresses (hoisted to the kernel's entry), byte offsets inside a shared tile, 64-bit global pointers advanced over
-indices, bounds predicates, rows found through rows_at's index tensor, and gathering single registers into one
-bundle. Immediates (`Imm`) fold: a constant
-index or a zero offset costs no instruction."""
+indices, bounds predicates (cut short at a rows(r, end)'s end), rows found through rows_at's index tensor, and
+gathering single registers into one bundle. Immediates (`Imm`) fold: a constant index or a zero offset costs no
+instruction."""
 
 from __future__ import annotations
 

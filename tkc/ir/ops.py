@@ -1009,8 +1009,9 @@ class LoadOp(IRDLOperation):
 
     Indices count in units of the loaded tile along its dimensions (the last one or two of the source).
     Global→register loads convert the dtype; copies between global and shared memory do not. A global→register
-    tile load may gather its rows: `rows_at %p : !tile.gl<?xi64>` after the indices reads row %p[r + i] into row i
-    (r the row index, which then counts rows).
+    or global→shared tile load may gather its rows: `rows_at %p : !tile.gl<?xi64>` after the indices reads row
+    %p[r + i] into row i (r the row index, which then counts rows). `rows_end %e` (a register tile's load whose row
+    index counts rows): rows from %e on (tensor rows, or places in %p) read zeros.
     """
 
     name = "tile.load"
@@ -1090,7 +1091,8 @@ def verify_row_numbers(op: Operation, what: str, src: Attribute, dst: Attribute)
 
 class _GlobalWriteOp(IRDLOperation):
     """Base of the ops writing a tile into global memory at tile indices: `tile.OP %t, %dst[%i, ...] : T -> G`
-    (`rows_at %p : G'` after the indices: the rows go to the rows %p names, from the row index on)."""
+    (`rows_at %p : G'` after the indices: the rows go to the rows %p names, from the row index on; `rows_end %e`:
+    rows from %e on, tensor rows or places in %p, are not written)."""
 
     value = operand_def(ANY_TILE)
     dest = operand_def(GlobalType)
