@@ -135,3 +135,22 @@ def rotary_ref(x, cos, sin, offset: int = 0, conjugate: bool = False, interleave
     x1, x2 = x[..., first], x[..., second]
     out[..., first], out[..., second] = x1 * c - x2 * s, x2 * c + x1 * s
     return out
+
+
+def gathered_rows(table: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
+    """Rows positions[0 .. count) of table (rows_at's reading), zeros where the position or its value is out of
+    range."""
+    out = np.zeros((count, table.shape[1]), dtype=np.float64)
+    for r in range(min(count, len(positions))):
+        if 0 <= positions[r] < table.shape[0]:
+            out[r] = table[positions[r]]
+    return out
+
+
+def row_numbers(rng: np.random.Generator, n: int, dtype: type, rows: int) -> np.ndarray:
+    """n row numbers of a table of `rows` rows, mostly in range, some negative or past its end (and, for int64,
+    one past 2**32, whose low word alone would be a valid row)."""
+    p = rng.integers(-4, rows + 4, size=n)
+    if dtype is np.int64 and n:
+        p[rng.integers(0, n)] = (1 << 32) + 3
+    return p.astype(dtype)

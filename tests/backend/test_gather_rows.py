@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st_
-from reference import BF16, random_bf16
+from reference import BF16, gathered_rows, random_bf16, row_numbers
 
 import tkc
 from tkc.backend import addressing
@@ -55,23 +55,6 @@ def scattered_products(A: gl[bf16, 2], B: gl[bf16, 2], P: gl["PT", 1], O: gl[bf1
     atomic_add(S, product, (rows_at(P, 16 * b), 0))
 
 
-def _gathered(table: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
-    """Rows positions[0 .. count) of table, zeros where the position or its value is out of range."""
-    out = np.zeros((count, table.shape[1]), dtype=np.float64)
-    for r in range(min(count, len(positions))):
-        if 0 <= positions[r] < table.shape[0]:
-            out[r] = table[positions[r]]
-    return out
-
-
-def _positions(rng: np.random.Generator, n: int, dtype: type) -> np.ndarray:
-    """Row numbers mostly in range, some negative or past the table (and, for int64, past 2**32: a high word)."""
-    p = rng.integers(-4, ROWS + 4, size=n)
-    if dtype is np.int64 and n:
-        p[rng.integers(0, n)] = (1 << 32) + 3  # its low word alone would be a valid row
-    return p.astype(dtype)
-
-
 def _run_both(kernel, args, grid, constants, target):
     module = lower_kernel(kernel, target, constants)
     interp = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
@@ -88,11 +71,11 @@ def test_gathered_rows(target: str, index_type: str, repeat: int) -> None:
     rng = np.random.default_rng(repeat)
     dtype = np.int64 if index_type == "i64" else np.int32
     table = rng.standard_normal((ROWS, 64 // repeat)).astype(np.float32)
-    positions = _positions(rng, 29, dtype)  # the second tile runs past the index's end
+    positions = row_numbers(rng, 29, dtype, ROWS)  # the second tile runs past the index's end
     out = np.full((32, 64), np.nan, dtype=np.float32)
     constants = {"PT": i64 if index_type == "i64" else i32, "REPEAT": repeat}
     interp, sim = _run_both(scaled_rows, [table, positions, out], 2, constants, target)
-    ref = _gathered(table, positions, 32)
+    ref = gathered_rows(table, positions, 32)
     if repeat == 2:
         ref = np.repeat(ref, 2, axis=1)
         ref[:, 0::2], ref[:, 1::2] = -ref[:, 1::2].copy(), ref[:, 0::2].copy()
@@ -104,10 +87,10 @@ def test_gathered_rows(target: str, index_type: str, repeat: int) -> None:
 def test_gathered_mma_operand_and_sums(target: str) -> None:
     rng = np.random.default_rng(7)
     a, table = random_bf16(rng, 16, 16), random_bf16(rng, ROWS, 16)
-    positions = _positions(rng, 32, np.int32)
+    positions = row_numbers(rng, 32, np.int32, ROWS)
     out, sums = np.full((32, 16), np.nan, dtype=np.float32), np.full(32, np.nan, dtype=np.float32)
     interp, sim = _run_both(gathered_products, [a, table, positions, out, sums], 2, {}, target)
-    rows = _gathered(table.astype(np.float32), positions, 32)
+    rows = gathered_rows(table.astype(np.float32), positions, 32)
     expected = np.concatenate([a.astype(np.float64) @ rows[16 * b:16 * b + 16] for b in range(2)])
     np.testing.assert_allclose(interp[3], expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(interp[4], rows.sum(axis=1), rtol=1e-5, atol=1e-5)
@@ -121,11 +104,11 @@ def test_gathered_rows_any_positions(seed: int, count: int, strided: bool) -> No
     """Random positions (any count, an index tensor read with a stride) give the interpreter's rows in the PTX."""
     rng = np.random.default_rng(seed)
     table = rng.standard_normal((ROWS, 64)).astype(np.float32)
-    backing = _positions(rng, 2 * count, np.int64)
+    backing = row_numbers(rng, 2 * count, np.int64, ROWS)
     positions = backing[::2] if strided else backing[:count]
     out = np.full((48, 64), np.nan, dtype=np.float32)
     interp, sim = _run_both(scaled_rows, [table, positions, out], 3, {"PT": i64}, "sm_80")
-    np.testing.assert_array_equal(interp[2], 2 * _gathered(table, positions, 48).astype(np.float32))
+    np.testing.assert_array_equal(interp[2], 2 * gathered_rows(table, positions, 48).astype(np.float32))
     np.testing.assert_array_equal(sim[2], interp[2])
 
 

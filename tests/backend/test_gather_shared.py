@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st_
-from reference import random_bf16, rel_err
+from reference import gathered_rows, random_bf16, rel_err, row_numbers
 
 import tkc
 from tkc.backend import addressing
@@ -58,23 +58,6 @@ def gathered_rows_once(X: gl["DT", 2], P: gl["PT", 1], O: gl[f32, 2], PT: const 
     store(O, load(x, conflicts=2), (b, 0))
 
 
-def gathered(table: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
-    """Rows positions[0 .. count) of table, zeros where the position or its value is out of range."""
-    out = np.zeros((count, table.shape[1]), dtype=np.float64)
-    for r in range(min(count, len(positions))):
-        if 0 <= positions[r] < table.shape[0]:
-            out[r] = table[positions[r]]
-    return out
-
-
-def positions_for(rng: np.random.Generator, n: int, dtype: type) -> np.ndarray:
-    """Row numbers mostly in range, some negative or past the table (an int64 one past 2**32 too)."""
-    p = rng.integers(-4, ROWS + 4, size=n)
-    if dtype is np.int64 and n:
-        p[rng.integers(0, n)] = (1 << 32) + 3  # its low word alone would be a valid row
-    return p.astype(dtype)
-
-
 def run_both(kernel, args, grid, constants, target):
     aligns = {p.name: tensor_alignment(a) for p, a in zip(kernel.runtime_params, args) if p.kind == "tensor"}
     module = lower_kernel(kernel, target, constants, aligns=aligns)
@@ -88,9 +71,9 @@ def run_both(kernel, args, grid, constants, target):
 def gemm_case(seed: int, k: int, count: int, dtype: type = np.int32):
     rng = np.random.default_rng(seed)
     x, w = random_bf16(rng, ROWS, k), random_bf16(rng, k, 64)
-    positions = positions_for(rng, count, dtype)
+    positions = row_numbers(rng, count, dtype, ROWS)
     out = np.full((128, 64), np.nan, dtype=np.float32)
-    expected = gathered(x.astype(np.float64), positions, 128) @ w.astype(np.float64)
+    expected = gathered_rows(x.astype(np.float64), positions, 128) @ w.astype(np.float64)
     return [x, positions, w, out], expected
 
 
@@ -132,12 +115,12 @@ def test_gathered_rows_once(target: str, dtype: str, cols: int) -> None:
     table = rng.standard_normal((ROWS, cols)).astype(np.float32)
     if dtype == "bf16":
         table = random_bf16(rng, ROWS, cols)
-    positions = positions_for(rng, 60, np.int64)
+    positions = row_numbers(rng, 60, np.int64, ROWS)
     out = np.full((64, 16), np.nan, dtype=np.float32)
     interp, sim = run_both(gathered_rows_once, [table, positions, out], 2, {"DT": bf16 if dtype == "bf16" else f32},
                            target)
     expected = np.zeros((64, 16), dtype=np.float32)
-    expected[:, :cols] = gathered(table.astype(np.float32), positions, 64)
+    expected[:, :cols] = gathered_rows(table.astype(np.float32), positions, 64)
     np.testing.assert_array_equal(interp[2], expected)
     np.testing.assert_array_equal(sim[2], interp[2])
 
