@@ -113,6 +113,25 @@ def test_norms_without_a_residual_and_rms_under_compile(cpu_kernels) -> None:
     assert torch.allclose(z.float(), ref_z, atol=5e-2)
 
 
+def test_grouped_gemm_is_one_op_under_compile() -> None:
+    """grouped_gemm() is one tkc.grouped_gemm op under compile (rows sorted or gathered: the output has a row per
+    index entry); on inputs that require grad it says it has no backward."""
+    from tkc.errors import KernelArgumentError
+    from tkc.kernels import grouped_gemm
+
+    graphs = []
+    x, w = torch.randn(64, 32, dtype=bf16), torch.randn(4, 48, 32, dtype=bf16)
+    offsets, rows = torch.tensor([10, 20, 40, 64], dtype=torch.int32), torch.arange(100, dtype=torch.int32) % 64
+    compiled = torch.compile(lambda x, w, o, r: (grouped_gemm(x, w, o, trans_b=True), grouped_gemm(x, w, o, rows=r,
+                                                 trans_b=True)), backend=_keeping(graphs), fullgraph=True)
+    sorted_out, gathered_out = compiled(x, w, offsets, rows)
+    (graph,) = graphs
+    assert _tkc_ops(graph) == ["tkc.grouped_gemm", "tkc.grouped_gemm"]
+    assert sorted_out.shape == (64, 48) and gathered_out.shape == (100, 48)
+    with pytest.raises(KernelArgumentError, match="grouped_gemm has no backward yet"):
+        grouped_gemm(x, w.requires_grad_(), offsets, trans_b=True)
+
+
 def test_an_out_tensor_under_compile_receives_the_result() -> None:
     graphs = []
 

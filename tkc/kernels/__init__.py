@@ -12,7 +12,8 @@
     tkc.kernels.rotary_qk(q, k, cos, sin)                  # q and k turned alike in one launch
 
 Under torch.compile / torch.export, and on inputs that require grad, each call is a `torch.ops.tkc.*` custom op
-(tkc/kernels/torch_ops.py): one opaque node of the graph; gemm, attention, the norms and rotary have a backward.
+(tkc/kernels/torch_ops.py): one opaque node of the graph; gemm, attention, the norms and rotary have a backward
+(grouped_gemm not yet: it refuses inputs that require grad).
 """
 
 from tkc.kernels.attention import attention, attention_fwd, attention_fwd_lse, attention_sm90

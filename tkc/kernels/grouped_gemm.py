@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, dtype_constant, fail, wgmma_path
+from tkc.kernels._checks import check_tensor, dtype_constant, fail, wants_grad, wgmma_path
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -103,6 +103,14 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, row
     rows; entries outside x give zero rows), so tokens routed to experts are multiplied without a permuted copy.
     On Hopper (or target="sm_90a") the wgmma kernel, elsewhere (or target="sm_80") the mma.sync kernel."""
     import torch
+
+    if wants_grad(torch, x, w):
+        fail("grouped_gemm has no backward yet: x and w must not require grad (call it under torch.no_grad())")
+    if torch.compiler.is_compiling():  # one op of the graph
+        from tkc.kernels import torch_ops
+
+        y = torch_ops.grouped_gemm(x, w, offsets, rows, bool(trans_b), target)
+        return y if out is None else out.copy_(y)
 
     dtype = torch.float16 if getattr(x, "dtype", None) is torch.float16 else torch.bfloat16  # else: its error
     check_tensor("x", x, dtype, 2)

@@ -16,6 +16,7 @@ included: dx = dresidual, dweight, dbias). Imported on first use (importing tkc.
     torch.ops.tkc.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, target) -> c (fp8: no backward)
     torch.ops.tkc.rotary(x, cos, sin, offset, interleaved, conjugate, target, positions) -> x turned (its gradient:
         turned back)
+    torch.ops.tkc.grouped_gemm(x, w, offsets, rows, trans_b, target) -> out (no backward yet)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from tkc.kernels.attention import attention as _attention
 from tkc.kernels.attention_bwd import attention_backward as _attention_backward_kernels
 from tkc.kernels.gemm import gemm as _gemm
+from tkc.kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from tkc.kernels.layernorm import layernorm as _layernorm
 from tkc.kernels.layernorm import rmsnorm as _rmsnorm
 from tkc.kernels.layernorm_bwd import layernorm_backward as _layernorm_backward_kernels
@@ -205,3 +207,15 @@ def _rotary_backward(ctx, grad: torch.Tensor):
 
 
 rotary.register_autograd(_rotary_backward, setup_context=_rotary_setup)
+
+
+@torch.library.custom_op("tkc::grouped_gemm", mutates_args=())
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, rows: torch.Tensor | None = None,
+                 trans_b: bool = False, target: str | None = None) -> torch.Tensor:
+    return _grouped_gemm(x, w, offsets, rows=rows, trans_b=trans_b, target=target)
+
+
+@grouped_gemm.register_fake
+def _(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, rows: torch.Tensor | None = None,
+      trans_b: bool = False, target: str | None = None) -> torch.Tensor:
+    return x.new_empty((x.shape[0] if rows is None else rows.shape[0], w.shape[1] if trans_b else w.shape[2]))
