@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 
 import pytest
 
@@ -1021,3 +1022,21 @@ def test_grouped_gemm(groups: int, slots: int, n: int, k: int, gather: bool, tra
     kept = torch.arange(len(ref), device="cuda") < offsets[-1]
     assert rel_err(out[kept], ref[kept]) < 1e-2
     assert out[~kept].isnan().all()
+
+
+def test_grouped_gemm_arguments() -> None:
+    """Each bad argument is one KernelArgumentError naming it."""
+    from tkc.errors import KernelArgumentError
+    from tkc.kernels import grouped_gemm
+
+    x, w = randn(64, 32), randn(4, 32, 48)
+    offsets = torch.tensor([10, 20, 40, 64], device="cuda", dtype=torch.int32)
+    cases = [((x, randn(4, 16, 48), offsets), {}, "w: x is"),
+             ((x, w, offsets.long()), {}, "offsets must be torch.int32"),
+             ((x, w, offsets[:3]), {}, "offsets: one end offset a group"),
+             ((x, w, offsets), {"rows": torch.zeros(8, device="cuda")}, "rows: an int32 or int64 tensor"),
+             ((x, w, offsets.cpu()), {}, "offsets is on cpu"),
+             ((x, w, offsets), {"out": poisoned_like((64, 47))}, "out: expected shape (64, 48)")]
+    for args, kwargs, message in cases:
+        with pytest.raises(KernelArgumentError, match=re.escape(message)):
+            grouped_gemm(*args, **kwargs)
