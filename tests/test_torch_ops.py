@@ -128,8 +128,43 @@ def test_grouped_gemm_is_one_op_under_compile() -> None:
     (graph,) = graphs
     assert _tkc_ops(graph) == ["tkc.grouped_gemm", "tkc.grouped_gemm"]
     assert sorted_out.shape == (64, 48) and gathered_out.shape == (100, 48)
-    with pytest.raises(KernelArgumentError, match="grouped_gemm has no backward yet"):
-        grouped_gemm(x, w.requires_grad_(), offsets, trans_b=True)
+    with pytest.raises(KernelArgumentError, match="grouped_gemm has no backward for gathered rows yet"):
+        grouped_gemm(x, w.requires_grad_(), offsets, rows=rows, trans_b=True)
+
+
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_grouped_gemm_gradients(monkeypatch, trans_b: bool) -> None:
+    """grouped_gemm's backward (the formulas around its kernels, the kernels replaced by float references on the
+    CPU): dx and dw as autograd finds them through a loop of matmuls; dx zero in rows no group took."""
+    from tkc.kernels import grouped_gemm, torch_ops
+
+    def bounds(offsets):
+        return list(zip([0, *offsets.tolist()[:-1]], offsets.tolist()))
+
+    def product_ref(x, w, offsets, rows=None, trans_b=False, target=None, out=None):
+        out = x.new_zeros((x.shape[0], w.shape[1] if trans_b else w.shape[2])) if out is None else out
+        for g, (s, e) in enumerate(bounds(offsets)):
+            out[s:e] = (x[s:e].float() @ (w[g].float().t() if trans_b else w[g].float())).to(x.dtype)
+        return out
+
+    def wgrad_ref(x, dy, offsets, rows=None, trans_b=False, target=None):
+        parts = [(dy[s:e].float().t() @ x[s:e].float()) if trans_b else (x[s:e].float().t() @ dy[s:e].float())
+                 for s, e in bounds(offsets)]
+        return torch.stack(parts).to(x.dtype)
+
+    monkeypatch.setattr(torch_ops, "_grouped_gemm", product_ref)
+    monkeypatch.setattr(torch_ops, "_grouped_gemm_wgrad", wgrad_ref)
+    x = torch.randn(70, 32, dtype=torch.float64).to(bf16).requires_grad_()
+    w = torch.randn(4, *((48, 32) if trans_b else (32, 48)), dtype=torch.float64).to(bf16).requires_grad_()
+    offsets = torch.tensor([10, 10, 40, 64], dtype=torch.int32)
+    dout = torch.randn(70, 48, dtype=bf16)
+    grouped_gemm(x, w, offsets, trans_b=trans_b).backward(dout)
+    xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = torch.cat([xr[s:e] @ (wr[g].t() if trans_b else wr[g]) for g, (s, e) in enumerate(bounds(offsets))])
+    ref.backward(dout[:64].double())
+    assert torch.allclose(x.grad[:64].double(), xr.grad[:64], rtol=2e-2, atol=2e-1)
+    assert torch.equal(x.grad[64:], torch.zeros_like(x.grad[64:]))
+    assert torch.allclose(w.grad.double(), wr.grad, rtol=2e-2, atol=2e-1)
 
 
 def test_an_out_tensor_under_compile_receives_the_result() -> None:

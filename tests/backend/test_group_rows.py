@@ -144,15 +144,16 @@ def test_element_reads_and_ends_are_checked() -> None:
         store(O, load(O, (T[0], 0), rt[f32, 16, 16]), (0, 0))
 
     @tkc.kernel
-    def end_into_shared(X: gl[f32, 2], O: gl[f32, 2]):
-        store(O, load(load(X, (rows(0, 5), 0), st[f32, 16, 16])), (0, 0))
+    def end_from_shared(X: gl[f32, 2], O: gl[f32, 2]):
+        store(O, load(X, (0, 0), st[f32, 16, 16]), (rows(0, 5), 0))
 
     with pytest.raises(TkcError, match=r"only an int32 tensor's elements read as run-time ints"):
         compile_kernels([float_element], "sm_80", {})
     with pytest.raises(TkcError, match=r"reads one element: give 2 indices"):
         compile_kernels([one_index], "sm_80", {})
-    with pytest.raises(TkcError, match=r"an end to the rows .* cuts a register tile's load or store short"):
-        compile_kernels([end_into_shared], "sm_80", {})
+    with pytest.raises(TkcError, match=r"an end to the rows .* cuts a register tile's load or store, or a load into "
+                                       r"a shared tile, short; not st\[f32, 16, 16\]'s"):
+        compile_kernels([end_from_shared], "sm_80", {})
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc==13.0.88)")
@@ -206,7 +207,7 @@ def test_grouped_gemm(kernel: str, target: str, config: dict, gather: int, trans
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc==13.0.88)")
 def test_ptxas_accepts_grouped_gemm() -> None:
-    """The shipped configurations, rows gathered or not, both layouts of w: no spills."""
+    """The shipped configurations, rows gathered or not, both layouts of w, and the weight gradient's: no spills."""
     grouped = importlib.import_module("tkc.kernels.grouped_gemm")  # (tkc.kernels.grouped_gemm: the function)
 
     for kernel, target, config in ((grouped.grouped_gemm_kernel, "sm_80", grouped.CONFIG),
@@ -216,3 +217,51 @@ def test_ptxas_accepts_grouped_gemm() -> None:
                 constants = {**config, "GATHER": gather, "TRANS_B": trans_b}
                 report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
                 assert report.spill_stores == 0, (kernel.name, constants)
+    for kernel, target, config in ((grouped.grouped_gemm_wgrad_kernel, "sm_80", grouped.CONFIG_WGRAD),
+                                   (grouped.grouped_gemm_wgrad_sm90_kernel, "sm_90a", grouped.CONFIG_WGRAD_SM90)):
+        for gathered in ({}, {"GATHER_A": 1}, {"GATHER_B": 1}):
+            constants = {**config, **gathered}
+            report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
+            assert report.spill_stores == 0, (kernel.name, constants)
+
+
+@pytest.mark.parametrize("kernel, target, config", [
+    ("grouped_gemm_wgrad_kernel", "sm_80", {"BM": 64, "BN": 64, "BR": 32, "WARPS": 4, "WARPS_N": 2, "STAGES": 2}),
+    ("grouped_gemm_wgrad_sm90_kernel", "sm_90a", {"BN": 64, "BR": 64, "WARPS": 4, "STAGES": 3})])
+@pytest.mark.parametrize("gather_a, gather_b", [(0, 0), (1, 0), (0, 1)])
+def test_grouped_gemm_wgrad(kernel: str, target: str, config: dict, gather_a: int, gather_b: int) -> None:
+    """grouped_gemm's weight gradient: C[g] = A_gᵀ · B_g over groups of 40, 0, 99 and 2 rows (the loop's last slice
+    cut at each group's end: the next group's rows must not add in), rows gathered on either side or none; the
+    interpreter against numpy, the PTX against the interpreter (to one bf16 rounding: f32 sums in another order)."""
+    grouped = importlib.import_module("tkc.kernels.grouped_gemm")
+    from reference import BF16, random_bf16, rel_err
+
+    from tkc.compiler import tensor_alignment
+
+    rng = np.random.default_rng(3 * gather_a + gather_b)
+    slots, m, n, groups = 150, 128, 64, 4
+    a, b = random_bf16(rng, slots, m), random_bf16(rng, slots, n)
+    offsets = np.array([40, 40, 139, 141], dtype=np.int32)
+    rows_of = (rng.permutation(slots + 4)[:slots] - 2).astype(np.int32)  # some outside the tensors
+
+    def side(t, gathered):
+        if not gathered:
+            return t.astype(np.float64)
+        inside = (rows_of >= 0) & (rows_of < slots)
+        return np.where(inside[:, None], t.astype(np.float64)[np.clip(rows_of, 0, slots - 1)], 0.0)
+
+    sa, sb = side(a, gather_a), side(b, gather_b)
+    expected = np.stack([sa[s:e].T @ sb[s:e] for s, e in zip([0, *offsets[:-1]], offsets)])
+    args = [a, b, offsets, rows_of, np.full((groups, m, n), np.nan, dtype=BF16)]
+    constants = {"GATHER_A": gather_a, "GATHER_B": gather_b, **config}
+    tile_rows = config.get("BM", 16 * config["WARPS"])
+    grid = (groups, -(-m // tile_rows) * -(-n // config["BN"]))
+    kernel_fn = getattr(grouped, kernel)
+    interp = [t.copy() for t in args]
+    kernel_fn.interpret(*interp, grid=grid, **constants)
+    assert rel_err(interp[4].astype(np.float64), expected) < 1e-2
+    assert (interp[4][1].astype(np.float32) == 0).all()  # the empty group: zeros
+    aligns = {p.name: tensor_alignment(t) for p, t in zip(kernel_fn.runtime_params, args) if p.kind == "tensor"}
+    sim = [t.copy() for t in args]
+    simulate(lower_kernel(kernel_fn, target, constants, aligns=aligns), kernel_fn.name, sim, grid)
+    np.testing.assert_allclose(sim[4].astype(np.float32), interp[4].astype(np.float32), rtol=1e-2, atol=1e-3)

@@ -17,7 +17,8 @@ from xdsl.ir import SSAValue
 
 from tkc.backend import ptx
 from tkc.backend.addressing import (InRows, add_address, add_i32, bundle_of, gathered_row_pointers, global_coords,
-                                    in_bounds, lead_pointer, mad64, mul_imm, offset_of, shared_base, shared_offset)
+                                    in_bounds, lead_pointer, mad64, mul_imm, offset_of, row_limit, shared_base,
+                                    shared_offset)
 from tkc.backend.index import TID, Const, Expr, share_bases
 from tkc.backend.lowering import GlobalRef, Imm, KernelLowering, RingRef, SharedRef, handles
 from tkc.errors import TkcError
@@ -139,7 +140,8 @@ def _chunk_addresses(lw: KernelLowering, g: GlobalRef, coords: list[Any], shape:
         # first + step + origin < size for each chunk  ⇔  origin ≥ 0 (a tile lies wholly before 0 or not at all)
         # and first < size − origin − step: the room left is uniform, one compare per distinct step.
         distinct = sorted(set(step))
-        room = lw.op("sub.s32", "b32", g.dims[dim], lw.reg(origin), n=1)
+        size = row_limit(lw, g.dims[dim], coord.end) if isinstance(coord, InRows) else g.dims[dim]  # rows(r, end)
+        room = lw.op("sub.s32", "b32", size, lw.reg(origin), n=1)
         rooms = lw.op("sub.s32", "b32", room, ptx.PerInstr(distinct), n=len(distinct))
         inside = lw.op("setp.lt.s32", "pred", lw.reg(lw.expr(first)), rooms, n=len(distinct))
         if isinstance(coord, InRows):  # a tile at any row may start before row 0: first + step ≥ −origin
@@ -179,7 +181,8 @@ def _gathered_chunk_addresses(lw: KernelLowering, g: GlobalRef, index: GlobalRef
     ptr = mad64(lw, col0, g.strides[rank - 1], ptr)
     row0 = add_i32(lw, mul_imm(lw, row_coord, shape[0]), lw.expr(first_row))
     distinct_rows, distinct_cols = sorted(set(row_steps)), sorted(set(col_steps))
-    row_ptrs, rows_ok = gathered_row_pointers(lw, g, index, row0, distinct_rows, ptr)
+    end = row_coord.end if isinstance(row_coord, InRows) else None  # rows_at(I, r, end)
+    row_ptrs, rows_ok = gathered_row_pointers(lw, g, index, row0, distinct_rows, ptr, end)
     cols_ok = in_bounds(lw, col0, distinct_cols, g.dims[rank - 1])
     ri = np.array([distinct_rows.index(r) for r in row_steps])
     ci = np.array([distinct_cols.index(c) for c in col_steps])

@@ -623,7 +623,7 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
         gathers = spec.kind in ("rt", "st") and not multicast
         indices, in_rows = _global_indices(cg, index, gtype, spec.ir, what, gathers)
         load = _marked(t.LoadOp(src, indices, spec.ir, _row_numbers_of(index) if gathers else None,
-                                _rows_end_of(index, spec.ir, what)), in_rows)
+                                _rows_end_of(index, spec.ir, what, load=not multicast)), in_rows)
         if repeat != 1:
             load.attributes[t.REPEAT_COLS] = IntegerAttr(repeat, 64)
         if multicast:
@@ -647,14 +647,14 @@ def _load(cg: CodeGen, src: Any, index: Any = None, spec: Any = None, multicast:
     raise TkcError(f"load's source must be a global tensor or a shared tile, got {describe(src)}")
 
 
-def _rows_end_of(index: Any, tile: Any, what: str) -> SSAValue | None:
-    """The end of rows(r, end) / rows_at(I, r, end) in a load's / store's index (None without one): only for a
-    register tile's rows."""
+def _rows_end_of(index: Any, tile: Any, what: str, load: bool = False) -> SSAValue | None:
+    """The end of rows(r, end) / rows_at(I, r, end) in a load's / store's index (None without one): for a register
+    tile's rows, or (`load`) a shared tile's."""
     entries = index if isinstance(index, tuple | list) else (index,)
     end = next((i.end for i in entries if isinstance(i, _RowsIndex) and i.end is not None), None)
-    if end is not None and not isinstance(tile, RegTileType):
+    if end is not None and not isinstance(tile, RegTileType | SharedTileType if load else RegTileType):
         raise TkcError(f"{what}: an end to the rows (rows(r, end), rows_at(I, r, end)) cuts a register tile's load or "
-                       f"store short, not {tile.spec()}'s")
+                       f"store, or a load into a shared tile, short; not {tile.spec()}'s")
     return end
 
 

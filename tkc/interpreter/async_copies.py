@@ -20,17 +20,18 @@ from tkc.ir.ops import index_units
 
 
 def gather_global(source: object, coords: list[np.ndarray], tile: tuple[int, ...],
-                  units: list[int] | None = None, rows: object = None) -> np.ndarray:
+                  units: list[int] | None = None, rows: object = None, end: object = None) -> np.ndarray:
     """The tile at tile coordinates `coords` (steps of `units`, default the tile's extent) of a global tensor, zeros
     past its end (as `tile.load` reads it); with `rows` (rows_at's index tensor) the tile's row i is the tensor's row
-    rows[r + i], r the row coordinate."""
-    from tkc.interpreter.tile import _element_indices, _gathered_indices
+    rows[r + i], r the row coordinate; with `end` (rows(r, end)), rows from there on read zeros."""
+    from tkc.interpreter.tile import _before_end, _element_indices, _gathered_indices
 
     data = source.data  # type: ignore[attr-defined]
     if rows is not None:
-        idx, valid = _gathered_indices(coords, tile, data.shape, rows.data)  # type: ignore[attr-defined]
+        idx, valid = _gathered_indices(coords, tile, data.shape, rows.data, end)  # type: ignore[attr-defined]
     else:
         idx, valid = _element_indices(coords, tile, data.shape, units)
+        valid = _before_end(valid, idx, end)
     if data.size == 0:
         return np.zeros(valid.shape, dtype=np.float32)
     clipped = [np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, data.shape)]
@@ -84,12 +85,14 @@ class AsyncFunctions(InterpreterFunctions):
     @impl(a.CopyAsyncOp)
     def run_copy_async(self, interpreter: Interpreter, op: a.CopyAsyncOp, args: PythonValues) -> PythonValues:
         source, *indices = args[: 1 + len(op.indices)]
-        ring, stage, *row_numbers = args[1 + len(op.indices):]
+        ring, stage, *extras = args[1 + len(op.indices):]
+        end = block_uniform(np.asarray(extras.pop()), "a copy's end") if op.rows_end is not None else None
+        rows = extras.pop() if op.row_index is not None else None
         blocks = lane_state(interpreter).blocks
         issued = _active_blocks(interpreter, "an asynchronous copy")
         coords = [block_uniform(np.asarray(i), "the index of an asynchronous copy") for i in indices]
         buffer = op.ring.type.buffer
-        values = gather_global(source, coords, buffer.shape, index_units(op, buffer.shape), *row_numbers)
+        values = gather_global(source, coords, buffer.shape, index_units(op, buffer.shape), rows, end)
         values = round_to(np.broadcast_to(values[:, 0], (blocks, *buffer.shape)), buffer.element_type)
         copy = Copy(ring, _per_block(stage, blocks, "a ring stage"), values.copy(), issued,
                     np.full(blocks, -1, dtype=np.int64), np.zeros(blocks, dtype=bool))

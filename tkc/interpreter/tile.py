@@ -334,6 +334,7 @@ class TileFunctions(InterpreterFunctions):
             if isinstance(rtype, SharedTileType | SharedVecType):
                 state.require_block_uniform("a load into shared memory")
                 coords = [block_uniform(c, "the index of a load into shared memory") for c in coords]
+                end = None if end is None else block_uniform(end, "the end of a load into shared memory")
             read = t.source_shape(op, tile)  # each column read fills repeat_cols adjacent ones
             if gathered is None:
                 idx, valid = _element_indices(coords, read, source.data.shape, t.index_units(op, tile))

@@ -97,7 +97,8 @@ class RingAllocOp(IRDLOperation):
 @irdl_op_definition
 class CopyAsyncOp(IRDLOperation):
     """`tile.copy_async %G[idx], %ring[%stage]`: start copying the tile at G[idx] into one stage of the ring
-    (`rows_at %p : !tile.gl<?xi32>` after the indices: the tile's row i from row %p[r + i] of G, r the row index)."""
+    (`rows_at %p : !tile.gl<?xi32>` after the indices: the tile's row i from row %p[r + i] of G, r the row index;
+    `rows_end %e`: rows from %e on, of G or of %p, zeros)."""
 
     name = "tile.copy_async"
     source = operand_def(GlobalType)
@@ -105,14 +106,17 @@ class CopyAsyncOp(IRDLOperation):
     ring = operand_def(RingType)
     stage = operand_def(i32)
     row_index = opt_operand_def(GlobalType)
+    rows_end = opt_operand_def(i32)
     traits = traits_def(MemoryWriteEffect())
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    assembly_format = ("$source `[` $indices `]` (`rows_at` $row_index^ `:` type($row_index))? `,` $ring `[` $stage "
-                       "`]` attr-dict `:` type($source) `->` type($ring)")
+    assembly_format = ("$source `[` $indices `]` (`rows_at` $row_index^ `:` type($row_index))? "
+                       "(`rows_end` $rows_end^)? `,` $ring `[` $stage `]` attr-dict `:` type($source) `->` type($ring)")
 
     def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation], ring: SSAValue | Operation,
-                 stage: SSAValue | Operation, row_index: SSAValue | Operation | None = None):
-        super().__init__(operands=[source, indices, ring, stage, [row_index] if row_index is not None else []])
+                 stage: SSAValue | Operation, row_index: SSAValue | Operation | None = None,
+                 rows_end: SSAValue | Operation | None = None):
+        super().__init__(operands=[source, indices, ring, stage, [row_index] if row_index is not None else [],
+                                   [rows_end] if rows_end is not None else []])
 
     def verify_(self) -> None:
         gtype, rtype = self.source.type, self.ring.type
@@ -120,9 +124,9 @@ class CopyAsyncOp(IRDLOperation):
             raise VerifyException(f"copy_async from {gtype.spec()} takes {gtype.rank} indices, got {len(self.indices)}")  # type: ignore[attr-defined]
         if gtype.element_type != rtype.buffer.element_type:  # type: ignore[attr-defined]
             raise VerifyException("copy_async cannot convert between dtypes")
-        if self.row_index is not None:
-            from tkc.ir.ops import verify_row_numbers
-            verify_row_numbers(self, "copy_async", self.source.type, rtype.buffer)  # type: ignore[attr-defined]
+        from tkc.ir.ops import verify_row_numbers, verify_rows_end
+        verify_row_numbers(self, "copy_async", self.source.type, rtype.buffer)  # type: ignore[attr-defined]
+        verify_rows_end(self, "copy_async", self.source.type, rtype.buffer)  # type: ignore[attr-defined]
 
 
 @irdl_op_definition

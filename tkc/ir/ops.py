@@ -1011,7 +1011,7 @@ class LoadOp(IRDLOperation):
     Global→register loads convert the dtype; copies between global and shared memory do not. A global→register
     or global→shared tile load may gather its rows: `rows_at %p : !tile.gl<?xi64>` after the indices reads row
     %p[r + i] into row i (r the row index, which then counts rows). `rows_end %e` (a register tile's load whose row
-    index counts rows): rows from %e on (tensor rows, or places in %p) read zeros.
+    index counts rows, or a load into a shared tile): rows from %e on (tensor rows, or places in %p) read zeros.
     """
 
     name = "tile.load"
@@ -1061,14 +1061,16 @@ class LoadOp(IRDLOperation):
 
 
 def verify_rows_end(op: Operation, what: str, src: Attribute, dst: Attribute) -> None:
-    """A load's / store's rows_end (rows(r, end), rows_at(I, r, end)): only where the row index counts rows, between
-    global memory and a register tile."""
+    """A load's / store's / copy's rows_end (rows(r, end), rows_at(I, r, end)): only where the row index counts rows,
+    between global memory and a register tile, or into a shared tile (not multicast)."""
     if getattr(op, "rows_end", None) is None:
         return
     tile = dst if isinstance(src, GlobalType) else src
-    if not (ROWS_ATTR in op.attributes and isinstance(tile, RegTileType)):
+    cut_short = RegTileType | SharedTileType if isinstance(src, GlobalType) else RegTileType
+    if not (ROWS_ATTR in op.attributes and isinstance(tile, cut_short) and MULTICAST not in op.attributes):
         raise VerifyException(f"{what}: an end to the rows (rows_end) goes with a row index that counts rows "
-                              f"({ROWS_ATTR}) of a register tile's load or store, not {spec(src)} → {spec(dst)}")
+                              f"({ROWS_ATTR}) of a register tile's load or store or a load into a shared tile (not "
+                              f"multicast), not {spec(src)} → {spec(dst)}")
 
 
 def verify_row_numbers(op: Operation, what: str, src: Attribute, dst: Attribute) -> None:

@@ -88,6 +88,56 @@ def grouped_gemm_sm90_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1]
     store(Y, acc.to(DT), (rows(first + 16 * warp_id(), end), bn))
 
 
+@tkc.func
+def group_rows_slice(T, Rows, first, end, col, GATHER, BR, COLS, DT):
+    """BR rows of T from `first` (rows before `end` only; with GATHER rows Rows[first ..]) × COLS columns from
+    column tile `col`, into a shared tile."""
+    if GATHER:
+        return load(T, (rows_at(Rows, first, end), col), st[DT, BR, COLS])
+    return load(T, (rows(first, end), col), st[DT, BR, COLS])
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_80")
+def grouped_gemm_wgrad_kernel(A: gl["DT", 2], B: gl["DT", 2], Offsets: gl[i32, 1], Rows: gl["RT", 1],
+                              C: gl["DT", 3], GATHER_A: const = 0, GATHER_B: const = 0, BM: const = 128,
+                              BN: const = 128, BR: const = 32, WARPS: const = 4, WARPS_N: const = 2,
+                              STAGES: const = 3, DT: const = bf16, RT: const = i32):
+    """C[g] (M×N) = A's rows of group g, transposed, times B's (A is S×M, B is S×N; with GATHER_A / GATHER_B that
+    operand's rows are Rows[...]): grouped_gemm's weight gradient, K the group's rows. Grid: (G, cdiv(M, BM) ·
+    cdiv(N, BN)); each step of BR rows stages both slices in shared memory (rows past the group's end zeros)."""
+    WARPS_M = WARPS // WARPS_N
+    WM, WN = BM // WARPS_M, BN // WARPS_N
+    g, tile = block_idx()[0], block_idx()[1]
+    bm, bn = tile // cdiv(C.shape[2], BN), tile % cdiv(C.shape[2], BN)
+    wm, wn = warp_id() // WARPS_N, warp_id() % WARPS_N
+    start, end = Offsets[g - 1], Offsets[g]
+    acc = zeros(rt[f32, WM, WN])
+    for i in range(cdiv(max(end - start, 0), BR)):
+        a_s = group_rows_slice(A, Rows, start + i * BR, end, bm, GATHER_A, BR, BM, DT)
+        b_s = group_rows_slice(B, Rows, start + i * BR, end, bn, GATHER_B, BR, BN, DT)
+        acc = mma_AtB(load(a_s, (0, wm), rt[DT, BR, WM]), load(b_s, (0, wn), rt[DT, BR, WN]), acc)
+    store(C, acc.to(DT), (g, bm * WARPS_M + wm, bn * WARPS_N + wn))
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+def grouped_gemm_wgrad_sm90_kernel(A: gl["DT", 2], B: gl["DT", 2], Offsets: gl[i32, 1], Rows: gl["RT", 1],
+                                   C: gl["DT", 3], GATHER_A: const = 0, GATHER_B: const = 0, BN: const = 128,
+                                   BR: const = 64, WARPS: const = 8, STAGES: const = 3, DT: const = bf16,
+                                   RT: const = i32):
+    """As grouped_gemm_wgrad_kernel on Hopper's wgmma: a block of WARPS / 4 warpgroups takes (16·WARPS) × BN of
+    C[g], each warpgroup 64 of its rows (64 columns of A's slice, read transposed by the wgmma)."""
+    BM = 16 * WARPS
+    g, tile = block_idx()[0], block_idx()[1]
+    bm, bn = tile // cdiv(C.shape[2], BN), tile % cdiv(C.shape[2], BN)
+    start, end = Offsets[g - 1], Offsets[g]
+    acc = zeros(rt[f32, 16, BN])
+    for i in range(cdiv(max(end - start, 0), BR)):
+        a_s = group_rows_slice(A, Rows, start + i * BR, end, bm, GATHER_A, BR, BM, DT)
+        b_s = group_rows_slice(B, Rows, start + i * BR, end, bn, GATHER_B, BR, BN, DT)
+        acc = mma_AtB(load(a_s, (0, warpgroup_id()), st[DT, BR, 64]), b_s, acc)
+    store(C, acc.to(DT), (g, bm * WARPS + warp_id(), bn))
+
+
 CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2}  # gemm()'s sm_80 tiles
 # 128×256 tiles, a 4-stage ring (bench/probe_grouped.py on an H100, RESULTS "grouped GEMM probe — 2026-12-07": BN=128
 # 0.53–0.71× torch._grouped_mm, BN=256 0.77–0.97×, 0.65–0.75× gathered)
@@ -104,9 +154,10 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, row
     On Hopper (or target="sm_90a") the wgmma kernel, elsewhere (or target="sm_80") the mma.sync kernel."""
     import torch
 
-    if wants_grad(torch, x, w):
-        fail("grouped_gemm has no backward yet: x and w must not require grad (call it under torch.no_grad())")
-    if torch.compiler.is_compiling():  # one op of the graph
+    if rows is not None and wants_grad(torch, x, w):
+        fail("grouped_gemm has no backward for gathered rows yet: x and w must not require grad with rows= (call it "
+             "under torch.no_grad(), or gather x first)")
+    if torch.compiler.is_compiling() or wants_grad(torch, x, w):  # one op of the graph / of autograd
         from tkc.kernels import torch_ops
 
         y = torch_ops.grouped_gemm(x, w, offsets, rows, bool(trans_b), target)
@@ -151,4 +202,44 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, row
         spec = grouped_gemm_kernel.specialize(target=target, **constants, **CONFIG)
         bm, bn = CONFIG["BM"], CONFIG["BN"]
     spec.launch((ceil_div(slots, bm) + groups, ceil_div(n, bn), 1), (x, w, offsets, index, out))
+    return out
+
+
+CONFIG_WGRAD = {"BM": 128, "BN": 128, "BR": 32, "WARPS": 4, "WARPS_N": 2, "STAGES": 3}
+CONFIG_WGRAD_SM90 = {"BN": 128, "BR": 64, "WARPS": 8, "STAGES": 3}
+
+
+def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, *, rows: torch.Tensor | None = None,
+                       trans_b: bool = False, target: str | None = None) -> torch.Tensor:
+    """The gradient of grouped_gemm's w: dw[g] = x_gᵀ · dy_g (G×K×N), or its transpose dy_gᵀ · x_g with trans_b
+    (G×N×K), x_g the rows of group g (with `rows`, x's rows rows[...]): a GEMM whose K is each group's rows."""
+    import torch
+
+    dtype = torch.float16 if getattr(x, "dtype", None) is torch.float16 else torch.bfloat16  # else: its error
+    check_tensor("x", x, dtype, 2)
+    check_tensor("dy", dy, dtype, 2)
+    check_tensor("offsets", offsets, torch.int32, 1)
+    if rows is not None:
+        if not isinstance(rows, torch.Tensor) or rows.dtype not in (torch.int32, torch.int64):
+            fail("rows: an int32 or int64 tensor of x's row numbers")
+        check_tensor("rows", rows, rows.dtype, 1)
+    slots = dy.shape[0]
+    if rows is None and x.shape[0] != slots or rows is not None and rows.shape[0] != slots:
+        fail(f"dy: one row a row of the product: {slots} rows, but {'rows has' if rows is not None else 'x has'} "
+             f"{(rows if rows is not None else x).shape[0]}")
+    groups, k, n = offsets.shape[0], x.shape[1], dy.shape[1]
+    out = x.new_empty((groups, n, k) if trans_b else (groups, k, n))
+    if groups == 0 or k == 0 or n == 0:
+        return out
+    index = rows if rows is not None else offsets  # (not read without a gather)
+    a, b = (dy, x) if trans_b else (x, dy)
+    gathered = {"GATHER_A": int(rows is not None and not trans_b), "GATHER_B": int(rows is not None and trans_b)}
+    constants = {**gathered, "RT": i64 if index.dtype == torch.int64 else i32, **dtype_constant(dtype)}
+    if wgmma_path(x.get_device(), target):
+        spec = grouped_gemm_wgrad_sm90_kernel.specialize(target="sm_90a", **constants, **CONFIG_WGRAD_SM90)
+        bm, bn = 16 * CONFIG_WGRAD_SM90["WARPS"], CONFIG_WGRAD_SM90["BN"]
+    else:
+        spec = grouped_gemm_wgrad_kernel.specialize(target=target, **constants, **CONFIG_WGRAD)
+        bm, bn = CONFIG_WGRAD["BM"], CONFIG_WGRAD["BN"]
+    spec.launch((groups, ceil_div(out.shape[1], bm) * ceil_div(out.shape[2], bn), 1), (a, b, offsets, index, out))
     return out

@@ -16,7 +16,8 @@ included: dx = dresidual, dweight, dbias). Imported on first use (importing tkc.
     torch.ops.tkc.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, target) -> c (fp8: no backward)
     torch.ops.tkc.rotary(x, cos, sin, offset, interleaved, conjugate, target, positions) -> x turned (its gradient:
         turned back)
-    torch.ops.tkc.grouped_gemm(x, w, offsets, rows, trans_b, target) -> out (no backward yet)
+    torch.ops.tkc.grouped_gemm(x, w, offsets, rows, trans_b, target) -> out (its gradients: dx by grouped_gemm with
+        w the other way round, dw by grouped_gemm_wgrad; rows sorted only)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tkc.kernels.attention import attention as _attention
 from tkc.kernels.attention_bwd import attention_backward as _attention_backward_kernels
 from tkc.kernels.gemm import gemm as _gemm
 from tkc.kernels.grouped_gemm import grouped_gemm as _grouped_gemm
+from tkc.kernels.grouped_gemm import grouped_gemm_wgrad as _grouped_gemm_wgrad
 from tkc.kernels.layernorm import layernorm as _layernorm
 from tkc.kernels.layernorm import rmsnorm as _rmsnorm
 from tkc.kernels.layernorm_bwd import layernorm_backward as _layernorm_backward_kernels
@@ -219,3 +221,25 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, rows: 
 def _(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, rows: torch.Tensor | None = None,
       trans_b: bool = False, target: str | None = None) -> torch.Tensor:
     return x.new_empty((x.shape[0] if rows is None else rows.shape[0], w.shape[1] if trans_b else w.shape[2]))
+
+
+def _grouped_gemm_setup(ctx, inputs, output) -> None:
+    x, w, offsets, rows, trans_b, target = inputs
+    ctx.save_for_backward(x, w, offsets)
+    ctx.trans_b, ctx.target = trans_b, target
+
+
+def _grouped_gemm_backward(ctx, grad: torch.Tensor):
+    """out_g = x_g · w[g] (or · w[g]ᵀ): dx_g = dout_g · w[g]ᵀ (or · w[g]), grouped_gemm with w the other way round,
+    zeros past the last offset (rows no group took); dw[g] = x_gᵀ · dout_g (or its transpose), grouped_gemm_wgrad."""
+    x, w, offsets = ctx.saved_tensors
+    grad = grad.contiguous()
+    dx = dw = None
+    if ctx.needs_input_grad[0]:
+        dx = _grouped_gemm(grad, w, offsets, trans_b=not ctx.trans_b, target=ctx.target, out=torch.zeros_like(x))
+    if ctx.needs_input_grad[1]:
+        dw = _grouped_gemm_wgrad(x, grad, offsets, trans_b=ctx.trans_b, target=ctx.target)
+    return dx, dw, None, None, None, None
+
+
+grouped_gemm.register_autograd(_grouped_gemm_backward, setup_context=_grouped_gemm_setup)

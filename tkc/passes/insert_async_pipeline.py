@@ -57,8 +57,9 @@ def _constant(b: Builder, value: int) -> SSAValue:
 
 def _index_slice(load: t.LoadOp, loop: scf.ForOp) -> list[Operation] | None:
     """The ops of the loop body that compute the load's indices, in order, or None if some index (or its rows_at
-    tensor) depends on anything but the loop index and values from outside the loop."""
-    return value_slice(list(load.indices) + ([load.row_index] if load.row_index is not None else []), loop)
+    tensor, or its rows' end) depends on anything but the loop index and values from outside the loop."""
+    extras = [v for v in (load.row_index, load.rows_end) if v is not None]
+    return value_slice(list(load.indices) + extras, loop)
 
 
 def value_slice(values: list[SSAValue], loop: scf.ForOp) -> list[Operation] | None:
@@ -110,8 +111,9 @@ def _issue(b: Builder, loads: list[_Pipelined], iv: SSAValue, j: SSAValue, stage
             for old, new in zip(op.results, clone.results):
                 mapping[old] = new
         indices = [mapping.get(i, i) for i in p.load.indices]
+        end = mapping.get(p.load.rows_end, p.load.rows_end) if p.load.rows_end is not None else None
         copy = t.keep_index_units(p.load, a.CopyAsyncOp(p.load.source, indices, p.ring, stage,  # type: ignore[arg-type]
-                                                         p.load.row_index))
+                                                         p.load.row_index, end))
         copy.location = p.load.location
         b.insert(copy)
 

@@ -75,9 +75,9 @@ def _aligned_args(fn: func.FuncOp) -> set[SSAValue]:
 
 def tma_loadable(op: Operation, aligned: set[SSAValue]) -> bool:
     """Whether TMA can fill this load's tile: a 2-D 16-byte aligned tensor, a tile of whole swizzle panels, one box
-    of it (not rows gathered by rows_at: sm_90a's TMA does not gather rows)."""
+    of it (not rows gathered by rows_at: sm_90a's TMA does not gather rows; nor cut short by an end)."""
     if not (isinstance(op, t.LoadOp) and isinstance(op.source.type, GlobalType)
-            and isinstance(op.result.type, SharedTileType) and op.row_index is None):
+            and isinstance(op.result.type, SharedTileType) and op.row_index is None and op.rows_end is None):
         return False
     tile = op.result.type
     row_bytes = tile.cols.data * element_bytes(tile.element_type)

@@ -141,6 +141,7 @@ func.func @conversions_and_mma(%a: !tile.rt<16x64xf32>, %c: !tile.rt<16x16xf32>)
 // CHECK-NEXT:    %e = tile.read %q[%i] : !tile.gl<?xi32>
 // CHECK-NEXT:    %u = tile.load %g[%i, %i] rows_end %e {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
 // CHECK-NEXT:    tile.store %u, %g[%i, %i] rows_at %q : !tile.gl<?xi32> rows_end %e {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
+// CHECK-NEXT:    tile.copy_async %g[%i, %i] rows_at %q : !tile.gl<?xi32> rows_end %e, %r[%i] {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.ring<3, !tile.st<64x64xbf16>>
 func.func @gather(%g: !tile.gl<?x?xbf16>, %f: !tile.gl<?x?xf32>, %p: !tile.gl<?xi64>, %q: !tile.gl<?xi32>, %i: i32) {
   %t = tile.load %g[%i, %i] rows_at %p : !tile.gl<?xi64> {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
   tile.store %t, %g[%i, %i] rows_at %q : !tile.gl<?xi32> {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
@@ -151,6 +152,7 @@ func.func @gather(%g: !tile.gl<?x?xbf16>, %f: !tile.gl<?x?xf32>, %p: !tile.gl<?x
   %e = tile.read %q[%i] : !tile.gl<?xi32>
   %u = tile.load %g[%i, %i] rows_end %e {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.rt<16x64xf32>
   tile.store %u, %g[%i, %i] rows_at %q : !tile.gl<?xi32> rows_end %e {tile.index_in_rows} : !tile.rt<16x64xf32> -> !tile.gl<?x?xbf16>
+  tile.copy_async %g[%i, %i] rows_at %q : !tile.gl<?xi32> rows_end %e, %r[%i] {tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.ring<3, !tile.st<64x64xbf16>>
   func.return
 }
 
