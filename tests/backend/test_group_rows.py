@@ -214,9 +214,10 @@ def test_ptxas_accepts_grouped_gemm() -> None:
                                    (grouped.grouped_gemm_sm90_kernel, "sm_90a", grouped.CONFIG_SM90)):
         for gather in (0, 1):
             for trans_b in (0, 1):
-                constants = {**config, "GATHER": gather, "TRANS_B": trans_b}
-                report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
-                assert report.spill_stores == 0, (kernel.name, constants)
+                for scatter in ({}, {"SCATTER": 1, "YT": f32}) if not gather else ({},):
+                    constants = {**config, "GATHER": gather, "TRANS_B": trans_b, **scatter}
+                    report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
+                    assert report.spill_stores == 0, (kernel.name, constants)
     for kernel, target, config in ((grouped.grouped_gemm_wgrad_kernel, "sm_80", grouped.CONFIG_WGRAD),
                                    (grouped.grouped_gemm_wgrad_sm90_kernel, "sm_90a", grouped.CONFIG_WGRAD_SM90)):
         for gathered in ({}, {"GATHER_A": 1}, {"GATHER_B": 1}):
@@ -265,3 +266,41 @@ def test_grouped_gemm_wgrad(kernel: str, target: str, config: dict, gather_a: in
     sim = [t.copy() for t in args]
     simulate(lower_kernel(kernel_fn, target, constants, aligns=aligns), kernel_fn.name, sim, grid)
     np.testing.assert_allclose(sim[4].astype(np.float32), interp[4].astype(np.float32), rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("kernel, target, config", [
+    ("grouped_gemm_kernel", "sm_80", {"BM": 64, "BN": 64, "BK": 32, "WARPS": 4, "WARPS_N": 2, "STAGES": 2}),
+    ("grouped_gemm_sm90_kernel", "sm_90a", {"BN": 64, "BK": 32, "WARPS": 4, "STAGES": 3})])
+def test_grouped_gemm_scattered(kernel: str, target: str, config: dict) -> None:
+    """A gathered product's x gradient: each product row added into x's row Rows[s] (f32 atomic adds: rows named twice
+    get both, rows outside x and product rows past the last offset nothing), then cast_rows_kernel's bf16 copy."""
+    grouped = importlib.import_module("tkc.kernels.grouped_gemm")
+    from reference import BF16, random_bf16, rel_err
+
+    from tkc.compiler import tensor_alignment
+
+    rng = np.random.default_rng(11)
+    slots, k, n, x_rows = 150, 96, 128, 70
+    dy, w = random_bf16(rng, slots, k), random_bf16(rng, 4, k, n)
+    offsets = np.array([40, 40, 140, 141], dtype=np.int32)
+    rows_of = rng.integers(-2, x_rows + 2, size=slots).astype(np.int32)  # repeats, and some outside x
+    expected = np.zeros((x_rows, n))
+    for g, (start, stop) in enumerate(zip([0, *offsets[:-1]], offsets)):
+        part = dy[start:stop].astype(np.float64) @ w[g].astype(np.float64)
+        for s, row in zip(range(start, stop), part):
+            if 0 <= rows_of[s] < x_rows:
+                expected[rows_of[s]] += row
+    args = [dy, w, offsets, rows_of, np.zeros((x_rows, n), dtype=np.float32)]
+    constants = {"GATHER": 0, "SCATTER": 1, "YT": f32, **config}
+    grid = (-(-slots // config.get("BM", 16 * config["WARPS"])) + 4, n // 64)
+    kernel_fn = getattr(grouped, kernel)
+    interp = [t.copy() for t in args]
+    kernel_fn.interpret(*interp, grid=grid, **constants)
+    assert rel_err(interp[4].astype(np.float64), expected) < 1e-5
+    aligns = {p.name: tensor_alignment(t) for p, t in zip(kernel_fn.runtime_params, args) if p.kind == "tensor"}
+    sim = [t.copy() for t in args]
+    simulate(lower_kernel(kernel_fn, target, constants, aligns=aligns), kernel_fn.name, sim, grid)
+    np.testing.assert_allclose(sim[4], interp[4], rtol=1e-5, atol=1e-4)
+    cast = [interp[4], np.full((x_rows, n), np.nan, dtype=BF16)]
+    simulate(lower_kernel(grouped.cast_rows_kernel, target, {}), "cast_rows_kernel", cast, (-(-x_rows // 64), n // 64))
+    np.testing.assert_array_equal(cast[1].astype(np.float32), interp[4].astype(BF16).astype(np.float32))

@@ -226,7 +226,7 @@ def rows_by_row_numbers() -> None:
 def grouped_products() -> None:
     """grouped_gemm: 5 groups (one empty, one of a single row, the last tile of each cut short), rows past the last
     offset untouched, 12 steps of K against the stages; rows gathered (some outside x) or not, both builds."""
-    from tkc.kernels import grouped_gemm, grouped_gemm_wgrad
+    from tkc.kernels.grouped_gemm import grouped_gemm, grouped_gemm_dx, grouped_gemm_wgrad
 
     x = torch.randn(700, 768, device="cuda", dtype=torch.bfloat16)
     offsets = torch.tensor([130, 130, 131, 400, 650], device="cuda", dtype=torch.int32)
@@ -239,6 +239,7 @@ def grouped_products() -> None:
             dy = torch.randn(690, 200, device="cuda", dtype=torch.bfloat16)  # the weights' gradient: up to 9 slices of a group
             grouped_gemm_wgrad(x[:690], dy, offsets, trans_b=trans_b, target=target)
             grouped_gemm_wgrad(x, dy, offsets, rows=rows, trans_b=trans_b, target=target)
+            grouped_gemm_dx(dy, w, offsets, rows, 700, trans_b=trans_b, target=target)  # scattered into x's rows
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ all groups' tiles), runs its K loop only if its tile lies in a group, and cuts i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
@@ -36,14 +36,26 @@ def group_tile(Offsets, groups, tile, BM):
     return group, first, end
 
 
+@tkc.func
+def put_rows(Y, Rows, acc, first, end, col, SCATTER, DT):
+    """The product's rows first .. end - 1 (a tile's, cut at its group's end) into Y's same rows, or with SCATTER
+    added into Y's rows Rows[first ..] (f32: a gathered product's gradient, rows named twice summed)."""
+    if SCATTER:
+        atomic_add(Y, acc, (rows_at(Rows, first, end), col))
+    else:
+        store(Y, acc.to(DT), (rows(first, end), col))
+
+
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_80")
-def grouped_gemm_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Rows: gl["RT", 1], Y: gl["DT", 2],
-                        GATHER: const = 0, TRANS_B: const = 0, BM: const = 128, BN: const = 128, BK: const = 64,
-                        WARPS: const = 4, WARPS_N: const = 2, STAGES: const = 2, DT: const = bf16, RT: const = i32):
+def grouped_gemm_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Rows: gl["RT", 1], Y: gl["YT", 2],
+                        GATHER: const = 0, SCATTER: const = 0, TRANS_B: const = 0, BM: const = 128, BN: const = 128,
+                        BK: const = 64, WARPS: const = 4, WARPS_N: const = 2, STAGES: const = 2, DT: const = bf16,
+                        RT: const = i32, YT: const = bf16):
     """Y's rows Offsets[g - 1] .. Offsets[g] = X's same rows (with GATHER, rows Rows[...]) · W[g] (K×N; with TRANS_B
-    W[g] is N×K). Grid: (cdiv(rows, BM) + groups, cdiv(N, BN)): a block a tile of a group and BN columns (blocks past
-    the last group's tiles do nothing). Each step of K stages a BM×BK slice of X (gathered rows: cp.async) and a
-    slice of W[g] in shared memory; the warps form a (WARPS / WARPS_N) × WARPS_N grid over the tile, as gemm_kernel."""
+    W[g] is N×K); with SCATTER the product's rows are added into Y's rows Rows[...] instead (Y f32). Grid: (cdiv(rows,
+    BM) + groups, cdiv(N, BN)): a block a tile of a group and BN columns (blocks past the last group's tiles do
+    nothing). Each step of K stages a BM×BK slice of X (gathered rows: cp.async) and a slice of W[g] in shared memory;
+    the warps form a (WARPS / WARPS_N) × WARPS_N grid over the tile, as gemm_kernel."""
     WARPS_M = WARPS // WARPS_N
     WM, WN = BM // WARPS_M, BN // WARPS_N
     group, first, end = group_tile(Offsets, W.shape[0], block_idx()[0], BM)
@@ -60,14 +72,14 @@ def grouped_gemm_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Row
             acc = mma_ABt(a, load(load(W, (group, bn, k), st[DT, BN, BK]), (wn, 0), rt[DT, WN, BK]), acc)
         else:
             acc = mma_AB(a, load(load(W, (group, k, bn), st[DT, BK, BN]), (0, wn), rt[DT, BK, WN]), acc)
-    store(Y, acc.to(DT), (rows(first + wm * WM, end), bn * WARPS_N + wn))
+    put_rows(Y, Rows, acc, first + wm * WM, end, bn * WARPS_N + wn, SCATTER, YT)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
 def grouped_gemm_sm90_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Rows: gl["RT", 1],
-                             Y: gl["DT", 2], GATHER: const = 0, TRANS_B: const = 0, BN: const = 256, BK: const = 64,
-                             WARPS: const = 8, STAGES: const = 4, PRODUCER: const = 0, DT: const = bf16,
-                             RT: const = i32):
+                             Y: gl["YT", 2], GATHER: const = 0, SCATTER: const = 0, TRANS_B: const = 0,
+                             BN: const = 256, BK: const = 64, WARPS: const = 8, STAGES: const = 4, PRODUCER: const = 0,
+                             DT: const = bf16, RT: const = i32, YT: const = bf16):
     """As grouped_gemm_kernel on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)-row tile of a
     group, each warpgroup its 64 rows times all BN columns of W[g] (a TMA ring where X's rows are not gathered and the
     rows are 16-byte aligned, else cp.async), each warp storing its 16 rows."""
@@ -85,7 +97,14 @@ def grouped_gemm_sm90_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1]
             acc = mma_ABt(a, load(W, (group, bn, k), st[DT, BN, BK]), acc)
         else:
             acc = mma_AB(a, load(W, (group, k, bn), st[DT, BK, BN]), acc)
-    store(Y, acc.to(DT), (rows(first + 16 * warp_id(), end), bn))
+    put_rows(Y, Rows, acc, first + 16 * warp_id(), end, bn, SCATTER, YT)
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def cast_rows_kernel(S: gl[f32, 2], D: gl["DT", 2], DT: const = bf16):
+    """D = S in D's dtype (a scattered gradient's f32 sums): block (i, j) its 64 rows × 64 columns, a warp 16 rows."""
+    tile = (4 * block_idx()[0] + warp_id(), block_idx()[1])
+    store(D, load(S, tile, rt[f32, 16, 64]), tile)
 
 
 @tkc.func
@@ -167,9 +186,6 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, row
     On Hopper (or target="sm_90a") the wgmma kernel, elsewhere (or target="sm_80") the mma.sync kernel."""
     import torch
 
-    if rows is not None and wants_grad(torch, x, w):
-        fail("grouped_gemm has no backward for gathered rows yet: x and w must not require grad with rows= (call it "
-             "under torch.no_grad(), or gather x first)")
     if torch.compiler.is_compiling() or wants_grad(torch, x, w):  # one op of the graph / of autograd
         from tkc.kernels import torch_ops
 
@@ -206,16 +222,52 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, row
     if slots == 0 or n == 0 or groups == 0:
         return out
     index = rows if rows is not None else offsets  # (not read without GATHER)
-    constants = {"GATHER": int(rows is not None), "TRANS_B": int(trans_b), "RT": i64 if index.dtype == torch.int64
-                 else i32, **dtype_constant(dtype)}
+    _launch_product(x, w, offsets, index, out, slots, {"GATHER": int(rows is not None), "TRANS_B": int(trans_b),
+                                                       **({"YT": f16} if dtype is torch.float16 else {})}, target)
+    return out
+
+
+def _launch_product(x: Any, w: Any, offsets: Any, index: Any, out: Any, slots: int, constants: dict[str, Any],
+                    target: str | None) -> None:
+    """grouped_gemm_kernel or its wgmma kernel over `slots` rows of products into `out` (checked arguments)."""
+    import torch
+
+    constants = {**constants, "RT": i64 if index.dtype == torch.int64 else i32, **dtype_constant(x.dtype)}
     if wgmma_path(x.get_device(), target):
         spec = grouped_gemm_sm90_kernel.specialize(target="sm_90a", **constants, **CONFIG_SM90)
         bm, bn = 16 * CONFIG_SM90["WARPS"], CONFIG_SM90["BN"]
     else:
         spec = grouped_gemm_kernel.specialize(target=target, **constants, **CONFIG)
         bm, bn = CONFIG["BM"], CONFIG["BN"]
-    spec.launch((ceil_div(slots, bm) + groups, ceil_div(n, bn), 1), (x, w, offsets, index, out))
-    return out
+    spec.launch((ceil_div(slots, bm) + w.shape[0], ceil_div(out.shape[1], bn), 1), (x, w, offsets, index, out))
+
+
+def grouped_gemm_dx(dy: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, rows: torch.Tensor, x_rows: int, *,
+                    trans_b: bool = False, target: str | None = None) -> torch.Tensor:
+    """The gradient of grouped_gemm's x where its rows were gathered: dx[rows[s]] += dy[s] · w[g]ᵀ (· w[g] with
+    trans_b) for each product row s of group g — a grouped product whose rows are added into x's (atomic adds in f32,
+    rows gathered twice summed), then cast to dy's dtype. dx has x_rows rows (x's); entries of rows outside it add
+    nothing."""
+    import torch
+
+    dtype = torch.float16 if getattr(dy, "dtype", None) is torch.float16 else torch.bfloat16  # else: its error
+    check_tensor("dy", dy, dtype, 2)
+    check_tensor("w", w, dtype, 3)
+    check_tensor("offsets", offsets, torch.int32, 1)
+    check_tensor("rows", rows, rows.dtype if rows.dtype in (torch.int32, torch.int64) else torch.int32, 1)
+    k = w.shape[2] if trans_b else w.shape[1]
+    if dy.shape[0] != rows.shape[0] or dy.shape[1] != (w.shape[1] if trans_b else w.shape[2]):
+        fail(f"dy: expected ({rows.shape[0]}, {w.shape[1] if trans_b else w.shape[2]}), got {tuple(dy.shape)}")
+    sums = torch.zeros((x_rows, k), device=dy.device, dtype=torch.float32)
+    dx = dy.new_empty((x_rows, k))
+    if x_rows == 0 or k == 0:
+        return dx
+    if dy.shape[0] and w.shape[0]:
+        _launch_product(dy, w, offsets, rows, sums, dy.shape[0],
+                        {"GATHER": 0, "SCATTER": 1, "TRANS_B": int(not trans_b), "YT": f32}, target)
+    cast_rows_kernel.specialize(target=target, **dtype_constant(dtype)).launch(
+        (ceil_div(x_rows, 64), ceil_div(k, 64), 1), (sums, dx))
+    return dx
 
 
 CONFIG_WGRAD = {"BM": 128, "BN": 128, "BR": 32, "WARPS": 4, "WARPS_N": 2, "STAGES": 3}

@@ -17,7 +17,7 @@ included: dx = dresidual, dweight, dbias). Imported on first use (importing tkc.
     torch.ops.tkc.rotary(x, cos, sin, offset, interleaved, conjugate, target, positions) -> x turned (its gradient:
         turned back)
     torch.ops.tkc.grouped_gemm(x, w, offsets, rows, trans_b, target) -> out (its gradients: dx by grouped_gemm with
-        w the other way round, dw by grouped_gemm_wgrad; rows sorted only)
+        w the other way round, or grouped_gemm_dx where rows were gathered; dw by grouped_gemm_wgrad)
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from tkc.kernels.attention import attention as _attention
 from tkc.kernels.attention_bwd import attention_backward as _attention_backward_kernels
 from tkc.kernels.gemm import gemm as _gemm
 from tkc.kernels.grouped_gemm import grouped_gemm as _grouped_gemm
+from tkc.kernels.grouped_gemm import grouped_gemm_dx as _grouped_gemm_dx
 from tkc.kernels.grouped_gemm import grouped_gemm_wgrad as _grouped_gemm_wgrad
 from tkc.kernels.layernorm import layernorm as _layernorm
 from tkc.kernels.layernorm import rmsnorm as _rmsnorm
@@ -225,20 +226,24 @@ def _(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, rows: torch.Tenso
 
 def _grouped_gemm_setup(ctx, inputs, output) -> None:
     x, w, offsets, rows, trans_b, target = inputs
-    ctx.save_for_backward(x, w, offsets)
+    ctx.save_for_backward(x, w, offsets, rows)
     ctx.trans_b, ctx.target = trans_b, target
 
 
 def _grouped_gemm_backward(ctx, grad: torch.Tensor):
     """out_g = x_g · w[g] (or · w[g]ᵀ): dx_g = dout_g · w[g]ᵀ (or · w[g]), grouped_gemm with w the other way round,
-    zeros past the last offset (rows no group took); dw[g] = x_gᵀ · dout_g (or its transpose), grouped_gemm_wgrad."""
-    x, w, offsets = ctx.saved_tensors
+    zeros past the last offset (rows no group took), or with gathered rows those products added into x's rows
+    (grouped_gemm_dx); dw[g] = x_gᵀ · dout_g (or its transpose), grouped_gemm_wgrad (gathering x's rows alike)."""
+    x, w, offsets, rows = ctx.saved_tensors
     grad = grad.contiguous()
     dx = dw = None
     if ctx.needs_input_grad[0]:
-        dx = _grouped_gemm(grad, w, offsets, trans_b=not ctx.trans_b, target=ctx.target, out=torch.zeros_like(x))
+        if rows is None:
+            dx = _grouped_gemm(grad, w, offsets, trans_b=not ctx.trans_b, target=ctx.target, out=torch.zeros_like(x))
+        else:
+            dx = _grouped_gemm_dx(grad, w, offsets, rows, x.shape[0], trans_b=ctx.trans_b, target=ctx.target)
     if ctx.needs_input_grad[1]:
-        dw = _grouped_gemm_wgrad(x, grad, offsets, trans_b=ctx.trans_b, target=ctx.target)
+        dw = _grouped_gemm_wgrad(x, grad, offsets, rows=rows, trans_b=ctx.trans_b, target=ctx.target)
     return dx, dw, None, None, None, None
 
 
