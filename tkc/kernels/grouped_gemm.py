@@ -4,7 +4,10 @@ first (row s of the product is x[rows[s]] · w[g]): the tokens routed to the exp
 
 A block takes one BM-row tile of one group: it finds which by walking the groups' offsets (its tile number among
 all groups' tiles), runs its K loop only if its tile lies in a group, and cuts its stores short at the group's end
-(`rows(r, end)`), so a tile that runs past its group never writes the next group's rows."""
+(`rows(r, end)`), so a tile that runs past its group never writes the next group's rows.
+
+Gradients: x's by the same kernels (w the other way round; with gathered rows each product row added back into x's
+row, SCATTER), w's by grouped_gemm_wgrad_kernel (C[g] = A_gᵀ·B_g: K is the group's rows)."""
 
 from __future__ import annotations
 
