@@ -131,7 +131,8 @@ def test_reading_the_wrong_rows_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
     args, _ = gemm_case(4, 64, 128)
     pointers = addressing.gathered_row_pointers
     monkeypatch.setattr(addressing, "gathered_row_pointers",
-                        lambda lw, g, index, row0, rows, ptr: pointers(lw, g, index, row0, [r + 1 for r in rows], ptr))
+                        lambda lw, g, index, row0, rows, ptr, end=None: pointers(lw, g, index, row0,
+                                                                                 [r + 1 for r in rows], ptr, end))
     from tkc.backend import lower_copies
     monkeypatch.setattr(lower_copies, "gathered_row_pointers", addressing.gathered_row_pointers)
     interp, sim = run_both(gathered_gemm, args, 2, {}, "sm_80")
