@@ -111,16 +111,12 @@ def cast_rows_kernel(S: gl[f32, 2], D: gl["DT", 2], DT: const = bf16):
 
 
 @tkc.func
-def group_rows_slice(T, Rows, first, end, col, GATHER, CUT, BR, COLS, DT):
-    """BR rows of T from `first` (with GATHER rows Rows[first ..]; with CUT rows before `end` only, the others zeros)
-    × COLS columns from column tile `col`, into a shared tile."""
+def group_rows_slice(T, Rows, first, end, col, GATHER, BR, COLS, DT):
+    """BR rows of T from `first` (with GATHER rows Rows[first ..]), rows before `end` only (the others zeros), × COLS
+    columns from column tile `col`, into a shared tile (cut at an end: cp.async, not TMA)."""
     if GATHER:
-        if CUT:
-            return load(T, (rows_at(Rows, first, end), col), st[DT, BR, COLS])
-        return load(T, (rows_at(Rows, first), col), st[DT, BR, COLS])
-    if CUT:
-        return load(T, (rows(first, end), col), st[DT, BR, COLS])
-    return load(T, (rows(first), col), st[DT, BR, COLS])
+        return load(T, (rows_at(Rows, first, end), col), st[DT, BR, COLS])
+    return load(T, (rows(first, end), col), st[DT, BR, COLS])
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_80")
@@ -130,23 +126,20 @@ def grouped_gemm_wgrad_kernel(A: gl["DT", 2], B: gl["DT", 2], Offsets: gl[i32, 1
                               STAGES: const = 3, DT: const = bf16, RT: const = i32):
     """C[g] (M×N) = A's rows of group g, transposed, times B's (A is S×M, B is S×N; with GATHER_A / GATHER_B that
     operand's rows are Rows[...]): grouped_gemm's weight gradient, K the group's rows. Grid: (G, cdiv(M, BM) ·
-    cdiv(N, BN)); each step of BR rows stages both slices in shared memory, the group's whole slices in a pipelined
-    loop and its last rows after it (cut at its end: zeros past it), so that the loop's loads may be TMA's."""
+    cdiv(N, BN)); each step of BR rows stages both slices in shared memory (a cp.async ring), cut at the group's end.
+    (Whole slices in a TMA ring and the last rows after the loop was slower on an H100: the tail's synchronous copy
+    and drained ring cost more than TMA saved; RESULTS "grouped_gemm's backward ... — 2026-12-07 15:58".)"""
     WARPS_M = WARPS // WARPS_N
     WM, WN = BM // WARPS_M, BN // WARPS_N
     g, tile = block_idx()[0], block_idx()[1]
     bm, bn = tile // cdiv(C.shape[2], BN), tile % cdiv(C.shape[2], BN)
     wm, wn = warp_id() // WARPS_N, warp_id() % WARPS_N
     start, end = Offsets[g - 1], Offsets[g]
-    whole = max(end - start, 0) // BR
     acc = zeros(rt[f32, WM, WN])
-    for i in range(whole):  # the group's whole slices of BR rows (a pipelined loop)
-        a_s = group_rows_slice(A, Rows, start + i * BR, end, bm, GATHER_A, 0, BR, BM, DT)
-        b_s = group_rows_slice(B, Rows, start + i * BR, end, bn, GATHER_B, 0, BR, BN, DT)
+    for i in range(cdiv(max(end - start, 0), BR)):  # slices of the group's rows, cut at its end (zeros past it)
+        a_s = group_rows_slice(A, Rows, start + i * BR, end, bm, GATHER_A, BR, BM, DT)
+        b_s = group_rows_slice(B, Rows, start + i * BR, end, bn, GATHER_B, BR, BN, DT)
         acc = mma_AtB(load(a_s, (0, wm), rt[DT, BR, WM]), load(b_s, (0, wn), rt[DT, BR, WN]), acc)
-    a_s = group_rows_slice(A, Rows, start + whole * BR, end, bm, GATHER_A, 1, BR, BM, DT)  # its last rows: zeros
-    b_s = group_rows_slice(B, Rows, start + whole * BR, end, bn, GATHER_B, 1, BR, BN, DT)  # past its end
-    acc = mma_AtB(load(a_s, (0, wm), rt[DT, BR, WM]), load(b_s, (0, wn), rt[DT, BR, WN]), acc)
     store(C, acc.to(DT), (g, bm * WARPS_M + wm, bn * WARPS_N + wn))
 
 
@@ -161,15 +154,11 @@ def grouped_gemm_wgrad_sm90_kernel(A: gl["DT", 2], B: gl["DT", 2], Offsets: gl[i
     g, tile = block_idx()[0], block_idx()[1]
     bm, bn = tile // cdiv(C.shape[2], BN), tile % cdiv(C.shape[2], BN)
     start, end = Offsets[g - 1], Offsets[g]
-    whole = max(end - start, 0) // BR
     acc = zeros(rt[f32, 16, BN])
-    for i in range(whole):  # the group's whole slices of BR rows (a TMA ring where no rows are gathered)
-        a_s = group_rows_slice(A, Rows, start + i * BR, end, bm, GATHER_A, 0, BR, BM, DT)
-        b_s = group_rows_slice(B, Rows, start + i * BR, end, bn, GATHER_B, 0, BR, BN, DT)
+    for i in range(cdiv(max(end - start, 0), BR)):  # slices of the group's rows, cut at its end (zeros past it)
+        a_s = group_rows_slice(A, Rows, start + i * BR, end, bm, GATHER_A, BR, BM, DT)
+        b_s = group_rows_slice(B, Rows, start + i * BR, end, bn, GATHER_B, BR, BN, DT)
         acc = mma_AtB(load(a_s, (0, warpgroup_id()), st[DT, BR, 64]), b_s, acc)
-    a_s = group_rows_slice(A, Rows, start + whole * BR, end, bm, GATHER_A, 1, BR, BM, DT)  # its last rows: zeros
-    b_s = group_rows_slice(B, Rows, start + whole * BR, end, bn, GATHER_B, 1, BR, BN, DT)  # past its end
-    acc = mma_AtB(load(a_s, (0, warpgroup_id()), st[DT, BR, 64]), b_s, acc)
     store(C, acc.to(DT), (g, bm * WARPS + warp_id(), bn))
 
 
