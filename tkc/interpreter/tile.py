@@ -107,7 +107,7 @@ def _row_extras(op: Operation, coords: list) -> tuple[list, Any, Any]:
     """A global load's / store's index values without its trailing extras, its rows_at index tensor and its rows' end
     (None where it has none)."""
     coords = list(coords)
-    end = coords.pop() if getattr(op, "rows_end", None) is not None else None
+    end = coords.pop() if op.rows_end is not None else None  # type: ignore[attr-defined]
     rows = coords.pop() if op.row_index is not None else None  # type: ignore[attr-defined]
     return coords, rows, end
 

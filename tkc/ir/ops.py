@@ -1063,7 +1063,7 @@ class LoadOp(IRDLOperation):
 def verify_rows_end(op: Operation, what: str, src: Attribute, dst: Attribute) -> None:
     """A load's / store's / copy's rows_end (rows(r, end), rows_at(I, r, end)): only where the row index counts rows,
     between global memory and a register tile, or into a shared tile (not multicast)."""
-    if getattr(op, "rows_end", None) is None:
+    if op.rows_end is None:  # type: ignore[attr-defined]
         return
     tile = dst if isinstance(src, GlobalType) else src
     cut_short = RegTileType | SharedTileType if isinstance(src, GlobalType) else RegTileType

@@ -197,10 +197,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, row
         fail(f"offsets: one end offset a group: w has {groups} groups, offsets {offsets.shape[0]} entries")
     slots = x.shape[0]
     if rows is not None:
-        if not isinstance(rows, torch.Tensor) or rows.dtype not in (torch.int32, torch.int64):
-            fail(f"rows: an int32 or int64 tensor of x's row numbers, got "
-                 f"{rows.dtype if isinstance(rows, torch.Tensor) else type(rows).__name__}")
-        check_tensor("rows", rows, rows.dtype, 1)
+        _check_rows(rows)
         slots = rows.shape[0]
     for name, tensor in (("w", w), ("offsets", offsets), ("rows", rows), ("out", out)):
         if tensor is not None and tensor.device != x.device:
@@ -222,16 +219,32 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, row
 def _launch_product(x: Any, w: Any, offsets: Any, index: Any, out: Any, slots: int, constants: dict[str, Any],
                     target: str | None) -> None:
     """grouped_gemm_kernel or its wgmma kernel over `slots` rows of products into `out` (checked arguments)."""
+    spec, bm, bn = _specialized(grouped_gemm_sm90_kernel, CONFIG_SM90, grouped_gemm_kernel, CONFIG, x, index,
+                                constants, target)
+    spec.launch((ceil_div(slots, bm) + w.shape[0], ceil_div(out.shape[1], bn), 1), (x, w, offsets, index, out))
+
+
+def _specialized(hopper: Any, hopper_config: dict[str, int], sm80: Any, sm80_config: dict[str, int], x: Any,
+                 index: Any, constants: dict[str, Any], target: str | None) -> tuple[Any, int, int]:
+    """The Hopper kernel (by default on an sm_90 GPU, or with target="sm_90a") or the sm_80 one, specialized to x's
+    dtype and the index tensor's, and its tile's rows and columns."""
     import torch
 
     constants = {**constants, "RT": i64 if index.dtype == torch.int64 else i32, **dtype_constant(x.dtype)}
     if wgmma_path(x.get_device(), target):
-        spec = grouped_gemm_sm90_kernel.specialize(target="sm_90a", **constants, **CONFIG_SM90)
-        bm, bn = 16 * CONFIG_SM90["WARPS"], CONFIG_SM90["BN"]
-    else:
-        spec = grouped_gemm_kernel.specialize(target=target, **constants, **CONFIG)
-        bm, bn = CONFIG["BM"], CONFIG["BN"]
-    spec.launch((ceil_div(slots, bm) + w.shape[0], ceil_div(out.shape[1], bn), 1), (x, w, offsets, index, out))
+        return (hopper.specialize(target="sm_90a", **constants, **hopper_config), 16 * hopper_config["WARPS"],
+                hopper_config["BN"])
+    return sm80.specialize(target=target, **constants, **sm80_config), sm80_config["BM"], sm80_config["BN"]
+
+
+def _check_rows(rows: Any) -> None:
+    """`rows`: a CUDA tensor (N,) of int32 or int64 row numbers."""
+    import torch
+
+    if not isinstance(rows, torch.Tensor) or rows.dtype not in (torch.int32, torch.int64):
+        fail(f"rows: an int32 or int64 tensor of x's row numbers, got "
+             f"{rows.dtype if isinstance(rows, torch.Tensor) else type(rows).__name__}")
+    check_tensor("rows", rows, rows.dtype, 1)
 
 
 def grouped_gemm_dx(dy: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, rows: torch.Tensor, x_rows: int, *,
@@ -246,7 +259,7 @@ def grouped_gemm_dx(dy: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, ro
     check_tensor("dy", dy, dtype, 2)
     check_tensor("w", w, dtype, 3)
     check_tensor("offsets", offsets, torch.int32, 1)
-    check_tensor("rows", rows, rows.dtype if rows.dtype in (torch.int32, torch.int64) else torch.int32, 1)
+    _check_rows(rows)
     k = w.shape[2] if trans_b else w.shape[1]
     if dy.shape[0] != rows.shape[0] or dy.shape[1] != (w.shape[1] if trans_b else w.shape[2]):
         fail(f"dy: expected ({rows.shape[0]}, {w.shape[1] if trans_b else w.shape[2]}), got {tuple(dy.shape)}")
@@ -277,9 +290,7 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
     check_tensor("dy", dy, dtype, 2)
     check_tensor("offsets", offsets, torch.int32, 1)
     if rows is not None:
-        if not isinstance(rows, torch.Tensor) or rows.dtype not in (torch.int32, torch.int64):
-            fail("rows: an int32 or int64 tensor of x's row numbers")
-        check_tensor("rows", rows, rows.dtype, 1)
+        _check_rows(rows)
     slots = dy.shape[0]
     if rows is None and x.shape[0] != slots or rows is not None and rows.shape[0] != slots:
         fail(f"dy: one row a row of the product: {slots} rows, but {'rows has' if rows is not None else 'x has'} "
@@ -291,12 +302,7 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
     index = rows if rows is not None else offsets  # (not read without a gather)
     a, b = (dy, x) if trans_b else (x, dy)
     gathered = {"GATHER_A": int(rows is not None and not trans_b), "GATHER_B": int(rows is not None and trans_b)}
-    constants = {**gathered, "RT": i64 if index.dtype == torch.int64 else i32, **dtype_constant(dtype)}
-    if wgmma_path(x.get_device(), target):
-        spec = grouped_gemm_wgrad_sm90_kernel.specialize(target="sm_90a", **constants, **CONFIG_WGRAD_SM90)
-        bm, bn = 16 * CONFIG_WGRAD_SM90["WARPS"], CONFIG_WGRAD_SM90["BN"]
-    else:
-        spec = grouped_gemm_wgrad_kernel.specialize(target=target, **constants, **CONFIG_WGRAD)
-        bm, bn = CONFIG_WGRAD["BM"], CONFIG_WGRAD["BN"]
+    spec, bm, bn = _specialized(grouped_gemm_wgrad_sm90_kernel, CONFIG_WGRAD_SM90, grouped_gemm_wgrad_kernel,
+                                CONFIG_WGRAD, x, index, gathered, target)
     spec.launch((groups, ceil_div(out.shape[1], bm) * ceil_div(out.shape[2], bn), 1), (a, b, offsets, index, out))
     return out
