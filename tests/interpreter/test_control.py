@@ -72,6 +72,21 @@ def test_loops_with_lane_dependent_trip_counts(blocks: int, n: int) -> None:
 
 
 @tkc.kernel(warps=4)
+def persistent_divisions(Y: gl[f32, 2], n: int, d: int):
+    """A persistent loop over n items whose divisor is zero just past the last one (n - i): the lanes that have
+    finished (still computed beside the others) must not fail the division; `d` divides on every lane."""
+    for i in range(block_idx()[0], n, num_blocks()[0]):
+        store(Y, zeros(rt[f32, 16, 16]) + float(n // (n - i) + i // d), (i, 0))
+
+
+def test_divisions_by_zero_only_on_running_lanes() -> None:
+    y = poisoned(5 * 16, 16)
+    persistent_divisions.interpret(y, 5, 1, grid=3)
+    assert_same(y.reshape(5, 16, 16)[:, 0, 0], np.array([5 // (5 - i) + i for i in range(5)], dtype=np.float32))
+    raises_at(persistent_divisions, "n // (n - i)", "integer division by zero", poisoned(5 * 16, 16), 5, 0, grid=3)
+
+
+@tkc.kernel(warps=4)
 def strided(X: gl[f32, 2], Y: gl[f32, 2], N: const = 6):
     """Warp w sums sub-tiles w, w+4, ... of a shared tile holding N of them: lanes that are done hold a loop
     variable past the end of the shared tile, which must not matter."""

@@ -11,6 +11,7 @@ from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
 
 from tkc.errors import TkcError
+from tkc.interpreter.control import lane_state
 
 INT32 = np.iinfo(np.int32)
 
@@ -130,12 +131,26 @@ class ScalarFunctions(InterpreterFunctions):
         return (np.abs(args[0]),)
 
 
+_DIVISIONS = (arith.FloorDivSIOp, arith.DivSIOp, arith.CeilDivSIOp, arith.RemSIOp, arith.DivUIOp, arith.RemUIOp)
+
+
+def _divisor(interpreter: Interpreter, b: np.ndarray) -> np.ndarray:
+    """A division's divisor, zero only an error on the lanes that run it (a lane past the end of its persistent loop
+    still computes beside the others, on values its program never sees); 1 on the others."""
+    zero = b == 0
+    if zero.any():
+        _check_divisor(np.where(lane_state(interpreter).active(), b, 1))
+        return np.where(zero, 1, b)
+    return b
+
+
 def _register(table: dict[type, Callable[..., np.ndarray]], kind: str) -> None:
     for op_type, fn in table.items():
 
         def run(self: Any, interpreter: Interpreter, op: Any, args: PythonValues, fn: Any = fn) -> PythonValues:
             if kind == "int":
-                return (_wrap_i32(fn(np.asarray(args[0], np.int64), np.asarray(args[1], np.int64))),)
+                a, b = np.asarray(args[0], np.int64), np.asarray(args[1], np.int64)
+                return (_wrap_i32(fn(a, _divisor(interpreter, b) if isinstance(op, _DIVISIONS) else b)),)
             if kind == "bits":
                 a, b = args
                 return (fn(a, b) if a.dtype == bool else _wrap_i32(fn(a, b)),)
