@@ -166,7 +166,7 @@ def test_ptxas_accepts_group_rows(target: str) -> None:
 
 @pytest.mark.parametrize("kernel, target, config", [
     ("grouped_gemm_kernel", "sm_80", {"BM": 64, "BN": 64, "BK": 32, "WARPS": 4, "WARPS_N": 2, "STAGES": 2}),
-    ("grouped_gemm_sm90_kernel", "sm_90a", {"BN": 64, "BK": 32, "WARPS": 4, "STAGES": 3})])
+    ("grouped_gemm_sm90_kernel", "sm_90a", {"BN": 64, "BK": 32, "WARPS": 4, "STAGES": 3, "LOADS": 8, "GROUP_N": 1})])
 @pytest.mark.parametrize("gather, trans_b", [(0, 0), (1, 1), (1, 0)])
 def test_grouped_gemm(kernel: str, target: str, config: dict, gather: int, trans_b: int) -> None:
     """tkc.kernels.grouped_gemm's kernels: groups of 40, 0, 100 and 1 rows (tiles cut short at each end; one block
@@ -191,8 +191,8 @@ def test_grouped_gemm(kernel: str, target: str, config: dict, gather: int, trans
         expected[start:stop] = source[start:stop] @ (weight.T if trans_b else weight)
     args = [x, w, offsets, rows_of_x, np.full((slots, n), np.nan, dtype=BF16)]
     constants = {"GATHER": gather, "TRANS_B": trans_b, **config}
-    rows_a_block = config.get("BM", 16 * config["WARPS"])
-    grid = (-(-slots // rows_a_block) + 4, n // 64)
+    # the wgmma kernel on fewer blocks than tiles: each walks several (its ring running on across them)
+    grid = (n // 64, -(-slots // config["BM"]) + 4) if "BM" in config else (5, 1)
     kernel_fn = getattr(grouped, kernel)
     interp = [a.copy() for a in args]
     kernel_fn.interpret(*interp, grid=grid, **constants)
@@ -232,7 +232,8 @@ def test_ptxas_accepts_grouped_gemm() -> None:
 @pytest.mark.parametrize("gather_a, gather_b", [(0, 0), (1, 0), (0, 1)])
 def test_grouped_gemm_wgrad(kernel: str, target: str, config: dict, gather_a: int, gather_b: int) -> None:
     """grouped_gemm's weight gradient: C[g] = A_gᵀ · B_g over groups of 40, 0, 99 and 2 rows (the loop's last slice
-    cut at each group's end: the next group's rows must not add in), rows gathered on either side or none; the
+    cut at each group's end: the next group's rows must not add in; the wgmma kernel on a persistent grid, its ring
+    running across groups, the empty one's tiles too), rows gathered on either side or none; the
     interpreter against numpy, the PTX against the interpreter (to one bf16 rounding: f32 sums in another order)."""
     grouped = importlib.import_module("tkc.kernels.grouped_gemm")
     from reference import BF16, random_bf16, rel_err
@@ -257,6 +258,8 @@ def test_grouped_gemm_wgrad(kernel: str, target: str, config: dict, gather_a: in
     constants = {"GATHER_A": gather_a, "GATHER_B": gather_b, **config}
     tile_rows = config.get("BM", 16 * config["WARPS"])
     grid = (groups, -(-m // tile_rows) * -(-n // config["BN"]))
+    if "BM" not in config:  # the wgmma kernel on fewer blocks than tiles: each walks several, its ring running on
+        grid = (3, 1)
     kernel_fn = getattr(grouped, kernel)
     interp = [t.copy() for t in args]
     kernel_fn.interpret(*interp, grid=grid, **constants)
@@ -292,7 +295,8 @@ def test_grouped_gemm_scattered(kernel: str, target: str, config: dict) -> None:
                 expected[rows_of[s]] += row
     args = [dy, w, offsets, rows_of, np.zeros((x_rows, n), dtype=np.float32)]
     constants = {"GATHER": 0, "SCATTER": 1, "YT": f32, **config}
-    grid = (-(-slots // config.get("BM", 16 * config["WARPS"])) + 4, n // 64)
+    tiles = (n // 64, -(-slots // config.get("BM", 16 * config["WARPS"])) + 4)
+    grid = tiles if "BM" in config else (tiles[0] * tiles[1], 1)  # the wgmma kernel: a block a tile
     kernel_fn = getattr(grouped, kernel)
     interp = [t.copy() for t in args]
     kernel_fn.interpret(*interp, grid=grid, **constants)

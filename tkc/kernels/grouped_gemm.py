@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_tensor, dtype_constant, fail, wants_grad, wgmma_path
+from tkc.kernels.gemm import grouped_tile
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -23,14 +24,16 @@ if TYPE_CHECKING:
 
 
 @tkc.func
-def group_tile(Offsets, groups, tile, BM):
+def group_tile(Offsets, groups, tile, BM, LOADS=4):
     """Tile `tile` of the groups' tiles (each group's rows in tiles of BM, the groups one after another): (its group,
-    its first row, its group's end), or (-1, 0, 0) past the last group's tiles. The offsets are read four at a time
+    its first row, its group's end), or (-1, 0, 0) past the last group's tiles. The offsets are read LOADS at a time
     (their loads overlap; past the tensor's end they read 0: no tiles)."""
     group, first, end, tiles_before, start = -1, 0, 0, 0, 0
-    for g in range(0, groups, 4):
-        stops = (Offsets[g], Offsets[g + 1], Offsets[g + 2], Offsets[g + 3])
-        for u in range(4):
+    for g in range(0, groups, LOADS):
+        stops = ()
+        for u in range(LOADS):  # (issued together: their loads overlap)
+            stops = stops + (Offsets[g + u],)
+        for u in range(LOADS):
             tiles = cdiv(max(stops[u] - start, 0), BM)
             if tiles_before <= tile and tile < tiles_before + tiles:
                 group, first, end = g + u, start + (tile - tiles_before) * BM, stops[u]
@@ -55,14 +58,15 @@ def grouped_gemm_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Row
                         BK: const = 64, WARPS: const = 4, WARPS_N: const = 2, STAGES: const = 2, DT: const = bf16,
                         RT: const = i32, YT: const = bf16):
     """Y's rows Offsets[g - 1] .. Offsets[g] = X's same rows (with GATHER, rows Rows[...]) · W[g] (K×N; with TRANS_B
-    W[g] is N×K); with SCATTER the product's rows are added into Y's rows Rows[...] instead (Y f32). Grid: (cdiv(rows,
-    BM) + groups, cdiv(N, BN)): a block a tile of a group and BN columns (blocks past the last group's tiles do
-    nothing). Each step of K stages a BM×BK slice of X (gathered rows: cp.async) and a slice of W[g] in shared memory;
-    the warps form a (WARPS / WARPS_N) × WARPS_N grid over the tile, as gemm_kernel."""
+    W[g] is N×K); with SCATTER the product's rows are added into Y's rows Rows[...] instead (Y f32). Grid:
+    (cdiv(N, BN), cdiv(rows, BM) + groups): a block BN columns of a tile of a group (blocks past the last group's
+    tiles do nothing; a tile's column blocks run one after another, so its rows of X come from memory once). Each
+    step of K stages a BM×BK slice of X (gathered rows: cp.async) and a slice of W[g] in shared memory; the warps form
+    a (WARPS / WARPS_N) × WARPS_N grid over the tile, as gemm_kernel."""
     WARPS_M = WARPS // WARPS_N
     WM, WN = BM // WARPS_M, BN // WARPS_N
-    group, first, end = group_tile(Offsets, W.shape[0], block_idx()[0], BM)
-    bn = block_idx()[1]
+    group, first, end = group_tile(Offsets, W.shape[0], block_idx()[1], BM)
+    bn = block_idx()[0]
     wm, wn = warp_id() // WARPS_N, warp_id() % WARPS_N
     acc = zeros(rt[f32, WM, WN])
     for k in range(cdiv(X.shape[1], BK) * min(group + 1, 1)):  # no steps past the last group's tiles
@@ -82,25 +86,32 @@ def grouped_gemm_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Row
 def grouped_gemm_sm90_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Rows: gl["RT", 1],
                              Y: gl["YT", 2], GATHER: const = 0, SCATTER: const = 0, TRANS_B: const = 0,
                              BN: const = 256, BK: const = 64, WARPS: const = 8, STAGES: const = 4, PRODUCER: const = 0,
-                             DT: const = bf16, RT: const = i32, YT: const = bf16):
+                             LOADS: const = 4, GROUP_N: const = 1024, DT: const = bf16, RT: const = i32,
+                             YT: const = bf16):
     """As grouped_gemm_kernel on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)-row tile of a
     group, each warpgroup its 64 rows times all BN columns of W[g] (a TMA ring where X's rows are not gathered and the
-    rows are 16-byte aligned, else cp.async), each warp storing its 16 rows."""
+    rows are 16-byte aligned, else cp.async), each warp storing its 16 rows. Grid: up to the tiles' number
+    ((cdiv(rows, 16·WARPS) + groups) · cdiv(N, BN)), taken in runs of GROUP_N column blocks: a run's blocks read a
+    tile's rows of X from L2, and the run over the next tiles below reads the same columns of W[g] (gemm's
+    grouped_tile, its roles swapped); fewer blocks than tiles: a persistent grid, the ring running on across them."""
     BM = 16 * WARPS
-    group, first, end = group_tile(Offsets, W.shape[0], block_idx()[0], BM)
-    bn = block_idx()[1]
-    acc = zeros(rt[f32, 16, BN])
-    for k in range(cdiv(X.shape[1], BK) * min(group + 1, 1)):  # no steps past the last group's tiles
-        if GATHER:
-            x_s = load(X, (rows_at(Rows, first), k), st[DT, BM, BK])
-        else:
-            x_s = load(X, (rows(first), k), st[DT, BM, BK])
-        a = load(x_s, (warpgroup_id(), 0), st[DT, 64, BK])  # this warpgroup's rows
-        if TRANS_B:
-            acc = mma_ABt(a, load(W, (group, bn, k), st[DT, BN, BK]), acc)
-        else:
-            acc = mma_AB(a, load(W, (group, k, bn), st[DT, BK, BN]), acc)
-    put_rows(Y, Rows, acc, first + 16 * warp_id(), end, bn, SCATTER, YT)
+    tiles_n = cdiv(Y.shape[1], BN)
+    slots = Rows.shape[0] if GATHER else X.shape[0]
+    for tile in range(block_idx()[0], (cdiv(slots, BM) + W.shape[0]) * tiles_n, num_blocks()[0]):
+        bn, tile_m = grouped_tile(tile, tiles_n, cdiv(slots, BM) + W.shape[0], GROUP_N)
+        group, first, end = group_tile(Offsets, W.shape[0], tile_m, BM, LOADS)
+        acc = zeros(rt[f32, 16, BN])
+        for k in range(cdiv(X.shape[1], BK) * min(group + 1, 1)):  # no steps past the last group's tiles
+            if GATHER:
+                x_s = load(X, (rows_at(Rows, first), k), st[DT, BM, BK])
+            else:
+                x_s = load(X, (rows(first), k), st[DT, BM, BK])
+            a = load(x_s, (warpgroup_id(), 0), st[DT, 64, BK])  # this warpgroup's rows
+            if TRANS_B:
+                acc = mma_ABt(a, load(W, (group, bn, k), st[DT, BN, BK]), acc)
+            else:
+                acc = mma_AB(a, load(W, (group, k, bn), st[DT, BK, BN]), acc)
+        put_rows(Y, Rows, acc, first + 16 * warp_id(), end, bn, SCATTER, YT)
 
 
 @tkc.kernel(warps=4, min_target="sm_80")
@@ -149,23 +160,30 @@ def grouped_gemm_wgrad_sm90_kernel(A: gl["DT", 2], B: gl["DT", 2], Offsets: gl[i
                                    BR: const = 64, WARPS: const = 8, STAGES: const = 3, DT: const = bf16,
                                    RT: const = i32):
     """As grouped_gemm_wgrad_kernel on Hopper's wgmma: a block of WARPS / 4 warpgroups takes (16·WARPS) × BN of
-    C[g], each warpgroup 64 of its rows (64 columns of A's slice, read transposed by the wgmma)."""
+    C[g], each warpgroup 64 of its rows (64 columns of A's slice, read transposed by the wgmma). Grid: up to the
+    tiles' number (G · cdiv(M, 16·WARPS) · cdiv(N, BN), a group's tiles one after another); fewer blocks: a
+    persistent grid, whose ring runs on across a block's tiles (a group's few steps of rows each)."""
     BM = 16 * WARPS
-    g, tile = block_idx()[0], block_idx()[1]
-    bm, bn = tile // cdiv(C.shape[2], BN), tile % cdiv(C.shape[2], BN)
-    start, end = Offsets[g - 1], Offsets[g]
-    acc = zeros(rt[f32, 16, BN])
-    for i in range(cdiv(max(end - start, 0), BR)):  # slices of the group's rows, cut at its end (zeros past it)
-        a_s = group_rows_slice(A, Rows, start + i * BR, end, bm, GATHER_A, BR, BM, DT)
-        b_s = group_rows_slice(B, Rows, start + i * BR, end, bn, GATHER_B, BR, BN, DT)
-        acc = mma_AtB(load(a_s, (0, warpgroup_id()), st[DT, BR, 64]), b_s, acc)
-    store(C, acc.to(DT), (g, bm * WARPS + warp_id(), bn))
+    tiles_m, tiles_n = cdiv(C.shape[1], BM), cdiv(C.shape[2], BN)
+    for t in range(block_idx()[0], C.shape[0] * tiles_m * tiles_n, num_blocks()[0]):
+        g, tile = t // (tiles_m * tiles_n), t % (tiles_m * tiles_n)
+        bm, bn = tile // tiles_n, tile % tiles_n
+        start, end = Offsets[g - 1], Offsets[g]
+        acc = zeros(rt[f32, 16, BN])
+        for i in range(cdiv(max(end - start, 0), BR)):  # slices of the group's rows, cut at its end (zeros past it)
+            a_s = group_rows_slice(A, Rows, start + i * BR, end, bm, GATHER_A, BR, BM, DT)
+            b_s = group_rows_slice(B, Rows, start + i * BR, end, bn, GATHER_B, BR, BN, DT)
+            acc = mma_AtB(load(a_s, (0, warpgroup_id()), st[DT, BR, 64]), b_s, acc)
+        store(C, acc.to(DT), (g, bm * WARPS + warp_id(), bn))
 
 
 CONFIG = {"BM": 128, "BN": 128, "BK": 64, "WARPS": 4, "WARPS_N": 2, "STAGES": 2}  # gemm()'s sm_80 tiles
 # 128×256 tiles, a 4-stage ring (bench/probe_grouped.py on an H100, RESULTS "grouped GEMM probe — 2026-12-07": BN=128
-# 0.53–0.71× torch._grouped_mm, BN=256 0.77–0.97×, 0.65–0.75× gathered)
-CONFIG_SM90 = {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 4}
+# 0.53–0.71× torch._grouped_mm, BN=256 0.77–0.97×, 0.65–0.75× gathered); a block a tile, in runs of 12 column
+# blocks, offsets read 16 at a time (RESULTS "grouped_gemm's tile order — 2026-12-07": a tile's column blocks one
+# after another 0.94–1.11× torch._grouped_mm on the H200, a column of tiles at a time 0.79–0.94× on an H100; a
+# persistent grid, a producer warpgroup, 4 or 8 column blocks a run: within ±3 %)
+CONFIG_SM90 = {"BN": 256, "BK": 64, "WARPS": 8, "STAGES": 4, "LOADS": 16, "GROUP_N": 12}
 
 
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, rows: torch.Tensor | None = None,
@@ -219,22 +237,23 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, row
 def _launch_product(x: Any, w: Any, offsets: Any, index: Any, out: Any, slots: int, constants: dict[str, Any],
                     target: str | None) -> None:
     """grouped_gemm_kernel or its wgmma kernel over `slots` rows of products into `out` (checked arguments)."""
-    spec, bm, bn = _specialized(grouped_gemm_sm90_kernel, CONFIG_SM90, grouped_gemm_kernel, CONFIG, x, index,
-                                constants, target)
-    spec.launch((ceil_div(slots, bm) + w.shape[0], ceil_div(out.shape[1], bn), 1), (x, w, offsets, index, out))
+    spec, bm, bn, hopper = _specialized(grouped_gemm_sm90_kernel, CONFIG_SM90, grouped_gemm_kernel, CONFIG, x, index,
+                                        constants, target)
+    tiles_m, tiles_n = ceil_div(slots, bm) + w.shape[0], ceil_div(out.shape[1], bn)
+    spec.launch((tiles_m * tiles_n, 1, 1) if hopper else (tiles_n, tiles_m, 1), (x, w, offsets, index, out))
 
 
 def _specialized(hopper: Any, hopper_config: dict[str, int], sm80: Any, sm80_config: dict[str, int], x: Any,
-                 index: Any, constants: dict[str, Any], target: str | None) -> tuple[Any, int, int]:
+                 index: Any, constants: dict[str, Any], target: str | None) -> tuple[Any, int, int, bool]:
     """The Hopper kernel (by default on an sm_90 GPU, or with target="sm_90a") or the sm_80 one, specialized to x's
-    dtype and the index tensor's, and its tile's rows and columns."""
+    dtype and the index tensor's, its tile's rows and columns, and whether it is the Hopper one."""
     import torch
 
     constants = {**constants, "RT": i64 if index.dtype == torch.int64 else i32, **dtype_constant(x.dtype)}
     if wgmma_path(x.get_device(), target):
         return (hopper.specialize(target="sm_90a", **constants, **hopper_config), 16 * hopper_config["WARPS"],
-                hopper_config["BN"])
-    return sm80.specialize(target=target, **constants, **sm80_config), sm80_config["BM"], sm80_config["BN"]
+                hopper_config["BN"], True)
+    return sm80.specialize(target=target, **constants, **sm80_config), sm80_config["BM"], sm80_config["BN"], False
 
 
 def _check_rows(rows: Any) -> None:
@@ -276,7 +295,9 @@ def grouped_gemm_dx(dy: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, ro
 
 
 CONFIG_WGRAD = {"BM": 128, "BN": 128, "BR": 32, "WARPS": 4, "WARPS_N": 2, "STAGES": 3}
-CONFIG_WGRAD_SM90 = {"BN": 128, "BR": 64, "WARPS": 8, "STAGES": 3}
+# (H200, RESULTS "grouped_gemm's tile order — 2026-12-07": BN=256 0.81–0.89× torch._grouped_mm, BN=128
+# 0.72–0.89×; a persistent grid within ±2 %, 4 stages slower)
+CONFIG_WGRAD_SM90 = {"BN": 256, "BR": 64, "WARPS": 8, "STAGES": 3}
 
 
 def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, *, rows: torch.Tensor | None = None,
@@ -302,7 +323,8 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
     index = rows if rows is not None else offsets  # (not read without a gather)
     a, b = (dy, x) if trans_b else (x, dy)
     gathered = {"GATHER_A": int(rows is not None and not trans_b), "GATHER_B": int(rows is not None and trans_b)}
-    spec, bm, bn = _specialized(grouped_gemm_wgrad_sm90_kernel, CONFIG_WGRAD_SM90, grouped_gemm_wgrad_kernel,
-                                CONFIG_WGRAD, x, index, gathered, target)
-    spec.launch((groups, ceil_div(out.shape[1], bm) * ceil_div(out.shape[2], bn), 1), (a, b, offsets, index, out))
+    spec, bm, bn, hopper = _specialized(grouped_gemm_wgrad_sm90_kernel, CONFIG_WGRAD_SM90, grouped_gemm_wgrad_kernel,
+                                        CONFIG_WGRAD, x, index, gathered, target)
+    tiles = ceil_div(out.shape[1], bm) * ceil_div(out.shape[2], bn)
+    spec.launch((groups * tiles, 1, 1) if hopper else (groups, tiles, 1), (a, b, offsets, index, out))
     return out
