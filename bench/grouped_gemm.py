@@ -4,7 +4,7 @@ Hopper), a loop of cuBLAS matmuls over the groups, and a Triton kernel, in TFLOP
 (G, N, K), a linear layer's layout (trans_b). --gather: the rows come unsorted, gathered by a (S,) int32 index as
 they are multiplied (tkc and Triton read x by it; torch gathers x[rows] first and then multiplies).
 
-    python bench/grouped_gemm.py [--cases 8x8192x7168x4096 ...] [--gather]
+    python bench/grouped_gemm.py [--cases 8x8192x7168x4096 ...] [--gather | --wgrad | --dx]
 
 A case is G×S×N×K.
 """
@@ -54,6 +54,9 @@ def main() -> None:
     parser.add_argument("--wgrad", action="store_true",
                         help="the weights' gradient instead: dw[g] = dy_gᵀ·x_g (tkc.kernels.grouped_gemm_wgrad; torch: "
                              "_grouped_mm of dyᵀ and x)")
+    parser.add_argument("--dx", action="store_true",
+                        help="the gradient of gathered rows' x instead: dx[rows[s]] += dy[s]·w[g] (tkc.kernels."
+                             "grouped_gemm_dx; torch: _grouped_mm of dy and w, then index_add_ into x's rows)")
     add_timing_options(parser)
     args = parser.parse_args()
     triton_kernels = triton_peer()
@@ -67,8 +70,24 @@ def main() -> None:
         bounds = [0, *offsets.tolist()]  # (the torch loop's slices, read once before timing)
         x = torch.randn(slots, k, device="cuda", dtype=torch.bfloat16)
         w = (torch.randn(groups, n, k, device="cuda") * k ** -0.5).to(torch.bfloat16)
-        rows = torch.randperm(slots, device="cuda", dtype=torch.int32) if args.gather else None
+        rows = torch.randperm(slots, device="cuda", dtype=torch.int32) if args.gather or args.dx else None
         xs = x[rows.long()] if args.gather else x
+        if args.dx:  # x (slots × k) was gathered by rows (a permutation) into the product; dy is slots × n
+            dy = torch.randn(slots, n, device="cuda", dtype=torch.bfloat16)
+            ref = torch.zeros(slots, k, device="cuda").index_add_(0, rows.long(), torch.cat(
+                [dy[bounds[g]:bounds[g + 1]].float() @ w[g].float() for g in range(groups)]))
+
+            def torch_dx() -> torch.Tensor:
+                product = torch._grouped_mm(dy, w, offs=offsets)
+                return torch.zeros(slots, k, device="cuda", dtype=torch.float32).index_add_(
+                    0, rows.long(), product.float()).to(torch.bfloat16)
+
+            impls = {"tkc sm_80": lambda: tkc.kernels.grouped_gemm_dx(dy, w, offsets, rows, slots, trans_b=True,
+                                                                      target="sm_80"),
+                     "tkc": lambda: tkc.kernels.grouped_gemm_dx(dy, w, offsets, rows, slots, trans_b=True),
+                     "torch._grouped_mm": torch_dx}
+            run_case(args, out_rows, groups, slots, n, k, impls, ref)
+            continue
         if args.wgrad:
             dy = torch.randn(slots, n, device="cuda", dtype=torch.bfloat16)
             ref = torch.stack([dy[bounds[g]:bounds[g + 1]].float().t() @ xs[bounds[g]:bounds[g + 1]].float()
@@ -103,11 +122,14 @@ def main() -> None:
                                                                  "torch loop", "triton")]
     cols += [(f"tkc / {peer}", f"tkc / {peer}") for peer in ("torch._grouped_mm", "torch loop", "triton")]
     cols += [("tkc err", "tkc rel err")]
-    what = "its weights' gradient dw[g] = dy_gᵀ·x_g, " if args.wgrad else ""
+    what = ("its weights' gradient dw[g] = dy_gᵀ·x_g, " if args.wgrad else
+            "the gradient of x gathered by an index, dx[rows[s]] += dy[s]·w[g] (f32 sums, then bf16), " if args.dx
+            else "")
     text = (f"Grouped GEMM, weights (G, N, K) (trans_b), {what}rows to groups at random{', gathered by an index' if args.gather else ''}; "
             f"median of {args.rounds} interleaved rounds × {args.launches} launches.\n\n" + table(out_rows, cols))
     print(text)
-    record("grouped_gemm" + ("_wgrad" if args.wgrad else "") + ("_gather" if args.gather else ""), env, text, out_rows)
+    record("grouped_gemm" + ("_wgrad" if args.wgrad else "") + ("_dx" if args.dx else "")
+           + ("_gather" if args.gather else ""), env, text, out_rows)
 
 
 if __name__ == "__main__":

@@ -73,11 +73,12 @@ for step in ${*:-tests probe bench sanitize}; do
     rows-at)  # loads / stores / atomic adds by row numbers (rows_at) and rotary's positions=: GPU tests, compute-sanitizer, bench/rotary.py --positions
         tests_and_sanitizers rows-at "rows_by_row_numbers or rotary_positions" "rows_by_row_numbers(); sanitize.rotary_embedding" 150
         timeout 200 python3 bench/rotary.py --positions ${ROTARY_ARGS:-} > "$OUT/bench-rotary-positions.log" 2>&1; tail -9 "$OUT/bench-rotary-positions.log" ;;
-    grouped-gemm)  # grouped_gemm (a mixture of experts' layers): GPU tests, compute-sanitizer, bench/grouped_gemm.py (rows sorted, gathered, the weights' gradient)
+    grouped-gemm)  # grouped_gemm (a mixture of experts' layers): GPU tests, compute-sanitizer, bench/grouped_gemm.py (rows sorted, gathered, the weights' gradient, gathered x's gradient)
         tests_and_sanitizers grouped-gemm "grouped_gemm" grouped_products 200
         timeout 300 python3 bench/grouped_gemm.py ${GROUPED_ARGS:-} > "$OUT/bench-grouped-gemm.log" 2>&1; tail -9 "$OUT/bench-grouped-gemm.log"
         timeout 300 python3 bench/grouped_gemm.py --gather ${GROUPED_ARGS:-} > "$OUT/bench-grouped-gemm-gather.log" 2>&1; tail -9 "$OUT/bench-grouped-gemm-gather.log"
-        timeout 300 python3 bench/grouped_gemm.py --wgrad ${GROUPED_ARGS:-} > "$OUT/bench-grouped-gemm-wgrad.log" 2>&1; tail -9 "$OUT/bench-grouped-gemm-wgrad.log" ;;
+        timeout 300 python3 bench/grouped_gemm.py --wgrad ${GROUPED_ARGS:-} > "$OUT/bench-grouped-gemm-wgrad.log" 2>&1; tail -9 "$OUT/bench-grouped-gemm-wgrad.log"
+        timeout 300 python3 bench/grouped_gemm.py --dx ${GROUPED_ARGS:-} > "$OUT/bench-grouped-gemm-dx.log" 2>&1; tail -9 "$OUT/bench-grouped-gemm-dx.log" ;;
     rotary-probe)  # rotary_kernel's HEADS × WARPS beside a copy and Triton (bench/probe_rotary.py; PROBE_ARGS)
         timeout 300 python3 bench/probe_rotary.py ${PROBE_ARGS:-} > "$OUT/probe-rotary.log" 2>&1; grep -v Warning "$OUT/probe-rotary.log" | tail -40 ;;
     skinny)  # gemm() on skinny products beside smaller tiles and cuBLAS (bench/probe_skinny.py; PROBE_ARGS="--trans-b 1")
