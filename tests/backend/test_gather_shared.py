@@ -128,13 +128,14 @@ def test_gathered_rows_once(target: str, dtype: str, cols: int) -> None:
 def test_reading_the_wrong_rows_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lowering that reads each chunk's row number one entry of the index too far: the simulation differs from
     the interpreter (which it matches without the fault)."""
+    from tkc.backend import lower_copies, lower_memory  # (imported first: a first import under the patch would keep it)
+
     args, _ = gemm_case(4, 64, 128)
     pointers = addressing.gathered_row_pointers
-    monkeypatch.setattr(addressing, "gathered_row_pointers",
-                        lambda lw, g, index, row0, rows, ptr, end=None: pointers(lw, g, index, row0,
-                                                                                 [r + 1 for r in rows], ptr, end))
-    from tkc.backend import lower_copies
-    monkeypatch.setattr(lower_copies, "gathered_row_pointers", addressing.gathered_row_pointers)
+    for module in (addressing, lower_copies, lower_memory):
+        monkeypatch.setattr(module, "gathered_row_pointers",
+                            lambda lw, g, index, row0, rows, ptr, end=None: pointers(lw, g, index, row0,
+                                                                                     [r + 1 for r in rows], ptr, end))
     interp, sim = run_both(gathered_gemm, args, 2, {}, "sm_80")
     assert not np.allclose(sim[3], interp[3], rtol=1e-3, atol=1e-3)
 

@@ -104,9 +104,10 @@ def test_a_forgotten_end_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     offsets = np.array([0, 5, 20], dtype=np.int32)  # without the end, block 1 writes rows 20 .. 36 too
     x = rng.standard_normal((ROWS, 16)).astype(np.float32)
     positions = np.arange(ROWS, dtype=np.int32)
-    monkeypatch.setattr(addressing, "row_limit", lambda lw, size, end: size)
-    from tkc.backend import lower_memory
-    monkeypatch.setattr(lower_memory, "row_limit", addressing.row_limit)
+    from tkc.backend import lower_copies, lower_memory  # (imported first: a first import under the patch would keep it)
+
+    for module in (addressing, lower_copies, lower_memory):
+        monkeypatch.setattr(module, "row_limit", lambda lw, size, end: size)
     args = [offsets, positions, x, np.full(x.shape, np.nan, np.float32), np.zeros(x.shape, np.float32)]
     simulate(lower_kernel(scaled_groups, "sm_80", {}), "scaled_groups", args, 2)
     out, _ = expected_groups(offsets, None, x)
