@@ -25,7 +25,9 @@ CONFIGS = [("tiles", dict(BN=256, BK=64, WARPS=8, STAGES=4), False),
            ("persistent L16 GN8", dict(BN=256, BK=64, WARPS=8, STAGES=4, LOADS=16, GROUP_N=8), True),
            ("persistent L16 GN8 producer", dict(BN=256, BK=64, WARPS=8, STAGES=4, LOADS=16, GROUP_N=8, PRODUCER=1),
             True),
-           ("tiles L16 GN8 cp.async", dict(BN=256, BK=64, WARPS=8, STAGES=4, LOADS=16, GROUP_N=8, TMA=0), False)]
+           ("tiles L16 GN8 cp.async", dict(BN=256, BK=64, WARPS=8, STAGES=4, LOADS=16, GROUP_N=8, TMA=0), False),
+           ("tiles L16 GN12 mixed ring", dict(BN=256, BK=64, WARPS=8, STAGES=4, LOADS=16, GROUP_N=12, MIXED=1),
+            False)]  # (MIXED=1 changes only gathered rows: --gather)
 # TMA=0: the pipeline without insert-tma-pipeline (a cp.async ring for W too, as where X's rows are gathered)
 NO_TMA = default_pipeline("sm_90a").replace("insert-tma-pipeline,", "")
 

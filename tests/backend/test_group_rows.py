@@ -167,7 +167,8 @@ def test_ptxas_accepts_group_rows(target: str) -> None:
 
 @pytest.mark.parametrize("kernel, target, config", [
     ("grouped_gemm_kernel", "sm_80", {"BM": 64, "BN": 64, "BK": 32, "WARPS": 4, "WARPS_N": 2, "STAGES": 2}),
-    ("grouped_gemm_sm90_kernel", "sm_90a", {"BN": 64, "BK": 32, "WARPS": 4, "STAGES": 3, "LOADS": 8, "GROUP_N": 1})])
+    ("grouped_gemm_sm90_kernel", "sm_90a", {"BN": 64, "BK": 32, "WARPS": 4, "STAGES": 3, "LOADS": 8, "GROUP_N": 1}),
+    ("grouped_gemm_sm90_kernel", "sm_90a", {"BN": 64, "BK": 32, "WARPS": 4, "STAGES": 3, "MIXED": 1})])
 @pytest.mark.parametrize("gather, trans_b", [(0, 0), (1, 1), (1, 0)])
 def test_grouped_gemm(kernel: str, target: str, config: dict, gather: int, trans_b: int) -> None:
     """tkc.kernels.grouped_gemm's kernels: groups of 40, 0, 100 and 1 rows (tiles cut short at each end; one block

@@ -219,6 +219,13 @@ def _op_cases() -> dict[str, str]:
                "!tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>, !tile.stage_barriers<3, 128>\n"
                "tile.stage_wait %b[%i] {tkc.note} : !tile.stage_barriers<3, 128>\n"
                "tile.stage_release %b[%i] : !tile.stage_barriers<3, 128>",
+        "stage_copy": "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>\n"
+                      "%b = tile.stage_barriers : !tile.stage_barriers<3, 128>\n"
+                      "tile.stage_copy %g2[%i, %i] rows_at %gc : !tile.gl<?xi32> rows_end %i, %r, %b[%i] "
+                      "{tile.index_in_rows} : !tile.gl<?x?xbf16> -> !tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>, "
+                      "!tile.stage_barriers<3, 128>\n"
+                      "tile.stage_copy %g2[%i, %i], %r, %b[%i] : !tile.gl<?x?xbf16> -> "
+                      "!tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>, !tile.stage_barriers<3, 128>",
         "tma-cluster": "%r = tile.ring_alloc : !tile.ring<3, !tile.st<64x64xbf16, swizzle 128>>\n"
                        "%b = tile.stage_barriers : !tile.stage_barriers<3, 128, 2>\n"
                        "tile.tma_load %g2[%i, %i], %r, %b[%i] {tkc.multicast} : !tile.gl<?x?xbf16> -> "

@@ -1,6 +1,7 @@
 """Lowering of TMA loads and stage barriers (sm_90a): mbarriers in shared memory, `cp.async.bulk.tensor`.
 
-Stage s's full barrier is at `bars + 8s` (count 1: the producer's `arrive.expect_tx`), its empty barrier at
+Stage s's full barrier is at `bars + 8s` (count 1: the producer's `arrive.expect_tx`; 1 + the computing threads
+where stage_copy's cp.async chunks join the ring, each thread arriving once its chunks land), its empty barrier at
 `bars + 8(S + s)` (count: every thread of the block, each releasing once). Step k uses stage k mod S and waits
 for the phase of parity (k div S) & 1 on its full barrier; the producer acquiring step k waits for the empty
 barrier's previous phase, parity ((k div S) & 1) ^ 1, which a fresh barrier reports complete. The producer is
@@ -97,8 +98,11 @@ def lower_stage_barriers(lw: KernelLowering, op: m.StageBarriersOp) -> list[Any]
     releases = arrivals if cluster == 1 else arrivals // 32 * cluster  # a cluster's: a warp of each block
     base = shared_base(lw, offset_of(op))
     first = _thread0(lw)
+    # a full barrier's arrivals: the producer's arrive.expect_tx, and where stage_copy's cp.async chunks join the
+    # ring, every computing thread's arrival once its chunks have landed
+    fills = 1 + (arrivals if m.copies_into(op.result) else 0)
     for s in range(stages):
-        lw.emit(ptx.MbarrierOp("init", base, offset=8 * s, count=1, guard=first))
+        lw.emit(ptx.MbarrierOp("init", base, offset=8 * s, count=fills, guard=first))
         lw.emit(ptx.MbarrierOp("init", base, offset=8 * (stages + s), count=releases, guard=first))
     lw.emit(ptx.FenceOp("mbarrier_init.release.cluster"))  # the inits, visible to the other threads and to TMA
     if cluster > 1:  # ... and to the other blocks of the cluster, which signal them (the fence released them)
@@ -113,6 +117,9 @@ def lower_stage_barriers(lw: KernelLowering, op: m.StageBarriersOp) -> list[Any]
 def lower_stage_acquire(lw: KernelLowering, op: m.StageAcquireOp) -> None:
     addr, offset, parity = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=True)
     flipped = Imm(int(parity.value) ^ 1) if isinstance(parity, Imm) else lw.op("xor.b32", "b32", parity, Imm(1), n=1)
+    if m.copies_into(op.bars):  # every thread copies into the stage (stage_copy): every thread waits for it
+        _spin(lw, addr, offset, flipped)
+        return
     skip = lw.label("ACQUIRED")
     lw.emit(ptx.BraOp(skip, _producer_warp(lw), negate=True))  # only the producer's warp waits (warp-uniform)
     _spin(lw, addr, offset, flipped)
@@ -204,10 +211,32 @@ def _tensor_map(lw: KernelLowering, param: str) -> SSAValue:
     return lw.at_entry(f"param:{param}", lambda: lw.emit(ptx.ParamAddrOp(param)).results[0])
 
 
+@handles(m.StageCopyOp)
+def lower_stage_copy(lw: KernelLowering, op: m.StageCopyOp) -> None:
+    """Every thread's cp.async chunks of the tile into step k's stage, then its arrival on step k's full barrier
+    once they have landed (.noinc: the barrier's count includes every thread's arrival)."""
+    from tkc.backend.lower_copies import _stage_address, copy_global_to_shared
+    from tkc.backend.lowering import SharedRef
+
+    ring = lw.value(op.ring)
+    step = lw.value(op.step)
+    stages = ring.type.stages.data
+    stage = Imm(int(step.value) % stages) if isinstance(step, Imm) else lw.expr(Leaf("k") % stages, {"k": step})
+    dst = SharedRef(_stage_address(lw, ring, stage), ring.type.buffer)
+    copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst,
+                          lw.value(op.row_index) if op.row_index is not None else None)
+    addr, offset, _ = _barrier(lw, lw.value(op.bars), step, empty=False)
+    lw.emit(ptx.MbarrierOp("cp_async_arrive", addr, offset=offset, guard=lw.guard))
+
+
 @handles(m.StageWaitOp)
 def lower_stage_wait(lw: KernelLowering, op: m.StageWaitOp) -> None:
     addr, offset, parity = _barrier(lw, lw.value(op.bars), lw.value(op.step), empty=False)
     _spin(lw, addr, offset, parity)
+    if m.copies_into(op.bars):
+        # cp.async wrote the stage through the generic proxy; wgmma reads it through the async proxy: the wait made
+        # the bytes visible to this thread, the proxy fence orders them before its wgmmas
+        lw.emit(ptx.FenceOp("proxy.async.shared::cta"))
 
 
 @handles(m.StageReleaseOp)

@@ -733,7 +733,9 @@ class MbarrierOp(IRDLOperation):
     `init` (`mbarrier.init.shared::cta.b64 [bar], count;`), `arrive` (`mbarrier.arrive.shared::cta.b64 _, [bar];`),
     `arrive_cluster` (`mbarrier.arrive.shared::cluster.b64 _, [bar];`: `addr` a shared::cluster
     address from `mapa`, the barrier of any block of the cluster),
-    `arrive_expect_tx` (`mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], count;` with count = bytes) or
+    `arrive_expect_tx` (`mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], count;` with count = bytes),
+    `cp_async_arrive` (`cp.async.mbarrier.arrive.noinc.shared::cta.b64 [bar];`: an arrival once the thread's earlier
+    cp.async copies have landed) or
     `try_wait` (`mbarrier.try_wait.parity.shared::cta.b64 %p, [bar], parity;`, parity = `parity[parity_index]`,
     result: whether the phase with that parity has completed). A guard predicate (register 0 of `guard`) picks the
     threads that execute it (`@%p`), e.g. the one thread that initializes the barrier."""
@@ -763,9 +765,9 @@ class MbarrierOp(IRDLOperation):
 
     def verify_(self) -> None:
         kind = self.kind.data
-        if kind not in ("init", "arrive", "arrive_cluster", "arrive_expect_tx", "try_wait"):
+        if kind not in ("init", "arrive", "arrive_cluster", "arrive_expect_tx", "cp_async_arrive", "try_wait"):
             raise VerifyException(f"mbarrier kind {kind!r} is not one of init, arrive, arrive_cluster, "
-                                  "arrive_expect_tx, try_wait")
+                                  "arrive_expect_tx, cp_async_arrive, try_wait")
         if (kind in ("init", "arrive_expect_tx")) != (self.count is not None):
             raise VerifyException(f"mbarrier {kind}: a count goes with init and arrive_expect_tx only")
         if (kind == "try_wait") != (self.parity is not None):

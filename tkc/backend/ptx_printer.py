@@ -225,6 +225,8 @@ def _emit_op(op, names: RegisterNames) -> list[str]:  # noqa: C901 - one case pe
             return [f"{guard}mbarrier.init.shared::cta.b64 {bar}, {op.count.data};"]  # type: ignore[union-attr]
         if kind == "arrive":
             return [f"{guard}mbarrier.arrive.shared::cta.b64 _, {bar};"]
+        if kind == "cp_async_arrive":
+            return [f"{guard}cp.async.mbarrier.arrive.noinc.shared::cta.b64 {bar};"]
         if kind == "arrive_cluster":
             return [f"{guard}mbarrier.arrive.shared::cluster.b64 _, {bar};"]
         if kind == "arrive_expect_tx":

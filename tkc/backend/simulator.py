@@ -6,7 +6,8 @@ the GPU), and shared memory as bytes. Instruction semantics (ptx_semantics.py) c
 independently of the lowering: the mma.m16n8k16 and ldmatrix fragment layouts there are the ISA's, not fragments.py's.
 
 * `cp.async` reads its source when issued, but its bytes land in shared memory only at the issuing thread's
-  `cp.async.wait_group` that covers its group; until then the destination keeps its old (poisoned) bytes.
+  `cp.async.wait_group` that covers its group (or, after `cp.async.mbarrier.arrive.noinc`, when the barrier's phase
+  completes, the thread's arrival counting only then); until then the destination keeps its old (poisoned) bytes.
 * Warps run one at a time up to the next `bar.sync`, in an order that tests vary (ascending, descending,
   shuffled; "sliced" also hands over every 1-47 instructions), so a missing barrier shows up as a read of data
   another warp has not written yet. The blocks of a cluster take turns; in order "ahead" each runs as far as it

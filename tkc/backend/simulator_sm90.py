@@ -53,6 +53,10 @@ class Sm90Units:
             bar.landing.append((addr, data))
             bar.tx -= nbytes
         bar.in_flight = []
+        for lanes, copies in bar.copies:  # cp.async copies land, and their threads' arrivals count, only now too
+            bar.landing.extend(copies)
+            bar.pending -= lanes
+        bar.copies = []
         self._settle(bar)
         parity = s32(self.get(warp, op.parity)[:, op.parity_index.data])  # type: ignore[arg-type, union-attr]
         if not (parity == parity[0]).all():
@@ -91,6 +95,13 @@ class Sm90Units:
             self.mbarriers[addr] = Mbarrier(count, count)
             return
         bar = self._barrier(addr)
+        if kind == "cp_async_arrive":  # every cp.async this warp started and has not waited for
+            if active.size != LANES:
+                raise SimulationError("cp.async.mbarrier.arrive by some lanes of a warp only (not simulated)")
+            copies = [copy for group in warp.groups for copy in group] + warp.open_group
+            warp.groups, warp.open_group = [], []
+            bar.copies.append((active.size, copies))
+            return
         for _ in active:
             if kind == "arrive_expect_tx":
                 bar.tx += op.count.data  # type: ignore[union-attr]

@@ -177,6 +177,8 @@ class Mbarrier:
     completed: int = 0  # phases completed so far: the current phase's parity is completed % 2
     landing: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # TMA bytes waiting for the phase
     in_flight: list[tuple[np.ndarray, np.ndarray, int]] = field(default_factory=list)  # TMA copies not yet counted
+    # cp.async copies a warp's arrival (cp.async.mbarrier.arrive.noinc) waits for: (its lanes, their copies)
+    copies: list[tuple[int, list[tuple[np.ndarray, np.ndarray]]]] = field(default_factory=list)
 
 
 class InstrPlan(NamedTuple):

@@ -119,7 +119,8 @@ class Kernel:
                  overlap: int | str | None = None, defer: int | str | None = None,
                  exp2_poly: int | str | None = None, late_sums: int | str | None = None,
                  stagger: int | str | None = None, late_pv: int | str | None = None, dependent_launch: bool = False,
-                 cluster: int | str | None = None, split_ring: int | str | None = None):
+                 cluster: int | str | None = None, split_ring: int | str | None = None,
+                 mixed_ring: int | str | None = None):
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -145,6 +146,7 @@ class Kernel:
         self.stagger = stagger
         self.late_pv = late_pv
         self.split_ring = split_ring
+        self.mixed_ring = mixed_ring
         self.cluster = cluster
         if not isinstance(dependent_launch, bool):
             raise TkcError(f"@tkc.kernel(dependent_launch=...) must be True or False, got {dependent_launch!r}",
@@ -167,6 +169,8 @@ class Kernel:
             self._check_count("late_pv", late_pv, 0, 1)
         if split_ring is not None:
             self._check_count("split_ring", split_ring, 0, 1)
+        if mixed_ring is not None:
+            self._check_count("mixed_ring", mixed_ring, 0, 1)
         if defer is not None:
             self._check_count("defer", defer, 0, 4)
         if exp2_poly is not None:
@@ -369,6 +373,8 @@ class Kernel:
             fn.attributes["tkc.late_pv"] = UnitAttr()
         if self.split_ring is not None and self._resolve_count("split_ring", self.split_ring, values, 0, 1):
             fn.attributes["tkc.split_ring"] = UnitAttr()
+        if self.mixed_ring is not None and self._resolve_count("mixed_ring", self.mixed_ring, values, 0, 1):
+            fn.attributes["tkc.mixed_ring"] = UnitAttr()
         stagger = 0 if self.stagger is None else self._resolve_count("stagger", self.stagger, values, 0, 8)
         if stagger:
             fn.attributes["tkc.stagger"] = IntegerAttr(stagger, 64)
@@ -465,7 +471,8 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
            tma_store: int | str | None = None, pingpong: int | str | None = None, overlap: int | str | None = None,
            defer: int | str | None = None, exp2_poly: int | str | None = None, late_sums: int | str | None = None,
            stagger: int | str | None = None, late_pv: int | str | None = None, dependent_launch: bool = False,
-           cluster: int | str | None = None, split_ring: int | str | None = None, **unknown: Any) -> Any:
+           cluster: int | str | None = None, split_ring: int | str | None = None,
+           mixed_ring: int | str | None = None, **unknown: Any) -> Any:
     """Declare a tile kernel: `@tkc.kernel(warps=4, min_target="sm_80")`.
 
     Parameters are global tensors (`gl[bf16, 4]`), run-time scalars (`int`, `float`) and compile-time constants
@@ -495,6 +502,9 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     instead of right behind the step's first. `split_ring=1` gives each of a pipelined loop's TMA loads barriers of
     its own (`insert-tma-pipeline`): each waited for where the step first reads it, released once its own readers are
     done (K after Q·Kᵀ, V a step late after the deferred P·V), so that a two-stage ring still loads a step ahead.
+    `mixed_ring=1` (sm_90a) keeps a pipelined loop on its TMA ring where some of its loads cannot go by TMA (rows
+    gathered by `rows_at`, or cut at an end): those become every thread's cp.async chunks counted on the ring's
+    barriers (`tile.stage_copy`) instead of the whole loop falling back to a cp.async ring.
     These options may name a const parameter instead, e.g.
     `warps="WARPS"`. `dependent_launch=True` launches the kernel on sm_90 with programmatic dependent launch (its
     blocks may start while the kernel before it in the stream finishes, each waiting at its entry for that kernel's
@@ -508,7 +518,7 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
     """
     if unknown:
         raise TkcError(
-            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=..., late_sums=..., stagger=..., late_pv=..., dependent_launch=..., cluster=... and split_ring=..., not "
+            f"@tkc.kernel takes warps=..., min_target=..., stages=..., blocks_per_sm=..., producer=..., tma_store=..., pingpong=..., overlap=..., defer=..., exp2_poly=..., late_sums=..., stagger=..., late_pv=..., dependent_launch=..., cluster=..., split_ring=... and mixed_ring=..., not "
             f"{', '.join(f'{k}=' for k in unknown)}",
             user_loc(),
         )
@@ -516,6 +526,6 @@ def kernel(fn: Callable[..., Any] | None = None, *, warps: int | str = 4, min_ta
         raise TkcError(f"@tkc.kernel takes only keyword arguments (warps=..., min_target=...), got {fn!r}", user_loc())
     if fn is not None:
         return Kernel(fn, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                      exp2_poly, late_sums, stagger, late_pv, dependent_launch, cluster, split_ring)
+                      exp2_poly, late_sums, stagger, late_pv, dependent_launch, cluster, split_ring, mixed_ring)
     return lambda f: Kernel(f, warps, min_target, stages, blocks_per_sm, producer, tma_store, pingpong, overlap, defer,
-                            exp2_poly, late_sums, stagger, late_pv, dependent_launch, cluster, split_ring)
+                            exp2_poly, late_sums, stagger, late_pv, dependent_launch, cluster, split_ring, mixed_ring)

@@ -1,4 +1,5 @@
-"""TMA loads and stage barriers in the tile interpreter: a step's data lands in its ring stage at its `stage_wait`.
+"""TMA loads (and the cp.async copies of a ring that mixes them in, stage_copy) and stage barriers in the tile
+interpreter: a step's data lands in its ring stage at its `stage_wait`.
 
 Each block keeps, per stage-barriers value, which steps were acquired, announced (bytes), loaded, waited for and
 released. What would hang or race on the GPU is an error here, with the op's source line: waiting for a step
@@ -36,7 +37,7 @@ class StageBarriers:
     blocks: list[_BlockSteps]
 
 
-def _steps(interpreter: Interpreter, op: m._StepOp | m.TmaLoadOp, bars: StageBarriers, step: np.ndarray,
+def _steps(interpreter: Interpreter, op: m._StepOp | m.TmaLoadOp | m.StageCopyOp, bars: StageBarriers, step: np.ndarray,
            what: str) -> list[tuple[int, _BlockSteps, int]]:
     """(block, its bookkeeping, step) for every block running the op."""
     active = _active_blocks(interpreter, what)
@@ -91,6 +92,25 @@ class TmaFunctions(InterpreterFunctions):
                 raise TkcError(f"a TMA load for step {k} refills a stage that step {k - bars.stages} has not "
                                "released (acquire it first)")
             state.loads.setdefault(k, []).append((ring, values[b].copy(), op.nbytes))
+        return ()
+
+    @impl(m.StageCopyOp)
+    def run_stage_copy(self, interpreter: Interpreter, op: m.StageCopyOp, args: PythonValues) -> PythonValues:
+        source, *indices = args[: 1 + len(op.indices)]
+        extras = list(args[1 + len(op.indices): len(args) - 3])
+        ring, bars, step = args[len(args) - 3:]
+        end = block_uniform(np.asarray(extras.pop()), "a copy's end") if op.rows_end is not None else None
+        rows = extras.pop() if op.row_index is not None else None
+        blocks = len(bars.blocks)
+        coords = [block_uniform(np.asarray(i), "the index of a stage copy") for i in indices]
+        tile = op.tile
+        gathered = gather_global(source, coords, tile.shape, index_units(op, tile.shape), rows, end)
+        values = round_to(np.broadcast_to(gathered[:, 0], (blocks, *tile.shape)), tile.element_type)
+        for b, state, k in _steps(interpreter, op, bars, step, "a stage copy"):
+            if not _free(state, k, bars.stages) or (k >= bars.stages and k not in state.acquired):
+                raise TkcError(f"a stage copy for step {k} refills a stage that step {k - bars.stages} has not "
+                               "released (acquire it first)")
+            state.loads.setdefault(k, []).append((ring, values[b].copy(), 0))  # (its bytes are not announced)
         return ()
 
     @impl(m.StageWaitOp)

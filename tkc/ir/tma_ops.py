@@ -8,11 +8,14 @@ Every op names a *step* `%k` of the pipelined loop, never a stage: step k uses s
     tile.stage_acquire %bars[%k]            // the producer waits until step k - S has released the stage
     tile.stage_expect %bars[%k], 24576      // ... announces the bytes step k will bring
     tile.tma_load %A[%i, %j], %ring_a, %bars[%k]   // ... and starts the boxes (counted on the full barrier)
+    tile.stage_copy %X[%r, %j] rows_at %I, %ring_x, %bars[%k]   // everyone: cp.async chunks counted on the barrier
     tile.stage_wait %bars[%k]               // everyone: step k's bytes have landed
     %a = tile.ring_read %ring_a[%s]         //   (%s = k mod S)
     tile.stage_release %bars[%k]            // every thread is done reading step k's stage
 
-The producer's ops are issued by one thread; the others by every thread of the block.
+The producer's ops are issued by one thread; the others by every thread of the block. A ring may mix TMA loads
+with `tile.stage_copy` (rows TMA cannot fetch: gathered by row numbers, cut at an end): every thread starts its
+cp.async chunks and has the barrier count its arrival when they land, so every thread acquires the stage first.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import IntAttr, IntegerAttr, IntegerType, i32
 from xdsl.ir import Attribute, Operation, SSAValue, TypeAttribute
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
     ParametrizedAttribute,
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_operand_def,
     prop_def,
     result_def,
     traits_def,
@@ -197,6 +202,60 @@ class TmaLoadOp(IRDLOperation):
 
 
 @irdl_op_definition
+class StageCopyOp(IRDLOperation):
+    """`tile.stage_copy %G[idx] (rows_at %p : type)? (rows_end %e)?, %ring, %bars[%k]`: (every thread) start its
+    cp.async chunks of the tile at G[idx] into the ring's stage for step k (rows as tile.copy_async's) and have step
+    k's full barrier count its arrival once they have landed (`cp.async.mbarrier.arrive.noinc`): the loads of a TMA
+    ring that TMA cannot make. Its bytes are not announced (stage_expect counts TMA's)."""
+
+    name = "tile.stage_copy"
+    source = operand_def(GlobalType)
+    indices = var_operand_def(i32)
+    row_index = opt_operand_def(GlobalType)
+    rows_end = opt_operand_def(i32)
+    ring = operand_def(RingType)
+    bars = operand_def(StageBarriersType)
+    step = operand_def(i32)
+    traits = traits_def(MemoryWriteEffect())
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    assembly_format = ("$source `[` $indices `]` (`rows_at` $row_index^ `:` type($row_index))? "
+                       "(`rows_end` $rows_end^)? `,` $ring `,` $bars `[` $step `]` attr-dict `:` type($source) `->` "
+                       "type($ring) `,` type($bars)")
+
+    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation],
+                 ring: SSAValue | Operation, bars: SSAValue | Operation, step: SSAValue | Operation,
+                 row_index: SSAValue | Operation | None = None, rows_end: SSAValue | Operation | None = None):
+        super().__init__(operands=[source, indices, [row_index] if row_index is not None else [],
+                                   [rows_end] if rows_end is not None else [], ring, bars, step])
+
+    @property
+    def tile(self) -> SharedTileType:
+        return self.ring.type.buffer  # type: ignore[attr-defined, no-any-return]
+
+    def verify_(self) -> None:
+        from tkc.ir.ops import verify_row_numbers, verify_rows_end
+
+        gtype, rtype, btype = self.source.type, self.ring.type, self.bars.type
+        if len(self.indices) != gtype.rank:  # type: ignore[attr-defined]
+            raise VerifyException(f"stage_copy from {gtype.spec()} takes {gtype.rank} indices, got "  # type: ignore[attr-defined]
+                                  f"{len(self.indices)}")
+        if gtype.element_type != rtype.buffer.element_type:  # type: ignore[attr-defined]
+            raise VerifyException("stage_copy cannot convert between dtypes")
+        if btype.cluster.data != 1:  # type: ignore[attr-defined]
+            raise VerifyException("stage_copy fills its own block's stage: not a cluster's ring")
+        if rtype.stages.data != btype.stages.data:  # type: ignore[attr-defined]
+            raise VerifyException(f"stage_copy: the ring has {rtype.stages.data} stages but its barriers "  # type: ignore[attr-defined]
+                                  f"{btype.stages.data}")  # type: ignore[attr-defined]
+        verify_row_numbers(self, "stage_copy", gtype, rtype.buffer)  # type: ignore[attr-defined]
+        verify_rows_end(self, "stage_copy", gtype, rtype.buffer)  # type: ignore[attr-defined]
+
+
+def copies_into(bars: SSAValue) -> bool:
+    """Whether some stage_copy fills these barriers' ring (every thread then acquires a stage, and arrives)."""
+    return any(isinstance(use.operation, StageCopyOp) for use in bars.uses)
+
+
+@irdl_op_definition
 class StageWaitOp(_StepOp):
     """`tile.stage_wait %bars[%k]`: wait until step k's bytes have landed in its stage."""
 
@@ -221,6 +280,6 @@ class StageReleaseOp(_StepOp):
         super().__init__(operands=[bars, step])
 
 
-TMA_OPS: list[type[IRDLOperation]] = [StageBarriersOp, StageAcquireOp, StageExpectOp, TmaLoadOp, StageWaitOp,
-                                      StageReleaseOp]
+TMA_OPS: list[type[IRDLOperation]] = [StageBarriersOp, StageAcquireOp, StageExpectOp, TmaLoadOp, StageCopyOp,
+                                      StageWaitOp, StageReleaseOp]
 TMA_TYPES: list[type[Attribute]] = [StageBarriersType]

@@ -82,15 +82,16 @@ def grouped_gemm_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Row
     put_rows(Y, Rows, acc, first + wm * WM, end, bn * WARPS_N + wn, SCATTER, YT)
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", mixed_ring="MIXED", min_target="sm_90a")
 def grouped_gemm_sm90_kernel(X: gl["DT", 2], W: gl["DT", 3], Offsets: gl[i32, 1], Rows: gl["RT", 1],
                              Y: gl["YT", 2], GATHER: const = 0, SCATTER: const = 0, TRANS_B: const = 0,
                              BN: const = 256, BK: const = 64, WARPS: const = 8, STAGES: const = 4, PRODUCER: const = 0,
-                             LOADS: const = 4, GROUP_N: const = 1024, DT: const = bf16, RT: const = i32,
-                             YT: const = bf16):
+                             LOADS: const = 4, GROUP_N: const = 1024, MIXED: const = 0, DT: const = bf16,
+                             RT: const = i32, YT: const = bf16):
     """As grouped_gemm_kernel on Hopper's wgmma: a block of WARPS / 4 warpgroups takes a (16·WARPS)-row tile of a
     group, each warpgroup its 64 rows times all BN columns of W[g] (a TMA ring where X's rows are not gathered and the
-    rows are 16-byte aligned, else cp.async), each warp storing its 16 rows. Grid: up to the tiles' number
+    rows are 16-byte aligned, else cp.async; with MIXED=1 gathered rows by cp.async on W's TMA ring: not yet run on
+    a GPU), each warp storing its 16 rows. Grid: up to the tiles' number
     ((cdiv(rows, 16·WARPS) + groups) · cdiv(N, BN)), taken in runs of GROUP_N column blocks: a run's blocks read a
     tile's rows of X from L2, and the run over the next tiles below reads the same columns of W[g] (gemm's
     grouped_tile, its roles swapped); fewer blocks than tiles: a persistent grid, the ring running on across them."""

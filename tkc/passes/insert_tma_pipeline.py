@@ -17,7 +17,10 @@ waited for right before the step first reads it and released after its own reade
 done, its V a step late after the deferred P·V), so that one load's late release does not hold the other's refill;
 one read by a wgmma that runs on into the next step is released in that step as soon as an earlier wgmma's result
 is used (the dQ kernel's K once the next S = Q·Kᵀ is in; without defer; one ring keeps its release behind the
-step's own last read). Loops that do not qualify are left to `insert-async-pipeline`.
+step's own last read). With `mixed_ring=1` a loop whose other loads TMA cannot make (rows gathered by rows_at or
+cut at an end) keeps its TMA loads on the ring: those others become `tile.stage_copy`, every thread's cp.async
+chunks counted on the step's full barrier (its bytes not announced; every thread acquires the stage). Loops that
+do not qualify are left to `insert-async-pipeline`.
 
     scf.for %j = %lb to %ub step %c1 {
       %a = tile.load %A[%i, %j] : !tile.gl<?x?xbf16> -> !tile.st<128x64xbf16>
@@ -62,6 +65,7 @@ from tkc.targets import SM_90A
 
 MAX_BOX_ROWS = 256  # a TMA box dimension
 SPLIT_RING = "tkc.split_ring"  # on a kernel with split_ring=1: each load of a pipelined loop its own barriers
+MIXED_RING = "tkc.mixed_ring"  # on a kernel with mixed_ring=1: loads TMA cannot make join the ring as cp.async copies
 EARLY_RELEASE = "tkc.early_release"  # on such a load's release that does not lag a step
 
 
@@ -85,11 +89,27 @@ def tma_loadable(op: Operation, aligned: set[SSAValue]) -> bool:
             and swizzle_for(row_bytes) >= 32)
 
 
+def stage_copyable(op: Operation, loop: scf.ForOp) -> bool:
+    """Whether a load TMA cannot make may still join the loop's TMA ring as cp.async copies counted on its barriers
+    (tile.stage_copy): in a kernel with mixed_ring=1, a 2-D tile whose rows are gathered by row numbers or cut at an
+    end (an unaligned tensor's loads keep a loop on cp.async alone) of a kernel without a producer
+    warpgroup, ping-pong warpgroups, split rings or clusters (every computing thread copies and arrives), not in a
+    tile loop around another pipelined loop."""
+    fn = _kernel_of(loop)
+    return (isinstance(op, t.LoadOp) and isinstance(op.source.type, GlobalType) and op.source.type.rank == 2
+            and (op.row_index is not None or op.rows_end is not None)
+            and isinstance(op.result.type, SharedTileType) and t.MULTICAST not in op.attributes
+            and fn is not None and MIXED_RING in fn.attributes
+            and not any(name in fn.attributes for name in ("tkc.producer", "tkc.pingpong", SPLIT_RING))
+            and t.cluster_size(fn) == 1 and not _tile_loop(loop))
+
+
 @dataclass
 class _Load:
     op: t.LoadOp
     slice: list[Operation]
     ring: SSAValue | None = None
+    copied: bool = False  # cp.async copies counted on the ring's barriers (tile.stage_copy), not TMA
 
 
 def _shared_loads(body: Block) -> list[t.LoadOp]:
@@ -154,7 +174,7 @@ def _fill(b: Builder, loads: list[_Load], iv: SSAValue, j: SSAValue, bars: SSAVa
     """(Acquire,) announce and start step k's loads, their indices computed for loop index `j`."""
     if acquire:
         b.insert(m.StageAcquireOp(bars, k))
-    b.insert(m.StageExpectOp(bars, k, sum(p.op.result.type.nbytes for p in loads)))
+    b.insert(m.StageExpectOp(bars, k, sum(p.op.result.type.nbytes for p in loads if not p.copied)))
     for p in loads:
         mapping: dict[SSAValue, SSAValue] = {iv: j}
         for op in p.slice:
@@ -162,7 +182,15 @@ def _fill(b: Builder, loads: list[_Load], iv: SSAValue, j: SSAValue, bars: SSAVa
             b.insert(clone)
             for old, new in zip(op.results, clone.results):
                 mapping[old] = new
-        copy = t.keep_index_units(p.op, m.TmaLoadOp(p.op.source, [mapping.get(i, i) for i in p.op.indices], p.ring, bars, k))  # type: ignore[arg-type]
+        indices = [mapping.get(i, i) for i in p.op.indices]
+        if p.copied:
+            copied = t.keep_index_units(p.op, m.StageCopyOp(
+                p.op.source, indices, p.ring, bars, k,  # type: ignore[arg-type]
+                *(mapping.get(v, v) if v is not None else None for v in (p.op.row_index, p.op.rows_end))))
+            copied.location = p.op.location
+            b.insert(copied)
+            continue
+        copy = t.keep_index_units(p.op, m.TmaLoadOp(p.op.source, indices, p.ring, bars, k))  # type: ignore[arg-type]
         copy.location = p.op.location
         if cluster > 1 and t.MULTICAST in p.op.attributes:
             copy.attributes[t.MULTICAST] = p.op.attributes[t.MULTICAST]  # (the whole cluster, or its group)
@@ -315,7 +343,9 @@ def _multicast_cluster(loop: scf.ForOp, loads: list[t.LoadOp]) -> int:
 def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads: int) -> bool:
     body = loop.body.block
     candidates = _shared_loads(body)
-    if stages < 2 or not candidates or not all(tma_loadable(op, aligned) for op in candidates):
+    by_tma = [tma_loadable(op, aligned) for op in candidates]
+    if stages < 2 or not any(by_tma) or not all(tma or stage_copyable(op, loop)
+                                                for op, tma in zip(candidates, by_tma)):
         return False
     if _tile_loop(loop):
         stages = _tile_ring_stages(loop, candidates, stages, threads)
@@ -323,11 +353,11 @@ def pipeline_loop(loop: scf.ForOp, stages: int, aligned: set[SSAValue], threads:
     if chain is None:
         return False
     loads = []
-    for op in candidates:
+    for op, tma in zip(candidates, by_tma):
         sl = _index_slice(op, loop)
         if sl is None:
             return False
-        loads.append(_Load(op, sl))
+        loads.append(_Load(op, sl, copied=not tma))
     step = loop.step  # a run-time step too: a persistent kernel's tile loop (the grid's size)
 
     # rings and barriers live for the whole kernel, before the loops around this one
