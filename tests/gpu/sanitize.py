@@ -240,6 +240,13 @@ def grouped_products() -> None:
             grouped_gemm_wgrad(x[:690], dy, offsets, trans_b=trans_b, target=target)
             grouped_gemm_wgrad(x, dy, offsets, rows=rows, trans_b=trans_b, target=target)
             grouped_gemm_dx(dy, w, offsets, rows, 700, trans_b=trans_b, target=target)  # scattered into x's rows
+        if torch.cuda.get_device_capability() == (9, 0):  # gathered rows on W's TMA ring (mixed_ring=1)
+            from tkc.kernels.grouped_gemm import CONFIG_SM90, grouped_gemm_sm90_kernel
+
+            spec = grouped_gemm_sm90_kernel.specialize(target="sm_90a", **{**CONFIG_SM90, "GATHER": 1, "MIXED": 1,
+                                                                             "TRANS_B": int(trans_b)})
+            spec.launch(((-(-690 // 128) + 5) * 1, 1, 1), (x, w, offsets, rows, torch.empty(690, 200, device="cuda",
+                                                                                             dtype=torch.bfloat16)))
 
 
 def main() -> None:

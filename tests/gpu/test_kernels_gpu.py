@@ -1024,6 +1024,31 @@ def test_grouped_gemm(groups: int, slots: int, n: int, k: int, gather: bool, tra
     assert out[~kept].isnan().all()
 
 
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("groups, slots, n, k", [(8, 4096, 512, 1024), (3, 300, 200, 72), (64, 2000, 256, 128)])
+def test_grouped_gemm_mixed_ring(groups: int, slots: int, n: int, k: int, trans_b: bool) -> None:
+    """Gathered rows on the wgmma kernel with mixed_ring=1 (W by TMA, the gathered rows by cp.async counted on the
+    same barriers; grouped_gemm itself does not take it yet): as test_grouped_gemm."""
+    from tkc.kernels.grouped_gemm import CONFIG_SM90, grouped_gemm_sm90_kernel
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma kernel needs sm_90")
+    sizes = torch.distributions.Dirichlet(torch.ones(groups)).sample() * slots * 0.97
+    offsets = sizes.cumsum(0).int().cuda()
+    x = randn(slots + 7, k)
+    w = randn(groups, *((n, k) if trans_b else (k, n)), scale=k ** -0.5)
+    rows = torch.randint(-2, slots + 9, (slots,), device="cuda", dtype=torch.int32)
+    out = poisoned_like((slots, n))
+    spec = grouped_gemm_sm90_kernel.specialize(target="sm_90a", **{**CONFIG_SM90, "GATHER": 1, "MIXED": 1,
+                                                                     "TRANS_B": int(trans_b)})
+    tiles = (-(-slots // 128) + groups) * -(-n // CONFIG_SM90["BN"])
+    spec.launch((tiles, 1, 1), (x, w, offsets, rows, out))
+    ref = grouped_reference(x, w, offsets, rows, trans_b)
+    kept = torch.arange(len(ref), device="cuda") < offsets[-1]
+    assert rel_err(out[kept], ref[kept]) < 1e-2
+    assert out[~kept].isnan().all()
+
+
 def test_grouped_gemm_arguments() -> None:
     """Each bad argument is one KernelArgumentError naming it."""
     from tkc.errors import KernelArgumentError
