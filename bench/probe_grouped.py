@@ -64,18 +64,7 @@ def main() -> None:
             grid = (min(tiles, sms) if persistent else tiles, 1, 1)
             index = rows if rows is not None else offsets
             impls[name] = lambda spec=spec, out=out, grid=grid, index=index: (spec.launch(grid, (x, w, offsets, index, out)), out)[1]
-        for name, fn in list(impls.items()):
-            try:
-                err = rel_err(fn(), ref)
-                assert err < 1e-2, err
-            except Exception as e:  # noqa: BLE001
-                print(f"  {name} failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
-                del impls[name]
-        times = compare(impls, 5, 20)
-        flops = 2.0 * slots * n * k
-        print(f"{case}{' gathered' if args.gather else ''}:", flush=True)
-        for name, ms in times.items():
-            print(f"  {name:24s} {flops / ms / 1e9:6.0f} TFLOP/s  /grouped_mm {times['torch._grouped_mm'] / ms:.3f}", flush=True)
+        check_and_time(impls, ref, 2.0 * slots * n * k, f"{case}{' gathered' if args.gather else ''}")
 
 
 # (name, constants, persistent) of grouped_gemm_wgrad_sm90_kernel; persistent: on as many blocks as the GPU holds
@@ -101,6 +90,12 @@ def probe_wgrad(case: str) -> None:
         tiles = groups * -(-n // (16 * cfg["WARPS"])) * -(-k // cfg["BN"])
         grid = (min(tiles, spec.resident_blocks(dy, x, offsets, offsets, out)) if persistent else tiles, 1, 1)
         impls[name] = lambda spec=spec, out=out, grid=grid: (spec.launch(grid, (dy, x, offsets, offsets, out)), out)[1]
+    check_and_time(impls, ref, 2.0 * slots * n * k, f"{case} wgrad")
+
+
+def check_and_time(impls: dict, ref: torch.Tensor, flops: float, title: str) -> None:
+    """Drop the implementations that fail or miss `ref`, time the others side by side, print TFLOP/s and the ratio
+    to torch._grouped_mm."""
     for name, fn in list(impls.items()):
         try:
             err = rel_err(fn(), ref)
@@ -109,8 +104,7 @@ def probe_wgrad(case: str) -> None:
             print(f"  {name} failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
             del impls[name]
     times = compare(impls, 5, 20)
-    flops = 2.0 * slots * n * k
-    print(f"{case} wgrad:", flush=True)
+    print(f"{title}:", flush=True)
     for name, ms in times.items():
         print(f"  {name:28s} {flops / ms / 1e9:6.0f} TFLOP/s  /grouped_mm {times['torch._grouped_mm'] / ms:.3f}", flush=True)
 
