@@ -72,7 +72,8 @@ WGRAD_CONFIGS = [("tiles S3", dict(BN=128, BR=64, WARPS=8, STAGES=3), False),
                  ("persistent S3", dict(BN=128, BR=64, WARPS=8, STAGES=3), True),
                  ("persistent S4", dict(BN=128, BR=64, WARPS=8, STAGES=4), True),
                  ("persistent BN256 S3", dict(BN=256, BR=64, WARPS=8, STAGES=3), True),
-                 ("tiles BN256 S3", dict(BN=256, BR=64, WARPS=8, STAGES=3), False)]
+                 ("tiles BN256 S3", dict(BN=256, BR=64, WARPS=8, STAGES=3), False),
+                 ("tiles BN256 S3 mixed ring", dict(BN=256, BR=64, WARPS=8, STAGES=3, MIXED=1), False)]
 
 
 def probe_wgrad(case: str) -> None:

@@ -217,25 +217,29 @@ def test_ptxas_accepts_grouped_gemm() -> None:
         for gather in (0, 1):
             for trans_b in (0, 1):
                 for scatter in ({}, {"SCATTER": 1, "YT": f32}) if not gather else ({},):
-                    constants = {**config, "GATHER": gather, "TRANS_B": trans_b, **scatter}
+                    mixed = {"MIXED": 1} if gather and target == "sm_90a" else {}  # (gathered rows on W's TMA ring)
+                    constants = {**config, "GATHER": gather, "TRANS_B": trans_b, **scatter, **mixed}
                     report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
                     assert report.spill_stores == 0, (kernel.name, constants)
     for kernel, target, config in ((grouped.grouped_gemm_wgrad_kernel, "sm_80", grouped.CONFIG_WGRAD),
                                    (grouped.grouped_gemm_wgrad_sm90_kernel, "sm_90a", grouped.CONFIG_WGRAD_SM90)):
         for gathered in ({}, {"GATHER_A": 1}, {"GATHER_B": 1}):
-            constants = {**config, **gathered}
-            report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
-            assert report.spill_stores == 0, (kernel.name, constants)
+            for mixed in ({}, {"MIXED": 1}) if target == "sm_90a" else ({},):
+                constants = {**config, **gathered, **mixed}
+                report = assemble(compile_kernels([kernel], target, constants), target)[kernel.name]
+                assert report.spill_stores == 0, (kernel.name, constants)
 
 
 @pytest.mark.parametrize("kernel, target, config", [
     ("grouped_gemm_wgrad_kernel", "sm_80", {"BM": 64, "BN": 64, "BR": 32, "WARPS": 4, "WARPS_N": 2, "STAGES": 2}),
-    ("grouped_gemm_wgrad_sm90_kernel", "sm_90a", {"BN": 64, "BR": 64, "WARPS": 4, "STAGES": 3})])
+    ("grouped_gemm_wgrad_sm90_kernel", "sm_90a", {"BN": 64, "BR": 64, "WARPS": 4, "STAGES": 3}),
+    ("grouped_gemm_wgrad_sm90_kernel", "sm_90a", {"BN": 64, "BR": 64, "WARPS": 4, "STAGES": 3, "MIXED": 1})])
 @pytest.mark.parametrize("gather_a, gather_b", [(0, 0), (1, 0), (0, 1)])
 def test_grouped_gemm_wgrad(kernel: str, target: str, config: dict, gather_a: int, gather_b: int) -> None:
     """grouped_gemm's weight gradient: C[g] = A_gᵀ · B_g over groups of 40, 0, 99 and 2 rows (the loop's last slice
     cut at each group's end: the next group's rows must not add in; the wgmma kernel on a persistent grid, its ring
-    running across groups, the empty one's tiles too), rows gathered on either side or none; the
+    running across groups, the empty one's tiles too; MIXED=1: one side whole by TMA, the other cut), rows gathered
+    on either side or none; the
     interpreter against numpy, the PTX against the interpreter (to one bf16 rounding: f32 sums in another order)."""
     grouped = importlib.import_module("tkc.kernels.grouped_gemm")
     from reference import BF16, random_bf16, rel_err

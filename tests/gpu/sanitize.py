@@ -247,6 +247,13 @@ def grouped_products() -> None:
                                                                              "TRANS_B": int(trans_b)})
             spec.launch(((-(-690 // 128) + 5) * 1, 1, 1), (x, w, offsets, rows, torch.empty(690, 200, device="cuda",
                                                                                              dtype=torch.bfloat16)))
+            from tkc.kernels.grouped_gemm import CONFIG_WGRAD_SM90, grouped_gemm_wgrad_sm90_kernel
+
+            for gathered in ({}, {"GATHER_A": 1}, {"GATHER_B": 1}):  # the weights' gradient, one side by TMA
+                spec = grouped_gemm_wgrad_sm90_kernel.specialize(target="sm_90a", **{**CONFIG_WGRAD_SM90, "MIXED": 1,
+                                                                                      **gathered})
+                out = torch.empty(5, 768, 200, device="cuda", dtype=torch.bfloat16)
+                spec.launch((5 * 6 * 1, 1, 1), (x[:690], dy, offsets, rows, out))
 
 
 def main() -> None:

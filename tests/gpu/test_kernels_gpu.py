@@ -1049,6 +1049,31 @@ def test_grouped_gemm_mixed_ring(groups: int, slots: int, n: int, k: int, trans_
     assert out[~kept].isnan().all()
 
 
+@pytest.mark.parametrize("gather_a, gather_b", [(0, 0), (1, 0), (0, 1)])
+def test_grouped_gemm_wgrad_mixed_ring(gather_a: int, gather_b: int) -> None:
+    """The weights' gradient's wgmma kernel with MIXED=1 (one side whole by TMA, the other cut at each group's end by
+    cp.async on the same ring; grouped_gemm_wgrad does not take it yet) against float64, groups of every size."""
+    from tkc.kernels.grouped_gemm import CONFIG_WGRAD_SM90, grouped_gemm_wgrad_sm90_kernel
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma kernel needs sm_90")
+    groups, slots, m, n = 9, 3000, 384, 512
+    sizes = torch.distributions.Dirichlet(torch.ones(groups)).sample() * slots
+    offsets = sizes.cumsum(0).int().cuda()
+    offsets[2] = offsets[1]  # an empty group
+    a, b = randn(slots, m), randn(slots, n)
+    rows = torch.randperm(slots, device="cuda", dtype=torch.int32)
+    out = poisoned_like((groups, m, n))
+    spec = grouped_gemm_wgrad_sm90_kernel.specialize(target="sm_90a", **{**CONFIG_WGRAD_SM90, "MIXED": 1,
+                                                                          "GATHER_A": gather_a, "GATHER_B": gather_b})
+    spec.launch((groups * -(-m // 128) * -(-n // CONFIG_WGRAD_SM90["BN"]), 1, 1), (a, b, offsets, rows, out))
+    sa = a.double()[rows.long()] if gather_a else a.double()
+    sb = b.double()[rows.long()] if gather_b else b.double()
+    bounds = [0, *offsets.tolist()]
+    ref = torch.stack([sa[s:e].t() @ sb[s:e] for s, e in zip(bounds, bounds[1:])])
+    assert rel_err(out, ref) < 1e-2
+
+
 def test_grouped_gemm_arguments() -> None:
     """Each bad argument is one KernelArgumentError naming it."""
     from tkc.errors import KernelArgumentError

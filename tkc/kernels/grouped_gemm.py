@@ -123,12 +123,15 @@ def cast_rows_kernel(S: gl[f32, 2], D: gl["DT", 2], DT: const = bf16):
 
 
 @tkc.func
-def group_rows_slice(T, Rows, first, end, col, GATHER, BR, COLS, DT):
+def group_rows_slice(T, Rows, first, end, col, GATHER, BR, COLS, DT, CUT=1):
     """BR rows of T from `first` (with GATHER rows Rows[first ..]), rows before `end` only (the others zeros), × COLS
-    columns from column tile `col`, into a shared tile (cut at an end: cp.async, not TMA)."""
+    columns from column tile `col`, into a shared tile (cut at an end: cp.async, not TMA). CUT=0 (rows not gathered):
+    the whole slice, the next group's rows too (a TMA load: the other operand's zeros cancel them)."""
     if GATHER:
         return load(T, (rows_at(Rows, first, end), col), st[DT, BR, COLS])
-    return load(T, (rows(first, end), col), st[DT, BR, COLS])
+    if CUT:
+        return load(T, (rows(first, end), col), st[DT, BR, COLS])
+    return load(T, (rows(first), col), st[DT, BR, COLS])
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_80")
@@ -155,15 +158,18 @@ def grouped_gemm_wgrad_kernel(A: gl["DT", 2], B: gl["DT", 2], Offsets: gl[i32, 1
     store(C, acc.to(DT), (g, bm * WARPS_M + wm, bn * WARPS_N + wn))
 
 
-@tkc.kernel(warps="WARPS", stages="STAGES", min_target="sm_90a")
+@tkc.kernel(warps="WARPS", stages="STAGES", mixed_ring="MIXED", min_target="sm_90a")
 def grouped_gemm_wgrad_sm90_kernel(A: gl["DT", 2], B: gl["DT", 2], Offsets: gl[i32, 1], Rows: gl["RT", 1],
                                    C: gl["DT", 3], GATHER_A: const = 0, GATHER_B: const = 0, BN: const = 128,
-                                   BR: const = 64, WARPS: const = 8, STAGES: const = 3, DT: const = bf16,
-                                   RT: const = i32):
+                                   BR: const = 64, WARPS: const = 8, STAGES: const = 3, MIXED: const = 0,
+                                   DT: const = bf16, RT: const = i32):
     """As grouped_gemm_wgrad_kernel on Hopper's wgmma: a block of WARPS / 4 warpgroups takes (16·WARPS) × BN of
     C[g], each warpgroup 64 of its rows (64 columns of A's slice, read transposed by the wgmma). Grid: up to the
     tiles' number (G · cdiv(M, 16·WARPS) · cdiv(N, BN), a group's tiles one after another); fewer blocks: a
-    persistent grid, whose ring runs on across a block's tiles (a group's few steps of rows each)."""
+    persistent grid, whose ring runs on across a block's tiles (a group's few steps of rows each). MIXED=1 (not yet
+    run on a GPU): one operand's slices whole, by TMA (B's, or A's where B's rows are gathered), the other's cut at
+    the group's end by cp.async on the same ring: the zeros past the end cancel the next group's rows (unless those
+    hold infinities or NaNs, which would then reach this group's sums too)."""
     BM = 16 * WARPS
     tiles_m, tiles_n = cdiv(C.shape[1], BM), cdiv(C.shape[2], BN)
     for t in range(block_idx()[0], C.shape[0] * tiles_m * tiles_n, num_blocks()[0]):
@@ -172,8 +178,8 @@ def grouped_gemm_wgrad_sm90_kernel(A: gl["DT", 2], B: gl["DT", 2], Offsets: gl[i
         start, end = Offsets[g - 1], Offsets[g]
         acc = zeros(rt[f32, 16, BN])
         for i in range(cdiv(max(end - start, 0), BR)):  # slices of the group's rows, cut at its end (zeros past it)
-            a_s = group_rows_slice(A, Rows, start + i * BR, end, bm, GATHER_A, BR, BM, DT)
-            b_s = group_rows_slice(B, Rows, start + i * BR, end, bn, GATHER_B, BR, BN, DT)
+            a_s = group_rows_slice(A, Rows, start + i * BR, end, bm, GATHER_A, BR, BM, DT, 1 - MIXED * GATHER_B)
+            b_s = group_rows_slice(B, Rows, start + i * BR, end, bn, GATHER_B, BR, BN, DT, 1 - MIXED * (1 - GATHER_B))
             acc = mma_AtB(load(a_s, (0, warpgroup_id()), st[DT, BR, 64]), b_s, acc)
         store(C, acc.to(DT), (g, bm * WARPS + warp_id(), bn))
 
