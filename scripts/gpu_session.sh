@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        compile-time bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch launch-floor line-info ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check last-block few-rows norm-backward small-batch rotary rotary-probe rows-at grouped-gemm sanitize
+#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check last-block few-rows norm-backward small-batch rotary rotary-probe rows-at grouped-gemm mixed-ring sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -79,6 +79,10 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 300 python3 bench/grouped_gemm.py --gather ${GROUPED_ARGS:-} > "$OUT/bench-grouped-gemm-gather.log" 2>&1; tail -9 "$OUT/bench-grouped-gemm-gather.log"
         timeout 300 python3 bench/grouped_gemm.py --wgrad ${GROUPED_ARGS:-} > "$OUT/bench-grouped-gemm-wgrad.log" 2>&1; tail -9 "$OUT/bench-grouped-gemm-wgrad.log"
         timeout 300 python3 bench/grouped_gemm.py --dx ${GROUPED_ARGS:-} > "$OUT/bench-grouped-gemm-dx.log" 2>&1; tail -9 "$OUT/bench-grouped-gemm-dx.log" ;;
+    mixed-ring)  # mixed_ring=1's kernels (gathered rows / the weights' gradient on a TMA ring with cp.async): GPU tests, compute-sanitizer, probe_grouped.py --gather / --wgrad beside MIXED=0
+        tests_and_sanitizers mixed-ring "mixed_ring" grouped_products 200
+        timeout 250 python3 bench/probe_grouped.py --gather > "$OUT/probe-grouped-gather.log" 2>&1; grep -v Warn "$OUT/probe-grouped-gather.log" | tail -40
+        timeout 200 python3 bench/probe_grouped.py --wgrad > "$OUT/probe-grouped-wgrad.log" 2>&1; grep -v Warn "$OUT/probe-grouped-wgrad.log" | tail -36 ;;
     rotary-probe)  # rotary_kernel's HEADS × WARPS beside a copy and Triton (bench/probe_rotary.py; PROBE_ARGS)
         timeout 300 python3 bench/probe_rotary.py ${PROBE_ARGS:-} > "$OUT/probe-rotary.log" 2>&1; grep -v Warning "$OUT/probe-rotary.log" | tail -40 ;;
     skinny)  # gemm() on skinny products beside smaller tiles and cuBLAS (bench/probe_skinny.py; PROBE_ARGS="--trans-b 1")
