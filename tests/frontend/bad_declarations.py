@@ -167,6 +167,14 @@ def bad_stagger():
     return k
 
 
+def bad_mixed_ring():
+    @tkc.kernel(warps=4, mixed_ring=2)  # ERROR
+    def k(A: gl[bf16, 2]):
+        pass
+
+    return k
+
+
 def bad_cluster():
     @tkc.kernel(cluster=17)  # ERROR
     def k(A: gl[bf16, 2]):

@@ -308,6 +308,7 @@ def test_unknown_constant(case: Case) -> None:
     Case(decl.bad_stagger, ["stagger", "0 to 8", "got 9"], at="stagger=9"),
     Case(decl.bad_late_sums, ["late_sums", "0 to 1", "got 2"], at="late_sums=2"),
     Case(decl.bad_cluster, ["cluster", "1 to 16", "got 17"], at="cluster=17"),
+    Case(decl.bad_mixed_ring, ["mixed_ring", "0 to 1", "got 2"], at="mixed_ring=2"),
     Case(decl.cluster_on_sm80, ["clusters of blocks (cluster=2) need sm_90a, not sm_80"], at="cluster=2",
          target="sm_80"),
     Case(decl.unknown_decorator_argument, ["warps=", "min_target=", "not wraps="], at="tkc.kernel("),
