@@ -1,5 +1,6 @@
-"""grouped_gemm_sm90_kernel's tile shapes and ring depths beside grouped_gemm() as shipped and torch._grouped_mm, at
-a few of bench/grouped_gemm.py's cases (rows sorted; --gather: gathered).   python bench/probe_grouped.py [--gather]"""
+"""grouped_gemm_sm90_kernel's tile orders, grids and rings (TMA, cp.async, mixed: MIXED=1) beside grouped_gemm() as
+shipped and torch._grouped_mm, at a few of bench/grouped_gemm.py's cases (rows sorted; --gather: gathered; --wgrad:
+the weights' gradient's kernel, WGRAD_CONFIGS).   python bench/probe_grouped.py [--gather | --wgrad]"""
 
 from __future__ import annotations
 
