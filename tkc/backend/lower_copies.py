@@ -293,12 +293,18 @@ def _stage_address(lw: KernelLowering, ring: RingRef, stage: Any) -> SSAValue:
     return lw.op("mad.lo.s32", "b32", stage, Imm(size), ring.addr, n=1)  # type: ignore[return-value]
 
 
-@handles(a.CopyAsyncOp)
-def lower_copy_async(lw: KernelLowering, op: a.CopyAsyncOp) -> None:
+def copy_into_stage(lw: KernelLowering, op: Any, stage: Any) -> None:
+    """Every thread's cp.async chunks of the tile a copy op (tile.copy_async, tile.stage_copy) names into the given
+    stage of its ring (rows gathered by its row_index, cut at its rows_end)."""
     ring: RingRef = lw.value(op.ring)
-    dst = SharedRef(_stage_address(lw, ring, lw.value(op.stage)), ring.type.buffer)
+    dst = SharedRef(_stage_address(lw, ring, stage), ring.type.buffer)
     copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst,
                           lw.value(op.row_index) if op.row_index is not None else None)
+
+
+@handles(a.CopyAsyncOp)
+def lower_copy_async(lw: KernelLowering, op: a.CopyAsyncOp) -> None:
+    copy_into_stage(lw, op, lw.value(op.stage))
 
 
 @handles(a.CommitGroupOp)

@@ -215,16 +215,12 @@ def _tensor_map(lw: KernelLowering, param: str) -> SSAValue:
 def lower_stage_copy(lw: KernelLowering, op: m.StageCopyOp) -> None:
     """Every thread's cp.async chunks of the tile into step k's stage, then its arrival on step k's full barrier
     once they have landed (.noinc: the barrier's count includes every thread's arrival)."""
-    from tkc.backend.lower_copies import _stage_address, copy_global_to_shared
-    from tkc.backend.lowering import SharedRef
+    from tkc.backend.lower_copies import copy_into_stage
 
-    ring = lw.value(op.ring)
     step = lw.value(op.step)
-    stages = ring.type.stages.data
-    stage = Imm(int(step.value) % stages) if isinstance(step, Imm) else lw.expr(Leaf("k") % stages, {"k": step})
-    dst = SharedRef(_stage_address(lw, ring, stage), ring.type.buffer)
-    copy_global_to_shared(lw, lw.value(op.source), global_coords(lw, op), dst,
-                          lw.value(op.row_index) if op.row_index is not None else None)
+    stages = op.ring.type.stages.data  # type: ignore[attr-defined]
+    copy_into_stage(lw, op, Imm(int(step.value) % stages) if isinstance(step, Imm)
+                    else lw.expr(Leaf("k") % stages, {"k": step}))
     addr, offset, _ = _barrier(lw, lw.value(op.bars), step, empty=False)
     lw.emit(ptx.MbarrierOp("cp_async_arrive", addr, offset=offset, guard=lw.guard))
 

@@ -26,24 +26,16 @@ def _f32(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
-def _check_divisor(b: np.ndarray) -> None:
-    if (np.asarray(b) == 0).any():
-        raise TkcError("integer division by zero")
-
-
-def _floordiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    _check_divisor(b)
+def _floordiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # (divisors: `_divisor`'s, never 0)
     return np.floor_divide(a, b)
 
 
 def _divsi(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    _check_divisor(b)
     q = np.abs(a) // np.abs(b)
     return np.where((a < 0) != (b < 0), -q, q)
 
 
 def _ceildiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    _check_divisor(b)
     return -np.floor_divide(-a, b)
 
 
@@ -138,10 +130,11 @@ def _divisor(interpreter: Interpreter, b: np.ndarray) -> np.ndarray:
     """A division's divisor, zero only an error on the lanes that run it (a lane past the end of its persistent loop
     still computes beside the others, on values its program never sees); 1 on the others."""
     zero = b == 0
-    if zero.any():
-        _check_divisor(np.where(lane_state(interpreter).active(), b, 1))
-        return np.where(zero, 1, b)
-    return b
+    if not zero.any():
+        return b
+    if (zero & lane_state(interpreter).active()).any():
+        raise TkcError("integer division by zero")
+    return np.where(zero, 1, b)
 
 
 def _register(table: dict[type, Callable[..., np.ndarray]], kind: str) -> None:

@@ -49,6 +49,19 @@ def _free(state: _BlockSteps, k: int, stages: int) -> bool:
     return k < stages or (k - stages) in state.released
 
 
+def _into_step(interpreter: Interpreter, op: m.TmaLoadOp | m.StageCopyOp, ring: Ring, bars: StageBarriers,
+               step: np.ndarray, values: np.ndarray, nbytes: int, what: str) -> None:
+    """Each running block's `values` (blocks × tile) to land in step k's stage at its wait, counting `nbytes` toward
+    what stage_expect announced; the stage must have been acquired, and released by step k - stages (a producer
+    warpgroup's loads run ahead here: the order is then the checker's and the simulator's to verify)."""
+    ordered = not lane_state(interpreter).in_role()
+    for b, state, k in _steps(interpreter, op, bars, step, what):
+        if (ordered and not _free(state, k, bars.stages)) or (k >= bars.stages and k not in state.acquired):
+            raise TkcError(f"{what} for step {k} refills a stage that step {k - bars.stages} has not released "
+                           "(acquire it first)")
+        state.loads.setdefault(k, []).append((ring, values[b].copy(), nbytes))
+
+
 class TmaFunctions(InterpreterFunctions):
     @impl(m.StageBarriersOp)
     def run_barriers(self, interpreter: Interpreter, op: m.StageBarriersOp, args: PythonValues) -> PythonValues:
@@ -86,12 +99,7 @@ class TmaFunctions(InterpreterFunctions):
         tile = op.tile
         gathered = gather_global(source, coords, tile.shape, index_units(op, tile.shape))
         values = round_to(np.broadcast_to(gathered[:, 0], (blocks, *tile.shape)), tile.element_type)
-        ordered = not lane_state(interpreter).in_role()
-        for b, state, k in _steps(interpreter, op, bars, step, "a TMA load"):
-            if (ordered and not _free(state, k, bars.stages)) or (k >= bars.stages and k not in state.acquired):
-                raise TkcError(f"a TMA load for step {k} refills a stage that step {k - bars.stages} has not "
-                               "released (acquire it first)")
-            state.loads.setdefault(k, []).append((ring, values[b].copy(), op.nbytes))
+        _into_step(interpreter, op, ring, bars, step, values, op.nbytes, "a TMA load")
         return ()
 
     @impl(m.StageCopyOp)
@@ -106,11 +114,7 @@ class TmaFunctions(InterpreterFunctions):
         tile = op.tile
         gathered = gather_global(source, coords, tile.shape, index_units(op, tile.shape), rows, end)
         values = round_to(np.broadcast_to(gathered[:, 0], (blocks, *tile.shape)), tile.element_type)
-        for b, state, k in _steps(interpreter, op, bars, step, "a stage copy"):
-            if not _free(state, k, bars.stages) or (k >= bars.stages and k not in state.acquired):
-                raise TkcError(f"a stage copy for step {k} refills a stage that step {k - bars.stages} has not "
-                               "released (acquire it first)")
-            state.loads.setdefault(k, []).append((ring, values[b].copy(), 0))  # (its bytes are not announced)
+        _into_step(interpreter, op, ring, bars, step, values, 0, "a stage copy")  # (its bytes are not announced)
         return ()
 
     @impl(m.StageWaitOp)
