@@ -218,6 +218,22 @@ def test_dump_dir(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert "func.func @gemm_kernel" in (dumps / "00-frontend.mlir").read_text()
 
 
+def test_verify_each(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--verify-each (or TKC_VERIFY_EACH=1) verifies after every pass: the output is the same."""
+    import tkc.compiler
+
+    monkeypatch.delenv("TKC_VERIFY_EACH", raising=False)
+    stages: list[str] = []
+    verify = tkc.compiler.verify
+    monkeypatch.setattr(tkc.compiler, "verify", lambda module, stage: (stages.append(stage), verify(module, stage)))
+    rc, plain, _ = run(capsys, "compile", GEMM, "--target", "sm_80")
+    once = len(stages)
+    rc2, each, _ = run(capsys, "compile", GEMM, "--target", "sm_80", "--verify-each")
+    assert rc == rc2 == 0 and plain == each
+    assert once == 1 and stages[0].startswith("the pipeline (its last pass lower-to-ptx")
+    assert len(stages) - once > 10 and stages[-1] == "pass lower-to-ptx"
+
+
 def test_time_passes(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(capsys, "compile", *TILE, GEMM, "--pipeline", "cse", "--time-passes")
     assert rc == 0 and "func.func" in out

@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--resources", action="store_true",
                    help="assemble the PTX with ptxas and print each kernel's registers, spills, stack and shared "
                         "memory to stderr")
+    c.add_argument("--verify-each", action="store_true",
+                   help="verify the IR after every pass, naming the pass that broke it (default: after the last; "
+                        "TKC_VERIFY_EACH=1; `tkc opt` always does)")
     _add_dump_flags(c)
 
     o = sub.add_parser("opt", help="run passes over textual tile IR", description="Parse FILE.mlir (or - for stdin), "
@@ -152,7 +155,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
     timer = PassTimer(args.time_passes)
     try:
         text = compile_kernels(kernels, args.target, constants, args.pipeline,
-                               "ptx" if args.emit == "sass" else args.emit, dumps, timer)
+                               "ptx" if args.emit == "sass" else args.emit, dumps, timer, args.verify_each or None)
     finally:
         if args.time_passes:
             sys.stderr.write(timer.report())
@@ -233,7 +236,7 @@ def cmd_opt(args: argparse.Namespace) -> None:
     timer = PassTimer(args.time_passes)
     dumps.stage_done("parse", module)
     try:
-        run_passes(module, passes, dumps, timer)
+        run_passes(module, passes, dumps, timer, verify_each=True)  # as mlir-opt: a pass's bad IR is named at once
     finally:
         if args.time_passes:
             sys.stderr.write(timer.report())

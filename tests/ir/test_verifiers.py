@@ -417,3 +417,39 @@ def test_a_pass_that_moves_a_use_above_its_definition_is_caught() -> None:
     block.insert_op_before(second, first)  # above the op it reads
     with pytest.raises(TkcError, match=rf"{second.name} uses .*, which is defined after its use"):
         verify(module, "a broken pass")
+
+
+def test_bad_ir_from_a_pass_is_caught_at_the_end_or_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default the IR is verified after the pipeline's last pass (xDSL's verifier after each was ~40 % of a
+    compile); TKC_VERIFY_EACH=1 verifies after every pass and names the one that broke it."""
+    from xdsl.dialects import scf
+    from xdsl.passes import ModulePass
+
+    from tkc.compiler import Dumps, PassTimer, parse_pipeline, run_passes
+    from tkc.errors import TkcError
+    from tkc.kernels import layernorm_kernel
+
+    class MoveAUseOutOfItsLoop(ModulePass):
+        name = "move-a-use-out-of-its-loop"
+
+        def apply(self, ctx, module) -> None:  # type: ignore[no-untyped-def]
+            loop = next(op for op in module.walk() if isinstance(op, scf.ForOp))
+            inner = next(op for op in loop.body.block.ops if op.operands and op.results)
+            user = next(use.operation for use in inner.results[0].uses)
+            user.detach()
+            loop.parent_block().insert_op_before(user, loop)
+
+    def run(env: str | None, verify_each: bool | None = None) -> str:
+        if env is None:
+            monkeypatch.delenv("TKC_VERIFY_EACH", raising=False)
+        else:
+            monkeypatch.setenv("TKC_VERIFY_EACH", env)
+        passes = [MoveAUseOutOfItsLoop(), *parse_pipeline("canonicalize")]
+        with pytest.raises(TkcError) as caught:
+            run_passes(layernorm_kernel.build(D=256, WARPS=2), passes, Dumps(), PassTimer(), verify_each)
+        return str(caught.value)
+
+    assert "after the pipeline (its last pass canonicalize; TKC_VERIFY_EACH=1" in run(None)
+    assert "after the pipeline" in run("0")
+    assert "after pass move-a-use-out-of-its-loop:" in run("1")
+    assert "after pass move-a-use-out-of-its-loop:" in run(None, verify_each=True)
