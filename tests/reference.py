@@ -154,3 +154,16 @@ def row_numbers(rng: np.random.Generator, n: int, dtype: type, rows: int) -> np.
     if dtype is np.int64 and n:
         p[rng.integers(0, n)] = (1 << 32) + 3
     return p.astype(dtype)
+
+
+def varlen_attention_ref(q, k, v, ends, key_ends, causal: bool = False, scale: float | None = None):
+    """Packed sequences (q (total, H, D), k and v (total_k, H_kv, D); sequence s rows ends[s - 1] .. ends[s], its keys
+    key_ends[s - 1] .. key_ends[s]): each sequence's attention_ref alone, zeros past the last sequence's rows."""
+    out = np.zeros(q.shape)
+    for s in range(len(ends)):
+        a, b = (ends[s - 1] if s else 0), ends[s]
+        ka, kb = (key_ends[s - 1] if s else 0), key_ends[s]
+        if b > a and kb > ka:
+            out[a:b] = np.swapaxes(attention_ref(np.swapaxes(q[a:b], 0, 1), np.swapaxes(k[ka:kb], 0, 1),
+                                                 np.swapaxes(v[ka:kb], 0, 1), causal, scale=scale), 0, 1)
+    return out

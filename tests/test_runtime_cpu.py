@@ -1061,13 +1061,13 @@ def test_rotary_qk_launches_once(monkeypatch) -> None:
 
 
 def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) -> None:
-    """600 seeded calls of gemm(), attention(), layernorm(), rmsnorm() and rotary() with odd arguments (other
+    """600 seeded calls of gemm(), attention(), attention_varlen(), layernorm(), rmsnorm() and rotary() with odd arguments (other
     dtypes, CPU tensors, ranks, sizes, strides, non-tensors, empty tensors, out=, targets, scales, eps) on a fake
     GPU: each launches or raises a TkcError (a ValueError / TypeError naming the argument), never another exception."""
     import random
 
     torch = pytest.importorskip("torch")
-    from tkc.kernels import _checks, attention, gemm, layernorm, rmsnorm, rotary, rotary_qk
+    from tkc.kernels import _checks, attention, attention_varlen, gemm, layernorm, rmsnorm, rotary, rotary_qk
     from tkc.runtime import launch
 
     cuda, _ = _fake_gpu(monkeypatch)
@@ -1099,7 +1099,7 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
         return cuda(*shape)
 
     for _ in range(600):
-        which = rng.choice(["gemm", "attention", "layernorm", "rotary"])
+        which = rng.choice(["gemm", "attention", "varlen", "layernorm", "rotary"])
         try:
             if which == "gemm":
                 m, n, k = rng.choice([1, 16, 100]), rng.choice([1, 16, 100]), rng.choice([0, 16, 40])
@@ -1112,6 +1112,13 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
                 extra = {"scale": rng.choice([0.1, -1.0, 0, float("nan"), "s", 2])} if rng.random() < 0.3 else {}
                 attention(odd(*shape), odd(*shape), odd(*shape), causal=rng.choice([False, True]),
                           target=rng.choice(["sm_90a", "sm_80"]), return_lse=rng.random() < 0.2, **extra)
+            elif which == "varlen":
+                rows, heads, d = rng.choice([0, 50, 300]), rng.choice([1, 4]), rng.choice([64, 96, 32])
+                seqs = odd(rng.choice([1, 3])) if rng.random() < 0.3 else cuda(3, dtype=torch.int32)
+                extra = {"cu_seqlens_k": odd(3)} if rng.random() < 0.2 else {}
+                attention_varlen(odd(rows, heads, d), odd(rows, heads, d), odd(rows, heads, d), seqs,
+                                 causal=rng.choice([False, True]), target=rng.choice(["sm_90a", "sm_80", None]),
+                                 scale=rng.choice([None, 0.1, -1.0, "s"]), **extra)
             elif which == "rotary":
                 shape = (rng.choice([1, 2]), rng.choice([1, 3]), rng.choice([1, 40]), rng.choice([64, 96]))
                 half = rng.choice([16, 32, 8])
@@ -1133,6 +1140,38 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
                     rmsnorm(*rows_in, **options)
         except TkcError:
             pass
+
+
+def test_attention_varlen_launches_over_the_packed_rows(monkeypatch) -> None:
+    """attention_varlen() launches attention_varlen_sm90 on (1, H, total, D) views of the packed tensors with
+    cu_seqlens[1:] (its sequences' ends), a block for each query block a sequence can have, times the heads; and
+    refuses what it cannot run, naming the argument."""
+    torch = pytest.importorskip("torch")
+    from tkc.errors import TkcError
+    from tkc.kernels import _checks, attention_varlen
+
+    cuda, launches = _fake_gpu(monkeypatch)
+    monkeypatch.setitem(_checks._HOPPER, 0, True)
+    q, k = cuda(300, 8, 128), cuda(300, 2, 128)
+    cu = cuda(4, dtype=torch.int32)
+    out = attention_varlen(q, k, k, cu, causal=True)
+    assert out.shape == q.shape
+    (loaded, grid, _), = launches
+    assert loaded.kernel == "attention_varlen_sm90" and grid == ((-(-300 // 128) + 3) * 8, 1, 1)
+    assert loaded.constants["CAUSAL"] == 1 and loaded.constants["GROUP"] == 4
+    for call, message in [
+        (lambda: attention_varlen(q, k, k, cuda(4)), "cu_seqlens must be torch.int32"),
+        (lambda: attention_varlen(cuda(300, 8, 32), cuda(300, 8, 32), cuda(300, 8, 32), cu), "head dim must be 64"),
+        (lambda: attention_varlen(q, cuda(300, 3, 128), cuda(300, 3, 128), cu), "H_kv dividing"),
+        (lambda: attention_varlen(q, cuda(200, 2, 128), cuda(200, 2, 128), cu), "give cu_seqlens_k"),
+        (lambda: attention_varlen(q, k, k, cu, cu_seqlens_k=cuda(3, dtype=torch.int32)), "cu_seqlens_k: one offset"),
+        (lambda: attention_varlen(q, k, k, cu, target="sm_80"), "runs on Hopper"),
+        (lambda: attention_varlen(q, k, k, cu, scale=0.0), "scale: must be a positive"),
+        (lambda: attention_varlen(cuda(300, 8, 256)[..., ::2], k, k, cu), "strides"),
+    ]:
+        with pytest.raises(TkcError, match=message):
+            call()
+    assert len(launches) == 1
 
 
 def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import attention_ref, poisoned, random_bf16, rel_err
+from reference import attention_ref, f64, poisoned, random_bf16, rel_err, varlen_attention_ref
 
 import tkc
 from tkc.backend.simulator import simulate
@@ -1326,3 +1326,35 @@ def test_decode_attention_last_block_weighs_simulated(d: int, nk: int, parts: in
     ref, ref_lse = attention_ref(q, k, v, scale=0.1, lse=True)
     assert rel_err(sim[5], interp[5]) < 1e-2 and rel_err(sim[5].reshape(q.shape), ref) < 1e-2
     assert np.abs(sim[6].reshape(ref_lse.shape) - ref_lse).max() < 1e-4 and not sim[7].any()
+
+
+@pytest.mark.parametrize("lengths, key_lengths, heads, kv_heads, d, causal, order", [
+    ([70, 130, 5, 200], None, 2, 2, 64, 0, "shuffled"),
+    ([70, 130, 5, 200], None, 2, 1, 128, 1, "descending"),
+    ([0, 1, 300, 0, 17], None, 2, 2, 96, 1, "shuffled"),  # empty sequences; one of three query blocks
+    ([40, 129], [300, 2], 4, 2, 64, 1, "ascending"),  # keys of other lengths (several steps, and one key)
+    ([140, 60], [140, 0], 2, 2, 64, 0, "shuffled"),  # a sequence with no keys: zero rows (as FlashAttention's)
+])
+def test_attention_varlen_simulated(lengths, key_lengths, heads, kv_heads, d, causal, order) -> None:
+    """attention_varlen_sm90 (producer warpgroup, deferred P·V) over packed sequences: the interpreter against the
+    float64 reference per sequence, the simulated PTX against the interpreter; the rows past the last sequence are
+    left as they were (poisoned)."""
+    from tkc.kernels.attention_varlen import attention_varlen_sm90
+
+    rng = np.random.default_rng(sum(lengths) + d)
+    ends = np.cumsum(lengths).astype(np.int32)
+    key_ends = np.cumsum(key_lengths).astype(np.int32) if key_lengths else ends
+    total, total_k = int(ends[-1]) + 3, int(key_ends[-1])  # 3 rows of q past the last sequence
+    q = random_bf16(rng, total, heads, d)
+    k, v = random_bf16(rng, total_k, kv_heads, d), random_bf16(rng, total_k, kv_heads, d)
+    packed = lambda t: t[None].transpose(0, 2, 1, 3)  # noqa: E731  (1, H, total, D), as attention_varlen's views
+    out = poisoned(total, heads, d)
+    constants = {"D": d, "CAUSAL": causal, **({"GROUP": heads // kv_heads} if heads != kv_heads else {})}
+    grid = ((-(-total // 128) + len(lengths)) * heads,)
+    interp, sim = run_both(attention_varlen_sm90, [packed(q), packed(k), packed(v), packed(out), ends, key_ends, 0.1],
+                           grid, constants, "sm_90a", order)
+    got, simulated = interp[3][0].transpose(1, 0, 2), sim[3][0].transpose(1, 0, 2)
+    assert np.isnan(f64(got[ends[-1]:])).all() and np.isnan(f64(simulated[ends[-1]:])).all()
+    ref = varlen_attention_ref(q, k, v, ends, key_ends, bool(causal), 0.1)
+    assert rel_err(got[:ends[-1]], ref[:ends[-1]]) < 1e-2  # (a sequence with no keys: zeros, as the reference's)
+    assert rel_err(simulated[:ends[-1]], got[:ends[-1]]) < 2e-3  # (exp2 rounding, as the other attention kernels)

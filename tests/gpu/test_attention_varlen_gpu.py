@@ -1,0 +1,99 @@
+"""tkc.kernels.attention_varlen on a Hopper GPU against torch's SDPA in float32 run on each sequence alone: fresh
+random inputs, outputs poisoned first, lengths of every kind (0, 1, not multiples of 16, longer than a block, more
+sequences than multiprocessors), grouped-query heads, keys of other lengths. Run with: pytest -m gpu tests/gpu."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tkc.kernels.attention_varlen import attention_varlen  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def hopper() -> None:
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("attention_varlen runs on sm_90")
+
+
+def offsets(lengths: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+
+
+def reference(q, k, v, cu, cu_k, causal, scale):  # type: ignore[no-untyped-def]
+    """Each sequence's attention alone, in float32 (torch's convention for causal with other lengths)."""
+    out = torch.zeros_like(q, dtype=torch.float32)
+    group = q.shape[1] // k.shape[1]
+    for s in range(cu.shape[0] - 1):
+        a, b, ka, kb = (int(x) for x in (cu[s], cu[s + 1], cu_k[s], cu_k[s + 1]))
+        if b == a:
+            continue
+        qs = q[a:b].float().transpose(0, 1)
+        ks = k[ka:kb].float().transpose(0, 1).repeat_interleave(group, 0)
+        vs = v[ka:kb].float().transpose(0, 1).repeat_interleave(group, 0)
+        if kb == ka:  # no keys: softmax over nothing (NaN); not a case the tests build
+            continue
+        mask = torch.ones(b - a, kb - ka, dtype=torch.bool, device="cuda").tril() if causal else None
+        out[a:b] = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask,
+                                                                    scale=scale).transpose(0, 1)
+    return out
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    if not torch.isfinite(out).all():
+        return math.inf
+    return ((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+CASES = [  # (query lengths, key lengths or None, heads, K/V heads, head dim)
+    ([1000, 24, 513, 2048, 1], None, 8, 8, 128),
+    ([128, 128, 128, 128], None, 16, 16, 64),
+    ([37, 0, 300, 129, 0, 5], None, 4, 1, 128),  # empty sequences, multi-query
+    ([4096], None, 8, 2, 96),
+    ([17] * 300, None, 4, 4, 64),  # more sequences than multiprocessors, each in one block
+    ([200, 64, 700], [300, 1, 700], 8, 4, 128),  # keys of other lengths (a cache), grouped-query
+]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lengths, key_lengths, heads, kv_heads, d", CASES)
+def test_attention_varlen(lengths, key_lengths, heads, kv_heads, d, causal) -> None:  # type: ignore[no-untyped-def]
+    hopper()
+    cu = offsets(lengths)
+    cu_k = offsets(key_lengths) if key_lengths else cu
+    total, total_k = sum(lengths), sum(key_lengths or lengths)
+    q = torch.randn(total, heads, d, device="cuda").to(torch.bfloat16)
+    k = torch.randn(total_k, kv_heads, d, device="cuda").to(torch.bfloat16)
+    v = torch.randn(total_k, kv_heads, d, device="cuda").to(torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    scale = 0.7 / math.sqrt(d)
+    attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k if key_lengths else None, causal=causal, scale=scale, out=out)
+    ref = reference(q, k, v, cu, cu_k, causal, scale)
+    assert rel_err(out, ref) < 1e-2
+
+
+def test_attention_varlen_rows_past_the_last_sequence_are_left() -> None:
+    """Rows of q past cu_seqlens[-1] are not written; a fresh call's output is the same (no state between calls)."""
+    hopper()
+    q, k, v = (torch.randn(300, 4, 64, device="cuda").to(torch.bfloat16) for _ in range(3))
+    cu = offsets([100, 150])
+    out = torch.full_like(q, float("nan"))
+    attention_varlen(q, k, v, cu, out=out)
+    assert torch.isnan(out[250:].float()).all() and torch.isfinite(out[:250].float()).all()
+    assert rel_err(out[:250], reference(q, k, v, cu, cu, False, 1 / 8)[:250]) < 1e-2
+    assert torch.equal(attention_varlen(q, k, v, cu)[:250], out[:250])
+
+
+def test_attention_varlen_f16_and_strided_heads() -> None:
+    """f16, and q, k, v as slices of one packed (total, 3, H, D) projection (strided rows)."""
+    hopper()
+    qkv = torch.randn(777, 3, 8, 128, device="cuda", dtype=torch.float16)
+    q, k, v = qkv.unbind(1)
+    cu = offsets([500, 277])
+    out = attention_varlen(q, k, v, cu, causal=True)
+    assert out.dtype == torch.float16
+    assert rel_err(out, reference(q, k, v, cu, cu, True, 1 / math.sqrt(128))) < 1e-2

@@ -1,0 +1,158 @@
+"""Attention over packed sequences of different lengths (FlashAttention's "varlen"): the B sequences lie one after
+another in q (total, H, D), k and v (total_k, H_kv, D); cu_seqlens (B + 1,) int32 gives where each starts (0,
+len_0, len_0 + len_1, ...), and each sequence attends only to its own keys. No padding, no mask tensor.
+
+A block takes one query block of one sequence and head: it finds which by walking the sequences' ends (its tile
+number among all sequences' query blocks, as grouped_gemm's tiles among its groups), reads that sequence's keys
+from its first row, masks the keys past its end, and cuts its stores at the sequence's end."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import TYPE_CHECKING
+
+import tkc
+from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
+from tkc.kernels._checks import check_tensor, dtype_constant, fail, wants_grad, wgmma_path
+from tkc.kernels.attention import group_constant, kv_head
+from tkc.kernels.grouped_gemm import group_tile
+from tkc.lang import *  # noqa: F403
+
+if TYPE_CHECKING:
+    import torch
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", defer="DEFER", producer="PRODUCER", late_pv="LATE_PV",
+            min_target="sm_90a")
+def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], Ends: gl[i32, 1],
+                          EndsK: gl[i32, 1], scale: float, D: const = 128, CAUSAL: const = 0, KEYS: const = 128,
+                          WARPS: const = 8, STAGES: const = 3, DEFER: const = 2, PRODUCER: const = 1,
+                          Q_REGS: const = 1, LATE_PV: const = 1, DT: const = bf16, GROUP: const = 1):
+    """softmax(scale · q·kᵀ)·v for each sequence s: query rows Ends[s - 1] .. Ends[s] of Q (1, H, total, D) (packed
+    rows: a view of (total, H, D)) over key rows EndsK[s - 1] .. EndsK[s] of K and V (1, H / GROUP, total_k, D), into
+    the same rows of O (Ends[-1] read as 0). Causal keeps key j of a sequence for its query i when j ≤ i (torch's
+    convention, also where the lengths differ). Grid: (cdiv(total, 16·WARPS) + B) · H blocks, a block a query block
+    of 16·WARPS rows of one sequence and head (blocks past the last sequence's do nothing); those of a head next to
+    each other (they share its K and V in L2). As attention_sm90 otherwise: the block's queries in shared memory
+    (Q_REGS=1: each warp's 16 rows in registers), per step of KEYS keys S = Q·Kᵀ and O += P·V by wgmma, the online
+    softmax in registers, a producer warpgroup issuing the TMA loads (PRODUCER=1), each step's P·V deferred under
+    the next step's softmax (DEFER=2, `defer-wgmma` and `peel-deferred-step`; LATE_PV=1: behind its row max)."""
+    static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
+    static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
+    static_assert(DEFER or not Q_REGS, "Q_REGS=1 needs DEFER: with P·V running on into the next step, ptxas gives P "
+                  "the registers of Q that the next Q·Kᵀ reads (as attention_sm90)")
+    BLOCK_ROWS = 16 * WARPS
+    scale_log2 = scale * LOG2E
+    seqs, heads = Ends.shape[0], Q.shape[1]
+    q_blocks = cdiv(Q.shape[2], BLOCK_ROWS) + seqs  # at least each sequence's query blocks
+    for tile in range(block_idx()[0], q_blocks * heads, num_blocks()[0]):
+        blk, h = tile % q_blocks, tile // q_blocks
+        seq, first_row, end = group_tile(Ends, seqs, blk, BLOCK_ROWS, 16)  # (-1, 0, 0) past the last sequence
+        start, key_start = Ends[seq - 1], EndsK[seq - 1]  # (index -1 reads 0: the first sequence's start)
+        keys = EndsK[seq] - key_start  # (0 past the last sequence: no steps, and `end` 0 stores nothing)
+        kv_h = kv_head(h, GROUP)
+        q_block = load(Q, (0, h, rows(first_row), 0), st[DT, BLOCK_ROWS, D])
+        if Q_REGS:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
+            q = load(q_block, (warp_id(), 0), rt[DT, 16, D])
+        else:
+            q = load(q_block, (warpgroup_id(), 0), st[DT, 64, D])
+        row = first_row + 16 * warp_id()  # this warp's first query row (packed)
+        m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
+        key_blocks = cdiv(keys, KEYS)
+        # causal: the keys up to the block's last query (within its sequence)
+        n_blocks = min(cdiv(first_row - start + BLOCK_ROWS, KEYS), key_blocks) if CAUSAL else key_blocks
+        first_masked = (first_row - start) // KEYS  # causal: the first step with keys past a query of the block
+        for j in range(max(n_blocks, 0)):
+            k_s = load(K, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
+            v_s = load(V, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
+            s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
+            if j == key_blocks - 1:
+                s = keep_cols(s, keys - j * KEYS)  # not the next sequence's keys
+            if CAUSAL:
+                if j >= first_masked:
+                    s = tril(s, row - start - j * KEYS, -math.inf)
+            m_new = max(m, row_max(s))
+            correction = exp2((m - m_new) * scale_log2)
+            o = mul_row(o, correction)
+            l, m = l * correction, m_new
+            p = exp2(sub_row(s * scale_log2, m * scale_log2))
+            l = l + row_sum(p)
+            o = mma_AB(p.to(DT), v_s, o)
+        # (l ≥ 1 where a row saw a key, its largest term exp2(0); 0 where the sequence has no keys: zero rows)
+        store(O, div_row(o, max(l, 1.0)).to(DT), (0, h, rows(row, end), 0))  # rows of this sequence only
+
+
+VARLEN_HEAD_DIMS = (64, 96, 128)
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, *,
+                     cu_seqlens_k: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
+                     target: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention over packed sequences: q (total, H, D), k and v (total_k, H_kv, D), bf16 (or f16) CUDA tensors,
+    D ∈ {64, 96, 128}, H_kv dividing H (grouped-query attention); cu_seqlens (B + 1,) int32, 0 first, non-decreasing,
+    sequence s being rows cu_seqlens[s] .. cu_seqlens[s + 1] of q, and of k and v (or cu_seqlens_k's rows where the
+    keys' lengths differ: same B). Returns out (total, H, D): each sequence's softmax(scale · q·kᵀ)·v, scale 1/√D by
+    default; causal keeps key j for query i of a sequence when j ≤ i (torch's convention). Rows of q past
+    cu_seqlens[-1] are left as they are. Hopper only (or target="sm_90a"); no backward yet.
+    (cu_seqlens' values are not read on the host — that would wait for the GPU: lengths past the tensors' rows read
+    zeros and write nothing, never out of bounds.)"""
+    import torch
+
+    if wants_grad(torch, q, k, v):
+        fail("attention_varlen has no backward yet: call it on tensors that do not require grad (torch.no_grad()), "
+             "or pad the sequences for tkc.kernels.attention")
+    dtype = q.dtype if getattr(q, "dtype", None) is torch.float16 else torch.bfloat16  # else: check_tensor's error
+    check_tensor("q", q, dtype, 3)
+    check_tensor("k", k, dtype, 3)
+    check_tensor("v", v, dtype, 3)
+    check_tensor("cu_seqlens", cu_seqlens, torch.int32, 1)
+    total, heads, d = q.shape
+    kv_heads = k.shape[1]
+    if d not in VARLEN_HEAD_DIMS:
+        fail(f"q: head dim must be 64, 96 or 128, got {d}")
+    if k.shape[2] != d or (kv_heads == 0) != (heads == 0) or heads and heads % kv_heads:
+        fail(f"k: expected shape (total_k, H_kv, {d}) with H_kv dividing q's {heads} heads, got {tuple(k.shape)}")
+    if v.shape != k.shape:
+        fail(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if cu_seqlens.shape[0] < 1:
+        fail("cu_seqlens: (B + 1,) offsets, 0 first: got an empty tensor")
+    if cu_seqlens_k is None:
+        if k.shape[0] != total:
+            fail(f"k: {k.shape[0]} rows but q has {total}: give cu_seqlens_k where the keys' lengths differ")
+        cu_seqlens_k = cu_seqlens
+    else:
+        check_tensor("cu_seqlens_k", cu_seqlens_k, torch.int32, 1)
+        if cu_seqlens_k.shape != cu_seqlens.shape:
+            fail(f"cu_seqlens_k: one offset a sequence as cu_seqlens {tuple(cu_seqlens.shape)}, got "
+                 f"{tuple(cu_seqlens_k.shape)}")
+    if scale is not None and not (isinstance(scale, numbers.Real) and 0 < scale < math.inf):
+        fail(f"scale: must be a positive finite number, got {scale!r}")
+    for name, t in (("k", k), ("v", v), ("cu_seqlens", cu_seqlens), ("cu_seqlens_k", cu_seqlens_k), ("out", out)):
+        if t is not None and t.device != q.device:
+            fail(f"{name} is on {t.device} but q is on {q.device}")
+    if out is None:
+        out = torch.empty_like(q)
+    else:
+        check_tensor("out", out, dtype, 3)
+        if out.shape != q.shape:
+            fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
+    if not wgmma_path(q.get_device(), target):
+        fail("attention_varlen runs on Hopper (sm_90) only: no sm_80 kernel yet (target=\"sm_90a\" or None on an "
+             "H100 / H200)")
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        st_ = t.stride()
+        if (st_[2] != 1 and d > 1) or (st_[0] | st_[1]) % 8 or t.data_ptr() % 16:
+            fail(f"{name}: read and written through TMA: the last dimension must be contiguous and the other strides "
+                 f"multiples of 8 elements (16 bytes), got strides {tuple(st_)}")
+    seqs = cu_seqlens.shape[0] - 1
+    if seqs == 0 or total == 0 or heads == 0:
+        return out
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    constants = {"D": d, "CAUSAL": int(bool(causal)), **dtype_constant(q.dtype), **group_constant(heads, kv_heads)}
+    spec = attention_varlen_sm90.specialize(target="sm_90a", **constants)
+    rows = 16 * 8  # WARPS = 8
+    packed = [t.unsqueeze(0).transpose(1, 2) for t in (q, k, v, out)]  # (1, H, total, D) views of the same rows
+    spec.launch(((ceil_div(total, rows) + seqs) * heads, 1, 1),
+                (*packed, cu_seqlens[1:], cu_seqlens_k[1:], scale))
+    return out
