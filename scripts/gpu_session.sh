@@ -5,7 +5,7 @@
 #        bench-attention-backward probe-attention-backward fused-backward
 #        compile-time bench-layernorm host tile-cost store-cost d64 exp2 ncu-attention ncu-gemm ncu-variant softmax-parts fold candidates
 #        layernorm-blocks layernorm-probe cache-hints dependent-launch launch-floor line-info ncu-source skinny skinny-check few-rows-clusters gqa norms clusters4 d96 d256 d256-probe decode
-#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check last-block few-rows norm-backward small-batch rotary rotary-probe rows-at grouped-gemm mixed-ring sanitize
+#        d256-tests d256-bench bwd-ab d256-anatomy forward-candidates d256-short-causal dq-rings dkdv-rings dkdv-by-product dkdv-by-product-defer dkdv-defer ncu-dkdv-256 defer-check last-block few-rows norm-backward small-batch rotary rotary-probe rows-at grouped-gemm mixed-ring varlen sanitize
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 # The GPU tests selected by $2 (-k) into $OUT/$1-tests.log, then compute-sanitizer's three tools on tests/gpu/sanitize.py's
@@ -83,6 +83,9 @@ for step in ${*:-tests probe bench sanitize}; do
         tests_and_sanitizers mixed-ring "mixed_ring" grouped_products 200
         timeout 250 python3 bench/probe_grouped.py --gather > "$OUT/probe-grouped-gather.log" 2>&1; grep -v Warn "$OUT/probe-grouped-gather.log" | tail -40
         timeout 200 python3 bench/probe_grouped.py --wgrad > "$OUT/probe-grouped-wgrad.log" 2>&1; grep -v Warn "$OUT/probe-grouped-wgrad.log" | tail -36 ;;
+    varlen)  # attention_varlen: GPU tests, compute-sanitizer, bench/attention_varlen.py (VARLEN_ARGS)
+        tests_and_sanitizers varlen "varlen" packed_sequences 200
+        timeout 300 python3 bench/attention_varlen.py ${VARLEN_ARGS:-} > "$OUT/bench-varlen.log" 2>&1; grep -v Warn "$OUT/bench-varlen.log" | tail -16 ;;
     rotary-probe)  # rotary_kernel's HEADS × WARPS beside a copy and Triton (bench/probe_rotary.py; PROBE_ARGS)
         timeout 300 python3 bench/probe_rotary.py ${PROBE_ARGS:-} > "$OUT/probe-rotary.log" 2>&1; grep -v Warning "$OUT/probe-rotary.log" | tail -40 ;;
     skinny)  # gemm() on skinny products beside smaller tiles and cuBLAS (bench/probe_skinny.py; PROBE_ARGS="--trans-b 1")

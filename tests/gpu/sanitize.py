@@ -256,6 +256,23 @@ def grouped_products() -> None:
                 spec.launch((5 * 6 * 1, 1, 1), (x[:690], dy, offsets, rows, out))
 
 
+def packed_sequences() -> None:
+    """attention_varlen: 5 sequences (one empty, one of a single row, one of 700 rows: 6 key steps against 3
+    stages), rows past the last untouched, causal or not, grouped-query heads, keys of other lengths."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        return
+    from tkc.kernels.attention_varlen import attention_varlen
+
+    cu = torch.tensor([0, 300, 300, 301, 1001, 1040], device="cuda", dtype=torch.int32)
+    cu_k = torch.tensor([0, 10, 10, 510, 1210, 1300], device="cuda", dtype=torch.int32)
+    for d in (64, 128):
+        q = torch.randn(1100, 8, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(1300, 2, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        for causal in (False, True):
+            attention_varlen(q[:1040], k[:1040], v[:1040], cu, causal=causal)
+            attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k, causal=causal)
+
+
 def main() -> None:
     torch.manual_seed(0)
     bf = torch.bfloat16
@@ -337,6 +354,7 @@ def main() -> None:
     rotary_embedding()
     rows_by_row_numbers()
     grouped_products()
+    packed_sequences()
     torch.cuda.synchronize()
     print("sanitize: all kernels ran")
 
