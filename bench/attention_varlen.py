@@ -1,4 +1,4 @@
-"""Attention over packed sequences of different lengths: tkc.kernels.attention_varlen vs torch's FlashAttention
+"""Attention over packed sequences of different lengths: tkc.kernels.attention_varlen (Hopper kernel and sm_80 one) vs torch's FlashAttention
 varlen kernel (`torch.ops.aten._flash_attention_forward` with cumulative lengths: FlashAttention-2, what
 flash_attn_varlen_func runs) and, as a yardstick, tkc's own attention() and cuDNN's SDPA on a batch of sequences of
 the mean length (the same tokens, no padding). TFLOP/s count each sequence's own work (4·len_q·len_k·H·D, halved when
@@ -62,6 +62,7 @@ def main() -> None:
                 ref = flash_varlen(q, k, v, cu, max(lens), causal)
                 impls = {
                     "tkc varlen": lambda: tkc.kernels.attention_varlen(q, k, v, cu, causal=causal),
+                    "tkc sm_80 varlen": lambda: tkc.kernels.attention_varlen(q, k, v, cu, causal=causal, target="sm_80"),
                     "flash varlen": lambda: flash_varlen(q, k, v, cu, max(lens), causal),
                 }
                 errors = {name: rel_err(fn(), ref) for name, fn in impls.items()}
@@ -77,14 +78,16 @@ def main() -> None:
                 row = {"D": d, "causal": int(causal), "mix": mix, "sequences": len(lens), "longest": max(lens),
                        **{name: rate[name] for name in rate},
                        "tkc/flash": rate["tkc varlen"] / rate["flash varlen"],
+                       "sm_80/flash": rate["tkc sm_80 varlen"] / rate["flash varlen"],
                        "tkc/tkc dense": rate["tkc varlen"] / rate["tkc dense"],
-                       "err": errors["tkc varlen"]}
+                       "err": max(errors["tkc varlen"], errors["tkc sm_80 varlen"])}
                 rows.append(row)
                 print("  ".join(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
                                 for key, value in row.items()), flush=True)
     columns = [("D", "D"), ("causal", "causal"), ("mix", "lengths"), ("sequences", "sequences"),
-               ("longest", "longest"), ("tkc varlen", "tkc varlen"), ("flash varlen", "flash varlen"),
-               ("tkc dense", "tkc dense (mean length)"), ("cuDNN dense", "cuDNN dense"), ("tkc/flash", "tkc/flash"),
+               ("longest", "longest"), ("tkc varlen", "tkc varlen"), ("tkc sm_80 varlen", "tkc sm_80 varlen"),
+               ("flash varlen", "flash varlen"),
+               ("tkc dense", "tkc dense (mean length)"), ("cuDNN dense", "cuDNN dense"), ("tkc/flash", "tkc/flash"), ("sm_80/flash", "sm_80/flash"),
                ("tkc/tkc dense", "tkc varlen / dense"), ("err", "tkc err")]
     text = (f"TFLOP/s (each sequence's 4·len²·H·D, halved when causal), {args.tokens} tokens, H = {args.heads}, bf16; "
             f"median of {args.launches} back-to-back launches × {args.rounds} interleaved rounds; errors against "

@@ -1144,8 +1144,8 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
 
 def test_attention_varlen_launches_over_the_packed_rows(monkeypatch) -> None:
     """attention_varlen() launches attention_varlen_sm90 on (1, H, total, D) views of the packed tensors with
-    cu_seqlens[1:] (its sequences' ends), a block for each query block a sequence can have, times the heads; and
-    refuses what it cannot run, naming the argument."""
+    cu_seqlens[1:] (its sequences' ends), a block for each query block a sequence can have, times the heads
+    (attention_varlen_fwd with target="sm_80"); and refuses what it cannot run, naming the argument."""
     torch = pytest.importorskip("torch")
     from tkc.errors import TkcError
     from tkc.kernels import _checks, attention_varlen
@@ -1165,13 +1165,16 @@ def test_attention_varlen_launches_over_the_packed_rows(monkeypatch) -> None:
         (lambda: attention_varlen(q, cuda(300, 3, 128), cuda(300, 3, 128), cu), "H_kv dividing"),
         (lambda: attention_varlen(q, cuda(200, 2, 128), cuda(200, 2, 128), cu), "give cu_seqlens_k"),
         (lambda: attention_varlen(q, k, k, cu, cu_seqlens_k=cuda(3, dtype=torch.int32)), "cu_seqlens_k: one offset"),
-        (lambda: attention_varlen(q, k, k, cu, target="sm_80"), "runs on Hopper"),
         (lambda: attention_varlen(q, k, k, cu, scale=0.0), "scale: must be a positive"),
         (lambda: attention_varlen(cuda(300, 8, 256)[..., ::2], k, k, cu), "strides"),
     ]:
         with pytest.raises(TkcError, match=message):
             call()
     assert len(launches) == 1
+    attention_varlen(cuda(300, 8, 96), cuda(300, 8, 96), cuda(300, 8, 96), cu, target="sm_80")  # attention_fwd's tiles
+    loaded, grid, _ = launches[1]
+    assert loaded.kernel == "attention_varlen_fwd" and grid == (-(-300 // 128) + 3, 8, 1)
+    assert (loaded.constants["ROWS"], loaded.constants["KEYS"], loaded.constants["Q_IN_SHARED"]) == (32, 64, 1)
 
 
 def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:

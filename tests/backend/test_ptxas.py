@@ -42,6 +42,9 @@ VARIANTS = {
                              {"D": 8192, "WARPS": 16, "SPLIT": 16, "DS_IN": 1}],
     "column_sums_kernel": [{}, {"DT": bf16}],
     "attention_varlen_sm90": [{}, {"D": 128, "CAUSAL": 1, "GROUP": 4}, {"D": 64, "CAUSAL": 1}, {"D": 96}],
+    "attention_varlen_fwd": [{"D": 64, "ROWS": 32, "KEYS": 64}, {"D": 64, "ROWS": 32, "KEYS": 64, "CAUSAL": 1},
+                             {"D": 128, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1, "CAUSAL": 1, "GROUP": 4},
+                             {"D": 96, "ROWS": 32, "KEYS": 64, "Q_IN_SHARED": 1}],  # attention()'s CONFIG
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
     "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}, {"WARPS": 8, "BK": 64},
                          {"TRANS_B": 1, "WARPS": 8, "BK": 64, "STAGES": 3, "CLUSTER": 4, "CLUSTER_N": 2, "PRODUCER": 1}],

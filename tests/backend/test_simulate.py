@@ -1335,11 +1335,14 @@ def test_decode_attention_last_block_weighs_simulated(d: int, nk: int, parts: in
     ([40, 129], [300, 2], 4, 2, 64, 1, "ascending"),  # keys of other lengths (several steps, and one key)
     ([140, 60], [140, 0], 2, 2, 64, 0, "shuffled"),  # a sequence with no keys: zero rows (as FlashAttention's)
 ])
-def test_attention_varlen_simulated(lengths, key_lengths, heads, kv_heads, d, causal, order) -> None:
-    """attention_varlen_sm90 (producer warpgroup, deferred P·V) over packed sequences: the interpreter against the
-    float64 reference per sequence, the simulated PTX against the interpreter; the rows past the last sequence are
-    left as they were (poisoned)."""
-    from tkc.kernels.attention_varlen import attention_varlen_sm90
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_attention_varlen_simulated(lengths, key_lengths, heads, kv_heads, d, causal, order, target) -> None:
+    """attention_varlen_sm90 (producer warpgroup, deferred P·V) and attention_varlen_fwd (sm_80: mma.sync, a cp.async
+    ring; attention()'s tiles for the head dim) over packed sequences: the interpreter against the float64
+    reference per sequence, the simulated PTX against the interpreter; the rows past the last sequence are left as
+    they were (poisoned)."""
+    from tkc.kernels.attention import CONFIG
+    from tkc.kernels.attention_varlen import attention_varlen_fwd, attention_varlen_sm90
 
     rng = np.random.default_rng(sum(lengths) + d)
     ends = np.cumsum(lengths).astype(np.int32)
@@ -1350,9 +1353,13 @@ def test_attention_varlen_simulated(lengths, key_lengths, heads, kv_heads, d, ca
     packed = lambda t: t[None].transpose(0, 2, 1, 3)  # noqa: E731  (1, H, total, D), as attention_varlen's views
     out = poisoned(total, heads, d)
     constants = {"D": d, "CAUSAL": causal, **({"GROUP": heads // kv_heads} if heads != kv_heads else {})}
-    grid = ((-(-total // 128) + len(lengths)) * heads,)
-    interp, sim = run_both(attention_varlen_sm90, [packed(q), packed(k), packed(v), packed(out), ends, key_ends, 0.1],
-                           grid, constants, "sm_90a", order)
+    kernel, grid = attention_varlen_sm90, ((-(-total // 128) + len(lengths)) * heads,)
+    if target == "sm_80":
+        rows, keys, q_in_shared = CONFIG[d]
+        constants.update(ROWS=rows, KEYS=keys, Q_IN_SHARED=q_in_shared)
+        kernel, grid = attention_varlen_fwd, (-(-total // (4 * rows)) + len(lengths), heads)
+    interp, sim = run_both(kernel, [packed(q), packed(k), packed(v), packed(out), ends, key_ends, 0.1], grid,
+                           constants, target, order)
     got, simulated = interp[3][0].transpose(1, 0, 2), sim[3][0].transpose(1, 0, 2)
     assert np.isnan(f64(got[ends[-1]:])).all() and np.isnan(f64(simulated[ends[-1]:])).all()
     ref = varlen_attention_ref(q, k, v, ends, key_ends, bool(causal), 0.1)

@@ -1,6 +1,7 @@
 """tkc.kernels.attention_varlen on a Hopper GPU against torch's SDPA in float32 run on each sequence alone: fresh
 random inputs, outputs poisoned first, lengths of every kind (0, 1, not multiples of 16, longer than a block, more
-sequences than multiprocessors), grouped-query heads, keys of other lengths. Run with: pytest -m gpu tests/gpu."""
+sequences than multiprocessors), grouped-query heads, keys of other lengths; the Hopper kernel and the sm_80 one.
+Run with: pytest -m gpu tests/gpu."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ pytestmark = pytest.mark.gpu
 
 def hopper() -> None:
     if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("attention_varlen runs on sm_90")
+        pytest.skip("attention_varlen_sm90 runs on sm_90")
+
+
+TARGETS = ["sm_80", None]  # the sm_80 kernel (mma.sync, cp.async), and the best for this GPU
 
 
 def offsets(lengths: list[int]) -> torch.Tensor:
@@ -59,10 +63,12 @@ CASES = [  # (query lengths, key lengths or None, heads, K/V heads, head dim)
 ]
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("lengths, key_lengths, heads, kv_heads, d", CASES)
-def test_attention_varlen(lengths, key_lengths, heads, kv_heads, d, causal) -> None:  # type: ignore[no-untyped-def]
-    hopper()
+def test_attention_varlen(lengths, key_lengths, heads, kv_heads, d, causal, target) -> None:  # type: ignore[no-untyped-def]
+    if target is None:
+        hopper()
     cu = offsets(lengths)
     cu_k = offsets(key_lengths) if key_lengths else cu
     total, total_k = sum(lengths), sum(key_lengths or lengths)
@@ -71,7 +77,8 @@ def test_attention_varlen(lengths, key_lengths, heads, kv_heads, d, causal) -> N
     v = torch.randn(total_k, kv_heads, d, device="cuda").to(torch.bfloat16)
     out = torch.full_like(q, float("nan"))
     scale = 0.7 / math.sqrt(d)
-    attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k if key_lengths else None, causal=causal, scale=scale, out=out)
+    attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k if key_lengths else None, causal=causal, scale=scale, out=out,
+                     target=target)
     ref = reference(q, k, v, cu, cu_k, causal, scale)
     assert rel_err(out, ref) < 1e-2
 
@@ -88,12 +95,14 @@ def test_attention_varlen_rows_past_the_last_sequence_are_left() -> None:
     assert torch.equal(attention_varlen(q, k, v, cu)[:250], out[:250])
 
 
-def test_attention_varlen_f16_and_strided_heads() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_attention_varlen_f16_and_strided_heads(target) -> None:  # type: ignore[no-untyped-def]
     """f16, and q, k, v as slices of one packed (total, 3, H, D) projection (strided rows)."""
-    hopper()
+    if target is None:
+        hopper()
     qkv = torch.randn(777, 3, 8, 128, device="cuda", dtype=torch.float16)
     q, k, v = qkv.unbind(1)
     cu = offsets([500, 277])
-    out = attention_varlen(q, k, v, cu, causal=True)
+    out = attention_varlen(q, k, v, cu, causal=True, target=target)
     assert out.dtype == torch.float16
     assert rel_err(out, reference(q, k, v, cu, cu, True, 1 / math.sqrt(128))) < 1e-2

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_tensor, dtype_constant, fail, wants_grad, wgmma_path
-from tkc.kernels.attention import group_constant, kv_head
+from tkc.kernels.attention import CONFIG, group_constant, kv_head
 from tkc.kernels.grouped_gemm import group_tile
 from tkc.lang import *  # noqa: F403
 
@@ -83,6 +83,53 @@ def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl[
         store(O, div_row(o, max(l, 1.0)).to(DT), (0, h, rows(row, end), 0))  # rows of this sequence only
 
 
+@tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
+def attention_varlen_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], Ends: gl[i32, 1],
+                         EndsK: gl[i32, 1], scale: float, D: const = 64, CAUSAL: const = 0, ROWS: const = 16,
+                         KEYS: const = 64, Q_IN_SHARED: const = 0, DT: const = bf16, GROUP: const = 1,
+                         STAGES: const = 3):
+    """attention_varlen_sm90 on the sm_80 path (mma.sync, cp.async; attention_fwd's loop): a block of 4 warps takes
+    4·ROWS query rows of one sequence. Grid: (cdiv(total, 4·ROWS) + B, H)."""
+    static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
+    static_assert(Q_IN_SHARED or ROWS * D <= 2048,
+                  f"ROWS={ROWS} with D={D} needs more than 255 registers per thread; use ROWS=16 or Q_IN_SHARED=1")
+    h = block_idx()[1]
+    seq, first_row, end = group_tile(Ends, Ends.shape[0], block_idx()[0], 4 * ROWS, 16)  # (-1, 0, 0): none
+    start, key_start = Ends[seq - 1], EndsK[seq - 1]  # (index -1 reads 0)
+    keys = EndsK[seq] - key_start
+    kv_h = kv_head(h, GROUP)
+    row = first_row + ROWS * warp_id()  # this warp's first query row (packed)
+    if Q_IN_SHARED:
+        q_s = load(Q, (0, h, rows(first_row), 0), st[DT, 4 * ROWS, D])
+    else:
+        q = load(Q, (0, h, rows(row), 0), rt[DT, ROWS, D])
+    scale_log2 = scale * LOG2E
+    RESCALE_LOG2 = 8.0  # as attention_fwd: l and o rescaled only where a row's maximum grew by more than 2^8
+    m, l, o = neg_infty(rv[f32, ROWS]), zeros(rv[f32, ROWS]), zeros(rt[f32, ROWS, D])
+    key_blocks = cdiv(keys, KEYS)
+    n_blocks = min(cdiv(first_row - start + 4 * ROWS, KEYS), key_blocks) if CAUSAL else key_blocks
+    first_masked = (first_row - start) // KEYS
+    for j in range(max(n_blocks, 0)):
+        k_s = load(K, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
+        v_s = load(V, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
+        if Q_IN_SHARED:
+            q = load(q_s, (warp_id(), 0), rt[DT, ROWS, D])
+        s = mma_ABt(q, load(k_s), zeros(rt[f32, ROWS, KEYS]))
+        if j == key_blocks - 1:
+            s = keep_cols(s, keys - j * KEYS)  # not the next sequence's keys
+        if CAUSAL:
+            if j >= first_masked:
+                s = tril(s, row - start - j * KEYS, -math.inf)
+        m_new = max(m, row_max(s))
+        if max(m_new - m) * scale_log2 > RESCALE_LOG2:
+            correction = exp2((m - m_new) * scale_log2)
+            l, o, m = l * correction, mul_row(o, correction), m_new
+        p = exp2(sub_row(s * scale_log2, m * scale_log2))
+        l = l + row_sum(p)
+        o = mma_AB(p.to(DT), load(v_s), o)
+    store(O, div_row(o, max(l, 1.0)).to(DT), (0, h, rows(row, end), 0))  # (no keys: zero rows)
+
+
 VARLEN_HEAD_DIMS = (64, 96, 128)
 
 
@@ -94,7 +141,8 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     sequence s being rows cu_seqlens[s] .. cu_seqlens[s + 1] of q, and of k and v (or cu_seqlens_k's rows where the
     keys' lengths differ: same B). Returns out (total, H, D): each sequence's softmax(scale · q·kᵀ)·v, scale 1/√D by
     default; causal keeps key j for query i of a sequence when j ≤ i (torch's convention). Rows of q past
-    cu_seqlens[-1] are left as they are. Hopper only (or target="sm_90a"); no backward yet.
+    cu_seqlens[-1] are left as they are. On Hopper (or target="sm_90a") attention_varlen_sm90, elsewhere (or
+    target="sm_80") attention_varlen_fwd; no backward yet.
     (cu_seqlens' values are not read on the host — that would wait for the GPU: lengths past the tensors' rows read
     zeros and write nothing, never out of bounds.)"""
     import torch
@@ -137,22 +185,26 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         check_tensor("out", out, dtype, 3)
         if out.shape != q.shape:
             fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
-    if not wgmma_path(q.get_device(), target):
-        fail("attention_varlen runs on Hopper (sm_90) only: no sm_80 kernel yet (target=\"sm_90a\" or None on an "
-             "H100 / H200)")
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-        st_ = t.stride()
-        if (st_[2] != 1 and d > 1) or (st_[0] | st_[1]) % 8 or t.data_ptr() % 16:
-            fail(f"{name}: read and written through TMA: the last dimension must be contiguous and the other strides "
-                 f"multiples of 8 elements (16 bytes), got strides {tuple(st_)}")
+    hopper = wgmma_path(q.get_device(), target)
+    if hopper:
+        for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+            strides = t.stride()
+            if (strides[2] != 1 and d > 1) or (strides[0] | strides[1]) % 8 or t.data_ptr() % 16:
+                fail(f"{name}: the Hopper kernel reads and writes through TMA: the last dimension must be contiguous "
+                     f"and the other strides multiples of 8 elements (16 bytes), got strides {tuple(strides)}")
     seqs = cu_seqlens.shape[0] - 1
     if seqs == 0 or total == 0 or heads == 0:
         return out
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     constants = {"D": d, "CAUSAL": int(bool(causal)), **dtype_constant(q.dtype), **group_constant(heads, kv_heads)}
-    spec = attention_varlen_sm90.specialize(target="sm_90a", **constants)
-    rows = 16 * 8  # WARPS = 8
     packed = [t.unsqueeze(0).transpose(1, 2) for t in (q, k, v, out)]  # (1, H, total, D) views of the same rows
-    spec.launch(((ceil_div(total, rows) + seqs) * heads, 1, 1),
-                (*packed, cu_seqlens[1:], cu_seqlens_k[1:], scale))
+    arguments = (*packed, cu_seqlens[1:], cu_seqlens_k[1:], scale)  # the sequences' ends
+    if hopper:
+        spec = attention_varlen_sm90.specialize(target="sm_90a", **constants)
+        spec.launch(((ceil_div(total, 16 * 8) + seqs) * heads, 1, 1), arguments)  # WARPS = 8
+    else:
+        rows, keys, q_in_shared = CONFIG[d]  # attention_fwd's
+        spec = attention_varlen_fwd.specialize(target=target, ROWS=rows, KEYS=keys, Q_IN_SHARED=q_in_shared,
+                                               **constants)
+        spec.launch((ceil_div(total, 4 * rows) + seqs, heads, 1), arguments)
     return out
