@@ -48,6 +48,8 @@ def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl[
     q_blocks = cdiv(Q.shape[2], BLOCK_ROWS) + seqs  # at least each sequence's query blocks
     for tile in range(block_idx()[0], q_blocks * heads, num_blocks()[0]):
         blk, h = tile % q_blocks, tile // q_blocks
+        if CAUSAL:  # a head's query blocks from the last: each sequence's longest (its last rows) before its shorter
+            blk = q_blocks - 1 - blk
         seq, first_row, end = group_tile(Ends, seqs, blk, BLOCK_ROWS, 16)  # (-1, 0, 0) past the last sequence
         start, key_start = Ends[seq - 1], EndsK[seq - 1]  # (index -1 reads 0: the first sequence's start)
         keys = EndsK[seq] - key_start  # (0 past the last sequence: no steps, and `end` 0 stores nothing)
@@ -93,8 +95,10 @@ def attention_varlen_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["
     static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
     static_assert(Q_IN_SHARED or ROWS * D <= 2048,
                   f"ROWS={ROWS} with D={D} needs more than 255 registers per thread; use ROWS=16 or Q_IN_SHARED=1")
-    h = block_idx()[1]
-    seq, first_row, end = group_tile(Ends, Ends.shape[0], block_idx()[0], 4 * ROWS, 16)  # (-1, 0, 0): none
+    blk, h = block_idx()[0], block_idx()[1]
+    if CAUSAL:  # the GPU starts blocks in order: each sequence's longest query blocks (its last) first
+        blk = num_blocks()[0] - 1 - blk
+    seq, first_row, end = group_tile(Ends, Ends.shape[0], blk, 4 * ROWS, 16)  # (-1, 0, 0): none
     start, key_start = Ends[seq - 1], EndsK[seq - 1]  # (index -1 reads 0)
     keys = EndsK[seq] - key_start
     kv_h = kv_head(h, GROUP)
