@@ -47,10 +47,12 @@ def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl[
     seqs, heads = Ends.shape[0], Q.shape[1]
     q_blocks = cdiv(Q.shape[2], BLOCK_ROWS) + seqs  # at least each sequence's query blocks
     for tile in range(block_idx()[0], q_blocks * heads, num_blocks()[0]):
-        blk, h = tile % q_blocks, tile // q_blocks
-        if CAUSAL:  # a head's query blocks from the last: each sequence's longest (its last rows) before its shorter
-            blk = q_blocks - 1 - blk
-        seq, first_row, end = group_tile(Ends, seqs, blk, BLOCK_ROWS, 16)  # (-1, 0, 0) past the last sequence
+        # causal: the tiles from the last, so that each sequence's longest query blocks (its last rows) come first
+        order = q_blocks * heads - 1 - tile if CAUSAL else tile
+        blk, h = order % q_blocks, order // q_blocks
+        # (-1, 0, 0) past the last sequence; the ends read 8 at a time (16 left the producer warpgroup's 40
+        # registers short: spills)
+        seq, first_row, end = group_tile(Ends, seqs, blk, BLOCK_ROWS, 8)
         start, key_start = Ends[seq - 1], EndsK[seq - 1]  # (index -1 reads 0: the first sequence's start)
         keys = EndsK[seq] - key_start  # (0 past the last sequence: no steps, and `end` 0 stores nothing)
         kv_h = kv_head(h, GROUP)
