@@ -23,6 +23,39 @@ if TYPE_CHECKING:
     import torch
 
 
+@tkc.func
+def query_block(Ends, EndsK, blk, rows, loads):
+    """Query block `blk` of all the sequences' (each sequence's rows in blocks of `rows`, the sequences one after
+    another): (its first row, its sequence's end, the sequence's first row, its first key row, its number of keys);
+    past the last sequence's blocks (0, 0, 0, 0, 0): no keys, no rows. The ends are read `loads` at a time."""
+    seq, first_row, end = group_tile(Ends, Ends.shape[0], blk, rows, loads)  # seq -1 past the last sequence's
+    start, key_start = Ends[seq - 1], EndsK[seq - 1]  # (index -1 reads 0: the first sequence's start; and past)
+    return first_row, end, start, key_start, EndsK[seq] - key_start
+
+
+@tkc.func
+def key_steps(first_row, start, keys, rows, KEYS, CAUSAL):
+    """The key steps of a query block of `rows` rows from packed row `first_row` (its sequence's from `start`, with
+    `keys` keys): all of them, or with CAUSAL those up to its last query; and the first step whose keys lie past
+    some of its queries (causal masks from there on)."""
+    key_blocks = cdiv(keys, KEYS)
+    steps = min(cdiv(first_row - start + rows, KEYS), key_blocks) if CAUSAL else key_blocks
+    return max(steps, 0), (first_row - start) // KEYS
+
+
+@tkc.func
+def sequence_mask(s, j, keys, row, start, first_masked, KEYS, CAUSAL):
+    """Key step j's scores s (a warp's rows from packed row `row`) as its sequence sees them: keys past its end
+    (the next sequence's) out, and with CAUSAL the keys after each query (within the sequence) from step
+    `first_masked` on."""
+    if j == cdiv(keys, KEYS) - 1:
+        s = keep_cols(s, keys - j * KEYS)
+    if CAUSAL:
+        if j >= first_masked:
+            s = tril(s, row - start - j * KEYS, -math.inf)
+    return s
+
+
 @tkc.kernel(warps="WARPS", stages="STAGES", defer="DEFER", producer="PRODUCER", late_pv="LATE_PV",
             min_target="sm_90a")
 def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], Ends: gl[i32, 1],
@@ -50,11 +83,8 @@ def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl[
         # causal: the tiles from the last, so that each sequence's longest query blocks (its last rows) come first
         order = q_blocks * heads - 1 - tile if CAUSAL else tile
         blk, h = order % q_blocks, order // q_blocks
-        # (-1, 0, 0) past the last sequence; the ends read 8 at a time (16 left the producer warpgroup's 40
-        # registers short: spills)
-        seq, first_row, end = group_tile(Ends, seqs, blk, BLOCK_ROWS, 8)
-        start, key_start = Ends[seq - 1], EndsK[seq - 1]  # (index -1 reads 0: the first sequence's start)
-        keys = EndsK[seq] - key_start  # (0 past the last sequence: no steps, and `end` 0 stores nothing)
+        # (the ends read 8 at a time: 16 left the producer warpgroup's 40 registers short, spills)
+        first_row, end, start, key_start, keys = query_block(Ends, EndsK, blk, BLOCK_ROWS, 8)
         kv_h = kv_head(h, GROUP)
         q_block = load(Q, (0, h, rows(first_row), 0), st[DT, BLOCK_ROWS, D])
         if Q_REGS:  # each warp's 16 rows in registers: Q·Kᵀ then reads only K from shared memory
@@ -63,19 +93,12 @@ def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl[
             q = load(q_block, (warpgroup_id(), 0), st[DT, 64, D])
         row = first_row + 16 * warp_id()  # this warp's first query row (packed)
         m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
-        key_blocks = cdiv(keys, KEYS)
-        # causal: the keys up to the block's last query (within its sequence)
-        n_blocks = min(cdiv(first_row - start + BLOCK_ROWS, KEYS), key_blocks) if CAUSAL else key_blocks
-        first_masked = (first_row - start) // KEYS  # causal: the first step with keys past a query of the block
-        for j in range(max(n_blocks, 0)):
+        steps, first_masked = key_steps(first_row, start, keys, BLOCK_ROWS, KEYS, CAUSAL)
+        for j in range(steps):
             k_s = load(K, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
             v_s = load(V, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
-            s = mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS]))
-            if j == key_blocks - 1:
-                s = keep_cols(s, keys - j * KEYS)  # not the next sequence's keys
-            if CAUSAL:
-                if j >= first_masked:
-                    s = tril(s, row - start - j * KEYS, -math.inf)
+            s = sequence_mask(mma_ABt(q, k_s, zeros(rt[f32, 16, KEYS])), j, keys, row, start, first_masked, KEYS,
+                              CAUSAL)
             m_new = max(m, row_max(s))
             correction = exp2((m - m_new) * scale_log2)
             o = mul_row(o, correction)
@@ -100,9 +123,7 @@ def attention_varlen_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["
     blk, h = block_idx()[0], block_idx()[1]
     if CAUSAL:  # the GPU starts blocks in order: each sequence's longest query blocks (its last) first
         blk = num_blocks()[0] - 1 - blk
-    seq, first_row, end = group_tile(Ends, Ends.shape[0], blk, 4 * ROWS, 16)  # (-1, 0, 0): none
-    start, key_start = Ends[seq - 1], EndsK[seq - 1]  # (index -1 reads 0)
-    keys = EndsK[seq] - key_start
+    first_row, end, start, key_start, keys = query_block(Ends, EndsK, blk, 4 * ROWS, 16)
     kv_h = kv_head(h, GROUP)
     row = first_row + ROWS * warp_id()  # this warp's first query row (packed)
     if Q_IN_SHARED:
@@ -112,20 +133,14 @@ def attention_varlen_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["
     scale_log2 = scale * LOG2E
     RESCALE_LOG2 = 8.0  # as attention_fwd: l and o rescaled only where a row's maximum grew by more than 2^8
     m, l, o = neg_infty(rv[f32, ROWS]), zeros(rv[f32, ROWS]), zeros(rt[f32, ROWS, D])
-    key_blocks = cdiv(keys, KEYS)
-    n_blocks = min(cdiv(first_row - start + 4 * ROWS, KEYS), key_blocks) if CAUSAL else key_blocks
-    first_masked = (first_row - start) // KEYS
-    for j in range(max(n_blocks, 0)):
+    steps, first_masked = key_steps(first_row, start, keys, 4 * ROWS, KEYS, CAUSAL)
+    for j in range(steps):
         k_s = load(K, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
         v_s = load(V, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
         if Q_IN_SHARED:
             q = load(q_s, (warp_id(), 0), rt[DT, ROWS, D])
-        s = mma_ABt(q, load(k_s), zeros(rt[f32, ROWS, KEYS]))
-        if j == key_blocks - 1:
-            s = keep_cols(s, keys - j * KEYS)  # not the next sequence's keys
-        if CAUSAL:
-            if j >= first_masked:
-                s = tril(s, row - start - j * KEYS, -math.inf)
+        s = sequence_mask(mma_ABt(q, load(k_s), zeros(rt[f32, ROWS, KEYS])), j, keys, row, start, first_masked, KEYS,
+                          CAUSAL)
         m_new = max(m, row_max(s))
         if max(m_new - m) * scale_log2 > RESCALE_LOG2:
             correction = exp2((m - m_new) * scale_log2)
