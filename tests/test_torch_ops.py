@@ -129,6 +129,24 @@ def test_grouped_gemm_is_one_op_under_compile() -> None:
     assert sorted_out.shape == (64, 48) and gathered_out.shape == (100, 48)
 
 
+def test_attention_varlen_is_one_op_under_compile() -> None:
+    """attention_varlen() is one tkc.attention_varlen op under compile, its output q's shape; on inputs requiring
+    grad it refuses (no backward yet), naming what to do instead."""
+    from tkc.errors import TkcError
+    from tkc.kernels import attention_varlen
+
+    graphs = []
+    q, k = torch.randn(300, 8, 64, dtype=bf16), torch.randn(300, 2, 64, dtype=bf16)
+    cu = torch.tensor([0, 100, 300], dtype=torch.int32)
+    compiled = torch.compile(lambda q, k, cu: attention_varlen(q, k, k, cu, causal=True), backend=_keeping(graphs),
+                             fullgraph=True)
+    out = compiled(q, k, cu)
+    (graph,) = graphs
+    assert _tkc_ops(graph) == ["tkc.attention_varlen"] and out.shape == q.shape
+    with pytest.raises(TkcError, match="no backward yet"):
+        attention_varlen(q.requires_grad_(), k, k, cu)
+
+
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize("gather", [False, True])
 def test_grouped_gemm_gradients(monkeypatch, trans_b: bool, gather: bool) -> None:

@@ -16,7 +16,8 @@
 
 Under torch.compile / torch.export, and on inputs that require grad, each call is a `torch.ops.tkc.*` custom op
 (tkc/kernels/torch_ops.py): one opaque node of the graph; gemm, attention, the norms and rotary have a backward
-(grouped_gemm's: grouped_gemm_wgrad its weights' gradient, grouped_gemm_dx x's where rows were gathered).
+(grouped_gemm's: grouped_gemm_wgrad its weights' gradient, grouped_gemm_dx x's where rows were gathered);
+attention_varlen has none yet (it refuses inputs that require grad).
 """
 
 from tkc.kernels.attention import attention, attention_fwd, attention_fwd_lse, attention_sm90

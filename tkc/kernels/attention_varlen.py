@@ -171,6 +171,12 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if wants_grad(torch, q, k, v):
         fail("attention_varlen has no backward yet: call it on tensors that do not require grad (torch.no_grad()), "
              "or pad the sequences for tkc.kernels.attention")
+    if torch.compiler.is_compiling():  # one op of the graph
+        from tkc.kernels import torch_ops
+
+        o = torch_ops.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, bool(causal),
+                                       None if scale is None else float(scale), target)
+        return o if out is None else out.copy_(o)
     dtype = q.dtype if getattr(q, "dtype", None) is torch.float16 else torch.bfloat16  # else: check_tensor's error
     check_tensor("q", q, dtype, 3)
     check_tensor("k", k, dtype, 3)

@@ -11,6 +11,7 @@ included: dx = dresidual, dweight, dbias). Imported on first use (importing tkc.
     torch.ops.tkc.gemm(a, b, trans_b, target)                          -> c
     torch.ops.tkc.attention(q, k, v, causal, scale, target)            -> o
     torch.ops.tkc.attention_lse(q, k, v, causal, scale, target)        -> (o, lse)
+    torch.ops.tkc.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, causal, scale, target) -> o (no backward yet)
     torch.ops.tkc.layernorm(x, residual, weight, bias, eps, target, rms) -> (y, x + residual)
         (rms: RMSNorm, bias None; residual None: a 0-element tensor in place of the second, which would be x)
     torch.ops.tkc.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, target) -> c (fp8: no backward)
@@ -26,6 +27,7 @@ import torch
 
 from tkc.kernels.attention import attention as _attention
 from tkc.kernels.attention_bwd import attention_backward as _attention_backward_kernels
+from tkc.kernels.attention_varlen import attention_varlen as _attention_varlen
 from tkc.kernels.gemm import gemm as _gemm
 from tkc.kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from tkc.kernels.grouped_gemm import grouped_gemm_dx as _grouped_gemm_dx
@@ -126,6 +128,21 @@ def _attention_backward(ctx, grad_out: torch.Tensor):
 
 attention_lse.register_autograd(_attention_lse_backward, setup_context=_attention_setup)
 attention.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+@torch.library.custom_op("tkc::attention_varlen", mutates_args=())
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
+                     target: str | None = None) -> torch.Tensor:
+    return _attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k=cu_seqlens_k, causal=causal, scale=scale,
+                             target=target)
+
+
+@attention_varlen.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+      cu_seqlens_k: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
+      target: str | None = None) -> torch.Tensor:
+    return torch.empty_like(q)
 
 
 @torch.library.custom_op("tkc::layernorm", mutates_args=())
