@@ -158,12 +158,14 @@ def row_numbers(rng: np.random.Generator, n: int, dtype: type, rows: int) -> np.
 
 def varlen_attention_ref(q, k, v, ends, key_ends, causal: bool = False, scale: float | None = None):
     """Packed sequences (q (total, H, D), k and v (total_k, H_kv, D); sequence s rows ends[s - 1] .. ends[s], its keys
-    key_ends[s - 1] .. key_ends[s]): each sequence's attention_ref alone, zeros past the last sequence's rows."""
-    out = np.zeros(q.shape)
+    key_ends[s - 1] .. key_ends[s]): each sequence's attention_ref alone, zeros past the last sequence's rows (and
+    where a sequence has no keys); and the log-sum-exps (H, total), -inf there."""
+    out, lse = np.zeros(q.shape), np.full((q.shape[1], q.shape[0]), -np.inf)
     for s in range(len(ends)):
         a, b = (ends[s - 1] if s else 0), ends[s]
         ka, kb = (key_ends[s - 1] if s else 0), key_ends[s]
         if b > a and kb > ka:
-            out[a:b] = np.swapaxes(attention_ref(np.swapaxes(q[a:b], 0, 1), np.swapaxes(k[ka:kb], 0, 1),
-                                                 np.swapaxes(v[ka:kb], 0, 1), causal, scale=scale), 0, 1)
-    return out
+            o, lse[:, a:b] = attention_ref(np.swapaxes(q[a:b], 0, 1), np.swapaxes(k[ka:kb], 0, 1),
+                                           np.swapaxes(v[ka:kb], 0, 1), causal, scale=scale, lse=True)
+            out[a:b] = np.swapaxes(o, 0, 1)
+    return out, lse

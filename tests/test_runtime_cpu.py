@@ -1118,7 +1118,7 @@ def test_entry_points_answer_odd_arguments_with_their_own_errors(monkeypatch) ->
                 extra = {"cu_seqlens_k": odd(3)} if rng.random() < 0.2 else {}
                 attention_varlen(odd(rows, heads, d), odd(rows, heads, d), odd(rows, heads, d), seqs,
                                  causal=rng.choice([False, True]), target=rng.choice(["sm_90a", "sm_80", None]),
-                                 scale=rng.choice([None, 0.1, -1.0, "s"]), **extra)
+                                 scale=rng.choice([None, 0.1, -1.0, "s"]), return_lse=rng.random() < 0.2, **extra)
             elif which == "rotary":
                 shape = (rng.choice([1, 2]), rng.choice([1, 3]), rng.choice([1, 40]), rng.choice([64, 96]))
                 half = rng.choice([16, 32, 8])
@@ -1158,7 +1158,10 @@ def test_attention_varlen_launches_over_the_packed_rows(monkeypatch) -> None:
     assert out.shape == q.shape
     (loaded, grid, _), = launches
     assert loaded.kernel == "attention_varlen_sm90" and grid == ((-(-300 // 128) + 3) * 8, 1, 1)
-    assert loaded.constants["CAUSAL"] == 1 and loaded.constants["GROUP"] == 4
+    assert loaded.constants["CAUSAL"] == 1 and loaded.constants["GROUP"] == 4 and loaded.constants["LSE"] == 0
+    out, lse = attention_varlen(q, k, k, cu, return_lse=True)
+    assert lse.shape == (8, 300) and lse.dtype == torch.float32 and launches[-1][0].constants["LSE"] == 1
+    del launches[1:]
     for call, message in [
         (lambda: attention_varlen(q, k, k, cuda(4)), "cu_seqlens must be torch.int32"),
         (lambda: attention_varlen(cuda(300, 8, 32), cuda(300, 8, 32), cuda(300, 8, 32), cu), "head dim must be 64"),

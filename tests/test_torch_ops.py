@@ -138,11 +138,13 @@ def test_attention_varlen_is_one_op_under_compile() -> None:
     graphs = []
     q, k = torch.randn(300, 8, 64, dtype=bf16), torch.randn(300, 2, 64, dtype=bf16)
     cu = torch.tensor([0, 100, 300], dtype=torch.int32)
-    compiled = torch.compile(lambda q, k, cu: attention_varlen(q, k, k, cu, causal=True), backend=_keeping(graphs),
-                             fullgraph=True)
-    out = compiled(q, k, cu)
+    compiled = torch.compile(lambda q, k, cu: (attention_varlen(q, k, k, cu, causal=True),
+                                               attention_varlen(q, k, k, cu, return_lse=True)),
+                             backend=_keeping(graphs), fullgraph=True)
+    out, (out2, lse) = compiled(q, k, cu)
     (graph,) = graphs
-    assert _tkc_ops(graph) == ["tkc.attention_varlen"] and out.shape == q.shape
+    assert _tkc_ops(graph) == ["tkc.attention_varlen"] * 2 and out.shape == out2.shape == q.shape
+    assert lse.shape == (8, 300) and lse.dtype == torch.float32
     with pytest.raises(TkcError, match="no backward yet"):
         attention_varlen(q.requires_grad_(), k, k, cu)
 

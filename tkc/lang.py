@@ -558,7 +558,9 @@ def rows(n, end=None):
     """An index that counts rows rather than tiles, in the row place of a global load or store of a 2-D tile:
     `load(Q, (b, h, rows(r), 0), st[bf16, 192, 64])` takes rows r .. r+191 (r may be negative or unaligned: rows
     outside the tensor read zeros and are not written). `rows(r, end)` (a register tile's load or store): rows from
-    `end` on are out too, as if the tensor ended there (a group's last tile in a grouped GEMM)."""
+    `end` on are out too, as if the tensor ended there (a group's last tile in a grouped GEMM). A register vector's
+    only index may count rows too: `store(L, lse, (b, h, rows(r, end)))` writes its 16 values to rows r .. r+15 of
+    L, none from `end` on (a packed sequence's per-row values)."""
 
 
 @_op

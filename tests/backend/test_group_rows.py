@@ -18,7 +18,7 @@ from tkc.backend.ptxas import assemble, find_ptxas
 from tkc.backend.simulator import simulate
 from tkc.compiler import compile_kernels, lower_kernel
 from tkc.errors import TkcError
-from tkc.lang import atomic_add, block_idx, const, f32, gl, i32, load, rows, rows_at, rt, st, store, warp_id
+from tkc.lang import atomic_add, block_idx, const, f32, gl, i32, load, rows, rows_at, rt, rv, st, store, warp_id, zeros
 
 ROWS = 48
 
@@ -152,8 +152,8 @@ def test_element_reads_and_ends_are_checked() -> None:
         compile_kernels([float_element], "sm_80", {})
     with pytest.raises(TkcError, match=r"reads one element: give 2 indices"):
         compile_kernels([one_index], "sm_80", {})
-    with pytest.raises(TkcError, match=r"an end to the rows .* cuts a register tile's load or store, or a load into "
-                                       r"a shared tile, short; not st\[f32, 16, 16\]'s"):
+    with pytest.raises(TkcError, match=r"an end to the rows .* cuts a register tile's or vector's load or store, or a "
+                                       r"load into a shared tile, short; not st\[f32, 16, 16\]'s"):
         compile_kernels([end_from_shared], "sm_80", {})
 
 
@@ -314,3 +314,45 @@ def test_grouped_gemm_scattered(kernel: str, target: str, config: dict) -> None:
     cast = [interp[4], np.full((x_rows, n), np.nan, dtype=BF16)]
     simulate(lower_kernel(grouped.cast_rows_kernel, target, {}), "cast_rows_kernel", cast, (-(-x_rows // 64), n // 64))
     np.testing.assert_array_equal(cast[1].astype(np.float32), interp[4].astype(BF16).astype(np.float32))
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def vector_rows(L: gl[f32, 3], M: gl[f32, 3], first: int, end: int):
+    """Each warp's 16 values from row first + 16·w - 3 of M's second head (rows from `end` on read 0), plus 1, into
+    rows first + 16·w .. of L (none from `end` on): rows(r, end) on a register vector's index."""
+    values = load(M, (0, 1, rows(first + 16 * warp_id() - 3, end)), rv[f32, 16]) + 1.0
+    store(L, values, (0, 0, rows(first + 16 * warp_id(), end)))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("first, end", [(5, 40), (0, 100), (30, 31), (-7, 20), (90, 200)])
+def test_vector_rows_cut_at_an_end(target: str, first: int, end: int) -> None:
+    """rows(r, end) in a register vector's global load and store (a packed sequence's per-row values, as
+    attention_varlen's log-sum-exps): any r (negative, unaligned), nothing read or written from `end` on or past
+    the tensor; the interpreter against numpy, the simulated PTX against the interpreter."""
+    m = np.arange(200, dtype=np.float32).reshape(1, 2, 100) + 0.5
+    expected = np.full(100, np.nan, np.float32)
+    for r in range(max(first, 0), min(first + 64, end, 100)):
+        source = r - 3
+        expected[r] = (m[0, 1, source] if 0 <= source < min(end, 100) else 0) + 1
+    interpreted, simulated = (np.full((1, 1, 100), np.nan, np.float32) for _ in range(2))
+    vector_rows.interpret(interpreted, m, first, end, grid=(1,))
+    assert np.array_equal(interpreted[0, 0], expected, equal_nan=True)
+    simulate(lower_kernel(vector_rows, target, {}), "vector_rows", [simulated, m, first, end], (1,))
+    assert np.array_equal(simulated, interpreted, equal_nan=True)
+
+
+def test_vector_rows_misuse_is_one_error() -> None:
+    """rows(...) on a vector goes in its only index place; rows_at picks 2-D tiles' rows only."""
+    @tkc.kernel
+    def rows_in_the_head_place(L: gl[f32, 3]):
+        store(L, zeros(rv[f32, 16]), (0, rows(3), 0))
+
+    @tkc.kernel
+    def vector_by_row_numbers(L: gl[f32, 2], I: gl[i32, 1]):
+        store(L, zeros(rv[f32, 16]), (0, rows_at(I, 0)))
+
+    with pytest.raises(TkcError, match=r"rows\(\.\.\.\) goes in the row place of a global tensor's index \(index 2\)"):
+        compile_kernels([rows_in_the_head_place], "sm_80", {})
+    with pytest.raises(TkcError, match=r"rows_at\(\.\.\.\) picks the rows of a register tile's"):
+        compile_kernels([vector_by_row_numbers], "sm_80", {})

@@ -270,7 +270,7 @@ def packed_sequences() -> None:
         for causal in (False, True):
             for target in ("sm_80", *(["sm_90a"] if torch.cuda.get_device_capability() == (9, 0) else [])):
                 attention_varlen(q[:1040], k[:1040], v[:1040], cu, causal=causal, target=target)
-                attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k, causal=causal, target=target)
+                attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k, causal=causal, target=target, return_lse=True)
 
 
 def main() -> None:

@@ -83,6 +83,34 @@ def test_attention_varlen(lengths, key_lengths, heads, kv_heads, d, causal, targ
     assert rel_err(out, ref) < 1e-2
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_varlen_lse(causal, target) -> None:  # type: ignore[no-untyped-def]
+    """return_lse: each row's log-sum-exp (H, total) float32, -inf where a sequence has no keys; rows past the last
+    sequence not written."""
+    if target is None:
+        hopper()
+    lengths, key_lengths = [300, 5, 0, 129], [300, 0, 7, 700]
+    cu, cu_k = offsets(lengths), offsets(key_lengths)
+    q = torch.randn(sum(lengths) + 9, 8, 128, device="cuda").to(torch.bfloat16)
+    k, v = (torch.randn(sum(key_lengths), 2, 128, device="cuda").to(torch.bfloat16) for _ in range(2))
+    out, lse = attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k, causal=causal, return_lse=True, target=target)
+    assert lse.shape == (8, q.shape[0]) and lse.dtype == torch.float32
+    scale = 1 / math.sqrt(128)
+    ks = k.float().repeat_interleave(4, 1)
+    for s, (a, b, ka, kb) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist(), cu_k[:-1].tolist(), cu_k[1:].tolist())):
+        if b == a:
+            continue
+        if kb == ka:
+            assert torch.isneginf(lse[:, a:b]).all() and (out[a:b] == 0).all(), s
+            continue
+        scores = torch.einsum("qhd,khd->hqk", q[a:b].float(), ks[ka:kb]) * scale
+        if causal:
+            scores = scores.masked_fill(~torch.ones(b - a, kb - ka, dtype=torch.bool, device="cuda").tril(), -math.inf)
+        assert rel_err(lse[:, a:b], scores.logsumexp(-1)) < 1e-4, s
+    assert rel_err(out[:sum(lengths)], reference(q, k, v, cu, cu_k, causal, scale)[:sum(lengths)]) < 1e-2
+
+
 def test_attention_varlen_rows_past_the_last_sequence_are_left() -> None:
     """Rows of q past cu_seqlens[-1] are not written; a fresh call's output is the same (no state between calls)."""
     hopper()

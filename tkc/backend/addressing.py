@@ -17,6 +17,7 @@ from xdsl.ir import Operation, SSAValue
 from tkc.backend import ptx
 from tkc.backend.index import Expr
 from tkc.backend.lowering import Imm, KernelLowering
+from tkc.ir.types import RegVecType
 from tkc.backend.shared_layout import tile_offset
 from tkc.errors import TkcError
 from tkc.ir import ops as t
@@ -100,11 +101,13 @@ def row_limit(lw: KernelLowering, size: SSAValue, end: Any) -> Any:
 
 def global_coords(lw: KernelLowering, op: Any) -> list[Any]:
     """The index values of a global load/store (or a copy made of one), the row index marked InRows where it
-    counts rows (t.ROWS_ATTR, which the verifier allows on 2-D tiles only)."""
+    counts rows (t.ROWS_ATTR, which the verifier allows on 2-D tiles and register vectors only)."""
     coords = [lw.value(i) for i in op.indices]
     if t.ROWS_ATTR in op.attributes:
         end = getattr(op, "rows_end", None)
-        coords[-2] = InRows(coords[-2], lw.value(end) if end is not None else None)
+        tile = op.result.type if isinstance(op, t.LoadOp) else getattr(getattr(op, "value", None), "type", None)
+        row = -1 if isinstance(tile, RegVecType) else -2  # a register vector's only index counts rows
+        coords[row] = InRows(coords[row], lw.value(end) if end is not None else None)
     return coords
 
 

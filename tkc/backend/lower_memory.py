@@ -443,7 +443,7 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     row0 = add_i32(lw, mul_imm(lw, tile_coords[0], tile_shape[0]), lw.expr(_lane_expr(ra, rb))) if k == 2 else Imm(0)
     col0 = add_i32(lw, mul_imm(lw, tile_coords[-1], tile_shape[-1]), lw.expr(_lane_expr(ca, cb)))
     ptr, ok_lead = lead_pointer(lw, g, lead)
-    end = tile_coords[0].end if k == 2 and isinstance(tile_coords[0], InRows) else None  # rows(r, end)
+    end = tile_coords[0].end if isinstance(tile_coords[0], InRows) else None  # rows(r, end): a tile's or vector's
     distinct_rows = sorted(set(row_statics))
     if k == 2 and gathered is None:
         ptr = mad64(lw, row0, g.strides[rank - 2], ptr)
@@ -456,7 +456,7 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     base_of = np.array([distinct_rows.index(r) for r in row_statics])
     offset = np.array([c * e for c in col_statics])
     distinct_cols = sorted(set(col_statics))
-    cols_ok = in_bounds(lw, col0, distinct_cols, g.dims[rank - 1])
+    cols_ok = in_bounds(lw, col0, distinct_cols, g.dims[rank - 1] if k == 2 else row_limit(lw, g.dims[rank - 1], end))
     ci = np.array([distinct_cols.index(c) for c in col_statics])
     if k == 2:
         if gathered is None:

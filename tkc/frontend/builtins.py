@@ -572,7 +572,7 @@ def _indices(cg: CodeGen, index: Any, count: int, what: str) -> list[SSAValue]:
     if len(index) != count:
         raise TkcError(f"{what} takes {count} indices, got {len(index)}")
     if any(isinstance(i, _RowsIndex) for i in index):
-        raise TkcError(f"{what}: rows(...) is for a global tensor's row index of a 2-D tile")
+        raise TkcError(f"{what}: rows(...) is for a global tensor's row index of a 2-D tile or a register vector")
     return [cg.as_i32(i, f"{what}'s index") for i in index]
 
 
@@ -584,7 +584,8 @@ def _global_indices(cg: CodeGen, index: Any, gtype: GlobalType, tile: Any, what:
     if gtype.element_type in INDEX_TYPES:
         raise TkcError(f"{what}: integer tensors hold arrive_last's counters and rows_at's row numbers; tiles load "
                        "from and store into bf16, f16, f32 and fp8 tensors")
-    rows_place = gtype.rank - 2 if len(tile.shape) == 2 else None
+    # the row place: a 2-D tile's second-to-last index; a register vector's last (its elements are rows' values)
+    rows_place = gtype.rank - 2 if len(tile.shape) == 2 else gtype.rank - 1 if isinstance(tile, RegVecType) else None
     entries = list(index) if isinstance(index, tuple | list) else [index]
     in_rows = rows_place is not None and len(entries) == gtype.rank and isinstance(entries[rows_place], _RowsIndex)
     if any(isinstance(i, _RowsAt) for i in entries) and not (in_rows and by_row_numbers):
@@ -652,9 +653,10 @@ def _rows_end_of(index: Any, tile: Any, what: str, load: bool = False) -> SSAVal
     tile's rows, or (`load`) a shared tile's."""
     entries = index if isinstance(index, tuple | list) else (index,)
     end = next((i.end for i in entries if isinstance(i, _RowsIndex) and i.end is not None), None)
-    if end is not None and not isinstance(tile, RegTileType | SharedTileType if load else RegTileType):
-        raise TkcError(f"{what}: an end to the rows (rows(r, end), rows_at(I, r, end)) cuts a register tile's load or "
-                       f"store, or a load into a shared tile, short; not {tile.spec()}'s")
+    if end is not None and not isinstance(tile, RegTileType | RegVecType | SharedTileType if load else
+                                          RegTileType | RegVecType):
+        raise TkcError(f"{what}: an end to the rows (rows(r, end), rows_at(I, r, end)) cuts a register tile's or "
+                       f"vector's load or store, or a load into a shared tile, short; not {tile.spec()}'s")
     return end
 
 

@@ -94,12 +94,12 @@ def _gathered_indices(coords: list[np.ndarray], tile: tuple[int, ...], shape: tu
     return idx, valid & (idx[-2] >= 0) & (idx[-2] < shape[-2])
 
 
-def _before_end(valid: np.ndarray, idx: list[np.ndarray], end: Any) -> np.ndarray:
-    """`valid` where the row coordinate idx[-2] (a tensor's row, or a place in rows_at's index) lies before `end`
-    (rows(r, end), rows_at(I, r, end); None: no end)."""
+def _before_end(valid: np.ndarray, idx: list[np.ndarray], end: Any, row_axis: int = -2) -> np.ndarray:
+    """`valid` where the row coordinate idx[row_axis] (a tensor's row, or a place in rows_at's index; a register
+    vector's: its last, -1) lies before `end` (rows(r, end), rows_at(I, r, end); None: no end)."""
     if end is None:
         return valid
-    row, end = idx[-2], np.asarray(end, dtype=np.int64)
+    row, end = idx[row_axis], np.asarray(end, dtype=np.int64)
     return valid & (row < end.reshape(end.shape + (1,) * (row.ndim - end.ndim)))
 
 
@@ -154,7 +154,7 @@ def _global_writes(state: Any, op: Operation, value: Any, dest: Any, coords: lis
     else:
         idx, valid = _element_indices(coords, _tile_shape(vtype), dest.data.shape,
                                       t.index_units(op, _tile_shape(vtype)))
-        valid = _before_end(valid, idx, end)
+        valid = _before_end(valid, idx, end, -len(_tile_shape(vtype)))
     active = expand_to(state.active(), valid)
     # the value, the index and the mask may each vary over different lanes (a per-warp value stored at one
     # index by one warp): broadcast all three to the lanes of any of them
@@ -338,7 +338,7 @@ class TileFunctions(InterpreterFunctions):
             read = t.source_shape(op, tile)  # each column read fills repeat_cols adjacent ones
             if gathered is None:
                 idx, valid = _element_indices(coords, read, source.data.shape, t.index_units(op, tile))
-                valid = _before_end(valid, idx, end)
+                valid = _before_end(valid, idx, end, -len(tile))
             else:
                 idx, valid = _gathered_indices(coords, read, source.data.shape, gathered.data, end)
             clipped = [np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, source.data.shape)]

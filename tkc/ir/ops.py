@@ -951,7 +951,7 @@ def index_units(op: Operation, tile_shape: Sequence[int]) -> list[int]:
     """What one step of each tile index of a global load/store (or the TMA copy made of it) moves, in elements:
     a tile's extent, or one row where the row index counts rows (`rows(r)` in the DSL, ROWS_ATTR)."""
     units = list(source_shape(op, tile_shape))
-    if ROWS_ATTR in op.attributes and len(units) == 2:
+    if ROWS_ATTR in op.attributes:  # a 2-D tile's rows, or a register vector's (its only index)
         units[0] = 1
     return units
 
@@ -976,9 +976,10 @@ def keep_index_units(source: Operation, made: Operation) -> Operation:
 
 
 def _verify_rows_index(op: Operation, indexed: Attribute, tile: Attribute) -> None:
-    if ROWS_ATTR in op.attributes and not (isinstance(indexed, GlobalType) and len(tile.shape) == 2):  # type: ignore[attr-defined]
+    if ROWS_ATTR in op.attributes and not (isinstance(indexed, GlobalType) and (len(tile.shape) == 2  # type: ignore[attr-defined]
+                                                                                or isinstance(tile, RegVecType))):
         raise VerifyException(f"{op.name.removeprefix('tile.')}: a row index that counts rows (rows(r), {ROWS_ATTR}) "
-                              "needs a 2-D tile in global memory")
+                              "needs a 2-D tile or a register vector in global memory")
 
 
 MULTICAST = "tkc.multicast"  # a global→shared load every block of a cluster makes alike: TMA multicast shares it;
@@ -1066,7 +1067,7 @@ def verify_rows_end(op: Operation, what: str, src: Attribute, dst: Attribute) ->
     if op.rows_end is None:  # type: ignore[attr-defined]
         return
     tile = dst if isinstance(src, GlobalType) else src
-    cut_short = RegTileType | SharedTileType if isinstance(src, GlobalType) else RegTileType
+    cut_short = RegTileType | RegVecType | SharedTileType if isinstance(src, GlobalType) else RegTileType | RegVecType
     if not (ROWS_ATTR in op.attributes and isinstance(tile, cut_short) and MULTICAST not in op.attributes):
         raise VerifyException(f"{what}: an end to the rows (rows_end) goes with a row index that counts rows "
                               f"({ROWS_ATTR}) of a register tile's load or store or a load into a shared tile (not "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, dtype_constant, fail, wants_grad, wgmma_path
+from tkc.kernels._checks import check_tensor, dtype_constant, fail, unread_lse, wants_grad, wgmma_path
 from tkc.kernels.attention import CONFIG, group_constant, kv_head
 from tkc.kernels.grouped_gemm import group_tile
 from tkc.lang import *  # noqa: F403
@@ -58,10 +58,11 @@ def sequence_mask(s, j, keys, row, start, first_masked, KEYS, CAUSAL):
 
 @tkc.kernel(warps="WARPS", stages="STAGES", defer="DEFER", producer="PRODUCER", late_pv="LATE_PV",
             min_target="sm_90a")
-def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], Ends: gl[i32, 1],
-                          EndsK: gl[i32, 1], scale: float, D: const = 128, CAUSAL: const = 0, KEYS: const = 128,
-                          WARPS: const = 8, STAGES: const = 3, DEFER: const = 2, PRODUCER: const = 1,
-                          Q_REGS: const = 1, LATE_PV: const = 1, DT: const = bf16, GROUP: const = 1):
+def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3],
+                          Ends: gl[i32, 1], EndsK: gl[i32, 1], scale: float, D: const = 128, CAUSAL: const = 0,
+                          KEYS: const = 128, WARPS: const = 8, STAGES: const = 3, DEFER: const = 2,
+                          PRODUCER: const = 1, Q_REGS: const = 1, LATE_PV: const = 1, LSE: const = 0,
+                          DT: const = bf16, GROUP: const = 1):
     """softmax(scale · q·kᵀ)·v for each sequence s: query rows Ends[s - 1] .. Ends[s] of Q (1, H, total, D) (packed
     rows: a view of (total, H, D)) over key rows EndsK[s - 1] .. EndsK[s] of K and V (1, H / GROUP, total_k, D), into
     the same rows of O (Ends[-1] read as 0). Causal keeps key j of a sequence for its query i when j ≤ i (torch's
@@ -70,7 +71,9 @@ def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl[
     each other (they share its K and V in L2). As attention_sm90 otherwise: the block's queries in shared memory
     (Q_REGS=1: each warp's 16 rows in registers), per step of KEYS keys S = Q·Kᵀ and O += P·V by wgmma, the online
     softmax in registers, a producer warpgroup issuing the TMA loads (PRODUCER=1), each step's P·V deferred under
-    the next step's softmax (DEFER=2, `defer-wgmma` and `peel-deferred-step`; LATE_PV=1: behind its row max)."""
+    the next step's softmax (DEFER=2, `defer-wgmma` and `peel-deferred-step`; LATE_PV=1: behind its row max).
+    With LSE, L (1, H, total) gets each row's log-sum-exp ln Σ_j exp(scale · q·k_j) (-inf where a sequence has no
+    keys), as attention_sm90's."""
     static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
     static_assert(KEYS in (64, 128), f"KEYS (keys per step) must be 64 or 128, got {KEYS}")
     static_assert(DEFER or not Q_REGS, "Q_REGS=1 needs DEFER: with P·V running on into the next step, ptxas gives P "
@@ -108,15 +111,17 @@ def attention_varlen_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl[
             o = mma_AB(p.to(DT), v_s, o)
         # (l ≥ 1 where a row saw a key, its largest term exp2(0); 0 where the sequence has no keys: zero rows)
         store(O, div_row(o, max(l, 1.0)).to(DT), (0, h, rows(row, end), 0))  # rows of this sequence only
+        if LSE:
+            store(L, m * scale + log(l), (0, h, rows(row, end)))
 
 
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
-def attention_varlen_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], Ends: gl[i32, 1],
-                         EndsK: gl[i32, 1], scale: float, D: const = 64, CAUSAL: const = 0, ROWS: const = 16,
-                         KEYS: const = 64, Q_IN_SHARED: const = 0, DT: const = bf16, GROUP: const = 1,
-                         STAGES: const = 3):
+def attention_varlen_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3],
+                         Ends: gl[i32, 1], EndsK: gl[i32, 1], scale: float, D: const = 64, CAUSAL: const = 0,
+                         ROWS: const = 16, KEYS: const = 64, Q_IN_SHARED: const = 0, LSE: const = 0,
+                         DT: const = bf16, GROUP: const = 1, STAGES: const = 3):
     """attention_varlen_sm90 on the sm_80 path (mma.sync, cp.async; attention_fwd's loop): a block of 4 warps takes
-    4·ROWS query rows of one sequence. Grid: (cdiv(total, 4·ROWS) + B, H)."""
+    4·ROWS query rows of one sequence (LSE as there). Grid: (cdiv(total, 4·ROWS) + B, H)."""
     static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
     static_assert(Q_IN_SHARED or ROWS * D <= 2048,
                   f"ROWS={ROWS} with D={D} needs more than 255 registers per thread; use ROWS=16 or Q_IN_SHARED=1")
@@ -149,6 +154,8 @@ def attention_varlen_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["
         l = l + row_sum(p)
         o = mma_AB(p.to(DT), load(v_s), o)
     store(O, div_row(o, max(l, 1.0)).to(DT), (0, h, rows(row, end), 0))  # (no keys: zero rows)
+    if LSE:
+        store(L, m * scale + log(l), (0, h, rows(row, end)))
 
 
 VARLEN_HEAD_DIMS = (64, 96, 128)
@@ -156,13 +163,15 @@ VARLEN_HEAD_DIMS = (64, 96, 128)
 
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, *,
                      cu_seqlens_k: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
-                     target: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                     target: str | None = None, out: torch.Tensor | None = None,
+                     return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention over packed sequences: q (total, H, D), k and v (total_k, H_kv, D), bf16 (or f16) CUDA tensors,
     D ∈ {64, 96, 128}, H_kv dividing H (grouped-query attention); cu_seqlens (B + 1,) int32, 0 first, non-decreasing,
     sequence s being rows cu_seqlens[s] .. cu_seqlens[s + 1] of q, and of k and v (or cu_seqlens_k's rows where the
     keys' lengths differ: same B). Returns out (total, H, D): each sequence's softmax(scale · q·kᵀ)·v, scale 1/√D by
     default; causal keeps key j for query i of a sequence when j ≤ i (torch's convention). Rows of q past
-    cu_seqlens[-1] are left as they are. On Hopper (or target="sm_90a") attention_varlen_sm90, elsewhere (or
+    cu_seqlens[-1] are left as they are. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j),
+    float32 (H, total) (FlashAttention's varlen layout; -inf where a sequence has no keys): (out, lse). On Hopper (or target="sm_90a") attention_varlen_sm90, elsewhere (or
     target="sm_80") attention_varlen_fwd; no backward yet.
     (cu_seqlens' values are not read on the host — that would wait for the GPU: lengths past the tensors' rows read
     zeros and write nothing, never out of bounds.)"""
@@ -174,9 +183,10 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if torch.compiler.is_compiling():  # one op of the graph
         from tkc.kernels import torch_ops
 
-        o = torch_ops.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, bool(causal),
-                                       None if scale is None else float(scale), target)
-        return o if out is None else out.copy_(o)
+        o, lse = torch_ops.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, bool(causal),
+                                            None if scale is None else float(scale), target)
+        o = o if out is None else out.copy_(o)
+        return (o, lse) if return_lse else o
     dtype = q.dtype if getattr(q, "dtype", None) is torch.float16 else torch.bfloat16  # else: check_tensor's error
     check_tensor("q", q, dtype, 3)
     check_tensor("k", k, dtype, 3)
@@ -219,13 +229,16 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
             if (strides[2] != 1 and d > 1) or (strides[0] | strides[1]) % 8 or t.data_ptr() % 16:
                 fail(f"{name}: the Hopper kernel reads and writes through TMA: the last dimension must be contiguous "
                      f"and the other strides multiples of 8 elements (16 bytes), got strides {tuple(strides)}")
+    lse = torch.empty((heads, total), dtype=torch.float32, device=q.device) if return_lse else None
     seqs = cu_seqlens.shape[0] - 1
     if seqs == 0 or total == 0 or heads == 0:
-        return out
+        return (out, lse) if return_lse else out
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    constants = {"D": d, "CAUSAL": int(bool(causal)), **dtype_constant(q.dtype), **group_constant(heads, kv_heads)}
+    constants = {"D": d, "CAUSAL": int(bool(causal)), "LSE": int(return_lse), **dtype_constant(q.dtype),
+                 **group_constant(heads, kv_heads)}
     packed = [t.unsqueeze(0).transpose(1, 2) for t in (q, k, v, out)]  # (1, H, total, D) views of the same rows
-    arguments = (*packed, cu_seqlens[1:], cu_seqlens_k[1:], scale)  # the sequences' ends
+    arguments = (*packed, lse.unsqueeze(0) if return_lse else unread_lse(q), cu_seqlens[1:], cu_seqlens_k[1:],
+                 scale)  # the sequences' ends
     if hopper:
         spec = attention_varlen_sm90.specialize(target="sm_90a", **constants)
         spec.launch(((ceil_div(total, 16 * 8) + seqs) * heads, 1, 1), arguments)  # WARPS = 8
@@ -234,4 +247,4 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         spec = attention_varlen_fwd.specialize(target=target, ROWS=rows, KEYS=keys, Q_IN_SHARED=q_in_shared,
                                                **constants)
         spec.launch((ceil_div(total, 4 * rows) + seqs, heads, 1), arguments)
-    return out
+    return (out, lse) if return_lse else out

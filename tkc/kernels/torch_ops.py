@@ -11,7 +11,8 @@ included: dx = dresidual, dweight, dbias). Imported on first use (importing tkc.
     torch.ops.tkc.gemm(a, b, trans_b, target)                          -> c
     torch.ops.tkc.attention(q, k, v, causal, scale, target)            -> o
     torch.ops.tkc.attention_lse(q, k, v, causal, scale, target)        -> (o, lse)
-    torch.ops.tkc.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, causal, scale, target) -> o (no backward yet)
+    torch.ops.tkc.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, causal, scale, target) -> (o, lse) (no
+        backward yet)
     torch.ops.tkc.layernorm(x, residual, weight, bias, eps, target, rms) -> (y, x + residual)
         (rms: RMSNorm, bias None; residual None: a 0-element tensor in place of the second, which would be x)
     torch.ops.tkc.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, target) -> c (fp8: no backward)
@@ -133,16 +134,16 @@ attention.register_autograd(_attention_backward, setup_context=_attention_setup)
 @torch.library.custom_op("tkc::attention_varlen", mutates_args=())
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                      cu_seqlens_k: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
-                     target: str | None = None) -> torch.Tensor:
+                     target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return _attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k=cu_seqlens_k, causal=causal, scale=scale,
-                             target=target)
+                             target=target, return_lse=True)
 
 
 @attention_varlen.register_fake
 def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
       cu_seqlens_k: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
-      target: str | None = None) -> torch.Tensor:
-    return torch.empty_like(q)
+      target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 @torch.library.custom_op("tkc::layernorm", mutates_args=())
