@@ -169,3 +169,21 @@ def varlen_attention_ref(q, k, v, ends, key_ends, causal: bool = False, scale: f
                                            np.swapaxes(v[ka:kb], 0, 1), causal, scale=scale, lse=True)
             out[a:b] = np.swapaxes(o, 0, 1)
     return out, lse
+
+
+def varlen_attention_backward_ref(q, k, v, grad_out, ends, key_ends, causal: bool = False, scale: float | None = None):
+    """Packed sequences as varlen_attention_ref: float64 (out, lse (H, total), dq, dk, dv), each sequence's
+    attention_backward_ref alone (zeros where a sequence has no queries or no keys, and past the last ones)."""
+    out, lse = np.zeros(q.shape), np.full((q.shape[1], q.shape[0]), -np.inf)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    heads_first = lambda t: np.swapaxes(t, 0, 1)  # noqa: E731
+    for s in range(len(ends)):
+        a, b = (ends[s - 1] if s else 0), ends[s]
+        ka, kb = (key_ends[s - 1] if s else 0), key_ends[s]
+        if b > a and kb > ka:
+            o, l_, dq_s, dk_s, dv_s = attention_backward_ref(
+                heads_first(q[a:b]), heads_first(k[ka:kb]), heads_first(v[ka:kb]), heads_first(grad_out[a:b]), causal,
+                scale)
+            out[a:b], lse[:, a:b], dq[a:b] = heads_first(o), l_, heads_first(dq_s)
+            dk[ka:kb], dv[ka:kb] = heads_first(dk_s), heads_first(dv_s)
+    return out, lse, dq, dk, dv

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import attention_ref, f64, poisoned, random_bf16, rel_err, varlen_attention_ref
+from reference import (attention_ref, f64, poisoned, random_bf16, rel_err, varlen_attention_backward_ref,
+                       varlen_attention_ref)
 
 import tkc
 from tkc.backend.simulator import simulate
@@ -1373,3 +1374,50 @@ def test_attention_varlen_simulated(lengths, key_lengths, heads, kv_heads, d, ca
     assert rel_err(interp[4][0, :, :ends[-1]][finite], ref_lse[:, :ends[-1]][finite]) < 1e-4
     assert rel_err(sim[4][0, :, :ends[-1]][finite], interp[4][0, :, :ends[-1]][finite]) < 1e-5
     assert rel_err(simulated[:ends[-1]], got[:ends[-1]]) < 2e-3  # (exp2 rounding, as the other attention kernels)
+
+
+@pytest.mark.parametrize("lengths, key_lengths, heads, kv_heads, d, causal, order", [
+    ([70, 130, 5, 200], None, 2, 2, 64, 0, "shuffled"),
+    ([70, 0, 1, 150], None, 4, 2, 64, 1, "descending"),  # grouped-query: dK, dV summed over two query heads
+    ([40, 129], [100, 3], 2, 1, 128, 1, "ascending"),  # keys of other lengths
+    ([90, 33], [90, 0], 2, 2, 96, 0, "shuffled"),  # a sequence with no keys: no gradient for its queries
+])
+def test_attention_varlen_backward_simulated(lengths, key_lengths, heads, kv_heads, d, causal, order) -> None:
+    """attention_varlen_bwd_dkdv and attention_varlen_bwd_dq (with attention_varlen_backward's constants, after
+    attention_bwd_delta on the packed views): the interpreter against the float64 gradients per sequence, the
+    simulated PTX against the interpreter; rows past the last sequence's keys / queries left (poisoned)."""
+    from tkc.kernels import attention_bwd_delta
+    from tkc.kernels.attention_varlen import BACKWARD_STEPS, attention_varlen_bwd_dkdv, attention_varlen_bwd_dq
+
+    rng = np.random.default_rng(sum(lengths) * d)
+    ends = np.cumsum(lengths).astype(np.int32)
+    key_ends = np.cumsum(key_lengths).astype(np.int32) if key_lengths else ends
+    total, total_k = int(ends[-1]) + 2, int(key_ends[-1]) + 2
+    q, do = random_bf16(rng, total, heads, d), random_bf16(rng, total, heads, d)
+    k, v = random_bf16(rng, total_k, kv_heads, d), random_bf16(rng, total_k, kv_heads, d)
+    out, lse, dq_ref, dk_ref, dv_ref = varlen_attention_backward_ref(q, k, v, do, ends, key_ends, bool(causal), 0.1)
+    packed = lambda t: t[None].transpose(0, 2, 1, 3)  # noqa: E731
+    out_bf = out.astype(q.dtype)
+    lse32 = lse.astype(np.float32)[None]
+    delta = np.zeros((1, heads, total), np.float32)
+    attention_bwd_delta.interpret(packed(out_bf), packed(do), lse32, delta, grid=(-(-total // 64), heads, 1), D=d)
+    queries, keys = BACKWARD_STEPS[d]
+    constants = {"D": d, "CAUSAL": causal, **({"GROUP": heads // kv_heads} if heads != kv_heads else {})}
+    dk, dv = poisoned(total_k, kv_heads, d), poisoned(total_k, kv_heads, d)
+    interp, sim = run_both(attention_varlen_bwd_dkdv, [packed(q), packed(k), packed(v), packed(do), lse32, delta,
+                                                       packed(dk), packed(dv), ends, key_ends, 0.1],
+                           (-(-total_k // 64) + len(lengths), kv_heads, 1),
+                           {**constants, "QUERIES": queries, "KV_IN_SHARED": 1}, "sm_80", order)
+    rows_k = int(key_ends[-1])
+    for got, ref in ((interp[6], dk_ref), (interp[7], dv_ref)):
+        got = got[0].transpose(1, 0, 2)
+        assert np.isnan(f64(got[rows_k:])).all() and rel_err(got[:rows_k], ref[:rows_k]) < 2e-2
+    for i in (6, 7):
+        assert rel_err(sim[i][0, :, :rows_k], interp[i][0, :, :rows_k]) < 2e-3
+    dq = poisoned(total, heads, d)
+    interp, sim = run_both(attention_varlen_bwd_dq, [packed(q), packed(k), packed(v), packed(do), lse32, delta,
+                                                     packed(dq), ends, key_ends, 0.1],
+                           (-(-total // 64) + len(lengths), heads, 1), {**constants, "KEYS": keys}, "sm_80", order)
+    got, rows_q = interp[6][0].transpose(1, 0, 2), int(ends[-1])
+    assert np.isnan(f64(got[rows_q:])).all() and rel_err(got[:rows_q], dq_ref[:rows_q]) < 2e-2
+    assert rel_err(sim[6][0, :, :rows_q], interp[6][0, :, :rows_q]) < 2e-3

@@ -211,9 +211,11 @@ OTHER_CASES = [
     Bad("tile.load", "%x = tile.load %g2[%i, %i] {tile.repeat_cols = 2 : i64} : !tile.gl<?x?xbf16> -> !tile.st<64x64xbf16>",
         "load: only a global → f32 register tile load repeats columns"),
     Bad("tile.load", "%x = tile.load %st[%i, %i] {tile.index_in_rows} : !tile.st<64x64xbf16> -> !tile.rt<16x64xf32>",
-        "load: a row index that counts rows (rows(r), tile.index_in_rows) needs a 2-D tile in global memory"),
-    Bad("tile.store", "tile.store %rv, %g2[%i, %i] {tile.index_in_rows} : !tile.rv<16xf32> -> !tile.gl<?x?xbf16>",
-        "store: a row index that counts rows (rows(r), tile.index_in_rows) needs a 2-D tile in global memory"),
+        "load: a row index that counts rows (rows(r), tile.index_in_rows) needs a 2-D tile or a register vector in "
+        "global memory"),
+    Bad("tile.load", "%x = tile.load %g1[%i] {tile.index_in_rows} : !tile.gl<?xf16> -> !tile.sv<64xf16>",
+        "load: a row index that counts rows (rows(r), tile.index_in_rows) needs a 2-D tile or a register vector in "
+        "global memory"),
     Bad("tile.load", "%x = tile.load %g2[%i, %i] rows_at %gc : !tile.gl<?xi32> : !tile.gl<?x?xbf16> -> !tile.rt<16x32xf32>",
         "load: only a load between global memory and a register tile (or a load into a shared tile) whose row index "
         "counts rows (tile.index_in_rows) goes by rows_at's row numbers"),
@@ -225,8 +227,8 @@ OTHER_CASES = [
     Bad("tile.load", "%x = tile.load %g2[%i, %i] rows_at %g1 : !tile.gl<?xf16> {tile.index_in_rows} : "
         "!tile.gl<?x?xbf16> -> !tile.rt<16x32xf32>", "load: the rows_at index must be a gl[i32, 1] or gl[i64, 1], got gl[f16, 1]"),
     Bad("tile.store", "tile.store %rv, %g2[%i, %i] rows_at %gc : !tile.gl<?xi32> {tile.index_in_rows} : "
-        "!tile.rv<16xf32> -> !tile.gl<?x?xbf16>", "store: a row index that counts rows (rows(r), tile.index_in_rows) "
-        "needs a 2-D tile in global memory"),
+        "!tile.rv<16xf32> -> !tile.gl<?x?xbf16>", "store: only a store between global memory and a register tile (or a "
+        "load into a shared tile) whose row index counts rows (tile.index_in_rows) goes by rows_at's row numbers"),
     Bad("tile.atomic_add", "tile.atomic_add %rt, %g4[%i, %i, %i, %i] rows_at %g1 : !tile.gl<?xf16> {tile.index_in_rows} : "
         "!tile.rt<16x32xf32> -> !tile.gl<?x?x?x?xf32>", "atomic_add: the rows_at index must be a gl[i32, 1] or gl[i64, 1]"),
     Bad("tile.load", "%x = tile.load %g2[%i] : !tile.gl<?x?xbf16> -> !tile.rt<16x32xbf16>",

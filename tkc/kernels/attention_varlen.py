@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_tensor, dtype_constant, fail, unread_lse, wants_grad, wgmma_path
 from tkc.kernels.attention import CONFIG, group_constant, kv_head
+from tkc.kernels.attention_bwd import (attention_bwd_delta, dkdv_step, dq_step, group_step, group_steps_end,
+                                      scores_t)
 from tkc.kernels.grouped_gemm import group_tile
 from tkc.lang import *  # noqa: F403
 
@@ -161,32 +163,11 @@ def attention_varlen_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["
 VARLEN_HEAD_DIMS = (64, 96, 128)
 
 
-def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, *,
-                     cu_seqlens_k: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
-                     target: str | None = None, out: torch.Tensor | None = None,
-                     return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Attention over packed sequences: q (total, H, D), k and v (total_k, H_kv, D), bf16 (or f16) CUDA tensors,
-    D ∈ {64, 96, 128}, H_kv dividing H (grouped-query attention); cu_seqlens (B + 1,) int32, 0 first, non-decreasing,
-    sequence s being rows cu_seqlens[s] .. cu_seqlens[s + 1] of q, and of k and v (or cu_seqlens_k's rows where the
-    keys' lengths differ: same B). Returns out (total, H, D): each sequence's softmax(scale · q·kᵀ)·v, scale 1/√D by
-    default; causal keeps key j for query i of a sequence when j ≤ i (torch's convention). Rows of q past
-    cu_seqlens[-1] are left as they are. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j),
-    float32 (H, total) (FlashAttention's varlen layout; -inf where a sequence has no keys): (out, lse). On Hopper (or target="sm_90a") attention_varlen_sm90, elsewhere (or
-    target="sm_80") attention_varlen_fwd; no backward yet.
-    (cu_seqlens' values are not read on the host — that would wait for the GPU: lengths past the tensors' rows read
-    zeros and write nothing, never out of bounds.)"""
+def _check_varlen(q: Any, k: Any, v: Any, cu_seqlens: Any, cu_seqlens_k: Any, scale: Any, out: Any) -> Any:
+    """attention_varlen's operands, checked (one error naming the first that is wrong); its cu_seqlens_k (cu_seqlens
+    where None)."""
     import torch
 
-    if wants_grad(torch, q, k, v):
-        fail("attention_varlen has no backward yet: call it on tensors that do not require grad (torch.no_grad()), "
-             "or pad the sequences for tkc.kernels.attention")
-    if torch.compiler.is_compiling():  # one op of the graph
-        from tkc.kernels import torch_ops
-
-        o, lse = torch_ops.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, bool(causal),
-                                            None if scale is None else float(scale), target)
-        o = o if out is None else out.copy_(o)
-        return (o, lse) if return_lse else o
     dtype = q.dtype if getattr(q, "dtype", None) is torch.float16 else torch.bfloat16  # else: check_tensor's error
     check_tensor("q", q, dtype, 3)
     check_tensor("k", k, dtype, 3)
@@ -216,10 +197,42 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     for name, t in (("k", k), ("v", v), ("cu_seqlens", cu_seqlens), ("cu_seqlens_k", cu_seqlens_k), ("out", out)):
         if t is not None and t.device != q.device:
             fail(f"{name} is on {t.device} but q is on {q.device}")
+    return cu_seqlens_k
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, *,
+                     cu_seqlens_k: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
+                     target: str | None = None, out: torch.Tensor | None = None,
+                     return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention over packed sequences: q (total, H, D), k and v (total_k, H_kv, D), bf16 (or f16) CUDA tensors,
+    D ∈ {64, 96, 128}, H_kv dividing H (grouped-query attention); cu_seqlens (B + 1,) int32, 0 first, non-decreasing,
+    sequence s being rows cu_seqlens[s] .. cu_seqlens[s + 1] of q, and of k and v (or cu_seqlens_k's rows where the
+    keys' lengths differ: same B). Returns out (total, H, D): each sequence's softmax(scale · q·kᵀ)·v, scale 1/√D by
+    default; causal keeps key j for query i of a sequence when j ≤ i (torch's convention). Rows of q past
+    cu_seqlens[-1] are left as they are. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j),
+    float32 (H, total) (FlashAttention's varlen layout; -inf where a sequence has no keys): (out, lse). On Hopper (or target="sm_90a") attention_varlen_sm90, elsewhere (or
+    target="sm_80") attention_varlen_fwd; no backward yet.
+    (cu_seqlens' values are not read on the host — that would wait for the GPU: lengths past the tensors' rows read
+    zeros and write nothing, never out of bounds.)"""
+    import torch
+
+    if wants_grad(torch, q, k, v):
+        fail("attention_varlen has no backward yet: call it on tensors that do not require grad (torch.no_grad()), "
+             "or pad the sequences for tkc.kernels.attention")
+    if torch.compiler.is_compiling():  # one op of the graph
+        from tkc.kernels import torch_ops
+
+        o, lse = torch_ops.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, bool(causal),
+                                            None if scale is None else float(scale), target)
+        o = o if out is None else out.copy_(o)
+        return (o, lse) if return_lse else o
+    cu_seqlens_k = _check_varlen(q, k, v, cu_seqlens, cu_seqlens_k, scale, out)
+    total, heads, d = q.shape
+    kv_heads = k.shape[1]
     if out is None:
         out = torch.empty_like(q)
     else:
-        check_tensor("out", out, dtype, 3)
+        check_tensor("out", out, q.dtype, 3)
         if out.shape != q.shape:
             fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
     hopper = wgmma_path(q.get_device(), target)
@@ -248,3 +261,126 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                                                **constants)
         spec.launch((ceil_div(total, 4 * rows) + seqs, heads, 1), arguments)
     return (out, lse) if return_lse else out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The backward (the sm_80 build on every GPU, as attention_backward's mma.sync kernels): Δ by attention_bwd_delta on
+# the packed views (its rows are independent of the sequences), then dK/dV a block per 64 keys of a sequence and dQ
+# a block per 64 queries of one.
+
+
+@tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
+def attention_varlen_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
+                              Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], Ends: gl[i32, 1],
+                              EndsK: gl[i32, 1], scale: float, D: const = 64, CAUSAL: const = 0,
+                              QUERIES: const = 64, KV_IN_SHARED: const = 0, DT: const = bf16, GROUP: const = 1,
+                              STAGES: const = 3):
+    """dK and dV of 64 keys of one sequence (16 a warp; the keys' rows of K, V (1, H / GROUP, total_k, D)), summed over
+    its queries (and the GROUP query heads that read the K/V head) QUERIES at a time, as attention_bwd_dkdv: each
+    step's Sᵀ masked to the sequence's queries (and causal: a query sees a key at or before its place), P from
+    L (1, H, total), Δ. Grid: (cdiv(total_k, 64) + B, H / GROUP)."""
+    h = block_idx()[1]
+    # the block's keys: block x of all the sequences' key blocks
+    first_key, key_end, key_start, start, queries = query_block(EndsK, Ends, block_idx()[0], 64, 16)
+    key_row = first_key + 16 * warp_id()  # this warp's first key (packed)
+    if KV_IN_SHARED:
+        k = load(K, (0, h, rows(first_key), 0), st[DT, 64, D])
+        v = load(V, (0, h, rows(first_key), 0), st[DT, 64, D])
+    else:
+        k, v = load(K, (0, h, rows(key_row), 0), rt[DT, 16, D]), load(V, (0, h, rows(key_row), 0), rt[DT, 16, D])
+    scale_log2 = scale * LOG2E
+    dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
+    first = (first_key - key_start) // QUERIES if CAUSAL else 0  # query steps before see none of the block's keys
+    # (at least one step from `first`: group_step divides by steps - first, also where the pipeline computes the
+    # addresses of steps that do not run; a step past the queries masks them all and adds nothing)
+    steps = max(cdiv(queries, QUERIES), first + 1)
+    for i in range(first, group_steps_end(first, steps, GROUP)):
+        hq, j = group_step(i, first, steps, h * GROUP, GROUP)
+        q_row = start + j * QUERIES
+        q_s, do_s = load(Q, (0, hq, rows(q_row), 0), st[DT, QUERIES, D]), load(dO, (0, hq, rows(q_row), 0),
+                                                                              st[DT, QUERIES, D])
+        lse_log2 = load(L, (0, hq, rows(q_row, start + queries)), rv[f32, QUERIES]) * LOG2E
+        delta = load(Delta, (0, hq, rows(q_row, start + queries)), rv[f32, QUERIES])
+        dk, dv, _ = dkdv_step(scores_t(k, q_s, KV_IN_SHARED, 0, D, DT), v, q_s, do_s, lse_log2, delta, dk, dv,
+                              scale_log2, key_row - key_start - j * QUERIES, CAUSAL, queries - j * QUERIES, 1,
+                              KV_IN_SHARED, 0, D, DT)
+    store(dK, (dk * scale).to(DT), (0, h, rows(key_row, key_end), 0))
+    store(dV, dv.to(DT), (0, h, rows(key_row, key_end), 0))
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_varlen_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
+                            Delta: gl[f32, 3], dQ: gl["DT", 4], Ends: gl[i32, 1], EndsK: gl[i32, 1], scale: float,
+                            D: const = 64, CAUSAL: const = 0, KEYS: const = 64, DT: const = bf16, GROUP: const = 1):
+    """dQ of 64 queries of one sequence (16 a warp), over its keys KEYS at a time, as attention_bwd_dq. Grid:
+    (cdiv(total, 64) + B, H)."""
+    h = block_idx()[1]
+    first_row, end, start, key_start, keys = query_block(Ends, EndsK, block_idx()[0], 64, 16)
+    row = first_row + 16 * warp_id()
+    q, do = load(Q, (0, h, rows(row), 0), rt[DT, 16, D]), load(dO, (0, h, rows(row), 0), rt[DT, 16, D])
+    lse_log2 = load(L, (0, h, rows(row, end)), rv[f32, 16]) * LOG2E
+    delta = load(Delta, (0, h, rows(row, end)), rv[f32, 16])
+    scale_log2 = scale * LOG2E
+    dq = zeros(rt[f32, 16, D])
+    kv_h = kv_head(h, GROUP)
+    steps, _ = key_steps(first_row, start, keys, 64, KEYS, CAUSAL)
+    for j in range(steps):
+        k_s = load(K, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
+        v_s = load(V, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
+        dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, row - start - j * KEYS, CAUSAL,
+                     keys - j * KEYS, 1, 0, DT)
+    store(dQ, (dq * scale).to(DT), (0, h, rows(row, end), 0))
+
+
+# per head dim: (dK/dV's queries a step, dQ's keys a step), K and V in shared memory in the dK/dV kernel (in
+# registers it spilled at D = 64 causal)
+BACKWARD_STEPS = {64: (64, 64), 96: (32, 32), 128: (32, 32)}
+
+
+def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                              grad_out: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor, *,
+                              cu_seqlens_k: torch.Tensor | None = None, causal: bool = False,
+                              scale: float | None = None, grad_lse: torch.Tensor | None = None,
+                              target: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients (dq, dk, dv) of out = attention_varlen(q, k, v, cu_seqlens, ...) given grad_out, the forward's
+    `out` and its log-sum-exps `lse` ((H, total) float32, return_lse=True); with grad_lse, also through lse. dk and
+    dv sum over the query heads that read each K/V head; rows of dq past cu_seqlens[-1] are zeros, as those of dk and
+    dv past the keys' last offset. The mma.sync kernels on every GPU (target="sm_80" or None)."""
+    import torch
+
+    _check_varlen(q, k, v, cu_seqlens, cu_seqlens_k, scale, None)
+    for name, t in (("out", out), ("grad_out", grad_out)):
+        check_tensor(name, t, q.dtype, 3)
+        if t.shape != q.shape:
+            fail(f"{name}: expected the shape of q {tuple(q.shape)}, got {tuple(t.shape)}")
+    for name, t in (("lse", lse), ("grad_lse", grad_lse)):
+        if t is not None:
+            check_tensor(name, t, torch.float32, 2)
+            if t.shape != (q.shape[1], q.shape[0]):
+                fail(f"{name}: expected shape ({q.shape[1]}, {q.shape[0]}) (H, total), got {tuple(t.shape)}")
+    cu_seqlens_k = cu_seqlens if cu_seqlens_k is None else cu_seqlens_k
+    total, heads, d = q.shape
+    total_k, kv_heads = k.shape[0], k.shape[1]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    seqs = cu_seqlens.shape[0] - 1
+    if seqs == 0 or total == 0 or heads == 0:
+        return dq, dk, dv
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    build = "sm_80" if target in (None, "sm_90a") else target
+    dt = dtype_constant(q.dtype)
+    packed = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731  (1, H, rows, D) views
+    delta = lse.new_empty(lse.shape)
+    attention_bwd_delta[(ceil_div(total, 64), heads, 1)](packed(out), packed(grad_out),
+                                                       (lse if grad_lse is None else grad_lse).unsqueeze(0),
+                                                       delta.unsqueeze(0), D=d, WITH_DL=int(grad_lse is not None),
+                                                       target="sm_80", **dt)
+    queries, keys = BACKWARD_STEPS[d]
+    constants = {"D": d, "CAUSAL": int(bool(causal)), **dt, **group_constant(heads, kv_heads)}
+    ends, key_ends = cu_seqlens[1:], cu_seqlens_k[1:]
+    common = (packed(q), packed(k), packed(v), packed(grad_out), lse.unsqueeze(0), delta.unsqueeze(0))
+    attention_varlen_bwd_dkdv[(ceil_div(total_k, 64) + seqs, kv_heads, 1)](
+        *common, packed(dk), packed(dv), ends, key_ends, scale, QUERIES=queries, KV_IN_SHARED=1, **constants,
+        target=build)
+    attention_varlen_bwd_dq[(ceil_div(total, 64) + seqs, heads, 1)](*common, packed(dq), ends, key_ends, scale,
+                                                                    KEYS=keys, **constants, target=build)
+    return dq, dk, dv
