@@ -1180,6 +1180,29 @@ def test_attention_varlen_launches_over_the_packed_rows(monkeypatch) -> None:
     assert (loaded.constants["ROWS"], loaded.constants["KEYS"], loaded.constants["Q_IN_SHARED"]) == (32, 64, 1)
 
 
+def test_attention_varlen_backward_launches_its_three_kernels(monkeypatch) -> None:
+    """attention_varlen_backward: Δ on the packed views, dK/dV a block per 64 keys a sequence can have times the K/V
+    heads (K and V in shared memory, GROUP), dQ a block per 64 queries times the heads; the sm_80 builds on Hopper
+    too; a wrong lse is refused, naming it."""
+    torch = pytest.importorskip("torch")
+    from tkc.errors import TkcError
+    from tkc.kernels import _checks, attention_varlen_backward
+
+    cuda, launches = _fake_gpu(monkeypatch)
+    monkeypatch.setitem(_checks._HOPPER, 0, True)
+    q, k = cuda(300, 8, 128), cuda(300, 2, 128)
+    cu = cuda(4, dtype=torch.int32)
+    dq, dk, dv = attention_varlen_backward(q, k, k, q, q, cuda(8, 300, dtype=torch.float32), cu, causal=True)
+    assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
+    assert [(loaded.kernel, grid, loaded.target) for loaded, grid, _ in launches] == [
+        ("attention_bwd_delta", (5, 8, 1), "sm_80"), ("attention_varlen_bwd_dkdv", (5 + 3, 2, 1), "sm_80"),
+        ("attention_varlen_bwd_dq", (5 + 3, 8, 1), "sm_80")]
+    dkdv = launches[1][0].constants
+    assert (dkdv["QUERIES"], dkdv["KV_IN_SHARED"], dkdv["GROUP"], dkdv["CAUSAL"]) == (16, 1, 4, 1)
+    with pytest.raises(TkcError, match=r"lse: expected shape \(8, 300\) \(H, total\)"):
+        attention_varlen_backward(q, k, k, q, q, cuda(300, 8, dtype=torch.float32), cu)
+
+
 def test_scaled_mm_common_call_launches_what_the_checked_call_did(monkeypatch) -> None:
     """scaled_mm()'s common call (shapes only) launches the kernel and grid of the fully checked first call; other
     kinds of scales or dtypes are plans of their own."""

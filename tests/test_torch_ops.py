@@ -130,9 +130,8 @@ def test_grouped_gemm_is_one_op_under_compile() -> None:
 
 
 def test_attention_varlen_is_one_op_under_compile() -> None:
-    """attention_varlen() is one tkc.attention_varlen op under compile, its output q's shape; on inputs requiring
-    grad it refuses (no backward yet), naming what to do instead."""
-    from tkc.errors import TkcError
+    """attention_varlen() is one tkc.attention_varlen op under compile, its outputs q's shape and the (H, total)
+    log-sum-exps."""
     from tkc.kernels import attention_varlen
 
     graphs = []
@@ -145,8 +144,39 @@ def test_attention_varlen_is_one_op_under_compile() -> None:
     (graph,) = graphs
     assert _tkc_ops(graph) == ["tkc.attention_varlen"] * 2 and out.shape == out2.shape == q.shape
     assert lse.shape == (8, 300) and lse.dtype == torch.float32
-    with pytest.raises(TkcError, match="no backward yet"):
-        attention_varlen(q.requires_grad_(), k, k, cu)
+
+
+@pytest.mark.parametrize("use_lse", [False, True])
+def test_attention_varlen_backward_is_wired(monkeypatch, use_lse: bool) -> None:
+    """On inputs requiring grad attention_varlen() is the op, whose backward hands attention_varlen_backward the
+    saved q, k, v, out and lse, the offsets (cu_seqlens_k only where given), the options, grad_out (zeros where only
+    lse was used) and grad_lse; the kernels replaced by stand-ins on the CPU."""
+    from tkc.kernels import attention_varlen, torch_ops
+
+    calls = []
+
+    def forward(q, k, v, cu, cu_seqlens_k=None, causal=False, scale=None, target=None, return_lse=False):
+        return q * 2, torch.zeros(q.shape[1], q.shape[0])
+
+    def backward(q, k, v, out, grad_out, lse, cu, **options):
+        calls.append((grad_out.clone(), options))
+        return torch.ones_like(q), torch.ones_like(k) * 2, torch.ones_like(v) * 3
+
+    monkeypatch.setattr(torch_ops, "_attention_varlen", forward)
+    monkeypatch.setattr(torch_ops, "_attention_varlen_backward_kernels", backward)
+    q = torch.randn(30, 4, 64, dtype=bf16, requires_grad=True)
+    k = torch.randn(30, 2, 64, dtype=bf16, requires_grad=True)
+    cu = torch.tensor([0, 10, 30], dtype=torch.int32)
+    if use_lse:
+        _, lse = attention_varlen(q, k, k, cu, causal=True, scale=0.5, return_lse=True)
+        lse.sum().backward()
+    else:
+        attention_varlen(q, k, k, cu, causal=True, scale=0.5).float().sum().backward()
+    (grad_out, options), = calls
+    assert options["causal"] is True and options["scale"] == 0.5 and options["cu_seqlens_k"] is None
+    assert (options["grad_lse"] is not None) == use_lse
+    assert (grad_out == 0).all() if use_lse else (grad_out == 1).all()
+    assert (q.grad == 1).all() and (k.grad == 5).all()  # k passed twice (as k and v): 2 + 3
 
 
 @pytest.mark.parametrize("trans_b", [False, True])

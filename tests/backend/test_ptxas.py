@@ -45,6 +45,14 @@ VARIANTS = {
     "attention_varlen_fwd": [{"D": 64, "ROWS": 32, "KEYS": 64}, {"D": 64, "ROWS": 32, "KEYS": 64, "CAUSAL": 1},
                              {"D": 128, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1, "CAUSAL": 1, "GROUP": 4},
                              {"D": 96, "ROWS": 32, "KEYS": 64, "Q_IN_SHARED": 1}],  # attention()'s CONFIG
+    # attention_varlen_backward's BACKWARD_STEPS, K and V in shared memory
+    "attention_varlen_bwd_dkdv": [{"D": 64, "KV_IN_SHARED": 1}, {"D": 64, "KV_IN_SHARED": 1, "CAUSAL": 1, "GROUP": 4},
+                                  {"D": 128, "QUERIES": 16, "KV_IN_SHARED": 1, "CAUSAL": 1},
+                                  {"D": 128, "QUERIES": 16, "KV_IN_SHARED": 1, "GROUP": 4},
+                                  {"D": 96, "QUERIES": 16, "KV_IN_SHARED": 1, "CAUSAL": 1, "GROUP": 2}],
+    "attention_varlen_bwd_dq": [{"D": 64, "KEYS": 32}, {"D": 64, "KEYS": 32, "CAUSAL": 1, "GROUP": 4},
+                                {"D": 128, "KEYS": 32, "CAUSAL": 1}, {"D": 128, "KEYS": 32, "GROUP": 4},
+                                {"D": 96, "KEYS": 32, "CAUSAL": 1}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],
     "gemm_sm90_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1, "BN": 128, "BK": 64}, {"WARPS": 8, "BK": 64},
                          {"TRANS_B": 1, "WARPS": 8, "BK": 64, "STAGES": 3, "CLUSTER": 4, "CLUSTER_N": 2, "PRODUCER": 1}],
@@ -145,7 +153,8 @@ VARIANTS = {
                             "RAGGED": 1}],
 }
 
-SM80_BUILDS_ONLY = {"attention_bwd_delta", "attention_bwd_dkdv", "attention_bwd_dq", "attention_bwd_sum_parts"}
+SM80_BUILDS_ONLY = {"attention_bwd_delta", "attention_bwd_dkdv", "attention_bwd_dq", "attention_bwd_sum_parts",
+                    "attention_varlen_bwd_dkdv", "attention_varlen_bwd_dq"}
 SM90A_ONLY = {("attention_decode", 256)}  # (kernel, D) that only Hopper's shared memory holds
 
 pytestmark = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (pip install nvidia-cuda-nvcc==13.0.88)")

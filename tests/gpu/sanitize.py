@@ -259,7 +259,7 @@ def grouped_products() -> None:
 def packed_sequences() -> None:
     """attention_varlen: 5 sequences (one empty, one of a single row, one of 700 rows: 6 key steps of 128 or 11 of
     64 against 3 stages), rows past the last untouched, causal or not, grouped-query heads, keys of other lengths;
-    both builds."""
+    both builds; and its backward through out and lse."""
     from tkc.kernels.attention_varlen import attention_varlen
 
     cu = torch.tensor([0, 300, 300, 301, 1001, 1040], device="cuda", dtype=torch.int32)
@@ -271,6 +271,10 @@ def packed_sequences() -> None:
             for target in ("sm_80", *(["sm_90a"] if torch.cuda.get_device_capability() == (9, 0) else [])):
                 attention_varlen(q[:1040], k[:1040], v[:1040], cu, causal=causal, target=target)
                 attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k, causal=causal, target=target, return_lse=True)
+            # the backward: 700 queries of a sequence against its 700 keys (22 / 11 steps against 3 stages)
+            qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+            out, lse = attention_varlen(qg, kg, vg, cu, cu_seqlens_k=cu_k, causal=causal, return_lse=True)
+            torch.autograd.grad((out, lse), (qg, kg, vg), (torch.randn_like(out), torch.randn_like(lse)))
 
 
 def main() -> None:

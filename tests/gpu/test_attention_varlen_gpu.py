@@ -111,6 +111,42 @@ def test_attention_varlen_lse(causal, target) -> None:  # type: ignore[no-untype
     assert rel_err(out[:sum(lengths)], reference(q, k, v, cu, cu_k, causal, scale)[:sum(lengths)]) < 1e-2
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lengths, key_lengths, heads, kv_heads, d", [
+    ([1000, 24, 513, 1], None, 8, 8, 128),
+    ([37, 0, 300, 129], None, 4, 2, 64),  # an empty sequence, grouped-query heads
+    ([200, 64], [300, 64], 8, 4, 96),  # keys of other lengths
+])
+def test_attention_varlen_gradients(lengths, key_lengths, heads, kv_heads, d, causal, target) -> None:  # type: ignore[no-untyped-def]
+    """Autograd through attention_varlen (out and lse both used) against autograd through the float32 reference."""
+    if target is None:
+        hopper()
+    cu = offsets(lengths)
+    cu_k = offsets(key_lengths) if key_lengths else cu
+    total, total_k = sum(lengths), sum(key_lengths or lengths)
+    q = torch.randn(total, heads, d, device="cuda").to(torch.bfloat16).requires_grad_()
+    k, v = (torch.randn(total_k, kv_heads, d, device="cuda").to(torch.bfloat16).requires_grad_() for _ in range(2))
+    grad_out = torch.randn(total, heads, d, device="cuda").to(torch.bfloat16)
+    out, lse = attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k if key_lengths else None, causal=causal,
+                                return_lse=True, target=target)
+    (out.float() * grad_out.float()).sum().add(lse.sum() * 0.1).backward()
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    ref = reference(qf, kf, vf, cu, cu_k, causal, 1 / math.sqrt(d))
+    ref_lse = torch.zeros(heads, total, device="cuda")
+    for a, b, ka, kb in zip(cu[:-1].tolist(), cu[1:].tolist(), cu_k[:-1].tolist(), cu_k[1:].tolist()):
+        if b > a and kb > ka:
+            scores = torch.einsum("qhd,khd->hqk", qf[a:b], kf[ka:kb].repeat_interleave(heads // kv_heads, 1))
+            scores = scores / math.sqrt(d)
+            if causal:
+                scores = scores.masked_fill(~torch.ones(b - a, kb - ka, dtype=torch.bool, device="cuda").tril(),
+                                            -math.inf)
+            ref_lse[:, a:b] = scores.logsumexp(-1)
+    (ref * grad_out.float()).sum().add(ref_lse.sum() * 0.1).backward()
+    for got, want in ((q.grad, qf.grad), (k.grad, kf.grad), (v.grad, vf.grad)):
+        assert rel_err(got, want) < 2e-2
+
+
 def test_attention_varlen_rows_past_the_last_sequence_are_left() -> None:
     """Rows of q past cu_seqlens[-1] are not written; a fresh call's output is the same (no state between calls)."""
     hopper()

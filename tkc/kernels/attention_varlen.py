@@ -210,16 +210,14 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     keys' lengths differ: same B). Returns out (total, H, D): each sequence's softmax(scale · q·kᵀ)·v, scale 1/√D by
     default; causal keeps key j for query i of a sequence when j ≤ i (torch's convention). Rows of q past
     cu_seqlens[-1] are left as they are. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j),
-    float32 (H, total) (FlashAttention's varlen layout; -inf where a sequence has no keys): (out, lse). On Hopper (or target="sm_90a") attention_varlen_sm90, elsewhere (or
-    target="sm_80") attention_varlen_fwd; no backward yet.
+    float32 (H, total) (FlashAttention's varlen layout; -inf where a sequence has no keys): (out, lse). On Hopper
+    (or target="sm_90a") attention_varlen_sm90, elsewhere (or target="sm_80") attention_varlen_fwd. On inputs
+    requiring grad, autograd's backward runs attention_varlen_backward's kernels.
     (cu_seqlens' values are not read on the host — that would wait for the GPU: lengths past the tensors' rows read
     zeros and write nothing, never out of bounds.)"""
     import torch
 
-    if wants_grad(torch, q, k, v):
-        fail("attention_varlen has no backward yet: call it on tensors that do not require grad (torch.no_grad()), "
-             "or pad the sequences for tkc.kernels.attention")
-    if torch.compiler.is_compiling():  # one op of the graph
+    if torch.compiler.is_compiling() or wants_grad(torch, q, k, v):  # one op of the graph / of autograd
         from tkc.kernels import torch_ops
 
         o, lse = torch_ops.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, bool(causal),
@@ -332,9 +330,11 @@ def attention_varlen_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
     store(dQ, (dq * scale).to(DT), (0, h, rows(row, end), 0))
 
 
-# per head dim: (dK/dV's queries a step, dQ's keys a step), K and V in shared memory in the dK/dV kernel (in
-# registers it spilled at D = 64 causal)
-BACKWARD_STEPS = {64: (64, 64), 96: (32, 32), 128: (32, 32)}
+# per head dim: (dK/dV's queries a step, dQ's keys a step), K and V in shared memory in the dK/dV kernel: the
+# builds without spills for sm_80 and sm_90 (the H200 JIT), causal and grouped-query too (in registers, K and V
+# spilled at D = 64 causal; 32 queries a step at D = 128 causal, and 64 keys at D = 64 with 4 query heads a K/V
+# head, spilled a few bytes)
+BACKWARD_STEPS = {64: (64, 32), 96: (16, 32), 128: (16, 32)}
 
 
 def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,

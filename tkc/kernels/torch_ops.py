@@ -11,8 +11,8 @@ included: dx = dresidual, dweight, dbias). Imported on first use (importing tkc.
     torch.ops.tkc.gemm(a, b, trans_b, target)                          -> c
     torch.ops.tkc.attention(q, k, v, causal, scale, target)            -> o
     torch.ops.tkc.attention_lse(q, k, v, causal, scale, target)        -> (o, lse)
-    torch.ops.tkc.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, causal, scale, target) -> (o, lse) (no
-        backward yet)
+    torch.ops.tkc.attention_varlen(q, k, v, cu_seqlens, cu_seqlens_k, causal, scale, target) -> (o, lse) (its
+        gradients: attention_varlen_backward's kernels, through lse too)
     torch.ops.tkc.layernorm(x, residual, weight, bias, eps, target, rms) -> (y, x + residual)
         (rms: RMSNorm, bias None; residual None: a 0-element tensor in place of the second, which would be x)
     torch.ops.tkc.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, target) -> c (fp8: no backward)
@@ -29,6 +29,7 @@ import torch
 from tkc.kernels.attention import attention as _attention
 from tkc.kernels.attention_bwd import attention_backward as _attention_backward_kernels
 from tkc.kernels.attention_varlen import attention_varlen as _attention_varlen
+from tkc.kernels.attention_varlen import attention_varlen_backward as _attention_varlen_backward_kernels
 from tkc.kernels.gemm import gemm as _gemm
 from tkc.kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from tkc.kernels.grouped_gemm import grouped_gemm_dx as _grouped_gemm_dx
@@ -144,6 +145,32 @@ def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tenso
       cu_seqlens_k: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
       target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+def _attention_varlen_setup(ctx, inputs, output) -> None:
+    """attention_varlen's: q, k, v, the offsets and both outputs saved, the options kept."""
+    q, k, v, cu_seqlens, cu_seqlens_k, ctx.causal, ctx.scale, ctx.target = inputs
+    ctx.keys_apart = cu_seqlens_k is not None
+    ctx.save_for_backward(q, k, v, cu_seqlens, cu_seqlens if cu_seqlens_k is None else cu_seqlens_k, *output)
+    ctx.set_materialize_grads(False)
+
+
+def _attention_varlen_backward(ctx, grad_out: torch.Tensor | None, grad_lse: torch.Tensor | None):
+    """dq, dk, dv by attention_varlen_backward's kernels (grad_out's last dimension made contiguous; zeros where only
+    the log-sum-exps were used)."""
+    q, k, v, cu_seqlens, cu_seqlens_k, out, lse = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    elif grad_out.stride(-1) != 1:
+        grad_out = grad_out.contiguous()
+    grads = _attention_varlen_backward_kernels(q, k, v, out, grad_out, lse, cu_seqlens,
+                                               cu_seqlens_k=cu_seqlens_k if ctx.keys_apart else None,
+                                               causal=ctx.causal, scale=ctx.scale, grad_lse=grad_lse,
+                                               target=None if ctx.target == "sm_90a" else ctx.target)
+    return *grads, None, None, None, None, None
+
+
+attention_varlen.register_autograd(_attention_varlen_backward, setup_context=_attention_varlen_setup)
 
 
 @torch.library.custom_op("tkc::layernorm", mutates_args=())
