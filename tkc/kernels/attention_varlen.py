@@ -4,7 +4,8 @@ len_0, len_0 + len_1, ...), and each sequence attends only to its own keys. No p
 
 A block takes one query block of one sequence and head: it finds which by walking the sequences' ends (its tile
 number among all sequences' query blocks, as grouped_gemm's tiles among its groups), reads that sequence's keys
-from its first row, masks the keys past its end, and cuts its stores at the sequence's end."""
+from its first row, masks the keys past its end, and cuts its stores at the sequence's end. The backward's blocks
+find theirs alike: dK/dV a key block of a sequence (its queries' steps), dQ a query block (its keys' steps)."""
 
 from __future__ import annotations
 
