@@ -4,7 +4,10 @@ flash_attn_varlen_func runs) and, as a yardstick, tkc's own attention() and cuDN
 the mean length (the same tokens, no padding). TFLOP/s count each sequence's own work (4·len_q·len_k·H·D, halved when
 causal); every timed output checked against the flash varlen kernel's first.
 
-    python bench/attention_varlen.py [--tokens 16384] [--heads 16] [--dims 128 64] [--causal 0 1]
+    python bench/attention_varlen.py [--tokens 16384] [--heads 16] [--dims 128 64] [--causal 0 1] [--backward]
+
+--backward: the backward instead, torch.autograd.grad(o, (q, k, v), do) of each (the forward's graph kept), FLOPs
+2.5 × the forward's; tkc's (attention_varlen_backward's kernels) beside flash varlen's autograd.
 
 Mixes: "uniform" (the tokens as sequences of 2048), "mixed" (random lengths 256–4096, seeded), "short" (random
 lengths 64–1024: many sequences, as a packed fine-tuning batch).
@@ -39,6 +42,31 @@ def flash_varlen(q, k, v, cu, longest, causal):  # type: ignore[no-untyped-def]
     return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, longest, longest, 0.0, causal, False)[0]
 
 
+def dense_yardstick(dense, causal, args):  # type: ignore[no-untyped-def]
+    """Median ms of tkc's attention() and cuDNN's SDPA on the dense batch `dense` (q, k, v)."""
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+        return compare({"tkc dense": lambda: tkc.kernels.attention(*dense, causal=causal),
+                        "cuDNN dense": lambda: torch.nn.functional.scaled_dot_product_attention(*dense, is_causal=causal)},
+                       args.rounds, args.launches)
+
+
+def backward_impls(forwards, q, k, v):  # type: ignore[no-untyped-def]
+    """Each forward of `forwards` as a backward: torch.autograd.grad of its output (its graph kept) with one grad_out;
+    and the reference gradient of q (flash varlen's)."""
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    grad = torch.randn_like(q)
+    impls = {}
+    for name, forward in forwards.items():
+        out = forward(*leaves)
+        impls[name] = lambda out=out: torch.autograd.grad(out, leaves, grad, retain_graph=True)
+    try:
+        return impls, impls["flash varlen"]()[0]
+    except Exception as e:  # (no autograd for the aten op in this torch: tkc's two builds checked against each other)
+        print(f"    flash varlen backward: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+        del impls["flash varlen"]
+        return impls, impls["tkc sm_80 varlen"]()[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=16384)
@@ -46,6 +74,7 @@ def main() -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=[128, 64])
     parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--mixes", nargs="+", default=["uniform", "mixed", "short"])
+    parser.add_argument("--backward", action="store_true", help="time the backward (autograd.grad) instead")
     add_timing_options(parser)
     args = parser.parse_args()
     env, rows = environment(), []
@@ -60,25 +89,28 @@ def main() -> None:
                 dense = [torch.randn(args.tokens // mean, args.heads, mean, d, device="cuda", dtype=torch.bfloat16)
                          for _ in range(3)]
                 ref = flash_varlen(q, k, v, cu, max(lens), causal)
-                impls = {
-                    "tkc varlen": lambda: tkc.kernels.attention_varlen(q, k, v, cu, causal=causal),
-                    "tkc sm_80 varlen": lambda: tkc.kernels.attention_varlen(q, k, v, cu, causal=causal, target="sm_80"),
-                    "flash varlen": lambda: flash_varlen(q, k, v, cu, max(lens), causal),
+                forwards = {  # (q, k, v) → out
+                    "tkc varlen": lambda q, k, v: tkc.kernels.attention_varlen(q, k, v, cu, causal=causal),
+                    "tkc sm_80 varlen": lambda q, k, v: tkc.kernels.attention_varlen(q, k, v, cu, causal=causal,
+                                                                                    target="sm_80"),
+                    "flash varlen": lambda q, k, v: flash_varlen(q, k, v, cu, max(lens), causal),
                 }
-                errors = {name: rel_err(fn(), ref) for name, fn in impls.items()}
+                impls = {name: (lambda f=f: f(q, k, v)) for name, f in forwards.items()}
+                if args.backward:
+                    impls, ref = backward_impls(forwards, q, k, v)
+                errors = {name: rel_err(fn()[0] if args.backward else fn(), ref) for name, fn in impls.items()}
                 times = compare(impls, args.rounds, args.launches)
-                with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
-                    dense_times = compare({"tkc dense": lambda: tkc.kernels.attention(*dense, causal=causal),
-                                           "cuDNN dense": lambda: torch.nn.functional.scaled_dot_product_attention(
-                                               *dense, is_causal=causal)}, args.rounds, args.launches)
-                work = sum(4 * n * n * args.heads * d for n in lens) / (2 if causal else 1)
+                dense_times = {"tkc dense": float("nan"), "cuDNN dense": float("nan")}  # (none for the backward)
+                if not args.backward:
+                    dense_times = dense_yardstick(dense, causal, args)
+                work = sum(4 * n * n * args.heads * d for n in lens) / (2 if causal else 1) * (2.5 if args.backward else 1)
                 dense_work = 4 * mean * mean * args.heads * d * (args.tokens // mean) / (2 if causal else 1)
                 rate = {name: work / (ms * 1e-3) / 1e12 for name, ms in times.items()}
                 rate.update({name: dense_work / (ms * 1e-3) / 1e12 for name, ms in dense_times.items()})
                 row = {"D": d, "causal": int(causal), "mix": mix, "sequences": len(lens), "longest": max(lens),
                        **{name: rate[name] for name in rate},
-                       "tkc/flash": rate["tkc varlen"] / rate["flash varlen"],
-                       "sm_80/flash": rate["tkc sm_80 varlen"] / rate["flash varlen"],
+                       "tkc/flash": rate["tkc varlen"] / rate.get("flash varlen", float("nan")),
+                       "sm_80/flash": rate["tkc sm_80 varlen"] / rate.get("flash varlen", float("nan")),
                        "tkc/tkc dense": rate["tkc varlen"] / rate["tkc dense"],
                        "err": max(errors["tkc varlen"], errors["tkc sm_80 varlen"])}
                 rows.append(row)
@@ -89,12 +121,13 @@ def main() -> None:
                ("flash varlen", "flash varlen"),
                ("tkc dense", "tkc dense (mean length)"), ("cuDNN dense", "cuDNN dense"), ("tkc/flash", "tkc/flash"), ("sm_80/flash", "sm_80/flash"),
                ("tkc/tkc dense", "tkc varlen / dense"), ("err", "tkc err")]
+    what = ("the backward: torch.autograd.grad calls, FLOPs 2.5 × the forward's; errors of dq against flash's"
+            if args.backward else "errors against torch's flash varlen kernel")
     text = (f"TFLOP/s (each sequence's 4·len²·H·D, halved when causal), {args.tokens} tokens, H = {args.heads}, bf16; "
-            f"median of {args.launches} back-to-back launches × {args.rounds} interleaved rounds; errors against "
-            f"torch's flash varlen kernel. Dense: a batch of sequences of the mean length, the same tokens.\n\n"
-            + table(rows, columns))
+            f"median of {args.launches} back-to-back launches × {args.rounds} interleaved rounds; {what}. Dense: a "
+            f"batch of sequences of the mean length, the same tokens.\n\n" + table(rows, columns))
     print(text)
-    record("attention-varlen", env, text, rows)
+    record("attention-varlen-backward" if args.backward else "attention-varlen", env, text, rows)
 
 
 if __name__ == "__main__":

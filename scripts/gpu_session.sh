@@ -85,7 +85,8 @@ for step in ${*:-tests probe bench sanitize}; do
         timeout 200 python3 bench/probe_grouped.py --wgrad > "$OUT/probe-grouped-wgrad.log" 2>&1; grep -v Warn "$OUT/probe-grouped-wgrad.log" | tail -36 ;;
     varlen)  # attention_varlen: GPU tests, compute-sanitizer, bench/attention_varlen.py (VARLEN_ARGS)
         tests_and_sanitizers varlen "varlen" packed_sequences 200
-        timeout 300 python3 bench/attention_varlen.py ${VARLEN_ARGS:-} > "$OUT/bench-varlen.log" 2>&1; grep -v Warn "$OUT/bench-varlen.log" | tail -16 ;;
+        timeout 300 python3 bench/attention_varlen.py ${VARLEN_ARGS:-} > "$OUT/bench-varlen.log" 2>&1; grep -v Warn "$OUT/bench-varlen.log" | tail -16
+        timeout 300 python3 bench/attention_varlen.py --backward ${VARLEN_ARGS:-} > "$OUT/bench-varlen-backward.log" 2>&1; grep -v Warn "$OUT/bench-varlen-backward.log" | tail -16 ;;
     rotary-probe)  # rotary_kernel's HEADS × WARPS beside a copy and Triton (bench/probe_rotary.py; PROBE_ARGS)
         timeout 300 python3 bench/probe_rotary.py ${PROBE_ARGS:-} > "$OUT/probe-rotary.log" 2>&1; grep -v Warning "$OUT/probe-rotary.log" | tail -40 ;;
     skinny)  # gemm() on skinny products beside smaller tiles and cuBLAS (bench/probe_skinny.py; PROBE_ARGS="--trans-b 1")
