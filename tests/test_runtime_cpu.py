@@ -604,8 +604,9 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
     q, k, v = cuda(2, 3, 200, 64), cuda(2, 3, 300, 64), cuda(2, 3, 300, 64)
     attention(q, k, v, target="sm_90a")
     assert launches[-1][1] == (min(2 * 3 * 2, 132), 1, 1)  # 2·3 heads × 2 query blocks of 128 rows
-    checked, check_tensor = [], attention_module.check_tensor
+    checked, check_tensor, check_like = [], attention_module.check_tensor, attention_module.check_like
     monkeypatch.setattr(attention_module, "check_tensor", lambda *args: checked.append(args[0]))
+    monkeypatch.setattr(attention_module, "check_like", lambda *args: checked.append(args[0]))
     out = attention(q, k, v, target="sm_90a", scale=0.25)
     assert not checked and len(launches) == 2 and launches[1][:2] == launches[0][:2]
     args = (q, k, v, out, attention_module.UNREAD_LSE[0], 0.25)
@@ -618,6 +619,7 @@ def test_attention_common_call_launches_what_the_checked_call_did(monkeypatch) -
     attention(q, k, v, target="sm_90a", out=cuda(2, 3, 200, 64))
     assert checked == ["q", "k", "v"] + ["q", "k", "v", "out"]
     monkeypatch.setattr(attention_module, "check_tensor", check_tensor)
+    monkeypatch.setattr(attention_module, "check_like", check_like)
     with pytest.raises(ValueError, match="k: the Hopper kernel reads and writes through TMA"):
         attention(q, cuda(2, 3, 300, 68)[..., :64], v, target="sm_90a")
 

@@ -28,6 +28,15 @@ def offsets(lengths: list[int]) -> torch.Tensor:
     return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
 
 
+def packed_inputs(lengths, key_lengths, heads, kv_heads, d):  # type: ignore[no-untyped-def]
+    """cu_seqlens, cu_seqlens_k (cu_seqlens where key_lengths is None), and fresh random bf16 q, k, v packed."""
+    cu = offsets(lengths)
+    cu_k = offsets(key_lengths) if key_lengths else cu
+    q = torch.randn(sum(lengths), heads, d, device="cuda").to(torch.bfloat16)
+    k, v = (torch.randn(int(cu_k[-1]), kv_heads, d, device="cuda").to(torch.bfloat16) for _ in range(2))
+    return cu, cu_k, q, k, v
+
+
 def reference(q, k, v, cu, cu_k, causal, scale):  # type: ignore[no-untyped-def]
     """Each sequence's attention alone, in float32 (torch's convention for causal with other lengths)."""
     out = torch.zeros_like(q, dtype=torch.float32)
@@ -69,12 +78,7 @@ CASES = [  # (query lengths, key lengths or None, heads, K/V heads, head dim)
 def test_attention_varlen(lengths, key_lengths, heads, kv_heads, d, causal, target) -> None:  # type: ignore[no-untyped-def]
     if target is None:
         hopper()
-    cu = offsets(lengths)
-    cu_k = offsets(key_lengths) if key_lengths else cu
-    total, total_k = sum(lengths), sum(key_lengths or lengths)
-    q = torch.randn(total, heads, d, device="cuda").to(torch.bfloat16)
-    k = torch.randn(total_k, kv_heads, d, device="cuda").to(torch.bfloat16)
-    v = torch.randn(total_k, kv_heads, d, device="cuda").to(torch.bfloat16)
+    cu, cu_k, q, k, v = packed_inputs(lengths, key_lengths, heads, kv_heads, d)
     out = torch.full_like(q, float("nan"))
     scale = 0.7 / math.sqrt(d)
     attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k if key_lengths else None, causal=causal, scale=scale, out=out,
@@ -122,12 +126,10 @@ def test_attention_varlen_gradients(lengths, key_lengths, heads, kv_heads, d, ca
     """Autograd through attention_varlen (out and lse both used) against autograd through the float32 reference."""
     if target is None:
         hopper()
-    cu = offsets(lengths)
-    cu_k = offsets(key_lengths) if key_lengths else cu
-    total, total_k = sum(lengths), sum(key_lengths or lengths)
-    q = torch.randn(total, heads, d, device="cuda").to(torch.bfloat16).requires_grad_()
-    k, v = (torch.randn(total_k, kv_heads, d, device="cuda").to(torch.bfloat16).requires_grad_() for _ in range(2))
-    grad_out = torch.randn(total, heads, d, device="cuda").to(torch.bfloat16)
+    cu, cu_k, q, k, v = (t.requires_grad_() if t.is_floating_point() else t
+                         for t in packed_inputs(lengths, key_lengths, heads, kv_heads, d))
+    total = q.shape[0]
+    grad_out = torch.randn_like(q)
     out, lse = attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k if key_lengths else None, causal=causal,
                                 return_lse=True, target=target)
     (out.float() * grad_out.float()).sum().add(lse.sum() * 0.1).backward()

@@ -18,6 +18,13 @@ def check_tensor(name: str, t: Any, dtype: Any, rank: int) -> None:
         raise KernelArgumentError(f"{name} must have {rank} dimensions, got shape {tuple(t.shape)}")
 
 
+def check_like(name: str, t: Any, like: Any, like_name: str = "q") -> None:
+    """`t`: a tensor of `like`'s dtype and shape (out=, grad_out)."""
+    check_tensor(name, t, like.dtype, like.dim())
+    if t.shape != like.shape:
+        raise KernelArgumentError(f"{name}: expected the shape of {like_name} {tuple(like.shape)}, got {tuple(t.shape)}")
+
+
 def _tensor_type() -> Any:
     global _TENSOR
     if _TENSOR is None:

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import (MULTIPROCESSORS, UNREAD_LSE, check_tensor, dtype_constant, fail, multiprocessors,
-                                 resident_blocks, shared_memory_limit, unread_lse, wants_grad, wgmma_path)
+from tkc.kernels._checks import (MULTIPROCESSORS, UNREAD_LSE, check_like, check_tensor, dtype_constant, fail,
+                                 multiprocessors, resident_blocks, shared_memory_limit, unread_lse, wants_grad,
+                                 wgmma_path)
 from tkc.kernels.attention_decode import CONFIG as DECODE_CONFIG
 from tkc.kernels.attention_decode import CONFIG_SM80 as DECODE_CONFIG_SM80
 from tkc.kernels.attention_decode import HOPPER_ROWS, MAX_ROWS, attention_decode_launch, takes_decode
@@ -504,9 +505,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if out is None:
         out = torch.empty_like(q)
     else:
-        check_tensor("out", out, q.dtype, 4)
-        if out.shape != q.shape:
-            fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
+        check_like("out", out, q)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if target == "sm_90a" and d not in HOPPER_HEAD_DIMS:
         fail(f"q: target sm_90a's kernels take head dims 64, 96, 128 and 256, got {d} (D = 32 runs the sm_80 kernels: "

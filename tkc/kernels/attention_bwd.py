@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, dtype_constant, fail, multiprocessors, wgmma_path
+from tkc.kernels._checks import check_like, check_tensor, dtype_constant, fail, multiprocessors, wgmma_path
 from tkc.kernels.attention import check_qkv, group_constant, kv_head, sm80_stages
 from tkc.lang import *  # noqa: F403
 
@@ -529,10 +529,8 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     import torch
 
     batch, heads, nq, nk, d = check_qkv(q, k, v)
-    for name, t in (("out", out), ("grad_out", grad_out)):
-        check_tensor(name, t, q.dtype, 4)
-        if t.shape != q.shape:
-            fail(f"{name}: expected the shape of q {tuple(q.shape)}, got {tuple(t.shape)}")
+    check_like("out", out, q)
+    check_like("grad_out", grad_out, q)
     for name, t in (("lse", lse), ("grad_lse", grad_lse)):
         if t is not None:
             check_tensor(name, t, torch.float32, 3)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
-from tkc.kernels._checks import check_tensor, dtype_constant, fail, unread_lse, wants_grad, wgmma_path
+from tkc.kernels._checks import check_like, check_tensor, dtype_constant, fail, unread_lse, wants_grad, wgmma_path
 from tkc.kernels.attention import CONFIG, group_constant, kv_head
 from tkc.kernels.attention_bwd import (attention_bwd_delta, dkdv_step, dq_step, group_step, group_steps_end,
                                       scores_t)
@@ -231,9 +231,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if out is None:
         out = torch.empty_like(q)
     else:
-        check_tensor("out", out, q.dtype, 3)
-        if out.shape != q.shape:
-            fail(f"out: expected shape {tuple(q.shape)}, got {tuple(out.shape)}")
+        check_like("out", out, q)
     hopper = wgmma_path(q.get_device(), target)
     if hopper:
         for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
@@ -350,10 +348,8 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     import torch
 
     _check_varlen(q, k, v, cu_seqlens, cu_seqlens_k, scale, None)
-    for name, t in (("out", out), ("grad_out", grad_out)):
-        check_tensor(name, t, q.dtype, 3)
-        if t.shape != q.shape:
-            fail(f"{name}: expected the shape of q {tuple(q.shape)}, got {tuple(t.shape)}")
+    check_like("out", out, q)
+    check_like("grad_out", grad_out, q)
     for name, t in (("lse", lse), ("grad_lse", grad_lse)):
         if t is not None:
             check_tensor(name, t, torch.float32, 2)
