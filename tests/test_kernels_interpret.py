@@ -354,3 +354,36 @@ def test_attention_varlen_any_lengths(lengths, heads, d, causal, sm90, seed) -> 
     rows_in = int(ends[-1])
     assert rel_err(out[:rows_in], ref[:rows_in]) < TOL
     assert rel_err(lse[0, :, :rows_in], ref_lse[:, :rows_in]) < 1e-4
+
+
+@given(lengths=st.lists(st.integers(0, 150), min_size=1, max_size=4), heads=st.sampled_from([(2, 2), (4, 2)]),
+       d=st.sampled_from([64, 128]), causal=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=5)
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")
+def test_attention_varlen_backward_any_lengths(lengths, heads, d, causal, seed) -> None:  # type: ignore[no-untyped-def]
+    """attention_varlen_backward's kernels (Δ, dK/dV, dQ with its constants) over packed sequences of any lengths
+    against float64 gradients per sequence."""
+    from reference import varlen_attention_backward_ref
+
+    from tkc.kernels.attention_varlen import BACKWARD_STEPS, attention_varlen_bwd_dkdv, attention_varlen_bwd_dq
+
+    rng = np.random.default_rng(seed)
+    (h, h_kv), ends = heads, np.cumsum(lengths).astype(np.int32)
+    total, rows_in = max(int(ends[-1]), 1), int(ends[-1])
+    q, do = random_bf16(rng, total, h, d), random_bf16(rng, total, h, d)
+    k, v = random_bf16(rng, total, h_kv, d), random_bf16(rng, total, h_kv, d)
+    out, lse, dq_ref, dk_ref, dv_ref = varlen_attention_backward_ref(q, k, v, do, ends, ends, causal, 0.125)
+    packed = lambda t: t[None].transpose(0, 2, 1, 3)  # noqa: E731
+    lse, delta = lse.astype(np.float32)[None], np.zeros((1, h, total), np.float32)
+    attention_bwd_delta.interpret(packed(out.astype(q.dtype)), packed(do), lse, delta, grid=(-(-total // 64), h, 1), D=d)
+    queries, keys = BACKWARD_STEPS[d]
+    constants = {"D": d, "CAUSAL": int(causal), **({"GROUP": h // h_kv} if h != h_kv else {})}
+    dq, dk, dv = poisoned(total, h, d), poisoned(total, h_kv, d), poisoned(total, h_kv, d)
+    common = (packed(q), packed(k), packed(v), packed(do), lse, delta)
+    attention_varlen_bwd_dkdv.interpret(*common, packed(dk), packed(dv), ends, ends, 0.125,
+                                        grid=(-(-total // 64) + len(lengths), h_kv, 1), QUERIES=queries,
+                                        KV_IN_SHARED=1, **constants)
+    attention_varlen_bwd_dq.interpret(*common, packed(dq), ends, ends, 0.125,
+                                      grid=(-(-total // 64) + len(lengths), h, 1), KEYS=keys, **constants)
+    for got, ref in ((dq, dq_ref), (dk, dk_ref), (dv, dv_ref)):
+        assert rel_err(got[:rows_in], ref[:rows_in]) < 2e-2
