@@ -356,3 +356,18 @@ def test_vector_rows_misuse_is_one_error() -> None:
         compile_kernels([rows_in_the_head_place], "sm_80", {})
     with pytest.raises(TkcError, match=r"rows_at\(\.\.\.\) picks the rows of a register tile's"):
         compile_kernels([vector_by_row_numbers], "sm_80", {})
+
+
+def test_a_forgotten_vector_end_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering that ignores a register vector's end writes rows past it: the simulation then differs from the
+    interpreter's result (which test_vector_rows_cut_at_an_end matches with the end)."""
+    from tkc.backend import lower_copies, lower_memory  # (imported first: a first import under the patch would keep it)
+
+    m = np.arange(200, dtype=np.float32).reshape(1, 2, 100) + 0.5
+    interpreted, simulated = (np.full((1, 1, 100), np.nan, np.float32) for _ in range(2))
+    vector_rows.interpret(interpreted, m, 5, 40, grid=(1,))
+    for module in (addressing, lower_copies, lower_memory):
+        monkeypatch.setattr(module, "row_limit", lambda lw, size, end: size)
+    simulate(lower_kernel(vector_rows, "sm_80", {}), "vector_rows", [simulated, m, 5, 40], (1,))
+    assert not np.array_equal(simulated, interpreted, equal_nan=True)
+    assert np.isfinite(simulated[0, 0, 40:69]).all()  # the rows from the end on, written
