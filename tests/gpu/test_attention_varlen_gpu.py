@@ -172,3 +172,16 @@ def test_attention_varlen_f16_and_strided_heads(target) -> None:  # type: ignore
     out = attention_varlen(q, k, v, cu, causal=True, target=target)
     assert out.dtype == torch.float16
     assert rel_err(out, reference(q, k, v, cu, cu, True, 1 / math.sqrt(128))) < 1e-2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_varlen_of_equal_lengths_is_attention(causal) -> None:  # type: ignore[no-untyped-def]
+    """Sequences of one length packed: the same rows as attention() on the (B, H, N, D) batch (within bf16's rounding
+    of two kernels' sums)."""
+    from tkc.kernels import attention
+
+    q, k, v = (torch.randn(4, 1024, 8, 128, device="cuda").to(torch.bfloat16) for _ in range(3))
+    cu = offsets([1024] * 4)
+    packed = attention_varlen(q.reshape(-1, 8, 128), k.reshape(-1, 8, 128), v.reshape(-1, 8, 128), cu, causal=causal)
+    dense = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal).transpose(1, 2)
+    assert rel_err(packed.view(4, 1024, 8, 128), dense) < 5e-3
