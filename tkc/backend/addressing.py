@@ -17,10 +17,10 @@ from xdsl.ir import Operation, SSAValue
 from tkc.backend import ptx
 from tkc.backend.index import Expr
 from tkc.backend.lowering import Imm, KernelLowering
-from tkc.ir.types import RegVecType
 from tkc.backend.shared_layout import tile_offset
 from tkc.errors import TkcError
 from tkc.ir import ops as t
+from tkc.ir.types import RegVecType
 from tkc.ir.types import SharedVecType, element_bytes
 from tkc.passes.allocate_shared import OFFSET_ATTR
 
