@@ -20,8 +20,7 @@ from tkc.backend.lowering import Imm, KernelLowering
 from tkc.backend.shared_layout import tile_offset
 from tkc.errors import TkcError
 from tkc.ir import ops as t
-from tkc.ir.types import RegVecType
-from tkc.ir.types import SharedVecType, element_bytes
+from tkc.ir.types import RegVecType, SharedVecType, element_bytes
 from tkc.passes.allocate_shared import OFFSET_ATTR
 
 
