@@ -1154,6 +1154,7 @@ def test_attention_varlen_launches_over_the_packed_rows(monkeypatch) -> None:
 
     cuda, launches = _fake_gpu(monkeypatch)
     monkeypatch.setitem(_checks._HOPPER, 0, True)
+    monkeypatch.setitem(_checks.SHARED_MEMORY_LIMITS, 0, 227 * 1024)
     q, k = cuda(300, 8, 128), cuda(300, 2, 128)
     cu = cuda(4, dtype=torch.int32)
     out = attention_varlen(q, k, k, cu, causal=True)
@@ -1166,7 +1167,8 @@ def test_attention_varlen_launches_over_the_packed_rows(monkeypatch) -> None:
     del launches[1:]
     for call, message in [
         (lambda: attention_varlen(q, k, k, cuda(4)), "cu_seqlens must be torch.int32"),
-        (lambda: attention_varlen(cuda(300, 8, 32), cuda(300, 8, 32), cuda(300, 8, 32), cu), "head dim must be 64"),
+        (lambda: attention_varlen(cuda(300, 8, 48), cuda(300, 8, 48), cuda(300, 8, 48), cu),
+         "head dim must be 32, 64, 96, 128 or 256"),
         (lambda: attention_varlen(q, cuda(300, 3, 128), cuda(300, 3, 128), cu), "H_kv dividing"),
         (lambda: attention_varlen(q, cuda(200, 2, 128), cuda(200, 2, 128), cu), "give cu_seqlens_k"),
         (lambda: attention_varlen(q, k, k, cu, cu_seqlens_k=cuda(3, dtype=torch.int32)), "cu_seqlens_k: one offset"),
@@ -1180,6 +1182,14 @@ def test_attention_varlen_launches_over_the_packed_rows(monkeypatch) -> None:
     loaded, grid, _ = launches[1]
     assert loaded.kernel == "attention_varlen_fwd" and grid == (-(-300 // 128) + 3, 8, 1)
     assert (loaded.constants["ROWS"], loaded.constants["KEYS"], loaded.constants["Q_IN_SHARED"]) == (32, 64, 1)
+    big = cuda(300, 2, 256)
+    attention_varlen(big, big, big, cu)  # D = 256 on Hopper: the sm_80 build of attention_varlen_fwd
+    loaded, grid, _ = launches[2]
+    assert (loaded.kernel, loaded.target, grid) == ("attention_varlen_fwd", "sm_80", (-(-300 // 64) + 3, 2, 1))
+    with pytest.raises(TkcError, match="target sm_90a's varlen kernel takes head dims 64, 96 and 128, got 32"):
+        attention_varlen(cuda(300, 2, 32), cuda(300, 2, 32), cuda(300, 2, 32), cu, target="sm_90a")
+    with pytest.raises(TkcError, match="attention_varlen's backward takes head dims 32, 64, 96 and 128, got 256"):
+        attention_varlen(big.requires_grad_(), big, big, cu)
 
 
 def test_attention_varlen_backward_launches_its_three_kernels(monkeypatch) -> None:

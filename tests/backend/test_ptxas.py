@@ -44,13 +44,15 @@ VARIANTS = {
     "attention_varlen_sm90": [{}, {"D": 128, "CAUSAL": 1, "GROUP": 4}, {"D": 64, "CAUSAL": 1}, {"D": 96}],
     "attention_varlen_fwd": [{"D": 64, "ROWS": 32, "KEYS": 64}, {"D": 64, "ROWS": 32, "KEYS": 64, "CAUSAL": 1},
                              {"D": 128, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1, "CAUSAL": 1, "GROUP": 4},
-                             {"D": 96, "ROWS": 32, "KEYS": 64, "Q_IN_SHARED": 1}],  # attention()'s CONFIG
+                             {"D": 96, "ROWS": 32, "KEYS": 64, "Q_IN_SHARED": 1},  # attention()'s CONFIG
+                             {"D": 32, "ROWS": 32, "KEYS": 64, "CAUSAL": 1, "LSE": 1},
+                             {"D": 256, "ROWS": 16, "KEYS": 32, "Q_IN_SHARED": 1, "CAUSAL": 1, "LSE": 1, "GROUP": 4}],
     # attention_varlen_backward's BACKWARD_STEPS, K and V in shared memory
-    "attention_varlen_bwd_dkdv": [{"D": 64, "KV_IN_SHARED": 1}, {"D": 64, "KV_IN_SHARED": 1, "CAUSAL": 1, "GROUP": 4},
+    "attention_varlen_bwd_dkdv": [{"D": 64, "KV_IN_SHARED": 1}, {"D": 32, "KV_IN_SHARED": 1, "CAUSAL": 1, "GROUP": 4}, {"D": 64, "KV_IN_SHARED": 1, "CAUSAL": 1, "GROUP": 4},
                                   {"D": 128, "QUERIES": 16, "KV_IN_SHARED": 1, "CAUSAL": 1},
                                   {"D": 128, "QUERIES": 16, "KV_IN_SHARED": 1, "GROUP": 4},
                                   {"D": 96, "QUERIES": 16, "KV_IN_SHARED": 1, "CAUSAL": 1, "GROUP": 2}],
-    "attention_varlen_bwd_dq": [{"D": 64, "KEYS": 32}, {"D": 64, "KEYS": 32, "CAUSAL": 1, "GROUP": 4},
+    "attention_varlen_bwd_dq": [{"D": 64, "KEYS": 32}, {"D": 32, "KEYS": 32, "CAUSAL": 1, "GROUP": 4}, {"D": 64, "KEYS": 32, "CAUSAL": 1, "GROUP": 4},
                                 {"D": 128, "KEYS": 32, "CAUSAL": 1}, {"D": 128, "KEYS": 32, "GROUP": 4},
                                 {"D": 96, "KEYS": 32, "CAUSAL": 1}],
     "gemm_kernel": [{"TRANS_B": 0}, {"TRANS_B": 1}],

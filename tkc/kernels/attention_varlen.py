@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_like, check_tensor, dtype_constant, fail, unread_lse, wants_grad, wgmma_path
-from tkc.kernels.attention import CONFIG, group_constant, kv_head
+from tkc.kernels.attention import CONFIG, group_constant, kv_head, sm80_stages
 from tkc.kernels.attention_bwd import (attention_bwd_delta, dkdv_step, dq_step, group_step, group_steps_end,
                                       scores_t)
 from tkc.kernels.grouped_gemm import group_tile
@@ -125,7 +125,7 @@ def attention_varlen_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["
                          DT: const = bf16, GROUP: const = 1, STAGES: const = 3):
     """attention_varlen_sm90 on the sm_80 path (mma.sync, cp.async; attention_fwd's loop): a block of 4 warps takes
     4·ROWS query rows of one sequence (LSE as there). Grid: (cdiv(total, 4·ROWS) + B, H)."""
-    static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
+    static_assert(D in (32, 64, 96, 128, 256), f"head dim D must be 32, 64, 96, 128 or 256, got {D}")
     static_assert(Q_IN_SHARED or ROWS * D <= 2048,
                   f"ROWS={ROWS} with D={D} needs more than 255 registers per thread; use ROWS=16 or Q_IN_SHARED=1")
     blk, h = block_idx()[0], block_idx()[1]
@@ -161,7 +161,10 @@ def attention_varlen_fwd(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["
         store(L, m * scale + log(l), (0, h, rows(row, end)))
 
 
-VARLEN_HEAD_DIMS = (64, 96, 128)
+# The forward's head dims: attention_varlen_sm90 takes HOPPER_DIMS; attention_varlen_fwd (the sm_80 build) the others
+# on every GPU (as attention() at D = 32)
+VARLEN_HEAD_DIMS = (32, 64, 96, 128, 256)
+HOPPER_DIMS = (64, 96, 128)
 
 
 def _check_varlen(q: Any, k: Any, v: Any, cu_seqlens: Any, cu_seqlens_k: Any, scale: Any, out: Any) -> Any:
@@ -177,7 +180,7 @@ def _check_varlen(q: Any, k: Any, v: Any, cu_seqlens: Any, cu_seqlens_k: Any, sc
     total, heads, d = q.shape
     kv_heads = k.shape[1]
     if d not in VARLEN_HEAD_DIMS:
-        fail(f"q: head dim must be 64, 96 or 128, got {d}")
+        fail(f"q: head dim must be 32, 64, 96, 128 or 256, got {d}")
     if k.shape[2] != d or (kv_heads == 0) != (heads == 0) or heads and heads % kv_heads:
         fail(f"k: expected shape (total_k, H_kv, {d}) with H_kv dividing q's {heads} heads, got {tuple(k.shape)}")
     if v.shape != k.shape:
@@ -206,18 +209,22 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      target: str | None = None, out: torch.Tensor | None = None,
                      return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention over packed sequences: q (total, H, D), k and v (total_k, H_kv, D), bf16 (or f16) CUDA tensors,
-    D ∈ {64, 96, 128}, H_kv dividing H (grouped-query attention); cu_seqlens (B + 1,) int32, 0 first, non-decreasing,
+    D ∈ {32, 64, 96, 128, 256}, H_kv dividing H (grouped-query attention); cu_seqlens (B + 1,) int32, 0 first, non-decreasing,
     sequence s being rows cu_seqlens[s] .. cu_seqlens[s + 1] of q, and of k and v (or cu_seqlens_k's rows where the
     keys' lengths differ: same B). Returns out (total, H, D): each sequence's softmax(scale · q·kᵀ)·v, scale 1/√D by
     default; causal keeps key j for query i of a sequence when j ≤ i (torch's convention). Rows of q past
     cu_seqlens[-1] are left as they are. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j),
     float32 (H, total) (FlashAttention's varlen layout; -inf where a sequence has no keys): (out, lse). On Hopper
-    (or target="sm_90a") attention_varlen_sm90, elsewhere (or target="sm_80") attention_varlen_fwd. On inputs
-    requiring grad, autograd's backward runs attention_varlen_backward's kernels.
+    (or target="sm_90a") at D = 64, 96 or 128 attention_varlen_sm90, elsewhere (or target="sm_80"), and at D = 32
+    and 256 on every GPU, attention_varlen_fwd. On inputs requiring grad (D ≤ 128), autograd's backward runs
+    attention_varlen_backward's kernels.
     (cu_seqlens' values are not read on the host — that would wait for the GPU: lengths past the tensors' rows read
     zeros and write nothing, never out of bounds.)"""
     import torch
 
+    if wants_grad(torch, q, k, v) and getattr(q, "shape", (0, 0, 0))[-1] not in BACKWARD_STEPS:
+        fail(f"q: attention_varlen's backward takes head dims 32, 64, 96 and 128, got {q.shape[-1]} (on inputs that "
+             "require grad)")
     if torch.compiler.is_compiling() or wants_grad(torch, q, k, v):  # one op of the graph / of autograd
         from tkc.kernels import torch_ops
 
@@ -232,7 +239,10 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         out = torch.empty_like(q)
     else:
         check_like("out", out, q)
-    hopper = wgmma_path(q.get_device(), target)
+    if target == "sm_90a" and d not in HOPPER_DIMS:
+        fail(f"q: target sm_90a's varlen kernel takes head dims 64, 96 and 128, got {d} (D = 32 and 256 run the sm_80 "
+             "kernel: target=None or \"sm_80\")")
+    hopper = wgmma_path(q.get_device(), target) and d in HOPPER_DIMS
     if hopper:
         for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
             strides = t.stride()
@@ -254,8 +264,9 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         spec.launch(((ceil_div(total, 16 * 8) + seqs) * heads, 1, 1), arguments)  # WARPS = 8
     else:
         rows, keys, q_in_shared = CONFIG[d]  # attention_fwd's
-        spec = attention_varlen_fwd.specialize(target=target, ROWS=rows, KEYS=keys, Q_IN_SHARED=q_in_shared,
-                                               **constants)
+        build = "sm_80" if target in (None, "sm_90a") else target  # (D = 32 / 256 on Hopper: the sm_80 build)
+        spec = attention_varlen_fwd.specialize(target=build, ROWS=rows, KEYS=keys, Q_IN_SHARED=q_in_shared,
+                                               **sm80_stages(d, q.get_device()), **constants)
         spec.launch((ceil_div(total, 4 * rows) + seqs, heads, 1), arguments)
     return (out, lse) if return_lse else out
 
@@ -276,6 +287,7 @@ def attention_varlen_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO
     its queries (and the GROUP query heads that read the K/V head) QUERIES at a time, as attention_bwd_dkdv: each
     step's Sᵀ masked to the sequence's queries (and causal: a query sees a key at or before its place), P from
     L (1, H, total), Δ. Grid: (cdiv(total_k, 64) + B, H / GROUP)."""
+    static_assert(D in (32, 64, 96, 128), f"head dim D must be 32, 64, 96 or 128, got {D}")
     h = block_idx()[1]
     # the block's keys: block x of all the sequences' key blocks
     first_key, key_end, key_start, start, queries = query_block(EndsK, Ends, block_idx()[0], 64, 16)
@@ -311,6 +323,7 @@ def attention_varlen_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
                             D: const = 64, CAUSAL: const = 0, KEYS: const = 64, DT: const = bf16, GROUP: const = 1):
     """dQ of 64 queries of one sequence (16 a warp), over its keys KEYS at a time, as attention_bwd_dq. Grid:
     (cdiv(total, 64) + B, H)."""
+    static_assert(D in (32, 64, 96, 128), f"head dim D must be 32, 64, 96 or 128, got {D}")
     h = block_idx()[1]
     first_row, end, start, key_start, keys = query_block(Ends, EndsK, block_idx()[0], 64, 16)
     row = first_row + 16 * warp_id()
@@ -333,7 +346,7 @@ def attention_varlen_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
 # builds without spills for sm_80 and sm_90 (the H200 JIT), causal and grouped-query too (in registers, K and V
 # spilled at D = 64 causal; 32 queries a step at D = 128 causal, and 64 keys at D = 64 with 4 query heads a K/V
 # head, spilled a few bytes)
-BACKWARD_STEPS = {64: (64, 32), 96: (16, 32), 128: (16, 32)}
+BACKWARD_STEPS = {32: (64, 32), 64: (64, 32), 96: (16, 32), 128: (16, 32)}  # (D = 256: dK and dV would not fit)
 
 
 def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -348,6 +361,8 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     import torch
 
     _check_varlen(q, k, v, cu_seqlens, cu_seqlens_k, scale, None)
+    if q.shape[2] not in BACKWARD_STEPS:
+        fail(f"q: attention_varlen's backward takes head dims 32, 64, 96 and 128, got {q.shape[2]}")
     check_like("out", out, q)
     check_like("grad_out", grad_out, q)
     for name, t in (("lse", lse), ("grad_lse", grad_lse)):
