@@ -1,6 +1,6 @@
-"""Attention over packed sequences of different lengths: tkc.kernels.attention_varlen (Hopper kernel and sm_80 one) vs torch's FlashAttention
-varlen kernel (`torch.ops.aten._flash_attention_forward` with cumulative lengths: FlashAttention-2, what
-flash_attn_varlen_func runs) and, as a yardstick, tkc's own attention() and cuDNN's SDPA on a batch of sequences of
+"""Attention over packed sequences of different lengths: tkc.kernels.attention_varlen (Hopper kernel and sm_80 one)
+vs torch's FlashAttention varlen kernel (`torch.ops.aten._flash_attention_forward` with cumulative lengths:
+FlashAttention-2, what flash_attn_varlen_func runs) and, as a yardstick, tkc's own attention() and cuDNN's SDPA on a batch of sequences of
 the mean length (the same tokens, no padding). TFLOP/s count each sequence's own work (4·len_q·len_k·H·D, halved when
 causal); every timed output checked against the flash varlen kernel's first.
 
@@ -46,7 +46,8 @@ def dense_yardstick(dense, causal, args):  # type: ignore[no-untyped-def]
     """Median ms of tkc's attention() and cuDNN's SDPA on the dense batch `dense` (q, k, v)."""
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
         return compare({"tkc dense": lambda: tkc.kernels.attention(*dense, causal=causal),
-                        "cuDNN dense": lambda: torch.nn.functional.scaled_dot_product_attention(*dense, is_causal=causal)},
+                        "cuDNN dense": lambda: torch.nn.functional.scaled_dot_product_attention(*dense,
+                                                                                                is_causal=causal)},
                        args.rounds, args.launches)
 
 
@@ -112,7 +113,8 @@ def main() -> None:
                 dense_times = {"tkc dense": float("nan"), "cuDNN dense": float("nan")}  # (none for the backward)
                 if not args.backward:
                     dense_times = dense_yardstick(dense, causal, args)
-                work = sum(4 * n * n * args.heads * d for n in lens) / (2 if causal else 1) * (2.5 if args.backward else 1)
+                work = (sum(4 * n * n * args.heads * d for n in lens) / (2 if causal else 1)
+                        * (2.5 if args.backward else 1))
                 dense_work = 4 * mean * mean * args.heads * d * (args.tokens // mean) / (2 if causal else 1)
                 rate = {name: work / (ms * 1e-3) / 1e12 for name, ms in times.items()}
                 rate.update({name: dense_work / (ms * 1e-3) / 1e12 for name, ms in dense_times.items()})
@@ -128,7 +130,8 @@ def main() -> None:
     columns = [("D", "D"), ("causal", "causal"), ("mix", "lengths"), ("sequences", "sequences"),
                ("longest", "longest"), ("tkc varlen", "tkc varlen"), ("tkc sm_80 varlen", "tkc sm_80 varlen"),
                ("flash varlen", "flash varlen"),
-               ("tkc dense", "tkc dense (mean length)"), ("cuDNN dense", "cuDNN dense"), ("tkc/flash", "tkc/flash"), ("sm_80/flash", "sm_80/flash"),
+               ("tkc dense", "tkc dense (mean length)"), ("cuDNN dense", "cuDNN dense"), ("tkc/flash", "tkc/flash"),
+               ("sm_80/flash", "sm_80/flash"),
                ("tkc/tkc dense", "tkc varlen / dense"), ("err", "tkc err")]
     what = ("the backward: torch.autograd.grad calls, FLOPs 2.5 × the forward's; errors of dq against flash's"
             if args.backward else "errors against torch's flash varlen kernel")

@@ -209,15 +209,15 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      target: str | None = None, out: torch.Tensor | None = None,
                      return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention over packed sequences: q (total, H, D), k and v (total_k, H_kv, D), bf16 (or f16) CUDA tensors,
-    D ∈ {32, 64, 96, 128, 256}, H_kv dividing H (grouped-query attention); cu_seqlens (B + 1,) int32, 0 first, non-decreasing,
-    sequence s being rows cu_seqlens[s] .. cu_seqlens[s + 1] of q, and of k and v (or cu_seqlens_k's rows where the
-    keys' lengths differ: same B). Returns out (total, H, D): each sequence's softmax(scale · q·kᵀ)·v, scale 1/√D by
-    default; causal keeps key j for query i of a sequence when j ≤ i (torch's convention). Rows of q past
-    cu_seqlens[-1] are left as they are. With return_lse, also each row's log-sum-exp ln Σ_j exp(scale · q·k_j),
-    float32 (H, total) (FlashAttention's varlen layout; -inf where a sequence has no keys): (out, lse). On Hopper
-    (or target="sm_90a") at D = 64, 96 or 128 attention_varlen_sm90, elsewhere (or target="sm_80"), and at D = 32
-    and 256 on every GPU, attention_varlen_fwd. On inputs requiring grad (D ≤ 128), autograd's backward runs
-    attention_varlen_backward's kernels.
+    D ∈ {32, 64, 96, 128, 256}, H_kv dividing H (grouped-query attention); cu_seqlens (B + 1,) int32, 0 first,
+    non-decreasing, sequence s being rows cu_seqlens[s] .. cu_seqlens[s + 1] of q, and of k and v (or cu_seqlens_k's
+    rows where the keys' lengths differ: same B). Returns out (total, H, D): each sequence's
+    softmax(scale · q·kᵀ)·v, scale 1/√D by default; causal keeps key j for query i of a sequence when j ≤ i (torch's
+    convention). Rows of q past cu_seqlens[-1] are left as they are. With return_lse, also each row's log-sum-exp
+    ln Σ_j exp(scale · q·k_j), float32 (H, total) (FlashAttention's varlen layout; -inf where a sequence has no
+    keys): (out, lse). On Hopper (or target="sm_90a") at D = 64, 96 or 128 attention_varlen_sm90, elsewhere (or
+    target="sm_80"), and at D = 32 and 256 on every GPU, attention_varlen_fwd. On inputs requiring grad (D ≤ 128),
+    autograd's backward runs attention_varlen_backward's kernels.
     (cu_seqlens' values are not read on the host — that would wait for the GPU: lengths past the tensors' rows read
     zeros and write nothing, never out of bounds.)"""
     import torch
