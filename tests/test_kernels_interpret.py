@@ -358,15 +358,15 @@ def test_attention_varlen_any_lengths(lengths, heads, d, causal, sm90, seed) -> 
 
 
 @given(lengths=st.lists(st.integers(0, 150), min_size=1, max_size=4), heads=st.sampled_from([(2, 2), (4, 2)]),
-       d=st.sampled_from([32, 64, 128]), causal=st.booleans(), seed=st.integers(0, 2**32 - 1))
-@settings(max_examples=5)
+       d=st.sampled_from([32, 64, 128]), causal=st.booleans(), sm90=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=6)
 @pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")
-def test_attention_varlen_backward_any_lengths(lengths, heads, d, causal, seed) -> None:  # type: ignore[no-untyped-def]
-    """attention_varlen_backward's kernels (Δ, dK/dV, dQ with its constants) over packed sequences of any lengths
-    against float64 gradients per sequence."""
+def test_attention_varlen_backward_any_lengths(lengths, heads, d, causal, sm90, seed) -> None:  # type: ignore[no-untyped-def]
+    """attention_varlen_backward's kernels (Δ, dK/dV, dQ with its constants; Hopper's or the mma.sync ones) over
+    packed sequences of any lengths against float64 gradients per sequence."""
     from reference import varlen_attention_backward_ref
 
-    from tkc.kernels.attention_varlen import BACKWARD_STEPS, attention_varlen_bwd_dkdv, attention_varlen_bwd_dq
+    from tkc.kernels.attention_varlen import backward_kernels
 
     rng = np.random.default_rng(seed)
     (h, h_kv), ends = heads, np.cumsum(lengths).astype(np.int32)
@@ -377,14 +377,13 @@ def test_attention_varlen_backward_any_lengths(lengths, heads, d, causal, seed) 
     packed = lambda t: t[None].transpose(0, 2, 1, 3)  # noqa: E731
     lse, delta = lse.astype(np.float32)[None], np.zeros((1, h, total), np.float32)
     attention_bwd_delta.interpret(packed(out.astype(q.dtype)), packed(do), lse, delta, grid=(-(-total // 64), h, 1), D=d)
-    queries, keys = BACKWARD_STEPS[d]
+    (dkdv_kernel, dkdv, key_rows), (dq_kernel, dq_cfg, query_rows) = backward_kernels(d, sm90)
     constants = {"D": d, "CAUSAL": int(causal), **({"GROUP": h // h_kv} if h != h_kv else {})}
     dq, dk, dv = poisoned(total, h, d), poisoned(total, h_kv, d), poisoned(total, h_kv, d)
     common = (packed(q), packed(k), packed(v), packed(do), lse, delta)
-    attention_varlen_bwd_dkdv.interpret(*common, packed(dk), packed(dv), ends, ends, 0.125,
-                                        grid=(-(-total // 64) + len(lengths), h_kv, 1), QUERIES=queries,
-                                        KV_IN_SHARED=1, **constants)
-    attention_varlen_bwd_dq.interpret(*common, packed(dq), ends, ends, 0.125,
-                                      grid=(-(-total // 64) + len(lengths), h, 1), KEYS=keys, **constants)
+    dkdv_kernel.interpret(*common, packed(dk), packed(dv), ends, ends, 0.125,
+                          grid=(-(-total // key_rows) + len(lengths), h_kv, 1), **dkdv, **constants)
+    dq_kernel.interpret(*common, packed(dq), ends, ends, 0.125, grid=(-(-total // query_rows) + len(lengths), h, 1),
+                        **dq_cfg, **constants)
     for got, ref in ((dq, dq_ref), (dk, dk_ref), (dv, dv_ref)):
         assert rel_err(got[:rows_in], ref[:rows_in]) < 2e-2

@@ -1193,9 +1193,10 @@ def test_attention_varlen_launches_over_the_packed_rows(monkeypatch) -> None:
 
 
 def test_attention_varlen_backward_launches_its_three_kernels(monkeypatch) -> None:
-    """attention_varlen_backward: Δ on the packed views, dK/dV a block per 64 keys a sequence can have times the K/V
-    heads (K and V in shared memory, GROUP), dQ a block per 64 queries times the heads; the sm_80 builds on Hopper
-    too; a wrong lse is refused, naming it."""
+    """attention_varlen_backward: Δ on the packed views, then on Hopper the wgmma dK/dV kernel, a block per 128 keys a
+    sequence can have times the K/V heads (GROUP), and dQ a block per 128 queries times the heads; with
+    target="sm_80" the mma.sync kernels (K and V in shared memory, blocks of 64); a wrong lse is refused, naming
+    it."""
     torch = pytest.importorskip("torch")
     from tkc.errors import TkcError
     from tkc.kernels import _checks, attention_varlen_backward
@@ -1204,8 +1205,15 @@ def test_attention_varlen_backward_launches_its_three_kernels(monkeypatch) -> No
     monkeypatch.setitem(_checks._HOPPER, 0, True)
     q, k = cuda(300, 8, 128), cuda(300, 2, 128)
     cu = cuda(4, dtype=torch.int32)
-    dq, dk, dv = attention_varlen_backward(q, k, k, q, q, cuda(8, 300, dtype=torch.float32), cu, causal=True)
+    lse = cuda(8, 300, dtype=torch.float32)
+    dq, dk, dv = attention_varlen_backward(q, k, k, q, q, lse, cu, causal=True)
     assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
+    assert [(loaded.kernel, grid, loaded.target) for loaded, grid, _ in launches] == [
+        ("attention_bwd_delta", (5, 8, 1), "sm_80"), ("attention_varlen_bwd_dkdv_sm90", (3 + 3, 2, 1), "sm_90a"),
+        ("attention_varlen_bwd_dq_sm90", (3 + 3, 8, 1), "sm_90a")]
+    assert (launches[1][0].constants["GROUP"], launches[1][0].constants["CAUSAL"]) == (4, 1)
+    del launches[:]
+    attention_varlen_backward(q, k, k, q, q, lse, cu, causal=True, target="sm_80")
     assert [(loaded.kernel, grid, loaded.target) for loaded, grid, _ in launches] == [
         ("attention_bwd_delta", (5, 8, 1), "sm_80"), ("attention_varlen_bwd_dkdv", (5 + 3, 2, 1), "sm_80"),
         ("attention_varlen_bwd_dq", (5 + 3, 8, 1), "sm_80")]

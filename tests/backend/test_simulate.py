@@ -1386,14 +1386,19 @@ def test_attention_varlen_simulated(lengths, key_lengths, heads, kv_heads, d, ca
     ([40, 129], [100, 3], 2, 1, 128, 1, "ascending"),  # keys of other lengths
     ([90, 33], [90, 0], 2, 2, 96, 0, "shuffled"),  # a sequence with no keys: no gradient for its queries
     ([65, 130], None, 4, 1, 32, 1, "shuffled"),
+    ([200, 0, 3, 140], [70, 0, 300, 140], 4, 2, 128, 1, "descending"),  # more keys than queries, causal
 ])
-def test_attention_varlen_backward_simulated(lengths, key_lengths, heads, kv_heads, d, causal, order) -> None:
-    """attention_varlen_bwd_dkdv and attention_varlen_bwd_dq (with attention_varlen_backward's constants, after
-    attention_bwd_delta on the packed views): the interpreter against the float64 gradients per sequence, the
-    simulated PTX against the interpreter; rows past the last sequence's keys / queries left (poisoned)."""
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_attention_varlen_backward_simulated(lengths, key_lengths, heads, kv_heads, d, causal, order, target) -> None:
+    """attention_varlen_backward's dK/dV and dQ kernels with its constants (Hopper's wgmma ones, or the mma.sync
+    ones' sm_80 build), after attention_bwd_delta on the packed views: the interpreter against the float64 gradients
+    per sequence, the simulated PTX against the interpreter; rows past the last sequence's keys / queries left
+    (poisoned)."""
     from tkc.kernels import attention_bwd_delta
-    from tkc.kernels.attention_varlen import BACKWARD_STEPS, attention_varlen_bwd_dkdv, attention_varlen_bwd_dq
+    from tkc.kernels.attention_varlen import BACKWARD_SM90, backward_kernels
 
+    if target == "sm_90a" and d not in BACKWARD_SM90:
+        pytest.skip(f"D = {d}'s backward runs the sm_80 kernels on every GPU")
     rng = np.random.default_rng(sum(lengths) * d)
     ends = np.cumsum(lengths).astype(np.int32)
     key_ends = np.cumsum(key_lengths).astype(np.int32) if key_lengths else ends
@@ -1406,13 +1411,12 @@ def test_attention_varlen_backward_simulated(lengths, key_lengths, heads, kv_hea
     lse32 = lse.astype(np.float32)[None]
     delta = np.zeros((1, heads, total), np.float32)
     attention_bwd_delta.interpret(packed(out_bf), packed(do), lse32, delta, grid=(-(-total // 64), heads, 1), D=d)
-    queries, keys = BACKWARD_STEPS[d]
     constants = {"D": d, "CAUSAL": causal, **({"GROUP": heads // kv_heads} if heads != kv_heads else {})}
+    (dkdv_kernel, dkdv, key_rows), (dq_kernel, dq_cfg, query_rows) = backward_kernels(d, target == "sm_90a")
     dk, dv = poisoned(total_k, kv_heads, d), poisoned(total_k, kv_heads, d)
-    interp, sim = run_both(attention_varlen_bwd_dkdv, [packed(q), packed(k), packed(v), packed(do), lse32, delta,
-                                                       packed(dk), packed(dv), ends, key_ends, 0.1],
-                           (-(-total_k // 64) + len(lengths), kv_heads, 1),
-                           {**constants, "QUERIES": queries, "KV_IN_SHARED": 1}, "sm_80", order)
+    interp, sim = run_both(dkdv_kernel, [packed(q), packed(k), packed(v), packed(do), lse32, delta, packed(dk),
+                                         packed(dv), ends, key_ends, 0.1],
+                           (-(-total_k // key_rows) + len(lengths), kv_heads, 1), {**constants, **dkdv}, target, order)
     rows_k = int(key_ends[-1])
     for got, ref in ((interp[6], dk_ref), (interp[7], dv_ref)):
         got = got[0].transpose(1, 0, 2)
@@ -1420,9 +1424,9 @@ def test_attention_varlen_backward_simulated(lengths, key_lengths, heads, kv_hea
     for i in (6, 7):
         assert rel_err(sim[i][0, :, :rows_k], interp[i][0, :, :rows_k]) < 2e-3
     dq = poisoned(total, heads, d)
-    interp, sim = run_both(attention_varlen_bwd_dq, [packed(q), packed(k), packed(v), packed(do), lse32, delta,
-                                                     packed(dq), ends, key_ends, 0.1],
-                           (-(-total // 64) + len(lengths), heads, 1), {**constants, "KEYS": keys}, "sm_80", order)
+    interp, sim = run_both(dq_kernel, [packed(q), packed(k), packed(v), packed(do), lse32, delta, packed(dq), ends,
+                                       key_ends, 0.1],
+                           (-(-total // query_rows) + len(lengths), heads, 1), {**constants, **dq_cfg}, target, order)
     got, rows_q = interp[6][0].transpose(1, 0, 2), int(ends[-1])
     assert np.isnan(f64(got[rows_q:])).all() and rel_err(got[:rows_q], dq_ref[:rows_q]) < 2e-2
     assert rel_err(sim[6][0, :, :rows_q], interp[6][0, :, :rows_q]) < 2e-3

@@ -509,7 +509,7 @@ CONFIG_SM90[256] = ({"WARPS": 8, "HALVES": 2, "STAGES": 2, "QUERIES": 64, "PRODU
                     {"WARPS": 4, "KEYS": 64, "STAGES": 2, "PRODUCER": 1, "SPLIT_RING": 1})
 
 
-def _tma_ready(*tensors: torch.Tensor) -> bool:
+def tma_ready(*tensors: torch.Tensor) -> bool:
     """Can TMA read these (B, H, N, D) tensors: 16-byte aligned addresses and strides, the last dimension dense."""
     return all(t.data_ptr() % 16 == 0 and t.stride(3) == 1 and not (t.stride(0) | t.stride(1) | t.stride(2)) % 8
                for t in tensors)
@@ -547,7 +547,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     # Hopper: the wgmma kernels where TMA can read the operands; elsewhere (or with target="sm_80") the mma.sync ones,
     # built for sm_80 on every GPU (their sm_90a build, TMA rings instead of cp.async, is slower: RESULTS "attention
     # backward probe — 2026-12-04 17:05", dkdv at D=128 1294 vs 886 µs)
-    if d in CONFIG_SM90 and wgmma_path(q.get_device(), target) and _tma_ready(q, k, v, grad_out, dq, dk, dv):
+    if d in CONFIG_SM90 and wgmma_path(q.get_device(), target) and tma_ready(q, k, v, grad_out, dq, dk, dv):
         kernels, configs, warps, build = (attention_bwd_dkdv_sm90, attention_bwd_dq_sm90), CONFIG_SM90[d], 8, "sm_90a"
     else:
         kernels, configs, warps = (attention_bwd_dkdv, attention_bwd_dq), CONFIG[d], 4

@@ -17,8 +17,8 @@ import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_like, check_tensor, dtype_constant, fail, unread_lse, wants_grad, wgmma_path
 from tkc.kernels.attention import CONFIG, group_constant, kv_head, sm80_stages
-from tkc.kernels.attention_bwd import (attention_bwd_delta, dkdv_step, dq_step, group_step, group_steps_end,
-                                      scores_t)
+from tkc.kernels.attention_bwd import (CONFIG_SM90, tma_ready, attention_bwd_delta, dkdv_step, dq_step, group_step,
+                                      group_steps_end, scores_t)
 from tkc.kernels.grouped_gemm import group_tile
 from tkc.lang import *  # noqa: F403
 
@@ -272,9 +272,9 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The backward (the sm_80 build on every GPU, as attention_backward's mma.sync kernels): Δ by attention_bwd_delta on
-# the packed views (its rows are independent of the sequences), then dK/dV a block per 64 keys of a sequence and dQ
-# a block per 64 queries of one.
+# The backward (as attention_backward's: the wgmma kernels on Hopper, the mma.sync ones' sm_80 build elsewhere): Δ by
+# attention_bwd_delta on the packed views (its rows are independent of the sequences), then dK/dV a block per key
+# block of a sequence and dQ a block per query block of one.
 
 
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
@@ -342,11 +342,82 @@ def attention_varlen_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
     store(dQ, (dq * scale).to(DT), (0, h, rows(row, end), 0))
 
 
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", min_target="sm_90a")
+def attention_varlen_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
+                                   Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], Ends: gl[i32, 1],
+                                   EndsK: gl[i32, 1], scale: float, D: const = 128, CAUSAL: const = 0,
+                                   QUERIES: const = 64, WARPS: const = 8, STAGES: const = 3, PRODUCER: const = 0,
+                                   BLOCKS: const = 0, DT: const = bf16, GROUP: const = 1):
+    """attention_varlen_bwd_dkdv on Hopper's wgmma (as attention_bwd_dkdv_sm90): a block per 16·WARPS keys of one
+    sequence (a warpgroup per 64), K and V in shared memory, Q and dO streamed by TMA from the sequence's first query
+    row, QUERIES a step; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, dV += Pᵀ·dO and dK += dSᵀ·Q. Grid:
+    (cdiv(total_k, 16·WARPS) + B, H / GROUP)."""
+    static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
+    h = block_idx()[1]
+    first_key, key_end, key_start, start, queries = query_block(EndsK, Ends, block_idx()[0], 16 * WARPS, 8)
+    k_block = load(K, (0, h, rows(first_key), 0), st[DT, 16 * WARPS, D])
+    v_block = load(V, (0, h, rows(first_key), 0), st[DT, 16 * WARPS, D])
+    k, v = load(k_block, (warpgroup_id(), 0), st[DT, 64, D]), load(v_block, (warpgroup_id(), 0), st[DT, 64, D])
+    key_row = first_key + 16 * warp_id()  # this warp's first key (packed)
+    scale_log2 = scale * LOG2E
+    dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
+    first = (first_key - key_start) // QUERIES if CAUSAL else 0  # (as attention_varlen_bwd_dkdv)
+    steps = max(cdiv(queries, QUERIES), first + 1)
+    for i in range(first, group_steps_end(first, steps, GROUP)):
+        hq, j = group_step(i, first, steps, h * GROUP, GROUP)
+        q_row = start + j * QUERIES  # (rows past the sequence's queries: the next one's, or TMA's zeros; masked)
+        q_s, do_s = load(Q, (0, hq, rows(q_row), 0), st[DT, QUERIES, D]), load(dO, (0, hq, rows(q_row), 0),
+                                                                              st[DT, QUERIES, D])
+        # (zeros past the sequence's queries: another sequence's L of -inf would make its masked P NaN)
+        lse_log2 = load(L, (0, hq, rows(q_row, start + queries)), rv[f32, QUERIES]) * LOG2E
+        delta = load(Delta, (0, hq, rows(q_row, start + queries)), rv[f32, QUERIES])
+        dk, dv, _ = dkdv_step(scores_t(k, q_s, 0, 1, D, DT), v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2,
+                              key_row - key_start - j * QUERIES, CAUSAL, queries - j * QUERIES, 1, 0, 1, D, DT)
+    store(dK, (dk * scale).to(DT), (0, h, rows(key_row, key_end), 0))
+    store(dV, dv.to(DT), (0, h, rows(key_row, key_end), 0))
+
+
+@tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", min_target="sm_90a")
+def attention_varlen_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
+                                 Delta: gl[f32, 3], dQ: gl["DT", 4], Ends: gl[i32, 1], EndsK: gl[i32, 1],
+                                 scale: float, D: const = 128, CAUSAL: const = 0, KEYS: const = 64,
+                                 WARPS: const = 8, STAGES: const = 3, PRODUCER: const = 0, BLOCKS: const = 0,
+                                 DT: const = bf16, GROUP: const = 1):
+    """attention_varlen_bwd_dq on Hopper's wgmma (as attention_bwd_dq_sm90): a block per 16·WARPS queries of one
+    sequence (a warpgroup per 64), Q and dO in shared memory, K and V streamed by TMA, KEYS a step. Grid:
+    (cdiv(total, 16·WARPS) + B, H)."""
+    static_assert(D in (64, 96, 128), f"head dim D must be 64, 96 or 128, got {D}")
+    blk, h = block_idx()[0], block_idx()[1]
+    if CAUSAL:  # each sequence's last query blocks, which see the most keys, first
+        blk = num_blocks()[0] - 1 - blk
+    first_row, end, start, key_start, keys = query_block(Ends, EndsK, blk, 16 * WARPS, 8)
+    q_block = load(Q, (0, h, rows(first_row), 0), st[DT, 16 * WARPS, D])
+    do_block = load(dO, (0, h, rows(first_row), 0), st[DT, 16 * WARPS, D])
+    q, do = load(q_block, (warpgroup_id(), 0), st[DT, 64, D]), load(do_block, (warpgroup_id(), 0), st[DT, 64, D])
+    row = first_row + 16 * warp_id()
+    lse_log2 = load(L, (0, h, rows(row, end)), rv[f32, 16]) * LOG2E
+    delta = load(Delta, (0, h, rows(row, end)), rv[f32, 16])
+    scale_log2 = scale * LOG2E
+    dq = zeros(rt[f32, 16, D])
+    kv_h = kv_head(h, GROUP)
+    steps, _ = key_steps(first_row, start, keys, 16 * WARPS, KEYS, CAUSAL)
+    for j in range(steps):
+        k_s = load(K, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
+        v_s = load(V, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
+        dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, row - start - j * KEYS, CAUSAL,
+                     keys - j * KEYS, 1, 1, DT)
+    store(dQ, (dq * scale).to(DT), (0, h, rows(row, end), 0))
+
+
 # per head dim: (dK/dV's queries a step, dQ's keys a step), K and V in shared memory in the dK/dV kernel: the
 # builds without spills for sm_80 and sm_90 (the H200 JIT), causal and grouped-query too (in registers, K and V
 # spilled at D = 64 causal; 32 queries a step at D = 128 causal, and 64 keys at D = 64 with 4 query heads a K/V
 # head, spilled a few bytes)
 BACKWARD_STEPS = {32: (64, 32), 64: (64, 32), 96: (16, 32), 128: (16, 32)}  # (D = 256: dK and dV would not fit)
+# On Hopper, attention_bwd's wgmma constants (dK/dV and dQ; not yet swept for the varlen kernels), but two dK/dV
+# blocks a multiprocessor at D = 64 (the sequences' indices take 203-211 registers a thread: three would spill)
+BACKWARD_SM90 = {d: CONFIG_SM90[d] for d in HOPPER_DIMS}
+BACKWARD_SM90[64] = ({**CONFIG_SM90[64][0], "BLOCKS": 2}, CONFIG_SM90[64][1])
 
 
 def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -357,7 +428,8 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """The gradients (dq, dk, dv) of out = attention_varlen(q, k, v, cu_seqlens, ...) given grad_out, the forward's
     `out` and its log-sum-exps `lse` ((H, total) float32, return_lse=True); with grad_lse, also through lse. dk and
     dv sum over the query heads that read each K/V head; rows of dq past cu_seqlens[-1] are zeros, as those of dk and
-    dv past the keys' last offset. The mma.sync kernels on every GPU (target="sm_80" or None)."""
+    dv past the keys' last offset. On Hopper (or with target="sm_90a") at D = 64, 96 and 128 the wgmma kernels where
+    TMA can read the tensors; elsewhere (and with target="sm_80", and at D = 32) the mma.sync kernels."""
     import torch
 
     _check_varlen(q, k, v, cu_seqlens, cu_seqlens_k, scale, None)
@@ -378,7 +450,6 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if seqs == 0 or total == 0 or heads == 0:
         return dq, dk, dv
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    build = "sm_80" if target in (None, "sm_90a") else target
     dt = dtype_constant(q.dtype)
     packed = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731  (1, H, rows, D) views
     delta = lse.new_empty(lse.shape)
@@ -386,13 +457,27 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                                        (lse if grad_lse is None else grad_lse).unsqueeze(0),
                                                        delta.unsqueeze(0), D=d, WITH_DL=int(grad_lse is not None),
                                                        target="sm_80", **dt)
-    queries, keys = BACKWARD_STEPS[d]
     constants = {"D": d, "CAUSAL": int(bool(causal)), **dt, **group_constant(heads, kv_heads)}
     ends, key_ends = cu_seqlens[1:], cu_seqlens_k[1:]
-    common = (packed(q), packed(k), packed(v), packed(grad_out), lse.unsqueeze(0), delta.unsqueeze(0))
-    attention_varlen_bwd_dkdv[(ceil_div(total_k, 64) + seqs, kv_heads, 1)](
-        *common, packed(dk), packed(dv), ends, key_ends, scale, QUERIES=queries, KV_IN_SHARED=1, **constants,
-        target=build)
-    attention_varlen_bwd_dq[(ceil_div(total, 64) + seqs, heads, 1)](*common, packed(dq), ends, key_ends, scale,
-                                                                    KEYS=keys, **constants, target=build)
+    views = [packed(t) for t in (q, k, v, grad_out, dq, dk, dv)]
+    common = (*views[:4], lse.unsqueeze(0), delta.unsqueeze(0))
+    hopper = wgmma_path(q.get_device(), target) and tma_ready(*views)
+    (dkdv_kernel, dkdv, key_rows), (dq_kernel, dq_cfg, query_rows) = backward_kernels(d, hopper)
+    build = "sm_90a" if hopper and d in BACKWARD_SM90 else "sm_80" if target in (None, "sm_90a") else target
+    dkdv_kernel[(ceil_div(total_k, key_rows) + seqs, kv_heads, 1)](*common, views[5], views[6], ends, key_ends, scale,
+                                                                   **dkdv, **constants, target=build)
+    dq_kernel[(ceil_div(total, query_rows) + seqs, heads, 1)](*common, views[4], ends, key_ends, scale, **dq_cfg,
+                                                             **constants, target=build)
     return dq, dk, dv
+
+
+def backward_kernels(d: int, hopper: bool) -> tuple[tuple[Any, dict[str, int], int], tuple[Any, dict[str, int], int]]:
+    """attention_varlen_backward's dK/dV and dQ kernels at head dim d, each (kernel, its constants, the rows of a
+    block): with `hopper` (and D = 64, 96, 128) the wgmma ones, else the mma.sync ones."""
+    if hopper and d in BACKWARD_SM90:
+        dkdv, dq = BACKWARD_SM90[d]
+        return ((attention_varlen_bwd_dkdv_sm90, dkdv, 16 * dkdv.get("WARPS", 8)),
+                (attention_varlen_bwd_dq_sm90, dq, 16 * dq.get("WARPS", 8)))
+    queries, keys = BACKWARD_STEPS[d]
+    return ((attention_varlen_bwd_dkdv, {"QUERIES": queries, "KV_IN_SHARED": 1}, 64),
+            (attention_varlen_bwd_dq, {"KEYS": keys}, 64))
