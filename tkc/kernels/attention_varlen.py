@@ -277,6 +277,53 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 # block of a sequence and dQ a block per query block of one.
 
 
+@tkc.func
+def sequence_dkdv(Q, dO, L, Delta, k, v, h, first_key, key_row, key_start, start, queries, scale, D, CAUSAL,
+                  QUERIES, GROUP, kv_in_shared, wgmma, DT):
+    """dK and dV (without the scale) of a warp's 16 keys from packed key row `key_row` (k, v: in registers, or in
+    shared memory with `kv_in_shared` or `wgmma`) of a key block from `first_key`, in the sequence whose keys start
+    at `key_start` and whose `queries` queries at `start`: the loop over its query steps (QUERIES a step) and the
+    GROUP query heads that read K/V head h, one after the other."""
+    scale_log2 = scale * LOG2E
+    dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
+    first = (first_key - key_start) // QUERIES if CAUSAL else 0  # query steps before see none of the block's keys
+    # (at least one step from `first`: group_step divides by steps - first, also where the pipeline computes the
+    # addresses of steps that do not run; a step past the queries masks them all and adds nothing)
+    steps = max(cdiv(queries, QUERIES), first + 1)
+    for i in range(first, group_steps_end(first, steps, GROUP)):
+        hq, j = group_step(i, first, steps, h * GROUP, GROUP)
+        q_row = start + j * QUERIES  # (rows past the sequence's queries: the next one's, or zeros; masked)
+        q_s, do_s = load(Q, (0, hq, rows(q_row), 0), st[DT, QUERIES, D]), load(dO, (0, hq, rows(q_row), 0),
+                                                                              st[DT, QUERIES, D])
+        # (read up to the sequence's end, zeros past it: another sequence's L of -inf would make its masked P NaN)
+        lse_log2 = load(L, (0, hq, rows(q_row, start + queries)), rv[f32, QUERIES]) * LOG2E
+        delta = load(Delta, (0, hq, rows(q_row, start + queries)), rv[f32, QUERIES])
+        dk, dv, _ = dkdv_step(scores_t(k, q_s, kv_in_shared, wgmma, D, DT), v, q_s, do_s, lse_log2, delta, dk, dv,
+                              scale_log2, key_row - key_start - j * QUERIES, CAUSAL, queries - j * QUERIES, 1,
+                              kv_in_shared, wgmma, D, DT)
+    return dk, dv
+
+
+@tkc.func
+def sequence_dq(K, V, L, Delta, dQ, q, do, h, first_row, row, end, start, key_start, keys, block_rows, scale, D,
+                CAUSAL, KEYS, GROUP, wgmma, DT):
+    """dQ of a warp's 16 query rows from packed row `row` (q, do: in registers, or with `wgmma` its warpgroup's in
+    shared memory) of a query block of `block_rows` from `first_row`, in the sequence from `start` (its end `end`;
+    its `keys` keys from `key_start`): the loop over the keys, KEYS a step, then the store cut at the end."""
+    lse_log2 = load(L, (0, h, rows(row, end)), rv[f32, 16]) * LOG2E
+    delta = load(Delta, (0, h, rows(row, end)), rv[f32, 16])
+    scale_log2 = scale * LOG2E
+    dq = zeros(rt[f32, 16, D])
+    kv_h = kv_head(h, GROUP)
+    steps, _ = key_steps(first_row, start, keys, block_rows, KEYS, CAUSAL)
+    for j in range(steps):
+        k_s = load(K, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
+        v_s = load(V, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
+        dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, row - start - j * KEYS, CAUSAL,
+                     keys - j * KEYS, 1, wgmma, DT)
+    store(dQ, (dq * scale).to(DT), (0, h, rows(row, end), 0))
+
+
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
 def attention_varlen_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: gl["DT", 4], L: gl[f32, 3],
                               Delta: gl[f32, 3], dK: gl["DT", 4], dV: gl["DT", 4], Ends: gl[i32, 1],
@@ -297,22 +344,8 @@ def attention_varlen_bwd_dkdv(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO
         v = load(V, (0, h, rows(first_key), 0), st[DT, 64, D])
     else:
         k, v = load(K, (0, h, rows(key_row), 0), rt[DT, 16, D]), load(V, (0, h, rows(key_row), 0), rt[DT, 16, D])
-    scale_log2 = scale * LOG2E
-    dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
-    first = (first_key - key_start) // QUERIES if CAUSAL else 0  # query steps before see none of the block's keys
-    # (at least one step from `first`: group_step divides by steps - first, also where the pipeline computes the
-    # addresses of steps that do not run; a step past the queries masks them all and adds nothing)
-    steps = max(cdiv(queries, QUERIES), first + 1)
-    for i in range(first, group_steps_end(first, steps, GROUP)):
-        hq, j = group_step(i, first, steps, h * GROUP, GROUP)
-        q_row = start + j * QUERIES
-        q_s, do_s = load(Q, (0, hq, rows(q_row), 0), st[DT, QUERIES, D]), load(dO, (0, hq, rows(q_row), 0),
-                                                                              st[DT, QUERIES, D])
-        lse_log2 = load(L, (0, hq, rows(q_row, start + queries)), rv[f32, QUERIES]) * LOG2E
-        delta = load(Delta, (0, hq, rows(q_row, start + queries)), rv[f32, QUERIES])
-        dk, dv, _ = dkdv_step(scores_t(k, q_s, KV_IN_SHARED, 0, D, DT), v, q_s, do_s, lse_log2, delta, dk, dv,
-                              scale_log2, key_row - key_start - j * QUERIES, CAUSAL, queries - j * QUERIES, 1,
-                              KV_IN_SHARED, 0, D, DT)
+    dk, dv = sequence_dkdv(Q, dO, L, Delta, k, v, h, first_key, key_row, key_start, start, queries, scale, D, CAUSAL,
+                           QUERIES, GROUP, KV_IN_SHARED, 0, DT)
     store(dK, (dk * scale).to(DT), (0, h, rows(key_row, key_end), 0))
     store(dV, dv.to(DT), (0, h, rows(key_row, key_end), 0))
 
@@ -328,18 +361,8 @@ def attention_varlen_bwd_dq(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], dO: 
     first_row, end, start, key_start, keys = query_block(Ends, EndsK, block_idx()[0], 64, 16)
     row = first_row + 16 * warp_id()
     q, do = load(Q, (0, h, rows(row), 0), rt[DT, 16, D]), load(dO, (0, h, rows(row), 0), rt[DT, 16, D])
-    lse_log2 = load(L, (0, h, rows(row, end)), rv[f32, 16]) * LOG2E
-    delta = load(Delta, (0, h, rows(row, end)), rv[f32, 16])
-    scale_log2 = scale * LOG2E
-    dq = zeros(rt[f32, 16, D])
-    kv_h = kv_head(h, GROUP)
-    steps, _ = key_steps(first_row, start, keys, 64, KEYS, CAUSAL)
-    for j in range(steps):
-        k_s = load(K, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
-        v_s = load(V, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
-        dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, row - start - j * KEYS, CAUSAL,
-                     keys - j * KEYS, 1, 0, DT)
-    store(dQ, (dq * scale).to(DT), (0, h, rows(row, end), 0))
+    sequence_dq(K, V, L, Delta, dQ, q, do, h, first_row, row, end, start, key_start, keys, 64, scale, D, CAUSAL, KEYS,
+                GROUP, 0, DT)
 
 
 @tkc.kernel(warps="WARPS", stages="STAGES", producer="PRODUCER", blocks_per_sm="BLOCKS", min_target="sm_90a")
@@ -359,20 +382,8 @@ def attention_varlen_bwd_dkdv_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4
     v_block = load(V, (0, h, rows(first_key), 0), st[DT, 16 * WARPS, D])
     k, v = load(k_block, (warpgroup_id(), 0), st[DT, 64, D]), load(v_block, (warpgroup_id(), 0), st[DT, 64, D])
     key_row = first_key + 16 * warp_id()  # this warp's first key (packed)
-    scale_log2 = scale * LOG2E
-    dk, dv = zeros(rt[f32, 16, D]), zeros(rt[f32, 16, D])
-    first = (first_key - key_start) // QUERIES if CAUSAL else 0  # (as attention_varlen_bwd_dkdv)
-    steps = max(cdiv(queries, QUERIES), first + 1)
-    for i in range(first, group_steps_end(first, steps, GROUP)):
-        hq, j = group_step(i, first, steps, h * GROUP, GROUP)
-        q_row = start + j * QUERIES  # (rows past the sequence's queries: the next one's, or TMA's zeros; masked)
-        q_s, do_s = load(Q, (0, hq, rows(q_row), 0), st[DT, QUERIES, D]), load(dO, (0, hq, rows(q_row), 0),
-                                                                              st[DT, QUERIES, D])
-        # (zeros past the sequence's queries: another sequence's L of -inf would make its masked P NaN)
-        lse_log2 = load(L, (0, hq, rows(q_row, start + queries)), rv[f32, QUERIES]) * LOG2E
-        delta = load(Delta, (0, hq, rows(q_row, start + queries)), rv[f32, QUERIES])
-        dk, dv, _ = dkdv_step(scores_t(k, q_s, 0, 1, D, DT), v, q_s, do_s, lse_log2, delta, dk, dv, scale_log2,
-                              key_row - key_start - j * QUERIES, CAUSAL, queries - j * QUERIES, 1, 0, 1, D, DT)
+    dk, dv = sequence_dkdv(Q, dO, L, Delta, k, v, h, first_key, key_row, key_start, start, queries, scale, D, CAUSAL,
+                           QUERIES, GROUP, 0, 1, DT)
     store(dK, (dk * scale).to(DT), (0, h, rows(key_row, key_end), 0))
     store(dV, dv.to(DT), (0, h, rows(key_row, key_end), 0))
 
@@ -395,18 +406,8 @@ def attention_varlen_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4],
     do_block = load(dO, (0, h, rows(first_row), 0), st[DT, 16 * WARPS, D])
     q, do = load(q_block, (warpgroup_id(), 0), st[DT, 64, D]), load(do_block, (warpgroup_id(), 0), st[DT, 64, D])
     row = first_row + 16 * warp_id()
-    lse_log2 = load(L, (0, h, rows(row, end)), rv[f32, 16]) * LOG2E
-    delta = load(Delta, (0, h, rows(row, end)), rv[f32, 16])
-    scale_log2 = scale * LOG2E
-    dq = zeros(rt[f32, 16, D])
-    kv_h = kv_head(h, GROUP)
-    steps, _ = key_steps(first_row, start, keys, 16 * WARPS, KEYS, CAUSAL)
-    for j in range(steps):
-        k_s = load(K, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
-        v_s = load(V, (0, kv_h, rows(key_start + j * KEYS), 0), st[DT, KEYS, D])
-        dq = dq_step(q, do, k_s, v_s, lse_log2, delta, dq, scale_log2, row - start - j * KEYS, CAUSAL,
-                     keys - j * KEYS, 1, 1, DT)
-    store(dQ, (dq * scale).to(DT), (0, h, rows(row, end), 0))
+    sequence_dq(K, V, L, Delta, dQ, q, do, h, first_row, row, end, start, key_start, keys, 16 * WARPS, scale, D,
+                CAUSAL, KEYS, GROUP, 1, DT)
 
 
 # per head dim: (dK/dV's queries a step, dQ's keys a step), K and V in shared memory in the dK/dV kernel: the
