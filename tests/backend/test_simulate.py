@@ -1380,6 +1380,20 @@ def test_attention_varlen_simulated(lengths, key_lengths, heads, kv_heads, d, ca
     assert rel_err(simulated[:ends[-1]], got[:ends[-1]]) < 2e-3  # (exp2 rounding, as the other attention kernels)
 
 
+@pytest.mark.parametrize("rows_total, end, d", [(200, 137, 64), (64, 64, 128), (130, 0, 32), (100, 30, 96)])
+def test_attention_varlen_zero_tail_simulated(rows_total, end, d) -> None:
+    """attention_varlen_zero_tail: zeros in the rows from Ends[-1] on, the rows before left as they were (a 16-row
+    tile across the end starts at it), in the interpreter and the simulated PTX."""
+    from tkc.kernels.attention_varlen import attention_varlen_zero_tail
+
+    x = poisoned(1, 3, rows_total, d)
+    ends = np.array([end // 2, end], np.int32)
+    interp, sim = run_both(attention_varlen_zero_tail, [x, ends], (-(-rows_total // 64), 3, 1), {"D": d}, "sm_80",
+                           "shuffled")
+    for got in (interp[0], sim[0]):
+        assert np.isnan(f64(got[:, :, :end])).all() and (f64(got[:, :, end:]) == 0).all()
+
+
 @pytest.mark.parametrize("lengths, key_lengths, heads, kv_heads, d, causal, order", [
     ([70, 130, 5, 200], None, 2, 2, 64, 0, "shuffled"),
     ([70, 0, 1, 150], None, 4, 2, 64, 1, "descending"),  # grouped-query: dK, dV summed over two query heads

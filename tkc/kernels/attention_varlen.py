@@ -410,6 +410,16 @@ def attention_varlen_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4],
                 CAUSAL, KEYS, GROUP, 1, DT)
 
 
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_varlen_zero_tail(X: gl["DT", 4], Ends: gl[i32, 1], D: const = 64, DT: const = bf16):
+    """Zeros into the rows of X (1, H, rows, D) from Ends[-1] on (the packed rows past the last sequence, which no
+    gradient reaches): a warp each 16 rows, those before the end leave theirs. Grid: (cdiv(rows, 64), H)."""
+    h = block_idx()[1]
+    row, end = block_idx()[0] * 64 + 16 * warp_id(), Ends[Ends.shape[0] - 1]
+    if row + 16 > end:  # (a tile across the end: from the end on, overlapping the next warp's zeros)
+        store(X, zeros(rt[f32, 16, D]).to(DT), (0, h, rows(max(row, end), X.shape[2]), 0))
+
+
 # per head dim: (dK/dV's queries a step, dQ's keys a step), K and V in shared memory in the dK/dV kernel: the
 # builds without spills for sm_80 and sm_90 (the H200 JIT), causal and grouped-query too (in registers, K and V
 # spilled at D = 64 causal; 32 queries a step at D = 128 causal, and 64 keys at D = 64 with 4 query heads a K/V
@@ -446,10 +456,10 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     cu_seqlens_k = cu_seqlens if cu_seqlens_k is None else cu_seqlens_k
     total, heads, d = q.shape
     total_k, kv_heads = k.shape[0], k.shape[1]
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     seqs = cu_seqlens.shape[0] - 1
     if seqs == 0 or total == 0 or heads == 0:
-        return dq, dk, dv
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     dt = dtype_constant(q.dtype)
     packed = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731  (1, H, rows, D) views
@@ -469,6 +479,12 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                                                    **dkdv, **constants, target=build)
     dq_kernel[(ceil_div(total, query_rows) + seqs, heads, 1)](*common, views[4], ends, key_ends, scale, **dq_cfg,
                                                              **constants, target=build)
+    # the rows past the last sequence (no gradient reaches them): zeros, written where the host cannot see them
+    # (reading cu_seqlens[-1] would wait for the GPU) instead of memsets of whole tensors
+    for view, last, count in ((views[4], ends, total), (views[5], key_ends, total_k), (views[6], key_ends, total_k)):
+        if count:
+            attention_varlen_zero_tail[(ceil_div(count, 64), view.shape[1], 1)](view, last, D=d, **dt,
+                                                                                 target="sm_80")
     return dq, dk, dv
 
 
