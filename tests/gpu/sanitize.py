@@ -271,10 +271,11 @@ def packed_sequences() -> None:
             for target in ("sm_80", *(["sm_90a"] if torch.cuda.get_device_capability() == (9, 0) else [])):
                 attention_varlen(q[:1040], k[:1040], v[:1040], cu, causal=causal, target=target)
                 attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k, causal=causal, target=target, return_lse=True)
-            # the backward: 700 queries of a sequence against its 700 keys (22 / 11 steps against 3 stages)
-            qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-            out, lse = attention_varlen(qg, kg, vg, cu, cu_seqlens_k=cu_k, causal=causal, return_lse=True)
-            torch.autograd.grad((out, lse), (qg, kg, vg), (torch.randn_like(out), torch.randn_like(lse)))
+                # the backward: 700 queries of a sequence against its 700 keys (11+ steps against 3 stages)
+                qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                out, lse = attention_varlen(qg, kg, vg, cu, cu_seqlens_k=cu_k, causal=causal, return_lse=True,
+                                            target=target)
+                torch.autograd.grad((out, lse), (qg, kg, vg), (torch.randn_like(out), torch.randn_like(lse)))
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tkc.kernels.attention_varlen import attention_varlen  # noqa: E402
+from tkc.kernels.attention_varlen import attention_varlen, attention_varlen_backward  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -149,6 +149,27 @@ def test_attention_varlen_gradients(lengths, key_lengths, heads, kv_heads, d, ca
             ref_lse[:, a:b] = scores.logsumexp(-1)
     (ref * grad_out.float()).sum().add(ref_lse.sum() * 0.1).backward()
     for got, want in ((q.grad, qf.grad), (k.grad, kf.grad), (v.grad, vf.grad)):
+        assert rel_err(got, want) < 2e-2
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_attention_varlen_gradients_past_the_last_sequence_are_zeros(target) -> None:  # type: ignore[no-untyped-def]
+    """attention_varlen_backward: rows of dq past cu_seqlens[-1] and of dk, dv past cu_seqlens_k[-1] are zeros (the
+    allocator's blocks poisoned with NaN first), the rest as the reference's."""
+    if target is None:
+        hopper()
+    q, do = (torch.randn(333, 4, 128, device="cuda").to(torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(290, 2, 128, device="cuda").to(torch.bfloat16) for _ in range(2))
+    cu, cu_k = offsets([100, 150]), offsets([120, 100])
+    out, lse = attention_varlen(q, k, v, cu, cu_seqlens_k=cu_k, return_lse=True, target=target)
+    for t in (q, k, v):  # freed NaN blocks of each size for the gradients' empty_like to take
+        torch.full_like(t, float("nan"))
+    dq, dk, dv = attention_varlen_backward(q, k, v, out, do, lse, cu, cu_seqlens_k=cu_k, target=target)
+    assert (dq[250:] == 0).all() and (dk[220:] == 0).all() and (dv[220:] == 0).all()
+    qf, kf, vf = (t[:n].detach().float().requires_grad_() for t, n in ((q, 250), (k, 220), (v, 220)))
+    ref = reference(qf, kf, vf, cu, cu_k, False, 1 / math.sqrt(128))
+    ref.backward(do[:250].float())
+    for got, want in ((dq[:250], qf.grad), (dk[:220], kf.grad), (dv[:220], vf.grad)):
         assert rel_err(got, want) < 2e-2
 
 
