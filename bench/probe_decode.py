@@ -83,13 +83,14 @@ def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
     """attention_decode and attention_decode_combine launched alone, on buffers made once (as attention_decode_launch
     launches them on Hopper): what each costs of a decoding step; and attention_decode_cluster where it applies."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    plan = decode_module._plan(q.shape, k.shape, q.dtype, False, None, sms, True)
+    plan = decode_module._plan(q.shape, k.shape, q.dtype, False, None, sms, True, False)
+    kv = (k, v, q.new_zeros((1,), dtype=torch.int32))  # (Lengths: unread without LENGTHS)
     decode, combine, steps, q_rows, (parts, flat, d) = plan.decode, plan.combine, plan.steps, plan.q_rows, plan.flat_parts
     o_parts = q.new_empty(plan.parts_shape, dtype=torch.float32)
     l_parts = q.new_empty(plan.parts_shape[:3], dtype=torch.float32)
     out = torch.empty_like(q)
     kernels = {f"attention_decode alone ({parts} parts of {steps} steps)":
-               lambda: decode(q.view(q_rows), k, v, o_parts, l_parts, 0.1, steps),
+               lambda: decode(q.view(q_rows), *kv, o_parts, l_parts, 0.1, steps),
                "attention_decode_combine alone": lambda: combine(o_parts.view(parts, flat, d),
                                                                  l_parts.view(parts, flat), out.view(flat, d),
                                                                  l_parts.view(-1))}
@@ -99,13 +100,13 @@ def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
                            dtype=torch.int32)
     last_out = q.new_empty((1, 1, 1), dtype=torch.float32)
     kernels["attention_decode_last alone (one launch, the last part weighs)"] = (
-        lambda: last(q.view(q_rows), k, v, o_parts, l_parts, out.view(q_rows), last_out, counters, 0.1, steps))
+        lambda: last(q.view(q_rows), *kv, o_parts, l_parts, out.view(q_rows), last_out, counters, 0.1, steps))
     if plan.clustered is not None:
         unread = q.new_empty((1, 1, 1), dtype=torch.float32)
         x, y, z = plan.clustered.grid
-        held = plan.clustered.spec.resident_blocks(q.view(q_rows), k, v, out.view(q_rows), unread, 0.1, steps)
+        held = plan.clustered.spec.resident_blocks(q.view(q_rows), *kv, out.view(q_rows), unread, 0.1, steps)
         kernels[f"attention_decode_cluster alone (clusters of {parts}; {x * y * z} blocks, the GPU holds {held})"] = (
-            lambda: plan.clustered(q.view(q_rows), k, v, out.view(q_rows), unread, 0.1, steps))
+            lambda: plan.clustered(q.view(q_rows), *kv, out.view(q_rows), unread, 0.1, steps))
     return kernels
 
 

@@ -64,6 +64,18 @@ def attention_ref(q, k, v, causal: bool = False, window: int | None = None, scal
     return out
 
 
+def kvcache_ref(q, k, v, lengths, scale: float):
+    """attention_ref per batch over its first lengths[b] keys (at most k's; none: zero rows, lse -inf): float64
+    (out, lse)."""
+    out = np.zeros(q.shape, np.float64)
+    lse = np.full(q.shape[:-1], -np.inf)
+    for b, n in enumerate(lengths):
+        n = min(int(n), k.shape[2])
+        if n > 0:
+            out[b], lse[b] = attention_ref(q[b], k[b, :, :n], v[b, :, :n], scale=scale, lse=True)
+    return out, lse
+
+
 def layernorm_ref(x, residual, weight, bias, eps: float, rms: bool = False):
     """float64 (LayerNorm(x + residual)·weight + bias, x + residual); residual None: x alone; rms: RMSNorm (no mean,
     no bias)."""

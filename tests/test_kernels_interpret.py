@@ -95,83 +95,105 @@ def decoding_problem(seed: int, d: int, batch: int, kv_heads: int, group: int, n
     return q, k, v, float(rng.uniform(0.05, 0.3)), (keys, stages, -(-steps // per_part), per_part)
 
 
+def cache_lengths(seed: int, batch: int, nk: int, ragged: bool):
+    """The decoding kernels' Lengths and constants: with `ragged`, a length a batch from 0 to past Nk (read as Nk),
+    LENGTHS=1; else an unread int32 and none. Also the reference (out, lse) maker for q, k, v, scale."""
+    from reference import kvcache_ref
+
+    if not ragged:
+        return np.zeros(1, np.int32), {}, lambda q, k, v, scale: attention_ref(q, k, v, scale=scale, lse=True)
+    lengths = np.random.default_rng(seed + 1).integers(0, nk + 9, batch).astype(np.int32)
+    return lengths, {"LENGTHS": 1}, lambda q, k, v, scale: kvcache_ref(q, k, v, lengths, scale)
+
+
+def close_lse(got, want) -> bool:
+    """Log-sum-exps within 1e-4 where finite, -inf where the reference's are (batches without keys)."""
+    finite = np.isfinite(want)
+    return (np.isneginf(got) == ~finite).all() and np.abs(got[finite] - want[finite]).max(initial=0) < 1e-4
+
+
 @pytest.mark.parametrize("d", [64, 128])
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
-       nq=st.sampled_from([1, 1, 2, 3]), nk=st.integers(1, 700), parts=st.integers(1, 6),
+       nq=st.sampled_from([1, 1, 2, 3]), nk=st.integers(1, 700), parts=st.integers(1, 6), ragged=st.booleans(),
        seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=12)
 def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int, parts: int,
-                          seed: int) -> None:
+                          ragged: bool, seed: int) -> None:
     """A few queries (the GROUP query heads' Nq rows of a K/V head packed into one tile) over any number of keys,
     split into parts (the last one short, steps past Nk masked), then the parts weighed by their log-sum-exps:
-    attention_decode and attention_decode_combine against float64, out and log-sum-exp."""
+    attention_decode and attention_decode_combine against float64, out and log-sum-exp; `ragged`: each batch over
+    its own count of keys (LENGTHS; parts past it empty, a batch of none zero rows)."""
     from tkc.kernels.attention_decode import attention_decode, attention_decode_combine
 
     q, k, v, scale, (keys, stages, parts, per_part) = decoding_problem(seed, d, batch, kv_heads, group, nq, nk, parts)
+    lengths, constants, reference = cache_lengths(seed, batch, nk, ragged)
     heads, rows = kv_heads * group, group * nq
     o_parts = poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32)
     l_parts = poisoned(parts * batch, kv_heads, rows, dtype=np.float32)
-    attention_decode.interpret(q.reshape(batch, kv_heads, rows, d), k, v, o_parts, l_parts, scale, per_part,
-                               grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys, STAGES=stages)
+    attention_decode.interpret(q.reshape(batch, kv_heads, rows, d), k, v, lengths, o_parts, l_parts, scale, per_part,
+                               grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys, STAGES=stages,
+                               **constants)
     flat = batch * heads * nq
     out, lse = poisoned(flat, d), poisoned(flat, dtype=np.float32)
     attention_decode_combine.interpret(o_parts.reshape(parts, flat, d), l_parts.reshape(parts, flat), out, lse,
                                        grid=(-(-flat // 16), d // 32), LSE=1)
-    ref, ref_lse = attention_ref(q, k, v, scale=scale, lse=True)
-    assert rel_err(out.reshape(q.shape), ref) < TOL and np.abs(lse.reshape(ref_lse.shape) - ref_lse).max() < 1e-4
+    ref, ref_lse = reference(q, k, v, scale)
+    assert rel_err(out.reshape(q.shape), ref) < TOL and close_lse(lse.reshape(ref_lse.shape), ref_lse)
 
 
 @pytest.mark.parametrize("d", [64, 128])
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
        nq=st.sampled_from([1, 1, 2, 5]), nk=st.integers(1, 700), parts=st.integers(1, 20), lse=st.sampled_from([0, 1]),
-       seed=st.integers(0, 2**32 - 1))
+       ragged=st.booleans(), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)
 def test_decode_attention_last_block_weighs(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int,
-                                            parts: int, lse: int, seed: int) -> None:
+                                            parts: int, lse: int, ragged: bool, seed: int) -> None:
     """attention_decode_last: each block leaves its part, and the last of a row tile's parts to arrive at its counter
     weighs them all, in one launch: out and log-sum-exp against float64 (several row tiles, the last one short);
     two launches on the same counters (each leaves them at 0)."""
     from tkc.kernels.attention_decode import attention_decode_last
 
     q, k, v, scale, (keys, stages, parts, per_part) = decoding_problem(seed, d, batch, kv_heads, group, nq, nk, parts)
+    lengths, constants, reference = cache_lengths(seed, batch, nk, ragged)
     rows = group * nq
     tiles = -(-rows // 16)
     counter = np.zeros(batch * kv_heads * tiles, np.int32)
-    ref, ref_lse = attention_ref(q, k, v, scale=scale, lse=True)
+    ref, ref_lse = reference(q, k, v, scale)
     for _ in range(2):
         o_parts = poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32)
         l_parts = poisoned(parts * batch, kv_heads, rows, dtype=np.float32)
         out, l_out = poisoned(batch, kv_heads, rows, d), poisoned(batch, kv_heads, rows, dtype=np.float32)
-        attention_decode_last.interpret(q.reshape(batch, kv_heads, rows, d), k, v, o_parts, l_parts, out, l_out,
-                                        counter, scale, per_part, grid=(parts * tiles, kv_heads, batch), D=d,
-                                        KEYS=keys, STAGES=stages, LSE=lse)
+        attention_decode_last.interpret(q.reshape(batch, kv_heads, rows, d), k, v, lengths, o_parts, l_parts, out,
+                                        l_out, counter, scale, per_part, grid=(parts * tiles, kv_heads, batch), D=d,
+                                        KEYS=keys, STAGES=stages, LSE=lse, **constants)
         assert rel_err(out.reshape(q.shape), ref) < TOL and not counter.any()
         if lse:
-            assert np.abs(l_out.reshape(ref_lse.shape) - ref_lse).max() < 1e-4
+            assert close_lse(l_out.reshape(ref_lse.shape), ref_lse)
 
 
 @pytest.mark.parametrize("d", [64, 128])
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
        nq=st.sampled_from([1, 1, 2, 5]), nk=st.integers(1, 700), parts=st.integers(1, 16), lse=st.sampled_from([0, 1]),
-       seed=st.integers(0, 2**32 - 1))
+       ragged=st.booleans(), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)
 def test_decode_attention_in_clusters(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int, parts: int,
-                                      lse: int, seed: int) -> None:
+                                      lse: int, ragged: bool, seed: int) -> None:
     """attention_decode_cluster: a row tile's parts of the keys are the blocks of a cluster (1 to 16), which weigh
     each other's results out of their shared memory: out and log-sum-exp against float64 (up to 80 rows a K/V
     head: several row tiles, the last one short)."""
     from tkc.kernels.attention_decode import attention_decode_cluster
 
     q, k, v, scale, (keys, stages, parts, per_part) = decoding_problem(seed, d, batch, kv_heads, group, nq, nk, parts)
+    lengths, constants, reference = cache_lengths(seed, batch, nk, ragged)
     rows = group * nq
     out, l_out = poisoned(batch, kv_heads, rows, d), poisoned(batch, kv_heads, rows, dtype=np.float32)
-    attention_decode_cluster.interpret(q.reshape(batch, kv_heads, rows, d), k, v, out, l_out, scale, per_part,
-                                       grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys, STAGES=stages,
-                                       CLUSTER=parts, LSE=lse, target="sm_90a")
-    ref, ref_lse = attention_ref(q, k, v, scale=scale, lse=True)
+    attention_decode_cluster.interpret(q.reshape(batch, kv_heads, rows, d), k, v, lengths, out, l_out, scale,
+                                       per_part, grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys,
+                                       STAGES=stages, CLUSTER=parts, LSE=lse, target="sm_90a", **constants)
+    ref, ref_lse = reference(q, k, v, scale)
     assert rel_err(out.reshape(q.shape), ref) < TOL
     if lse:
-        assert np.abs(l_out.reshape(ref_lse.shape) - ref_lse).max() < 1e-4
+        assert close_lse(l_out.reshape(ref_lse.shape), ref_lse)
 
 
 @given(rows=st.integers(1, 70), d=st.sampled_from([16, 64, 256, 1024]), eps=st.sampled_from([1e-5, 1e-3]),

@@ -777,6 +777,43 @@ def test_decoding_after_a_prefill_takes_the_decoding_kernels(monkeypatch, d: int
     assert [launch[0].kernel for launch in launches[2:]] == ["attention_decode_cluster"] * 2
 
 
+def test_attention_kvcache_launches(monkeypatch) -> None:
+    """attention_kvcache: the decoding kernels built with LENGTHS, cache_seqlens their Lengths argument (after k and
+    v), on Hopper in clusters and on the sm_80 path the two kernels; what it cannot take refused, naming the
+    argument."""
+    torch = pytest.importorskip("torch")
+    from tkc.errors import TkcError
+    from tkc.kernels import attention as tkc_attention
+    from tkc.kernels import attention_kvcache
+
+    _, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.attention_decode"), "DECODE_LAST_BLOCK_SM80", False)
+    monkeypatch.setitem(importlib.import_module("tkc.kernels._checks")._HOPPER, 0, True)
+    q, k, v = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128), cuda(2, 2, 3000, 128)
+    seqlens = cuda(2, dtype=torch.int32)
+    out, lse = attention_kvcache(q, k, v, seqlens, return_lse=True, target="sm_90a")
+    assert out.shape == q.shape and lse.shape == (2, 8, 1)
+    (clustered, grid, _), = launches
+    assert (clustered.kernel, grid, clustered.constants["LENGTHS"]) == ("attention_decode_cluster", (6, 2, 2), 1)
+    attention_kvcache(q, k, v, seqlens, target="sm_80")
+    assert [(launch[0].kernel, launch[0].constants.get("LENGTHS")) for launch in launches[1:]] == [
+        ("attention_decode", 1), ("attention_decode_combine", None)]
+    tkc_attention(q, k, v, target="sm_90a")  # attention()'s decoding: all the keys, LENGTHS off
+    assert launches[-1][0].constants["LENGTHS"] == 0
+    for call, message in [
+        (lambda: attention_kvcache(q, k, v, cuda(2)), "cache_seqlens must be torch.int32"),
+        (lambda: attention_kvcache(q, k, v, cuda(3, dtype=torch.int32)), r"cache_seqlens: one length a batch"),
+        (lambda: attention_kvcache(q, k[:1], v[:1], seqlens), "k_cache: expected shape"),
+        (lambda: attention_kvcache(cuda(2, 8, 17, 128), k, v, seqlens), "at most 64 query rows a K/V head"),
+        (lambda: attention_kvcache(cuda(2, 8, 2, 128)[:, :, :1], k, v, seqlens), "q: must be contiguous"),
+        (lambda: attention_kvcache(cuda(2, 8, 1, 96), cuda(2, 2, 30, 96), cuda(2, 2, 30, 96), seqlens),
+         "takes head dims 64, 128, 256 here, got 96"),
+        (lambda: attention_kvcache(q, cuda(2, 2, 0, 128), cuda(2, 2, 0, 128), seqlens), "at least one key"),
+    ]:
+        with pytest.raises(TkcError, match=message):
+            call()
+
+
 def test_decode_attention_launches(monkeypatch) -> None:
     """A few queries a head (GROUP·Nq ≤ MAX_ROWS, not causal): attention() on the sm_80 path, where attention_fwd
     refuses the lengths, and on Hopper with DECODE_ON_HOPPER, launches attention_decode over q viewed (B, H_kv,

@@ -10,7 +10,7 @@ import importlib
 
 import torch
 
-from tkc.kernels import attention, gemm, layernorm, rmsnorm
+from tkc.kernels import attention, attention_kvcache, gemm, layernorm, rmsnorm
 from tkc.kernels.attention import LONG_KEYS, launch_sm90, sm90_config
 
 
@@ -80,10 +80,15 @@ def decode_attention() -> None:
         decode_module._PLANS = {}
         attention(q, k, v, target=target, return_lse=True)
         attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous(), target=target)
+        # attention_kvcache: a batch of no keys, one past the cache's 3000 (read as 3000)
+        attention_kvcache(q, k, v, torch.tensor([0, 3050], device="cuda", dtype=torch.int32), target=target,
+                          return_lse=True)
     # B = 1 over 16384 keys: 16 parts a row tile, on Hopper clusters of 16 blocks where the GPU holds them all
     decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = True, {}
     k, v = (torch.randn(1, 8, 16384, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     attention(torch.randn(1, 8, 1, 128, device="cuda", dtype=torch.bfloat16), k, v, return_lse=True)
+    attention_kvcache(torch.randn(1, 8, 1, 128, device="cuda", dtype=torch.bfloat16), k, v,
+                      torch.tensor([5000], device="cuda", dtype=torch.int32))
     attention_module.DECODE_ON_HOPPER, decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = False, True, {}
 
 

@@ -811,6 +811,41 @@ def test_decode_attention_in_a_cuda_graph(b: int, nk: int, last_block: bool | st
         assert rel_err(out, ref()) < 1e-2
 
 
+@pytest.mark.parametrize("one_launch", [True, False])
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lengths, h, h_kv, nq, n_max, d", [
+    ([4096, 1, 0, 3000], 32, 8, 1, 4096, 128),  # a batch of no keys: zero rows, lse -inf
+    ([700, 9000], 8, 1, 4, 8192, 64),  # past the cache (read as 8192), multi-query, four rows a head
+    ([1, 130, 2048, 17, 500, 4000, 64, 333], 16, 2, 1, 4000, 128),
+])
+def test_attention_kvcache(lengths: list[int], h: int, h_kv: int, nq: int, n_max: int, d: int, target: str | None,
+                           one_launch: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """attention_kvcache: each batch over its own first cache_seqlens[b] keys of a cache laid out (B, N_max, H_kv, D)
+    (FlashAttention's) and read through a transposed view; out and lse against float32 SDPA per batch, outputs
+    poisoned first; both decoding schemes (one launch: clusters on Hopper, the last part weighing on the sm_80 path;
+    else the two kernels)."""
+    decode_module = importlib.import_module("tkc.kernels.attention_decode")
+    monkeypatch.setattr(decode_module, "DECODE_IN_CLUSTERS", one_launch)
+    monkeypatch.setattr(decode_module, "DECODE_LAST_BLOCK_SM80", "eager" if one_launch else False)
+    monkeypatch.setattr(decode_module, "_PLANS", {})
+    b = len(lengths)
+    q = randn(b, h, nq, d)
+    k, v = (randn(b, n_max, h_kv, d).transpose(1, 2) for _ in range(2))
+    seqlens = torch.tensor(lengths, device="cuda", dtype=torch.int32)
+    out = torch.full_like(q, float("nan"))
+    out, lse = tkc.kernels.attention_kvcache(q, k, v, seqlens, target=target, out=out, return_lse=True)
+    for i, n in enumerate(lengths):
+        n = min(n, n_max)
+        if n == 0:
+            assert (out[i] == 0).all() and torch.isneginf(lse[i]).all()
+            continue
+        kf, vf = k[i:i + 1, :, :n].float(), v[i:i + 1, :, :n].float()
+        ref = torch.nn.functional.scaled_dot_product_attention(q[i:i + 1].float(), kf, vf, enable_gqa=True)
+        scores = q[i:i + 1].float() @ kf.repeat_interleave(h // h_kv, 1).transpose(-1, -2) / math.sqrt(d)
+        assert rel_err(out[i:i + 1], ref) < 1e-2
+        assert (lse[i:i + 1] - scores.logsumexp(-1)).abs().max().item() < 1e-3
+
+
 @pytest.mark.parametrize("b, h, h_kv, nq, nk", [(1, 16, 8, 1, 4096), (2, 8, 2, 1, 1000), (1, 8, 8, 2, 77)])
 def test_decode_attention_head_dim_256(b: int, h: int, h_kv: int, nq: int, nk: int,
                                        monkeypatch: pytest.MonkeyPatch) -> None:

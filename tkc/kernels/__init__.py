@@ -7,6 +7,7 @@
     tkc.kernels.attention(q, k, v, causal=False)           # FlashAttention-2-style forward
     tkc.kernels.attention_backward(q, k, v, o, do, lse)    # its gradients (autograd calls it)
     tkc.kernels.attention_varlen(q, k, v, cu_seqlens)      # packed sequences of different lengths
+    tkc.kernels.attention_kvcache(q, kc, vc, seqlens)      # decoding over caches filled to different lengths
     tkc.kernels.attention_varlen_backward(...)             # its gradients (autograd calls it)
     tkc.kernels.layernorm(x, residual, weight, bias)       # LayerNorm with a fused residual add (or None)
     tkc.kernels.rmsnorm(x, residual, weight)               # RMSNorm, the same
@@ -21,7 +22,7 @@ Under torch.compile / torch.export, and on inputs that require grad, each call i
 attention_varlen's: attention_varlen_backward.
 """
 
-from tkc.kernels.attention import attention, attention_fwd, attention_fwd_lse, attention_sm90
+from tkc.kernels.attention import attention, attention_fwd, attention_fwd_lse, attention_kvcache, attention_sm90
 from tkc.kernels.attention_varlen import (attention_varlen, attention_varlen_backward, attention_varlen_fwd,
                                          attention_varlen_sm90)
 from tkc.kernels.attention_bwd import (attention_backward, attention_bwd_delta, attention_bwd_dkdv,
@@ -35,6 +36,6 @@ from tkc.kernels.rotary import rotary, rotary_kernel, rotary_qk
 from tkc.kernels.scaled_mm import scaled_mm, scaled_mm_kernel
 
 __all__ = ["attention", "attention_backward", "attention_bwd_delta", "attention_bwd_dkdv", "attention_bwd_dq",
-           "attention_fwd", "attention_fwd_lse", "attention_sm90", "attention_varlen", "attention_varlen_backward", "attention_varlen_fwd", "attention_varlen_sm90", "gemm", "gemm_kernel", "gemm_sm90_kernel", "gemm_split_k_kernel",
+           "attention_fwd", "attention_fwd_lse", "attention_kvcache", "attention_sm90", "attention_varlen", "attention_varlen_backward", "attention_varlen_fwd", "attention_varlen_sm90", "gemm", "gemm_kernel", "gemm_sm90_kernel", "gemm_split_k_kernel",
            "grouped_gemm", "grouped_gemm_dx", "grouped_gemm_kernel", "grouped_gemm_sm90_kernel", "grouped_gemm_wgrad",
            "grouped_gemm_wgrad_kernel", "grouped_gemm_wgrad_sm90_kernel", "layernorm", "layernorm_backward", "layernorm_bwd_kernel", "layernorm_kernel", "rmsnorm", "rotary", "rotary_kernel", "rotary_qk", "scaled_mm", "scaled_mm_kernel", "sum_splits_kernel"]

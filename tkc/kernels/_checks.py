@@ -157,7 +157,20 @@ def unread_lse(q: Any) -> Any:
     return unread
 
 
+def unread_lengths(q: Any) -> Any:
+    """A 1-element int32 tensor on q's device: the Lengths argument of decoding launches over all of k's keys (the
+    kernels built without LENGTHS never read it); made once per device."""
+    device = q.get_device()
+    unread = UNREAD_LENGTHS.get(device)
+    if unread is None:
+        import torch
+
+        unread = UNREAD_LENGTHS[device] = q.new_zeros((1,), dtype=torch.int32)
+    return unread
+
+
 UNREAD_LSE: dict[int, Any] = {}  # device → unread_lse's tensor
+UNREAD_LENGTHS: dict[int, Any] = {}  # device → unread_lengths' tensor
 
 
 def shared_memory_limit(device: int) -> int:

@@ -406,29 +406,40 @@ def _config_key(d: int, nq: int, nk: int, causal: bool, units: int, sms: int) ->
     return (("D", d), ("CAUSAL", int(causal)), *sm90_config(d, nq, nk, causal, units, sms).items())
 
 
-def check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
+def check_qkv(q: Any, k: Any, v: Any, names: tuple[str, str] = ("k", "v")) -> tuple[int, int, int, int, int]:
     """Attention's operands: bf16 (or f16) CUDA tensors q (B, H, Nq, D), k and v (B, H_kv, Nk, D) of one dtype on
     one device, D ∈ {32, 64, 96, 128, 256}, H_kv dividing H (grouped-query attention: query head h reads K/V head
-    h // (H / H_kv)); (B, H, Nq, Nk, D), or the error naming the first that is not."""
+    h // (H / H_kv)); (B, H, Nq, Nk, D), or the error naming the first that is not (k and v by `names`)."""
     import torch
 
+    k_name, v_name = names
     dtype = q.dtype if getattr(q, "dtype", None) is torch.float16 else torch.bfloat16
     check_tensor("q", q, dtype, 4)
-    check_tensor("k", k, dtype, 4)
-    check_tensor("v", v, dtype, 4)
+    check_tensor(k_name, k, dtype, 4)
+    check_tensor(v_name, v, dtype, 4)
     batch, heads, nq, d = q.shape
     nk = k.shape[2]
     if d not in CONFIG:
         fail(f"q: head dim must be 32, 64, 96, 128 or 256, got {d}")
     kv_heads = k.shape[1]
     if k.shape[0] != batch or k.shape[3] != d or (kv_heads == 0) != (heads == 0) or heads and heads % kv_heads:
-        fail(f"k: expected shape ({batch}, H_kv, Nk, {d}) with H_kv dividing q's {heads} heads (H_kv = {heads}: "
-             f"multi-head; fewer: grouped-query attention), got {tuple(k.shape)}")
+        fail(f"{k_name}: expected shape ({batch}, H_kv, Nk, {d}) with H_kv dividing q's {heads} heads (H_kv = "
+             f"{heads}: multi-head; fewer: grouped-query attention), got {tuple(k.shape)}")
     if v.shape != k.shape:
-        fail(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+        fail(f"{v_name}: expected the shape of {k_name} {tuple(k.shape)}, got {tuple(v.shape)}")
     if not q.get_device() == k.get_device() == v.get_device():
-        fail("q, k, v must be on the same device")
+        fail(f"q, {k_name}, {v_name} must be on the same device")
     return batch, heads, nq, nk, d
+
+
+def _check_tma_strides(*named: tuple[str, Any]) -> None:
+    """The Hopper kernels read and write through TMA: the last dimension contiguous, the other strides multiples of
+    16 bytes, 16-byte aligned addresses; else the error naming the tensor."""
+    for name, t in named:
+        st = t.stride()
+        if (st[3] != 1 and t.shape[3] > 1) or (st[0] | st[1] | st[2]) % 8 or t.data_ptr() % 16:
+            fail(f"{name}: the Hopper kernel reads and writes through TMA: the last dimension must be contiguous "
+                 f"and the other strides multiples of 8 elements (16 bytes), got strides {tuple(t.stride())}")
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
@@ -516,11 +527,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if hopper:
         if nk == 0 and nq:
             fail("k: attention needs at least one key (Nk = 0)")
-        for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-            st = t.stride()
-            if (st[3] != 1 and t.shape[3] > 1) or (st[0] | st[1] | st[2]) % 8 or t.data_ptr() % 16:
-                fail(f"{name}: the Hopper kernel reads and writes through TMA: the last dimension must be contiguous "
-                     f"and the other strides multiples of 8 elements (16 bytes), got strides {tuple(t.stride())}")
+        _check_tma_strides(("q", q), ("k", k), ("v", v), ("out", out))
         if batch * heads * nq == 0:
             return (out, lse) if return_lse else out
         rows = heads // k.shape[1] * nq  # a K/V head's
@@ -562,3 +569,52 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         return out, lse
     attention_fwd[grid](q, k, v, out, scale, **constants)
     return out
+
+
+def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor, *,
+                      scale: float | None = None, target: str | None = None, out: torch.Tensor | None = None,
+                      return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Decoding over a KV cache filled to a different length in each batch (FlashAttention's flash_attn_with_kvcache
+    with cache_seqlens, without appending): q (B, H, Nq, D) contiguous, a few query rows a K/V head (H / H_kv · Nq ≤
+    MAX_ROWS), k_cache and v_cache (B, H_kv, N_max, D), cache_seqlens (B,) int32: batch b's rows attend to keys
+    0 .. cache_seqlens[b] - 1 of its cache (not causal: each of its Nq rows to all of them). bf16 or f16; D ∈ {64,
+    128}, on Hopper 256 too. Lengths past N_max read as N_max (never out of bounds); a batch of length 0 gets zero rows
+    (and lse -inf). With return_lse, also each row's log-sum-exp, float32 (B, H, Nq). The keys split over the GPU as
+    attention()'s decoding (attention_decode's kernels, built with LENGTHS). (cache_seqlens' values are not read on
+    the host: that would wait for the GPU.)"""
+    import torch
+
+    batch, heads, nq, nk, d = check_qkv(q, k_cache, v_cache, ("k_cache", "v_cache"))
+    check_tensor("cache_seqlens", cache_seqlens, torch.int32, 1)
+    if cache_seqlens.shape[0] != batch:
+        fail(f"cache_seqlens: one length a batch, expected shape ({batch},), got {tuple(cache_seqlens.shape)}")
+    if cache_seqlens.get_device() != q.get_device():
+        fail(f"cache_seqlens is on {cache_seqlens.device} but q is on {q.device}")
+    if scale is not None and not (isinstance(scale, numbers.Real) and 0 < scale < math.inf):
+        fail(f"scale: must be a positive finite number, got {scale!r}")
+    device = q.get_device()
+    hopper = wgmma_path(device, target)
+    dims = DECODE_CONFIG if hopper else DECODE_CONFIG_SM80
+    if d not in dims:
+        fail(f"q: attention_kvcache takes head dims {', '.join(map(str, dims))} here, got {d}")
+    rows = heads // k_cache.shape[1] * nq if heads else 0
+    if rows > MAX_ROWS:
+        fail(f"q: attention_kvcache is for decoding, at most {MAX_ROWS} query rows a K/V head (H / H_kv · Nq), got "
+             f"{rows}: use attention_varlen with cu_seqlens_k for longer queries")
+    if not q.is_contiguous():
+        fail("q: must be contiguous (each K/V head's query rows are read as one tile)")
+    if out is None:
+        out = torch.empty_like(q)
+    else:
+        check_like("out", out, q)
+        if not out.is_contiguous():
+            fail("out: must be contiguous, as q")
+    if nk == 0:
+        fail("k_cache: needs room for at least one key (N_max = 0)")
+    if hopper:
+        _check_tma_strides(("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out))
+    lse = torch.empty((batch, heads, nq), dtype=torch.float32, device=q.device) if return_lse else None
+    if batch * heads * nq:
+        attention_decode_launch(q, k_cache, v_cache, out, lse, 1.0 / math.sqrt(d) if scale is None else float(scale),
+                                multiprocessors(device), target, hopper=hopper, lengths=cache_seqlens)
+    return (out, lse) if return_lse else out

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import (arrival_counters, cached_plan, current_stream_key, dtype_constant, stream_scratch,
-                                 unread_lse)
+                                 unread_lengths, unread_lse)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -25,15 +25,25 @@ FLOOR = -1e30  # the running maximum a row's probabilities are taken against, at
 
 
 @tkc.func
-def decode_part(Q, K, V, b, h, t, part, steps, scale, D, KEYS, DT):
+def batch_keys(K, Lengths, b, LENGTHS):
+    """The keys batch b attends to: all of K's, or with LENGTHS its own count Lengths[b] (a cache filled to
+    different lengths; at most K's, at least 0)."""
+    if LENGTHS:
+        return max(min(Lengths[b], K.shape[2]), 0)
+    return K.shape[2]
+
+
+@tkc.func
+def decode_part(Q, K, V, b, h, t, part, steps, keys, scale, D, KEYS, DT):
     """Query rows 16t .. 16t + 15 of K/V head h (batch b) over key steps part·steps .. (part + 1)·steps - 1 of 4·KEYS
-    keys: softmax(scale · q·kᵀ)·v over those keys, normalized, as (this warp's quarter of the columns, warp w's
-    from w·D/4 on; the rows' log-sum-exp, alike in every warp).
+    keys, of the batch's first `keys` keys: softmax(scale · q·kᵀ)·v over those keys, normalized, as (this warp's
+    quarter of the columns, warp w's from w·D/4 on; the rows' log-sum-exp, alike in every warp).
 
     Every warp holds the 16 query rows and takes KEYS of each step's keys (the block loads them into shared memory
     together), keeping its own running maximum m, sum l and output o; at the end the four warps' results meet in
-    shared memory and each warp weighs a quarter of the columns. Keys past Nk score -inf: a warp whose keys all
-    lie past Nk ends with l = 0, o = 0 and a log-sum-exp of -inf, which weighs nothing. (A finite score for them,
+    shared memory and each warp weighs a quarter of the columns. Keys past `keys` score -inf: a warp whose keys
+    all lie past them ends with l = 0, o = 0 and a log-sum-exp of -inf, which weighs nothing (a part past them runs
+    no step: all its warps so). (A finite score for them,
     -1e30, failed on the GPU: ptxas contracts s·c - m·c into an fma, whose difference of two ~1e29 products is not
     0 but ~±1e22, and exp2 of it inf; the simulator, rounding each product, agreed with the interpreter.)"""
     static_assert(D in (64, 128, 256), f"head dim D must be 64, 128 or 256, got {D}")
@@ -43,10 +53,10 @@ def decode_part(Q, K, V, b, h, t, part, steps, scale, D, KEYS, DT):
     RESCALE_LOG2 = 8.0
     m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
     first = part * steps
-    for j in range(first, min(first + steps, cdiv(K.shape[2], 4 * KEYS))):
+    for j in range(first, min(first + steps, cdiv(keys, 4 * KEYS))):
         k_s, v_s = load(K, (b, h, j, 0), st[DT, 4 * KEYS, D]), load(V, (b, h, j, 0), st[DT, 4 * KEYS, D])
         s = mma_ABt(q, load(k_s, (warp_id(), 0), rt[DT, KEYS, D]), zeros(rt[f32, 16, KEYS]))
-        s = keep_cols(s, K.shape[2] - (4 * j + warp_id()) * KEYS)
+        s = keep_cols(s, keys - (4 * j + warp_id()) * KEYS)
         m_new = max(m, row_max(s))
         if max(m_new - m) * scale_log2 > RESCALE_LOG2:          # as attention_fwd: rescale only on a large rise
             correction = exp2((m - m_new) * scale_log2)         # (no keys yet: -inf - -inf, NaN, not > RESCALE)
@@ -60,12 +70,13 @@ def decode_part(Q, K, V, b, h, t, part, steps, scale, D, KEYS, DT):
     top = load(lses, (0,), rv[f32, 16])
     for w in range(1, 4):
         top = max(top, load(lses, (w,), rv[f32, 16]))
+    top = max(top, FLOOR)  # (a part past the batch's keys: every warp's -inf; their weights 0 then, not NaN)
     total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, D // 4])
     for w in range(4):
         weight = exp(load(lses, (w,), rv[f32, 16]) - top)
         total = total + weight
         acc = acc + mul_row(transpose(load(outs, (warp_id(), w), rt[f32, D // 4, 16])), weight)
-    return div_row(acc, total), top + log(total)
+    return div_row(acc, max(total, 1e-30)), top + log(total)  # (no keys: o = 0, lse -inf)
 
 
 @tkc.func
@@ -79,18 +90,20 @@ def weigh_in(top, total, acc, o, lse):
 
 
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
-def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[f32, 4], LParts: gl[f32, 3],
-                     scale: float, steps: int, D: const = 128, KEYS: const = 16, STAGES: const = 3,
-                     DT: const = bf16):
+def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl[i32, 1], OParts: gl[f32, 4],
+                     LParts: gl[f32, 3], scale: float, steps: int, D: const = 128, KEYS: const = 16,
+                     STAGES: const = 3, LENGTHS: const = 0, DT: const = bf16):
     """Q (B, H_kv, R, D): the R query rows that read K/V head h (grouped-query attention: q (B, H, Nq, D) viewed so,
-    the H / H_kv heads' Nq rows each), K and V (B, H_kv, Nk, D). Grid: (P·T, H_kv, B), T = cdiv(R, 16): block
-    (p·T + t, h, b) takes query rows 16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1 of 4·KEYS keys
-    (decode_part), and stores softmax(scale · q·kᵀ)·v over its keys (normalized) at OParts[p·B + b, h] and each
-    row's log-sum-exp at LParts[p·B + b, h]: (P·B, H_kv, R, D) and (P·B, H_kv, R), for attention_decode_combine."""
+    the H / H_kv heads' Nq rows each), K and V (B, H_kv, Nk, D); with LENGTHS, batch b's keys are its first
+    Lengths[b] (B,) (a cache filled to different lengths; none: zero rows), else Lengths is unread. Grid: (P·T,
+    H_kv, B), T = cdiv(R, 16): block (p·T + t, h, b) takes query rows 16t .. 16t + 15 and key steps
+    p·steps .. (p + 1)·steps - 1 of 4·KEYS keys (decode_part), and stores softmax(scale · q·kᵀ)·v over its keys
+    (normalized) at OParts[p·B + b, h] and each row's log-sum-exp at LParts[p·B + b, h]: (P·B, H_kv, R, D) and
+    (P·B, H_kv, R), for attention_decode_combine."""
     part_tile, h, b = block_idx()
     row_tiles = cdiv(Q.shape[2], 16)                         # a part's row tiles next to each other: their K and V
     part, t = part_tile // row_tiles, part_tile % row_tiles  # come from L2 but for the first
-    o, lse = decode_part(Q, K, V, b, h, t, part, steps, scale, D, KEYS, DT)
+    o, lse = decode_part(Q, K, V, b, h, t, part, steps, batch_keys(K, Lengths, b, LENGTHS), scale, D, KEYS, DT)
     row = part * Q.shape[0] + b
     store(OParts, o, (row, h, t, warp_id()))
     if warp_id() == 0:
@@ -106,18 +119,19 @@ def part_result(OParts, LParts, part, batch, b, h, t, D):
 
 
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
-def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts: gl[f32, 4], LParts: gl[f32, 3],
-                          O: gl["DT", 4], L: gl[f32, 3], Counter: gl[i32, 1], scale: float, steps: int,
-                          D: const = 128, KEYS: const = 16, STAGES: const = 3, LSE: const = 0, DT: const = bf16):
+def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl[i32, 1], OParts: gl[f32, 4],
+                          LParts: gl[f32, 3], O: gl["DT", 4], L: gl[f32, 3], Counter: gl[i32, 1], scale: float,
+                          steps: int, D: const = 128, KEYS: const = 16, STAGES: const = 3, LSE: const = 0,
+                          LENGTHS: const = 0, DT: const = bf16):
     """attention_decode and attention_decode_combine in one launch on any GPU: each block leaves its part's output and
     log-sum-exp in OParts and LParts (as attention_decode), and the last of a row tile's parts to arrive at its
     counter (Counter[(b·H_kv + h)·T + t], zero before the first launch and again after each) weighs them all into O
-    (B, H_kv, R, D), each warp D / 4 of the columns (and with LSE the log-sum-exp into L (B, H_kv, R)). Q, K, V, the
-    grid and the parts as attention_decode's."""
+    (B, H_kv, R, D), each warp D / 4 of the columns (and with LSE the log-sum-exp into L (B, H_kv, R)). Q, K, V, Lengths,
+    the grid and the parts as attention_decode's."""
     part_tile, h, b = block_idx()
     row_tiles = cdiv(Q.shape[2], 16)
     part, t = part_tile // row_tiles, part_tile % row_tiles
-    o, lse = decode_part(Q, K, V, b, h, t, part, steps, scale, D, KEYS, DT)
+    o, lse = decode_part(Q, K, V, b, h, t, part, steps, batch_keys(K, Lengths, b, LENGTHS), scale, D, KEYS, DT)
     store(OParts, o, (part * Q.shape[0] + b, h, t, warp_id()))
     if warp_id() == 0:
         store(LParts, lse, (part * Q.shape[0] + b, h, t))
@@ -144,18 +158,20 @@ def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], OParts
 
 
 @tkc.kernel(warps=4, stages="STAGES", cluster="CLUSTER", min_target="sm_90a")
-def attention_decode_cluster(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: gl["DT", 4], L: gl[f32, 3],
-                             scale: float, steps: int, D: const = 128, KEYS: const = 32, STAGES: const = 2,
-                             CLUSTER: const = 2, LSE: const = 0, DT: const = bf16):
+def attention_decode_cluster(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl[i32, 1], O: gl["DT", 4],
+                             L: gl[f32, 3], scale: float, steps: int, D: const = 128, KEYS: const = 32,
+                             STAGES: const = 2, CLUSTER: const = 2, LSE: const = 0, LENGTHS: const = 0,
+                             DT: const = bf16):
     """attention_decode and attention_decode_combine in one launch, with no buffers in global memory: the CLUSTER
     parts of a row tile's keys are the blocks of a cluster, each leaving its part's output and log-sum-exp in its
     shared memory; after a cluster barrier each warp of the cluster reads its 16 columns of them out of the blocks'
     (distributed shared memory), weighs them, and stores them to O (B, H_kv, R, D) (and with LSE the log-sum-exp L
     (B, H_kv, R)).
-    Q, K, V as attention_decode's. Grid: (T·CLUSTER, H_kv, B): block (t·CLUSTER + p, h, b) takes query rows
+    Q, K, V, Lengths as attention_decode's. Grid: (T·CLUSTER, H_kv, B): block (t·CLUSTER + p, h, b) takes query rows
     16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1. CLUSTER = 1: one block a row tile, no split."""
     t, h, b = block_idx()[0] // CLUSTER, block_idx()[1], block_idx()[2]
-    o, lse = decode_part(Q, K, V, b, h, t, cluster_rank(), steps, scale, D, KEYS, DT)
+    keys = batch_keys(K, Lengths, b, LENGTHS)
+    o, lse = decode_part(Q, K, V, b, h, t, cluster_rank(), steps, keys, scale, D, KEYS, DT)
     # cluster loads read register tiles: the log-sum-exps as 16×16 tiles, a row's value in all of its row
     outs = store(empty(st[f32, 16, D]), o, (0, warp_id()), conflicts=2)  # once a block
     lses = store(empty(st[f32, 64, 16]), add_row(zeros(rt[f32, 16, 16]), lse), (warp_id(), 0), conflicts=2)
@@ -170,12 +186,13 @@ def attention_decode_cluster(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], O: 
         top = parts[0]
         for rank in range(1, CLUSTER):
             top = max(top, parts[rank])
+        top = max(top, FLOOR)  # (a batch without keys: every part's -inf; zero rows, lse -inf)
         total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, 16])
         for rank in range(CLUSTER):
             weight = exp(parts[rank] - top)
             total = total + weight
             acc = acc + mul_row(load(outs, (0, col), rt[f32, 16, 16], rank=rank, conflicts=2), weight)
-        store(O, div_row(acc, total).to(DT), (b, h, t, col))
+        store(O, div_row(acc, max(total, 1e-30)).to(DT), (b, h, t, col))
         if LSE:
             if col == 0:
                 store(L, top + log(total), (b, h, t))
@@ -209,13 +226,14 @@ def attention_decode_combine(OParts: gl[f32, 3], LParts: gl[f32, 2], O: gl["DT",
     top = load(lses, (0,), rv[f32, 16])
     for w in range(1, 4):
         top = max(top, load(lses, (w,), rv[f32, 16]))
+    top = max(top, FLOOR)  # (rows of a batch without keys: every part's -inf; zero rows, lse -inf)
     total, acc = zeros(rv[f32, 16]), zeros(rt[f32, 16, 32])
     for w in range(4):
         weight = exp(load(lses, (w,), rv[f32, 16]) - top)
         total = total + weight
         acc = acc + mul_row(load(outs, (w, 0), rt[f32, 16, 32], conflicts=2), weight)
     if warp_id() == 0:
-        store(O, div_row(acc, total).to(DT), (tile, cols))
+        store(O, div_row(acc, max(total, 1e-30)).to(DT), (tile, cols))
         if LSE:
             if cols == 0:
                 store(L, top + log(total), (tile,))
@@ -289,20 +307,24 @@ def takes_decode(rows: int, causal: bool, q: torch.Tensor, out: torch.Tensor) ->
 
 def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                             lse: torch.Tensor | None, scale: float, sms: int, target: str | None,
-                            common_only: bool = False, hopper: bool = True) -> bool:
+                            common_only: bool = False, hopper: bool = True,
+                            lengths: torch.Tensor | None = None) -> bool:
     """attention() by attention_decode_cluster (Hopper, where a row tile's parts make a cluster the GPU holds with
     all the others), by attention_decode_last where the path's switch takes it (DECODE_LAST_BLOCK on Hopper,
     DECODE_LAST_BLOCK_SM80 on the sm_80 path: eagerly, as shipped), or by attention_decode and
     attention_decode_combine, on checked tensors (q and out contiguous, not causal): out, and lse (B, H, Nq) where
     given; True once launched. With `common_only` (attention()'s common call, shapes checked, q, k and v not), q, k
-    and v outside the launch's common case launch nothing: False. hopper: CONFIG, else CONFIG_SM80."""
+    and v outside the launch's common case launch nothing: False. hopper: CONFIG, else CONFIG_SM80. lengths: (B,)
+    int32, each batch's count of keys (attention_kvcache), or None (all of k's)."""
     import torch
 
     # (a decoding step's shapes repeat: its host work is what a short step waits for)
-    plan = cached_plan(_PLANS, (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper), _plan)
+    plan = cached_plan(_PLANS, (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper, lengths is not None),
+                       _plan)
     l_out = lse.view(plan.q_rows[:3]) if lse is not None else unread_lse(q)  # (read by the one-launch kernels)
+    kv = (k, v, unread_lengths(q) if lengths is None else lengths)
     if plan.clustered is not None:
-        cluster_args = (q.view(plan.q_rows), k, v, out.view(plan.q_rows), l_out, scale)
+        cluster_args = (q.view(plan.q_rows), *kv, out.view(plan.q_rows), l_out, scale)
         if plan.together is None:  # asked once a shape, of the first (checked) call
             if common_only:
                 return False
@@ -319,13 +341,13 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     o_parts = stream_scratch(torch, q, plan.parts_shape, torch.float32, stream)
     l_parts = stream_scratch(torch, q, plan.parts_shape[:3], torch.float32, stream)
     if plan.last is not None and not (plan.last_block == "eager" and stream is None):
-        args = (q.view(plan.q_rows), k, v, o_parts, l_parts, out.view(plan.q_rows), l_out,
+        args = (q.view(plan.q_rows), *kv, o_parts, l_parts, out.view(plan.q_rows), l_out,
                 arrival_counters(torch, q, plan.counters, stream), scale, plan.steps)
         if common_only:
             return plan.last.common(*args)
         plan.last(*args)
         return True
-    args = (q.view(plan.q_rows), k, v, o_parts, l_parts, scale, plan.steps)
+    args = (q.view(plan.q_rows), *kv, o_parts, l_parts, scale, plan.steps)
     if common_only:
         if not plan.decode.common(*args):
             return False
@@ -379,7 +401,7 @@ class _Plan:
 
 _PLANS: dict[tuple[Any, ...], _Plan] = {}  # attention_decode_launch's plans by shapes, dtype, target, ...
 def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: bool, target: str | None, sms: int,
-          hopper: bool) -> _Plan:
+          hopper: bool, lengths: bool) -> _Plan:
     batch, heads, nq, d = q_shape
     kv_heads, nk = k_shape[1], k_shape[2]
     rows = heads // kv_heads * nq
@@ -390,9 +412,9 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
     if hopper and DECODE_IN_CLUSTERS and CLUSTER_PARTS:
         slots = min(slots, units * CLUSTER_PARTS)
     parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), slots)
-    dt = dtype_constant(dtype)
+    dt = {**dtype_constant(dtype), **({"LENGTHS": 1} if lengths else {})}
     decode = attention_decode.specialize(D=d, KEYS=keys, STAGES=stages, **dt, target=target)
-    combine = attention_decode_combine.specialize(LSE=int(lse), **dt, target=target)
+    combine = attention_decode_combine.specialize(LSE=int(lse), **dtype_constant(dtype), target=target)
     flat = batch * heads * nq
     plan = _Plan(decode[(parts * tiles, kv_heads, batch)], combine[(ceil_div(flat, 16), d // 32)], steps,
                  (batch, kv_heads, rows, d), (parts * batch, kv_heads, rows, d), (parts, flat, d))
