@@ -1463,6 +1463,7 @@ def test_attention_varlen_zero_tail_simulated(rows_total, end, d) -> None:
     ([90, 33], [90, 0], 2, 2, 96, 0, "shuffled"),  # a sequence with no keys: no gradient for its queries
     ([65, 130], None, 4, 1, 32, 1, "shuffled"),
     ([200, 0, 3, 140], [70, 0, 300, 140], 4, 2, 128, 1, "descending"),  # more keys than queries, causal
+    ([70, 131, 5, 198], None, 2, 1, 64, 1, "shuffled"),  # sequences from odd rows
 ])
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 def test_attention_varlen_backward_simulated(lengths, key_lengths, heads, kv_heads, d, causal, order, target) -> None:
@@ -1478,7 +1479,9 @@ def test_attention_varlen_backward_simulated(lengths, key_lengths, heads, kv_hea
     rng = np.random.default_rng(sum(lengths) * d)
     ends = np.cumsum(lengths).astype(np.int32)
     key_ends = np.cumsum(key_lengths).astype(np.int32) if key_lengths else ends
-    total, total_k = int(ends[-1]) + 2, int(key_ends[-1]) + 2
+    # rows past the last sequence's, up to a multiple of 8: L's and Δ's rows 16-byte aligned, as a GPU's tensors
+    # usually are (the lowering may then use vector accesses: a sequence starting at an odd row must not)
+    total, total_k = (int(ends[-1]) + 2 + 7) // 8 * 8, int(key_ends[-1]) + 2
     q, do = random_bf16(rng, total, heads, d), random_bf16(rng, total, heads, d)
     k, v = random_bf16(rng, total_k, kv_heads, d), random_bf16(rng, total_k, kv_heads, d)
     out, lse, dq_ref, dk_ref, dv_ref = varlen_attention_backward_ref(q, k, v, do, ends, key_ends, bool(causal), 0.1)

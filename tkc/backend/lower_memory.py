@@ -431,9 +431,12 @@ def _global_access(lw: KernelLowering, g: GlobalRef, reg_type: Attribute, coords
     tile_shape = reg_type.shape  # type: ignore[attr-defined]
     k = len(tile_shape)
     sc = slot_coords(mem_type) if sc is None else sc
-    runs = plan_runs(mem_type, sc, min(16, g.align))
     rank = g.type.rank
     lead, tile_coords = coords[:-k], coords[-k:]
+    # a register vector at rows(r): its elements start at any element r, so no access wider than one element is
+    # known to be aligned (a tile's rows(r) moves whole rows, whose pitch the tensor's alignment covers)
+    widest = e if k == 1 and isinstance(tile_coords[0], InRows) else min(16, g.align)
+    runs = plan_runs(mem_type, sc, widest)
     parts = {axis: {_affine(sc[:, run.start, axis])[:2] for run in runs} for axis in (0, 1)}
     if len(parts[0]) != 1 or len(parts[1]) != 1:
         raise TkcError("internal: the runs of a tile do not share a per-lane position")

@@ -106,12 +106,14 @@ def _attention_setup(ctx, inputs, output) -> None:
 
 
 def _attention_gradients(ctx, q, k, v, out, lse, grad_out, grad_lse):
-    """dq, dk, dv by tkc's backward kernels (tkc/kernels/attention_bwd.py); grad_out's last dimension made
-    contiguous (zeros where only lse was used)."""
+    """dq, dk, dv by tkc's backward kernels (tkc/kernels/attention_bwd.py); grad_out's and grad_lse's last
+    dimension made contiguous (grad_out zeros where only lse was used)."""
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     elif grad_out.stride(-1) != 1:
         grad_out = grad_out.contiguous()
+    if grad_lse is not None and grad_lse.stride(-1) != 1:  # (lse.sum()'s gradient: one value expanded, strides 0)
+        grad_lse = grad_lse.contiguous()
     return _attention_backward_kernels(q, k, v, out, grad_out, lse, causal=ctx.causal, scale=ctx.scale,
                                        grad_lse=grad_lse, target=ctx.target)
 
@@ -156,13 +158,15 @@ def _attention_varlen_setup(ctx, inputs, output) -> None:
 
 
 def _attention_varlen_backward(ctx, grad_out: torch.Tensor | None, grad_lse: torch.Tensor | None):
-    """dq, dk, dv by attention_varlen_backward's kernels (grad_out's last dimension made contiguous; zeros where only
-    the log-sum-exps were used)."""
+    """dq, dk, dv by attention_varlen_backward's kernels (grad_out's and grad_lse's last dimension made contiguous;
+    grad_out zeros where only the log-sum-exps were used)."""
     q, k, v, cu_seqlens, cu_seqlens_k, out, lse = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     elif grad_out.stride(-1) != 1:
         grad_out = grad_out.contiguous()
+    if grad_lse is not None and grad_lse.stride(-1) != 1:  # (lse.sum()'s gradient: one value expanded, strides 0)
+        grad_lse = grad_lse.contiguous()
     grads = _attention_varlen_backward_kernels(q, k, v, out, grad_out, lse, cu_seqlens,
                                                cu_seqlens_k=cu_seqlens_k if ctx.keys_apart else None,
                                                causal=ctx.causal, scale=ctx.scale, grad_lse=grad_lse,
