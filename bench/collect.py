@@ -1,5 +1,6 @@
 """Bring a GPU machine's benchmark output home: each `<name>.md` section under the given folder (what
-bench/gemm.py, attention.py, attention_backward.py, layernorm.py and scaled_mm.py write to $OUT) is appended to bench/RESULTS.md, each `<name>.json`
+bench/gemm.py, attention.py, attention_backward.py, layernorm.py, scaled_mm.py, attention_varlen.py,
+attention_kvcache.py and probe_varlen.py write to $OUT) is appended to bench/RESULTS.md, each `<name>.json`
 copied to bench/results/ (unless it has fewer rows than the one there: a focused run keeps the sweep of record
 plotted), and the plots redrawn.
 
@@ -14,7 +15,8 @@ import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = ("gemm", "attention", "attention-backward", "layernorm", "scaled_mm")
+NAMES = ("gemm", "attention", "attention-backward", "layernorm", "scaled_mm", "attention-varlen",
+         "attention-varlen-backward", "attention-kvcache", "probe-varlen", "probe-varlen-backward")
 
 
 def main() -> None:
