@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=[128])
     parser.add_argument("--causal", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--mixes", nargs="+", default=["uniform", "mixed", "short"])
-    parser.add_argument("--configs", nargs="+", default=["DEFER=2,LATE_PV=0", "KEYS=64"],
+    parser.add_argument("--configs", nargs="+", default=["DEFER=2,LATE_PV=0", "KEYS=64", "WARPS=4"],
                         help="the forward's constants beside the shipped ones, NAME=VALUE,...")
     parser.add_argument("--backward", action="store_true", help="the backward's two kernels instead")
     parser.add_argument("--dkdv", nargs="*", default=["QUERIES=32"], help="dK/dV constants beside BACKWARD_SM90's")
