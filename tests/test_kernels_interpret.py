@@ -399,7 +399,7 @@ def test_attention_varlen_backward_any_lengths(lengths, heads, d, causal, sm90, 
     packed = lambda t: t[None].transpose(0, 2, 1, 3)  # noqa: E731
     lse, delta = lse.astype(np.float32)[None], np.zeros((1, h, total), np.float32)
     attention_bwd_delta.interpret(packed(out.astype(q.dtype)), packed(do), lse, delta, grid=(-(-total // 64), h, 1), D=d)
-    (dkdv_kernel, dkdv, key_rows), (dq_kernel, dq_cfg, query_rows) = backward_kernels(d, sm90)
+    (dkdv_kernel, dkdv, key_rows), (dq_kernel, dq_cfg, query_rows) = backward_kernels(d, sm90, causal)
     constants = {"D": d, "CAUSAL": int(causal), **({"GROUP": h // h_kv} if h != h_kv else {})}
     dq, dk, dv = poisoned(total, h, d), poisoned(total, h_kv, d), poisoned(total, h_kv, d)
     common = (packed(q), packed(k), packed(v), packed(do), lse, delta)

@@ -1491,7 +1491,8 @@ def test_attention_varlen_backward_simulated(lengths, key_lengths, heads, kv_hea
     delta = np.zeros((1, heads, total), np.float32)
     attention_bwd_delta.interpret(packed(out_bf), packed(do), lse32, delta, grid=(-(-total // 64), heads, 1), D=d)
     constants = {"D": d, "CAUSAL": causal, **({"GROUP": heads // kv_heads} if heads != kv_heads else {})}
-    (dkdv_kernel, dkdv, key_rows), (dq_kernel, dq_cfg, query_rows) = backward_kernels(d, target == "sm_90a")
+    kernels = backward_kernels(d, target == "sm_90a", bool(causal))
+    (dkdv_kernel, dkdv, key_rows), (dq_kernel, dq_cfg, query_rows) = kernels
     dk, dv = poisoned(total_k, kv_heads, d), poisoned(total_k, kv_heads, d)
     interp, sim = run_both(dkdv_kernel, [packed(q), packed(k), packed(v), packed(do), lse32, delta, packed(dk),
                                          packed(dv), ends, key_ends, 0.1],

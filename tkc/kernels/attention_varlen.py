@@ -17,8 +17,8 @@ import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import check_like, check_tensor, dtype_constant, fail, unread_lse, wants_grad, wgmma_path
 from tkc.kernels.attention import CONFIG, group_constant, kv_head, sm80_stages
-from tkc.kernels.attention_bwd import (CONFIG_SM90, tma_ready, attention_bwd_delta, dkdv_step, dq_step, group_step,
-                                      group_steps_end, scores_t)
+from tkc.kernels.attention_bwd import (attention_bwd_delta, dkdv_step, dq_step, group_step, group_steps_end,
+                                      scores_t, tma_ready)
 from tkc.kernels.grouped_gemm import group_tile
 from tkc.lang import *  # noqa: F403
 
@@ -425,10 +425,15 @@ def attention_varlen_zero_tail(X: gl["DT", 4], Ends: gl[i32, 1], D: const = 64, 
 # spilled at D = 64 causal; 32 queries a step at D = 128 causal, and 64 keys at D = 64 with 4 query heads a K/V
 # head, spilled a few bytes)
 BACKWARD_STEPS = {32: (64, 32), 64: (64, 32), 96: (16, 32), 128: (16, 32)}  # (D = 256: dK and dV would not fit)
-# On Hopper, attention_bwd's wgmma constants (dK/dV and dQ; not yet swept for the varlen kernels), but two dK/dV
-# blocks a multiprocessor at D = 64 (the sequences' indices take 203-211 registers a thread: three would spill)
-BACKWARD_SM90 = {d: CONFIG_SM90[d] for d in HOPPER_DIMS}
-BACKWARD_SM90[64] = ({**CONFIG_SM90[64][0], "BLOCKS": 2}, CONFIG_SM90[64][1])
+# On Hopper, attention_bwd's wgmma constants (dK/dV, dQ) but as bench/probe_varlen.py --backward found them on an
+# H100 (RESULTS "probe-varlen-backward — 2026-12-07 23:09 / 23:10", 16384 tokens in 8 or 31 sequences, H = 16, µs
+# shipped before → now): D = 128 dQ with a producer warpgroup (939 vs 992 not causal, 582 vs 638 causal; 32-query
+# dK/dV steps, which fit without the 8 bytes spilled at causal grouped, 1106-2152 vs 872-1494: kept at 64); D = 64
+# dK/dV ptxas's choice of blocks (1118 vs 1197, causal level; three would spill: the sequences' indices), dQ of four
+# warps when causal (142 vs 154 at short sequences; not causal 198 vs 190, kept at eight). D = 96 as 128 (not swept).
+BACKWARD_SM90 = {64: ({"WARPS": 4, "STAGES": 3}, {"STAGES": 3}), 128: ({"STAGES": 3}, {"STAGES": 3, "PRODUCER": 1})}
+BACKWARD_SM90[96] = BACKWARD_SM90[128]
+CAUSAL_DQ_SM90 = {64: {"WARPS": 4}}  # dQ's constants where causal
 
 
 def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -473,7 +478,7 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     views = [packed(t) for t in (q, k, v, grad_out, dq, dk, dv)]
     common = (*views[:4], lse.unsqueeze(0), delta.unsqueeze(0))
     hopper = wgmma_path(q.get_device(), target) and tma_ready(*views)
-    (dkdv_kernel, dkdv, key_rows), (dq_kernel, dq_cfg, query_rows) = backward_kernels(d, hopper)
+    (dkdv_kernel, dkdv, key_rows), (dq_kernel, dq_cfg, query_rows) = backward_kernels(d, hopper, bool(causal))
     build = "sm_90a" if hopper and d in BACKWARD_SM90 else "sm_80" if target in (None, "sm_90a") else target
     dkdv_kernel[(ceil_div(total_k, key_rows) + seqs, kv_heads, 1)](*common, views[5], views[6], ends, key_ends, scale,
                                                                    **dkdv, **constants, target=build)
@@ -488,11 +493,14 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return dq, dk, dv
 
 
-def backward_kernels(d: int, hopper: bool) -> tuple[tuple[Any, dict[str, int], int], tuple[Any, dict[str, int], int]]:
+def backward_kernels(d: int, hopper: bool,
+                     causal: bool = False) -> tuple[tuple[Any, dict[str, int], int], tuple[Any, dict[str, int], int]]:
     """attention_varlen_backward's dK/dV and dQ kernels at head dim d, each (kernel, its constants, the rows of a
     block): with `hopper` (and D = 64, 96, 128) the wgmma ones, else the mma.sync ones."""
     if hopper and d in BACKWARD_SM90:
         dkdv, dq = BACKWARD_SM90[d]
+        if causal:
+            dq = {**dq, **CAUSAL_DQ_SM90.get(d, {})}
         return ((attention_varlen_bwd_dkdv_sm90, dkdv, 16 * dkdv.get("WARPS", 8)),
                 (attention_varlen_bwd_dq_sm90, dq, 16 * dq.get("WARPS", 8)))
     queries, keys = BACKWARD_STEPS[d]
