@@ -41,7 +41,8 @@ VARIANTS = {
                              {"D": 4096, "WARPS": 4, "SPLIT": 4, "RMS": 1, "DS_IN": 1},
                              {"D": 8192, "WARPS": 16, "SPLIT": 16, "DS_IN": 1}],
     "column_sums_kernel": [{}, {"DT": bf16}],
-    "attention_varlen_sm90": [{}, {"D": 128, "CAUSAL": 1, "GROUP": 4}, {"D": 64, "CAUSAL": 1}, {"D": 96}],
+    "attention_varlen_sm90": [{"LATE_PV": 0}, {"D": 128, "CAUSAL": 1, "GROUP": 4, "LATE_PV": 0}, {"D": 64, "CAUSAL": 1},
+                              {"D": 96, "LATE_PV": 0}],
     "attention_varlen_fwd": [{"D": 64, "ROWS": 32, "KEYS": 64}, {"D": 64, "ROWS": 32, "KEYS": 64, "CAUSAL": 1},
                              {"D": 128, "ROWS": 32, "KEYS": 32, "Q_IN_SHARED": 1, "CAUSAL": 1, "GROUP": 4},
                              {"D": 96, "ROWS": 32, "KEYS": 64, "Q_IN_SHARED": 1},  # attention()'s CONFIG

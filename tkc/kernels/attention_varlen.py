@@ -259,8 +259,9 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     packed = [t.unsqueeze(0).transpose(1, 2) for t in (q, k, v, out)]  # (1, H, total, D) views of the same rows
     arguments = (*packed, lse.unsqueeze(0) if return_lse else unread_lse(q), cu_seqlens[1:], cu_seqlens_k[1:],
                  scale)  # the sequences' ends
-    if hopper:
-        spec = attention_varlen_sm90.specialize(target="sm_90a", **constants)
+    if hopper:  # P·V behind the row max at D = 64 only, as attention()'s (D = 128 not causal: 3 % faster without,
+        # causal level; RESULTS "probe-varlen — 2026-12-07 23:10")
+        spec = attention_varlen_sm90.specialize(target="sm_90a", LATE_PV=int(d == 64), **constants)
         spec.launch(((ceil_div(total, 16 * 8) + seqs) * heads, 1, 1), arguments)  # WARPS = 8
     else:
         rows, keys, q_in_shared = CONFIG[d]  # attention_fwd's
