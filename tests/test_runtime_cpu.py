@@ -809,6 +809,7 @@ def test_attention_kvcache_launches(monkeypatch) -> None:
         (lambda: attention_kvcache(cuda(2, 8, 1, 96), cuda(2, 2, 30, 96), cuda(2, 2, 30, 96), seqlens),
          "takes head dims 64, 128, 256 here, got 96"),
         (lambda: attention_kvcache(q, cuda(2, 2, 0, 128), cuda(2, 2, 0, 128), seqlens), "at least one key"),
+        (lambda: attention_kvcache(q.clone().requires_grad_(), k, v, seqlens), "has no backward"),
     ]:
         with pytest.raises(TkcError, match=message):
             call()

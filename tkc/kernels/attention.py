@@ -584,6 +584,9 @@ def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     the host: that would wait for the GPU.)"""
     import torch
 
+    if wants_grad(torch, q, k_cache, v_cache):  # (its output would silently leave autograd's graph)
+        fail("q, k_cache, v_cache: attention_kvcache is for inference and has no backward; call it under "
+             "torch.no_grad(), or use attention_varlen with cu_seqlens_k to train")
     batch, heads, nq, nk, d = check_qkv(q, k_cache, v_cache, ("k_cache", "v_cache"))
     check_tensor("cache_seqlens", cache_seqlens, torch.int32, 1)
     if cache_seqlens.shape[0] != batch:
