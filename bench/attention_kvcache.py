@@ -2,7 +2,8 @@
 varlen kernel reading each batch's first cache_seqlens[b] keys of its cache (`aten._flash_attention_forward` with
 seqused_k: what flash_attn_with_kvcache's cache_seqlens does) and SDPA's mem-efficient backend with a key mask (the
 usual way without a varlen kernel, K and V expanded to the query heads beforehand). The caches lie (B, N_max, H_kv, D)
-as FlashAttention's; tkc reads them through a transposed view. GB/s: the K and V bytes each batch reads (its
+as FlashAttention's; tkc reads them through a transposed view. "tkc, the wave's split": FEWER_PARTS_WITH_LENGTHS
+off. GB/s: the K and V bytes each batch reads (its
 length's), per µs; every timed output checked against the flash kernel's (or tkc's sm_80 build where it is missing).
 
     python bench/attention_kvcache.py [--shapes 8x32x8x8192x128 32x32x8x4096x128 64x16x16x2048x64] [--nq 1]
@@ -11,6 +12,7 @@ length's), per µs; every timed output checked against the flash kernel's (or tk
 from __future__ import annotations
 
 import argparse
+import importlib
 import random
 import sys
 from pathlib import Path
@@ -22,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import add_timing_options, compare, environment, record, rel_err, table  # noqa: E402
 
 import tkc.kernels  # noqa: E402
+
+decode_module = importlib.import_module("tkc.kernels.attention_decode")
 
 
 def main() -> None:
@@ -41,9 +45,17 @@ def main() -> None:
         q = torch.randn(b, h, args.nq, d, device="cuda", dtype=torch.bfloat16)
         k_cache, v_cache = (torch.randn(b, n_max, h_kv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         k, v = k_cache.transpose(1, 2), v_cache.transpose(1, 2)  # (B, H_kv, N_max, D) views
+        def wave_split() -> torch.Tensor:  # Hopper's two kernels where the clusters are not all held
+            decode_module.FEWER_PARTS_WITH_LENGTHS = False
+            try:
+                return tkc.kernels.attention_kvcache(q, k, v, seqlens)
+            finally:
+                decode_module.FEWER_PARTS_WITH_LENGTHS = True
+
         impls = {
             "tkc": lambda: tkc.kernels.attention_kvcache(q, k, v, seqlens),
             "tkc sm_80": lambda: tkc.kernels.attention_kvcache(q, k, v, seqlens, target="sm_80"),
+            "tkc, the wave's split": wave_split,
         }
         cu_q = torch.arange(b + 1, device="cuda", dtype=torch.int32) * args.nq
         cu_k = torch.arange(b + 1, device="cuda", dtype=torch.int32) * n_max
@@ -87,7 +99,7 @@ def main() -> None:
         rows.append(row)
         print("  ".join(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
                         for key, value in row.items()), flush=True)
-    names = ["tkc", "tkc sm_80", "flash varlen", "SDPA mem-efficient, masked"]
+    names = ["tkc", "tkc sm_80", "tkc, the wave's split", "flash varlen", "SDPA mem-efficient, masked"]
     columns = ([("shape", "B×H×H_kv×N_max×D"), ("mean length", "mean length")]
                + [(f"{n} µs", f"{n} µs") for n in names] + [(f"{n} GB/s", f"{n} GB/s") for n in names]
                + [("tkc/flash", "tkc/flash"), ("tkc/SDPA", "tkc/SDPA"), ("err", "tkc err")])

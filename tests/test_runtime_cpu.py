@@ -800,6 +800,19 @@ def test_attention_kvcache_launches(monkeypatch) -> None:
         ("attention_decode", 1), ("attention_decode_combine", None)]
     tkc_attention(q, k, v, target="sm_90a")  # attention()'s decoding: all the keys, LENGTHS off
     assert launches[-1][0].constants["LENGTHS"] == 0
+    # clusters the GPU does not hold all at once (24 blocks in clusters of 4, 20 held): fewer parts in clusters of 3,
+    # or with FEWER_PARTS_WITH_LENGTHS off the two kernels over the wave's split
+    decode_module = importlib.import_module("tkc.kernels.attention_decode")
+    monkeypatch.setattr(importlib.import_module("tkc.runtime.launch"), "resident_blocks_on",
+                        lambda loaded, sms: 20 if loaded.cluster > 1 else sms)
+    q3, k3, seqlens3 = cuda(3, 8, 1, 128), cuda(3, 2, 2000, 128), cuda(3, dtype=torch.int32)
+    del launches[:]
+    attention_kvcache(q3, k3, k3, seqlens3, target="sm_90a")
+    monkeypatch.setattr(decode_module, "FEWER_PARTS_WITH_LENGTHS", False)
+    attention_kvcache(q3, k3, k3, seqlens3, target="sm_90a")
+    assert [(launch[0].kernel, launch[1]) for launch in launches] == [
+        ("attention_decode_cluster", (3, 2, 3)), ("attention_decode", (4, 2, 3)),
+        ("attention_decode_combine", (2, 4, 1))]
     for call, message in [
         (lambda: attention_kvcache(q, k, v, cuda(2)), "cache_seqlens must be torch.int32"),
         (lambda: attention_kvcache(q, k, v, cuda(3, dtype=torch.int32)), r"cache_seqlens: one length a batch"),

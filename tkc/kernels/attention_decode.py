@@ -267,6 +267,11 @@ CLUSTER_PARTS = 0       # on Hopper, at most this many parts a row tile (0: a wa
 # an H100: B = 1, Nk = 8192 / 16384 0.81 -> 1.43 / 1.37x cuDNN, B = 4, Nk = 4096 0.77 -> 1.41x). A graph keeps the
 # wave's split (its replay has no host work: B = 1 at 8 parts reads 0.95-0.97x cuDNN from a graph against 1.01-1.02).
 FEWER_PARTS = True
+# ... also for attention_kvcache (LENGTHS), whose parts are sized by the cache's N_max: a batch filled to part of it
+# leaves some of the fewer parts empty (B = 1 at 32768 keys filled to 63 %: 72 µs against the sm_80 build's wave of
+# parts 54 and flash's 52 on an H100, RESULTS "attention-kvcache — 2026-12-07 23:10"). False: the two kernels over
+# the wave's split there (not yet timed: bench/attention_kvcache.py times both)
+FEWER_PARTS_WITH_LENGTHS = True
 FEWER_PARTS_BYTES = 1 << 27  # 134 MB: B = 1, H_kv = 8, Nk = 32768 at D = 128 still gained (0.85 -> 0.99x cuDNN)
 # The wave's split in one launch instead of the two kernels: attention_decode_last, whose last part of a row tile to
 # arrive at its counter weighs the parts (arrival_counters). "eager": outside CUDA graph captures only (a capture keeps
@@ -329,9 +334,9 @@ def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
             if common_only:
                 return False
             plan.decide(cluster_args)
-        clustered, steps = ((plan.clustered, plan.steps) if plan.together else
-                            plan.fewer if plan.fewer is not None and not torch.cuda.is_current_stream_capturing()
-                            else (None, 0))
+        fewer = plan.fewer is not None and not torch.cuda.is_current_stream_capturing() and (
+            lengths is None or FEWER_PARTS_WITH_LENGTHS)
+        clustered, steps = ((plan.clustered, plan.steps) if plan.together else plan.fewer if fewer else (None, 0))
         if clustered is not None:
             if common_only:
                 return clustered.common(*cluster_args, steps)
