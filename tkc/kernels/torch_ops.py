@@ -105,15 +105,23 @@ def _attention_setup(ctx, inputs, output) -> None:
     ctx.set_materialize_grads(False)  # an unused output's gradient stays None (no zeros to read)
 
 
-def _attention_gradients(ctx, q, k, v, out, lse, grad_out, grad_lse):
-    """dq, dk, dv by tkc's backward kernels (tkc/kernels/attention_bwd.py); grad_out's and grad_lse's last
-    dimension made contiguous (grad_out zeros where only lse was used)."""
+def _kernel_grads(out: torch.Tensor, grad_out: torch.Tensor | None,
+                  grad_lse: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An attention op's incoming gradients as its backward kernels read them: the last dimension contiguous
+    (lse.sum()'s gradient is one value expanded, strides 0), grad_out zeros where only the log-sum-exps were used."""
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     elif grad_out.stride(-1) != 1:
         grad_out = grad_out.contiguous()
-    if grad_lse is not None and grad_lse.stride(-1) != 1:  # (lse.sum()'s gradient: one value expanded, strides 0)
+    if grad_lse is not None and grad_lse.stride(-1) != 1:
         grad_lse = grad_lse.contiguous()
+    return grad_out, grad_lse
+
+
+def _attention_gradients(ctx, q, k, v, out, lse, grad_out, grad_lse):
+    """dq, dk, dv by tkc's backward kernels (tkc/kernels/attention_bwd.py), the gradients as _kernel_grads makes
+    them."""
+    grad_out, grad_lse = _kernel_grads(out, grad_out, grad_lse)
     return _attention_backward_kernels(q, k, v, out, grad_out, lse, causal=ctx.causal, scale=ctx.scale,
                                        grad_lse=grad_lse, target=ctx.target)
 
@@ -158,15 +166,9 @@ def _attention_varlen_setup(ctx, inputs, output) -> None:
 
 
 def _attention_varlen_backward(ctx, grad_out: torch.Tensor | None, grad_lse: torch.Tensor | None):
-    """dq, dk, dv by attention_varlen_backward's kernels (grad_out's and grad_lse's last dimension made contiguous;
-    grad_out zeros where only the log-sum-exps were used)."""
+    """dq, dk, dv by attention_varlen_backward's kernels, the gradients as _kernel_grads makes them."""
     q, k, v, cu_seqlens, cu_seqlens_k, out, lse = ctx.saved_tensors
-    if grad_out is None:
-        grad_out = torch.zeros_like(out)
-    elif grad_out.stride(-1) != 1:
-        grad_out = grad_out.contiguous()
-    if grad_lse is not None and grad_lse.stride(-1) != 1:  # (lse.sum()'s gradient: one value expanded, strides 0)
-        grad_lse = grad_lse.contiguous()
+    grad_out, grad_lse = _kernel_grads(out, grad_out, grad_lse)
     grads = _attention_varlen_backward_kernels(q, k, v, out, grad_out, lse, cu_seqlens,
                                                cu_seqlens_k=cu_seqlens_k if ctx.keys_apart else None,
                                                causal=ctx.causal, scale=ctx.scale, grad_lse=grad_lse,
