@@ -126,8 +126,8 @@ def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Length
     """attention_decode and attention_decode_combine in one launch on any GPU: each block leaves its part's output and
     log-sum-exp in OParts and LParts (as attention_decode), and the last of a row tile's parts to arrive at its
     counter (Counter[(b·H_kv + h)·T + t], zero before the first launch and again after each) weighs them all into O
-    (B, H_kv, R, D), each warp D / 4 of the columns (and with LSE the log-sum-exp into L (B, H_kv, R)). Q, K, V, Lengths,
-    the grid and the parts as attention_decode's."""
+    (B, H_kv, R, D), each warp D / 4 of the columns (and with LSE the log-sum-exp into L (B, H_kv, R)). Q, K, V,
+    Lengths, the grid and the parts as attention_decode's."""
     part_tile, h, b = block_idx()
     row_tiles = cdiv(Q.shape[2], 16)
     part, t = part_tile // row_tiles, part_tile % row_tiles
