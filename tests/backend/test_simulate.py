@@ -1444,18 +1444,21 @@ def test_attention_varlen_simulated(lengths, key_lengths, heads, kv_heads, d, ca
     assert rel_err(simulated[:ends[-1]], got[:ends[-1]]) < 2e-3  # (exp2 rounding, as the other attention kernels)
 
 
-@pytest.mark.parametrize("rows_total, end, d", [(200, 137, 64), (64, 64, 128), (130, 0, 32), (100, 30, 96)])
-def test_attention_varlen_zero_tail_simulated(rows_total, end, d) -> None:
-    """attention_varlen_zero_tail: zeros in the rows from Ends[-1] on, the rows before left as they were (a 16-row
-    tile across the end starts at it), in the interpreter and the simulated PTX."""
+@pytest.mark.parametrize("rows_q, end, rows_k, key_end, d", [(200, 137, 130, 64, 64), (64, 64, 64, 64, 128),
+                                                              (130, 0, 200, 3, 32), (100, 30, 100, 100, 96)])
+def test_attention_varlen_zero_tail_simulated(rows_q, end, rows_k, key_end, d) -> None:
+    """attention_varlen_zero_tail: zeros in dQ's rows from Ends[-1] on and in dK's and dV's from EndsK[-1] on (fewer
+    K/V heads, other row counts), the rows before left as they were (a 16-row tile across the end starts at it), in
+    the interpreter and the simulated PTX."""
     from tkc.kernels.attention_varlen import attention_varlen_zero_tail
 
-    x = poisoned(1, 3, rows_total, d)
-    ends = np.array([end // 2, end], np.int32)
-    interp, sim = run_both(attention_varlen_zero_tail, [x, ends], (-(-rows_total // 64), 3, 1), {"D": d}, "sm_80",
-                           "shuffled")
-    for got in (interp[0], sim[0]):
-        assert np.isnan(f64(got[:, :, :end])).all() and (f64(got[:, :, end:]) == 0).all()
+    dq, dk, dv = poisoned(1, 4, rows_q, d), poisoned(1, 2, rows_k, d), poisoned(1, 2, rows_k, d)
+    ends, key_ends = np.array([end // 2, end], np.int32), np.array([key_end // 3, key_end], np.int32)
+    interp, sim = run_both(attention_varlen_zero_tail, [dq, dk, dv, ends, key_ends],
+                           (-(-max(rows_q, rows_k) // 64), 4, 1), {"D": d}, "sm_80", "shuffled")
+    for result in (interp, sim):
+        for got, last in ((result[0], end), (result[1], key_end), (result[2], key_end)):
+            assert np.isnan(f64(got[:, :, :last])).all() and (f64(got[:, :, last:]) == 0).all()
 
 
 @pytest.mark.parametrize("lengths, key_lengths, heads, kv_heads, d, causal, order", [

@@ -411,14 +411,24 @@ def attention_varlen_bwd_dq_sm90(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4],
                 CAUSAL, KEYS, GROUP, 1, DT)
 
 
-@tkc.kernel(warps=4, min_target="sm_80")
-def attention_varlen_zero_tail(X: gl["DT", 4], Ends: gl[i32, 1], D: const = 64, DT: const = bf16):
-    """Zeros into the rows of X (1, H, rows, D) from Ends[-1] on (the packed rows past the last sequence, which no
-    gradient reaches): a warp each 16 rows, those before the end leave theirs. Grid: (cdiv(rows, 64), H)."""
-    h = block_idx()[1]
-    row, end = block_idx()[0] * 64 + 16 * warp_id(), Ends[Ends.shape[0] - 1]
-    if row + 16 > end:  # (a tile across the end: from the end on, overlapping the next warp's zeros)
+@tkc.func
+def zero_tail(X, end, h, row, D, DT):
+    """Zeros into the 16 rows of X (1, H, rows, D) from `row` that lie at or past `end` (its head h, where X has it)."""
+    if h < X.shape[1] and row < X.shape[2] and row + 16 > end:  # (a tile across the end: from it on, overlapping)
         store(X, zeros(rt[f32, 16, D]).to(DT), (0, h, rows(max(row, end), X.shape[2]), 0))
+
+
+@tkc.kernel(warps=4, min_target="sm_80")
+def attention_varlen_zero_tail(dQ: gl["DT", 4], dK: gl["DT", 4], dV: gl["DT", 4], Ends: gl[i32, 1],
+                               EndsK: gl[i32, 1], D: const = 64, DT: const = bf16):
+    """Zeros into the rows of dQ from Ends[-1] on and of dK, dV from EndsK[-1] on (each (1, heads, rows, D): the
+    packed rows past the last sequence, which no gradient reaches), one launch for the three: a warp each 16 rows,
+    those before the end leave theirs. Grid: (cdiv(most rows, 64), most heads)."""
+    h, row = block_idx()[1], block_idx()[0] * 64 + 16 * warp_id()
+    zero_tail(dQ, Ends[Ends.shape[0] - 1], h, row, D, DT)
+    key_end = EndsK[EndsK.shape[0] - 1]
+    zero_tail(dK, key_end, h, row, D, DT)
+    zero_tail(dV, key_end, h, row, D, DT)
 
 
 # per head dim: (dK/dV's queries a step, dQ's keys a step), K and V in shared memory in the dK/dV kernel: the
@@ -487,10 +497,9 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                                              **constants, target=build)
     # the rows past the last sequence (no gradient reaches them): zeros, written where the host cannot see them
     # (reading cu_seqlens[-1] would wait for the GPU) instead of memsets of whole tensors
-    for view, last, count in ((views[4], ends, total), (views[5], key_ends, total_k), (views[6], key_ends, total_k)):
-        if count:
-            attention_varlen_zero_tail[(ceil_div(count, 64), view.shape[1], 1)](view, last, D=d, **dt,
-                                                                                 target="sm_80")
+    attention_varlen_zero_tail[(ceil_div(max(total, total_k), 64), max(heads, kv_heads), 1)](*views[4:], ends,
+                                                                                         key_ends, D=d, **dt,
+                                                                                         target="sm_80")
     return dq, dk, dv
 
 
