@@ -587,6 +587,7 @@ def _fake_gpu_for_attention(monkeypatch):
     monkeypatch.setattr(launch, "resident_blocks_on", lambda loaded, sms: sms)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(attention_module, "_PLANS", {})
+    monkeypatch.setattr(attention_module, "_KVCACHE", {})
     monkeypatch.setattr(importlib.import_module("tkc.kernels.attention_decode"), "_PLANS", {})
     monkeypatch.setitem(attention_module.MULTIPROCESSORS, 0, 132)
     monkeypatch.setitem(_checks.SHARED_MEMORY_LIMITS, 0, 232448)
@@ -826,6 +827,43 @@ def test_attention_kvcache_launches(monkeypatch) -> None:
     ]:
         with pytest.raises(TkcError, match=message):
             call()
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_attention_kvcache_common_call_launches_what_the_checked_call_did(monkeypatch, target) -> None:
+    """attention_kvcache's common call (after a checked call on the device and target; no out= or return_lse) skips
+    the full checks and launches the kernels and grids of the checked call; what the launch's reader
+    refuses (cache_seqlens of another dtype), or what the common call does not take (q not contiguous, inputs
+    requiring grad, out=), gets the checked call's named error or path."""
+    torch = pytest.importorskip("torch")
+    from tkc.errors import TkcError
+    from tkc.kernels import attention_kvcache
+
+    attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    checks, decode_module = (importlib.import_module(f"tkc.kernels.{name}") for name in ("_checks", "attention_decode"))
+    monkeypatch.setitem(checks._HOPPER, 0, True)
+    for name in ("stream_scratch", "arrival_counters"):  # workspaces on the fake GPU too
+        made = getattr(checks, name)
+        monkeypatch.setattr(decode_module, name, lambda torch, like, *a, made=made: made(torch, like, *a).as_subclass(
+            type(like)))
+    q, k, v = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128), cuda(2, 2, 3000, 128)
+    seqlens = cuda(2, dtype=torch.int32)
+    attention_kvcache(q, k, v, seqlens, target=target)
+    checked = [(launch[0].kernel, launch[1]) for launch in launches]
+    full_checks = []
+    real_check = attention_module.check_qkv
+    monkeypatch.setattr(attention_module, "check_qkv", lambda *a: full_checks.append(1) or real_check(*a))
+    del launches[:]
+    out = attention_kvcache(q, k, v, seqlens, target=target)
+    assert out.shape == q.shape and not full_checks
+    assert [(launch[0].kernel, launch[1]) for launch in launches] == checked
+    with pytest.raises(TkcError, match="cache_seqlens must be torch.int32"):
+        attention_kvcache(q, k, v, cuda(2), target=target)
+    with pytest.raises(TkcError, match="q: must be contiguous"):
+        attention_kvcache(cuda(2, 8, 2, 128)[:, :, :1], k, v, seqlens, target=target)
+    assert len(full_checks) == 2
+    with pytest.raises(TkcError, match="has no backward"):
+        attention_kvcache(q.clone().requires_grad_(), k, v, seqlens, target=target)
 
 
 def test_decode_attention_launches(monkeypatch) -> None:

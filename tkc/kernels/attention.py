@@ -398,6 +398,7 @@ def group_constant(heads: int, kv_heads: int) -> dict[str, int]:
 # tile, tiles a block, its largest grid): what attention()'s common call launches
 _PLANS: dict[tuple[Any, ...], tuple[Any, int, int, int]] = {}
 _DECODING: set[tuple[Any, ...]] = set()  # (device, target) of Hopper launches that took attention_decode
+_KVCACHE: dict[tuple[Any, ...], bool] = {}  # (device, target) of checked attention_kvcache calls → the Hopper path?
 
 
 @functools.lru_cache(maxsize=4096)
@@ -584,6 +585,30 @@ def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     the host: that would wait for the GPU.)"""
     import torch
 
+    # The common call (a decoding step after a checked one on this device and target: no out= or return_lse): only
+    # what the launch cannot know is checked here, as attention()'s; the launch's argument reader checks dtypes,
+    # devices and contiguity of the last dimension, and anything outside its common case takes the full checks.
+    device = q.get_device() if isinstance(q, torch.Tensor) else None
+    hopper = _KVCACHE.get((device, target)) if out is None and not return_lse else None
+    if (hopper is not None and q.dim() == 4 and isinstance(k_cache, torch.Tensor) and isinstance(v_cache, torch.Tensor)
+            and isinstance(cache_seqlens, torch.Tensor) and not wants_grad(torch, q, k_cache, v_cache)):
+        batch, heads, nq, d = q.shape
+        kv_heads, nk = k_cache.shape[1], k_cache.shape[2] if k_cache.dim() == 4 else 0
+        if (k_cache.shape == v_cache.shape == (batch, kv_heads, nk, d) and cache_seqlens.shape == (batch,)
+                and d in (DECODE_CONFIG if hopper else DECODE_CONFIG_SM80) and nk and batch * heads * nq
+                and kv_heads and heads % kv_heads == 0 and heads // kv_heads * nq <= MAX_ROWS
+                and q.is_contiguous() and (scale is None or type(scale) is float and 0 < scale < math.inf)):
+            sk, sv = k_cache.stride(), v_cache.stride()
+            # TMA's 16-byte aligned addresses and strides on Hopper (out's are q's: contiguous)
+            if not hopper or not ((q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr()) & 15
+                                  or (sk[0] | sk[1] | sk[2] | sv[0] | sv[1] | sv[2]) & 7):
+                out = torch.empty_like(q)
+                if attention_decode_launch(q, k_cache, v_cache, out, None,
+                                           1.0 / math.sqrt(d) if scale is None else scale, MULTIPROCESSORS[device],
+                                           target, common_only=True, hopper=hopper, lengths=cache_seqlens):
+                    return out
+                out = None
+
     if wants_grad(torch, q, k_cache, v_cache):  # (its output would silently leave autograd's graph)
         fail("q, k_cache, v_cache: attention_kvcache is for inference and has no backward; call it under "
              "torch.no_grad(), or use attention_varlen with cu_seqlens_k to train")
@@ -620,4 +645,5 @@ def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     if batch * heads * nq:
         attention_decode_launch(q, k_cache, v_cache, out, lse, 1.0 / math.sqrt(d) if scale is None else float(scale),
                                 multiprocessors(device), target, hopper=hopper, lengths=cache_seqlens)
+        _KVCACHE[(device, target)] = hopper  # the common call may now take this device and target
     return (out, lse) if return_lse else out
