@@ -3,8 +3,9 @@ varlen kernel reading each batch's first cache_seqlens[b] keys of its cache (`at
 seqused_k: what flash_attn_with_kvcache's cache_seqlens does) and SDPA's mem-efficient backend with a key mask (the
 usual way without a varlen kernel, K and V expanded to the query heads beforehand). The caches lie (B, N_max, H_kv, D)
 as FlashAttention's; tkc reads them through a transposed view. "tkc, the wave's split": FEWER_PARTS_WITH_LENGTHS
-off. GB/s: the K and V bytes each batch reads (its
-length's), per µs; every timed output checked against the flash kernel's (or tkc's sm_80 build where it is missing).
+off; "tkc, checked": every call takes the full checks (no common call). GB/s: the K and V bytes each batch reads
+(its length's), per µs; every timed output checked against the flash kernel's (or tkc's sm_80 build where it is
+missing).
 
     python bench/attention_kvcache.py [--shapes 8x32x8x8192x128 32x32x8x4096x128 64x16x16x2048x64] [--nq 1]
 """
@@ -26,12 +27,13 @@ from common import add_timing_options, compare, environment, record, rel_err, ta
 import tkc.kernels  # noqa: E402
 
 decode_module = importlib.import_module("tkc.kernels.attention_decode")
+attention_module = importlib.import_module("tkc.kernels.attention")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=["8x32x8x8192x128", "32x32x8x4096x128", "64x16x16x2048x64",
-                                                        "1x32x8x32768x128"],
+                                                        "1x32x8x32768x128", "1x32x8x4096x128"],
                         help="B x H x H_kv x N_max x D")
     parser.add_argument("--nq", type=int, default=1, help="query rows a head (decoding: 1)")
     add_timing_options(parser)
@@ -52,8 +54,13 @@ def main() -> None:
             finally:
                 decode_module.FEWER_PARTS_WITH_LENGTHS = True
 
+        def checked() -> torch.Tensor:  # the full checks every call, as a first call's
+            attention_module._KVCACHE.clear()
+            return tkc.kernels.attention_kvcache(q, k, v, seqlens)
+
         impls = {
             "tkc": lambda: tkc.kernels.attention_kvcache(q, k, v, seqlens),
+            "tkc, checked": checked,
             "tkc sm_80": lambda: tkc.kernels.attention_kvcache(q, k, v, seqlens, target="sm_80"),
             "tkc, the wave's split": wave_split,
         }
@@ -99,7 +106,7 @@ def main() -> None:
         rows.append(row)
         print("  ".join(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
                         for key, value in row.items()), flush=True)
-    names = ["tkc", "tkc sm_80", "tkc, the wave's split", "flash varlen", "SDPA mem-efficient, masked"]
+    names = ["tkc", "tkc, checked", "tkc sm_80", "tkc, the wave's split", "flash varlen", "SDPA mem-efficient, masked"]
     columns = ([("shape", "B×H×H_kv×N_max×D"), ("mean length", "mean length")]
                + [(f"{n} µs", f"{n} µs") for n in names] + [(f"{n} GB/s", f"{n} GB/s") for n in names]
                + [("tkc/flash", "tkc/flash"), ("tkc/SDPA", "tkc/SDPA"), ("err", "tkc err")])
