@@ -21,6 +21,7 @@ from xdsl.dialects.builtin import f16 as _f16
 from xdsl.dialects.builtin import f32 as _f32
 from xdsl.dialects.builtin import Float8E4M3FNType, Float8E5M2Type
 from xdsl.ir import Attribute, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 from tkc.errors import TkcError, user_loc
 from tkc.ir.types import I32, I64, TILE_BASE, GlobalType, RegTileType, RegVecType, SharedTileType, SharedVecType
@@ -86,9 +87,12 @@ class TileSpec:
 
     @property
     def ir(self) -> Attribute:
-        return {"rt": RegTileType, "st": SharedTileType, "rv": RegVecType, "sv": SharedVecType}[self.kind](
-            self.dtype.ir, *self.shape
-        )
+        try:
+            return {"rt": RegTileType, "st": SharedTileType, "rv": RegVecType, "sv": SharedVecType}[self.kind](
+                self.dtype.ir, *self.shape
+            )
+        except VerifyException as e:  # the error at the kernel's line (the frontend adds it), not xDSL's traceback
+            raise TkcError(f"{self!r}: {e}") from None
 
 
 class _SpecFactory:

@@ -1153,3 +1153,12 @@ def tile_of_row_numbers():
         store(Y, load(P, (0, 0), rt[f32, 16, 32]), (0, 0))  # ERROR
 
     return k
+
+
+def vector_of_ints():
+    @tkc.kernel
+    def k(P: gl[i32, 1], Y: gl[f32, 2]):
+        v = zeros(rv[i32, 16])  # ERROR
+        store(Y, add_row(zeros(rt[f32, 16, 32]), v), (0, 0))
+
+    return k

@@ -357,6 +357,7 @@ def test_language_outside_a_kernel(case: Case) -> None:
     Case(bad.rows_at_by_floats, ["rows_at's index must be a global tensor gl[i32, 1] or gl[i64, 1]", "gl[f32, 1]"]),
     Case(bad.rows_at_in_the_column_place, ["rows_at(...) picks the rows", "in the row place of its index (index 0)"]),
     Case(bad.tile_of_row_numbers, ["integer tensors hold arrive_last's counters and rows_at's row numbers"]),
+    Case(bad.vector_of_ints, ["rv[i32, 16]: rv element type must be bf16, f16, f32"], at="zeros"),
 )
 def test_other_misuse(case: Case) -> None:
     check(case)
