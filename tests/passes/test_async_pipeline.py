@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from reference import random_bf16
 
-from kernels.pipelined_sum import column_block_sum, strided_block_sum
+from kernels.pipelined_sum import column_block_sum, paged_block_sum, strided_block_sum
+from tkc.backend import ptx
 from tkc.backend.simulator import simulate
 from tkc.compiler import default_pipeline, lower_kernel
 from tkc.ir import async_ops as a
@@ -76,3 +77,31 @@ def test_pipeline_with_a_run_time_step(stages: int, trips: int) -> None:
     module = lower_kernel(strided_block_sum, "sm_80", pipeline=default_pipeline("sm_80", stages))
     simulate(module, "strided_block_sum", [x, out, trips], (3,), order="shuffled")
     np.testing.assert_allclose(out, _expected_strided(x, trips, 3), rtol=1e-5, atol=1e-5)
+
+
+def _expected_paged(x: np.ndarray, pages: np.ndarray, n: int) -> np.ndarray:
+    return sum((x[64 * p:64 * (p + 1)].astype(np.float64) for p in pages[:n]), np.zeros((64, 64)))
+
+
+@pytest.mark.parametrize("stages, trips", [(2, 0), (2, 3), (3, 1), (3, 5), (4, 2), (4, 7)])
+def test_pipeline_reads_a_page_table_ahead(stages: int, trips: int) -> None:
+    """A load whose block comes from a page table read in the loop (Pages[j], a tensor the kernel never writes) is
+    pipelined, the table read again for the steps loaded ahead: interpreted before and after the pass, and
+    simulated; a kernel that also writes the table keeps its loads synchronous (no ring), as correct."""
+    rng = np.random.default_rng(stages * 10 + trips)
+    x = random_bf16(rng, 64 * 9, 64)
+    pages = rng.permutation(9)[:8].astype(np.int32)
+    out = np.full((64, 64), np.nan, dtype=np.float32)
+    for writes in (0, 1):
+        before, after, module = before_and_after(paged_block_sum, f"insert-async-pipeline{{stages={stages}}}",
+                                                 [x, pages, out, trips], (1,), {"WRITES_PAGES": writes})
+        assert any(isinstance(op, a.RingAllocOp) for op in module.walk()) == (not writes and stages > 1)
+        np.testing.assert_allclose(before[2], _expected_paged(x, pages, trips), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(after[2], before[2])
+        np.testing.assert_array_equal(after[1], before[1])
+    for target in ("sm_80", "sm_90a"):  # cp.async, or TMA (insert-tma-pipeline's indices are the same slice)
+        module = lower_kernel(paged_block_sum, target, pipeline=default_pipeline(target, stages))
+        assert any(isinstance(op, ptx.TmaLoadOp) for op in module.walk()) == (target == "sm_90a")
+        sim_out = np.full((64, 64), np.nan, dtype=np.float32)
+        simulate(module, "paged_block_sum", [x, pages, sim_out, trips], (1,), order="shuffled")
+        np.testing.assert_allclose(sim_out, _expected_paged(x, pages, trips), rtol=1e-5, atol=1e-5)

@@ -1,7 +1,7 @@
 """insert-async-pipeline{stages=N}: turn a loop's global→shared loads into an N-stage asynchronous pipeline.
 
 A load into shared memory inside an `scf.for`, whose indices depend only on the loop index and values from
-outside the loop, gets a ring of N buffers. Before the loop, copies for the first N-1 iterations start (each
+outside the loop (and on `tile.read`s of tensors the kernel never writes: a page table), gets a ring of N buffers. Before the loop, copies for the first N-1 iterations start (each
 only if that iteration runs); iteration k waits for its own copy (`wait_group N-2`: the N-2 newer groups may
 still fly), starts the copy for iteration k+N-1 into the stage iteration k-1 used, and reads stage k mod N.
 Every iteration commits one group, empty or not, so the counting holds when the loop runs 0, 1 or fewer than
@@ -62,9 +62,18 @@ def _index_slice(load: t.LoadOp, loop: scf.ForOp) -> list[Operation] | None:
     return value_slice(list(load.indices) + extras, loop)
 
 
+def reads_unwritten(op: Operation) -> bool:
+    """A `tile.read` of a kernel argument that the kernel only reads (loads from it or by its row numbers, reads,
+    its dims): read again for another step, it gives what that step would have read (a page table's entry)."""
+    source = op.source if isinstance(op, t.ReadOp) else None
+    return (source is not None and isinstance(source.owner, Block)
+            and all(isinstance(use.operation, t.ReadOp | t.DimOp | t.LoadOp) for use in source.uses))
+
+
 def value_slice(values: list[SSAValue], loop: scf.ForOp) -> list[Operation] | None:
     """The ops of the loop body that compute `values`, in order, or None if one depends on anything but the loop
-    index and values from outside the loop (what can be computed again for another value of the index)."""
+    index, values from outside the loop and reads of tensors the kernel never writes (what can be computed again
+    for another value of the index)."""
     body = loop.body.block
     iv = body.args[0]
     needed: list[Operation] = []
@@ -80,7 +89,7 @@ def value_slice(values: list[SSAValue], loop: scf.ForOp) -> list[Operation] | No
             return not within(owner.parent_block(), body)
         if owner in seen:
             return True
-        if not is_side_effect_free(owner) or owner.regions:
+        if not (is_side_effect_free(owner) or reads_unwritten(owner)) or owner.regions:
             return False
         seen.add(owner)
         if not all(visit(o) for o in owner.operands):
