@@ -481,6 +481,13 @@ def keep_cols(t, n, fill=-math.inf):
 
 
 @_op
+def keep_rows(t, n, fill=0.0):
+    """Keep the rows i < n of a register tile, set the rest to `fill` (default 0): the values of keys past a cache's
+    length, which may hold anything (0·NaN is NaN: masking the scores alone does not keep them out of P·V). `n` may
+    be a run-time integer."""
+
+
+@_op
 def make_causal(t, fill=-math.inf):
     """Keep the lower triangle (j <= i) of a tile on the diagonal, set the rest to `fill` (default -inf)."""
 

@@ -15,7 +15,7 @@ from tkc.backend.simulator import simulate
 from tkc.compiler import compile_kernels, lower_kernel, tensor_alignment
 from tkc.kernels import attention_fwd, attention_fwd_lse, gemm_kernel, layernorm_kernel, rotary_kernel
 from tkc.kernels.attention import longest_first
-from tkc.lang import (atomic_add, bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt,
+from tkc.lang import (atomic_add, bf16, block_idx, const, empty, exp2, f32, gl, keep_cols, keep_rows, load, mma_AB, mma_ABt, mma_AtB, mma_AtBt,
                       num_blocks, rotate_pairs, row_max, rows, rt, rv, st, store, sub_row, sv, warp_id, zeros)
 
 ORDERS = ["ascending", "descending", "shuffled"]
@@ -384,6 +384,40 @@ def test_keep_cols_simulated(n: int) -> None:
         kept = np.broadcast_to(j < n - 5 * w, (16, 64))
         rows = interp[1][16 * w:16 * w + 16]
         assert np.isneginf(rows[~kept]).all() and (rows[kept] == x[16 * w:16 * w + 16][kept]).all()
+
+
+@tkc.kernel(warps=2, min_target="sm_80")
+def masked_rows(X: gl[f32, 2], A: gl[bf16, 2], V: gl[bf16, 2], Y: gl[f32, 2], P: gl[f32, 2], n: int):
+    """Each warp keeps the first n - 5·warp rows of its 16×64 f32 tile (row layout), and of its 16×64 bf16 tile of
+    V as the B operand of A·V (col layout; the rows past a cache's length)."""
+    store(Y, keep_rows(load(X, (warp_id(), 0), rt[f32, 16, 64]), n - 5 * warp_id()), (warp_id(), 0))
+    v = keep_rows(load(load(V, (0, 0), st[bf16, 32, 64]), (warp_id(), 0), rt[bf16, 16, 64]), n - 5 * warp_id())
+    store(P, mma_AB(load(A, (0, 0), rt[bf16, 16, 16]), v, zeros(rt[f32, 16, 64])), (warp_id(), 0))
+
+
+@pytest.mark.parametrize("n", [0, 1, 9, 16, 17, -3])
+def test_keep_rows_simulated(n: int) -> None:
+    """keep_rows in the accumulator's layout and in an mma B operand's: the rows past n are zeros, even where they
+    held NaN (what the mask is for), in the interpreter and the simulated PTX alike."""
+    rng = np.random.default_rng(n + 200)
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    a, v = random_bf16(rng, 16, 16), random_bf16(rng, 32, 64)
+    v[np.arange(32) % 16 >= 7] = np.nan  # (rows 7.. of each warp's tile: masked only where n - 5·warp ≤ 7)
+    interp, sim = run_both(masked_rows, [x, a, v, np.full((32, 64), np.nan, np.float32),
+                                         np.full((32, 64), np.nan, np.float32), n], (1,))
+    np.testing.assert_array_equal(sim[3], interp[3])
+    i = np.arange(16)[:, None]
+    for w in range(2):
+        keep = min(max(n - 5 * w, 0), 16)
+        rows = interp[3][16 * w:16 * w + 16]
+        assert (rows[keep:] == 0).all() and (rows[:keep] == x[16 * w:16 * w + keep]).all()
+        kept_v = np.where(i < keep, v[16 * w:16 * w + 16].astype(np.float64), 0.0)
+        want = a.astype(np.float64) @ kept_v
+        if keep <= 7:
+            assert rel_err(interp[4][16 * w:16 * w + 16], want) < 1e-5
+            assert rel_err(sim[4][16 * w:16 * w + 16], want) < 1e-5
+        else:  # NaN rows kept: NaN out, both alike
+            assert np.isnan(interp[4][16 * w:16 * w + 16]).any() and np.isnan(sim[4][16 * w:16 * w + 16]).any()
 
 
 @tkc.kernel(warps=4, min_target="sm_80")

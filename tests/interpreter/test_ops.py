@@ -471,6 +471,7 @@ def triangles(X: gl[f32, 2], Y: gl[f32, 3], d: int, DT: const = f32, R: const = 
     store(Y, triu(x, fill=FILL), (3, i, 0))
     store(Y, make_causal(x), (4, i, 0))
     store(Y, keep_cols(x, diag, FILL), (5, i, 0))
+    store(Y, keep_rows(x, diag, FILL), (6, i, 0))
 
 
 @some
@@ -478,7 +479,7 @@ def triangles(X: gl[f32, 2], Y: gl[f32, 3], d: int, DT: const = f32, R: const = 
        seed=seeds)
 def test_tril_triu(dt: DType, r: int, c: int, d: int, fill: float, seed: int) -> None:
     x = normal(np.random.default_rng(seed), LANES * r, c)
-    y = poisoned(6, LANES * r, c)
+    y = poisoned(7, LANES * r, c)
     triangles.interpret(x, y, d, grid=BLOCKS, DT=dt, R=r, C=c, FILL=fill)
     i, j = np.arange(r)[:, None], np.arange(c)[None, :]
     f = rnd(fill, dt)
@@ -492,6 +493,7 @@ def test_tril_triu(dt: DType, r: int, c: int, d: int, fill: float, seed: int) ->
         assert_same(y[3, rows], np.where(j >= i, tile, f))
         assert_same(y[4, rows], np.where(j <= i, tile, -np.inf))
         assert_same(y[5, rows], np.where(j < diag, tile, f))
+        assert_same(y[6, rows], np.where(i < diag, tile, f))
 
 
 # --------------------------------------------------------------------------------------------------------------

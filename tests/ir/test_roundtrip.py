@@ -164,6 +164,7 @@ def _op_cases() -> dict[str, str]:
         "transpose": "%a = tile.transpose %rtb : !tile.rt<16x32xbf16> -> !tile.rt<32x16xbf16>\n"
                      "%b = tile.transpose %rtr : !tile.rt<16x32xf32, row> -> !tile.rt<32x16xf32, col>",
         "keep_cols": "%a = tile.keep_cols %rt, %i fill -inf : !tile.rt<16x32xf32>",
+        "keep_rows": "%a = tile.keep_rows %rt, %i fill 0.0 : !tile.rt<16x32xf32>",
         "rotate_pairs": "%a = tile.rotate_pairs %rt : !tile.rt<16x32xf32>\n"
                         "%b = tile.rotate_pairs %rtr {tkc.note} : !tile.rt<16x32xf32, row>",
         "load-gl-rt-repeat": ("%a = tile.load %g2[%i, %i] {tile.repeat_cols = 2 : i64} : !tile.gl<?x?xbf16> -> "

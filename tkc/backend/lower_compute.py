@@ -317,8 +317,8 @@ def lower_triangle(lw: KernelLowering, op: t.TriangleOp) -> list[object]:
     type_ = op.result.type
     x = unpack(lw, lw.value(op.input), type_)
     el = slot_elements(type_)
-    cols_only = isinstance(op, t.KeepColsOp)
-    diff = el[..., 1] if cols_only else el[..., 1] - el[..., 0]  # col (- row), [lane, slot]
+    cols_only, rows_only = isinstance(op, t.KeepColsOp), isinstance(op, t.KeepRowsOp)
+    diff = el[..., 1] if cols_only else el[..., 0] if rows_only else el[..., 1] - el[..., 0]  # col / row / col - row
     a, b, _ = _affine_lane(diff[:, 0])
     lane_part = lw.expr(LANE // 4 * a + LANE % 4 * b) if (a >= 0 and b >= 0) else _signed_lane(lw, a, b)
     statics = diff[0] - diff[0, 0]
@@ -327,10 +327,10 @@ def lower_triangle(lw: KernelLowering, op: t.TriangleOp) -> list[object]:
         if not (diff[:, s] - diff[:, 0] == statics[s]).all():
             raise TkcError("internal: tile mask offsets differ between lanes")
     diagonal = lw.value(op.diagonal)
-    keep_cmp = "lt" if cols_only else "le" if isinstance(op, t.TrilOp) else "ge"
+    keep_cmp = "lt" if cols_only or rows_only else "le" if isinstance(op, t.TrilOp) else "ge"
     offsets = sorted(set(int(v) for v in statics))
     shifts = [base0 + off for off in offsets]  # keep iff lane_part + shift <= diagonal ⇔ lane_part <= diagonal - shift
-    # (keep_cols: lane_part + shift < n ⇔ lane_part < n - shift)
+    # (keep_cols / keep_rows: lane_part + shift < n ⇔ lane_part < n - shift)
     if isinstance(diagonal, Imm):
         bounds: object = ptx.PerInstr([int(diagonal.value) - s for s in shifts])
     else:

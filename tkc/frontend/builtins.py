@@ -472,6 +472,9 @@ def _keep_cols_impl(cg: CodeGen, tile: Any, n: Any, fill: Any = -pymath.inf) -> 
     return _keep_cols(cg, tile, n, fill)
 
 
+IMPLS[lang.keep_rows] = _triangle(t.KeepRowsOp, "keep_rows")
+
+
 @implements(lang.make_causal)
 def _make_causal(cg: CodeGen, tile: Any, fill: Any = -pymath.inf) -> SSAValue:
     return IMPLS[lang.tril](cg, tile, 0, fill)

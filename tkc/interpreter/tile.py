@@ -290,6 +290,8 @@ class TileFunctions(InterpreterFunctions):
         d = _lift(diagonal, tile.ndim)
         if isinstance(op, t.KeepColsOp):
             keep = j < d
+        elif isinstance(op, t.KeepRowsOp):
+            keep = i < d
         else:
             keep = (j <= i + d) if isinstance(op, t.TrilOp) else (j >= i + d)
         return (round_to(np.where(keep, tile, np.float32(op.fill_value)), _elem(op.result.type)),)
@@ -501,7 +503,7 @@ _install(list(t.BINARY_OPS.values()), TileFunctions._binary, "run")
 _install(list(t.BROADCAST_BINARY_OPS.values()), TileFunctions._broadcast_binary, "run")
 _install(list(t.REDUCE_OPS.values()), TileFunctions._reduce, "run")
 _install(list(t.VECTOR_REDUCE_OPS.values()), TileFunctions._vector_reduce, "run")
-_install([t.TrilOp, t.TriuOp, t.KeepColsOp], TileFunctions._triangle, "run")
+_install([t.TrilOp, t.TriuOp, t.KeepColsOp, t.KeepRowsOp], TileFunctions._triangle, "run")
 _install(list(t.MMA_OPS.values()), TileFunctions._mma, "run")
 _install(list(t.WGMMA_OPS.values()), TileFunctions._wgmma, "run")
 register_impls(TileFunctions)

@@ -732,6 +732,14 @@ class KeepColsOp(TriangleOp):
     name = "tile.keep_cols"
 
 
+@irdl_op_definition
+class KeepRowsOp(TriangleOp):
+    """`keep_rows`: keep the rows i < n (the operand), fill the rest: a tile of values whose rows past a cache's
+    length may hold anything (an unwritten cache's NaN, which a probability of 0 does not cancel in P·V)."""
+
+    name = "tile.keep_rows"
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Matrix multiply-accumulate
 
@@ -1395,6 +1403,7 @@ TILE_OPS: list[type[IRDLOperation]] = [
     RotatePairsOp,
     TrilOp,
     KeepColsOp,
+    KeepRowsOp,
     TriuOp,
     *MMA_OPS.values(),
     *WGMMA_OPS.values(),
