@@ -84,7 +84,7 @@ def kernels_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
     launches them on Hopper): what each costs of a decoding step; and attention_decode_cluster where it applies."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     plan = decode_module._plan(q.shape, k.shape, q.dtype, False, None, sms, True, False)
-    kv = (k, v, q.new_zeros((1,), dtype=torch.int32))  # (Lengths: unread without LENGTHS)
+    kv = (k, v, q.new_zeros((1,), dtype=torch.int32), q.new_zeros((1, 1), dtype=torch.int32))  # (Lengths, Pages: unread)
     decode, combine, steps, q_rows, (parts, flat, d) = plan.decode, plan.combine, plan.steps, plan.q_rows, plan.flat_parts
     o_parts = q.new_empty(plan.parts_shape, dtype=torch.float32)
     l_parts = q.new_empty(plan.parts_shape[:3], dtype=torch.float32)

@@ -76,6 +76,27 @@ def kvcache_ref(q, k, v, lengths, scale: float):
     return out, lse
 
 
+def paged_cache(rng: np.random.Generator, cache: np.ndarray, table: np.ndarray, page: int, pool: int) -> np.ndarray:
+    """cache (B, H_kv, N, D) cut into pages of `page` keys, batch b's i-th page at page table[b, i] of a pool of
+    `pool` pages (pool, H_kv, page, D); the rows no key fills (past N, and the pages no batch names) NaN, as an
+    unwritten cache's may be."""
+    batch, kv_heads, n, d = cache.shape
+    pages = np.full((pool, kv_heads, page, d), np.nan, dtype=cache.dtype)
+    for b in range(batch):
+        for i in range(table.shape[1]):
+            chunk = cache[b, :, i * page:(i + 1) * page]
+            pages[table[b, i], :, :chunk.shape[1]] = chunk
+    return pages
+
+
+def nan_past(cache: np.ndarray, lengths) -> np.ndarray:
+    """A copy of cache (B, H_kv, N, D) with each batch's rows from lengths[b] on NaN (a cache never written there)."""
+    cache = cache.copy()
+    for b, n in enumerate(lengths):
+        cache[b, :, max(int(n), 0):] = np.nan
+    return cache
+
+
 def layernorm_ref(x, residual, weight, bias, eps: float, rms: bool = False):
     """float64 (LayerNorm(x + residual)·weight + bias, x + residual); residual None: x alone; rms: RMSNorm (no mean,
     no bias)."""

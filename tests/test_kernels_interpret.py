@@ -95,15 +95,34 @@ def decoding_problem(seed: int, d: int, batch: int, kv_heads: int, group: int, n
     return q, k, v, float(rng.uniform(0.05, 0.3)), (keys, stages, -(-steps // per_part), per_part)
 
 
-def cache_lengths(seed: int, batch: int, nk: int, ragged: bool):
-    """The decoding kernels' Lengths and constants: with `ragged`, a length a batch from 0 to past Nk (read as Nk),
-    LENGTHS=1; else an unread int32 and none. Also the reference (out, lse) maker for q, k, v, scale."""
-    from reference import kvcache_ref
+def cache_scheme(seed: int, k: np.ndarray, v: np.ndarray, scheme: str, step: int):
+    """The decoding kernels' K, V, Lengths, Pages and constants for a cache `scheme`: "all" (all of k's keys;
+    Lengths and Pages unread), "ragged" (a length a batch from 0 to past Nk, read as Nk; the rows past it NaN:
+    LENGTHS=1), "paged" (lengths up to Nk, K and V cut into pages of one or two key steps of `step` keys scattered
+    over a pool by a page table, the rows no key fills NaN: PAGED=1 too). Also the reference (out, lse) maker for
+    q, scale."""
+    from reference import kvcache_ref, nan_past, paged_cache
 
-    if not ragged:
-        return np.zeros(1, np.int32), {}, lambda q, k, v, scale: attention_ref(q, k, v, scale=scale, lse=True)
-    lengths = np.random.default_rng(seed + 1).integers(0, nk + 9, batch).astype(np.int32)
-    return lengths, {"LENGTHS": 1}, lambda q, k, v, scale: kvcache_ref(q, k, v, lengths, scale)
+    unread_pages = np.zeros((1, 1), np.int32)
+    if scheme == "all":
+        return k, v, np.zeros(1, np.int32), unread_pages, {}, lambda q, scale: attention_ref(q, k, v, scale=scale,
+                                                                                            lse=True)
+    rng = np.random.default_rng(seed + 1)
+    batch, nk = k.shape[0], k.shape[2]
+    lengths = rng.integers(0, nk + (9 if scheme == "ragged" else 1), batch).astype(np.int32)
+    reference = lambda q, scale: kvcache_ref(q, k, v, lengths, scale)  # noqa: E731
+    k, v = nan_past(k, lengths), nan_past(v, lengths)
+    if scheme == "ragged":
+        return k, v, lengths, unread_pages, {"LENGTHS": 1}, reference
+    page = step * int(rng.integers(1, 3))
+    per_batch = -(-nk // page)
+    pool = batch * per_batch + 2
+    table = rng.permutation(pool)[:batch * per_batch].reshape(batch, per_batch).astype(np.int32)
+    return (paged_cache(rng, k, table, page, pool), paged_cache(rng, v, table, page, pool), lengths, table,
+            {"LENGTHS": 1, "PAGED": 1}, reference)
+
+
+SCHEMES = st.sampled_from(["all", "ragged", "paged"])
 
 
 def close_lse(got, want) -> bool:
@@ -114,57 +133,59 @@ def close_lse(got, want) -> bool:
 
 @pytest.mark.parametrize("d", [64, 128])
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
-       nq=st.sampled_from([1, 1, 2, 3]), nk=st.integers(1, 700), parts=st.integers(1, 6), ragged=st.booleans(),
+       nq=st.sampled_from([1, 1, 2, 3]), nk=st.integers(1, 700), parts=st.integers(1, 6), scheme=SCHEMES,
        seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=12)
 def test_decode_attention(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int, parts: int,
-                          ragged: bool, seed: int) -> None:
+                          scheme: str, seed: int) -> None:
     """A few queries (the GROUP query heads' Nq rows of a K/V head packed into one tile) over any number of keys,
     split into parts (the last one short, steps past Nk masked), then the parts weighed by their log-sum-exps:
-    attention_decode and attention_decode_combine against float64, out and log-sum-exp; `ragged`: each batch over
-    its own count of keys (LENGTHS; parts past it empty, a batch of none zero rows)."""
+    attention_decode and attention_decode_combine against float64, out and log-sum-exp; `scheme` ragged: each batch
+    over its own count of keys (LENGTHS; parts past it empty, a batch of none zero rows), paged: and its cache in
+    pages (PAGED)."""
     from tkc.kernels.attention_decode import attention_decode, attention_decode_combine
 
     q, k, v, scale, (keys, stages, parts, per_part) = decoding_problem(seed, d, batch, kv_heads, group, nq, nk, parts)
-    lengths, constants, reference = cache_lengths(seed, batch, nk, ragged)
+    k, v, lengths, pages, constants, reference = cache_scheme(seed, k, v, scheme, 4 * keys)
     heads, rows = kv_heads * group, group * nq
     o_parts = poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32)
     l_parts = poisoned(parts * batch, kv_heads, rows, dtype=np.float32)
-    attention_decode.interpret(q.reshape(batch, kv_heads, rows, d), k, v, lengths, o_parts, l_parts, scale, per_part,
+    attention_decode.interpret(q.reshape(batch, kv_heads, rows, d), k, v, lengths, pages, o_parts, l_parts, scale,
+                               per_part,
                                grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys, STAGES=stages,
                                **constants)
     flat = batch * heads * nq
     out, lse = poisoned(flat, d), poisoned(flat, dtype=np.float32)
     attention_decode_combine.interpret(o_parts.reshape(parts, flat, d), l_parts.reshape(parts, flat), out, lse,
                                        grid=(-(-flat // 16), d // 32), LSE=1)
-    ref, ref_lse = reference(q, k, v, scale)
+    ref, ref_lse = reference(q, scale)
     assert rel_err(out.reshape(q.shape), ref) < TOL and close_lse(lse.reshape(ref_lse.shape), ref_lse)
 
 
 @pytest.mark.parametrize("d", [64, 128])
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
        nq=st.sampled_from([1, 1, 2, 5]), nk=st.integers(1, 700), parts=st.integers(1, 20), lse=st.sampled_from([0, 1]),
-       ragged=st.booleans(), seed=st.integers(0, 2**32 - 1))
+       scheme=SCHEMES, seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)
 def test_decode_attention_last_block_weighs(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int,
-                                            parts: int, lse: int, ragged: bool, seed: int) -> None:
+                                            parts: int, lse: int, scheme: str, seed: int) -> None:
     """attention_decode_last: each block leaves its part, and the last of a row tile's parts to arrive at its counter
     weighs them all, in one launch: out and log-sum-exp against float64 (several row tiles, the last one short);
     two launches on the same counters (each leaves them at 0)."""
     from tkc.kernels.attention_decode import attention_decode_last
 
     q, k, v, scale, (keys, stages, parts, per_part) = decoding_problem(seed, d, batch, kv_heads, group, nq, nk, parts)
-    lengths, constants, reference = cache_lengths(seed, batch, nk, ragged)
+    k, v, lengths, pages, constants, reference = cache_scheme(seed, k, v, scheme, 4 * keys)
     rows = group * nq
     tiles = -(-rows // 16)
     counter = np.zeros(batch * kv_heads * tiles, np.int32)
-    ref, ref_lse = reference(q, k, v, scale)
+    ref, ref_lse = reference(q, scale)
     for _ in range(2):
         o_parts = poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32)
         l_parts = poisoned(parts * batch, kv_heads, rows, dtype=np.float32)
         out, l_out = poisoned(batch, kv_heads, rows, d), poisoned(batch, kv_heads, rows, dtype=np.float32)
-        attention_decode_last.interpret(q.reshape(batch, kv_heads, rows, d), k, v, lengths, o_parts, l_parts, out,
-                                        l_out, counter, scale, per_part, grid=(parts * tiles, kv_heads, batch), D=d,
+        attention_decode_last.interpret(q.reshape(batch, kv_heads, rows, d), k, v, lengths, pages, o_parts, l_parts,
+                                        out, l_out, counter, scale, per_part, grid=(parts * tiles, kv_heads, batch), D=d,
                                         KEYS=keys, STAGES=stages, LSE=lse, **constants)
         assert rel_err(out.reshape(q.shape), ref) < TOL and not counter.any()
         if lse:
@@ -174,23 +195,23 @@ def test_decode_attention_last_block_weighs(d: int, batch: int, kv_heads: int, g
 @pytest.mark.parametrize("d", [64, 128])
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4, 8]),
        nq=st.sampled_from([1, 1, 2, 5]), nk=st.integers(1, 700), parts=st.integers(1, 16), lse=st.sampled_from([0, 1]),
-       ragged=st.booleans(), seed=st.integers(0, 2**32 - 1))
+       scheme=SCHEMES, seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)
 def test_decode_attention_in_clusters(d: int, batch: int, kv_heads: int, group: int, nq: int, nk: int, parts: int,
-                                      lse: int, ragged: bool, seed: int) -> None:
+                                      lse: int, scheme: str, seed: int) -> None:
     """attention_decode_cluster: a row tile's parts of the keys are the blocks of a cluster (1 to 16), which weigh
     each other's results out of their shared memory: out and log-sum-exp against float64 (up to 80 rows a K/V
     head: several row tiles, the last one short)."""
     from tkc.kernels.attention_decode import attention_decode_cluster
 
     q, k, v, scale, (keys, stages, parts, per_part) = decoding_problem(seed, d, batch, kv_heads, group, nq, nk, parts)
-    lengths, constants, reference = cache_lengths(seed, batch, nk, ragged)
+    k, v, lengths, pages, constants, reference = cache_scheme(seed, k, v, scheme, 4 * keys)
     rows = group * nq
     out, l_out = poisoned(batch, kv_heads, rows, d), poisoned(batch, kv_heads, rows, dtype=np.float32)
-    attention_decode_cluster.interpret(q.reshape(batch, kv_heads, rows, d), k, v, lengths, out, l_out, scale,
+    attention_decode_cluster.interpret(q.reshape(batch, kv_heads, rows, d), k, v, lengths, pages, out, l_out, scale,
                                        per_part, grid=(parts * -(-rows // 16), kv_heads, batch), D=d, KEYS=keys,
                                        STAGES=stages, CLUSTER=parts, LSE=lse, target="sm_90a", **constants)
-    ref, ref_lse = reference(q, k, v, scale)
+    ref, ref_lse = reference(q, scale)
     assert rel_err(out.reshape(q.shape), ref) < TOL
     if lse:
         assert close_lse(l_out.reshape(ref_lse.shape), ref_lse)

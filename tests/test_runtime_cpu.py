@@ -829,6 +829,66 @@ def test_attention_kvcache_launches(monkeypatch) -> None:
             call()
 
 
+def _fake_workspaces(monkeypatch) -> None:
+    """The decoding kernels' workspaces (stream_scratch, arrival_counters) on the fake GPU too, so that a common call's
+    launch reader takes them."""
+    checks, decode_module = (importlib.import_module(f"tkc.kernels.{name}") for name in ("_checks", "attention_decode"))
+    for name in ("stream_scratch", "arrival_counters"):
+        made = getattr(checks, name)
+        monkeypatch.setattr(decode_module, name, lambda torch, like, *a, made=made: made(torch, like, *a).as_subclass(
+            type(like)))
+
+
+def test_attention_kvcache_paged_launches(monkeypatch) -> None:
+    """attention_kvcache with block_table: the decoding kernels built with LENGTHS and PAGED, the page table their
+    Pages argument (after the lengths), the split sized by the pages a batch times the page size (as a contiguous
+    cache of that N_max), on Hopper in clusters and on the sm_80 path the two kernels; the common call after the
+    checked one launches the same; what it cannot take refused, naming the argument."""
+    torch = pytest.importorskip("torch")
+    from tkc.errors import TkcError
+    from tkc.kernels import attention_kvcache
+
+    attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
+    _fake_workspaces(monkeypatch)
+    monkeypatch.setattr(importlib.import_module("tkc.kernels.attention_decode"), "DECODE_LAST_BLOCK_SM80", False)
+    monkeypatch.setitem(importlib.import_module("tkc.kernels._checks")._HOPPER, 0, True)
+    q, k_pages = cuda(2, 8, 1, 128), cuda(30, 2, 256, 128)
+    seqlens, table = cuda(2, dtype=torch.int32), cuda(2, 12, dtype=torch.int32)  # 12 pages of 256: N_max 3072
+    out, lse = attention_kvcache(q, k_pages, k_pages, seqlens, block_table=table, return_lse=True, target="sm_90a")
+    assert out.shape == q.shape and lse.shape == (2, 8, 1)
+    contiguous = [(launch[0].kernel, launch[1]) for launch in launches]
+    assert [launch[0].constants["PAGED"] for launch in launches] == [1] * len(launches)
+    del launches[:]
+    attention_kvcache(q, cuda(2, 2, 3072, 128), cuda(2, 2, 3072, 128), seqlens, return_lse=True, target="sm_90a")
+    assert [(launch[0].kernel, launch[1]) for launch in launches] == contiguous  # the split of N_max = 3072
+    assert launches[0][0].constants["PAGED"] == 0
+    del launches[:]
+    attention_kvcache(q, k_pages, k_pages, seqlens, block_table=table, target="sm_80")
+    assert [(launch[0].kernel, launch[0].constants.get("PAGED")) for launch in launches] == [
+        ("attention_decode", 1), ("attention_decode_combine", None)]
+    full_checks = []
+    real_check = attention_module._check_paged_cache
+    monkeypatch.setattr(attention_module, "_check_paged_cache", lambda *a: full_checks.append(1) or real_check(*a))
+    del launches[:]
+    attention_kvcache(q, k_pages, k_pages, seqlens, block_table=table, target="sm_80")  # the common call
+    assert [launch[0].kernel for launch in launches] == ["attention_decode", "attention_decode_combine"]
+    assert not full_checks
+    for call, message in [
+        (lambda: attention_kvcache(q, k_pages, k_pages, seqlens, block_table=cuda(2, 12)),
+         "block_table must be torch.int32"),
+        (lambda: attention_kvcache(q, k_pages, k_pages, seqlens, block_table=cuda(3, 12, dtype=torch.int32)),
+         r"block_table: one row of pages a batch, expected shape \(2, pages a batch ≥ 1\)"),
+        (lambda: attention_kvcache(q, cuda(30, 2, 96, 128), cuda(30, 2, 96, 128), seqlens, block_table=table,
+                                   target="sm_90a"), "pages of 96 keys, .* a multiple of 128 here"),
+        (lambda: attention_kvcache(q, cuda(30, 3, 256, 128), cuda(30, 3, 256, 128), seqlens, block_table=table),
+         r"k_cache: with block_table, expected shape \(pages, H_kv, page size, 128\)"),
+        (lambda: attention_kvcache(q, k_pages, cuda(29, 2, 256, 128), seqlens, block_table=table),
+         "v_cache: expected the shape of k_cache"),
+    ]:
+        with pytest.raises(TkcError, match=message):
+            call()
+
+
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 def test_attention_kvcache_common_call_launches_what_the_checked_call_did(monkeypatch, target) -> None:
     """attention_kvcache's common call (after a checked call on the device and target; no out= or return_lse) skips
@@ -840,12 +900,8 @@ def test_attention_kvcache_common_call_launches_what_the_checked_call_did(monkey
     from tkc.kernels import attention_kvcache
 
     attention_module, cuda, launches = _fake_gpu_for_attention(monkeypatch)
-    checks, decode_module = (importlib.import_module(f"tkc.kernels.{name}") for name in ("_checks", "attention_decode"))
-    monkeypatch.setitem(checks._HOPPER, 0, True)
-    for name in ("stream_scratch", "arrival_counters"):  # workspaces on the fake GPU too
-        made = getattr(checks, name)
-        monkeypatch.setattr(decode_module, name, lambda torch, like, *a, made=made: made(torch, like, *a).as_subclass(
-            type(like)))
+    _fake_workspaces(monkeypatch)
+    monkeypatch.setitem(importlib.import_module("tkc.kernels._checks")._HOPPER, 0, True)
     q, k, v = cuda(2, 8, 1, 128), cuda(2, 2, 3000, 128), cuda(2, 2, 3000, 128)
     seqlens = cuda(2, dtype=torch.int32)
     attention_kvcache(q, k, v, seqlens, target=target)

@@ -114,13 +114,19 @@ VARIANTS = {
                          {"D": 256, "KEYS": 16, "STAGES": 2},  # Hopper only (193 KB of shared memory)
                          # attention_kvcache's: each batch's own count of keys
                          {"D": 128, "KEYS": 32, "STAGES": 2, "LENGTHS": 1}, {"D": 64, "KEYS": 32, "STAGES": 2,
-                                                                             "LENGTHS": 1}],
+                                                                             "LENGTHS": 1},
+                         # and in pages (block_table)
+                         {"D": 128, "KEYS": 16, "STAGES": 2, "LENGTHS": 1, "PAGED": 1},
+                         {"D": 64, "KEYS": 64, "STAGES": 2, "LENGTHS": 1, "PAGED": 1}],
     "attention_decode_combine": [{"LSE": 1}, {}],
-    "attention_decode_last": [{}, {"D": 128, "KEYS": 16, "STAGES": 2, "LSE": 1, "LENGTHS": 1}],
+    "attention_decode_last": [{}, {"D": 128, "KEYS": 16, "STAGES": 2, "LSE": 1, "LENGTHS": 1},
+                              {"D": 64, "KEYS": 32, "STAGES": 2, "LENGTHS": 1, "PAGED": 1}],
     # Hopper's one-launch decoding (CONFIG's steps, a row tile's parts a cluster)
     "attention_decode_cluster": [{"D": 64, "KEYS": 64, "STAGES": 2, "CLUSTER": 8, "LSE": 1},
                                  {"D": 128, "KEYS": 32, "STAGES": 2, "CLUSTER": 4},
                                  {"D": 128, "KEYS": 32, "STAGES": 2, "CLUSTER": 16, "LSE": 1},
+                                 {"D": 128, "KEYS": 32, "STAGES": 2, "CLUSTER": 8, "LENGTHS": 1, "PAGED": 1},
+                                 {"D": 256, "KEYS": 16, "STAGES": 2, "CLUSTER": 4, "LENGTHS": 1, "PAGED": 1},
                                  {"D": 256, "KEYS": 16, "STAGES": 2, "CLUSTER": 3, "LSE": 1},
                                  {"D": 256, "KEYS": 16, "STAGES": 2, "CLUSTER": 1, "LSE": 1},
                                  {"D": 128, "KEYS": 32, "STAGES": 2, "CLUSTER": 8, "LSE": 1, "LENGTHS": 1}],

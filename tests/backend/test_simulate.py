@@ -38,6 +38,7 @@ def shared_operand_mma(A: gl[bf16, 2], B: gl[bf16, 2], C: gl[f32, 2], VARIANT: c
 
 
 UNREAD_LENGTHS = np.zeros(1, np.int32)  # the decoding kernels' Lengths, unread without LENGTHS
+UNREAD_PAGES = np.zeros((1, 1), np.int32)  # and their Pages, unread without PAGED
 
 
 def run_both(kernel, args, grid, constants=None, target="sm_80", order="ascending", tensors=None):
@@ -1187,14 +1188,14 @@ def test_decode_attention_simulated(d: int, target: str, nk: int, f16: int) -> N
     steps = -(-nk // (4 * keys))
     per_part = -(-steps // 2)
     parts = -(-steps // per_part)
-    args = [q.reshape(batch, kv_heads, rows, d), k, v, UNREAD_LENGTHS,
+    args = [q.reshape(batch, kv_heads, rows, d), k, v, UNREAD_LENGTHS, UNREAD_PAGES,
             poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32),
             poisoned(parts * batch, kv_heads, rows, dtype=np.float32), 0.1, per_part]
     interp, sim = run_both(attention_decode, args, (parts, kv_heads, batch),
                            {"D": d, "KEYS": keys, "STAGES": stages, **dtype}, target=target, order="shuffled")
-    assert rel_err(sim[4], interp[4]) < 1e-4 and np.abs(sim[5] - interp[5]).max() < 1e-4
+    assert rel_err(sim[5], interp[5]) < 1e-4 and np.abs(sim[6] - interp[6]).max() < 1e-4
     flat = batch * heads * nq
-    args = [sim[4].reshape(parts, flat, d), sim[5].reshape(parts, flat), cast(poisoned(flat, d)),
+    args = [sim[5].reshape(parts, flat, d), sim[6].reshape(parts, flat), cast(poisoned(flat, d)),
             poisoned(flat, dtype=np.float32)]
     interp, sim = run_both(attention_decode_combine, args, (-(-flat // 16), d // 32), {"LSE": 1, **dtype},
                            target=target)
@@ -1231,14 +1232,14 @@ def test_decode_attention_in_clusters_simulated(d: int, nk: int, parts: int, row
 
     batch, kv_heads = 1, 2
     q, k, v, keys, stages, per_part = decoding_split(d, nk, parts, rows)
-    args = [q.reshape(batch, kv_heads, rows, d), k, v, UNREAD_LENGTHS, poisoned(batch, kv_heads, rows, d),
+    args = [q.reshape(batch, kv_heads, rows, d), k, v, UNREAD_LENGTHS, UNREAD_PAGES, poisoned(batch, kv_heads, rows, d),
             poisoned(batch, kv_heads, rows, dtype=np.float32), 0.1, per_part]
     interp, sim = run_both(attention_decode_cluster, args, (parts * -(-rows // 16), kv_heads, batch),
                            {"D": d, "KEYS": keys, "STAGES": stages, "CLUSTER": parts, "LSE": 1}, target="sm_90a",
                            order="shuffled")
     ref, ref_lse = attention_ref(q, k, v, scale=0.1, lse=True)
-    assert rel_err(sim[4], interp[4]) < 1e-2 and rel_err(sim[4].reshape(q.shape), ref) < 1e-2
-    assert np.abs(sim[5].reshape(ref_lse.shape) - ref_lse).max() < 1e-4
+    assert rel_err(sim[5], interp[5]) < 1e-2 and rel_err(sim[5].reshape(q.shape), ref) < 1e-2
+    assert np.abs(sim[6].reshape(ref_lse.shape) - ref_lse).max() < 1e-4
 
 
 @pytest.mark.parametrize("parts, rows, d, target", [(1, 20, 64, "sm_80"), (6, 16, 128, "sm_90a"),
@@ -1357,63 +1358,74 @@ def test_decode_attention_last_block_weighs_simulated(d: int, nk: int, parts: in
 
     batch, kv_heads, tiles = 1, 2, -(-rows // 16)
     q, k, v, keys, stages, per_part = decoding_split(d, nk, parts, rows)
-    args = [q.reshape(batch, kv_heads, rows, d), k, v, UNREAD_LENGTHS,
+    args = [q.reshape(batch, kv_heads, rows, d), k, v, UNREAD_LENGTHS, UNREAD_PAGES,
             poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32),
             poisoned(parts * batch, kv_heads, rows, dtype=np.float32), poisoned(batch, kv_heads, rows, d),
             poisoned(batch, kv_heads, rows, dtype=np.float32), np.zeros(kv_heads * tiles, np.int32), 0.1, per_part]
     interp, sim = run_both(attention_decode_last, args, (parts * tiles, kv_heads, batch),
                            {"D": d, "KEYS": keys, "STAGES": stages, "LSE": 1}, target=target, order="shuffled")
     ref, ref_lse = attention_ref(q, k, v, scale=0.1, lse=True)
-    assert rel_err(sim[6], interp[6]) < 1e-2 and rel_err(sim[6].reshape(q.shape), ref) < 1e-2
-    assert np.abs(sim[7].reshape(ref_lse.shape) - ref_lse).max() < 1e-4 and not sim[8].any()
+    assert rel_err(sim[7], interp[7]) < 1e-2 and rel_err(sim[7].reshape(q.shape), ref) < 1e-2
+    assert np.abs(sim[8].reshape(ref_lse.shape) - ref_lse).max() < 1e-4 and not sim[9].any()
 
 
-@pytest.mark.parametrize("kernel, d, target", [("decode", 128, "sm_80"), ("decode", 64, "sm_90a"),
-                                               ("last", 64, "sm_80"), ("cluster", 128, "sm_90a"),
-                                               ("cluster", 256, "sm_90a")])
-def test_decode_attention_over_cache_lengths_simulated(kernel: str, d: int, target: str) -> None:
+@pytest.mark.parametrize("kernel, d, target, paged", [("decode", 128, "sm_80", 0), ("decode", 64, "sm_90a", 1),
+                                                      ("last", 64, "sm_80", 1), ("cluster", 128, "sm_90a", 0),
+                                                      ("cluster", 128, "sm_90a", 1), ("cluster", 256, "sm_90a", 0)])
+def test_decode_attention_over_cache_lengths_simulated(kernel: str, d: int, target: str, paged: int) -> None:
     """The decoding kernels built with LENGTHS (attention_kvcache): each batch over its own first Lengths[b] keys of
     the cache (0: zero rows and lse -inf; past Nk: all of them; parts past a batch's keys empty), three parts a row
-    tile: the simulated PTX against the interpreter, and against float64 per batch."""
-    from reference import kvcache_ref
+    tile, the cache's rows past each length NaN (never written: masked, not multiplied by 0); with PAGED, the cache
+    in pages of one or two key steps scattered over a pool by a page table: the simulated PTX against the
+    interpreter, and against float64 per batch."""
+    from reference import kvcache_ref, nan_past, paged_cache
 
     from tkc.kernels.attention_decode import (CONFIG, CONFIG_SM80, attention_decode, attention_decode_cluster,
                                               attention_decode_combine, attention_decode_last)
 
-    rng = np.random.default_rng(d)
+    rng = np.random.default_rng(d + paged)
     batch, kv_heads, rows, nk = 4, 2, 6, 700
     q = random_bf16(rng, batch, 2 * rows, 1, d)
-    k, v = (random_bf16(rng, batch, kv_heads, nk, d) for _ in range(2))
-    lengths = np.array([0, 333, 1, nk + 50], np.int32)
+    lengths = np.array([0, 333, 1, nk if paged else nk + 50], np.int32)
+    k, v = (nan_past(random_bf16(rng, batch, kv_heads, nk, d), lengths) for _ in range(2))
     keys, stages, _ = (CONFIG if target == "sm_90a" else CONFIG_SM80)[d]
     steps = -(-nk // (4 * keys))
     per_part = -(-steps // 3)
     parts = -(-steps // per_part)
     constants = {"D": d, "KEYS": keys, "STAGES": stages, "LENGTHS": 1}
+    pages = UNREAD_PAGES
+    k_arg, v_arg = k, v
+    if paged:  # pages of one key step (D = 64 on the sm_80 path: two), the pool in shuffled order, two pages unnamed
+        page = 4 * keys * (2 if target == "sm_80" else 1)
+        per_batch = -(-nk // page)
+        pages = rng.permutation(batch * per_batch + 2)[:batch * per_batch].reshape(batch, per_batch).astype(np.int32)
+        k_arg, v_arg = (paged_cache(rng, x, pages, page, batch * per_batch + 2) for x in (k, v))
+        constants["PAGED"] = 1
     q_rows = q.reshape(batch, kv_heads, rows, d)
     grid = (parts, kv_heads, batch)
     out, lse = poisoned(batch, kv_heads, rows, d), poisoned(batch, kv_heads, rows, dtype=np.float32)
     if kernel == "cluster":
-        interp, sim = run_both(attention_decode_cluster, [q_rows, k, v, lengths, out, lse, 0.1, per_part], grid,
-                               {**constants, "CLUSTER": parts, "LSE": 1}, target, "shuffled")
-        results = [(r[4], r[5]) for r in (interp, sim)]
+        interp, sim = run_both(attention_decode_cluster, [q_rows, k_arg, v_arg, lengths, pages, out, lse, 0.1,
+                                                          per_part], grid, {**constants, "CLUSTER": parts, "LSE": 1},
+                               target, "shuffled")
+        results = [(r[5], r[6]) for r in (interp, sim)]
     else:
         o_parts = poisoned(parts * batch, kv_heads, rows, d, dtype=np.float32)
         l_parts = poisoned(parts * batch, kv_heads, rows, dtype=np.float32)
         if kernel == "last":
             counter = np.zeros(batch * kv_heads, np.int32)
-            interp, sim = run_both(attention_decode_last, [q_rows, k, v, lengths, o_parts, l_parts, out, lse,
-                                                           counter, 0.1, per_part], grid, {**constants, "LSE": 1},
-                                   target, "shuffled")
-            results = [(r[6], r[7]) for r in (interp, sim)]
+            interp, sim = run_both(attention_decode_last, [q_rows, k_arg, v_arg, lengths, pages, o_parts, l_parts,
+                                                           out, lse, counter, 0.1, per_part], grid,
+                                   {**constants, "LSE": 1}, target, "shuffled")
+            results = [(r[7], r[8]) for r in (interp, sim)]
         else:
-            interp, sim = run_both(attention_decode, [q_rows, k, v, lengths, o_parts, l_parts, 0.1, per_part], grid,
-                                   constants, target, "shuffled")
+            interp, sim = run_both(attention_decode, [q_rows, k_arg, v_arg, lengths, pages, o_parts, l_parts, 0.1,
+                                                      per_part], grid, constants, target, "shuffled")
             flat = batch * 2 * rows
             results = []
             for r in (interp, sim):
-                combined = run_both(attention_decode_combine, [r[4].reshape(parts, flat, d),
-                                                               r[5].reshape(parts, flat), poisoned(flat, d),
+                combined = run_both(attention_decode_combine, [r[5].reshape(parts, flat, d),
+                                                               r[6].reshape(parts, flat), poisoned(flat, d),
                                                                poisoned(flat, dtype=np.float32)],
                                     (-(-flat // 16), d // 32), {"LSE": 1}, target)[1]
                 results.append((combined[2], combined[3]))

@@ -169,8 +169,21 @@ def unread_lengths(q: Any) -> Any:
     return unread
 
 
+def unread_pages(q: Any) -> Any:
+    """A 1×1 int32 tensor on q's device: the Pages argument (a page table) of decoding launches over caches that are
+    not paged (the kernels built without PAGED never read it); made once per device."""
+    device = q.get_device()
+    unread = UNREAD_PAGES.get(device)
+    if unread is None:
+        import torch
+
+        unread = UNREAD_PAGES[device] = q.new_zeros((1, 1), dtype=torch.int32)
+    return unread
+
+
 UNREAD_LSE: dict[int, Any] = {}  # device → unread_lse's tensor
 UNREAD_LENGTHS: dict[int, Any] = {}  # device → unread_lengths' tensor
+UNREAD_PAGES: dict[int, Any] = {}  # device → unread_pages' tensor
 
 
 def shared_memory_limit(device: int) -> int:

@@ -573,16 +573,25 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
 
 def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor, *,
-                      scale: float | None = None, target: str | None = None, out: torch.Tensor | None = None,
+                      block_table: torch.Tensor | None = None, scale: float | None = None, target: str | None = None,
+                      out: torch.Tensor | None = None,
                       return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Decoding over a KV cache filled to a different length in each batch (FlashAttention's flash_attn_with_kvcache
     with cache_seqlens, without appending): q (B, H, Nq, D) contiguous, a few query rows a K/V head (H / H_kv · Nq ≤
     MAX_ROWS), k_cache and v_cache (B, H_kv, N_max, D), cache_seqlens (B,) int32: batch b's rows attend to keys
     0 .. cache_seqlens[b] - 1 of its cache (not causal: each of its Nq rows to all of them). bf16 or f16; D ∈ {64,
     128}, on Hopper 256 too. Lengths past N_max read as N_max (never out of bounds); a batch of length 0 gets zero rows
-    (and lse -inf). With return_lse, also each row's log-sum-exp, float32 (B, H, Nq). The keys split over the GPU as
-    attention()'s decoding (attention_decode's kernels, built with LENGTHS). (cache_seqlens' values are not read on
-    the host: that would wait for the GPU.)"""
+    (and lse -inf). The cache's rows past a batch's length are never used (they may hold anything, NaN too).
+
+    A paged cache (vLLM's, flash_attn_with_kvcache's block_table): k_cache and v_cache (pages, H_kv, page size, D)
+    (a transposed view of FlashAttention's (pages, page size, H_kv, D) layout) and block_table (B, pages a batch)
+    int32: batch b's key i lies in page block_table[b, i // page size], row i % page size; N_max is the table's
+    pages a batch times the page size. The page size must be a multiple of the kernels' key step (256 always is;
+    FlashAttention-2 asks the same).
+
+    With return_lse, also each row's log-sum-exp, float32 (B, H, Nq). The keys split over the GPU as attention()'s
+    decoding (attention_decode's kernels, built with LENGTHS, and PAGED). (cache_seqlens' and block_table's values
+    are not read on the host: that would wait for the GPU.)"""
     import torch
 
     # The common call (a decoding step after a checked one on this device and target: no out= or return_lse): only
@@ -594,10 +603,17 @@ def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
             and isinstance(cache_seqlens, torch.Tensor) and not wants_grad(torch, q, k_cache, v_cache)):
         batch, heads, nq, d = q.shape
         kv_heads, nk = k_cache.shape[1], k_cache.shape[2] if k_cache.dim() == 4 else 0
-        if (k_cache.shape == v_cache.shape == (batch, kv_heads, nk, d) and cache_seqlens.shape == (batch,)
-                and d in (DECODE_CONFIG if hopper else DECODE_CONFIG_SM80) and nk and batch * heads * nq
-                and kv_heads and heads % kv_heads == 0 and heads // kv_heads * nq <= MAX_ROWS
-                and q.is_contiguous() and (scale is None or type(scale) is float and 0 < scale < math.inf)):
+        config = (DECODE_CONFIG if hopper else DECODE_CONFIG_SM80).get(d)
+        if block_table is None:
+            cache_fits = k_cache.shape == (batch, kv_heads, nk, d)
+        else:  # (pages of whole key steps; the table a row a batch)
+            cache_fits = (isinstance(block_table, torch.Tensor) and block_table.dim() == 2
+                          and block_table.shape[0] == batch and block_table.shape[1] and k_cache.shape[3] == d
+                          and config is not None and nk % (4 * config[0]) == 0)
+        if (cache_fits and v_cache.shape == k_cache.shape and cache_seqlens.shape == (batch,) and config is not None
+                and nk and batch * heads * nq and kv_heads and heads % kv_heads == 0
+                and heads // kv_heads * nq <= MAX_ROWS and q.is_contiguous()
+                and (scale is None or type(scale) is float and 0 < scale < math.inf)):
             sk, sv = k_cache.stride(), v_cache.stride()
             # TMA's 16-byte aligned addresses and strides on Hopper (out's are q's: contiguous)
             if not hopper or not ((q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr()) & 15
@@ -605,14 +621,18 @@ def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
                 out = torch.empty_like(q)
                 if attention_decode_launch(q, k_cache, v_cache, out, None,
                                            1.0 / math.sqrt(d) if scale is None else scale, MULTIPROCESSORS[device],
-                                           target, common_only=True, hopper=hopper, lengths=cache_seqlens):
+                                           target, common_only=True, hopper=hopper, lengths=cache_seqlens,
+                                           pages=block_table):
                     return out
                 out = None
 
     if wants_grad(torch, q, k_cache, v_cache):  # (its output would silently leave autograd's graph)
         fail("q, k_cache, v_cache: attention_kvcache is for inference and has no backward; call it under "
              "torch.no_grad(), or use attention_varlen with cu_seqlens_k to train")
-    batch, heads, nq, nk, d = check_qkv(q, k_cache, v_cache, ("k_cache", "v_cache"))
+    if block_table is None:
+        batch, heads, nq, nk, d = check_qkv(q, k_cache, v_cache, ("k_cache", "v_cache"))
+    else:
+        batch, heads, nq, nk, d = _check_paged_cache(q, k_cache, v_cache, block_table)
     check_tensor("cache_seqlens", cache_seqlens, torch.int32, 1)
     if cache_seqlens.shape[0] != batch:
         fail(f"cache_seqlens: one length a batch, expected shape ({batch},), got {tuple(cache_seqlens.shape)}")
@@ -625,6 +645,9 @@ def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     dims = DECODE_CONFIG if hopper else DECODE_CONFIG_SM80
     if d not in dims:
         fail(f"q: attention_kvcache takes head dims {', '.join(map(str, dims))} here, got {d}")
+    if block_table is not None and k_cache.shape[2] % (4 * dims[d][0]):
+        fail(f"k_cache: pages of {k_cache.shape[2]} keys, but with block_table the page size must be a multiple of "
+             f"{4 * dims[d][0]} here (the kernels' key step at D = {d}; 256 works on every path)")
     rows = heads // k_cache.shape[1] * nq if heads else 0
     if rows > MAX_ROWS:
         fail(f"q: attention_kvcache is for decoding, at most {MAX_ROWS} query rows a K/V head (H / H_kv · Nq), got "
@@ -644,6 +667,33 @@ def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     lse = torch.empty((batch, heads, nq), dtype=torch.float32, device=q.device) if return_lse else None
     if batch * heads * nq:
         attention_decode_launch(q, k_cache, v_cache, out, lse, 1.0 / math.sqrt(d) if scale is None else float(scale),
-                                multiprocessors(device), target, hopper=hopper, lengths=cache_seqlens)
+                                multiprocessors(device), target, hopper=hopper, lengths=cache_seqlens,
+                                pages=block_table)
         _KVCACHE[(device, target)] = hopper  # the common call may now take this device and target
     return (out, lse) if return_lse else out
+
+
+def _check_paged_cache(q: Any, k_cache: Any, v_cache: Any, block_table: Any) -> tuple[int, int, int, int, int]:
+    """A paged cache's operands (attention_kvcache with block_table): q (B, H, Nq, D), k_cache and v_cache (pages,
+    H_kv, page size, D) of q's dtype, block_table (B, pages a batch) int32, all on one device; (B, H, Nq, N_max, D)
+    with N_max = pages a batch · page size, or the error naming the first that is not so."""
+    import torch
+
+    dtype = q.dtype if getattr(q, "dtype", None) is torch.float16 else torch.bfloat16
+    check_tensor("q", q, dtype, 4)
+    check_tensor("k_cache", k_cache, dtype, 4)
+    check_tensor("v_cache", v_cache, dtype, 4)
+    check_tensor("block_table", block_table, torch.int32, 2)
+    batch, heads, nq, d = q.shape
+    pages, kv_heads, page, _ = k_cache.shape
+    if k_cache.shape[3] != d or (kv_heads == 0) != (heads == 0) or heads and heads % kv_heads or not pages:
+        fail(f"k_cache: with block_table, expected shape (pages, H_kv, page size, {d}) with H_kv dividing q's {heads} "
+             f"heads and at least one page, got {tuple(k_cache.shape)}")
+    if v_cache.shape != k_cache.shape:
+        fail(f"v_cache: expected the shape of k_cache {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+    if block_table.shape[0] != batch or block_table.shape[1] == 0:
+        fail(f"block_table: one row of pages a batch, expected shape ({batch}, pages a batch ≥ 1), got "
+             f"{tuple(block_table.shape)}")
+    if not q.get_device() == k_cache.get_device() == v_cache.get_device() == block_table.get_device():
+        fail("q, k_cache, v_cache, block_table must be on the same device")
+    return batch, heads, nq, block_table.shape[1] * page, d

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import tkc
 from tkc.kernels._checks import cdiv as ceil_div  # `cdiv` is the DSL's, for kernels
 from tkc.kernels._checks import (arrival_counters, cached_plan, current_stream_key, dtype_constant, stream_scratch,
-                                 unread_lengths, unread_lse)
+                                 unread_lengths, unread_lse, unread_pages)
 from tkc.lang import *  # noqa: F403
 
 if TYPE_CHECKING:
@@ -25,19 +25,35 @@ FLOOR = -1e30  # the running maximum a row's probabilities are taken against, at
 
 
 @tkc.func
-def batch_keys(K, Lengths, b, LENGTHS):
+def batch_keys(K, Lengths, Pages, b, LENGTHS, PAGED):
     """The keys batch b attends to: all of K's, or with LENGTHS its own count Lengths[b] (a cache filled to
-    different lengths; at most K's, at least 0)."""
+    different lengths; at most the cache's, at least 0). With PAGED the cache is K's pages (K.shape[2] keys each)
+    that batch b's row of the page table Pages names: Pages.shape[1] of them."""
+    most = K.shape[2]
+    if PAGED:
+        most = Pages.shape[1] * K.shape[2]
     if LENGTHS:
-        return max(min(Lengths[b], K.shape[2]), 0)
-    return K.shape[2]
+        return max(min(Lengths[b], most), 0)
+    return most
 
 
 @tkc.func
-def decode_part(Q, K, V, b, h, t, part, steps, keys, scale, D, KEYS, DT):
+def key_step(K, Pages, b, h, j, rows_a_step, D, PAGED, DT):
+    """Key step j of batch b's cache (K/V head h) into shared memory: K's tile j of batch b, or with PAGED its keys
+    j·rows_a_step .. from the page Pages[b, ·] that holds them (a page holds a whole number of steps)."""
+    if PAGED:
+        first = j * rows_a_step
+        page = Pages[b, first // K.shape[2]]
+        return load(K, (page, h, rows(first % K.shape[2]), 0), st[DT, rows_a_step, D])
+    return load(K, (b, h, j, 0), st[DT, rows_a_step, D])
+
+
+@tkc.func
+def decode_part(Q, K, V, Pages, b, h, t, part, steps, keys, scale, D, KEYS, LENGTHS, PAGED, DT):
     """Query rows 16t .. 16t + 15 of K/V head h (batch b) over key steps part·steps .. (part + 1)·steps - 1 of 4·KEYS
-    keys, of the batch's first `keys` keys: softmax(scale · q·kᵀ)·v over those keys, normalized, as (this warp's
-    quarter of the columns, warp w's from w·D/4 on; the rows' log-sum-exp, alike in every warp).
+    keys, of the batch's first `keys` keys (with PAGED in the pages Pages[b] names): softmax(scale · q·kᵀ)·v over
+    those keys, normalized, as (this warp's quarter of the columns, warp w's from w·D/4 on; the rows' log-sum-exp,
+    alike in every warp).
 
     Every warp holds the 16 query rows and takes KEYS of each step's keys (the block loads them into shared memory
     together), keeping its own running maximum m, sum l and output o; at the end the four warps' results meet in
@@ -54,7 +70,8 @@ def decode_part(Q, K, V, b, h, t, part, steps, keys, scale, D, KEYS, DT):
     m, l, o = neg_infty(rv[f32, 16]), zeros(rv[f32, 16]), zeros(rt[f32, 16, D])
     first = part * steps
     for j in range(first, min(first + steps, cdiv(keys, 4 * KEYS))):
-        k_s, v_s = load(K, (b, h, j, 0), st[DT, 4 * KEYS, D]), load(V, (b, h, j, 0), st[DT, 4 * KEYS, D])
+        k_s = key_step(K, Pages, b, h, j, 4 * KEYS, D, PAGED, DT)
+        v_s = key_step(V, Pages, b, h, j, 4 * KEYS, D, PAGED, DT)
         s = mma_ABt(q, load(k_s, (warp_id(), 0), rt[DT, KEYS, D]), zeros(rt[f32, 16, KEYS]))
         s = keep_cols(s, keys - (4 * j + warp_id()) * KEYS)
         m_new = max(m, row_max(s))
@@ -63,7 +80,13 @@ def decode_part(Q, K, V, b, h, t, part, steps, keys, scale, D, KEYS, DT):
             l, o, m = l * correction, mul_row(o, correction), m_new
         p = exp2(sub_row(s * scale_log2, max(m, FLOOR) * scale_log2))
         l = l + row_sum(p)
-        o = mma_AB(p.to(DT), load(v_s, (warp_id(), 0), rt[DT, KEYS, D]), o)
+        p = p.to(DT)
+        v = load(v_s, (warp_id(), 0), rt[DT, KEYS, D])
+        if LENGTHS:  # a cache's rows past the batch's length may hold anything (never written: NaN, which p = 0
+            # does not cancel): zeros there. Every step, not only the one across the length: under an `if` both
+            # tiles stay live (D = 256 spilled 108 bytes; this way 240 registers, none spilled)
+            v = keep_rows(v, keys - (4 * j + warp_id()) * KEYS)
+        o = mma_AB(p, v, o)
     # The four warps' (o / l, log-sum-exp) through shared memory; warp w weighs columns w·D/4 .. (w+1)·D/4 - 1.
     outs = store(empty(st[f32, D, 64]), transpose(div_row(o, max(l, 1e-30))), (0, warp_id()))  # l = 0: o = 0
     lses = store(empty(sv[f32, 64]), m * scale + log(l), (warp_id(),))
@@ -90,12 +113,15 @@ def weigh_in(top, total, acc, o, lse):
 
 
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
-def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl[i32, 1], OParts: gl[f32, 4],
-                     LParts: gl[f32, 3], scale: float, steps: int, D: const = 128, KEYS: const = 16,
-                     STAGES: const = 3, LENGTHS: const = 0, DT: const = bf16):
+def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl[i32, 1], Pages: gl[i32, 2],
+                     OParts: gl[f32, 4], LParts: gl[f32, 3], scale: float, steps: int, D: const = 128,
+                     KEYS: const = 16, STAGES: const = 3, LENGTHS: const = 0, PAGED: const = 0, DT: const = bf16):
     """Q (B, H_kv, R, D): the R query rows that read K/V head h (grouped-query attention: q (B, H, Nq, D) viewed so,
     the H / H_kv heads' Nq rows each), K and V (B, H_kv, Nk, D); with LENGTHS, batch b's keys are its first
-    Lengths[b] (B,) (a cache filled to different lengths; none: zero rows), else Lengths is unread. Grid: (P·T,
+    Lengths[b] (B,) (a cache filled to different lengths; none: zero rows), else Lengths is unread. With PAGED, K
+    and V are pages (pages, H_kv, page size, D) of whole key steps and batch b's cache is the pages its row of the
+    page table Pages (B, pages a batch) names, in order (vLLM's / FlashAttention's block_table); else Pages is
+    unread. Grid: (P·T,
     H_kv, B), T = cdiv(R, 16): block (p·T + t, h, b) takes query rows 16t .. 16t + 15 and key steps
     p·steps .. (p + 1)·steps - 1 of 4·KEYS keys (decode_part), and stores softmax(scale · q·kᵀ)·v over its keys
     (normalized) at OParts[p·B + b, h] and each row's log-sum-exp at LParts[p·B + b, h]: (P·B, H_kv, R, D) and
@@ -103,7 +129,8 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl
     part_tile, h, b = block_idx()
     row_tiles = cdiv(Q.shape[2], 16)                         # a part's row tiles next to each other: their K and V
     part, t = part_tile // row_tiles, part_tile % row_tiles  # come from L2 but for the first
-    o, lse = decode_part(Q, K, V, b, h, t, part, steps, batch_keys(K, Lengths, b, LENGTHS), scale, D, KEYS, DT)
+    o, lse = decode_part(Q, K, V, Pages, b, h, t, part, steps, batch_keys(K, Lengths, Pages, b, LENGTHS, PAGED),
+                         scale, D, KEYS, LENGTHS, PAGED, DT)
     row = part * Q.shape[0] + b
     store(OParts, o, (row, h, t, warp_id()))
     if warp_id() == 0:
@@ -119,19 +146,20 @@ def part_result(OParts, LParts, part, batch, b, h, t, D):
 
 
 @tkc.kernel(warps=4, stages="STAGES", min_target="sm_80")
-def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl[i32, 1], OParts: gl[f32, 4],
-                          LParts: gl[f32, 3], O: gl["DT", 4], L: gl[f32, 3], Counter: gl[i32, 1], scale: float,
-                          steps: int, D: const = 128, KEYS: const = 16, STAGES: const = 3, LSE: const = 0,
-                          LENGTHS: const = 0, DT: const = bf16):
+def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl[i32, 1], Pages: gl[i32, 2],
+                          OParts: gl[f32, 4], LParts: gl[f32, 3], O: gl["DT", 4], L: gl[f32, 3],
+                          Counter: gl[i32, 1], scale: float, steps: int, D: const = 128, KEYS: const = 16,
+                          STAGES: const = 3, LSE: const = 0, LENGTHS: const = 0, PAGED: const = 0, DT: const = bf16):
     """attention_decode and attention_decode_combine in one launch on any GPU: each block leaves its part's output and
     log-sum-exp in OParts and LParts (as attention_decode), and the last of a row tile's parts to arrive at its
     counter (Counter[(b·H_kv + h)·T + t], zero before the first launch and again after each) weighs them all into O
     (B, H_kv, R, D), each warp D / 4 of the columns (and with LSE the log-sum-exp into L (B, H_kv, R)). Q, K, V,
-    Lengths, the grid and the parts as attention_decode's."""
+    Lengths, Pages, the grid and the parts as attention_decode's."""
     part_tile, h, b = block_idx()
     row_tiles = cdiv(Q.shape[2], 16)
     part, t = part_tile // row_tiles, part_tile % row_tiles
-    o, lse = decode_part(Q, K, V, b, h, t, part, steps, batch_keys(K, Lengths, b, LENGTHS), scale, D, KEYS, DT)
+    o, lse = decode_part(Q, K, V, Pages, b, h, t, part, steps, batch_keys(K, Lengths, Pages, b, LENGTHS, PAGED),
+                         scale, D, KEYS, LENGTHS, PAGED, DT)
     store(OParts, o, (part * Q.shape[0] + b, h, t, warp_id()))
     if warp_id() == 0:
         store(LParts, lse, (part * Q.shape[0] + b, h, t))
@@ -158,20 +186,20 @@ def attention_decode_last(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Length
 
 
 @tkc.kernel(warps=4, stages="STAGES", cluster="CLUSTER", min_target="sm_90a")
-def attention_decode_cluster(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl[i32, 1], O: gl["DT", 4],
-                             L: gl[f32, 3], scale: float, steps: int, D: const = 128, KEYS: const = 32,
-                             STAGES: const = 2, CLUSTER: const = 2, LSE: const = 0, LENGTHS: const = 0,
-                             DT: const = bf16):
+def attention_decode_cluster(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl[i32, 1],
+                             Pages: gl[i32, 2], O: gl["DT", 4], L: gl[f32, 3], scale: float, steps: int,
+                             D: const = 128, KEYS: const = 32, STAGES: const = 2, CLUSTER: const = 2, LSE: const = 0,
+                             LENGTHS: const = 0, PAGED: const = 0, DT: const = bf16):
     """attention_decode and attention_decode_combine in one launch, with no buffers in global memory: the CLUSTER
     parts of a row tile's keys are the blocks of a cluster, each leaving its part's output and log-sum-exp in its
     shared memory; after a cluster barrier each warp of the cluster reads its 16 columns of them out of the blocks'
     (distributed shared memory), weighs them, and stores them to O (B, H_kv, R, D) (and with LSE the log-sum-exp L
     (B, H_kv, R)).
-    Q, K, V, Lengths as attention_decode's. Grid: (T·CLUSTER, H_kv, B): block (t·CLUSTER + p, h, b) takes query rows
+    Q, K, V, Lengths, Pages as attention_decode's. Grid: (T·CLUSTER, H_kv, B): block (t·CLUSTER + p, h, b) takes query rows
     16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1. CLUSTER = 1: one block a row tile, no split."""
     t, h, b = block_idx()[0] // CLUSTER, block_idx()[1], block_idx()[2]
-    keys = batch_keys(K, Lengths, b, LENGTHS)
-    o, lse = decode_part(Q, K, V, b, h, t, cluster_rank(), steps, keys, scale, D, KEYS, DT)
+    keys = batch_keys(K, Lengths, Pages, b, LENGTHS, PAGED)
+    o, lse = decode_part(Q, K, V, Pages, b, h, t, cluster_rank(), steps, keys, scale, D, KEYS, LENGTHS, PAGED, DT)
     # cluster loads read register tiles: the log-sum-exps as 16×16 tiles, a row's value in all of its row
     outs = store(empty(st[f32, 16, D]), o, (0, warp_id()), conflicts=2)  # once a block
     lses = store(empty(st[f32, 64, 16]), add_row(zeros(rt[f32, 16, 16]), lse), (warp_id(), 0), conflicts=2)
@@ -313,21 +341,25 @@ def takes_decode(rows: int, causal: bool, q: torch.Tensor, out: torch.Tensor) ->
 def attention_decode_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                             lse: torch.Tensor | None, scale: float, sms: int, target: str | None,
                             common_only: bool = False, hopper: bool = True,
-                            lengths: torch.Tensor | None = None) -> bool:
+                            lengths: torch.Tensor | None = None, pages: torch.Tensor | None = None) -> bool:
     """attention() by attention_decode_cluster (Hopper, where a row tile's parts make a cluster the GPU holds with
     all the others), by attention_decode_last where the path's switch takes it (DECODE_LAST_BLOCK on Hopper,
     DECODE_LAST_BLOCK_SM80 on the sm_80 path: eagerly, as shipped), or by attention_decode and
     attention_decode_combine, on checked tensors (q and out contiguous, not causal): out, and lse (B, H, Nq) where
     given; True once launched. With `common_only` (attention()'s common call, shapes checked, q, k and v not), q, k
     and v outside the launch's common case launch nothing: False. hopper: CONFIG, else CONFIG_SM80. lengths: (B,)
-    int32, each batch's count of keys (attention_kvcache), or None (all of k's)."""
+    int32, each batch's count of keys (attention_kvcache), or None (all of k's). pages: (B, pages a batch) int32,
+    the page table of a paged cache (k and v (pages, H_kv, page size, D), the page size a multiple of the key step
+    4·KEYS), or None."""
     import torch
 
-    # (a decoding step's shapes repeat: its host work is what a short step waits for)
-    plan = cached_plan(_PLANS, (q.shape, k.shape, q.dtype, lse is not None, target, sms, hopper, lengths is not None),
-                       _plan)
+    # (a decoding step's shapes repeat: its host work is what a short step waits for); a paged cache's as the
+    # contiguous cache it stands for, (B, H_kv, pages a batch · page size, D)
+    k_shape = k.shape if pages is None else (q.shape[0], k.shape[1], pages.shape[1] * k.shape[2], k.shape[3])
+    plan = cached_plan(_PLANS, (q.shape, k_shape, q.dtype, lse is not None, target, sms, hopper, lengths is not None,
+                                pages is not None), _plan)
     l_out = lse.view(plan.q_rows[:3]) if lse is not None else unread_lse(q)  # (read by the one-launch kernels)
-    kv = (k, v, unread_lengths(q) if lengths is None else lengths)
+    kv = (k, v, unread_lengths(q) if lengths is None else lengths, unread_pages(q) if pages is None else pages)
     if plan.clustered is not None:
         cluster_args = (q.view(plan.q_rows), *kv, out.view(plan.q_rows), l_out, scale)
         if plan.together is None:  # asked once a shape, of the first (checked) call
@@ -406,7 +438,7 @@ class _Plan:
 
 _PLANS: dict[tuple[Any, ...], _Plan] = {}  # attention_decode_launch's plans by shapes, dtype, target, ...
 def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: bool, target: str | None, sms: int,
-          hopper: bool, lengths: bool) -> _Plan:
+          hopper: bool, lengths: bool, paged: bool = False) -> _Plan:
     batch, heads, nq, d = q_shape
     kv_heads, nk = k_shape[1], k_shape[2]
     rows = heads // kv_heads * nq
@@ -417,7 +449,7 @@ def _plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, lse: b
     if hopper and DECODE_IN_CLUSTERS and CLUSTER_PARTS:
         slots = min(slots, units * CLUSTER_PARTS)
     parts, steps = decode_parts(units, ceil_div(nk, 4 * keys), slots)
-    dt = {**dtype_constant(dtype), **({"LENGTHS": 1} if lengths else {})}
+    dt = {**dtype_constant(dtype), **({"LENGTHS": 1} if lengths else {}), **({"PAGED": 1} if paged else {})}
     decode = attention_decode.specialize(D=d, KEYS=keys, STAGES=stages, **dt, target=target)
     combine = attention_decode_combine.specialize(LSE=int(lse), **dtype_constant(dtype), target=target)
     flat = batch * heads * nq
