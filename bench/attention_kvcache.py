@@ -3,7 +3,8 @@ varlen kernel reading each batch's first cache_seqlens[b] keys of its cache (`at
 seqused_k: what flash_attn_with_kvcache's cache_seqlens does) and SDPA's mem-efficient backend with a key mask (the
 usual way without a varlen kernel, K and V expanded to the query heads beforehand). The caches lie (B, N_max, H_kv, D)
 as FlashAttention's; tkc reads them through a transposed view. "tkc, the wave's split": FEWER_PARTS_WITH_LENGTHS
-off; "tkc, checked": every call takes the full checks (no common call). GB/s: the K and V bytes each batch reads
+off; "tkc, checked": every call takes the full checks (no common call); "tkc, paged": the same caches in pages of 256
+keys scattered over a pool by a page table (block_table). GB/s: the K and V bytes each batch reads
 (its length's), per µs; every timed output checked against the flash kernel's (or tkc's sm_80 build where it is
 missing).
 
@@ -58,8 +59,18 @@ def main() -> None:
             attention_module._KVCACHE.clear()
             return tkc.kernels.attention_kvcache(q, k, v, seqlens)
 
+        # the same caches in pages of 256 keys (vLLM's / FlashAttention's pool (pages, page size, H_kv, D)), each
+        # batch's pages scattered over the pool by its row of the page table
+        per_batch = n_max // 256  # (N_max a multiple of 256)
+        table = torch.randperm(b * per_batch, device="cuda").view(b, per_batch).to(torch.int32)
+        pools = []
+        for cache in (k_cache, v_cache):
+            pool = torch.empty(b * per_batch, 256, h_kv, d, device="cuda", dtype=torch.bfloat16)
+            pool[table.view(-1).long()] = cache.view(b * per_batch, 256, h_kv, d)
+            pools.append(pool.transpose(1, 2))
         impls = {
             "tkc": lambda: tkc.kernels.attention_kvcache(q, k, v, seqlens),
+            "tkc, paged": lambda: tkc.kernels.attention_kvcache(q, *pools, seqlens, block_table=table),
             "tkc, checked": checked,
             "tkc sm_80": lambda: tkc.kernels.attention_kvcache(q, k, v, seqlens, target="sm_80"),
             "tkc, the wave's split": wave_split,
@@ -106,7 +117,7 @@ def main() -> None:
         rows.append(row)
         print("  ".join(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
                         for key, value in row.items()), flush=True)
-    names = ["tkc", "tkc, checked", "tkc sm_80", "tkc, the wave's split", "flash varlen", "SDPA mem-efficient, masked"]
+    names = ["tkc", "tkc, paged", "tkc, checked", "tkc sm_80", "tkc, the wave's split", "flash varlen", "SDPA mem-efficient, masked"]
     columns = ([("shape", "B×H×H_kv×N_max×D"), ("mean length", "mean length")]
                + [(f"{n} µs", f"{n} µs") for n in names] + [(f"{n} GB/s", f"{n} GB/s") for n in names]
                + [("tkc/flash", "tkc/flash"), ("tkc/SDPA", "tkc/SDPA"), ("err", "tkc err")])

@@ -68,7 +68,7 @@ def decode_attention() -> None:
     """A query a head, 4 heads a K/V head, 3000 keys split into parts of several key steps against 3 stages (the
     sm_80 build, its last part weighing and then the two kernels, and this GPU's: on Hopper a K/V head's 6 parts a
     cluster, reading each other's shared memory, then the two kernels), the last step past the keys' end; then 16
-    parts a K/V head (clusters of 16 on Hopper)."""
+    parts a K/V head (clusters of 16 on Hopper); attention_kvcache over lengths and over pages."""
     attention_module = importlib.import_module("tkc.kernels.attention")  # (tkc.kernels.attention: the function)
     decode_module = importlib.import_module("tkc.kernels.attention_decode")
     attention_module.DECODE_ON_HOPPER = True
@@ -80,9 +80,14 @@ def decode_attention() -> None:
         decode_module._PLANS = {}
         attention(q, k, v, target=target, return_lse=True)
         attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous(), target=target)
-        # attention_kvcache: a batch of no keys, one past the cache's 3000 (read as 3000)
-        attention_kvcache(q, k, v, torch.tensor([0, 3050], device="cuda", dtype=torch.int32), target=target,
-                          return_lse=True)
+        # attention_kvcache: a batch of no keys, one past the cache's 3000 (read as 3000); and in pages of 256 keys
+        # (12 a batch, the pool's 30 in another order), a table naming pages past the pool's end too (reads zeros)
+        lengths = torch.tensor([0, 3050], device="cuda", dtype=torch.int32)
+        attention_kvcache(q, k, v, lengths, target=target, return_lse=True)
+        pool = torch.randn(30, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
+        table = torch.randperm(30, device="cuda")[:24].view(2, 12).to(torch.int32)
+        table[1, -1] = 40
+        attention_kvcache(q, pool, pool, lengths, block_table=table, target=target, return_lse=True)
     # B = 1 over 16384 keys: 16 parts a row tile, on Hopper clusters of 16 blocks where the GPU holds them all
     decode_module.DECODE_IN_CLUSTERS, decode_module._PLANS = True, {}
     k, v = (torch.randn(1, 8, 16384, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))

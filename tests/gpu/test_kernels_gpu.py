@@ -831,9 +831,19 @@ def test_attention_kvcache(lengths: list[int], h: int, h_kv: int, nq: int, n_max
     b = len(lengths)
     q = randn(b, h, nq, d)
     k, v = (randn(b, n_max, h_kv, d).transpose(1, 2) for _ in range(2))
+    for i, n in enumerate(lengths):  # the rows past each length never written (NaN): never used
+        k[i, :, n:], v[i, :, n:] = float("nan"), float("nan")
     seqlens = torch.tensor(lengths, device="cuda", dtype=torch.int32)
     out = torch.full_like(q, float("nan"))
     out, lse = tkc.kernels.attention_kvcache(q, k, v, seqlens, target=target, out=out, return_lse=True)
+    check_kvcache(q, k, v, lengths, out, lse)
+
+
+def check_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: list[int], out: torch.Tensor,
+                  lse: torch.Tensor) -> None:
+    """attention_kvcache's out and lse against float32 SDPA per batch over its first lengths[b] keys of k, v (B, H_kv,
+    N_max, D): zero rows and lse -inf for a batch of none."""
+    h, h_kv, n_max, d = q.shape[1], k.shape[1], k.shape[2], q.shape[3]
     for i, n in enumerate(lengths):
         n = min(n, n_max)
         if n == 0:
@@ -844,6 +854,37 @@ def test_attention_kvcache(lengths: list[int], h: int, h_kv: int, nq: int, n_max
         scores = q[i:i + 1].float() @ kf.repeat_interleave(h // h_kv, 1).transpose(-1, -2) / math.sqrt(d)
         assert rel_err(out[i:i + 1], ref) < 1e-2
         assert (lse[i:i + 1] - scores.logsumexp(-1)).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lengths, h, h_kv, page, d", [
+    ([4096, 1, 0, 3000], 32, 8, 256, 128),
+    ([700, 8192], 8, 1, 512, 64),
+    ([1, 130, 2048, 17, 500, 4000, 64, 333], 16, 2, 256, 128),
+])
+def test_attention_kvcache_paged(lengths: list[int], h: int, h_kv: int, page: int, d: int,
+                                 target: str | None) -> None:
+    """attention_kvcache over a paged cache: a pool of pages (pages, page size, H_kv, D) as vLLM's and
+    FlashAttention's (read through a transposed view), each batch's pages scattered over it by block_table, the rows
+    no key fills NaN; out and lse against float32 SDPA over the batch's keys gathered, outputs poisoned first."""
+    b, n_max = len(lengths), max(lengths)
+    per_batch = -(-n_max // page)
+    pool_pages = b * per_batch + 3
+    pool = [torch.full((pool_pages, page, h_kv, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+            for _ in range(2)]
+    table = torch.randperm(pool_pages, device="cuda")[:b * per_batch].view(b, per_batch).to(torch.int32)
+    k, v = (torch.full((b, h_kv, per_batch * page, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+            for _ in range(2))
+    for i, n in enumerate(lengths):  # batch i's keys, in its pages
+        for x, pages in ((k, pool[0]), (v, pool[1])):
+            x[i, :, :n] = torch.randn(h_kv, n, d, device="cuda", dtype=torch.bfloat16)
+            pages[table[i].long()] = x[i].view(h_kv, per_batch, page, d).transpose(0, 1).transpose(1, 2)
+    q = randn(b, h, 1, d)
+    out = torch.full_like(q, float("nan"))
+    out, lse = tkc.kernels.attention_kvcache(q, pool[0].transpose(1, 2), pool[1].transpose(1, 2),
+                                             torch.tensor(lengths, device="cuda", dtype=torch.int32),
+                                             block_table=table, target=target, out=out, return_lse=True)
+    check_kvcache(q, k, v, lengths, out, lse)
 
 
 @pytest.mark.parametrize("b, h, h_kv, nq, nk", [(1, 16, 8, 1, 4096), (2, 8, 2, 1, 1000), (1, 8, 8, 2, 77)])
