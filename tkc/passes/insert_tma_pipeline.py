@@ -3,7 +3,8 @@
 A loop qualifies when every global→shared load in its body reads a tensor whose address, strides and row
 length are 16-byte aligned (of rank > 2: a stack of matrices, a box stopping at its matrix's end) (the kernel's alignment specialization says so at compile time), into a tile of at
 most 256 rows whose rows are whole 32/64/128-byte swizzle panels, with indices that depend only on the loop
-index and values from outside the loop. Each load gets a ring of N stages; one set of stage barriers
+index, values from outside the loop and tile.reads of tensors the kernel never writes (a page table: read again
+for the step a refill loads). Each load gets a ring of N stages; one set of stage barriers
 (`tkc/ir/tma_ops.py`) serves them all. Before the loop, steps 0..N-2 are filled (each only if it runs). Step k
 waits for its bytes, reads stage k mod N, releases the stage after its last use, and refills for step k+N-1. A
 loop whose wgmma may run on into the next step (a loop-carried accumulator, A in shared memory: GEMM's K loop)
