@@ -257,31 +257,31 @@ _Q = np.arange(LANES) % 4
 
 def unpack16(words: np.ndarray, dtype: str) -> np.ndarray:
     """[..., n] 32-bit words → [..., 2n] values (low half first)."""
-    lo, hi = words & 0xFFFF, words >> 16
     conv = from_bf16 if dtype == "bf16" else from_f16
-    return np.stack([conv(lo), conv(hi)], axis=-1).reshape(*words.shape[:-1], -1)
+    values = np.empty((*words.shape[:-1], 2 * words.shape[-1]), dtype=np.float32)
+    values[..., 0::2], values[..., 1::2] = conv(words & 0xFFFF), conv(words >> 16)
+    return values
+
+
+# where each lane's fragment values sit in A (16×16), B (16×8) and C / D (16×8): [lane, value] row and column
+_A_ROWS = np.stack([_G + 8 * ((i // 2) % 2) for i in range(8)], axis=1)
+_A_COLS = np.stack([2 * _Q + (i % 2) + 8 * (i // 4) for i in range(8)], axis=1)
+_B_ROWS = np.stack([2 * _Q + (i % 2) + 8 * (i // 2) for i in range(4)], axis=1)
+_B_COLS = np.stack([_G] * 4, axis=1)
+_C_ROWS = np.stack([_G + 8 * (i // 2) for i in range(4)], axis=1)
+_C_COLS = np.stack([2 * _Q + (i % 2) for i in range(4)], axis=1)
 
 
 def mma_m16n8k16(a_words: np.ndarray, b_words: np.ndarray, c_bits: np.ndarray, dtype: str) -> np.ndarray:
     """a [32, 4], b [32, 2], c [32, 4] (f32 bits) → d [32, 4] (f32 bits)."""
-    a_vals = unpack16(a_words, dtype)  # a0..a7
-    b_vals = unpack16(b_words, dtype)  # b0..b3
     A = np.zeros((16, 16), dtype=np.float32)
     B = np.zeros((16, 8), dtype=np.float32)
     C = np.zeros((16, 8), dtype=np.float32)
-    for i in range(8):
-        row = _G + 8 * ((i // 2) % 2)
-        col = 2 * _Q + (i % 2) + 8 * (i // 4)
-        A[row, col] = a_vals[:, i]
-    for i in range(4):
-        B[2 * _Q + (i % 2) + 8 * (i // 2), _G] = b_vals[:, i]
-    for i in range(4):
-        C[_G + 8 * (i // 2), 2 * _Q + (i % 2)] = f32(c_bits[:, i])
-    D = A.astype(np.float32) @ B.astype(np.float32) + C
-    out = np.zeros((LANES, 4), dtype=np.uint32)
-    for i in range(4):
-        out[:, i] = bits32(D[_G + 8 * (i // 2), 2 * _Q + (i % 2)])
-    return out
+    A[_A_ROWS, _A_COLS] = unpack16(a_words, dtype)  # a0..a7 of each lane
+    B[_B_ROWS, _B_COLS] = unpack16(b_words, dtype)  # b0..b3
+    C[_C_ROWS, _C_COLS] = f32(c_bits)
+    D = A @ B + C
+    return bits32(D[_C_ROWS, _C_COLS])
 
 
 def ldmatrix_x4(rows: np.ndarray, trans: bool) -> np.ndarray:
