@@ -219,7 +219,9 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     target="sm_80"), and at D = 32 and 256 on every GPU, attention_varlen_fwd. On inputs requiring grad (D ≤ 128),
     autograd's backward runs attention_varlen_backward's kernels.
     (cu_seqlens' values are not read on the host — that would wait for the GPU: lengths past the tensors' rows read
-    zeros and write nothing, never out of bounds.)"""
+    zeros and write nothing, never out of bounds.) Rows of k and v past the last sequence's keys, where the tensors
+    have them, must hold finite values (an unwritten buffer's NaN there makes the last sequence's outputs NaN): the
+    last key block reads them, weighted by 0."""
     import torch
 
     if wants_grad(torch, q, k, v) and getattr(q, "shape", (0, 0, 0))[-1] not in BACKWARD_STEPS:
