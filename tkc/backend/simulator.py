@@ -461,13 +461,10 @@ class BlockSimulator(Sm90Units):
     def mma(self, warp: Warp, op: ptx.MmaOp) -> None:
         dtype = "bf16" if ".bf16." in op.shape.data else "f16"
         a_, b_, c_ = (self.get(warp, v) for v in (op.a, op.b, op.c))
-        d = c_.copy()
-        written: set[int] = set()
+        d = c_.copy()  # (an instruction reads C from d: the earlier instructions' results where they wrote, else c)
         for row in op.instructions:
             di, ai, bi, ci = row[0:4], row[4:8], row[8:10], row[10:14]
-            c_bits = np.stack([d[:, x] if int(x) in written else c_[:, x] for x in ci], axis=1)
-            d[:, di] = mma_m16n8k16(a_[:, ai], b_[:, bi], c_bits, dtype)
-            written.update(int(x) for x in di)
+            d[:, di] = mma_m16n8k16(a_[:, ai], b_[:, bi], d[:, ci], dtype)
         warp.regs[op.result] = d
 
 
