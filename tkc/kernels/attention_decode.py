@@ -2,10 +2,11 @@
 that read one K/V head (with grouped-query attention, all its query heads' rows together) are one tile, and the
 keys are cut into parts, a block each; each part's softmax·V, normalized, and its log-sum-exp go to f32 buffers,
 and a second kernel weighs the parts by their log-sum-exps (or, in one launch, the last part of a row tile to
-finish: attention_decode_last, the sm_80 path's outside CUDA graph captures). One block per (head, query tile) would
-leave most of the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile empty. On Hopper, where
-a tile's parts are few enough for a cluster (up to 16), they are one: the parts meet in distributed shared memory and
-one launch does both (attention_decode_cluster)."""
+finish: attention_decode_last, the sm_80 path's outside CUDA graph captures). One block per (head, query tile)
+would leave most of the GPU idle (B=1, H=32: 32 blocks) and most of each 64- or 128-row query tile empty. On Hopper,
+where a tile's parts are few enough for a cluster (up to 16), they are one: the parts meet in distributed shared
+memory and one launch does both (attention_decode_cluster). Built with LENGTHS, each batch reads its own count of
+keys (attention_kvcache), and with PAGED its cache's key steps from the pages a page table names."""
 
 from __future__ import annotations
 
@@ -121,10 +122,9 @@ def attention_decode(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Lengths: gl
     Lengths[b] (B,) (a cache filled to different lengths; none: zero rows), else Lengths is unread. With PAGED, K
     and V are pages (pages, H_kv, page size, D) of whole key steps and batch b's cache is the pages its row of the
     page table Pages (B, pages a batch) names, in order (vLLM's / FlashAttention's block_table); else Pages is
-    unread. Grid: (P·T,
-    H_kv, B), T = cdiv(R, 16): block (p·T + t, h, b) takes query rows 16t .. 16t + 15 and key steps
-    p·steps .. (p + 1)·steps - 1 of 4·KEYS keys (decode_part), and stores softmax(scale · q·kᵀ)·v over its keys
-    (normalized) at OParts[p·B + b, h] and each row's log-sum-exp at LParts[p·B + b, h]: (P·B, H_kv, R, D) and
+    unread. Grid: (P·T, H_kv, B), T = cdiv(R, 16): block (p·T + t, h, b) takes query rows 16t .. 16t + 15 and key
+    steps p·steps .. (p + 1)·steps - 1 of 4·KEYS keys (decode_part), and stores softmax(scale · q·kᵀ)·v over its
+    keys (normalized) at OParts[p·B + b, h] and each row's log-sum-exp at LParts[p·B + b, h]: (P·B, H_kv, R, D) and
     (P·B, H_kv, R), for attention_decode_combine."""
     part_tile, h, b = block_idx()
     row_tiles = cdiv(Q.shape[2], 16)                         # a part's row tiles next to each other: their K and V
@@ -195,8 +195,9 @@ def attention_decode_cluster(Q: gl["DT", 4], K: gl["DT", 4], V: gl["DT", 4], Len
     shared memory; after a cluster barrier each warp of the cluster reads its 16 columns of them out of the blocks'
     (distributed shared memory), weighs them, and stores them to O (B, H_kv, R, D) (and with LSE the log-sum-exp L
     (B, H_kv, R)).
-    Q, K, V, Lengths, Pages as attention_decode's. Grid: (T·CLUSTER, H_kv, B): block (t·CLUSTER + p, h, b) takes query rows
-    16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1. CLUSTER = 1: one block a row tile, no split."""
+    Q, K, V, Lengths, Pages as attention_decode's. Grid: (T·CLUSTER, H_kv, B): block (t·CLUSTER + p, h, b) takes
+    query rows 16t .. 16t + 15 and key steps p·steps .. (p + 1)·steps - 1. CLUSTER = 1: one block a row tile, no
+    split."""
     t, h, b = block_idx()[0] // CLUSTER, block_idx()[1], block_idx()[2]
     keys = batch_keys(K, Lengths, Pages, b, LENGTHS, PAGED)
     o, lse = decode_part(Q, K, V, Pages, b, h, t, cluster_rank(), steps, keys, scale, D, KEYS, LENGTHS, PAGED, DT)
