@@ -920,6 +920,8 @@ def test_attention_kvcache_common_call_launches_what_the_checked_call_did(monkey
     assert len(full_checks) == 2
     with pytest.raises(TkcError, match="has no backward"):
         attention_kvcache(q.clone().requires_grad_(), k, v, seqlens, target=target)
+    with pytest.raises(TkcError, match="k_cache must have 4 dimensions"):
+        attention_kvcache(q, cuda(7, dtype=torch.bfloat16), v, seqlens, target=target)
 
 
 def test_decode_attention_launches(monkeypatch) -> None:

@@ -599,10 +599,11 @@ def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     # devices and contiguity of the last dimension, and anything outside its common case takes the full checks.
     device = q.get_device() if isinstance(q, torch.Tensor) else None
     hopper = _KVCACHE.get((device, target)) if out is None and not return_lse else None
-    if (hopper is not None and q.dim() == 4 and isinstance(k_cache, torch.Tensor) and isinstance(v_cache, torch.Tensor)
-            and isinstance(cache_seqlens, torch.Tensor) and not wants_grad(torch, q, k_cache, v_cache)):
+    if (hopper is not None and q.dim() == 4 and isinstance(k_cache, torch.Tensor) and k_cache.dim() == 4
+            and isinstance(v_cache, torch.Tensor) and isinstance(cache_seqlens, torch.Tensor)
+            and not wants_grad(torch, q, k_cache, v_cache)):
         batch, heads, nq, d = q.shape
-        kv_heads, nk = k_cache.shape[1], k_cache.shape[2] if k_cache.dim() == 4 else 0
+        kv_heads, nk = k_cache.shape[1], k_cache.shape[2]
         config = (DECODE_CONFIG if hopper else DECODE_CONFIG_SM80).get(d)
         if block_table is None:
             cache_fits = k_cache.shape == (batch, kv_heads, nk, d)
