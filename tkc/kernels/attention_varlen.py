@@ -221,7 +221,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     (cu_seqlens' values are not read on the host — that would wait for the GPU: lengths past the tensors' rows read
     zeros and write nothing, never out of bounds.) Rows of k and v past the last sequence's keys, where the tensors
     have them, must hold finite values (an unwritten buffer's NaN there makes the last sequence's outputs NaN): the
-    last key block reads them, weighted by 0."""
+    last key block reads them, weighted by 0; in the backward, rows of q and grad_out past the last sequence too."""
     import torch
 
     if wants_grad(torch, q, k, v) and getattr(q, "shape", (0, 0, 0))[-1] not in BACKWARD_STEPS:
@@ -457,7 +457,8 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """The gradients (dq, dk, dv) of out = attention_varlen(q, k, v, cu_seqlens, ...) given grad_out, the forward's
     `out` and its log-sum-exps `lse` ((H, total) float32, return_lse=True); with grad_lse, also through lse. dk and
     dv sum over the query heads that read each K/V head; rows of dq past cu_seqlens[-1] are zeros, as those of dk and
-    dv past the keys' last offset. On Hopper (or with target="sm_90a") at D = 64, 96 and 128 the wgmma kernels where
+    dv past the keys' last offset. Rows of q, k, v and grad_out past the last sequence must be finite (read, weighted
+    by 0: NaN there reaches the last sequence's gradients). On Hopper (or with target="sm_90a") at D = 64, 96 and 128 the wgmma kernels where
     TMA can read the tensors; elsewhere (and with target="sm_80", and at D = 32) the mma.sync kernels."""
     import torch
 
