@@ -458,8 +458,9 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     `out` and its log-sum-exps `lse` ((H, total) float32, return_lse=True); with grad_lse, also through lse. dk and
     dv sum over the query heads that read each K/V head; rows of dq past cu_seqlens[-1] are zeros, as those of dk and
     dv past the keys' last offset. Rows of q, k, v and grad_out past the last sequence must be finite (read, weighted
-    by 0: NaN there reaches the last sequence's gradients). On Hopper (or with target="sm_90a") at D = 64, 96 and 128 the wgmma kernels where
-    TMA can read the tensors; elsewhere (and with target="sm_80", and at D = 32) the mma.sync kernels."""
+    by 0: NaN there reaches the last sequence's gradients). On Hopper (or with target="sm_90a") at D = 64, 96 and
+    128 the wgmma kernels where TMA can read the tensors; elsewhere (and with target="sm_80", and at D = 32) the
+    mma.sync kernels."""
     import torch
 
     _check_varlen(q, k, v, cu_seqlens, cu_seqlens_k, scale, None)
