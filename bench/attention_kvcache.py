@@ -112,15 +112,17 @@ def main() -> None:
         row = {"shape": shape, "Nq": args.nq, "mean length": sum(lengths) / b,
                **{f"{name} µs": times[name] * 1e3 for name in times}, **{f"{name} GB/s": rate[name] for name in rate},
                "tkc/flash": rate["tkc"] / rate.get("flash varlen", float("nan")),
+               "paged/flash": rate.get("tkc, paged", float("nan")) / rate.get("flash varlen", float("nan")),
                "tkc/SDPA": rate["tkc"] / rate.get("SDPA mem-efficient, masked", float("nan")),
-               "err": max(errors.get("tkc", 0.0), errors.get("tkc sm_80", 0.0))}
+               "err": max(errors.get("tkc", 0.0), errors.get("tkc sm_80", 0.0), errors.get("tkc, paged", 0.0))}
         rows.append(row)
         print("  ".join(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
                         for key, value in row.items()), flush=True)
     names = ["tkc", "tkc, paged", "tkc, checked", "tkc sm_80", "tkc, the wave's split", "flash varlen", "SDPA mem-efficient, masked"]
     columns = ([("shape", "B×H×H_kv×N_max×D"), ("mean length", "mean length")]
                + [(f"{n} µs", f"{n} µs") for n in names] + [(f"{n} GB/s", f"{n} GB/s") for n in names]
-               + [("tkc/flash", "tkc/flash"), ("tkc/SDPA", "tkc/SDPA"), ("err", "tkc err")])
+               + [("tkc/flash", "tkc/flash"), ("paged/flash", "tkc paged/flash"), ("tkc/SDPA", "tkc/SDPA"),
+                  ("err", "tkc err")])
     text = (f"attention_kvcache: {args.nq} query row(s) a head over caches filled to random lengths N_max/8..N_max, "
             f"bf16; GB/s of the K and V bytes each batch's length reads; median of {args.launches} launches × "
             f"{args.rounds} interleaved rounds, each call from the host (its host work included).\n\n"
