@@ -1,9 +1,10 @@
 """insert-async-pipeline{stages=N}: turn a loop's global→shared loads into an N-stage asynchronous pipeline.
 
 A load into shared memory inside an `scf.for`, whose indices depend only on the loop index and values from
-outside the loop (and on `tile.read`s of tensors the kernel never writes: a page table), gets a ring of N buffers. Before the loop, copies for the first N-1 iterations start (each
-only if that iteration runs); iteration k waits for its own copy (`wait_group N-2`: the N-2 newer groups may
-still fly), starts the copy for iteration k+N-1 into the stage iteration k-1 used, and reads stage k mod N.
+outside the loop (and on `tile.read`s of tensors the kernel never writes: a page table, read again for the step
+it loads ahead), gets a ring of N buffers. Before the loop, copies for the first N-1 iterations start (each only
+if that iteration runs); iteration k waits for its own copy (`wait_group N-2`: the N-2 newer groups may still
+fly), starts the copy for iteration k+N-1 into the stage iteration k-1 used, and reads stage k mod N.
 Every iteration commits one group, empty or not, so the counting holds when the loop runs 0, 1 or fewer than
 N-1 times. The step may be a run-time value (a persistent kernel's stride over its tiles): trip counts and
 stages then count steps of it. `insert-barriers` then puts the one `tile.barrier` each iteration needs between the
