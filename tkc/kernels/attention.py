@@ -433,6 +433,16 @@ def check_qkv(q: Any, k: Any, v: Any, names: tuple[str, str] = ("k", "v")) -> tu
     return batch, heads, nq, nk, d
 
 
+def _tma_aligned(*tensors: Any) -> bool:
+    """The common calls' test of what _check_tma_strides checks but the last dimension (the launch's reader checks
+    that): 16-byte aligned addresses, the other strides multiples of 8 elements (16 bytes)."""
+    bits = 0
+    for t in tensors:
+        st = t.stride()
+        bits |= (t.data_ptr() & 15) | ((st[0] | st[1] | st[2]) & 7)
+    return not bits
+
+
 def _check_tma_strides(*named: tuple[str, Any]) -> None:
     """The Hopper kernels read and write through TMA: the last dimension contiguous, the other strides multiples of
     16 bytes, 16-byte aligned addresses; else the error naming the tensor."""
@@ -494,10 +504,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                 and isinstance(v, torch.Tensor) and v.shape == k.shape
                 and (scale is None or type(scale) is float and 0 < scale < math.inf)):
             out = torch.empty_like(q)  # q's layout, as the checked call's
-            sq, sk, sv = q.stride(), k.stride(), v.stride()
-            # TMA's 16-byte aligned addresses and strides (out's are q's)
-            if not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15
-                    or (sq[0] | sq[1] | sq[2] | sk[0] | sk[1] | sk[2] | sv[0] | sv[1] | sv[2]) & 7):
+            if _tma_aligned(q, k, v):  # (out's layout is q's)
                 scale = 1.0 / math.sqrt(d) if scale is None else scale
                 if decode:
                     if attention_decode_launch(q, k, v, out, None, scale, sms, target, common_only=True):
@@ -615,10 +622,7 @@ def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
                 and nk and batch * heads * nq and kv_heads and heads % kv_heads == 0
                 and heads // kv_heads * nq <= MAX_ROWS and q.is_contiguous()
                 and (scale is None or type(scale) is float and 0 < scale < math.inf)):
-            sk, sv = k_cache.stride(), v_cache.stride()
-            # TMA's 16-byte aligned addresses and strides on Hopper (out's are q's: contiguous)
-            if not hopper or not ((q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr()) & 15
-                                  or (sk[0] | sk[1] | sk[2] | sv[0] | sv[1] | sv[2]) & 7):
+            if not hopper or _tma_aligned(q, k_cache, v_cache):  # (TMA's on Hopper; out's layout is q's)
                 out = torch.empty_like(q)
                 if attention_decode_launch(q, k_cache, v_cache, out, None,
                                            1.0 / math.sqrt(d) if scale is None else scale, MULTIPROCESSORS[device],
